@@ -1,0 +1,110 @@
+// The run configuration: one TOML file describes a whole run (cluster,
+// workload, mode, optimizer, output). See docs/config.md for the reference.
+//
+// Parsing rejects unknown keys and wrong types; every error is a ConfigError
+// whose text starts with "FILE:LINE: key 'a.b': " and says what was expected.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace pstrain {
+
+enum class Mode { kSync, kAsync, kAllreduce };
+std::string_view to_string(Mode mode);
+
+struct ClusterConfig {
+  // Endpoint of the scheduler. Port 0 means "ephemeral": only for local
+  // launches, where the launcher learns the bound port and passes it on.
+  std::string scheduler = "tcp://127.0.0.1:0";
+  std::string transport = "tcp";          // "tcp" | "ipc" (servers' endpoints)
+  int num_servers = 2;
+  int num_workers = 2;
+  // Hosts per rank for multi-machine runs; empty means every rank is local.
+  // When given, their length must equal num_servers / num_workers.
+  std::vector<std::string> server_hosts;
+  std::vector<std::string> worker_hosts;
+  int server_port = 0;                     // first port; 0 = ephemeral
+  int heartbeat_interval_ms = 500;
+  int heartbeat_timeout_ms = 10000;        // a node silent this long has failed
+  int timeout_ms = 120000;                 // any single blocking wait
+  std::int64_t max_message_bytes = std::int64_t{1} << 30;
+};
+
+struct PsConfig {
+  std::int64_t partition_bytes = std::int64_t{1} << 20;  // chunk size for sharding
+};
+
+struct OptimizerConfig {
+  std::string name = "sgd";     // "sgd" | "adam"
+  double lr = 0.01;
+  double momentum = 0.9;        // sgd
+  double weight_decay = 0.0;    // sgd and adam (L2 added to the gradient)
+  bool nesterov = false;        // sgd
+  double beta1 = 0.9;           // adam
+  double beta2 = 0.999;         // adam
+  double epsilon = 1e-8;        // adam
+};
+
+struct ScheduleConfig {
+  std::string decay = "none";   // "none" | "step" | "cosine"
+  double warmup_epochs = 0.0;   // linear warmup from lr/10... see schedule.h
+  std::vector<double> step_epochs;  // "step": multiply by gamma at each
+  double gamma = 0.1;
+  double min_lr = 0.0;          // "cosine" floor
+  bool linear_scaling = false;  // lr *= global_batch / base_batch
+  int base_batch = 256;
+};
+
+struct WorkloadConfig {
+  std::string model = "fmnist_cnn";       // "fmnist_cnn" | "small_cnn" | ...
+  std::string dataset = "fashion-mnist";  // "fashion-mnist" | "mnist" | "cifar10" | "synthetic"
+  std::string data_path = "/usr/share/datasets/fashion-mnist";
+  int batch_size = 64;                    // per worker
+  int epochs = 1;
+  std::int64_t max_steps = 0;             // 0 = no limit; else stop after this many steps
+  std::uint64_t seed = 1;
+  std::string device = "auto";            // "auto" | "cpu" | "cuda"
+  int threads = 0;                        // CPU threads per worker; 0 = all cores / workers
+  int synthetic_train = 2048;             // "synthetic": sizes of the sets
+  int synthetic_test = 512;
+  // Experiments (issue 6): slow one worker; replace compute by a fixed time.
+  int straggler_rank = -1;
+  double straggler_slowdown = 1.0;
+  double simulated_step_ms = 0.0;         // > 0: simulated compute
+};
+
+struct CollectiveConfig {
+  std::string backend = "auto";           // "auto" | "gloo" | "nccl"
+  std::int64_t bucket_bytes = std::int64_t{25} << 20;
+};
+
+struct OutputConfig {
+  std::string run_dir = "runs/default";
+  std::string log_level = "info";         // "debug" | "info" | "warn" | "error"
+};
+
+struct RunConfig {
+  std::string source_path;                // file it was read from ("" if built in code)
+  Mode mode = Mode::kSync;
+  ClusterConfig cluster;
+  PsConfig ps;
+  WorkloadConfig workload;
+  OptimizerConfig optimizer;
+  ScheduleConfig schedule;
+  CollectiveConfig collective;
+  OutputConfig output;
+};
+
+// Parses TOML text; `source_name` is used in error messages.
+RunConfig parse_config(std::string_view toml_text, const std::string& source_name);
+// Reads and parses a file; a missing file is a ConfigError naming it.
+RunConfig load_config(const std::string& path);
+// Applies "section.key=value" overrides (from --set flags) with the same checks.
+void apply_override(RunConfig& config, std::string_view assignment);
+// Writes the resolved config back as TOML (for the run directory).
+std::string to_toml(const RunConfig& config);
+
+}  // namespace pstrain

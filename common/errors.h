@@ -1,0 +1,31 @@
+// Typed errors. Messages name the operation and the offending values, e.g.
+// "push of chunk 17 from worker 3: expected 4096 bytes, got 4092".
+// Only main() turns an exception into an exit code; libraries throw.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+namespace pstrain {
+
+class Error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// A config file or flag is wrong: names file, line and key where known.
+class ConfigError : public Error { using Error::Error; };
+// Wire data broke a rule of the protocol (bad frame count, version, size...).
+class ProtocolError : public Error { using Error::Error; };
+// A socket or peer failed (connect, send, receive, peer reported failure).
+class TransportError : public Error { using Error::Error; };
+// A blocking wait ran past its timeout; the message says what it waited for.
+class TimeoutError : public Error { using Error::Error; };
+// A compute backend or numeric check failed (shape mismatch, NaN, CUDA error).
+class ComputeError : public Error { using Error::Error; };
+// A data file is missing, truncated or malformed; names the file.
+class DataError : public Error { using Error::Error; };
+// The job was aborted by the scheduler (a peer failed); carries its reason.
+class AbortedError : public Error { using Error::Error; };
+
+}  // namespace pstrain
