@@ -31,10 +31,14 @@ struct ClusterConfig {
   int heartbeat_timeout_ms = 10000;        // a node silent this long has failed
   int timeout_ms = 120000;                 // any single blocking wait
   std::int64_t max_message_bytes = std::int64_t{1} << 30;
+
+  bool operator==(const ClusterConfig&) const = default;
 };
 
 struct PsConfig {
   std::int64_t partition_bytes = std::int64_t{1} << 20;  // chunk size for sharding
+
+  bool operator==(const PsConfig&) const = default;
 };
 
 struct OptimizerConfig {
@@ -46,16 +50,20 @@ struct OptimizerConfig {
   double beta1 = 0.9;           // adam
   double beta2 = 0.999;         // adam
   double epsilon = 1e-8;        // adam
+
+  bool operator==(const OptimizerConfig&) const = default;
 };
 
 struct ScheduleConfig {
   std::string decay = "none";   // "none" | "step" | "cosine"
-  double warmup_epochs = 0.0;   // linear warmup from lr/10... see schedule.h
+  double warmup_epochs = 0.0;   // linear warmup from 0, see lr_schedule.h
   std::vector<double> step_epochs;  // "step": multiply by gamma at each
   double gamma = 0.1;
   double min_lr = 0.0;          // "cosine" floor
   bool linear_scaling = false;  // lr *= global_batch / base_batch
   int base_batch = 256;
+
+  bool operator==(const ScheduleConfig&) const = default;
 };
 
 struct WorkloadConfig {
@@ -74,16 +82,22 @@ struct WorkloadConfig {
   int straggler_rank = -1;
   double straggler_slowdown = 1.0;
   double simulated_step_ms = 0.0;         // > 0: simulated compute
+
+  bool operator==(const WorkloadConfig&) const = default;
 };
 
 struct CollectiveConfig {
   std::string backend = "auto";           // "auto" | "gloo" | "nccl"
   std::int64_t bucket_bytes = std::int64_t{25} << 20;
+
+  bool operator==(const CollectiveConfig&) const = default;
 };
 
 struct OutputConfig {
   std::string run_dir = "runs/default";
   std::string log_level = "info";         // "debug" | "info" | "warn" | "error"
+
+  bool operator==(const OutputConfig&) const = default;
 };
 
 struct RunConfig {
@@ -96,6 +110,8 @@ struct RunConfig {
   ScheduleConfig schedule;
   CollectiveConfig collective;
   OutputConfig output;
+
+  bool operator==(const RunConfig&) const = default;
 };
 
 // Parses TOML text; `source_name` is used in error messages.

@@ -10,7 +10,7 @@ const TensorSpec& ParamLayout::add(std::string name, std::vector<std::int64_t> s
   }
   std::int64_t n = 1;
   for (auto d : shape) {
-    if (d <= 0) throw ConfigError("param layout: tensor '" + name + "' has dimension " + std::to_string(d));
+    if (d < 0) throw ConfigError("param layout: tensor '" + name + "' has dimension " + std::to_string(d));
     n *= d;
   }
   tensors_.push_back(TensorSpec{std::move(name), std::move(shape), total_elems_, n});
@@ -30,7 +30,7 @@ void ParamLayout::validate() const {
   for (const auto& t : tensors_) {
     std::int64_t n = 1;
     for (auto d : t.shape) {
-      if (d <= 0 || n > (std::int64_t{1} << 40) / d) {
+      if (d < 0 || (d > 0 && n > (std::int64_t{1} << 40) / d)) {
         throw ProtocolError("param layout: tensor '" + t.name + "' has an invalid shape");
       }
       n *= d;

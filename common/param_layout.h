@@ -23,7 +23,8 @@ struct TensorSpec {
 class ParamLayout {
  public:
   // Appends a tensor after the last one; returns its spec. Throws ConfigError
-  // for a duplicate name or a non-positive dimension.
+  // for a duplicate name or a negative dimension
+  // (a zero dimension makes an empty tensor, which holds no chunk).
   const TensorSpec& add(std::string name, std::vector<std::int64_t> shape);
 
   const std::vector<TensorSpec>& tensors() const { return tensors_; }

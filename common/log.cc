@@ -1,0 +1,32 @@
+#include "common/log.h"
+
+#include "common/errors.h"
+
+namespace pstrain {
+
+LogLevel parse_log_level(std::string_view name) {
+  if (name == "debug") return LogLevel::kDebug;
+  if (name == "info") return LogLevel::kInfo;
+  if (name == "warn") return LogLevel::kWarn;
+  if (name == "error") return LogLevel::kError;
+  throw ConfigError("log level '" + std::string(name) + "': expected debug, info, warn or error");
+}
+
+Logger::Logger(std::string name, LogLevel level, std::FILE* out) : name_(std::move(name)), level_(level), out_(out) {}
+
+void Logger::set_name(std::string name) {
+  std::lock_guard lock(mutex_);
+  name_ = std::move(name);
+}
+
+void Logger::write(LogLevel level, std::string_view msg) {
+  if (!enabled(level)) return;
+  static constexpr const char* kTags[] = {"debug: ", "", "warning: ", "error: "};
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  std::lock_guard lock(mutex_);
+  std::fprintf(out_, "[%8.3f %s] %s%.*s\n", seconds, name_.c_str(), kTags[static_cast<int>(level)],
+               static_cast<int>(msg.size()), msg.data());
+  std::fflush(out_);
+}
+
+}  // namespace pstrain

@@ -1,0 +1,47 @@
+// Learning rate per optimizer step: linear warmup, then a decay.
+//
+//   base   = optimizer.lr * (linear_scaling ? global_batch / base_batch : 1)
+//   W      = round(warmup_epochs * steps_per_epoch) warmup steps
+//   warmup = step < W ? (step + 1) / W : 1          (Goyal et al. 2017)
+//   lr_at(step) = base * warmup * decay(step), where decay(step) is
+//     "none":   1
+//     "step":   gamma^k, k = number of boundaries b in step_epochs with
+//               step >= round(b * steps_per_epoch)
+//     "cosine": 1 before step W; from W to total_steps it goes from 1 down to
+//               min_lr / base along (1 + cos(pi * p)) / 2, p = (step - W) /
+//               (total_steps - W); min_lr / base past total_steps.
+// Steps count from 0. Immutable after construction, so thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "common/config.h"
+
+namespace pstrain {
+
+class LrSchedule {
+ public:
+  // Throws ConfigError for invalid hyper-parameters or counts (each >= 1).
+  LrSchedule(const OptimizerConfig& optimizer, const ScheduleConfig& schedule,
+             std::int64_t steps_per_epoch, std::int64_t total_steps, std::int64_t global_batch);
+
+  // Learning rate for 0-based step `step` (>= 0, else ConfigError).
+  double lr_at(std::int64_t step) const;
+
+  double base_lr() const { return base_lr_; }
+  std::int64_t warmup_steps() const { return warmup_steps_; }
+  // Steps at which "step" decay multiplies by gamma, increasing.
+  const std::vector<std::int64_t>& decay_steps() const { return decay_steps_; }
+
+ private:
+  double decayed_lr(std::int64_t step) const;  // base * decay(step)
+
+  ScheduleConfig schedule_;
+  double base_lr_ = 0.0;
+  std::int64_t total_steps_ = 0;
+  std::int64_t warmup_steps_ = 0;
+  std::vector<std::int64_t> decay_steps_;
+};
+
+}  // namespace pstrain

@@ -1,0 +1,138 @@
+// The wire protocol. Every message is one or two ZeroMQ frames:
+//   frame 0: Header, fixed size, cereal-encoded (kHeaderBytes bytes);
+//   frame 1: optional payload: raw float32 tensor bytes for data messages
+//            (never through cereal, sent zero-copy) or a cereal-encoded body /
+//            UTF-8 text for control and error messages.
+// A ROUTER socket sees the peer's routing id as an extra leading frame.
+// Everything read off the wire is untrusted: decode_message() checks frame
+// count, magic, version, type, dtype, sizes and caps before anything is
+// allocated from it, and throws ProtocolError saying what was wrong.
+// See docs/protocol.md for the table of message types.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <zmq.hpp>
+
+#include "common/param_layout.h"
+
+namespace pstrain {
+
+inline constexpr std::uint32_t kProtocolMagic = 0x50535452;  // "PSTR"
+inline constexpr std::uint16_t kProtocolVersion = 1;
+inline constexpr std::size_t kMaxBodyBytes = std::size_t{1} << 20;  // control bodies and error text
+
+enum class MsgType : std::uint8_t {
+  // node <-> scheduler
+  kRegister = 1,      // body RegisterRequest
+  kRegisterReply,     // body RegisterReply
+  kBarrier,           // key = barrier sequence number, body = barrier name
+  kBarrierReply,      // key = barrier sequence number
+  kHeartbeat,         // no payload
+  kDone,              // a worker finished; no payload
+  kShutdown,          // scheduler -> node: exit cleanly
+  kAbort,             // either way: the job failed; body = reason text
+  // worker <-> server, one chunk (key) per message
+  kInit,              // key, payload = chunk's initial weights
+  kInitReply,
+  kPush,              // key, step, lr, payload = chunk's gradient
+  kPushReply,         // key, step, version, aux = staleness (async)
+  kPull,              // key, step = minimum version wanted
+  kPullReply,         // key, version, payload = chunk's weights
+  kError,             // reply to any request: status, body = message text
+  kLast = kError,
+};
+std::string_view to_string(MsgType type);
+
+enum class Role : std::uint8_t { kScheduler = 0, kServer = 1, kWorker = 2 };
+std::string_view to_string(Role role);
+
+enum class DType : std::uint8_t { kNone = 0, kFloat32 = 1, kBytes = 2 };
+
+enum class Status : std::uint8_t {
+  kOk = 0,
+  kBadRequest = 1,   // malformed or inconsistent request
+  kRejected = 2,     // well-formed but refused: duplicate or stale push, NaN gradient
+  kNotOwner = 3,     // key not held by this server
+  kAborted = 4,      // the job is shutting down
+};
+std::string_view to_string(Status status);
+
+struct Header {
+  std::uint32_t magic = kProtocolMagic;
+  std::uint16_t proto_version = kProtocolVersion;
+  MsgType type = MsgType::kHeartbeat;
+  Role role = Role::kWorker;          // sender's role
+  DType dtype = DType::kNone;         // of the payload frame
+  Status status = Status::kOk;
+  std::int32_t sender = -1;           // sender's rank within its role (-1 before assignment)
+  std::uint64_t request_id = 0;       // echoed in the reply
+  std::int64_t key = -1;              // chunk id, or barrier sequence number
+  std::int64_t step = 0;              // push: worker step; pull: minimum version
+  std::int64_t version = 0;           // replies: chunk version
+  std::int64_t num_elems = 0;         // float32 payload: element count
+  std::int64_t aux = 0;               // push reply: staleness
+  double lr = 0.0;                    // push: learning rate for this update
+
+  template <class Archive>
+  void serialize(Archive& ar) {
+    ar(magic, proto_version, type, role, dtype, status, sender, request_id, key, step, version, num_elems, aux, lr);
+  }
+};
+
+// Encoded size of every header (all fields are fixed size).
+std::size_t header_wire_bytes();
+
+// Body of kRegister.
+struct RegisterRequest {
+  Role role = Role::kWorker;
+  std::int32_t requested_rank = -1;   // -1: scheduler assigns
+  std::string endpoint;               // servers: where workers connect
+  std::string host;                   // for messages
+  std::int64_t pid = 0;
+  std::string job_fingerprint;        // mode, sizes: must match across nodes
+  ParamLayout layout;                 // workers: the model's layout (all must agree)
+
+  template <class Archive>
+  void serialize(Archive& ar) { ar(role, requested_rank, endpoint, host, pid, job_fingerprint, layout); }
+};
+
+// Body of kRegisterReply.
+struct RegisterReply {
+  std::int32_t rank = -1;
+  std::int32_t num_servers = 0;
+  std::int32_t num_workers = 0;
+  std::vector<std::string> server_endpoints;  // by server rank
+  ParamLayout layout;
+
+  template <class Archive>
+  void serialize(Archive& ar) { ar(rank, num_servers, num_workers, server_endpoints, layout); }
+};
+
+// A decoded, validated message. The payload frame is kept as received
+// (no copy); float_payload() views it as floats (copying into `scratch`
+// only when ZeroMQ handed out an unaligned buffer).
+struct Message {
+  Header header;
+  zmq::message_t payload;
+  bool has_payload = false;
+
+  std::span<const float> float_payload(std::vector<float>& scratch) const;
+  std::string text_payload() const;
+};
+
+struct DecodeLimits {
+  std::int64_t max_payload_bytes = std::int64_t{1} << 30;
+};
+
+// Validates and decodes frames (without any routing-id frame).
+Message decode_message(std::vector<zmq::message_t>& frames, const DecodeLimits& limits);
+
+// Frame 0 for a header.
+zmq::message_t encode_header(const Header& header);
+
+}  // namespace pstrain

@@ -1,0 +1,144 @@
+#include "common/scheduler_client.h"
+
+#include <unistd.h>
+
+#include <chrono>
+
+#include "common/errors.h"
+#include "common/wire_archive.h"
+
+namespace pstrain {
+
+using std::chrono::milliseconds;
+using Clock = std::chrono::steady_clock;
+
+std::string this_host() {
+  char name[256] = {};
+  if (gethostname(name, sizeof(name) - 1) != 0) return "unknown-host";
+  return name;
+}
+
+SchedulerClient::SchedulerClient(zmq::context_t& ctx, std::string scheduler_endpoint, Role role,
+                                 const ClusterConfig& cluster)
+    : ctx_(ctx), endpoint_(std::move(scheduler_endpoint)), role_(role), cluster_(cluster),
+      socket_(make_socket(ctx, zmq::socket_type::dealer)) {
+  connect_socket(socket_, endpoint_);
+}
+
+SchedulerClient::~SchedulerClient() { stop_heartbeats(); }
+
+Header SchedulerClient::make_header(MsgType type) const {
+  Header h;
+  h.type = type;
+  h.role = role_;
+  h.sender = rank_;
+  return h;
+}
+
+bool SchedulerClient::handle_incoming() {
+  auto env = receive_message(socket_, false, milliseconds(0), DecodeLimits{});
+  if (!env) return shutdown_;
+  const Message& m = env->message;
+  switch (m.header.type) {
+    case MsgType::kShutdown:
+      shutdown_ = true;
+      return true;
+    case MsgType::kAbort:
+      throw AbortedError("job aborted by the scheduler: " + m.text_payload());
+    case MsgType::kError:
+      throw TransportError("scheduler refused a request: " + m.text_payload());
+    default:
+      throw ProtocolError("unexpected " + std::string(to_string(m.header.type)) + " from the scheduler");
+  }
+}
+
+Message SchedulerClient::wait_for(MsgType type, const std::string& what) {
+  const auto deadline = Clock::now() + milliseconds(cluster_.timeout_ms);
+  while (true) {
+    const auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
+    if (left.count() <= 0) {
+      throw TimeoutError(what + ": no answer from the scheduler at " + endpoint_ + " within " +
+                         std::to_string(cluster_.timeout_ms) + " ms");
+    }
+    auto env = receive_message(socket_, false, std::min(left, milliseconds(200)), DecodeLimits{});
+    if (!env) continue;
+    Message& m = env->message;
+    if (m.header.type == type) return std::move(m);
+    if (m.header.type == MsgType::kAbort) throw AbortedError("job aborted by the scheduler: " + m.text_payload());
+    if (m.header.type == MsgType::kError) throw TransportError(what + ": scheduler answered: " + m.text_payload());
+    if (m.header.type == MsgType::kShutdown) {
+      shutdown_ = true;
+      throw AbortedError(what + ": the scheduler shut the job down");
+    }
+    throw ProtocolError(what + ": unexpected " + std::string(to_string(m.header.type)) + " from the scheduler");
+  }
+}
+
+RegisterReply SchedulerClient::register_node(RegisterRequest request) {
+  request.role = role_;
+  Header h = make_header(MsgType::kRegister);
+  h.request_id = next_request_id_++;
+  send_message(socket_, nullptr, h, Payload::bytes(wire_encode(request)));
+  Message m = wait_for(MsgType::kRegisterReply, "registration of this " + std::string(to_string(role_)));
+  std::vector<float> unused;
+  const std::string body = m.text_payload();
+  auto reply = wire_decode<RegisterReply>(std::as_bytes(std::span(body.data(), body.size())), "register reply");
+  reply.layout.validate();
+  rank_ = reply.rank;
+  hb_thread_ = std::thread([this] { heartbeat_loop(endpoint_); });
+  return reply;
+}
+
+void SchedulerClient::barrier(const std::string& name) {
+  Header h = make_header(MsgType::kBarrier);
+  h.key = barrier_seq_++;
+  send_message(socket_, nullptr, h, Payload::bytes(name));
+  Message m = wait_for(MsgType::kBarrierReply, "barrier '" + name + "'");
+  if (m.header.key != h.key) {
+    throw ProtocolError("barrier '" + name + "': reply for barrier " + std::to_string(m.header.key) + ", expected " +
+                        std::to_string(h.key));
+  }
+}
+
+void SchedulerClient::finish() {
+  send_message(socket_, nullptr, make_header(MsgType::kDone));
+  if (!shutdown_) wait_for(MsgType::kShutdown, "end of job");
+  shutdown_ = true;
+  stop_heartbeats();
+}
+
+void SchedulerClient::report_failure(const std::string& reason) noexcept {
+  try {
+    stop_heartbeats();
+    send_message(socket_, nullptr, make_header(MsgType::kAbort), Payload::bytes(reason));
+  } catch (...) {
+    // Best effort: the scheduler also notices the missing heartbeats.
+  }
+}
+
+void SchedulerClient::heartbeat_loop(std::string endpoint) {
+  try {
+    zmq::socket_t hb = make_socket(ctx_, zmq::socket_type::dealer, SocketOptions{std::int64_t{1} << 20, milliseconds(0)});
+    connect_socket(hb, endpoint);
+    std::unique_lock lock(hb_mutex_);
+    while (!hb_stop_) {
+      lock.unlock();
+      send_message(hb, nullptr, make_header(MsgType::kHeartbeat));
+      lock.lock();
+      hb_cv_.wait_for(lock, milliseconds(cluster_.heartbeat_interval_ms), [this] { return hb_stop_; });
+    }
+  } catch (const std::exception&) {
+    // The context is closing or the socket failed: the scheduler will see the silence.
+  }
+}
+
+void SchedulerClient::stop_heartbeats() {
+  {
+    std::lock_guard lock(hb_mutex_);
+    hb_stop_ = true;
+  }
+  hb_cv_.notify_all();
+  if (hb_thread_.joinable()) hb_thread_.join();
+}
+
+}  // namespace pstrain

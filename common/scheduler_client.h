@@ -1,0 +1,77 @@
+// A server's or worker's link to the scheduler: registration (rendezvous),
+// barriers, heartbeats, the end of the job and failure reports.
+//
+// The main socket belongs to the thread that constructed the client; the
+// heartbeat thread has its own socket. Callers that block on other sockets
+// (a server's loop, a worker's waits) poll socket() too and call
+// handle_incoming() when it is readable, so an abort reaches them promptly.
+// Every blocking call waits at most ClusterConfig::timeout_ms.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include <zmq.hpp>
+
+#include "common/config.h"
+#include "common/protocol.h"
+#include "common/transport.h"
+
+namespace pstrain {
+
+class SchedulerClient {
+ public:
+  SchedulerClient(zmq::context_t& ctx, std::string scheduler_endpoint, Role role, const ClusterConfig& cluster);
+  ~SchedulerClient();
+  SchedulerClient(const SchedulerClient&) = delete;
+  SchedulerClient& operator=(const SchedulerClient&) = delete;
+
+  // Registers and waits until every node has: returns this node's rank, the
+  // servers' endpoints and the model layout. Starts the heartbeats.
+  RegisterReply register_node(RegisterRequest request);
+  // Blocks until every worker (group = workers) has reached the barrier.
+  void barrier(const std::string& name);
+  // Worker: tells the scheduler it has finished and waits for the shutdown.
+  void finish();
+  // Best effort: tells the scheduler this node failed (it aborts the job).
+  void report_failure(const std::string& reason) noexcept;
+
+  zmq::socket_t& socket() { return socket_; }
+  // Handles what arrived on socket(): returns true on shutdown, throws
+  // AbortedError on abort, ignores nothing silently (unexpected -> ProtocolError).
+  bool handle_incoming();
+  bool shutdown_received() const { return shutdown_; }
+  int rank() const { return rank_; }
+  Role role() const { return role_; }
+
+ private:
+  Header make_header(MsgType type) const;
+  // Waits for a message of `type` (handling aborts); throws TimeoutError naming `what`.
+  Message wait_for(MsgType type, const std::string& what);
+  void heartbeat_loop(std::string endpoint);
+  void stop_heartbeats();
+
+  zmq::context_t& ctx_;
+  std::string endpoint_;
+  Role role_;
+  ClusterConfig cluster_;
+  zmq::socket_t socket_;
+  int rank_ = -1;
+  std::int64_t barrier_seq_ = 0;
+  std::uint64_t next_request_id_ = 1;
+  bool shutdown_ = false;
+
+  std::mutex hb_mutex_;
+  std::condition_variable hb_cv_;
+  bool hb_stop_ = false;
+  std::thread hb_thread_;
+};
+
+// "host:pid" of this process, for registration messages.
+std::string this_host();
+
+}  // namespace pstrain

@@ -1,0 +1,145 @@
+#include "common/transport.h"
+
+#include "common/errors.h"
+
+namespace pstrain {
+
+zmq::socket_t make_socket(zmq::context_t& ctx, zmq::socket_type type, const SocketOptions& options) {
+  try {
+    zmq::socket_t socket(ctx, type);
+    socket.set(zmq::sockopt::sndhwm, 0);
+    socket.set(zmq::sockopt::rcvhwm, 0);
+    socket.set(zmq::sockopt::linger, static_cast<int>(options.linger.count()));
+    // Each frame is capped; a peer sending more is disconnected by ZeroMQ.
+    socket.set(zmq::sockopt::maxmsgsize, options.max_message_bytes + 4096);
+    if (type == zmq::socket_type::router) socket.set(zmq::sockopt::router_mandatory, 1);
+    return socket;
+  } catch (const zmq::error_t& e) {
+    throw TransportError(std::string("creating a socket: ") + e.what());
+  }
+}
+
+std::string bind_socket(zmq::socket_t& socket, const std::string& endpoint) {
+  try {
+    socket.bind(endpoint);
+    return socket.get(zmq::sockopt::last_endpoint);
+  } catch (const zmq::error_t& e) {
+    throw TransportError("bind to " + endpoint + ": " + e.what());
+  }
+}
+
+void connect_socket(zmq::socket_t& socket, const std::string& endpoint) {
+  try {
+    socket.connect(endpoint);
+  } catch (const zmq::error_t& e) {
+    throw TransportError("connect to " + endpoint + ": " + e.what());
+  }
+}
+
+Payload Payload::bytes(std::string_view data) {
+  Payload p;
+  p.kind_ = Kind::kBytes;
+  p.bytes_ = std::string(data);
+  return p;
+}
+
+Payload Payload::floats(std::span<const float> data, std::shared_ptr<const void> keep_alive) {
+  Payload p;
+  p.kind_ = Kind::kFloats;
+  p.floats_ = data;
+  p.keep_alive_ = std::move(keep_alive);
+  return p;
+}
+
+DType Payload::dtype() const {
+  switch (kind_) {
+    case Kind::kBytes: return DType::kBytes;
+    case Kind::kFloats: return DType::kFloat32;
+    default: return DType::kNone;
+  }
+}
+
+namespace {
+void release_keep_alive(void* /*data*/, void* hint) { delete static_cast<std::shared_ptr<const void>*>(hint); }
+void release_nothing(void* /*data*/, void* /*hint*/) {}
+}  // namespace
+
+zmq::message_t Payload::to_frame() && {
+  if (kind_ == Kind::kBytes) return zmq::message_t(bytes_.data(), bytes_.size());
+  void* data = const_cast<float*>(floats_.data());
+  const std::size_t num_bytes = floats_.size_bytes();
+  if (num_bytes == 0) return zmq::message_t();
+  if (keep_alive_) {
+    auto* hint = new std::shared_ptr<const void>(std::move(keep_alive_));
+    return zmq::message_t(data, num_bytes, &release_keep_alive, hint);
+  }
+  return zmq::message_t(data, num_bytes, &release_nothing, nullptr);
+}
+
+void send_message(zmq::socket_t& socket, const zmq::message_t* routing_id, Header header, Payload payload) {
+  header.dtype = payload.dtype();
+  header.num_elems = payload.num_elems();
+  try {
+    if (routing_id != nullptr) {
+      zmq::message_t id = copy_frame(*routing_id);
+      socket.send(id, zmq::send_flags::sndmore);
+    }
+    zmq::message_t head = encode_header(header);
+    if (payload.empty()) {
+      socket.send(head, zmq::send_flags::none);
+    } else {
+      socket.send(head, zmq::send_flags::sndmore);
+      zmq::message_t body = std::move(payload).to_frame();
+      socket.send(body, zmq::send_flags::none);
+    }
+  } catch (const zmq::error_t& e) {
+    throw TransportError("send of " + std::string(to_string(header.type)) + " (key " + std::to_string(header.key) +
+                         "): " + e.what());
+  }
+}
+
+std::optional<Envelope> receive_message(zmq::socket_t& socket, bool has_routing_id, std::chrono::milliseconds timeout,
+                                        const DecodeLimits& limits, zmq::message_t* bad_routing_id) {
+  if (timeout.count() > 0) {
+    zmq::pollitem_t item{socket.handle(), 0, ZMQ_POLLIN, 0};
+    if (zmq::poll(&item, 1, timeout) == 0) return std::nullopt;
+  }
+  std::vector<zmq::message_t> frames;
+  try {
+    while (true) {
+      zmq::message_t frame;
+      const auto flags = frames.empty() ? zmq::recv_flags::dontwait : zmq::recv_flags::none;
+      if (!socket.recv(frame, flags)) return std::nullopt;
+      const bool more = frame.more();
+      frames.push_back(std::move(frame));
+      if (!more) break;
+    }
+  } catch (const zmq::error_t& e) {
+    throw TransportError(std::string("receive: ") + e.what());
+  }
+  Envelope env;
+  if (has_routing_id) {
+    env.routing_id = std::move(frames.front());
+    frames.erase(frames.begin());
+    if (bad_routing_id != nullptr) *bad_routing_id = copy_frame(env.routing_id);
+  }
+  env.message = decode_message(frames, limits);
+  return env;
+}
+
+void send_error(zmq::socket_t& socket, const zmq::message_t* routing_id, const Header& request, Role my_role,
+                std::int32_t my_rank, Status status, const std::string& text) {
+  Header reply;
+  reply.type = MsgType::kError;
+  reply.role = my_role;
+  reply.sender = my_rank;
+  reply.status = status;
+  reply.request_id = request.request_id;
+  reply.key = request.key;
+  reply.step = request.step;
+  send_message(socket, routing_id, reply, Payload::bytes(text.substr(0, kMaxBodyBytes)));
+}
+
+zmq::message_t copy_frame(const zmq::message_t& frame) { return zmq::message_t(frame.data(), frame.size()); }
+
+}  // namespace pstrain

@@ -1,0 +1,85 @@
+// Socket helpers over cppzmq. One code path for tcp://, ipc:// and inproc://
+// (inproc needs the peers to share one zmq::context_t, which the caller owns:
+// there is no process-wide context).
+//
+// Sockets are not thread-safe: each belongs to one thread. Sends never drop:
+// high-water marks are unlimited and ROUTER sockets are "mandatory", so a
+// reply to a vanished peer raises TransportError instead of vanishing.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <zmq.hpp>
+
+#include "common/protocol.h"
+
+namespace pstrain {
+
+struct SocketOptions {
+  std::int64_t max_message_bytes = std::int64_t{1} << 30;  // ZMQ_MAXMSGSIZE on receiving sockets
+  std::chrono::milliseconds linger{2000};                 // how long close() may flush
+};
+
+// A socket with pstrain's options applied.
+zmq::socket_t make_socket(zmq::context_t& ctx, zmq::socket_type type, const SocketOptions& options = {});
+
+// Binds and returns the endpoint actually bound (ephemeral ports resolved:
+// "tcp://127.0.0.1:*" -> "tcp://127.0.0.1:40123"). Throws TransportError.
+std::string bind_socket(zmq::socket_t& socket, const std::string& endpoint);
+void connect_socket(zmq::socket_t& socket, const std::string& endpoint);
+
+// The payload frame of an outgoing message.
+class Payload {
+ public:
+  Payload() = default;
+  // Copies the bytes (control bodies, text).
+  static Payload bytes(std::string_view data);
+  // Zero-copy float data; `keep_alive` (may be null) is held until ZeroMQ has
+  // sent the frame. Without one, the caller keeps `data` alive and unchanged
+  // until the request's reply has arrived.
+  static Payload floats(std::span<const float> data, std::shared_ptr<const void> keep_alive = nullptr);
+
+  bool empty() const { return kind_ == Kind::kNone; }
+  DType dtype() const;
+  std::int64_t num_elems() const { return kind_ == Kind::kFloats ? static_cast<std::int64_t>(floats_.size()) : 0; }
+  zmq::message_t to_frame() &&;
+
+ private:
+  enum class Kind { kNone, kBytes, kFloats };
+  Kind kind_ = Kind::kNone;
+  std::string bytes_;
+  std::span<const float> floats_;
+  std::shared_ptr<const void> keep_alive_;
+};
+
+// Sends [routing_id]? header [payload]? . The header's dtype and num_elems
+// are set from the payload. Throws TransportError.
+void send_message(zmq::socket_t& socket, const zmq::message_t* routing_id, Header header, Payload payload = {});
+
+// A received message and, on ROUTER sockets, who sent it.
+struct Envelope {
+  zmq::message_t routing_id;
+  Message message;
+};
+
+// Receives one whole multipart message if one is ready within `timeout`
+// (0 = do not wait). Frames that fail validation raise ProtocolError after
+// the whole multipart message was consumed (the socket stays usable), with
+// the routing id available through `bad_routing_id` so the caller can reply.
+std::optional<Envelope> receive_message(zmq::socket_t& socket, bool has_routing_id, std::chrono::milliseconds timeout,
+                                        const DecodeLimits& limits, zmq::message_t* bad_routing_id = nullptr);
+
+// Sends an error reply for request `request` (status + text body).
+void send_error(zmq::socket_t& socket, const zmq::message_t* routing_id, const Header& request, Role my_role,
+                std::int32_t my_rank, Status status, const std::string& text);
+
+// Copies a routing id frame (ROUTER replies may outlive the received message).
+zmq::message_t copy_frame(const zmq::message_t& frame);
+
+}  // namespace pstrain

@@ -1,0 +1,275 @@
+#include "scheduler/scheduler.h"
+
+#include <algorithm>
+#include <set>
+
+#include "common/errors.h"
+#include "common/transport.h"
+#include "common/wire_archive.h"
+
+namespace pstrain {
+
+using std::chrono::milliseconds;
+
+Scheduler::Scheduler(zmq::context_t& ctx, SchedulerOptions options, Logger& log)
+    : ctx_(ctx), options_(std::move(options)), log_(log),
+      router_(make_socket(ctx, zmq::socket_type::router, SocketOptions{std::int64_t{16} << 20, milliseconds(2000)})) {
+  if (options_.num_servers < 0 || options_.num_workers < 1) {
+    throw ConfigError("scheduler: need at least 1 worker and 0 or more servers, got " +
+                      std::to_string(options_.num_workers) + " workers and " + std::to_string(options_.num_servers) +
+                      " servers");
+  }
+  endpoint_ = bind_socket(router_, options_.bind_endpoint);
+}
+
+void Scheduler::run() {
+  log_.info("listening on " + endpoint_ + " for " + std::to_string(options_.num_servers) + " servers and " +
+            std::to_string(options_.num_workers) + " workers");
+  registration();
+  assign_ranks();
+  serve_until_done();
+  broadcast(MsgType::kShutdown, "");
+  log_.info("all workers done; job finished");
+}
+
+void Scheduler::registration() {
+  const auto deadline = Clock::now() + milliseconds(options_.cluster.timeout_ms);
+  const auto expected = static_cast<std::size_t>(options_.num_servers + options_.num_workers);
+  while (nodes_.size() < expected) {
+    if (Clock::now() > deadline) {
+      fail("registration: waited " + std::to_string(options_.cluster.timeout_ms) + " ms; " + roster());
+    }
+    zmq::message_t from;
+    try {
+      auto env = receive_message(router_, true, milliseconds(200), DecodeLimits{std::int64_t{16} << 20}, &from);
+      if (env) handle(env->routing_id, env->message, true);
+    } catch (const ProtocolError& e) {
+      log_.warn(std::string("malformed message during registration: ") + e.what());
+      try { send_error(router_, &from, Header{}, Role::kScheduler, 0, Status::kBadRequest, e.what()); } catch (const TransportError&) {}
+    }
+  }
+}
+
+std::string Scheduler::roster() const {
+  int servers = 0, workers = 0;
+  for (const Node& n : nodes_) (n.role == Role::kServer ? servers : workers)++;
+  return "registered " + std::to_string(servers) + "/" + std::to_string(options_.num_servers) + " servers and " +
+         std::to_string(workers) + "/" + std::to_string(options_.num_workers) + " workers";
+}
+
+void Scheduler::on_register(zmq::message_t& from, const Message& msg) {
+  const std::string body = msg.text_payload();
+  RegisterRequest req = wire_decode<RegisterRequest>(std::as_bytes(std::span(body.data(), body.size())), "register body");
+  if (req.role == Role::kScheduler || req.role != msg.header.role) {
+    throw ProtocolError("register: role " + std::string(to_string(req.role)) + " cannot register");
+  }
+  const int limit = req.role == Role::kServer ? options_.num_servers : options_.num_workers;
+  int count = 0;
+  for (const Node& n : nodes_) count += n.role == req.role ? 1 : 0;
+  if (count >= limit) {
+    throw ProtocolError("register: the job already has its " + std::to_string(limit) + " " +
+                        std::string(to_string(req.role)) + "s (a " + std::string(to_string(req.role)) + " from " +
+                        req.host + " pid " + std::to_string(req.pid) + " is one too many)");
+  }
+  if (req.requested_rank >= limit) {
+    throw ProtocolError("register: requested " + std::string(to_string(req.role)) + " rank " +
+                        std::to_string(req.requested_rank) + " is outside [0, " + std::to_string(limit) + ")");
+  }
+  for (const Node& n : nodes_) {
+    if (!n.request.job_fingerprint.empty() && n.request.job_fingerprint != req.job_fingerprint) {
+      fail(std::string(to_string(req.role)) + " on " + req.host + " runs a different job: '" + req.job_fingerprint +
+           "' vs '" + n.request.job_fingerprint + "' (are all nodes using the same config?)");
+    }
+    if (n.role == req.role && req.requested_rank >= 0 && n.request.requested_rank == req.requested_rank) {
+      throw ProtocolError("register: " + std::string(to_string(req.role)) + " rank " +
+                          std::to_string(req.requested_rank) + " requested twice");
+    }
+  }
+  if (req.role == Role::kWorker) req.layout.validate();
+  Node node;
+  node.role = req.role;
+  node.routing_id = copy_frame(from);
+  node.request = std::move(req);
+  node.last_seen = Clock::now();
+  nodes_.push_back(std::move(node));
+  log_.info("registered " + std::string(to_string(nodes_.back().role)) + " from " + nodes_.back().request.host +
+            " (pid " + std::to_string(nodes_.back().request.pid) + "); " + roster());
+}
+
+void Scheduler::assign_ranks() {
+  for (Role role : {Role::kServer, Role::kWorker}) {
+    std::set<int> taken;
+    for (Node& n : nodes_) {
+      if (n.role == role && n.request.requested_rank >= 0) {
+        n.rank = n.request.requested_rank;
+        taken.insert(n.rank);
+      }
+    }
+    int next = 0;
+    for (Node& n : nodes_) {
+      if (n.role != role || n.rank >= 0) continue;
+      while (taken.count(next)) ++next;
+      n.rank = next;
+      taken.insert(next);
+    }
+  }
+  // Every worker must describe the same model.
+  const Node* first_worker = nullptr;
+  for (const Node& n : nodes_) {
+    if (n.role != Role::kWorker) continue;
+    if (first_worker == nullptr) {
+      first_worker = &n;
+      continue;
+    }
+    const auto& a = first_worker->request.layout.tensors();
+    const auto& b = n.request.layout.tensors();
+    const bool same = a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](const TensorSpec& x, const TensorSpec& y) {
+                        return x.name == y.name && x.shape == y.shape;
+                      });
+    if (!same) {
+      fail("worker " + std::to_string(n.rank) + " has a different model layout from worker " +
+           std::to_string(first_worker->rank) + " (" + std::to_string(b.size()) + " vs " + std::to_string(a.size()) +
+           " tensors)");
+    }
+  }
+  RegisterReply reply;
+  reply.num_servers = options_.num_servers;
+  reply.num_workers = options_.num_workers;
+  reply.server_endpoints.resize(static_cast<std::size_t>(options_.num_servers));
+  for (const Node& n : nodes_) {
+    if (n.role == Role::kServer) reply.server_endpoints[static_cast<std::size_t>(n.rank)] = n.request.endpoint;
+  }
+  if (first_worker != nullptr) reply.layout = first_worker->request.layout;
+  for (Node& n : nodes_) {
+    reply.rank = n.rank;
+    Header h;
+    h.type = MsgType::kRegisterReply;
+    h.role = Role::kScheduler;
+    h.sender = 0;
+    send_message(router_, &n.routing_id, h, Payload::bytes(wire_encode(reply)));
+    n.last_seen = Clock::now();
+  }
+  log_.info("rendezvous complete: " + std::to_string(reply.layout.tensors().size()) + " tensors, " +
+            std::to_string(reply.layout.total_elems()) + " parameters");
+}
+
+Scheduler::Node* Scheduler::find(Role role, int rank) {
+  for (Node& n : nodes_) {
+    if (n.role == role && n.rank == rank) return &n;
+  }
+  return nullptr;
+}
+
+void Scheduler::serve_until_done() {
+  auto workers_done = [&] {
+    return std::all_of(nodes_.begin(), nodes_.end(), [](const Node& n) { return n.role != Role::kWorker || n.done; });
+  };
+  while (!workers_done()) {
+    zmq::message_t from;
+    try {
+      auto env = receive_message(router_, true, milliseconds(std::min(200, options_.cluster.heartbeat_interval_ms)),
+                                 DecodeLimits{std::int64_t{16} << 20}, &from);
+      if (env) handle(env->routing_id, env->message, false);
+    } catch (const ProtocolError& e) {
+      log_.warn(std::string("malformed message: ") + e.what());
+      try { send_error(router_, &from, Header{}, Role::kScheduler, 0, Status::kBadRequest, e.what()); } catch (const TransportError&) {}
+    }
+    check_liveness();
+  }
+}
+
+void Scheduler::handle(zmq::message_t& from, const Message& msg, bool registering) {
+  const Header& h = msg.header;
+  if (h.type == MsgType::kRegister) {
+    if (!registering) throw ProtocolError("register after the rendezvous: the job is already running");
+    try {
+      on_register(from, msg);
+    } catch (const ProtocolError& e) {
+      log_.warn(e.what());
+      send_error(router_, &from, h, Role::kScheduler, 0, Status::kBadRequest, e.what());
+    }
+    return;
+  }
+  if (registering) {
+    if (h.type == MsgType::kAbort) fail("a node failed during registration: " + msg.text_payload());
+    throw ProtocolError(std::string(to_string(h.type)) + " before the rendezvous completed");
+  }
+  Node* node = find(h.role, h.sender);
+  if (node == nullptr) {
+    throw ProtocolError(std::string(to_string(h.type)) + " from unknown " + std::string(to_string(h.role)) + " " +
+                        std::to_string(h.sender));
+  }
+  node->last_seen = Clock::now();
+  switch (h.type) {
+    case MsgType::kHeartbeat: return;
+    case MsgType::kBarrier: on_barrier(msg); return;
+    case MsgType::kDone:
+      node->done = true;
+      log_.info("worker " + std::to_string(node->rank) + " done");
+      return;
+    case MsgType::kAbort:
+      fail(std::string(to_string(node->role)) + " " + std::to_string(node->rank) + " failed: " + msg.text_payload());
+    default:
+      throw ProtocolError("unexpected " + std::string(to_string(h.type)) + " at the scheduler");
+  }
+}
+
+void Scheduler::on_barrier(const Message& msg) {
+  const Header& h = msg.header;
+  if (h.role != Role::kWorker) throw ProtocolError("barrier from a " + std::string(to_string(h.role)) + ": only workers take barriers");
+  auto& arrived = barriers_[h.key];
+  if (std::find(arrived.begin(), arrived.end(), h.sender) != arrived.end()) {
+    throw ProtocolError("worker " + std::to_string(h.sender) + " entered barrier " + std::to_string(h.key) + " twice");
+  }
+  arrived.push_back(h.sender);
+  if (static_cast<int>(arrived.size()) < options_.num_workers) return;
+  Header r;
+  r.type = MsgType::kBarrierReply;
+  r.role = Role::kScheduler;
+  r.sender = 0;
+  r.key = h.key;
+  for (Node& n : nodes_) {
+    if (n.role == Role::kWorker) send_message(router_, &n.routing_id, r);
+  }
+  barriers_.erase(h.key);
+}
+
+void Scheduler::check_liveness() {
+  const auto now = Clock::now();
+  for (const Node& n : nodes_) {
+    if (n.done) continue;
+    const auto silent = std::chrono::duration_cast<milliseconds>(now - n.last_seen).count();
+    if (silent > options_.cluster.heartbeat_timeout_ms) {
+      fail(std::string(to_string(n.role)) + " " + std::to_string(n.rank) + " (" + n.request.host + ", pid " +
+           std::to_string(n.request.pid) + ") sent no heartbeat for " + std::to_string(silent) +
+           " ms (limit " + std::to_string(options_.cluster.heartbeat_timeout_ms) + " ms)");
+    }
+  }
+}
+
+void Scheduler::broadcast(MsgType type, const std::string& text, bool include_done) {
+  Header h;
+  h.type = type;
+  h.role = Role::kScheduler;
+  h.sender = 0;
+  for (Node& n : nodes_) {
+    if (!include_done && n.done) continue;
+    try {
+      if (text.empty() && type != MsgType::kAbort) {
+        send_message(router_, &n.routing_id, h);
+      } else {
+        send_message(router_, &n.routing_id, h, Payload::bytes(text));
+      }
+    } catch (const TransportError&) {
+      // That node is gone already.
+    }
+  }
+}
+
+void Scheduler::fail(const std::string& reason) {
+  log_.error("aborting the job: " + reason);
+  broadcast(MsgType::kAbort, reason, false);
+  throw AbortedError(reason);
+}
+
+}  // namespace pstrain

@@ -1,0 +1,76 @@
+// The scheduler: the job's rendezvous and referee.
+//  1. Registration: waits (at most timeout_ms) for every server and worker,
+//     checks they run the same job (fingerprint) and the same model layout,
+//     assigns ranks (a requested rank is kept; the rest fill the gaps in
+//     arrival order) and tells every node the servers' endpoints and layout.
+//  2. Running: answers barriers, tracks heartbeats. A node silent for
+//     heartbeat_timeout_ms, or one that reports a failure, aborts the job:
+//     every node is told why, and run() throws AbortedError with the reason.
+//  3. End: when every worker is done, tells every node to shut down and
+//     returns normally.
+// One thread owns the scheduler and its socket.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <zmq.hpp>
+
+#include "common/config.h"
+#include "common/log.h"
+#include "common/protocol.h"
+
+namespace pstrain {
+
+struct SchedulerOptions {
+  int num_servers = 1;
+  int num_workers = 1;
+  ClusterConfig cluster;
+  std::string bind_endpoint = "tcp://127.0.0.1:*";
+};
+
+class Scheduler {
+ public:
+  // Binds at once so endpoint() is known before run().
+  Scheduler(zmq::context_t& ctx, SchedulerOptions options, Logger& log);
+
+  const std::string& endpoint() const { return endpoint_; }
+  void run();
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  struct Node {
+    Role role = Role::kWorker;
+    int rank = -1;
+    zmq::message_t routing_id;
+    RegisterRequest request;
+    Clock::time_point last_seen;
+    bool done = false;
+  };
+
+  void registration();
+  void assign_ranks();
+  void serve_until_done();
+  void handle(zmq::message_t& from, const Message& msg, bool registering);
+  void on_register(zmq::message_t& from, const Message& msg);
+  void on_barrier(const Message& msg);
+  Node* find(Role role, int rank);
+  void check_liveness();
+  [[noreturn]] void fail(const std::string& reason);
+  void broadcast(MsgType type, const std::string& text, bool include_done = true);
+  std::string roster() const;
+
+  zmq::context_t& ctx_;
+  SchedulerOptions options_;
+  Logger& log_;
+  zmq::socket_t router_;
+  std::string endpoint_;
+  std::vector<Node> nodes_;
+  std::map<std::int64_t, std::vector<int>> barriers_;  // sequence -> worker ranks arrived
+};
+
+}  // namespace pstrain

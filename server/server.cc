@@ -1,0 +1,169 @@
+#include "server/server.h"
+
+#include <unistd.h>
+
+#include <chrono>
+
+#include "common/errors.h"
+#include "common/transport.h"
+
+namespace pstrain {
+
+using std::chrono::milliseconds;
+
+std::string advertised_endpoint(const std::string& bound, const std::string& host) {
+  if (host.empty() || bound.rfind("tcp://", 0) != 0) return bound;
+  const auto colon = bound.rfind(':');
+  return "tcp://" + host + bound.substr(colon);
+}
+
+Server::Server(zmq::context_t& ctx, ServerOptions options, Logger& log)
+    : ctx_(ctx), options_(std::move(options)), log_(log),
+      router_(make_socket(ctx, zmq::socket_type::router,
+                          SocketOptions{options_.cluster.max_message_bytes, milliseconds(2000)})) {
+  endpoint_ = advertised_endpoint(bind_socket(router_, options_.bind_endpoint), options_.advertise_host);
+}
+
+const StoreStats& Server::stats() const {
+  static const StoreStats kEmpty;
+  return store_ ? store_->stats() : kEmpty;
+}
+
+void Server::run() {
+  SchedulerClient scheduler(ctx_, options_.scheduler_endpoint, Role::kServer, options_.cluster);
+  try {
+    RegisterRequest req;
+    req.requested_rank = options_.requested_rank;
+    req.endpoint = endpoint_;
+    req.host = this_host();
+    req.pid = static_cast<std::int64_t>(getpid());
+    req.job_fingerprint = options_.job_fingerprint;
+    const RegisterReply info = scheduler.register_node(req);
+    rank_ = info.rank;
+    log_.set_name("server " + std::to_string(rank_));
+    map_ = ShardMap(info.layout, info.num_servers, options_.partition_bytes);
+    store_ = std::make_unique<ShardStore>(map_, rank_, info.num_workers, options_.mode, options_.optimizer);
+    log_.info("listening on " + endpoint_ + "; holds " + std::to_string(map_.chunks_of(rank_).size()) + " chunks (" +
+              std::to_string(map_.bytes_of(rank_)) + " bytes); " + map_.summary());
+
+    zmq::pollitem_t items[] = {{router_.handle(), 0, ZMQ_POLLIN, 0}, {scheduler.socket().handle(), 0, ZMQ_POLLIN, 0}};
+    while (!scheduler.shutdown_received()) {
+      zmq::poll(items, 2, milliseconds(500));
+      if (items[0].revents & ZMQ_POLLIN) handle_request();
+      if (items[1].revents & ZMQ_POLLIN) scheduler.handle_incoming();
+    }
+    const StoreStats& s = store_->stats();
+    log_.info("shutdown: " + std::to_string(s.updates_applied) + " updates, " + std::to_string(s.pushes_accepted) +
+              " pushes accepted, " + std::to_string(s.pushes_rejected) + " rejected, " +
+              std::to_string(bad_requests_) + " malformed requests");
+  } catch (const AbortedError&) {
+    throw;
+  } catch (const std::exception& e) {
+    scheduler.report_failure("server " + std::to_string(rank_) + ": " + e.what());
+    throw;
+  }
+}
+
+void Server::handle_request() {
+  zmq::message_t from;
+  std::optional<Envelope> env;
+  try {
+    env = receive_message(router_, true, milliseconds(0), DecodeLimits{options_.cluster.max_message_bytes}, &from);
+  } catch (const ProtocolError& e) {
+    ++bad_requests_;
+    log_.warn(std::string("malformed request: ") + e.what());
+    try {
+      send_error(router_, &from, Header{}, Role::kServer, rank_, Status::kBadRequest, e.what());
+    } catch (const TransportError&) {
+      // The sender is gone; nothing to answer.
+    }
+    return;
+  }
+  if (!env) return;
+  try {
+    serve(env->routing_id, env->message);
+  } catch (const RequestError& e) {
+    log_.debug(e.what());
+    send_error(router_, &env->routing_id, env->message.header, Role::kServer, rank_, e.status(), e.what());
+  } catch (const TransportError& e) {
+    log_.warn(std::string("could not reply: ") + e.what());
+  }
+}
+
+void Server::serve(const zmq::message_t& from, const Message& msg) {
+  const Header& h = msg.header;
+  if (h.role != Role::kWorker) {
+    throw RequestError(Status::kBadRequest, std::string(to_string(h.type)) + " from a " +
+                                                std::string(to_string(h.role)) + ": servers only serve workers");
+  }
+  switch (h.type) {
+    case MsgType::kInit: {
+      store_->init(h.key, msg.float_payload(scratch_));
+      Header r = h;
+      r.type = MsgType::kInitReply;
+      reply(from, r);
+      answer_parked(h.key);
+      return;
+    }
+    case MsgType::kPush: {
+      const PushOutcome out = store_->push(h.sender, h.key, h.step, msg.float_payload(scratch_), h.lr);
+      Header r = h;
+      r.type = MsgType::kPushReply;
+      r.version = out.version;
+      r.aux = out.staleness;
+      reply(from, r);
+      if (out.applied) answer_parked(h.key);
+      return;
+    }
+    case MsgType::kPull:
+      store_->num_elems(h.key);  // ownership check before parking
+      if (store_->ready(h.key, h.step)) {
+        reply_pull(from, h);
+      } else {
+        parked_[h.key].push_back(ParkedPull{copy_frame(from), h});
+      }
+      return;
+    default:
+      throw RequestError(Status::kBadRequest,
+                         "unexpected " + std::string(to_string(h.type)) + " request: a server takes init, push and pull");
+  }
+}
+
+void Server::reply_pull(const zmq::message_t& to, const Header& request) {
+  const WeightsSnapshot snap = store_->snapshot(request.sender, request.key);
+  Header r = request;
+  r.type = MsgType::kPullReply;
+  r.version = snap.version;
+  reply(to, r, Payload::floats(std::span<const float>(*snap.weights), snap.weights));
+}
+
+void Server::answer_parked(std::int64_t key) {
+  auto it = parked_.find(key);
+  if (it == parked_.end()) return;
+  std::vector<ParkedPull> still;
+  for (ParkedPull& p : it->second) {
+    if (!store_->ready(key, p.request.step)) {
+      still.push_back(std::move(p));
+      continue;
+    }
+    try {
+      reply_pull(p.routing_id, p.request);
+    } catch (const TransportError& e) {
+      log_.warn(std::string("could not answer a parked pull: ") + e.what());
+    }
+  }
+  if (still.empty()) {
+    parked_.erase(it);
+  } else {
+    it->second = std::move(still);
+  }
+}
+
+void Server::reply(const zmq::message_t& to, Header header, Payload payload) {
+  header.role = Role::kServer;
+  header.sender = rank_;
+  header.status = Status::kOk;
+  send_message(router_, &to, header, std::move(payload));
+}
+
+}  // namespace pstrain

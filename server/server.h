@@ -1,0 +1,81 @@
+// A parameter server node: registers with the scheduler, learns the model
+// layout and its shard of it, then serves init/push/pull requests from the
+// workers on one ROUTER socket until the scheduler says shutdown.
+//
+// One event-loop thread owns everything (socket, store). A bad request gets
+// an error reply saying what was wrong and the loop goes on; only the
+// scheduler's abort, a lost scheduler or a broken socket end run().
+// Sync-mode pulls that ask for a version not yet reached are parked and
+// answered as soon as the update that reaches it is applied.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <zmq.hpp>
+
+#include "common/config.h"
+#include "common/log.h"
+#include "common/protocol.h"
+#include "common/scheduler_client.h"
+#include "common/shard_map.h"
+#include "server/shard_store.h"
+
+namespace pstrain {
+
+struct ServerOptions {
+  Mode mode = Mode::kSync;
+  OptimizerConfig optimizer;
+  std::int64_t partition_bytes = std::int64_t{1} << 20;
+  ClusterConfig cluster;
+  std::string scheduler_endpoint;
+  std::string bind_endpoint = "tcp://127.0.0.1:*";  // where to listen (ephemeral port allowed)
+  std::string advertise_host;                        // tcp: host workers dial; empty = as bound
+  int requested_rank = -1;
+  std::string job_fingerprint;
+};
+
+class Server {
+ public:
+  Server(zmq::context_t& ctx, ServerOptions options, Logger& log);
+
+  // Serves until shutdown (returns) or failure (throws).
+  void run();
+
+  int rank() const { return rank_; }
+  const StoreStats& stats() const;
+  const ShardMap& shard_map() const { return map_; }
+
+ private:
+  struct ParkedPull {
+    zmq::message_t routing_id;
+    Header request;
+  };
+
+  void handle_request();
+  void serve(const zmq::message_t& from, const Message& msg);
+  void reply_pull(const zmq::message_t& to, const Header& request);
+  void answer_parked(std::int64_t key);
+  void reply(const zmq::message_t& to, Header header, Payload payload = {});
+
+  zmq::context_t& ctx_;
+  ServerOptions options_;
+  Logger& log_;
+  zmq::socket_t router_;
+  std::string endpoint_;
+  int rank_ = -1;
+  ShardMap map_;
+  std::unique_ptr<ShardStore> store_;
+  std::map<std::int64_t, std::vector<ParkedPull>> parked_;
+  std::vector<float> scratch_;
+  std::int64_t bad_requests_ = 0;
+};
+
+// "tcp://0.0.0.0:41234" + host "node7" -> "tcp://node7:41234"; other endpoints unchanged.
+std::string advertised_endpoint(const std::string& bound, const std::string& host);
+
+}  // namespace pstrain

@@ -1,0 +1,106 @@
+// apply_override: "section.key=value" with the same checks as the file, and
+// errors that name the override.
+#include <doctest/doctest.h>
+
+#include <string>
+
+#include "common/config.h"
+#include "common/errors.h"
+
+namespace pstrain {
+namespace {
+
+std::string override_error(RunConfig& config, const std::string& assignment) {
+  try {
+    apply_override(config, assignment);
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST_CASE("overrides set values of every type") {
+  RunConfig c;
+  apply_override(c, "workload.batch_size=128");
+  CHECK(c.workload.batch_size == 128);
+  apply_override(c, " optimizer.lr = 0.5 ");
+  CHECK(c.optimizer.lr == 0.5);
+  apply_override(c, "optimizer.lr=1");  // an integer where a float is expected
+  CHECK(c.optimizer.lr == 1.0);
+  apply_override(c, "optimizer.nesterov=true");
+  CHECK(c.optimizer.nesterov);
+  apply_override(c, "workload.seed=7");
+  CHECK(c.workload.seed == 7);
+  apply_override(c, "cluster.max_message_bytes=4294967296");
+  CHECK(c.cluster.max_message_bytes == 4294967296);
+  apply_override(c, "schedule.step_epochs=[1, 2.5]");
+  CHECK(c.schedule.step_epochs == std::vector<double>{1.0, 2.5});
+  apply_override(c, "cluster.server_hosts=[\"h0\", \"h1\"]");
+  CHECK(c.cluster.server_hosts == std::vector<std::string>{"h0", "h1"});
+}
+
+TEST_CASE("string overrides may be quoted or bare") {
+  RunConfig c;
+  apply_override(c, "mode=async");
+  CHECK(c.mode == Mode::kAsync);
+  apply_override(c, "mode=\"allreduce\"");
+  CHECK(c.mode == Mode::kAllreduce);
+  apply_override(c, "output.run_dir=runs/a b");
+  CHECK(c.output.run_dir == "runs/a b");
+  apply_override(c, "output.run_dir=2024");  // valid TOML integer, taken as text
+  CHECK(c.output.run_dir == "2024");
+  apply_override(c, "output.run_dir='lit\\eral'");
+  CHECK(c.output.run_dir == "lit\\eral");
+  apply_override(c, "cluster.scheduler=tcp://10.1.2.3:5000");
+  CHECK(c.cluster.scheduler == "tcp://10.1.2.3:5000");
+}
+
+TEST_CASE("bad overrides are rejected naming the override, and leave the config unchanged") {
+  RunConfig c;
+  const RunConfig before = c;
+  CHECK(override_error(c, "workload.batch_size=abc") ==
+        "--set workload.batch_size=abc: key 'workload.batch_size': expected an integer >= 1, got abc (not a "
+        "TOML value)");
+  CHECK(override_error(c, "workload.batch_size=0") ==
+        "--set workload.batch_size=0: key 'workload.batch_size': expected an integer >= 1, got 0");
+  CHECK(override_error(c, "workload.batch_size=\"8\"") ==
+        "--set workload.batch_size=\"8\": key 'workload.batch_size': expected an integer >= 1, got a string "
+        "\"8\"");
+  CHECK(override_error(c, "workload.batch_size=1\nx=2") ==
+        "--set workload.batch_size=1\nx=2: key 'workload.batch_size': expected an integer >= 1, got 1\nx=2 (not "
+        "a TOML value)");
+  CHECK(override_error(c, "mode=bogus") ==
+        "--set mode=bogus: key 'mode': expected one of \"sync\", \"async\", \"allreduce\", got \"bogus\"");
+  CHECK(override_error(c, "optimizer.momentum=1") ==
+        "--set optimizer.momentum=1: key 'optimizer.momentum': expected a number in [0, 1), got 1");
+  CHECK(override_error(c, "schedule.step_epochs=[3, 1]") ==
+        "--set schedule.step_epochs=[3, 1]: key 'schedule.step_epochs[1]': expected a number greater than the "
+        "previous element (3), got 1");
+  CHECK(override_error(c, "workload.batch_size") ==
+        "--set workload.batch_size: expected SECTION.KEY=VALUE, got no '='");
+  CHECK(override_error(c, "workload.batchsize=3") ==
+        "--set workload.batchsize=3: key 'workload.batchsize': unknown key; did you mean 'workload.batch_size'?");
+  CHECK(override_error(c, "batch_size=3") ==
+        "--set batch_size=3: key 'batch_size': unknown top-level key; did you mean 'workload.batch_size'?");
+  CHECK(c == before);
+}
+
+TEST_CASE("overrides are checked against the rest of the config") {
+  RunConfig c;
+  apply_override(c, "cluster.server_hosts=[\"a\", \"b\"]");
+  const RunConfig before = c;
+  CHECK(override_error(c, "cluster.servers=3") ==
+        "--set cluster.servers=3: key 'cluster.server_hosts': expected 3 hosts (one per server, "
+        "cluster.servers), got 2");
+  CHECK(override_error(c, "cluster.servers=0") ==
+        "--set cluster.servers=0: key 'cluster.servers': expected an integer >= 1 when mode is \"sync\" (0 "
+        "only with \"allreduce\"), got 0");
+  CHECK(c == before);
+  apply_override(c, "cluster.server_hosts=[]");
+  apply_override(c, "mode=allreduce");
+  apply_override(c, "cluster.servers=0");
+  CHECK(c.cluster.num_servers == 0);
+}
+
+}  // namespace
+}  // namespace pstrain

@@ -1,0 +1,156 @@
+#include "worker/client/kv_client.h"
+
+#include <cstring>
+
+#include "common/errors.h"
+#include "common/transport.h"
+
+namespace pstrain {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+KVClient::KVClient(zmq::context_t& ctx, const ShardMap& map, const std::vector<std::string>& server_endpoints,
+                   KVClientOptions options, SchedulerClient* scheduler)
+    : map_(map), options_(options), scheduler_(scheduler), endpoints_(server_endpoints) {
+  if (static_cast<int>(server_endpoints.size()) != map.num_servers()) {
+    throw ConfigError("kv client: " + std::to_string(server_endpoints.size()) + " server endpoints for a shard map of " +
+                      std::to_string(map.num_servers()) + " servers");
+  }
+  for (const std::string& ep : server_endpoints) {
+    sockets_.push_back(make_socket(ctx, zmq::socket_type::dealer,
+                                   SocketOptions{options.max_message_bytes, milliseconds(2000)}));
+    connect_socket(sockets_.back(), ep);
+  }
+}
+
+void KVClient::check_flat(std::size_t num_elems, const char* op) const {
+  if (static_cast<std::int64_t>(num_elems) != map_.total_elems()) {
+    throw ConfigError(std::string(op) + ": buffer of " + std::to_string(num_elems) + " floats, the model has " +
+                      std::to_string(map_.total_elems()));
+  }
+}
+
+KVClient::Ticket KVClient::push(std::span<const float> flat, std::int64_t step, double lr,
+                                std::span<const std::int64_t> keys) {
+  check_flat(flat.size(), "push");
+  return start(MsgType::kPush, flat, nullptr, step, lr, keys);
+}
+
+KVClient::Ticket KVClient::pull(std::span<float> flat, std::int64_t min_version, std::span<const std::int64_t> keys) {
+  check_flat(flat.size(), "pull");
+  return start(MsgType::kPull, {}, flat.data(), min_version, 0.0, keys);
+}
+
+KVClient::Ticket KVClient::init(std::span<const float> flat, std::span<const std::int64_t> keys) {
+  check_flat(flat.size(), "init");
+  return start(MsgType::kInit, flat, nullptr, 0, 0.0, keys);
+}
+
+KVClient::Ticket KVClient::start(MsgType type, std::span<const float> src, float* dest, std::int64_t step, double lr,
+                                 std::span<const std::int64_t> keys) {
+  const Ticket ticket = next_ticket_++;
+  TicketState& state = tickets_[ticket];
+  const auto num_keys = keys.empty() ? map_.chunks().size() : keys.size();
+  for (std::size_t i = 0; i < num_keys; ++i) {
+    const std::int64_t key = keys.empty() ? static_cast<std::int64_t>(i) : keys[i];
+    if (key < 0 || key >= static_cast<std::int64_t>(map_.chunks().size())) {
+      throw ConfigError(std::string(to_string(type)) + ": chunk id " + std::to_string(key) + " outside [0, " +
+                        std::to_string(map_.chunks().size()) + ")");
+    }
+    const Chunk& c = map_.chunk(key);
+    Header h;
+    h.type = type;
+    h.role = Role::kWorker;
+    h.sender = options_.worker_rank;
+    h.request_id = next_request_id_++;
+    h.key = key;
+    h.step = step;
+    h.lr = lr;
+    const auto offset = static_cast<std::size_t>(c.offset), count = static_cast<std::size_t>(c.num_elems);
+    Payload payload = type == MsgType::kPull ? Payload() : Payload::floats(src.subspan(offset, count));
+    send_message(sockets_[static_cast<std::size_t>(c.server)], nullptr, h, std::move(payload));
+    const MsgType expect = type == MsgType::kPush   ? MsgType::kPushReply
+                           : type == MsgType::kPull ? MsgType::kPullReply
+                                                    : MsgType::kInitReply;
+    pending_[h.request_id] = Pending{ticket, expect, key, dest == nullptr ? nullptr : dest + offset};
+    ++state.outstanding;
+  }
+  return ticket;
+}
+
+TicketResult KVClient::wait(Ticket ticket) {
+  auto it = tickets_.find(ticket);
+  if (it == tickets_.end()) throw ConfigError("wait: unknown ticket " + std::to_string(ticket));
+  const auto deadline = Clock::now() + options_.timeout;
+  std::vector<zmq::pollitem_t> items;
+  for (auto& s : sockets_) items.push_back({s.handle(), 0, ZMQ_POLLIN, 0});
+  if (scheduler_ != nullptr) items.push_back({scheduler_->socket().handle(), 0, ZMQ_POLLIN, 0});
+  while (tickets_[ticket].outstanding > 0) {
+    const auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
+    if (left.count() <= 0) {
+      throw TimeoutError("worker " + std::to_string(options_.worker_rank) + ": " +
+                         std::to_string(tickets_[ticket].outstanding) + " replies from the servers still missing after " +
+                         std::to_string(options_.timeout.count()) + " ms");
+    }
+    zmq::poll(items.data(), items.size(), std::min(left, milliseconds(500)));
+    for (std::size_t s = 0; s < sockets_.size(); ++s) {
+      if (items[s].revents & ZMQ_POLLIN) receive_from(s);
+    }
+    if (scheduler_ != nullptr && (items.back().revents & ZMQ_POLLIN)) scheduler_->handle_incoming();
+  }
+  TicketState state = std::move(tickets_[ticket]);
+  tickets_.erase(ticket);
+  if (!state.error.empty()) throw TransportError(state.error);
+  if (state.replies > 0) state.result.mean_staleness = static_cast<double>(state.staleness_sum) / static_cast<double>(state.replies);
+  return state.result;
+}
+
+void KVClient::receive_from(std::size_t server) {
+  // Drain everything that is ready on this socket.
+  while (true) {
+    auto env = receive_message(sockets_[server], false, milliseconds(0), DecodeLimits{options_.max_message_bytes});
+    if (!env) return;
+    complete(env->message, server);
+  }
+}
+
+void KVClient::complete(const Message& msg, std::size_t server) {
+  const Header& h = msg.header;
+  auto it = pending_.find(h.request_id);
+  if (it == pending_.end()) {
+    if (h.type == MsgType::kError) {
+      throw TransportError("server " + std::to_string(server) + " (" + endpoints_[server] + ") reported: " + msg.text_payload());
+    }
+    throw ProtocolError("server " + std::to_string(server) + ": reply to unknown request " + std::to_string(h.request_id));
+  }
+  const Pending p = it->second;
+  pending_.erase(it);
+  TicketState& state = tickets_[p.ticket];
+  --state.outstanding;
+  if (h.type == MsgType::kError) {
+    if (state.error.empty()) state.error = "server " + std::to_string(server) + ": " + msg.text_payload();
+    return;
+  }
+  if (h.type != p.expect || h.key != p.key) {
+    throw ProtocolError("server " + std::to_string(server) + ": expected " + std::string(to_string(p.expect)) +
+                        " for chunk " + std::to_string(p.key) + ", got " + std::string(to_string(h.type)) +
+                        " for chunk " + std::to_string(h.key));
+  }
+  if (h.type == MsgType::kPullReply) {
+    const Chunk& c = map_.chunk(p.key);
+    if (h.num_elems != c.num_elems) {
+      throw ProtocolError("server " + std::to_string(server) + ": pull of chunk " + std::to_string(p.key) + " returned " +
+                          std::to_string(h.num_elems) + " elements, expected " + std::to_string(c.num_elems));
+    }
+    std::memcpy(p.pull_dest, msg.payload.data(), static_cast<std::size_t>(c.num_elems) * sizeof(float));
+    if (state.first_version || h.version < state.result.min_version) state.result.min_version = h.version;
+    state.first_version = false;
+  } else if (h.type == MsgType::kPushReply) {
+    state.result.max_staleness = std::max(state.result.max_staleness, h.aux);
+    state.staleness_sum += h.aux;
+    ++state.replies;
+  }
+}
+
+}  // namespace pstrain

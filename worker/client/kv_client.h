@@ -1,0 +1,95 @@
+// The worker's client of the parameter servers: push gradients, pull
+// weights, initialize the servers, chunk by chunk, with every request to
+// every server in flight at once.
+//
+// Requests are non-blocking: push()/pull()/init() send and return a Ticket;
+// wait(ticket) blocks until all of that ticket's replies have arrived (pull
+// replies are copied into the caller's buffer as they arrive). The buffers
+// handed to push()/init() are sent zero-copy: keep them alive and unchanged,
+// and the buffer given to pull() untouched, until wait() returns for that
+// ticket. An error reply from a server makes wait() throw TransportError with
+// the server's text; an abort from the scheduler (when a SchedulerClient is
+// attached) makes it throw AbortedError; no reply within timeout_ms throws
+// TimeoutError naming the request. Not thread-safe: one thread owns it.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include <zmq.hpp>
+
+#include "common/config.h"
+#include "common/protocol.h"
+#include "common/scheduler_client.h"
+#include "common/shard_map.h"
+
+namespace pstrain {
+
+struct KVClientOptions {
+  int worker_rank = 0;
+  std::chrono::milliseconds timeout{120000};
+  std::int64_t max_message_bytes = std::int64_t{1} << 30;
+};
+
+// Per-ticket results: for pushes, the staleness the servers reported (async).
+struct TicketResult {
+  std::int64_t max_staleness = 0;
+  double mean_staleness = 0.0;
+  std::int64_t min_version = 0;  // pulls: lowest chunk version received
+};
+
+class KVClient {
+ public:
+  using Ticket = std::uint64_t;
+
+  KVClient(zmq::context_t& ctx, const ShardMap& map, const std::vector<std::string>& server_endpoints,
+           KVClientOptions options, SchedulerClient* scheduler = nullptr);
+
+  // `flat` is the whole flat buffer (map.total_elems() floats); the request
+  // covers the given chunk ids, or all chunks when `keys` is empty.
+  Ticket push(std::span<const float> flat, std::int64_t step, double lr, std::span<const std::int64_t> keys = {});
+  Ticket pull(std::span<float> flat, std::int64_t min_version, std::span<const std::int64_t> keys = {});
+  Ticket init(std::span<const float> flat, std::span<const std::int64_t> keys = {});
+  TicketResult wait(Ticket ticket);
+
+  const ShardMap& shard_map() const { return map_; }
+
+ private:
+  struct Pending {
+    Ticket ticket;
+    MsgType expect;
+    std::int64_t key;
+    float* pull_dest = nullptr;  // pulls: where the chunk goes
+  };
+  struct TicketState {
+    std::size_t outstanding = 0;
+    std::string error;
+    TicketResult result;
+    std::int64_t staleness_sum = 0;
+    std::size_t replies = 0;
+    bool first_version = true;
+  };
+
+  Ticket start(MsgType type, std::span<const float> src, float* dest, std::int64_t step, double lr,
+               std::span<const std::int64_t> keys);
+  void check_flat(std::size_t num_elems, const char* op) const;
+  void receive_from(std::size_t server);
+  void complete(const Message& msg, std::size_t server);
+
+  ShardMap map_;
+  KVClientOptions options_;
+  SchedulerClient* scheduler_;
+  std::vector<zmq::socket_t> sockets_;  // one DEALER per server
+  std::vector<std::string> endpoints_;
+  std::uint64_t next_request_id_ = 1;
+  Ticket next_ticket_ = 1;
+  std::unordered_map<std::uint64_t, Pending> pending_;      // request id -> request
+  std::unordered_map<Ticket, TicketState> tickets_;
+  std::vector<float> scratch_;
+};
+
+}  // namespace pstrain

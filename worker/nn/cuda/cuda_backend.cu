@@ -1,0 +1,244 @@
+// CudaBackend: device setup, memory, element-wise layers, pooling, softmax
+// cross-entropy, optimizer steps, and make_cuda_backend. The GEMM layers
+// (convolution, linear) are in cuda_gemm_layers.cu.
+#include "worker/nn/cuda/cuda_backend.h"
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <utility>
+
+#include "common/errors.h"
+#include "worker/nn/cuda/cuda_check.h"
+#include "worker/nn/cuda/kernels.cuh"
+#include "worker/nn/cuda/arg_checks.h"
+#include "worker/nn/shape_checks.h"
+
+namespace pstrain::nn {
+namespace cuda {
+namespace {
+
+// Offsets of softmax_xent's pieces in its scratch block (each 256-byte aligned).
+struct XentScratchLayout {
+  std::size_t row_loss_offset, row_status_offset, num_bytes;
+};
+
+constexpr std::size_t align_up(std::size_t num_bytes) { return (num_bytes + 255) / 256 * 256; }
+
+XentScratchLayout xent_scratch_layout(int n) {
+  const std::size_t rows = static_cast<std::size_t>(n);
+  const std::size_t row_loss_offset = align_up(sizeof(XentTotals));
+  const std::size_t row_status_offset = row_loss_offset + align_up(rows * sizeof(float));
+  return {row_loss_offset, row_status_offset, row_status_offset + rows * sizeof(std::int32_t)};
+}
+
+}  // namespace
+
+void CudaBackend::StreamDeleter::operator()(cudaStream_t stream) const noexcept {
+  static_cast<void>(cudaStreamDestroy(stream));
+}
+
+void CudaBackend::CublasDeleter::operator()(cublasHandle_t handle) const noexcept {
+  static_cast<void>(cublasDestroy(handle));
+}
+
+CudaBackend::CudaBackend(int device_index) : device_index_(device_index) {
+  activate();
+  cudaDeviceProp props{};
+  check(cudaGetDeviceProperties(&props, device_index_), "cudaGetDeviceProperties");
+  name_ = "cuda:" + std::to_string(device_index_) + " (" + props.name + ", sm_" + std::to_string(props.major) +
+          std::to_string(props.minor) + ")";
+  cudaStream_t stream = nullptr;
+  check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+  stream_.reset(stream);
+  cublasHandle_t handle = nullptr;
+  check(cublasCreate(&handle), "cublasCreate");
+  cublas_.reset(handle);
+  check(cublasSetStream(handle, stream), "cublasSetStream");
+  // Plain FP32 GEMMs (no TF32), so results match the CPU reference closely.
+  check(cublasSetMathMode(handle, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
+  // Probe: fails here (not mid-training) when the binary has no kernel image for this GPU.
+  auto* probe = static_cast<float*>(xent_scratch_.reserve(sizeof(float), stream, "startup probe"));
+  cuda::fill(probe, 0.0f, 1, stream);
+  check(cudaStreamSynchronize(stream), "startup probe kernel");
+}
+
+CudaBackend::~CudaBackend() {
+  if (cudaSetDevice(device_index_) == cudaSuccess && stream_) {
+    static_cast<void>(cudaStreamSynchronize(stream_.get()));
+  }
+}
+
+void CudaBackend::activate() const { check(cudaSetDevice(device_index_), "cudaSetDevice"); }
+
+void CudaBackend::check(cudaError_t status, std::string_view what) const {
+  if (status != cudaSuccess) check_cuda(status, "cuda:" + std::to_string(device_index_) + " " + std::string(what));
+}
+
+void CudaBackend::check(cublasStatus_t status, std::string_view what) const {
+  if (status != CUBLAS_STATUS_SUCCESS) {
+    check_cublas(status, "cuda:" + std::to_string(device_index_) + " " + std::string(what));
+  }
+}
+
+// ---- memory ----
+
+void* CudaBackend::allocate(std::size_t num_bytes) {
+  activate();
+  void* ptr = nullptr;
+  if (num_bytes == 0) return ptr;
+  const cudaError_t status = cudaMalloc(&ptr, num_bytes);
+  if (status != cudaSuccess) {
+    static_cast<void>(cudaGetLastError());  // out-of-memory is not sticky; clear it
+    check(status, "allocate of " + std::to_string(num_bytes) + " bytes: cudaMalloc");
+  }
+  return ptr;
+}
+
+void CudaBackend::deallocate(void* ptr) noexcept {
+  if (ptr == nullptr || cudaSetDevice(device_index_) != cudaSuccess) return;
+  static_cast<void>(cudaStreamSynchronize(stream_.get()));
+  static_cast<void>(cudaFree(ptr));
+}
+
+void CudaBackend::copy_from_host(void* dst, const void* host_src, std::size_t num_bytes) {
+  if (num_bytes == 0) return;
+  activate();
+  // Synchronous: the host buffer may be reused as soon as this returns.
+  check(cudaMemcpyAsync(dst, host_src, num_bytes, cudaMemcpyHostToDevice, stream_.get()),
+        "copy_from_host of " + std::to_string(num_bytes) + " bytes: cudaMemcpyAsync");
+  check(cudaStreamSynchronize(stream_.get()), "copy_from_host: cudaStreamSynchronize");
+}
+
+void CudaBackend::copy_to_host(void* host_dst, const void* src, std::size_t num_bytes) {
+  if (num_bytes == 0) return;
+  activate();
+  check(cudaMemcpyAsync(host_dst, src, num_bytes, cudaMemcpyDeviceToHost, stream_.get()),
+        "copy_to_host of " + std::to_string(num_bytes) + " bytes: cudaMemcpyAsync");
+  check(cudaStreamSynchronize(stream_.get()), "copy_to_host: cudaStreamSynchronize");
+}
+
+void CudaBackend::copy(void* dst, const void* src, std::size_t num_bytes) {
+  if (num_bytes == 0) return;
+  activate();
+  check(cudaMemcpyAsync(dst, src, num_bytes, cudaMemcpyDeviceToDevice, stream_.get()),
+        "copy of " + std::to_string(num_bytes) + " bytes: cudaMemcpyAsync");
+}
+
+void CudaBackend::fill(float* x, float value, std::size_t num_elems) {
+  activate();
+  cuda::fill(x, value, num_elems, stream_.get());
+}
+
+void CudaBackend::synchronize() {
+  activate();
+  check(cudaStreamSynchronize(stream_.get()), "synchronize: cudaStreamSynchronize");
+}
+
+// ---- element-wise layers and pooling ----
+
+void CudaBackend::relu_forward(const float* x, float* y, std::size_t num_elems) {
+  activate();
+  cuda::relu_forward(y, x, num_elems, stream_.get());
+}
+
+void CudaBackend::relu_backward(const float* y, const float* dy, float* dx, std::size_t num_elems) {
+  activate();
+  cuda::relu_backward(dx, y, dy, num_elems, stream_.get());
+}
+
+void CudaBackend::maxpool_forward(const PoolShape& s, const float* x, float* y, std::int32_t* argmax) {
+  check_shape(s, "maxpool_forward");
+  activate();
+  cuda::maxpool_forward(y, argmax, x, s, stream_.get());
+}
+
+void CudaBackend::maxpool_backward(const PoolShape& s, const float* dy, const std::int32_t* argmax,
+                                   float* dx) {
+  check_shape(s, "maxpool_backward");
+  activate();
+  cuda::maxpool_backward(dx, dy, argmax, s, stream_.get());
+}
+
+void CudaBackend::dropout_forward(const float* x, float* y, float* mask, std::size_t num_elems, float p,
+                                  std::uint64_t seed) {
+  check_dropout_p(p, "dropout_forward");
+  activate();
+  cuda::dropout_forward(y, mask, x, num_elems, p, seed, stream_.get());
+}
+
+void CudaBackend::dropout_backward(const float* dy, const float* mask, float* dx, std::size_t num_elems) {
+  activate();
+  cuda::dropout_backward(dx, dy, mask, num_elems, stream_.get());
+}
+
+// ---- loss ----
+
+Backend::XentResult CudaBackend::softmax_xent(int n, int classes, const float* logits,
+                                              const std::int32_t* labels, float* dlogits) {
+  check_xent_shape(n, classes, "softmax_xent");
+  if (n == 0) return XentResult{0.0, 0};
+  activate();
+  const XentScratchLayout layout = xent_scratch_layout(n);
+  auto* base = static_cast<char*>(xent_scratch_.reserve(layout.num_bytes, stream_.get(), "softmax_xent"));
+  auto* totals = reinterpret_cast<XentTotals*>(base);
+  auto* row_loss = reinterpret_cast<float*>(base + layout.row_loss_offset);
+  auto* row_status = reinterpret_cast<std::int32_t*>(base + layout.row_status_offset);
+  cuda::softmax_xent(totals, dlogits, row_loss, row_status, logits, labels, n, classes, stream_.get());
+  XentTotals host{};
+  copy_to_host(&host, totals, sizeof(host));
+  if (host.first_bad_row < n) {
+    std::int32_t label = 0;
+    copy_to_host(&label, labels + host.first_bad_row, sizeof(label));
+    throw ComputeError(bad_label_message(host.first_bad_row, label, classes));
+  }
+  return XentResult{host.loss_sum, static_cast<std::int64_t>(host.correct)};
+}
+
+// ---- optimizer steps ----
+
+void CudaBackend::sgd_step(float* w, const float* g, float* velocity, std::size_t num_elems,
+                           const SgdParams& p) {
+  check_sgd_velocity(velocity, p.momentum, "sgd_step");
+  activate();
+  cuda::sgd_step(w, velocity, g, num_elems, p, stream_.get());
+}
+
+void CudaBackend::adam_step(float* w, const float* g, float* m, float* v, std::size_t num_elems,
+                            const AdamParams& p) {
+  check_adam_step(p.t, "adam_step");
+  activate();
+  const auto t = static_cast<double>(p.t);
+  const auto bias_correction1 = static_cast<float>(1.0 - std::pow(static_cast<double>(p.beta1), t));
+  const auto bias_correction2 = static_cast<float>(1.0 - std::pow(static_cast<double>(p.beta2), t));
+  cuda::adam_step(w, m, v, g, num_elems, p, bias_correction1, bias_correction2, stream_.get());
+}
+
+}  // namespace cuda
+
+std::unique_ptr<Backend> make_cuda_backend(int device_index, std::string* why_not) {
+  auto refuse = [why_not](std::string reason) -> std::unique_ptr<Backend> {
+    if (why_not != nullptr) *why_not = std::move(reason);
+    return nullptr;
+  };
+  int count = 0;
+  const cudaError_t status = cudaGetDeviceCount(&count);
+  if (status != cudaSuccess) {
+    static_cast<void>(cudaGetLastError());  // leave no error behind for later checks
+    return refuse(std::string("no CUDA device: cudaGetDeviceCount returned '") + cudaGetErrorString(status) +
+                  "' (" + cudaGetErrorName(status) + ")");
+  }
+  if (count == 0) return refuse("no CUDA device: cudaGetDeviceCount returned 0 devices");
+  if (device_index < 0 || device_index >= count) {
+    return refuse("CUDA device " + std::to_string(device_index) + " requested but " + std::to_string(count) +
+                  " present (valid indices 0.." + std::to_string(count - 1) + ")");
+  }
+  try {
+    return std::make_unique<cuda::CudaBackend>(device_index);
+  } catch (const ComputeError& e) {
+    static_cast<void>(cudaGetLastError());
+    return refuse("CUDA device " + std::to_string(device_index) + " unusable: " + e.what());
+  }
+}
+
+}  // namespace pstrain::nn
