@@ -37,7 +37,7 @@ constexpr std::array<std::string_view, 2> kOptimizers{"sgd", "adam"};
 constexpr std::array<std::string_view, 3> kDecays{"none", "step", "cosine"};
 constexpr std::array<std::string_view, 3> kBackends{"auto", "gloo", "nccl"};
 constexpr std::array<std::string_view, 4> kLogLevels{"debug", "info", "warn", "error"};
-constexpr std::array<std::string_view, 7> kSections{"cluster", "ps", "workload", "optimizer",
+constexpr std::array<std::string_view, 7> kSections{"cluster",  "ps",         "workload", "optimizer",
                                                     "schedule", "collective", "output"};
 
 // What a value must satisfy besides its type: bounds for numbers (each
@@ -48,7 +48,7 @@ struct Rule {
   bool min_open = false;  // min itself is excluded
   bool max_open = false;
   std::int64_t multiple_of = 1;
-  Choices choices = {};   // empty: any string
+  Choices choices = {};  // empty: any string
   bool non_empty = false;
   bool endpoint = false;  // "tcp://HOST:PORT" or "ipc://PATH"
 };
@@ -198,8 +198,8 @@ std::string range_text(const Rule& r) {
   const bool hi = std::isfinite(r.max);
   std::string t;
   if (lo && hi) {
-    t = std::string(" in ") + (r.min_open ? "(" : "[") + format_bound(r.min) + ", " +
-        format_bound(r.max) + (r.max_open ? ")" : "]");
+    t = std::string(" in ") + (r.min_open ? "(" : "[") + format_bound(r.min) + ", " + format_bound(r.max) +
+        (r.max_open ? ")" : "]");
   } else if (lo) {
     t = (r.min_open ? " > " : " >= ") + format_bound(r.min);
   } else if (hi) {
@@ -242,8 +242,7 @@ bool is_endpoint(std::string_view s) {
   const std::string_view port = s.substr(colon + 1);
   int value = -1;
   const auto res = std::from_chars(port.data(), port.data() + port.size(), value);
-  return res.ec == std::errc{} && res.ptr == port.data() + port.size() && value >= 0 &&
-         value <= 65535;
+  return res.ec == std::errc{} && res.ptr == port.data() + port.size() && value >= 0 && value <= 65535;
 }
 
 // ---- Reading one value ---------------------------------------------------------
@@ -255,8 +254,7 @@ struct Site {
   std::string key;  // full key, e.g. "workload.batch_size"
 
   [[noreturn]] void fail(const toml::node& node, const std::string& what) const {
-    const std::string where =
-        has_lines ? origin + ":" + std::to_string(node.source().begin.line) : origin;
+    const std::string where = has_lines ? origin + ":" + std::to_string(node.source().begin.line) : origin;
     throw ConfigError(where + ": key '" + key + "': " + what);
   }
   Site element(std::size_t index) const {
@@ -270,9 +268,7 @@ std::string expected(std::uint64_t, const Rule& r) { return expected(std::int64_
 std::string expected(double, const Rule& r) { return "a number" + range_text(r); }
 std::string expected(bool, const Rule&) { return "a boolean (true or false)"; }
 std::string expected(Mode, const Rule& r) { return "one of " + join(r.choices, true); }
-std::string expected(const std::vector<std::string>&, const Rule&) {
-  return "an array of non-empty strings";
-}
+std::string expected(const std::vector<std::string>&, const Rule&) { return "an array of non-empty strings"; }
 std::string expected(const std::vector<double>&, const Rule& r) {
   return "an array of numbers" + range_text(r) + " in increasing order";
 }
@@ -282,10 +278,11 @@ std::string expected(const std::string&, const Rule& r) {
   return r.non_empty ? "a non-empty string" : "a string";
 }
 
-std::int64_t read_integer(const toml::node& node, const Rule& r, const Site& site,
-                          std::int64_t lo, std::int64_t hi) {
+std::int64_t read_integer(const toml::node& node, const Rule& r, const Site& site, std::int64_t lo,
+                          std::int64_t hi) {
   const auto* value = node.as_integer();
-  if (value == nullptr) site.fail(node, "expected " + expected(std::int64_t{0}, r) + ", got " + describe(node));
+  if (value == nullptr)
+    site.fail(node, "expected " + expected(std::int64_t{0}, r) + ", got " + describe(node));
   const std::int64_t x = value->get();
   if (!in_range(static_cast<double>(x), r) || x % r.multiple_of != 0) {
     site.fail(node, "expected " + expected(std::int64_t{0}, r) + ", got " + std::to_string(x));
@@ -334,8 +331,8 @@ void read_value(const toml::node& node, std::string& out, const Rule& r, const S
   const auto* value = node.as_string();
   if (value == nullptr) site.fail(node, "expected " + expected(out, r) + ", got " + describe(node));
   const std::string& s = value->get();
-  const bool listed = r.choices.empty() || std::find(r.choices.begin(), r.choices.end(), s) !=
-                                               r.choices.end();
+  const bool listed =
+      r.choices.empty() || std::find(r.choices.begin(), r.choices.end(), s) != r.choices.end();
   if (!listed || (r.non_empty && s.empty()) || (r.endpoint && !is_endpoint(s))) {
     site.fail(node, "expected " + expected(out, r) + ", got " + quote(s));
   }
@@ -348,8 +345,7 @@ void read_value(const toml::node& node, Mode& out, const Rule& r, const Site& si
   out = name == "async" ? Mode::kAsync : name == "allreduce" ? Mode::kAllreduce : Mode::kSync;
 }
 
-void read_value(const toml::node& node, std::vector<std::string>& out, const Rule& r,
-                const Site& site) {
+void read_value(const toml::node& node, std::vector<std::string>& out, const Rule& r, const Site& site) {
   const auto* array = node.as_array();
   if (array == nullptr) site.fail(node, "expected " + expected(out, r) + ", got " + describe(node));
   std::vector<std::string> items;
@@ -361,8 +357,7 @@ void read_value(const toml::node& node, std::vector<std::string>& out, const Rul
   out = std::move(items);
 }
 
-void read_value(const toml::node& node, std::vector<double>& out, const Rule& r,
-                const Site& site) {
+void read_value(const toml::node& node, std::vector<double>& out, const Rule& r, const Site& site) {
   const auto* array = node.as_array();
   if (array == nullptr) site.fail(node, "expected " + expected(out, r) + ", got " + describe(node));
   std::vector<double> items;
@@ -407,47 +402,59 @@ struct KnownKey {
 std::vector<KnownKey> known_keys() {
   RunConfig defaults;
   std::vector<KnownKey> keys;
-  visit_fields(defaults, [&keys](std::string_view section, std::string_view key, auto&,
-                                 const Rule&) { keys.push_back({section, key}); });
+  visit_fields(defaults, [&keys](std::string_view section, std::string_view key, auto&, const Rule&) {
+    keys.push_back({section, key});
+  });
   return keys;
 }
 
-bool close_enough(std::string_view typed, std::string_view known) {
-  return edit_distance(typed, known) <= std::max<std::size_t>(1, typed.size() / 3);
-}
+// Keeps the candidate closest to `typed`, if near enough to be a typo.
+struct Closest {
+  std::string_view typed;
+  std::string best = {};
+  std::size_t best_distance = 0;
+
+  void offer(std::string_view candidate, std::string full_name) {
+    const std::size_t d = edit_distance(typed, candidate);
+    const bool near = d <= std::max<std::size_t>(1, typed.size() / 3);
+    if (near && (best.empty() || d < best_distance)) {
+      best = std::move(full_name);
+      best_distance = d;
+    }
+  }
+};
 
 // The error for `name` (a key of `section`, or top-level when section is
 // ""), with the closest known name when one is near.
 std::string unknown_key_text(std::string_view section, std::string_view name) {
-  std::string suggestion;
+  Closest closest{name};
   std::string listing;
   for (const KnownKey& k : known_keys()) {
     if (k.section != section) continue;
     listing += (listing.empty() ? "" : ", ") + std::string(k.key);
-    if (suggestion.empty() && close_enough(name, k.key)) suggestion = full_key(section, k.key);
+    closest.offer(k.key, full_key(section, k.key));
   }
   if (section.empty()) {
     for (const auto s : kSections) {
       listing += ", [" + std::string(s) + "]";
-      if (suggestion.empty() && close_enough(name, s)) suggestion = std::string(s);
+      closest.offer(s, std::string(s));
     }
   }
   for (const KnownKey& k : known_keys()) {  // right key, wrong section
-    if (suggestion.empty() && k.section != section && k.key == name) {
-      suggestion = full_key(k.section, k.key);
+    if (closest.best.empty() && k.section != section && k.key == name) {
+      closest.best = full_key(k.section, k.key);
     }
   }
   const std::string what = section.empty() ? "unknown top-level key" : "unknown key";
-  if (!suggestion.empty()) return what + "; did you mean '" + suggestion + "'?";
+  if (!closest.best.empty()) return what + "; did you mean '" + closest.best + "'?";
   const std::string where = section.empty() ? "at the top level" : "in [" + std::string(section) + "]";
   return what + "; expected one of " + listing + " " + where;
 }
 
 bool is_known(std::string_view section, std::string_view name) {
   const auto keys = known_keys();
-  return std::any_of(keys.begin(), keys.end(), [&](const KnownKey& k) {
-    return k.section == section && k.key == name;
-  });
+  return std::any_of(keys.begin(), keys.end(),
+                     [&](const KnownKey& k) { return k.section == section && k.key == name; });
 }
 
 void check_known_keys(const toml::table& root, const std::string& source) {
@@ -480,8 +487,9 @@ void check_consistency(const RunConfig& c, const WhereFn& where) {
   };
   const auto& cl = c.cluster;
   if (c.mode != Mode::kAllreduce && cl.num_servers < 1) {
-    fail("cluster.servers", "mode", "expected an integer >= 1 when mode is " + quote(to_string(c.mode)) +
-                                        " (0 only with \"allreduce\"), got " + std::to_string(cl.num_servers));
+    fail("cluster.servers", "mode",
+         "expected an integer >= 1 when mode is " + quote(to_string(c.mode)) +
+             " (0 only with \"allreduce\"), got " + std::to_string(cl.num_servers));
   }
   if (!cl.server_hosts.empty() && cl.server_hosts.size() != static_cast<std::size_t>(cl.num_servers)) {
     fail("cluster.server_hosts", "cluster.servers",
@@ -500,14 +508,14 @@ void check_consistency(const RunConfig& c, const WhereFn& where) {
   }
   if (c.ps.partition_bytes > cl.max_message_bytes) {
     fail("ps.partition_bytes", "cluster.max_message_bytes",
-         "expected at most cluster.max_message_bytes (" + std::to_string(cl.max_message_bytes) +
-             "), got " + std::to_string(c.ps.partition_bytes));
+         "expected at most cluster.max_message_bytes (" + std::to_string(cl.max_message_bytes) + "), got " +
+             std::to_string(c.ps.partition_bytes));
   }
   const auto& wl = c.workload;
   if (wl.straggler_rank >= cl.num_workers) {
     fail("workload.straggler_rank", "cluster.workers",
-         "expected -1 (none) or a rank below cluster.workers (" + std::to_string(cl.num_workers) +
-             "), got " + std::to_string(wl.straggler_rank));
+         "expected -1 (none) or a rank below cluster.workers (" + std::to_string(cl.num_workers) + "), got " +
+             std::to_string(wl.straggler_rank));
   }
   if (wl.dataset != "synthetic" && wl.data_path.empty()) {
     fail("workload.data_path", "workload.dataset",
@@ -520,7 +528,8 @@ void check_consistency(const RunConfig& c, const WhereFn& where) {
   }
   if (c.schedule.min_lr > op.lr) {
     fail("schedule.min_lr", "optimizer.lr",
-         "expected at most optimizer.lr (" + format_bound(op.lr) + "), got " + format_bound(c.schedule.min_lr));
+         "expected at most optimizer.lr (" + format_bound(op.lr) + "), got " +
+             format_bound(c.schedule.min_lr));
   }
   if (c.collective.backend == "nccl" && wl.device == "cpu") {
     fail("collective.backend", "workload.device",
@@ -634,7 +643,10 @@ void apply_override(RunConfig& config, std::string_view assignment) {
     const auto dot = name.find('.');
     const std::string_view section = dot == std::string_view::npos ? "" : name.substr(0, dot);
     const std::string_view key = dot == std::string_view::npos ? name : name.substr(dot + 1);
-    throw ConfigError(origin + ": key '" + std::string(name) + "': " + unknown_key_text(section, key));
+    const bool known_section =
+        section.empty() || std::find(kSections.begin(), kSections.end(), section) != kSections.end();
+    const std::string what = known_section ? unknown_key_text(section, key) : unknown_key_text("", section);
+    throw ConfigError(origin + ": key '" + std::string(name) + "': " + what);
   }
   check_consistency(updated, [&origin](std::string_view, std::string_view) { return origin; });
   config = std::move(updated);

@@ -40,7 +40,8 @@ void validate(const OptimizerConfig& optimizer, const ScheduleConfig& schedule) 
   double previous = 0.0;
   for (const double epoch : schedule.step_epochs) {
     if (!(epoch > previous) || !std::isfinite(epoch)) {
-      fail("schedule.step_epochs", "finite numbers > 0 in increasing order", num(epoch) + " after " + num(previous));
+      fail("schedule.step_epochs", "finite numbers > 0 in increasing order",
+           num(epoch) + " after " + num(previous));
     }
     previous = epoch;
   }

@@ -23,8 +23,8 @@ namespace pstrain {
 class LrSchedule {
  public:
   // Throws ConfigError for invalid hyper-parameters or counts (each >= 1).
-  LrSchedule(const OptimizerConfig& optimizer, const ScheduleConfig& schedule,
-             std::int64_t steps_per_epoch, std::int64_t total_steps, std::int64_t global_batch);
+  LrSchedule(const OptimizerConfig& optimizer, const ScheduleConfig& schedule, std::int64_t steps_per_epoch,
+             std::int64_t total_steps, std::int64_t global_batch);
 
   // Learning rate for 0-based step `step` (>= 0, else ConfigError).
   double lr_at(std::int64_t step) const;

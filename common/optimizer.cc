@@ -154,7 +154,8 @@ void validate(const OptimizerConfig& c, std::int64_t num_elems) {
   }
   check_in(name, "beta1", c.beta1, 0.0, 1.0);
   check_in(name, "beta2", c.beta2, 0.0, 1.0);
-  if (!(c.epsilon > 0.0) || !std::isfinite(c.epsilon)) bad_hyper(name, "epsilon", "a finite number > 0", c.epsilon);
+  if (!(c.epsilon > 0.0) || !std::isfinite(c.epsilon))
+    bad_hyper(name, "epsilon", "a finite number > 0", c.epsilon);
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 
 #include "common/errors.h"
@@ -52,13 +53,14 @@ bool SchedulerClient::handle_incoming() {
   }
 }
 
-Message SchedulerClient::wait_for(MsgType type, const std::string& what) {
-  const auto deadline = Clock::now() + milliseconds(cluster_.timeout_ms);
+Message SchedulerClient::wait_for(MsgType type, const std::string& what, int extra_ms) {
+  const int limit_ms = cluster_.timeout_ms + extra_ms;
+  const auto deadline = Clock::now() + milliseconds(limit_ms);
   while (true) {
     const auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
     if (left.count() <= 0) {
       throw TimeoutError(what + ": no answer from the scheduler at " + endpoint_ + " within " +
-                         std::to_string(cluster_.timeout_ms) + " ms");
+                         std::to_string(limit_ms) + " ms");
     }
     auto env = receive_message(socket_, false, std::min(left, milliseconds(200)), DecodeLimits{});
     if (!env) continue;
@@ -79,8 +81,10 @@ RegisterReply SchedulerClient::register_node(RegisterRequest request) {
   Header h = make_header(MsgType::kRegister);
   h.request_id = next_request_id_++;
   send_message(socket_, nullptr, h, Payload::bytes(wire_encode(request)));
-  Message m = wait_for(MsgType::kRegisterReply, "registration of this " + std::string(to_string(role_)));
-  std::vector<float> unused;
+  // Waits longer than the scheduler's own registration timeout, so that when
+  // some node is missing, the scheduler's reason (who is missing) arrives first.
+  Message m = wait_for(MsgType::kRegisterReply, "registration of this " + std::string(to_string(role_)),
+                       std::max(1000, cluster_.heartbeat_timeout_ms));
   const std::string body = m.text_payload();
   auto reply = wire_decode<RegisterReply>(std::as_bytes(std::span(body.data(), body.size())), "register reply");
   reply.layout.validate();

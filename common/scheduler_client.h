@@ -51,7 +51,7 @@ class SchedulerClient {
  private:
   Header make_header(MsgType type) const;
   // Waits for a message of `type` (handling aborts); throws TimeoutError naming `what`.
-  Message wait_for(MsgType type, const std::string& what);
+  Message wait_for(MsgType type, const std::string& what, int extra_ms = 0);
   void heartbeat_loop(std::string endpoint);
   void stop_heartbeats();
 

@@ -127,9 +127,11 @@ void Scheduler::assign_ranks() {
                         return x.name == y.name && x.shape == y.shape;
                       });
     if (!same) {
-      fail("worker " + std::to_string(n.rank) + " has a different model layout from worker " +
-           std::to_string(first_worker->rank) + " (" + std::to_string(b.size()) + " vs " + std::to_string(a.size()) +
-           " tensors)");
+      auto describe = [](const ParamLayout& l) {
+        return std::to_string(l.tensors().size()) + " tensors, " + std::to_string(l.total_elems()) + " parameters";
+      };
+      fail("worker " + std::to_string(n.rank) + " has a different model layout (" + describe(n.request.layout) +
+           ") from worker " + std::to_string(first_worker->rank) + " (" + describe(first_worker->request.layout) + ")");
     }
   }
   RegisterReply reply;

@@ -67,21 +67,31 @@ TEST_CASE("bad overrides are rejected naming the override, and leave the config 
         "--set workload.batch_size=\"8\": key 'workload.batch_size': expected an integer >= 1, got a string "
         "\"8\"");
   CHECK(override_error(c, "workload.batch_size=1\nx=2") ==
-        "--set workload.batch_size=1\nx=2: key 'workload.batch_size': expected an integer >= 1, got 1\nx=2 (not "
+        "--set workload.batch_size=1\nx=2: key 'workload.batch_size': expected an integer >= 1, got 1\nx=2 "
+        "(not "
         "a TOML value)");
   CHECK(override_error(c, "mode=bogus") ==
         "--set mode=bogus: key 'mode': expected one of \"sync\", \"async\", \"allreduce\", got \"bogus\"");
   CHECK(override_error(c, "optimizer.momentum=1") ==
         "--set optimizer.momentum=1: key 'optimizer.momentum': expected a number in [0, 1), got 1");
-  CHECK(override_error(c, "schedule.step_epochs=[3, 1]") ==
-        "--set schedule.step_epochs=[3, 1]: key 'schedule.step_epochs[1]': expected a number greater than the "
-        "previous element (3), got 1");
+  CHECK(
+      override_error(c, "schedule.step_epochs=[3, 1]") ==
+      "--set schedule.step_epochs=[3, 1]: key 'schedule.step_epochs[1]': expected a number greater than the "
+      "previous element (3), got 1");
   CHECK(override_error(c, "workload.batch_size") ==
         "--set workload.batch_size: expected SECTION.KEY=VALUE, got no '='");
   CHECK(override_error(c, "workload.batchsize=3") ==
-        "--set workload.batchsize=3: key 'workload.batchsize': unknown key; did you mean 'workload.batch_size'?");
+        "--set workload.batchsize=3: key 'workload.batchsize': unknown key; did you mean "
+        "'workload.batch_size'?");
   CHECK(override_error(c, "batch_size=3") ==
         "--set batch_size=3: key 'batch_size': unknown top-level key; did you mean 'workload.batch_size'?");
+  CHECK(override_error(c, "worklaod.batch_size=3") ==
+        "--set worklaod.batch_size=3: key 'worklaod.batch_size': unknown top-level key; did you mean "
+        "'workload'?");
+  CHECK(
+      override_error(c, "zzz.batch_size=3") ==
+      "--set zzz.batch_size=3: key 'zzz.batch_size': unknown top-level key; expected one of mode, [cluster], "
+      "[ps], [workload], [optimizer], [schedule], [collective], [output] at the top level");
   CHECK(c == before);
 }
 

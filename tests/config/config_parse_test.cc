@@ -1,12 +1,12 @@
 // parse_config / load_config / to_toml: defaults, every key read into its
 // field, exact round trips, files, and the example in docs/config.md.
 #include <doctest/doctest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
-#include <unistd.h>
 
 #include "common/config.h"
 #include "common/errors.h"
@@ -19,19 +19,47 @@ RunConfig everything_set() {
   RunConfig c;
   c.source_path = "all.toml";
   c.mode = Mode::kAsync;
-  c.cluster = {.scheduler = "tcp://10.0.0.1:7000", .transport = "ipc", .num_servers = 3, .num_workers = 4,
-               .server_hosts = {"s0", "s1", "s2"}, .worker_hosts = {"w0", "w1", "w2", "w3"},
-               .server_port = 9000, .heartbeat_interval_ms = 250, .heartbeat_timeout_ms = 3000,
-               .timeout_ms = 60000, .max_message_bytes = std::int64_t{3} << 30};
+  c.cluster = {.scheduler = "tcp://10.0.0.1:7000",
+               .transport = "ipc",
+               .num_servers = 3,
+               .num_workers = 4,
+               .server_hosts = {"s0", "s1", "s2"},
+               .worker_hosts = {"w0", "w1", "w2", "w3"},
+               .server_port = 9000,
+               .heartbeat_interval_ms = 250,
+               .heartbeat_timeout_ms = 3000,
+               .timeout_ms = 60000,
+               .max_message_bytes = std::int64_t{3} << 30};
   c.ps.partition_bytes = 4096;
-  c.workload = {.model = "small_cnn", .dataset = "synthetic", .data_path = "/data/x \"quoted\"\\dir\ttab",
-                .batch_size = 32, .epochs = 7, .max_steps = 12345678901, .seed = 9223372036854775807ULL,
-                .device = "cuda", .threads = 3, .synthetic_train = 100, .synthetic_test = 50,
-                .straggler_rank = 2, .straggler_slowdown = 2.5, .simulated_step_ms = 0.1 + 0.2};
-  c.optimizer = {.name = "adam", .lr = 1.0 / 3.0, .momentum = 0.0, .weight_decay = 5e-4,
-                 .nesterov = false, .beta1 = 0.8, .beta2 = 0.99, .epsilon = 1e-12};
-  c.schedule = {.decay = "step", .warmup_epochs = 0.5, .step_epochs = {1, 2.5, 30},
-                .gamma = 0.2, .min_lr = 1e-5, .linear_scaling = true, .base_batch = 128};
+  c.workload = {.model = "small_cnn",
+                .dataset = "synthetic",
+                .data_path = "/data/x \"quoted\"\\dir\ttab",
+                .batch_size = 32,
+                .epochs = 7,
+                .max_steps = 12345678901,
+                .seed = 9223372036854775807ULL,
+                .device = "cuda",
+                .threads = 3,
+                .synthetic_train = 100,
+                .synthetic_test = 50,
+                .straggler_rank = 2,
+                .straggler_slowdown = 2.5,
+                .simulated_step_ms = 0.1 + 0.2};
+  c.optimizer = {.name = "adam",
+                 .lr = 1.0 / 3.0,
+                 .momentum = 0.0,
+                 .weight_decay = 5e-4,
+                 .nesterov = false,
+                 .beta1 = 0.8,
+                 .beta2 = 0.99,
+                 .epsilon = 1e-12};
+  c.schedule = {.decay = "step",
+                .warmup_epochs = 0.5,
+                .step_epochs = {1, 2.5, 30},
+                .gamma = 0.2,
+                .min_lr = 1e-5,
+                .linear_scaling = true,
+                .base_batch = 128};
   c.collective = {.backend = "nccl", .bucket_bytes = 1 << 20};
   c.output = {.run_dir = "runs/é x", .log_level = "debug"};
   return c;
@@ -180,8 +208,8 @@ TEST_CASE("to_string(Mode)") {
 
 // A fresh directory under the system temp dir, removed at scope exit.
 struct TempDir {
-  std::filesystem::path path = std::filesystem::temp_directory_path() /
-                               ("pstrain_config_test_" + std::to_string(::getpid()));
+  std::filesystem::path path =
+      std::filesystem::temp_directory_path() / ("pstrain_config_test_" + std::to_string(::getpid()));
   TempDir() { std::filesystem::create_directories(path); }
   ~TempDir() { std::filesystem::remove_all(path); }
 };
@@ -195,13 +223,16 @@ TEST_CASE("load_config reads a file and names it in errors") {
   CHECK(c.source_path == file);
 
   std::ofstream(file) << "[workload]\n\nbatch_size = 0\n";
-  CHECK_THROWS_WITH_AS(load_config(file), (file + ":3: key 'workload.batch_size': expected an integer >= 1, got 0").c_str(),
+  CHECK_THROWS_WITH_AS(load_config(file),
+                       (file + ":3: key 'workload.batch_size': expected an integer >= 1, got 0").c_str(),
                        ConfigError);
   const std::string missing = (dir.path / "missing.toml").string();
-  CHECK_THROWS_WITH_AS(load_config(missing), (missing + ": cannot open config file: No such file or directory").c_str(),
+  CHECK_THROWS_WITH_AS(load_config(missing),
+                       (missing + ": cannot open config file: No such file or directory").c_str(),
                        ConfigError);
   CHECK_THROWS_WITH_AS(load_config(dir.path.string()),
-                       (dir.path.string() + ": cannot read config file: Is a directory").c_str(), ConfigError);
+                       (dir.path.string() + ": cannot read config file: Is a directory").c_str(),
+                       ConfigError);
 }
 
 TEST_CASE("the example in docs/config.md parses and round-trips") {

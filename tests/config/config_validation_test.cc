@@ -74,19 +74,24 @@ TEST_CASE("per-key ranges, enums and shapes are enforced with file:line and key"
       {"[workload]\ndataset = \"imagenet\"",
        "bad.toml:2: key 'workload.dataset': expected one of \"fashion-mnist\", \"mnist\", \"cifar10\", "
        "\"synthetic\", got \"imagenet\""},
-      {"[workload]\ndata_path = 3", "bad.toml:2: key 'workload.data_path': expected a string, got an integer 3"},
-      {"[workload]\nbatch_size = 0", "bad.toml:2: key 'workload.batch_size': expected an integer >= 1, got 0"},
+      {"[workload]\ndata_path = 3",
+       "bad.toml:2: key 'workload.data_path': expected a string, got an integer 3"},
+      {"[workload]\nbatch_size = 0",
+       "bad.toml:2: key 'workload.batch_size': expected an integer >= 1, got 0"},
       {"[workload]\nbatch_size = 3000000000",
-       "bad.toml:2: key 'workload.batch_size': expected an integer >= 1 of at most 2147483647, got 3000000000"},
+       "bad.toml:2: key 'workload.batch_size': expected an integer >= 1 of at most 2147483647, got "
+       "3000000000"},
       {"[workload]\nepochs = 0", "bad.toml:2: key 'workload.epochs': expected an integer >= 1, got 0"},
-      {"[workload]\nmax_steps = -1", "bad.toml:2: key 'workload.max_steps': expected an integer >= 0, got -1"},
+      {"[workload]\nmax_steps = -1",
+       "bad.toml:2: key 'workload.max_steps': expected an integer >= 0, got -1"},
       {"[workload]\nseed = -1", "bad.toml:2: key 'workload.seed': expected an integer >= 0, got -1"},
       {"[workload]\ndevice = \"tpu\"",
        "bad.toml:2: key 'workload.device': expected one of \"auto\", \"cpu\", \"cuda\", got \"tpu\""},
       {"[workload]\nthreads = -1", "bad.toml:2: key 'workload.threads': expected an integer >= 0, got -1"},
       {"[workload]\nsynthetic_train = 0",
        "bad.toml:2: key 'workload.synthetic_train': expected an integer >= 1, got 0"},
-      {"[workload]\nsynthetic_test = 0", "bad.toml:2: key 'workload.synthetic_test': expected an integer >= 1, got 0"},
+      {"[workload]\nsynthetic_test = 0",
+       "bad.toml:2: key 'workload.synthetic_test': expected an integer >= 1, got 0"},
       {"[workload]\nstraggler_rank = -2",
        "bad.toml:2: key 'workload.straggler_rank': expected an integer >= -1, got -2"},
       {"[workload]\nstraggler_slowdown = 0.5",
@@ -108,13 +113,15 @@ TEST_CASE("per-key ranges, enums and shapes are enforced with file:line and key"
       {"[optimizer]\nnesterov = \"yes\"",
        "bad.toml:2: key 'optimizer.nesterov': expected a boolean (true or false), got a string \"yes\""},
       {"[optimizer]\nbeta1 = 1", "bad.toml:2: key 'optimizer.beta1': expected a number in [0, 1), got 1"},
-      {"[optimizer]\nbeta2 = -0.5", "bad.toml:2: key 'optimizer.beta2': expected a number in [0, 1), got -0.5"},
+      {"[optimizer]\nbeta2 = -0.5",
+       "bad.toml:2: key 'optimizer.beta2': expected a number in [0, 1), got -0.5"},
       {"[optimizer]\nepsilon = 0", "bad.toml:2: key 'optimizer.epsilon': expected a number > 0, got 0"},
       {"[schedule]\ndecay = \"linear\"",
        "bad.toml:2: key 'schedule.decay': expected one of \"none\", \"step\", \"cosine\", got \"linear\""},
       {"[schedule]\nwarmup_epochs = -1",
        "bad.toml:2: key 'schedule.warmup_epochs': expected a number >= 0, got -1"},
-      {"[schedule]\nstep_epochs = [0]", "bad.toml:2: key 'schedule.step_epochs[0]': expected a number > 0, got 0"},
+      {"[schedule]\nstep_epochs = [0]",
+       "bad.toml:2: key 'schedule.step_epochs[0]': expected a number > 0, got 0"},
       {"[schedule]\nstep_epochs = [2, 1]",
        "bad.toml:2: key 'schedule.step_epochs[1]': expected a number greater than the previous element (2), "
        "got 1"},
@@ -126,7 +133,8 @@ TEST_CASE("per-key ranges, enums and shapes are enforced with file:line and key"
       {"[schedule]\nmin_lr = -1", "bad.toml:2: key 'schedule.min_lr': expected a number >= 0, got -1"},
       {"[schedule]\nlinear_scaling = 1",
        "bad.toml:2: key 'schedule.linear_scaling': expected a boolean (true or false), got an integer 1"},
-      {"[schedule]\nbase_batch = 0", "bad.toml:2: key 'schedule.base_batch': expected an integer >= 1, got 0"},
+      {"[schedule]\nbase_batch = 0",
+       "bad.toml:2: key 'schedule.base_batch': expected an integer >= 1, got 0"},
       {"[collective]\nbackend = \"mpi\"",
        "bad.toml:2: key 'collective.backend': expected one of \"auto\", \"gloo\", \"nccl\", got \"mpi\""},
       {"[collective]\nbucket_bytes = 0",
@@ -161,15 +169,20 @@ TEST_CASE("unknown keys and sections are rejected with the closest known name") 
   check_cases({
       {"[workload]\nbatchsize = 3",
        "bad.toml:2: key 'workload.batchsize': unknown key; did you mean 'workload.batch_size'?"},
+      {"[workload]\nsynthetic_tests = 3",  // synthetic_train is near too, but farther
+       "bad.toml:2: key 'workload.synthetic_tests': unknown key; did you mean 'workload.synthetic_test'?"},
       {"[cluster]\nbatch_size = 3",
        "bad.toml:2: key 'cluster.batch_size': unknown key; did you mean 'workload.batch_size'?"},
-      {"\n\n[worklaod]\nbatch_size = 3", "bad.toml:3: key 'worklaod': unknown top-level key; did you mean 'workload'?"},
-      {"batch_size = 3", "bad.toml:1: key 'batch_size': unknown top-level key; did you mean 'workload.batch_size'?"},
+      {"\n\n[worklaod]\nbatch_size = 3",
+       "bad.toml:3: key 'worklaod': unknown top-level key; did you mean 'workload'?"},
+      {"batch_size = 3",
+       "bad.toml:1: key 'batch_size': unknown top-level key; did you mean 'workload.batch_size'?"},
       {"mdoe = \"sync\"", "bad.toml:1: key 'mdoe': unknown top-level key; did you mean 'mode'?"},
       {"[output]\ncolor = true",
        "bad.toml:2: key 'output.color': unknown key; expected one of run_dir, log_level in [output]"},
       {"[workload.extra]\nx = 1",
-       "bad.toml:1: key 'workload.extra': unknown key; expected one of model, dataset, data_path, batch_size, "
+       "bad.toml:1: key 'workload.extra': unknown key; expected one of model, dataset, data_path, "
+       "batch_size, "
        "epochs, max_steps, seed, device, threads, synthetic_train, synthetic_test, straggler_rank, "
        "straggler_slowdown, simulated_step_ms in [workload]"},
       {"zzz = 1",
@@ -225,7 +238,8 @@ TEST_CASE("the exceptions of the rules between keys are accepted") {
       parse_config("[workload]\ndataset = \"synthetic\"\ndata_path = \"\"\nstraggler_rank = 1", "ok.toml");
   CHECK(synthetic.workload.data_path.empty());
   CHECK(synthetic.workload.straggler_rank == 1);
-  const RunConfig adam = parse_config("[optimizer]\nname = \"adam\"\nmomentum = 0\nnesterov = true", "ok.toml");
+  const RunConfig adam =
+      parse_config("[optimizer]\nname = \"adam\"\nmomentum = 0\nnesterov = true", "ok.toml");
   CHECK(adam.optimizer.nesterov);
 }
 

@@ -1,5 +1,7 @@
 // LrSchedule shapes: warmup endpoints, step boundaries, cosine endpoints and
 // midpoint, linear scaling, and its input checks.
+#include "common/lr_schedule.h"
+
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -7,7 +9,6 @@
 
 #include "common/config.h"
 #include "common/errors.h"
-#include "common/lr_schedule.h"
 
 namespace pstrain {
 namespace {
@@ -108,15 +109,21 @@ TEST_CASE("invalid inputs are ConfigErrors naming the value") {
                        "lr schedule: global_batch: expected an integer >= 1, got 0", ConfigError);
   CHECK_THROWS_WITH_AS(LrSchedule(lr_of(0), ok, 10, 100, 64),
                        "lr schedule: optimizer.lr: expected a finite number > 0, got 0", ConfigError);
-  CHECK_THROWS_WITH_AS(LrSchedule(lr_of(0.1), with([](auto& s) { s.decay = "linear"; }), 10, 100, 64),
-                       "lr schedule: schedule.decay: expected one of \"none\", \"step\", \"cosine\", got \"linear\"",
-                       ConfigError);
+  CHECK_THROWS_WITH_AS(
+      LrSchedule(lr_of(0.1), with([](auto& s) { s.decay = "linear"; }), 10, 100, 64),
+      "lr schedule: schedule.decay: expected one of \"none\", \"step\", \"cosine\", got \"linear\"",
+      ConfigError);
   CHECK_THROWS_WITH_AS(LrSchedule(lr_of(0.1), with([](auto& s) { s.warmup_epochs = -1; }), 10, 100, 64),
-                       "lr schedule: schedule.warmup_epochs: expected a finite number >= 0, got -1", ConfigError);
-  CHECK_THROWS_WITH_AS(LrSchedule(lr_of(0.1), with([](auto& s) { s.step_epochs = {2, 1}; }), 10, 100, 64),
-                       "lr schedule: schedule.step_epochs: expected finite numbers > 0 in increasing order, got 1 "
-                       "after 2",
+                       "lr schedule: schedule.warmup_epochs: expected a finite number >= 0, got -1",
                        ConfigError);
+  CHECK_THROWS_WITH_AS(
+      LrSchedule(lr_of(0.1), with([](auto& s) {
+                   s.step_epochs = {2, 1};
+                 }),
+                 10, 100, 64),
+      "lr schedule: schedule.step_epochs: expected finite numbers > 0 in increasing order, got 1 "
+      "after 2",
+      ConfigError);
   CHECK_THROWS_WITH_AS(LrSchedule(lr_of(0.1), with([](auto& s) { s.gamma = 0; }), 10, 100, 64),
                        "lr schedule: schedule.gamma: expected a number in (0, 1], got 0", ConfigError);
   CHECK_THROWS_WITH_AS(LrSchedule(lr_of(0.1), with([](auto& s) { s.gamma = 1.5; }), 10, 100, 64),
@@ -124,7 +131,8 @@ TEST_CASE("invalid inputs are ConfigErrors naming the value") {
   CHECK_THROWS_WITH_AS(LrSchedule(lr_of(0.1), with([](auto& s) { s.min_lr = -1; }), 10, 100, 64),
                        "lr schedule: schedule.min_lr: expected a finite number >= 0, got -1", ConfigError);
   CHECK_THROWS_WITH_AS(LrSchedule(lr_of(0.1), with([](auto& s) { s.min_lr = 0.2; }), 10, 100, 64),
-                       "lr schedule: schedule.min_lr: expected at most the base lr (0.1), got 0.2", ConfigError);
+                       "lr schedule: schedule.min_lr: expected at most the base lr (0.1), got 0.2",
+                       ConfigError);
   CHECK_THROWS_WITH_AS(LrSchedule(lr_of(0.1), with([](auto& s) { s.base_batch = 0; }), 10, 100, 64),
                        "lr schedule: schedule.base_batch: expected an integer >= 1, got 0", ConfigError);
   const LrSchedule s(lr_of(0.1), ok, 10, 100, 64);

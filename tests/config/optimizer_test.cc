@@ -1,5 +1,7 @@
 // Optimizers against hand-computed steps (formulas in common/optimizer.h),
 // against a double-precision reference over many elements, and their checks.
+#include "common/optimizer.h"
+
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -9,14 +11,13 @@
 
 #include "common/config.h"
 #include "common/errors.h"
-#include "common/optimizer.h"
 
 namespace pstrain {
 namespace {
 
 OptimizerConfig sgd(double lr, double momentum, double weight_decay = 0.0, bool nesterov = false) {
-  return OptimizerConfig{.name = "sgd", .lr = lr, .momentum = momentum, .weight_decay = weight_decay,
-                         .nesterov = nesterov};
+  return OptimizerConfig{
+      .name = "sgd", .lr = lr, .momentum = momentum, .weight_decay = weight_decay, .nesterov = nesterov};
 }
 
 OptimizerConfig adam(double lr, double weight_decay = 0.0) {
@@ -49,15 +50,15 @@ TEST_CASE("plain SGD: w -= lr * g") {
 
 TEST_CASE("SGD momentum: v = mu v + g, w -= lr v") {
   const auto ws = trajectory(sgd(0.1, 0.9), 1.0f, {1.0f, 1.0f, 1.0f});
-  CHECK(ws[0] == doctest::Approx(0.9).epsilon(1e-6));     // v = 1
-  CHECK(ws[1] == doctest::Approx(0.71).epsilon(1e-6));    // v = 1.9
-  CHECK(ws[2] == doctest::Approx(0.439).epsilon(1e-6));   // v = 2.71
+  CHECK(ws[0] == doctest::Approx(0.9).epsilon(1e-6));    // v = 1
+  CHECK(ws[1] == doctest::Approx(0.71).epsilon(1e-6));   // v = 1.9
+  CHECK(ws[2] == doctest::Approx(0.439).epsilon(1e-6));  // v = 2.71
 }
 
 TEST_CASE("SGD Nesterov: w -= lr (g + mu v)") {
   const auto ws = trajectory(sgd(0.1, 0.9, 0.0, true), 1.0f, {1.0f, 1.0f});
-  CHECK(ws[0] == doctest::Approx(0.81).epsilon(1e-6));    // v = 1, d = 1.9
-  CHECK(ws[1] == doctest::Approx(0.539).epsilon(1e-6));   // v = 1.9, d = 2.71
+  CHECK(ws[0] == doctest::Approx(0.81).epsilon(1e-6));   // v = 1, d = 1.9
+  CHECK(ws[1] == doctest::Approx(0.539).epsilon(1e-6));  // v = 1.9, d = 2.71
 }
 
 TEST_CASE("SGD weight decay adds wd * w to the gradient") {
@@ -110,15 +111,16 @@ struct Reference {
 
 TEST_CASE("many elements (not a multiple of the vector width) match a double reference") {
   const std::int64_t n = 1037;
-  for (const OptimizerConfig& config : {sgd(0.05, 0.0, 1e-3), sgd(0.05, 0.9, 1e-3), sgd(0.05, 0.9, 1e-3, true),
-                                        adam(0.01, 1e-3)}) {
+  for (const OptimizerConfig& config :
+       {sgd(0.05, 0.0, 1e-3), sgd(0.05, 0.9, 1e-3), sgd(0.05, 0.9, 1e-3, true), adam(0.01, 1e-3)}) {
     CAPTURE(config.name);
     CAPTURE(config.nesterov);
     std::mt19937 rng(7);
     std::normal_distribution<float> dist(0.0f, 1.0f);
     std::vector<float> w(n);
     for (float& x : w) x = dist(rng);
-    Reference ref{config, std::vector<double>(w.begin(), w.end()), std::vector<double>(n), std::vector<double>(n)};
+    Reference ref{config, std::vector<double>(w.begin(), w.end()), std::vector<double>(n),
+                  std::vector<double>(n)};
     auto opt = make_optimizer(config, n);
     std::vector<float> g(n);
     for (int s = 0; s < 20; ++s) {
@@ -169,8 +171,8 @@ TEST_CASE("invalid hyper-parameters are ConfigErrors naming the value") {
 TEST_CASE("step checks lengths and lr") {
   auto opt = make_optimizer(sgd(0.1, 0.9), 3);
   std::vector<float> w(3), g(3), short_g(2);
-  CHECK_THROWS_WITH_AS(opt->step(w, short_g, 0.1), "optimizer step: expected 3 elements, got w of 3 and g of 2",
-                       ComputeError);
+  CHECK_THROWS_WITH_AS(opt->step(w, short_g, 0.1),
+                       "optimizer step: expected 3 elements, got w of 3 and g of 2", ComputeError);
   CHECK_THROWS_WITH_AS(opt->step(w, g, -0.1), "optimizer step: lr: expected a finite number >= 0, got -0.1",
                        ConfigError);
   CHECK(opt->steps_taken() == 0);

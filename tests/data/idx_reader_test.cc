@@ -6,6 +6,8 @@
 
 #include <filesystem>
 
+#include <unistd.h>
+
 #include "common/errors.h"
 #include "tests/data/data_test_util.h"
 
@@ -94,6 +96,14 @@ TEST_CASE("idx: missing and unreadable files") {
   const std::string not_file = thrown_message<DataError>(
       [&] { load_idx(dir.file("a-dir"), dir.file("labels"), "t", kStats); });
   CHECK_HAS(not_file, "read of " + dir.file("a-dir") + ": not a regular file");
+  testing::write_plain(dir.file("locked"), good_images());
+  std::filesystem::permissions(dir.file("locked"), std::filesystem::perms::none);
+  if (geteuid() == 0) {
+    MESSAGE("permission case skipped: root can read a file with mode 000");
+  } else {
+    CHECK_HAS(thrown_message<DataError>([&] { load_idx(dir.file("locked"), dir.file("labels"), "t", kStats); }),
+              "read of " + dir.file("locked") + ": cannot open: Permission denied");
+  }
 }
 
 TEST_CASE("idx: bad magic, dtype and number of dims") {

@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <numeric>
 #include <utility>
@@ -11,6 +12,7 @@
 #include "common/errors.h"
 #include "tests/data/data_test_util.h"
 #include "worker/data/batches.h"
+#include "worker/data/portable_random.h"
 
 namespace pstrain::data {
 namespace {
@@ -77,7 +79,10 @@ TEST_CASE("sampler: same across calls and samplers, differs between epochs and s
   CHECK(sampler.total_size() == 501);
   // The shuffle is our own Fisher-Yates: a fixed seed gives a fixed order on
   // every platform (this pins it, so a change of algorithm is noticed).
-  CHECK(epoch_permutation(8, 1, 0) == epoch_permutation(8, 1, 0));
+  CHECK(epoch_permutation(8, 1, 0) == std::vector<std::int64_t>{5, 0, 3, 6, 7, 1, 2, 4});
+  CHECK(epoch_permutation(8, 1, 1) == std::vector<std::int64_t>{2, 0, 1, 7, 4, 5, 6, 3});
+  CHECK(ShardSampler(8, 3, 1, 1).indices(0) == std::vector<std::int64_t>{0, 7, 4});
+  CHECK(ShardSampler(8, 3, 2, 1).indices(0) == std::vector<std::int64_t>{3, 1, 5});  // 5: padding
   std::vector<std::int64_t> sorted = epoch_permutation(1000, 5, 3);
   CHECK(sorted != epoch_permutation(1000, 5, 4));
   std::sort(sorted.begin(), sorted.end());
@@ -108,6 +113,31 @@ TEST_CASE("sampler: validation") {
                  "shard sampler: epoch -1 < 0");
   CHECK_HAS(thrown_message<ConfigError>([] { epoch_permutation(0, 1, 0); }),
                  "epoch permutation: num_samples 0 < 1");
+}
+
+TEST_CASE("portable random: bounded integers and normals") {
+  std::mt19937_64 engine(mix_seed(3, 4));
+  std::vector<int> counts(6, 0);
+  double sum = 0, sum_sq = 0;
+  constexpr int kDraws = 60000;
+  for (int i = 0; i < kDraws; ++i) {
+    const std::uint64_t value = uniform_below(engine, 6);
+    REQUIRE(value < 6);
+    ++counts[value];
+    const double u = uniform01(engine);
+    REQUIRE(u >= 0.0);
+    REQUIRE(u < 1.0);
+    const double z = standard_normal(engine);
+    sum += z;
+    sum_sq += z * z;
+  }
+  for (const int count : counts) CHECK(std::abs(count - kDraws / 6) < 500);
+  CHECK(std::abs(sum / kDraws) < 0.02);
+  CHECK(sum_sq / kDraws == doctest::Approx(1.0).epsilon(0.03));
+  CHECK(uniform_below(engine, 1) == 0);
+  CHECK(mix_seed(1, 0) == 0x7adda25fcf93ee03ULL);
+  CHECK(mix_seed(1, 0) != mix_seed(0, 1));
+  CHECK(mix_seed(1, 0) != mix_seed(1, 1));
 }
 
 TEST_CASE("batches: split keeps or drops the last partial batch") {

@@ -1,7 +1,9 @@
 #include "worker/data/idx_reader.h"
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
+#include <span>
 #include <utility>
 
 #include "common/errors.h"
@@ -56,81 +58,109 @@ std::string dims_text(const std::vector<std::int64_t>& dims) {
   return text;
 }
 
-// Reads the dims following the magic number; returns them with the total
-// file size in bytes (header + data), checked against max_bytes.
-std::pair<std::vector<std::int64_t>, std::int64_t> read_dims(ByteReader& reader, int num_dims,
-                                                              std::int64_t max_bytes) {
-  const std::int64_t header_bytes = 4 + 4 * std::int64_t{num_dims};
-  std::vector<std::uint8_t> raw(static_cast<std::size_t>(4 * num_dims));
-  const std::int64_t got = reader.read(raw.data(), static_cast<std::int64_t>(raw.size()));
-  if (got < static_cast<std::int64_t>(raw.size())) {
-    fail(reader.path(), "truncated header: expected " + std::to_string(header_bytes) +
-                            " bytes, got " + std::to_string(4 + got));
-  }
-  std::vector<std::int64_t> dims;
-  std::int64_t total_bytes = header_bytes;
-  for (int d = 0; d < num_dims; ++d) dims.push_back(big_endian_u32(raw.data() + 4 * d));
-  std::int64_t data_bytes = 1;
-  for (std::size_t d = 0; d < dims.size(); ++d) {
-    if (dims[d] == 0) fail(reader.path(), "dim " + std::to_string(d) + " is 0");
-    if (data_bytes > (max_bytes - header_bytes) / dims[d]) {
-      fail(reader.path(), "header declares " + dims_text(dims) + " bytes of data, more than the " +
-                              "limit of " + std::to_string(max_bytes) + " bytes per file");
+// An open IDX file whose header has been read and checked; the data follow.
+class IdxStream {
+ public:
+  IdxStream(const std::string& path, int expected_num_dims, std::int64_t max_bytes)
+      : reader_(path), header_bytes_(4 + 4 * std::int64_t{expected_num_dims}) {
+    std::array<std::uint8_t, 4> magic{};
+    const std::int64_t got = reader_.read(magic.data(), 4);
+    if (got < 4) {
+      fail(path, "truncated header: expected at least 4 bytes, got " + std::to_string(got));
     }
-    data_bytes *= dims[d];
+    check_magic(path, magic, expected_num_dims);
+    read_dims(expected_num_dims, max_bytes);
   }
-  total_bytes += data_bytes;
-  return {std::move(dims), total_bytes};
-}
+
+  const std::vector<std::int64_t>& dims() const { return dims_; }
+  std::int64_t data_bytes() const { return data_bytes_; }
+  const std::string& path() const { return reader_.path(); }
+
+  // Reads all the data, passing it in order to consume(chunk) in chunks of
+  // at most kChunkBytes; then checks that the file ends right there.
+  template <typename Consume>
+  void read_data(Consume&& consume) {
+    std::vector<std::uint8_t> chunk(static_cast<std::size_t>(std::min(kChunkBytes, data_bytes_)));
+    for (std::int64_t done = 0; done < data_bytes_;) {
+      const std::int64_t want = std::min(kChunkBytes, data_bytes_ - done);
+      const std::int64_t got = reader_.read(chunk.data(), want);
+      if (got < want) {
+        fail(path(), "truncated: expected " + std::to_string(header_bytes_ + data_bytes_) +
+                         " bytes, got " + std::to_string(header_bytes_ + done + got));
+      }
+      consume(std::span<const std::uint8_t>(chunk.data(), static_cast<std::size_t>(got)));
+      done += got;
+    }
+    const std::int64_t extra = reader_.skip_rest();
+    if (extra > 0) {
+      fail(path(), "trailing garbage: " + std::to_string(extra) + " bytes after the expected " +
+                       std::to_string(header_bytes_ + data_bytes_));
+    }
+    reader_.check_complete_stream();
+  }
+
+ private:
+  static constexpr std::int64_t kChunkBytes = std::int64_t{1} << 18;
+
+  // Reads the big-endian dims after the magic number and checks the data
+  // size (header included) against max_bytes.
+  void read_dims(int num_dims, std::int64_t max_bytes) {
+    std::vector<std::uint8_t> raw(static_cast<std::size_t>(4 * num_dims));
+    const std::int64_t got = reader_.read(raw.data(), static_cast<std::int64_t>(raw.size()));
+    if (got < static_cast<std::int64_t>(raw.size())) {
+      fail(path(), "truncated header: expected " + std::to_string(header_bytes_) + " bytes, got " +
+                       std::to_string(4 + got));
+    }
+    for (int d = 0; d < num_dims; ++d) dims_.push_back(big_endian_u32(raw.data() + 4 * d));
+    data_bytes_ = 1;
+    for (std::size_t d = 0; d < dims_.size(); ++d) {
+      if (dims_[d] == 0) fail(path(), "dim " + std::to_string(d) + " is 0");
+      if (data_bytes_ > (max_bytes - header_bytes_) / dims_[d]) {
+        fail(path(), "header declares " + dims_text(dims_) + " bytes of data, more than the " +
+                         "limit of " + std::to_string(max_bytes) + " bytes per file");
+      }
+      data_bytes_ *= dims_[d];
+    }
+  }
+
+  ByteReader reader_;
+  std::int64_t header_bytes_;
+  std::vector<std::int64_t> dims_;
+  std::int64_t data_bytes_ = 0;
+};
 
 }  // namespace
 
 IdxArray read_idx_u8(const std::string& path, int expected_num_dims, std::int64_t max_bytes) {
-  ByteReader reader(path);
-  std::array<std::uint8_t, 4> magic{};
-  const std::int64_t got_magic = reader.read(magic.data(), 4);
-  if (got_magic < 4) {
-    fail(path, "truncated header: expected at least 4 bytes, got " + std::to_string(got_magic));
-  }
-  check_magic(path, magic, expected_num_dims);
-  auto [dims, total_bytes] = read_dims(reader, expected_num_dims, max_bytes);
-  const std::int64_t header_bytes = 4 + 4 * std::int64_t{expected_num_dims};
-  IdxArray array{std::move(dims), {}};
-  array.data.resize(static_cast<std::size_t>(total_bytes - header_bytes));
-  const std::int64_t got = reader.read(array.data.data(), total_bytes - header_bytes);
-  if (got < total_bytes - header_bytes) {
-    fail(path, "truncated: expected " + std::to_string(total_bytes) + " bytes, got " +
-                   std::to_string(header_bytes + got));
-  }
-  const std::int64_t extra = reader.skip_rest();
-  if (extra > 0) {
-    fail(path, "trailing garbage: " + std::to_string(extra) + " bytes after the expected " +
-                   std::to_string(total_bytes));
-  }
-  reader.check_complete_stream();
+  IdxStream stream(path, expected_num_dims, max_bytes);
+  IdxArray array{stream.dims(), {}};
+  array.data.reserve(static_cast<std::size_t>(stream.data_bytes()));
+  stream.read_data([&](std::span<const std::uint8_t> chunk) {
+    array.data.insert(array.data.end(), chunk.begin(), chunk.end());
+  });
   return array;
 }
 
 Dataset load_idx(const std::string& images_path, const std::string& labels_path, std::string name,
                  ChannelStats stats, int num_classes, std::int64_t max_file_bytes) {
-  const IdxArray images = read_idx_u8(images_path, 3, max_file_bytes);
+  IdxStream images(images_path, 3, max_file_bytes);
   const IdxArray labels = read_idx_u8(labels_path, 1, max_file_bytes);
-  if (images.dims[1] > kMaxImageSide || images.dims[2] > kMaxImageSide) {
-    fail(images_path, "image size " + std::to_string(images.dims[1]) + "x" +
-                          std::to_string(images.dims[2]) + " above the limit of " +
-                          std::to_string(kMaxImageSide) + " per side");
+  const std::vector<std::int64_t>& dims = images.dims();
+  if (dims[1] > kMaxImageSide || dims[2] > kMaxImageSide) {
+    fail(images_path, "image size " + std::to_string(dims[1]) + "x" + std::to_string(dims[2]) +
+                          " above the limit of " + std::to_string(kMaxImageSide) + " per side");
   }
-  if (images.dims[0] != labels.dims[0]) {
-    throw DataError("load of " + name + ": image count " + std::to_string(images.dims[0]) +
-                    " (" + images_path + ") != label count " + std::to_string(labels.dims[0]) +
-                    " (" + labels_path + ")");
+  if (dims[0] != labels.dims[0]) {
+    throw DataError("load of " + name + ": image count " + std::to_string(dims[0]) + " (" +
+                    images_path + ") != label count " + std::to_string(labels.dims[0]) + " (" +
+                    labels_path + ")");
   }
   Dataset dataset;
   dataset.name = std::move(name);
-  dataset.num_samples = images.dims[0];
+  dataset.num_samples = dims[0];
   dataset.channels = 1;
-  dataset.height = static_cast<int>(images.dims[1]);
-  dataset.width = static_cast<int>(images.dims[2]);
+  dataset.height = static_cast<int>(dims[1]);
+  dataset.width = static_cast<int>(dims[2]);
   dataset.num_classes = num_classes;
   dataset.normalization = {stats};
   dataset.labels.resize(labels.data.size());
@@ -143,8 +173,11 @@ Dataset load_idx(const std::string& images_path, const std::string& labels_path,
     dataset.labels[i] = labels.data[i];
   }
   const std::array<float, 256> table = pixel_table(stats);
-  dataset.images.resize(images.data.size());
-  for (std::size_t i = 0; i < images.data.size(); ++i) dataset.images[i] = table[images.data[i]];
+  dataset.images.resize(static_cast<std::size_t>(images.data_bytes()));
+  float* out = dataset.images.data();
+  images.read_data([&](std::span<const std::uint8_t> chunk) {
+    for (const std::uint8_t pixel : chunk) *out++ = table[pixel];
+  });
   dataset.validate();
   return dataset;
 }

@@ -1,7 +1,6 @@
 #include "worker/nn/cpu_ops.h"
 
 #include <cmath>
-#include <limits>
 #include <string>
 
 #include "common/errors.h"
@@ -90,7 +89,7 @@ Backend::XentResult softmax_xent(int n, int classes, const float* logits, const 
 }
 
 void sgd_step(float* w, const float* g, float* velocity, std::size_t num_elems, const SgdParams& p) {
-  if (velocity == nullptr && p.momentum != 0.0f) {
+  if (velocity == nullptr && p.momentum != 0.0f && num_elems > 0) {
     throw ComputeError("sgd_step: momentum " + std::to_string(p.momentum) + " needs a velocity buffer, got null");
   }
   for (std::size_t i = 0; i < num_elems; ++i) {
@@ -106,16 +105,19 @@ void sgd_step(float* w, const float* g, float* velocity, std::size_t num_elems, 
 
 void adam_step(float* w, const float* g, float* m, float* v, std::size_t num_elems, const AdamParams& p) {
   if (p.t < 1) throw ComputeError("adam_step: step count t is " + std::to_string(p.t) + ", expected >= 1");
+  // Arranged like common/optimizer.cc: w -= (lr / c1) * m / (sqrt(v) / sqrt(c2) + eps).
   const double t = static_cast<double>(p.t);
-  const float correction1 = static_cast<float>(1.0 - std::pow(static_cast<double>(p.beta1), t));
-  const float correction2 = static_cast<float>(1.0 - std::pow(static_cast<double>(p.beta2), t));
+  const double correction1 = 1.0 - std::pow(static_cast<double>(p.beta1), t);
+  const double correction2 = 1.0 - std::pow(static_cast<double>(p.beta2), t);
+  const auto step_size = static_cast<float>(static_cast<double>(p.lr) / correction1);
+  const auto inv_sqrt_c2 = static_cast<float>(1.0 / std::sqrt(correction2));
+  const float one_minus_b1 = 1.0f - p.beta1;
+  const float one_minus_b2 = 1.0f - p.beta2;
   for (std::size_t i = 0; i < num_elems; ++i) {
     const float grad = g[i] + p.weight_decay * w[i];
-    m[i] = p.beta1 * m[i] + (1.0f - p.beta1) * grad;
-    v[i] = p.beta2 * v[i] + (1.0f - p.beta2) * grad * grad;
-    const float m_hat = m[i] / correction1;
-    const float v_hat = v[i] / correction2;
-    w[i] -= p.lr * m_hat / (std::sqrt(v_hat) + p.epsilon);
+    m[i] = p.beta1 * m[i] + one_minus_b1 * grad;
+    v[i] = p.beta2 * v[i] + one_minus_b2 * grad * grad;
+    w[i] -= step_size * m[i] / (std::sqrt(v[i]) * inv_sqrt_c2 + p.epsilon);
   }
 }
 

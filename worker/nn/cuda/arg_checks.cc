@@ -23,9 +23,9 @@ void check_sgd_velocity(const float* velocity, float momentum, std::string_view 
 }
 
 void check_xent_shape(int n, int classes, std::string_view op) {
-  if (n < 0 || classes < 1) {
-    throw ComputeError(std::string(op) + ": invalid shape n=" + std::to_string(n) + " classes=" +
-                       std::to_string(classes) + ", expected n >= 0 and classes >= 1");
+  if (n <= 0 || classes <= 0) {
+    throw ComputeError(std::string(op) + ": n=" + std::to_string(n) + " classes=" + std::to_string(classes) +
+                       ": both must be positive");
   }
 }
 

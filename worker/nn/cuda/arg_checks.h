@@ -17,7 +17,7 @@ void check_dropout_p(float p, std::string_view op);
 void check_adam_step(std::int64_t t, std::string_view op);
 // velocity may be null only when momentum == 0.
 void check_sgd_velocity(const float* velocity, float momentum, std::string_view op);
-// n >= 0 and classes >= 1 (n == 0 is an empty batch).
+// n >= 1 and classes >= 1: "softmax_xent: n=0 classes=10: both must be positive".
 void check_xent_shape(int n, int classes, std::string_view op);
 // "softmax_xent: label of sample 3 is 12, expected 0..9".
 std::string bad_label_message(int row, std::int32_t label, int classes);

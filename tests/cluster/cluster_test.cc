@@ -1,0 +1,132 @@
+// Whole clusters in one process over inproc://: scheduler and servers as
+// threads, workers as threads, many push/pull rounds, final weights exact.
+#include <doctest/doctest.h>
+
+#include <thread>
+
+#include "common/errors.h"
+#include "tools/cluster/local_cluster.h"
+
+using namespace pstrain;
+
+namespace {
+
+ParamLayout test_layout() {
+  ParamLayout layout;
+  layout.add("a", {7});
+  layout.add("b", {10, 100});
+  layout.add("c", {3});
+  return layout;
+}
+
+LocalClusterOptions options(Mode mode, int servers, int workers) {
+  LocalClusterOptions o;
+  o.mode = mode;
+  o.num_servers = servers;
+  o.num_workers = workers;
+  o.optimizer.name = "sgd";
+  o.optimizer.momentum = 0.0;
+  o.optimizer.weight_decay = 0.0;
+  o.partition_bytes = 256;  // many chunks, split unevenly
+  o.cluster.timeout_ms = 20000;
+  o.cluster.heartbeat_interval_ms = 100;
+  return o;
+}
+
+float initial(std::size_t i) { return static_cast<float>(i % 5); }
+float gradient(int rank, std::size_t i, int step) { return static_cast<float>(rank + 1 + static_cast<int>(i % 3) + step); }
+
+// Runs `body` on one thread per worker; rethrows the first failure.
+void run_workers(int workers, const std::function<void(int)>& body) {
+  std::vector<std::thread> threads;
+  std::vector<std::exception_ptr> errors(static_cast<std::size_t>(workers));
+  for (int r = 0; r < workers; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        body(r);
+      } catch (...) {
+        errors[static_cast<std::size_t>(r)] = std::current_exception();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (auto& e : errors) {
+    if (e) std::rethrow_exception(e);
+  }
+}
+
+void run_rounds(Mode mode, int servers, int workers, int rounds) {
+  zmq::context_t ctx;
+  LocalCluster cluster(ctx, options(mode, servers, workers));
+  const ParamLayout layout = test_layout();
+  const auto n = static_cast<std::size_t>(layout.total_elems());
+  std::vector<std::vector<float>> finals(static_cast<std::size_t>(workers));
+  run_workers(workers, [&](int r) {
+    WorkerSession session(ctx, cluster.worker_options(r), layout);
+    std::vector<float> params(n, 99.0f);
+    if (session.rank() == 0) {
+      for (std::size_t i = 0; i < n; ++i) params[i] = initial(i);
+    }
+    session.broadcast_initial(params);
+    for (std::size_t i = 0; i < n; ++i) REQUIRE(params[i] == initial(i));
+    std::vector<float> grad(n);
+    for (int step = 0; step < rounds; ++step) {
+      session.kv().wait(session.kv().pull(params, mode == Mode::kSync ? step : 0));
+      for (std::size_t i = 0; i < n; ++i) grad[i] = gradient(session.rank(), i, step);
+      session.kv().wait(session.kv().push(grad, step, 1.0));
+    }
+    session.scheduler().barrier("all pushed");
+    session.kv().wait(session.kv().pull(params, mode == Mode::kSync ? rounds : 0));
+    finals[static_cast<std::size_t>(session.rank())] = params;
+    session.finish();
+  });
+  cluster.join();
+  // Expected: sync subtracts the mean of each step, async every gradient; both
+  // sum to the same integer-valued totals here, divided by W in sync.
+  for (std::size_t i = 0; i < n; ++i) {
+    double total = 0;
+    for (int step = 0; step < rounds; ++step) {
+      for (int r = 0; r < workers; ++r) total += gradient(r, i, step);
+    }
+    const double expected = initial(i) - (mode == Mode::kSync ? total / workers : total);
+    for (int r = 0; r < workers; ++r) CHECK(finals[static_cast<std::size_t>(r)][i] == static_cast<float>(expected));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("in-process clusters: 1..4 workers x 1..3 servers, sync and async, exact final weights") {
+  for (Mode mode : {Mode::kSync, Mode::kAsync}) {
+    for (int servers = 1; servers <= 3; ++servers) {
+      for (int workers = 1; workers <= 4; ++workers) {
+        CAPTURE(to_string(mode));
+        CAPTURE(servers);
+        CAPTURE(workers);
+        run_rounds(mode, servers, workers, 12);
+      }
+    }
+  }
+}
+
+TEST_CASE("the same cluster over tcp and ipc") {
+  for (const char* transport : {"tcp", "ipc"}) {
+    CAPTURE(transport);
+    zmq::context_t ctx;
+    LocalClusterOptions o = options(Mode::kSync, 2, 2);
+    o.transport = transport;
+    LocalCluster cluster(ctx, o);
+    const ParamLayout layout = test_layout();
+    run_workers(2, [&](int r) {
+      WorkerSession session(ctx, cluster.worker_options(r), layout);
+      std::vector<float> params(static_cast<std::size_t>(layout.total_elems()), 1.0f);
+      session.broadcast_initial(params);
+      std::vector<float> grad(params.size(), 2.0f);
+      session.kv().wait(session.kv().pull(params, 0));
+      session.kv().wait(session.kv().push(grad, 0, 0.5));
+      session.kv().wait(session.kv().pull(params, 1));
+      for (float x : params) CHECK(x == 0.0f);
+      session.finish();
+    });
+    cluster.join();
+  }
+}

@@ -1,0 +1,217 @@
+// Header codec round trips, and every rejection rule of decode_message fed
+// its bad input.
+#include <doctest/doctest.h>
+
+#include <cstring>
+
+#include "common/errors.h"
+#include "common/protocol.h"
+#include "common/transport.h"
+#include "common/wire_archive.h"
+
+using namespace pstrain;
+
+namespace {
+
+Header push_header(std::int64_t num_elems) {
+  Header h;
+  h.type = MsgType::kPush;
+  h.role = Role::kWorker;
+  h.dtype = DType::kFloat32;
+  h.sender = 3;
+  h.request_id = 77;
+  h.key = 17;
+  h.step = 5;
+  h.num_elems = num_elems;
+  h.lr = 0.125;
+  return h;
+}
+
+std::vector<zmq::message_t> frames_of(const Header& h, std::size_t payload_bytes, bool with_payload = true) {
+  std::vector<zmq::message_t> frames;
+  frames.push_back(encode_header(h));
+  if (with_payload) frames.emplace_back(payload_bytes);
+  return frames;
+}
+
+std::string decode_error(std::vector<zmq::message_t> frames, DecodeLimits limits = {}) {
+  try {
+    decode_message(frames, limits);
+  } catch (const ProtocolError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// Re-encodes a header after changing one raw byte range (for fields whose
+// enum types cannot hold bad values).
+zmq::message_t patched_header(const Header& h, std::size_t offset, std::uint8_t value) {
+  std::string bytes = wire_encode(h);
+  bytes[offset] = static_cast<char>(value);
+  return zmq::message_t(bytes.data(), bytes.size());
+}
+
+}  // namespace
+
+TEST_CASE("header round trip keeps every field") {
+  Header h = push_header(1024);
+  h.version = 9;
+  h.aux = -4;
+  h.status = Status::kRejected;
+  std::vector<zmq::message_t> frames = frames_of(h, 4096);
+  Message m = decode_message(frames, {});
+  CHECK(m.header.type == MsgType::kPush);
+  CHECK(m.header.role == Role::kWorker);
+  CHECK(m.header.sender == 3);
+  CHECK(m.header.request_id == 77);
+  CHECK(m.header.key == 17);
+  CHECK(m.header.step == 5);
+  CHECK(m.header.version == 9);
+  CHECK(m.header.aux == -4);
+  CHECK(m.header.status == Status::kRejected);
+  CHECK(m.header.lr == 0.125);
+  CHECK(m.has_payload);
+  CHECK(m.payload.size() == 4096);
+  CHECK(header_wire_bytes() == wire_encode(Header{}).size());
+}
+
+TEST_CASE("every message type round trips") {
+  for (int t = static_cast<int>(MsgType::kRegister); t <= static_cast<int>(MsgType::kLast); ++t) {
+    Header h;
+    h.type = static_cast<MsgType>(t);
+    CAPTURE(to_string(h.type));
+    const std::string bytes = wire_encode(h);
+    CHECK(wire_decode<Header>(std::as_bytes(std::span(bytes)), "header").type == h.type);
+  }
+}
+
+TEST_CASE("frame count is checked") {
+  CHECK(decode_error({}).find("0 frames") != std::string::npos);
+  std::vector<zmq::message_t> three = frames_of(push_header(1), 4);
+  three.emplace_back(4);
+  CHECK(decode_error(std::move(three)).find("3 frames") != std::string::npos);
+}
+
+TEST_CASE("header size, magic and version are checked") {
+  std::vector<zmq::message_t> short_header;
+  short_header.emplace_back(10);
+  CHECK(decode_error(std::move(short_header)).find("header frame is 10 bytes") != std::string::npos);
+
+  Header bad_magic = push_header(1);
+  bad_magic.magic = 0xdeadbeef;
+  CHECK(decode_error(frames_of(bad_magic, 4)).find("bad magic 0xdeadbeef") != std::string::npos);
+
+  Header bad_version = push_header(1);
+  bad_version.proto_version = 99;
+  CHECK(decode_error(frames_of(bad_version, 4)).find("protocol version 99") != std::string::npos);
+}
+
+TEST_CASE("unknown type, role, dtype and status codes are rejected") {
+  const Header h = push_header(1);
+  // Field offsets in the encoded header: magic(4) version(2) type(1) role(1) dtype(1) status(1).
+  auto one = [&](std::size_t offset, std::uint8_t value) {
+    std::vector<zmq::message_t> frames;
+    frames.push_back(patched_header(h, offset, value));
+    frames.emplace_back(4);
+    return decode_error(std::move(frames));
+  };
+  CHECK(one(6, 0).find("unknown message type 0") != std::string::npos);
+  CHECK(one(6, 200).find("unknown message type 200") != std::string::npos);
+  CHECK(one(7, 9).find("unknown role 9") != std::string::npos);
+  CHECK(one(8, 7).find("unknown dtype code 7") != std::string::npos);
+  CHECK(one(9, 42).find("unknown status code 42") != std::string::npos);
+}
+
+TEST_CASE("payload rules per type") {
+  SUBCASE("push without payload") {
+    CHECK(decode_error(frames_of(push_header(1), 0, false)).find("payload frame missing") != std::string::npos);
+  }
+  SUBCASE("size must equal num_elems * 4") {
+    const std::string err = decode_error(frames_of(push_header(1024), 4092));
+    CHECK(err.find("push from worker 3 (key 17): expected 4096 payload bytes for 1024 float32 elements, got 4092") !=
+          std::string::npos);
+  }
+  SUBCASE("wrong dtype for float data") {
+    Header h = push_header(1);
+    h.dtype = DType::kBytes;
+    CHECK(decode_error(frames_of(h, 4)).find("expected dtype float32") != std::string::npos);
+  }
+  SUBCASE("negative or oversized element counts") {
+    CHECK(decode_error(frames_of(push_header(-1), 4)).find("num_elems -1 outside") != std::string::npos);
+    DecodeLimits small{1024};
+    CHECK(decode_error(frames_of(push_header(1000), 4000), small).find("num_elems 1000 outside [0, 256]") !=
+          std::string::npos);
+  }
+  SUBCASE("heartbeat must carry nothing") {
+    Header h;
+    h.type = MsgType::kHeartbeat;
+    CHECK(decode_error(frames_of(h, 8)).find("carries no payload") != std::string::npos);
+  }
+  SUBCASE("no payload but num_elems set") {
+    Header h;
+    h.type = MsgType::kPull;
+    h.num_elems = 5;
+    CHECK(decode_error(frames_of(h, 0, false)).find("no payload but dtype/num_elems set") != std::string::npos);
+  }
+  SUBCASE("control body cap") {
+    Header h;
+    h.type = MsgType::kAbort;
+    h.dtype = DType::kBytes;
+    CHECK(decode_error(frames_of(h, kMaxBodyBytes + 1)).find("exceeds the") != std::string::npos);
+  }
+}
+
+TEST_CASE("bounded archive refuses length prefixes beyond the frame") {
+  RegisterReply reply;
+  reply.server_endpoints = {"tcp://a:1", "tcp://b:2"};
+  reply.layout.add("w", {3, 4});
+  std::string bytes = wire_encode(reply);
+  auto back = wire_decode<RegisterReply>(std::as_bytes(std::span(bytes)), "register reply");
+  CHECK(back.server_endpoints == reply.server_endpoints);
+  CHECK(back.layout.total_elems() == 12);
+
+  // Claim 2^40 endpoints: rejected before any allocation.
+  std::string hostile = bytes;
+  const std::uint64_t huge = std::uint64_t{1} << 40;
+  std::memcpy(hostile.data() + 12, &huge, sizeof(huge));  // after rank, num_servers, num_workers
+  try {
+    wire_decode<RegisterReply>(std::as_bytes(std::span(hostile)), "register reply");
+    FAIL("hostile length accepted");
+  } catch (const ProtocolError& e) {
+    CHECK(std::string(e.what()).find("length prefix 1099511627776 exceeds") != std::string::npos);
+  }
+  // Truncated and trailing bytes.
+  CHECK_THROWS_WITH_AS(wire_decode<RegisterReply>(std::as_bytes(std::span(bytes)).first(bytes.size() - 3), "register reply"),
+                       doctest::Contains("truncated"), ProtocolError);
+  std::string trailing = bytes + "xy";
+  CHECK_THROWS_WITH_AS(wire_decode<RegisterReply>(std::as_bytes(std::span(trailing)), "register reply"),
+                       doctest::Contains("2 trailing bytes"), ProtocolError);
+}
+
+TEST_CASE("received layouts are validated") {
+  ParamLayout layout;
+  layout.add("a", {2, 3});
+  layout.add("b", {4});
+  layout.validate();
+  std::string bytes = wire_encode(layout);
+  // Corrupt the first tensor's offset (vector size 8 + name size 8 + "a" 1 + shape size 8 + 2 dims 16 = 41).
+  const std::int64_t bad_offset = 5;
+  std::memcpy(bytes.data() + 8 + 8 + 1 + 8 + 16, &bad_offset, sizeof(bad_offset));
+  auto back = wire_decode<ParamLayout>(std::as_bytes(std::span(bytes)), "layout");
+  CHECK_THROWS_WITH_AS(back.validate(), doctest::Contains("tensor 'a' has offset 5"), ProtocolError);
+}
+
+TEST_CASE("float payload view handles unaligned buffers") {
+  std::vector<char> raw(4 * 4 + 1);
+  const float values[4] = {1, 2, 3, 4};
+  std::memcpy(raw.data() + 1, values, sizeof(values));
+  Message m;
+  m.header.num_elems = 4;
+  m.payload = zmq::message_t(raw.data() + 1, sizeof(values));
+  m.has_payload = true;
+  std::vector<float> scratch;
+  auto view = m.float_payload(scratch);
+  REQUIRE(view.size() == 4);
+  CHECK(view[0] == 1);
+  CHECK(view[3] == 4);
+}

@@ -1,0 +1,93 @@
+#include "tools/cluster/local_cluster.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <utility>
+
+namespace pstrain {
+
+namespace {
+// Distinct inproc/ipc names per cluster object, without any global counter.
+std::string unique_tag(const void* self) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%d-%p", static_cast<int>(getpid()), self);
+  return buf;
+}
+}  // namespace
+
+LocalCluster::LocalCluster(zmq::context_t& ctx, LocalClusterOptions options)
+    : ctx_(ctx), options_(std::move(options)),
+      tag_(unique_tag(this)),
+      log_("local", options_.log_level) {
+  SchedulerOptions so;
+  so.num_servers = options_.num_servers;
+  so.num_workers = options_.num_workers;
+  so.cluster = options_.cluster;
+  so.bind_endpoint = endpoint_for("scheduler");
+  scheduler_ = std::make_unique<Scheduler>(ctx_, so, log_);
+  scheduler_endpoint_ = scheduler_->endpoint();
+  threads_.emplace_back([this] { run_guarded([this] { scheduler_->run(); }); });
+  for (int s = 0; s < options_.num_servers; ++s) {
+    threads_.emplace_back([this, s] {
+      run_guarded([this, s] {
+        ServerOptions opt;
+        opt.mode = options_.mode;
+        opt.optimizer = options_.optimizer;
+        opt.partition_bytes = options_.partition_bytes;
+        opt.cluster = options_.cluster;
+        opt.scheduler_endpoint = scheduler_endpoint_;
+        opt.bind_endpoint = endpoint_for("server" + std::to_string(s));
+        opt.requested_rank = s;
+        opt.job_fingerprint =
+            job_fingerprint(options_.mode, options_.partition_bytes, options_.num_servers, options_.num_workers);
+        Logger log("server", options_.log_level);
+        Server server(ctx_, opt, log);
+        server.run();
+      });
+    });
+  }
+}
+
+LocalCluster::~LocalCluster() {
+  try {
+    join();
+  } catch (...) {
+    // join() is where failures are reported; a destructor must not throw.
+  }
+}
+
+std::string LocalCluster::endpoint_for(const std::string& name) const {
+  if (options_.transport == "tcp") return "tcp://127.0.0.1:*";
+  if (options_.transport == "ipc") return "ipc:///tmp/pstrain-" + tag_ + "-" + name;
+  return "inproc://pstrain-" + tag_ + "-" + name;
+}
+
+void LocalCluster::run_guarded(const std::function<void()>& body) {
+  try {
+    body();
+  } catch (...) {
+    std::lock_guard lock(mutex_);
+    if (!failure_) failure_ = std::current_exception();
+  }
+}
+
+WorkerSessionOptions LocalCluster::worker_options(int requested_rank) const {
+  WorkerSessionOptions w;
+  w.scheduler_endpoint = scheduler_endpoint_;
+  w.cluster = options_.cluster;
+  w.partition_bytes = options_.partition_bytes;
+  w.requested_rank = requested_rank;
+  w.job_fingerprint = job_fingerprint(options_.mode, options_.partition_bytes, options_.num_servers, options_.num_workers);
+  return w;
+}
+
+void LocalCluster::join() {
+  if (!joined_) {
+    for (auto& t : threads_) t.join();
+    joined_ = true;
+  }
+  if (failure_) std::rethrow_exception(std::exchange(failure_, nullptr));
+}
+
+}  // namespace pstrain

@@ -1,0 +1,65 @@
+// A whole parameter-server job inside one process: the scheduler and the
+// servers run as threads over one shared zmq::context_t (inproc:// by
+// default, or tcp/ipc on loopback), and the caller runs the workers on its
+// own threads with WorkerSession. Used by the unit tests and benchmarks.
+#pragma once
+
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <zmq.hpp>
+
+#include "common/config.h"
+#include "common/log.h"
+#include "scheduler/scheduler.h"
+#include "server/server.h"
+#include "worker/client/worker_session.h"
+
+namespace pstrain {
+
+struct LocalClusterOptions {
+  Mode mode = Mode::kSync;
+  int num_servers = 1;
+  int num_workers = 1;
+  OptimizerConfig optimizer;
+  std::int64_t partition_bytes = std::int64_t{1} << 20;
+  ClusterConfig cluster;
+  std::string transport = "inproc";  // "inproc" | "ipc" | "tcp"
+  LogLevel log_level = LogLevel::kWarn;
+};
+
+class LocalCluster {
+ public:
+  LocalCluster(zmq::context_t& ctx, LocalClusterOptions options);
+  ~LocalCluster();  // joins the threads
+  LocalCluster(const LocalCluster&) = delete;
+  LocalCluster& operator=(const LocalCluster&) = delete;
+
+  // Options for a worker's session in this cluster (rank -1: assigned).
+  WorkerSessionOptions worker_options(int requested_rank = -1) const;
+  const std::string& scheduler_endpoint() const { return scheduler_endpoint_; }
+  // Waits for the scheduler and servers to end; rethrows the first failure.
+  void join();
+
+ private:
+  std::string endpoint_for(const std::string& name) const;
+  void run_guarded(const std::function<void()>& body);
+
+  zmq::context_t& ctx_;
+  LocalClusterOptions options_;
+  std::string tag_;
+  Logger log_;
+  std::unique_ptr<Scheduler> scheduler_;
+  std::string scheduler_endpoint_;
+  std::vector<std::thread> threads_;
+  std::mutex mutex_;
+  std::exception_ptr failure_;
+  bool joined_ = false;
+};
+
+}  // namespace pstrain

@@ -1,0 +1,38 @@
+#include "worker/client/worker_session.h"
+
+#include <unistd.h>
+
+namespace pstrain {
+
+std::string job_fingerprint(Mode mode, std::int64_t partition_bytes, int num_servers, int num_workers) {
+  return "mode=" + std::string(to_string(mode)) + " partition_bytes=" + std::to_string(partition_bytes) +
+         " servers=" + std::to_string(num_servers) + " workers=" + std::to_string(num_workers);
+}
+
+WorkerSession::WorkerSession(zmq::context_t& ctx, const WorkerSessionOptions& options, const ParamLayout& layout)
+    : scheduler_(ctx, options.scheduler_endpoint, Role::kWorker, options.cluster) {
+  RegisterRequest req;
+  req.requested_rank = options.requested_rank;
+  req.host = this_host();
+  req.pid = static_cast<std::int64_t>(getpid());
+  req.job_fingerprint = options.job_fingerprint;
+  req.layout = layout;
+  const RegisterReply info = scheduler_.register_node(std::move(req));
+  num_workers_ = info.num_workers;
+  server_endpoints_ = info.server_endpoints;
+  if (info.num_servers > 0) {
+    map_ = ShardMap(info.layout, info.num_servers, options.partition_bytes);
+    KVClientOptions kv_options;
+    kv_options.worker_rank = info.rank;
+    kv_options.timeout = std::chrono::milliseconds(options.cluster.timeout_ms);
+    kv_options.max_message_bytes = options.cluster.max_message_bytes;
+    kv_ = std::make_unique<KVClient>(ctx, map_, info.server_endpoints, kv_options, &scheduler_);
+  }
+}
+
+void WorkerSession::broadcast_initial(std::span<float> params) {
+  if (rank() == 0) kv_->wait(kv_->init(params));
+  kv_->wait(kv_->pull(params, 0));
+}
+
+}  // namespace pstrain

@@ -1,0 +1,58 @@
+// Everything a worker process needs to talk to the job: its scheduler link
+// (rendezvous, barriers, heartbeats, end) and its parameter-server client.
+// Construction registers with the scheduler (blocking, at most timeout_ms)
+// and connects to every server. One thread owns a session.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include <zmq.hpp>
+
+#include "common/config.h"
+#include "common/param_layout.h"
+#include "common/scheduler_client.h"
+#include "common/shard_map.h"
+#include "worker/client/kv_client.h"
+
+namespace pstrain {
+
+struct WorkerSessionOptions {
+  std::string scheduler_endpoint;
+  ClusterConfig cluster;
+  std::int64_t partition_bytes = std::int64_t{1} << 20;
+  int requested_rank = -1;
+  std::string job_fingerprint;
+};
+
+class WorkerSession {
+ public:
+  WorkerSession(zmq::context_t& ctx, const WorkerSessionOptions& options, const ParamLayout& layout);
+
+  int rank() const { return scheduler_.rank(); }
+  int num_workers() const { return num_workers_; }
+  int num_servers() const { return map_.num_servers(); }
+  const ShardMap& shard_map() const { return map_; }
+  const std::vector<std::string>& server_endpoints() const { return server_endpoints_; }
+  KVClient& kv() { return *kv_; }
+  SchedulerClient& scheduler() { return scheduler_; }
+
+  // The initial model: worker 0 sends `params` to the servers; every worker
+  // then pulls version 0 into `params`, so all start from worker 0's weights.
+  void broadcast_initial(std::span<float> params);
+  // Tells the scheduler this worker is done and waits for the shutdown.
+  void finish() { scheduler_.finish(); }
+  void report_failure(const std::string& reason) noexcept { scheduler_.report_failure(reason); }
+
+ private:
+  SchedulerClient scheduler_;
+  int num_workers_ = 0;
+  ShardMap map_;
+  std::vector<std::string> server_endpoints_;
+  std::unique_ptr<KVClient> kv_;
+};
+
+// A fingerprint of what every node of one job must agree on.
+std::string job_fingerprint(Mode mode, std::int64_t partition_bytes, int num_servers, int num_workers);
+
+}  // namespace pstrain

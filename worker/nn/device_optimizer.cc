@@ -1,0 +1,51 @@
+#include "worker/nn/device_optimizer.h"
+
+#include <cmath>
+#include <string>
+
+#include "common/errors.h"
+#include "common/optimizer.h"
+
+namespace pstrain::nn {
+namespace {
+
+DeviceBuffer zeroed(Backend& backend, std::int64_t num_elems) {
+  DeviceBuffer buf(backend, static_cast<std::size_t>(num_elems) * sizeof(float));
+  backend.fill(buf.f32(), 0.0f, static_cast<std::size_t>(num_elems));
+  return buf;
+}
+
+}  // namespace
+
+DeviceOptimizer::DeviceOptimizer(const OptimizerConfig& config, Backend& backend, std::int64_t num_elems)
+    : config_(config), backend_(backend), num_elems_(num_elems) {
+  make_optimizer(config, 0);  // the shared validation; no state for 0 elements
+  if (num_elems < 0) {
+    throw ConfigError("device optimizer: num_elems: expected >= 0, got " + std::to_string(num_elems));
+  }
+  if (config.name == "adam") {
+    state1_ = zeroed(backend, num_elems);
+    state2_ = zeroed(backend, num_elems);
+  } else if (config.momentum > 0.0) {
+    state1_ = zeroed(backend, num_elems);
+  }
+}
+
+void DeviceOptimizer::step(float* w, const float* g, double lr) {
+  if (!(lr >= 0.0) || !std::isfinite(lr)) {
+    throw ConfigError("device optimizer step: lr: expected a finite number >= 0, got " + std::to_string(lr));
+  }
+  const auto n = static_cast<std::size_t>(num_elems_);
+  ++steps_taken_;
+  if (config_.name == "adam") {
+    const AdamParams p{static_cast<float>(lr), static_cast<float>(config_.beta1), static_cast<float>(config_.beta2),
+                       static_cast<float>(config_.epsilon), static_cast<float>(config_.weight_decay), steps_taken_};
+    backend_.adam_step(w, g, state1_.f32(), state2_.f32(), n, p);
+  } else {
+    const SgdParams p{static_cast<float>(lr), static_cast<float>(config_.momentum),
+                      static_cast<float>(config_.weight_decay), config_.nesterov};
+    backend_.sgd_step(w, g, state1_.f32(), n, p);  // null velocity when momentum is 0
+  }
+}
+
+}  // namespace pstrain::nn
