@@ -129,8 +129,7 @@ TEST_CASE("idx: truncated header and data, plain and gzip") {
   const Bytes images = good_images();
   const Bytes header_cut(images.begin(), images.begin() + 10);
   CHECK_HAS(load_error(dir, header_cut), "truncated header: expected 16 bytes, got 10");
-  Bytes data_cut = good_images();
-  data_cut.resize(data_cut.size() - 6);
+  const Bytes data_cut(images.begin(), images.end() - 6);
   const std::string expected = "read of " + dir.file("images") + ": truncated: expected 96 bytes, got 90";
   CHECK_HAS(load_error(dir, data_cut), expected);
   CHECK_HAS(load_error(dir, data_cut, true), expected);

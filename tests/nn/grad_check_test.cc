@@ -62,7 +62,7 @@ struct ConvCase {
 };
 
 TEST_CASE("conv2d gradients match finite differences (strides 1/2, padding 0/1/2, odd sizes)") {
-  auto backend = make_cpu_backend(2);
+  auto backend = make_cpu_backend(1);
   const ConvCase cases[] = {
       {2, 3, 7, 6, 4, 3, 1, 1},   // stride 1, pad 1
       {2, 2, 7, 9, 3, 3, 2, 0},   // stride 2, pad 0, odd sizes (last column unused)
@@ -82,7 +82,7 @@ TEST_CASE("conv2d gradients match finite differences (strides 1/2, padding 0/1/2
 }
 
 TEST_CASE("linear gradients match finite differences") {
-  auto backend = make_cpu_backend(2);
+  auto backend = make_cpu_backend(1);
   Linear flat("fc", Dims{7, 1, 1}, 5, WeightInit::kGlorot, *backend, 3);
   check_layer(*backend, flat, 3, random_values(3 * 7, 5));
   Linear from_image("fc_img", Dims{2, 3, 3}, 4, WeightInit::kHe, *backend, 2);  // reads [n, 2, 3, 3] as [n, 18]
@@ -90,7 +90,7 @@ TEST_CASE("linear gradients match finite differences") {
 }
 
 TEST_CASE("relu gradients match finite differences away from the kink") {
-  auto backend = make_cpu_backend(2);
+  auto backend = make_cpu_backend(1);
   ReLU relu(Dims{3, 4, 5}, *backend, 2);
   check_layer(*backend, relu, 2, testing::values_away_from_zero(2 * 60, 8, 0.05f));
 }
@@ -106,7 +106,7 @@ std::vector<float> distinct_values(std::size_t n, std::uint64_t seed) {
 }
 
 TEST_CASE("maxpool gradients match finite differences") {
-  auto backend = make_cpu_backend(2);
+  auto backend = make_cpu_backend(1);
   MaxPool2d pool(Dims{3, 6, 7}, 2, 2, *backend, 2);  // odd width: last column never pooled
   check_layer(*backend, pool, 2, distinct_values(2 * 3 * 6 * 7, 9));
   MaxPool2d overlapping(Dims{2, 7, 7}, 3, 2, *backend, 2);  // overlapping windows accumulate
@@ -114,21 +114,21 @@ TEST_CASE("maxpool gradients match finite differences") {
 }
 
 TEST_CASE("dropout gradients match finite differences with a fixed seed") {
-  auto backend = make_cpu_backend(2);
+  auto backend = make_cpu_backend(1);
   Dropout drop(Dims{4, 3, 3}, 0.4f, *backend, 3);
   check_layer(*backend, drop, 3, random_values(3 * 36, 12), {true, 1234, 1e-2f});
   check_layer(*backend, drop, 3, random_values(3 * 36, 12), {false, 1234, 1e-2f});  // identity
 }
 
 TEST_CASE("flatten gradient is the identity") {
-  auto backend = make_cpu_backend(2);
+  auto backend = make_cpu_backend(1);
   Flatten flat(Dims{2, 3, 4}, *backend, 2);
   CHECK(flat.output_dims() == Dims{24, 1, 1});
   check_layer(*backend, flat, 2, random_values(48, 14));
 }
 
 TEST_CASE("softmax cross-entropy gradient matches finite differences of the mean loss") {
-  auto backend = make_cpu_backend(2);
+  auto backend = make_cpu_backend(1);
   const int n = 4, classes = 5;
   SoftmaxCrossEntropy xent(classes, *backend);
   DeviceBuffer logits = testing::device_copy(*backend, random_values(n * classes, 15, -3.0f, 3.0f));

@@ -119,12 +119,10 @@ TEST_CASE("CUDA backend rejects invalid input like the CPU backend and stays usa
     CHECK(cuda_error == cpu_error);
   };
   both("bad label", [&](Backend& be, float* f) {
-    const bool cuda = be.is_cuda();
-    be.softmax_xent(n, classes, (cuda ? logits.cuda : logits.cpu).f32(), (cuda ? bad_labels.cuda : bad_labels.cpu).i32(),
-                    f);
+    be.softmax_xent(n, classes, logits.on(be).f32(), bad_labels.on(be).i32(), f);
   });
   both("empty batch", [&](Backend& be, float* f) {
-    be.softmax_xent(0, classes, f, (be.is_cuda() ? good_labels.cuda : good_labels.cpu).i32(), f + 100);
+    be.softmax_xent(0, classes, logits.on(be).f32(), good_labels.on(be).i32(), f);
   });
   both("dropout p = 1", [](Backend& be, float* f) { be.dropout_forward(f, f + 10, f + 20, 10, 1.0f, 1); });
   both("adam t = 0", [](Backend& be, float* f) {

@@ -80,6 +80,8 @@ struct BufferPair {
   template <class T>
   BufferPair(Backends& b, const std::vector<T>& host)
       : cpu(Buffer::from(*b.cpu, host)), cuda(Buffer::from(*b.cuda, host)) {}
+  // The copy living on `backend`.
+  const Buffer& on(const Backend& backend) const { return backend.is_cuda() ? cuda : cpu; }
 };
 
 inline std::vector<float> random_floats(std::size_t num_elems, std::uint32_t seed, float lo = -1.0f,

@@ -4,11 +4,6 @@
 
 namespace pstrain {
 
-std::string job_fingerprint(Mode mode, std::int64_t partition_bytes, int num_servers, int num_workers) {
-  return "mode=" + std::string(to_string(mode)) + " partition_bytes=" + std::to_string(partition_bytes) +
-         " servers=" + std::to_string(num_servers) + " workers=" + std::to_string(num_workers);
-}
-
 WorkerSession::WorkerSession(zmq::context_t& ctx, const WorkerSessionOptions& options, const ParamLayout& layout)
     : scheduler_(ctx, options.scheduler_endpoint, Role::kWorker, options.cluster) {
   RegisterRequest req;

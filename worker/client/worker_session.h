@@ -10,6 +10,7 @@
 #include <zmq.hpp>
 
 #include "common/config.h"
+#include "common/job_fingerprint.h"
 #include "common/param_layout.h"
 #include "common/scheduler_client.h"
 #include "common/shard_map.h"
@@ -51,8 +52,5 @@ class WorkerSession {
   std::vector<std::string> server_endpoints_;
   std::unique_ptr<KVClient> kv_;
 };
-
-// A fingerprint of what every node of one job must agree on.
-std::string job_fingerprint(Mode mode, std::int64_t partition_bytes, int num_servers, int num_workers);
 
 }  // namespace pstrain

@@ -9,9 +9,9 @@
 #include <utility>
 
 #include "common/errors.h"
+#include "worker/nn/cuda/arg_checks.h"
 #include "worker/nn/cuda/cuda_check.h"
 #include "worker/nn/cuda/kernels.cuh"
-#include "worker/nn/cuda/arg_checks.h"
 #include "worker/nn/shape_checks.h"
 
 namespace pstrain::nn {

@@ -1,0 +1,52 @@
+// pstrain-scheduler: the rendezvous of one job. See scheduler/scheduler.h.
+#include <fstream>
+
+#include "common/errors.h"
+#include "common/log.h"
+#include "common/node_cli.h"
+#include "scheduler/scheduler.h"
+
+namespace {
+
+// Where to listen for a configured scheduler endpoint: port 0 means any free
+// port; a non-loopback host means every interface of this machine.
+std::string bind_endpoint_for(const std::string& endpoint) {
+  if (endpoint.rfind("tcp://", 0) != 0) return endpoint;
+  const auto colon = endpoint.rfind(':');
+  if (colon == std::string::npos || colon < 6) throw pstrain::ConfigError("cluster.scheduler '" + endpoint + "': expected tcp://HOST:PORT");
+  std::string host = endpoint.substr(6, colon - 6);
+  std::string port = endpoint.substr(colon + 1);
+  if (port == "0") port = "*";
+  if (host != "localhost" && host.rfind("127.", 0) != 0) host = "*";
+  if (host == "localhost") host = "127.0.0.1";
+  return "tcp://" + host + ":" + port;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"pstrain scheduler: rendezvous, barriers, liveness and the end of a job"};
+  pstrain::NodeArgs args;
+  std::string endpoint_file;
+  pstrain::add_node_options(app, args);
+  app.add_option("--endpoint-file", endpoint_file, "write the bound endpoint to this file once listening");
+  CLI11_PARSE(app, argc, argv);
+  return pstrain::guarded_main("pstrain-scheduler", [&] {
+    const pstrain::RunConfig config = pstrain::load_node_config(args);
+    pstrain::Logger log("scheduler", pstrain::parse_log_level(config.output.log_level));
+    pstrain::SchedulerOptions options;
+    options.num_servers = config.mode == pstrain::Mode::kAllreduce ? 0 : config.cluster.num_servers;
+    options.num_workers = config.cluster.num_workers;
+    options.cluster = config.cluster;
+    options.bind_endpoint = bind_endpoint_for(config.cluster.scheduler);
+    zmq::context_t ctx;
+    pstrain::Scheduler scheduler(ctx, options, log);
+    if (!endpoint_file.empty()) {
+      const std::string tmp = endpoint_file + ".tmp";
+      std::ofstream(tmp) << scheduler.endpoint() << "\n";
+      std::rename(tmp.c_str(), endpoint_file.c_str());  // readers never see a partial file
+    }
+    scheduler.run();
+    return 0;
+  });
+}

@@ -1,0 +1,89 @@
+// pstrain-server: one parameter-server shard. See server/server.h.
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "common/errors.h"
+#include "common/log.h"
+#include "common/node_cli.h"
+#include "server/server.h"
+#include "common/job_fingerprint.h"
+#include "common/json_line.h"
+
+namespace {
+
+// Where this server listens, and the host workers dial.
+void choose_endpoint(const pstrain::RunConfig& c, int rank, pstrain::ServerOptions& o) {
+  if (c.cluster.transport == "ipc") {
+    o.bind_endpoint = "ipc:///tmp/pstrain-" + std::to_string(getpid()) + "-server";
+    return;
+  }
+  if (c.cluster.server_hosts.empty()) {
+    o.bind_endpoint = c.cluster.server_port > 0 && rank >= 0
+                          ? "tcp://127.0.0.1:" + std::to_string(c.cluster.server_port + rank)
+                          : "tcp://127.0.0.1:*";
+    return;
+  }
+  if (rank < 0) {
+    throw pstrain::ConfigError("cluster.server_hosts is set: give each server its --rank (or launch under SLURM/mpirun)");
+  }
+  o.bind_endpoint = c.cluster.server_port > 0 ? "tcp://*:" + std::to_string(c.cluster.server_port + rank) : "tcp://*:*";
+  o.advertise_host = c.cluster.server_hosts.at(static_cast<std::size_t>(rank));
+}
+
+// run_dir/metrics/server-<rank>.json (docs/run_directory.md).
+void write_server_metrics(const std::string& run_dir, const pstrain::Server& server) {
+  if (run_dir.empty()) return;
+  const pstrain::StoreStats& s = server.stats();
+  std::string histogram = "{";
+  for (const auto& [staleness, count] : s.staleness_histogram) {
+    histogram += (histogram.size() > 1 ? "," : "") + ("\"" + std::to_string(staleness) + "\":" + std::to_string(count));
+  }
+  histogram += "}";
+  const std::string line = pstrain::JsonLine()
+                               .add("rank", server.rank())
+                               .add("updates", s.updates_applied)
+                               .add("pushes_accepted", s.pushes_accepted)
+                               .add("pushes_rejected", s.pushes_rejected)
+                               .raw("staleness_histogram", histogram)
+                               .str();
+  std::filesystem::create_directories(run_dir + "/metrics");
+  const std::string path = run_dir + "/metrics/server-" + std::to_string(server.rank()) + ".json";
+  std::ofstream out(path);
+  out << line << "\n";
+  if (!out) throw pstrain::Error("cannot write " + path);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"pstrain server: holds a shard of the model and applies updates"};
+  pstrain::NodeArgs args;
+  pstrain::add_node_options(app, args);
+  CLI11_PARSE(app, argc, argv);
+  return pstrain::guarded_main("pstrain-server", [&] {
+    const pstrain::RunConfig config = pstrain::load_node_config(args);
+    if (config.mode == pstrain::Mode::kAllreduce) {
+      throw pstrain::ConfigError(config.source_path + ": mode = \"allreduce\" runs no servers");
+    }
+    const int rank = args.rank >= 0 ? args.rank
+                                    : pstrain::role_rank_from_launcher(1, config.cluster.num_servers, "server");
+    pstrain::Logger log("server", pstrain::parse_log_level(config.output.log_level));
+    pstrain::ServerOptions o;
+    o.mode = config.mode;
+    o.optimizer = config.optimizer;
+    o.partition_bytes = config.ps.partition_bytes;
+    o.cluster = config.cluster;
+    o.scheduler_endpoint = config.cluster.scheduler;
+    o.requested_rank = rank;
+    o.job_fingerprint = pstrain::job_fingerprint(config.mode, config.ps.partition_bytes, config.cluster.num_servers,
+                                                 config.cluster.num_workers);
+    choose_endpoint(config, rank, o);
+    zmq::context_t ctx;
+    pstrain::Server server(ctx, o, log);
+    server.run();
+    write_server_metrics(config.output.run_dir, server);
+    return 0;
+  });
+}

@@ -1,0 +1,99 @@
+#include "tools/launcher/launch_plan.h"
+
+#include <unistd.h>
+
+#include <system_error>
+
+#include "common/errors.h"
+#include "tools/launcher/config_site.h"
+
+namespace pstrain::launcher {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string quoted(const std::string& s) { return "'" + s + "'"; }
+
+void check_dataset(const LaunchRequest& request, const RunConfig& config) {
+  if (config.workload.dataset == "synthetic") return;
+  const std::string& dir = config.workload.data_path;
+  std::error_code ec;
+  if (fs::is_directory(dir, ec)) return;
+  const std::string problem = fs::exists(dir, ec) ? "is not a directory" : "does not exist";
+  throw ConfigError(key_site(request.config_path, request.overrides, "workload.data_path") +
+                    ": key 'workload.data_path': dataset directory " + quoted(dir) + " " + problem +
+                    " (workload.dataset = \"" + config.workload.dataset + "\")");
+}
+
+bool is_this_machine(const std::string& host) {
+  if (host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0) return true;
+  char name[256] = {};
+  return gethostname(name, sizeof(name) - 1) == 0 && host == name;
+}
+
+void check_hosts(const LaunchRequest& request, const std::vector<std::string>& hosts, const char* key) {
+  for (const std::string& host : hosts) {
+    if (is_this_machine(host)) continue;
+    throw ConfigError(key_site(request.config_path, request.overrides, key) + ": key '" + key + "': host " +
+                      quoted(host) +
+                      " is not this machine; the local launcher starts every process here (use SLURM or "
+                      "mpirun for runs over several machines)");
+  }
+}
+
+void check_programs(const fs::path& bin_dir, bool with_servers) {
+  for (const char* program : {"pstrain-scheduler", "pstrain-server", "pstrain-worker"}) {
+    if (!with_servers && std::string_view(program) == "pstrain-server") continue;
+    const fs::path path = bin_dir / program;
+    if (access(path.c_str(), X_OK) != 0) {
+      throw ConfigError("bin dir " + bin_dir.string() + ": no executable " + program +
+                        " (build it, or pass --bin-dir DIR)");
+    }
+  }
+}
+
+std::vector<std::string> node_argv(const LaunchPlan& plan, const char* program, const std::string& endpoint,
+                                   int rank) {
+  return {(plan.bin_dir / program).string(), "--config", plan.config_file().string(), "--scheduler", endpoint,
+          "--rank", std::to_string(rank)};
+}
+
+}  // namespace
+
+LaunchPlan plan_launch(const LaunchRequest& request) {
+  LaunchPlan plan;
+  plan.config = load_config(request.config_path);
+  for (const std::string& o : request.overrides) apply_override(plan.config, o);
+  const std::string run_dir = request.run_dir.empty() ? plan.config.output.run_dir : request.run_dir;
+  plan.run_dir = fs::absolute(run_dir).lexically_normal();
+  plan.config.output.run_dir = plan.run_dir.string();
+  plan.bin_dir = fs::absolute(request.bin_dir).lexically_normal();
+  plan.num_workers = plan.config.cluster.num_workers;
+  plan.num_servers = plan.config.mode == Mode::kAllreduce ? 0 : plan.config.cluster.num_servers;
+  check_dataset(request, plan.config);
+  check_hosts(request, plan.config.cluster.server_hosts, "cluster.server_hosts");
+  check_hosts(request, plan.config.cluster.worker_hosts, "cluster.worker_hosts");
+  check_programs(plan.bin_dir, plan.num_servers > 0);
+  return plan;
+}
+
+NodeSpec scheduler_spec(const LaunchPlan& plan) {
+  return NodeSpec{"scheduler", "scheduler",
+                  {(plan.bin_dir / "pstrain-scheduler").string(), "--config", plan.config_file().string(),
+                   "--endpoint-file", plan.endpoint_file().string()}};
+}
+
+std::vector<NodeSpec> node_specs(const LaunchPlan& plan, const std::string& scheduler_endpoint) {
+  std::vector<NodeSpec> specs;
+  for (int s = 0; s < plan.num_servers; ++s) {
+    specs.push_back({"server " + std::to_string(s), "server-" + std::to_string(s),
+                     node_argv(plan, "pstrain-server", scheduler_endpoint, s)});
+  }
+  for (int w = 0; w < plan.num_workers; ++w) {
+    specs.push_back({"worker " + std::to_string(w), "worker-" + std::to_string(w),
+                     node_argv(plan, "pstrain-worker", scheduler_endpoint, w)});
+  }
+  return specs;
+}
+
+}  // namespace pstrain::launcher

@@ -1,0 +1,44 @@
+// What a local launch will run: the resolved config and the command line of
+// every node. plan_launch() does every check that can fail before a process
+// starts, so a bad config never leaves a half-started job.
+#pragma once
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "common/config.h"
+#include "tools/launcher/supervisor.h"
+
+namespace pstrain::launcher {
+
+struct LaunchRequest {
+  std::string config_path;
+  std::vector<std::string> overrides;  // "section.key=value", applied in order
+  std::string run_dir;                 // empty: output.run_dir of the config
+  std::filesystem::path bin_dir;       // holds pstrain-scheduler, -server, -worker
+};
+
+struct LaunchPlan {
+  RunConfig config;  // overrides applied; output.run_dir = run_dir
+  std::filesystem::path run_dir;  // absolute
+  std::filesystem::path bin_dir;  // absolute
+  int num_servers = 0;            // 0 with mode = "allreduce"
+  int num_workers = 0;
+
+  std::filesystem::path config_file() const { return run_dir / "config.toml"; }
+  std::filesystem::path endpoint_file() const { return run_dir / "scheduler.endpoint"; }
+};
+
+// Loads and checks the config (ConfigError "FILE:LINE: key 'a.b': ...", or
+// "--set ...: key ..." for an override): the parser's rules, plus that the
+// dataset directory exists (unless synthetic), that every host in
+// cluster.server_hosts / worker_hosts is this machine, and that the node
+// programs exist in bin_dir.
+LaunchPlan plan_launch(const LaunchRequest& request);
+
+NodeSpec scheduler_spec(const LaunchPlan& plan);
+// Servers (none with allreduce), then workers, each told the scheduler's endpoint.
+std::vector<NodeSpec> node_specs(const LaunchPlan& plan, const std::string& scheduler_endpoint);
+
+}  // namespace pstrain::launcher

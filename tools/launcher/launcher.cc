@@ -1,0 +1,195 @@
+#include "tools/launcher/launcher.h"
+
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "common/errors.h"
+#include "tools/launcher/run_dir.h"
+#include "tools/launcher/supervisor.h"
+#include "tools/report/summary.h"
+#include "tools/report/text_file.h"
+
+namespace pstrain::launcher {
+namespace {
+
+using Clock = Supervisor::Clock;
+using std::chrono::milliseconds;
+
+constexpr milliseconds kStartupPoll{50};     // how often to look for the endpoint file
+constexpr milliseconds kRunTick{1000};       // nothing to do but wait: signals wake us
+constexpr milliseconds kPeerAbortGrace{2000};  // after a peer-abort exit, let the others report
+
+void say(const std::string& message) {
+  std::fflush(stdout);
+  std::fprintf(stderr, "launch: %s\n", message.c_str());
+}
+
+milliseconds to_ms(double seconds) { return milliseconds(static_cast<std::int64_t>(seconds * 1000.0)); }
+
+// describe() plus what the node programs' exit codes mean.
+std::string describe_exit(const ExitStatus& status) {
+  std::string text = describe(status);
+  if (!status.signaled && status.code == 2) text += " (aborted: a peer failed)";
+  if (!status.signaled && status.code == 3) text += " (config error)";
+  if (!status.signaled && status.code == 127) text += " (could not be executed)";
+  return text;
+}
+
+// The failure to blame: the first to fail on its own, preferring a real
+// error over an "aborted because a peer failed" exit.
+const NodeState* root_cause(const std::vector<NodeState>& nodes) {
+  const NodeState* first = nullptr;
+  const NodeState* first_real = nullptr;
+  for (const NodeState& n : nodes) {
+    if (!n.status || n.status->ok() || n.stopped_by_us) continue;
+    const bool real = n.status->signaled || n.status->code != 2;
+    if (!first || n.exit_order < first->exit_order) first = &n;
+    if (real && (!first_real || n.exit_order < first_real->exit_order)) first_real = &n;
+  }
+  return first_real ? first_real : first;
+}
+
+class Launch {
+ public:
+  Launch(const LaunchOptions& options, LaunchPlan plan, SignalWatch& signals)
+      : options_(options),
+        plan_(std::move(plan)),
+        supervisor_(SupervisorOptions{plan_.run_dir / "logs", !options.quiet, stdout, 5}, signals),
+        start_(Clock::now()) {}
+
+  int run() {
+    say("run dir " + plan_.run_dir.string() + ": starting the scheduler, " + std::to_string(plan_.num_servers) +
+        " server(s) and " + std::to_string(plan_.num_workers) + " worker(s)");
+    start(scheduler_spec(plan_));
+    std::optional<std::string> endpoint;
+    const auto startup_deadline = std::min(deadline().value_or(Clock::time_point::max()),
+                                           Clock::now() + to_ms(options_.startup_timeout_s));
+    auto outcome = supervisor_.run_until(
+        [&] { return (endpoint = read_endpoint_file(plan_.endpoint_file())) || supervisor_.exited(0); },
+        startup_deadline, kStartupPoll);
+    if (outcome.event == Supervisor::Event::kCondition && !endpoint) {
+      say("the scheduler exited before writing its endpoint to " + plan_.endpoint_file().string());
+      return fail_after_stop();
+    }
+    if (outcome.event != Supervisor::Event::kCondition) return abort_run(outcome, true);
+    say("scheduler is at " + *endpoint);
+    for (const NodeSpec& spec : node_specs(plan_, *endpoint)) start(spec);
+    outcome = supervisor_.run_until([&] { return supervisor_.all_exited(); }, deadline(), kRunTick);
+    if (outcome.event != Supervisor::Event::kCondition) return abort_run(outcome, false);
+    return summarize();
+  }
+
+ private:
+  std::optional<Clock::time_point> deadline() const {
+    if (!options_.timeout_s) return std::nullopt;
+    return start_ + to_ms(*options_.timeout_s);
+  }
+
+  void start(const NodeSpec& spec) {
+    supervisor_.start(spec);
+    report::write_text_file_atomic(plan_.run_dir / "pids.txt", supervisor_.pids_text());
+  }
+
+  std::string running_names() const {
+    std::string names;
+    for (const NodeState& n : supervisor_.states()) {
+      if (!n.status) names += (names.empty() ? "" : ", ") + n.spec.name;
+    }
+    return names.empty() ? "none" : names;
+  }
+
+  int abort_run(const Supervisor::Outcome& outcome, bool starting) {
+    switch (outcome.event) {
+      case Supervisor::Event::kSignal:
+        say(std::string("got signal ") + std::to_string(outcome.signal) + " (" + strsignal(outcome.signal) +
+            "): stopping " + running_names());
+        supervisor_.stop_all(to_ms(options_.grace_s));
+        return 128 + outcome.signal;
+      case Supervisor::Event::kDeadline:
+        if (starting) {
+          say("the scheduler did not write its endpoint to " + plan_.endpoint_file().string() + " in time");
+        } else {
+          say("the run did not finish within --timeout-s " + std::to_string(*options_.timeout_s) +
+              " s; still running: " + running_names());
+        }
+        return fail_after_stop();
+      case Supervisor::Event::kFailure:
+        return report_failure(outcome.node);
+      case Supervisor::Event::kCondition:
+        break;
+    }
+    return kExitFailed;
+  }
+
+  int fail_after_stop() {
+    supervisor_.stop_all(to_ms(options_.grace_s));
+    say("run failed; logs in " + (plan_.run_dir / "logs").string());
+    return kExitFailed;
+  }
+
+  int report_failure(std::size_t first_failed) {
+    const ExitStatus first = *supervisor_.states().at(first_failed).status;
+    if (!first.signaled && first.code == 2) {  // the scheduler aborted the job: let the others say why
+      supervisor_.run_until([&] { return supervisor_.all_exited(); }, Clock::now() + kPeerAbortGrace, kRunTick);
+    }
+    supervisor_.stop_all(to_ms(options_.grace_s));
+    const std::vector<NodeState> nodes = supervisor_.states();
+    const NodeState* cause = root_cause(nodes);
+    say(cause->spec.name + " " + describe_exit(*cause->status));
+    if (!cause->stderr_tail.empty()) say("last lines of " + cause->spec.name + "'s stderr:");
+    for (const std::string& line : cause->stderr_tail) say("  " + line);
+    for (const NodeState& n : nodes) {
+      if (&n != cause && n.status && !n.status->ok() && !n.stopped_by_us) {
+        say("then " + n.spec.name + " " + describe_exit(*n.status));
+      }
+    }
+    say("stopped the other processes; run failed; logs in " + (plan_.run_dir / "logs").string());
+    return kExitFailed;
+  }
+
+  int summarize() {
+    try {
+      const report::RunSummary s = report::write_run_summary(plan_.run_dir);
+      std::fflush(stderr);
+      std::printf("\n%s\nRun directory: %s\n", report::summary_markdown(s, plan_.run_dir.string()).c_str(),
+                  plan_.run_dir.string().c_str());
+      std::fflush(stdout);
+      return kExitOk;
+    } catch (const std::exception& e) {
+      say(std::string("every process exited 0, but the run's summary failed: ") + e.what());
+      return kExitFailed;
+    }
+  }
+
+  const LaunchOptions& options_;
+  LaunchPlan plan_;
+  Supervisor supervisor_;
+  Clock::time_point start_;
+};
+
+}  // namespace
+
+int run_launch(const LaunchOptions& options) {
+  LaunchPlan plan;
+  try {
+    plan = plan_launch(options.request);
+  } catch (const ConfigError& e) {
+    say(std::string("config error: ") + e.what());
+    return kExitConfig;
+  }
+  try {
+    if (const int removed = prepare_run_dir(plan.run_dir); removed > 0) {
+      say("removed " + std::to_string(removed) + " file(s) of a previous run in " + plan.run_dir.string());
+    }
+    report::write_text_file_atomic(plan.config_file(), to_toml(plan.config));
+    SignalWatch signals;
+    Launch launch(options, std::move(plan), signals);
+    return launch.run();
+  } catch (const std::exception& e) {
+    say(std::string("error: ") + e.what());
+    return kExitFailed;
+  }
+}
+
+}  // namespace pstrain::launcher

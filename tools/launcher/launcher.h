@@ -1,0 +1,31 @@
+// A whole local launch: check the config, prepare the run directory, start
+// the scheduler, wait for its endpoint, start the servers and workers, watch
+// them to the end, and summarize the run (see tools/launch.cc for the CLI).
+//
+// Own messages go to stderr as "launch: ..."; the nodes' output (unless
+// quiet) and the final summary go to stdout.
+#pragma once
+
+#include <optional>
+
+#include "tools/launcher/launch_plan.h"
+
+namespace pstrain::launcher {
+
+struct LaunchOptions {
+  LaunchRequest request;
+  bool quiet = false;               // nodes' output only to their log files
+  std::optional<double> timeout_s;  // the whole run; empty = no limit
+  double startup_timeout_s = 30;    // for the scheduler's endpoint file
+  double grace_s = 5;               // SIGTERM, then SIGKILL after this
+};
+
+// Exit codes of run_launch() and of the launch program.
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitFailed = 1;  // a node failed, a timeout, or the summary failed
+inline constexpr int kExitConfig = 3;  // config or usage error: nothing was started
+// Stopped by signal N (SIGINT, SIGTERM): 128 + N.
+
+int run_launch(const LaunchOptions& options);
+
+}  // namespace pstrain::launcher

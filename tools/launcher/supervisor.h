@@ -1,0 +1,110 @@
+// Runs the node processes of one local launch and watches them from a
+// single poll loop: their output, their exits, and SIGINT/SIGTERM.
+//
+// Output: every line a node writes (stdout or stderr) goes whole to
+// logs/<log_stem>.log and, unless quiet, to our stdout as "[<name>] line";
+// the last few stderr lines are kept for failure reports. Lines are never
+// split or interleaved mid-line (one thread writes everything).
+//
+// Exits: a node that exits 0 is done; any other exit (code or signal) that
+// we did not cause by stopping it is a failure that ends run_until().
+//
+// Single-threaded: use from the thread that created the SignalWatch.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdio>
+#include <deque>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tools/launcher/child_process.h"
+#include "tools/launcher/signal_watch.h"
+
+namespace pstrain::launcher {
+
+struct NodeSpec {
+  std::string name;      // "worker 1": output prefix and messages
+  std::string log_stem;  // "worker-1": logs/<log_stem>.log, pids.txt
+  std::vector<std::string> argv;
+};
+
+struct NodeState {
+  NodeSpec spec;
+  pid_t pid = -1;
+  std::optional<ExitStatus> status;  // set once reaped
+  int exit_order = -1;               // 0 for the first node reaped, 1 next, ...
+  bool stopped_by_us = false;        // signalled by stop_all() before it exited
+  std::deque<std::string> stderr_tail;
+};
+
+struct SupervisorOptions {
+  std::filesystem::path log_dir;
+  bool echo = true;  // copy lines to echo_to with a "[name] " prefix
+  std::FILE* echo_to = stdout;
+  std::size_t tail_lines = 5;
+};
+
+class Supervisor {
+ public:
+  using Clock = std::chrono::steady_clock;
+  enum class Event { kCondition, kFailure, kSignal, kDeadline };
+  struct Outcome {
+    Event event = Event::kCondition;
+    int signal = 0;         // kSignal: which
+    std::size_t node = 0;   // kFailure: index of the first node that failed
+  };
+
+  Supervisor(SupervisorOptions options, SignalWatch& signals);
+  ~Supervisor();  // SIGKILLs and reaps any node still running
+  Supervisor(const Supervisor&) = delete;
+  Supervisor& operator=(const Supervisor&) = delete;
+
+  // Opens the node's log (truncating it) and starts it; returns its index.
+  std::size_t start(const NodeSpec& spec);
+
+  // Pumps output and reaps exits until a node fails, SIGINT/SIGTERM arrives,
+  // `condition()` holds (checked after every wake-up, at least every `tick`),
+  // or `deadline` passes, in that order of precedence.
+  Outcome run_until(const std::function<bool()>& condition, std::optional<Clock::time_point> deadline,
+                    std::chrono::milliseconds tick);
+
+  // SIGTERM to every running node's process group, SIGKILL to those left
+  // after `grace` (at once if SIGINT/SIGTERM arrives meanwhile); returns
+  // when all are reaped or `grace` after the SIGKILL.
+  void stop_all(std::chrono::milliseconds grace);
+
+  bool all_exited() const;
+  bool exited(std::size_t node) const;
+  std::vector<NodeState> states() const;
+  // One line per started node: "<log_stem> <pid>".
+  std::string pids_text() const;
+
+ private:
+  struct Node;
+  struct Stream;
+
+  void wait_once(std::chrono::milliseconds timeout);
+  // Reads what is there; true if the stream may have more right now.
+  bool read_stream(Stream& stream);
+  void on_line(Node& node, bool is_stderr, std::string_view line);
+  void reap();
+  void mark_exited(Node& node, int wait_status);
+  std::optional<std::size_t> first_failure() const;
+  void signal_running(int signal);
+  void wait_all_exited(std::chrono::milliseconds limit, bool escalate_on_signal);
+  void flush();
+
+  SupervisorOptions options_;
+  SignalWatch& signals_;
+  std::vector<std::unique_ptr<Node>> nodes_;
+  std::optional<int> pending_signal_;
+  int exits_ = 0;
+};
+
+}  // namespace pstrain::launcher

@@ -1,0 +1,171 @@
+#include "tools/report/metrics.h"
+
+#include <fstream>
+#include <limits>
+#include <sstream>
+#include <string>
+
+#include "common/errors.h"
+#include "tools/report/json_value.h"
+
+namespace pstrain::report {
+namespace {
+
+// The fields of one JSON object, read with errors that say where.
+class Fields {
+ public:
+  Fields(const JsonValue& object, std::string where) : object_(object), where_(std::move(where)) {
+    if (object.kind() != JsonValue::Kind::kObject) {
+      throw DataError(where_ + ": expected a JSON object, got " + std::string(kind_name(object.kind())));
+    }
+  }
+
+  const JsonValue& get(std::string_view key) const {
+    const JsonValue* v = object_.find(key);
+    if (v == nullptr) throw DataError(where_ + ": missing key '" + std::string(key) + "'");
+    return *v;
+  }
+  std::string what(std::string_view key) const { return where_ + ": key '" + std::string(key) + "'"; }
+
+  double number(std::string_view key) const {  // null: not finite
+    const JsonValue& v = get(key);
+    return v.is_null() ? std::numeric_limits<double>::quiet_NaN() : v.as_number(what(key));
+  }
+  std::int64_t integer(std::string_view key) const { return get(key).as_integer(what(key)); }
+  bool boolean(std::string_view key) const { return get(key).as_bool(what(key)); }
+  const std::string& text(std::string_view key) const { return get(key).as_string(what(key)); }
+  const std::string& where() const { return where_; }
+
+ private:
+  const JsonValue& object_;
+  std::string where_;
+};
+
+StepRecord read_step(const Fields& f) {
+  StepRecord r;
+  r.time_s = f.number("time_s");
+  r.step = f.integer("step");
+  r.epoch = f.integer("epoch");
+  r.batch = f.integer("batch");
+  r.loss = f.number("loss");
+  r.accuracy = f.number("accuracy");
+  r.images_per_s = f.number("images_per_s");
+  r.compute_ms = f.number("compute_ms");
+  r.pull_ms = f.number("pull_ms");
+  r.push_ms = f.number("push_ms");
+  r.lr = f.number("lr");
+  r.staleness = f.number("staleness");
+  r.simulated = f.boolean("simulated");
+  return r;
+}
+
+EvalRecord read_eval(const Fields& f) {
+  EvalRecord r;
+  r.time_s = f.number("time_s");
+  r.step = f.integer("step");
+  r.epoch = f.integer("epoch");
+  r.test_loss = f.number("test_loss");
+  r.test_accuracy = f.number("test_accuracy");
+  return r;
+}
+
+EndRecord read_end(const Fields& f) {
+  EndRecord r;
+  r.time_s = f.number("time_s");
+  r.steps = f.integer("steps");
+  r.images = f.integer("images");
+  r.compute_s = f.number("compute_s");
+  r.pull_s = f.number("pull_s");
+  r.push_s = f.number("push_s");
+  return r;
+}
+
+void add_record(WorkerMetrics& m, const Fields& f) {
+  if (m.end) throw DataError(f.where() + ": a record after the \"end\" record");
+  const std::string& type = f.text("type");
+  if (type == "step") {
+    m.steps.push_back(read_step(f));
+  } else if (type == "eval") {
+    m.evals.push_back(read_eval(f));
+  } else if (type == "end") {
+    m.end = read_end(f);
+  } else {
+    throw DataError(f.what("type") + ": expected \"step\", \"eval\" or \"end\", got \"" + type + "\"");
+  }
+}
+
+std::ifstream open_or_throw(const std::filesystem::path& file) {
+  std::ifstream in(file);
+  if (!in) throw DataError("cannot read " + file.string() + ": no such file or not readable");
+  return in;
+}
+
+}  // namespace
+
+std::filesystem::path worker_metrics_path(const std::filesystem::path& run_dir, int rank) {
+  return run_dir / "metrics" / ("worker-" + std::to_string(rank) + ".jsonl");
+}
+
+std::filesystem::path server_metrics_path(const std::filesystem::path& run_dir, int rank) {
+  return run_dir / "metrics" / ("server-" + std::to_string(rank) + ".json");
+}
+
+WorkerMetrics read_worker_metrics(const std::filesystem::path& file, int rank) {
+  std::ifstream in = open_or_throw(file);
+  WorkerMetrics m;
+  m.rank = rank;
+  std::string line;
+  for (int line_no = 1; std::getline(in, line); ++line_no) {
+    if (line.empty()) continue;
+    const std::string where = file.string() + ":" + std::to_string(line_no);
+    const JsonValue record = parse_json(line, where);
+    add_record(m, Fields(record, where));
+  }
+  return m;
+}
+
+ServerMetrics read_server_metrics(const std::filesystem::path& file, int rank) {
+  std::ifstream in = open_or_throw(file);
+  std::stringstream text;
+  text << in.rdbuf();
+  const JsonValue doc = parse_json(text.str(), file.string());
+  const Fields f(doc, file.string());
+  ServerMetrics m;
+  m.rank = static_cast<int>(f.integer("rank"));
+  if (m.rank != rank) {
+    throw DataError(f.what("rank") + ": expected " + std::to_string(rank) + " (from the file name), got " +
+                    std::to_string(m.rank));
+  }
+  m.updates = f.integer("updates");
+  m.pushes_accepted = f.integer("pushes_accepted");
+  m.pushes_rejected = f.integer("pushes_rejected");
+  const JsonValue& hist = f.get("staleness_histogram");
+  const Fields h(hist, f.what("staleness_histogram"));
+  for (const std::string& key : hist.keys()) {
+    std::size_t used = 0;
+    long long staleness = -1;
+    try {
+      staleness = std::stoll(key, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != key.size() || staleness < 0) {
+      throw DataError(h.where() + ": key '" + key + "' is not a staleness (a non-negative integer)");
+    }
+    m.staleness_histogram[staleness] = h.integer(key);
+  }
+  return m;
+}
+
+RunMetrics read_run_metrics(const std::filesystem::path& run_dir, int num_workers, int num_servers) {
+  RunMetrics run;
+  for (int w = 0; w < num_workers; ++w) {
+    const std::filesystem::path file = worker_metrics_path(run_dir, w);
+    run.workers.push_back(read_worker_metrics(file, w));
+    if (!run.workers.back().end) throw DataError(file.string() + ": no \"end\" record (did worker " + std::to_string(w) + " finish?)");
+  }
+  for (int s = 0; s < num_servers; ++s) run.servers.push_back(read_server_metrics(server_metrics_path(run_dir, s), s));
+  return run;
+}
+
+}  // namespace pstrain::report

@@ -1,0 +1,82 @@
+// Readers for a run directory's metrics files (docs/run_directory.md):
+// metrics/worker-<w>.jsonl (one JSON object per line: "step", "eval", "end")
+// and metrics/server-<s>.json (update counts and the staleness histogram).
+//
+// Every documented field must be present with its type; a JSON null stands
+// for a non-finite number (NaN). Fields not documented are ignored, so
+// writers may add some. Errors are DataError naming "FILE:LINE" and the key.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <vector>
+
+namespace pstrain::report {
+
+struct StepRecord {
+  double time_s = 0;  // since the worker started training
+  std::int64_t step = 0;
+  std::int64_t epoch = 0;
+  std::int64_t batch = 0;
+  double loss = 0;
+  double accuracy = 0;
+  double images_per_s = 0;
+  double compute_ms = 0;
+  double pull_ms = 0;
+  double push_ms = 0;
+  double lr = 0;
+  double staleness = 0;
+  bool simulated = false;
+};
+
+struct EvalRecord {
+  double time_s = 0;
+  std::int64_t step = 0;
+  std::int64_t epoch = 0;
+  double test_loss = 0;
+  double test_accuracy = 0;  // fraction in [0, 1]
+};
+
+struct EndRecord {
+  double time_s = 0;  // training wall time of the worker
+  std::int64_t steps = 0;
+  std::int64_t images = 0;
+  double compute_s = 0;
+  double pull_s = 0;
+  double push_s = 0;
+};
+
+struct WorkerMetrics {
+  int rank = -1;
+  std::vector<StepRecord> steps;
+  std::vector<EvalRecord> evals;
+  std::optional<EndRecord> end;  // absent while the worker runs or if it crashed
+};
+
+struct ServerMetrics {
+  int rank = -1;
+  std::int64_t updates = 0;
+  std::int64_t pushes_accepted = 0;
+  std::int64_t pushes_rejected = 0;
+  std::map<std::int64_t, std::int64_t> staleness_histogram;  // staleness -> count
+};
+
+struct RunMetrics {
+  std::vector<WorkerMetrics> workers;  // index = rank
+  std::vector<ServerMetrics> servers;  // index = rank
+};
+
+// Reads one worker's file. At most one "end" record, and it must be last.
+WorkerMetrics read_worker_metrics(const std::filesystem::path& file, int rank);
+// Reads one server's file; its "rank" must equal `rank`.
+ServerMetrics read_server_metrics(const std::filesystem::path& file, int rank);
+// Reads metrics/worker-0..W-1.jsonl and metrics/server-0..S-1.json; a
+// missing file is a DataError naming it. Every worker must have its "end".
+RunMetrics read_run_metrics(const std::filesystem::path& run_dir, int num_workers, int num_servers);
+
+std::filesystem::path worker_metrics_path(const std::filesystem::path& run_dir, int rank);
+std::filesystem::path server_metrics_path(const std::filesystem::path& run_dir, int rank);
+
+}  // namespace pstrain::report

@@ -1,0 +1,140 @@
+#include "tools/report/summary.h"
+
+#include <algorithm>
+#include <array>
+#include <limits>
+
+#include "common/errors.h"
+#include "tools/report/json_text.h"
+#include "tools/report/text_file.h"
+
+namespace pstrain::report {
+namespace {
+
+struct Threshold {
+  const char* name;
+  double value;
+};
+constexpr std::array<Threshold, 3> kThresholds{{{"0.80", 0.80}, {"0.85", 0.85}, {"0.90", 0.90}}};
+// Accuracies are written with 9 significant digits: 0.8 may read back as 0.799999999.
+constexpr double kAccuracySlack = 1e-9;
+
+WorkerSummary worker_summary(const WorkerMetrics& w) {
+  if (!w.end) throw DataError("worker " + std::to_string(w.rank) + " has no \"end\" record");
+  const EndRecord& e = *w.end;
+  WorkerSummary s;
+  s.rank = w.rank;
+  s.time_s = e.time_s;
+  s.images = e.images;
+  s.compute_s = e.compute_s;
+  s.pull_s = e.pull_s;
+  s.push_s = e.push_s;
+  s.images_per_s = e.time_s > 0 ? static_cast<double>(e.images) / e.time_s : std::numeric_limits<double>::quiet_NaN();
+  return s;
+}
+
+void add_evaluations(RunSummary& s, const std::vector<EvalRecord>& evals) {
+  if (!evals.empty()) s.final_test_accuracy = evals.back().test_accuracy;
+  for (const Threshold& t : kThresholds) {
+    AccuracyTime at{t.name, std::nullopt};
+    for (const EvalRecord& e : evals) {
+      if (e.test_accuracy >= t.value - kAccuracySlack) {
+        at.time_s = e.time_s;
+        break;
+      }
+    }
+    s.time_to_accuracy.push_back(at);
+  }
+}
+
+StalenessSummary staleness_summary(const std::vector<ServerMetrics>& servers) {
+  StalenessSummary st;
+  for (const ServerMetrics& server : servers) {
+    for (const auto& [staleness, count] : server.staleness_histogram) st.histogram[staleness] += count;
+  }
+  double weighted = 0;
+  std::int64_t total = 0;
+  for (const auto& [staleness, count] : st.histogram) {
+    if (count <= 0) continue;
+    weighted += static_cast<double>(staleness) * static_cast<double>(count);
+    total += count;
+    st.max = staleness;  // the map is ordered: the last counted key is the largest
+  }
+  if (total > 0) st.mean = weighted / static_cast<double>(total);
+  return st;
+}
+
+std::string time_to_accuracy_json(const RunSummary& s) {
+  std::string out = "{";
+  for (const AccuracyTime& at : s.time_to_accuracy) {
+    if (out.size() > 1) out += ", ";
+    out += json_quote(at.threshold) + ": " + json_number(at.time_s);
+  }
+  return out + "}";
+}
+
+std::string worker_json(const WorkerSummary& w) {
+  return "{\"rank\": " + std::to_string(w.rank) + ", \"time_s\": " + json_number(w.time_s) +
+         ", \"images\": " + json_number(w.images) + ", \"compute_s\": " + json_number(w.compute_s) +
+         ", \"pull_s\": " + json_number(w.pull_s) + ", \"push_s\": " + json_number(w.push_s) +
+         ", \"images_per_s\": " + json_number(w.images_per_s) + "}";
+}
+
+std::string staleness_json(const std::optional<StalenessSummary>& st) {
+  if (!st) return "null";
+  std::string hist = "{";
+  for (const auto& [staleness, count] : st->histogram) {
+    if (hist.size() > 1) hist += ", ";
+    hist += json_quote(std::to_string(staleness)) + ": " + json_number(count);
+  }
+  hist += "}";
+  const std::string max = st->max ? json_number(*st->max) : "null";
+  return "{\"mean\": " + json_number(st->mean) + ", \"max\": " + max + ", \"histogram\": " + hist + "}";
+}
+
+}  // namespace
+
+RunSummary summarize(const RunConfig& config, const RunMetrics& metrics) {
+  RunSummary s;
+  s.mode = std::string(to_string(config.mode));
+  s.workers = config.cluster.num_workers;
+  s.servers = config.mode == Mode::kAllreduce ? 0 : config.cluster.num_servers;
+  s.model = config.workload.model;
+  s.dataset = config.workload.dataset;
+  std::int64_t images = 0;
+  for (const WorkerMetrics& w : metrics.workers) {
+    s.per_worker.push_back(worker_summary(w));
+    s.wall_time_s = std::max(s.wall_time_s, s.per_worker.back().time_s);
+    images += s.per_worker.back().images;
+  }
+  s.global_images_per_s = s.wall_time_s > 0 ? static_cast<double>(images) / s.wall_time_s
+                                            : std::numeric_limits<double>::quiet_NaN();
+  add_evaluations(s, metrics.workers.empty() ? std::vector<EvalRecord>{} : metrics.workers.front().evals);
+  if (config.mode == Mode::kAsync) s.staleness = staleness_summary(metrics.servers);
+  return s;
+}
+
+std::string summary_json(const RunSummary& s) {
+  std::string workers;
+  for (const WorkerSummary& w : s.per_worker) workers += (workers.empty() ? "\n    " : ",\n    ") + worker_json(w);
+  return "{\n  \"mode\": " + json_quote(s.mode) + ",\n  \"workers\": " + std::to_string(s.workers) +
+         ",\n  \"servers\": " + std::to_string(s.servers) + ",\n  \"model\": " + json_quote(s.model) +
+         ",\n  \"dataset\": " + json_quote(s.dataset) +
+         ",\n  \"final_test_accuracy\": " + json_number(s.final_test_accuracy) +
+         ",\n  \"wall_time_s\": " + json_number(s.wall_time_s) +
+         ",\n  \"time_to_accuracy\": " + time_to_accuracy_json(s) +
+         ",\n  \"global_images_per_s\": " + json_number(s.global_images_per_s) + ",\n  \"per_worker\": [" + workers +
+         (workers.empty() ? "]" : "\n  ]") + ",\n  \"staleness\": " + staleness_json(s.staleness) + "\n}\n";
+}
+
+RunSummary write_run_summary(const std::filesystem::path& run_dir) {
+  const RunConfig config = load_config((run_dir / "config.toml").string());
+  const int servers = config.mode == Mode::kAllreduce ? 0 : config.cluster.num_servers;
+  const RunMetrics metrics = read_run_metrics(run_dir, config.cluster.num_workers, servers);
+  const RunSummary s = summarize(config, metrics);
+  write_text_file_atomic(run_dir / "summary.json", summary_json(s));
+  write_text_file_atomic(run_dir / "summary.md", summary_markdown(s, run_dir.string()));
+  return s;
+}
+
+}  // namespace pstrain::report

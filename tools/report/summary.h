@@ -1,0 +1,74 @@
+// A run's headline figures (summary.json and summary.md of the run
+// directory, docs/run_directory.md), computed from its metrics files.
+//
+// Definitions:
+//   final_test_accuracy  the last "eval" record's test_accuracy (worker 0)
+//   wall_time_s          the slowest worker's training time ("end".time_s)
+//   time_to_accuracy     per threshold, time_s of worker 0's first "eval" at
+//                        or above it; empty (null) if never reached
+//   global_images_per_s  images summed over workers / wall_time_s
+//   staleness            async only: the servers' histograms summed, their
+//                        mean and largest staleness
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/config.h"
+#include "tools/report/metrics.h"
+
+namespace pstrain::report {
+
+struct WorkerSummary {
+  int rank = -1;
+  double time_s = 0;
+  std::int64_t images = 0;
+  double compute_s = 0;
+  double pull_s = 0;
+  double push_s = 0;
+  double images_per_s = 0;
+};
+
+struct AccuracyTime {
+  std::string threshold;         // "0.80"
+  std::optional<double> time_s;  // empty: never reached
+};
+
+struct StalenessSummary {
+  std::optional<double> mean;        // empty when no push was counted
+  std::optional<std::int64_t> max;
+  std::map<std::int64_t, std::int64_t> histogram;
+};
+
+struct RunSummary {
+  std::string mode;
+  int workers = 0;
+  int servers = 0;
+  std::string model;
+  std::string dataset;
+  std::optional<double> final_test_accuracy;  // empty: no evaluation
+  double wall_time_s = 0;
+  std::vector<AccuracyTime> time_to_accuracy;  // 0.80, 0.85, 0.90
+  double global_images_per_s = 0;
+  std::vector<WorkerSummary> per_worker;
+  std::optional<StalenessSummary> staleness;  // async only
+};
+
+RunSummary summarize(const RunConfig& config, const RunMetrics& metrics);
+
+// summary.json: an object with the keys above, in that order; empty
+// optionals are null.
+std::string summary_json(const RunSummary& summary);
+// summary.md: a headline table, time-to-accuracy, staleness (async) and a
+// per-worker table; units in the column headers.
+std::string summary_markdown(const RunSummary& summary, const std::string& run_dir);
+
+// Reads <run_dir>/config.toml and the metrics, writes summary.json and
+// summary.md there, and returns the summary. Throws DataError/ConfigError.
+RunSummary write_run_summary(const std::filesystem::path& run_dir);
+
+}  // namespace pstrain::report

@@ -1,0 +1,83 @@
+// summary.md: the summary as Markdown tables (see summary.h).
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "tools/report/summary.h"
+
+namespace pstrain::report {
+namespace {
+
+// `x` with `decimals` digits after the point; "n/a" when absent or not finite.
+std::string fixed(const std::optional<double>& x, int decimals) {
+  if (!x || !std::isfinite(*x)) return "n/a";
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.*f", decimals, *x);
+  return buf;
+}
+
+std::string row(const std::vector<std::string>& cells) {
+  std::string out = "|";
+  for (const std::string& c : cells) out += " " + c + " |";
+  return out + "\n";
+}
+
+std::string table(const std::vector<std::string>& header, const std::vector<std::vector<std::string>>& rows) {
+  std::string out = row(header);
+  out += row(std::vector<std::string>(header.size(), "---"));
+  for (const auto& r : rows) out += row(r);
+  return out;
+}
+
+std::optional<double> percent(const std::optional<double>& fraction) {
+  if (!fraction) return std::nullopt;
+  return *fraction * 100.0;
+}
+
+std::string headline(const RunSummary& s) {
+  return table({"mode", "servers", "workers", "model", "dataset", "final test accuracy (%)", "wall time (s)",
+                "throughput (images/s)"},
+               {{s.mode, std::to_string(s.servers), std::to_string(s.workers), s.model, s.dataset,
+                 fixed(percent(s.final_test_accuracy), 2), fixed(s.wall_time_s, 2),
+                 fixed(s.global_images_per_s, 1)}});
+}
+
+std::string time_to_accuracy(const RunSummary& s) {
+  std::vector<std::string> header;
+  std::vector<std::string> cells;
+  for (const AccuracyTime& at : s.time_to_accuracy) {
+    header.push_back("time to " + fixed(percent(std::stod(at.threshold)), 0) + "% (s)");
+    cells.push_back(fixed(at.time_s, 2));
+  }
+  return table(header, {cells});
+}
+
+std::string staleness(const StalenessSummary& st) {
+  std::string hist;
+  for (const auto& [staleness_steps, count] : st.histogram) {
+    hist += (hist.empty() ? "" : ", ") + std::to_string(staleness_steps) + ": " + std::to_string(count);
+  }
+  const std::string max = st.max ? std::to_string(*st.max) : "n/a";
+  return table({"mean staleness (updates)", "max staleness (updates)", "histogram (staleness: pushes)"},
+               {{fixed(st.mean, 2), max, hist.empty() ? "empty" : hist}});
+}
+
+std::string per_worker(const RunSummary& s) {
+  std::vector<std::vector<std::string>> rows;
+  for (const WorkerSummary& w : s.per_worker) {
+    rows.push_back({std::to_string(w.rank), fixed(w.time_s, 2), std::to_string(w.images), fixed(w.images_per_s, 1),
+                    fixed(w.compute_s, 2), fixed(w.pull_s, 2), fixed(w.push_s, 2)});
+  }
+  return table({"worker", "time (s)", "images", "throughput (images/s)", "compute (s)", "pull (s)", "push (s)"}, rows);
+}
+
+}  // namespace
+
+std::string summary_markdown(const RunSummary& s, const std::string& run_dir) {
+  std::string out = "# Run summary: " + run_dir + "\n\n" + headline(s) + "\n" + time_to_accuracy(s);
+  if (s.staleness) out += "\n## Staleness\n\n" + staleness(*s.staleness);
+  return out + "\n## Per worker\n\n" + per_worker(s);
+}
+
+}  // namespace pstrain::report

@@ -1,0 +1,55 @@
+// pstrain-worker: trains on its shard of the data against the parameter
+// servers (sync or async). See worker/train/ps_worker.h.
+#include "common/errors.h"
+#include "common/log.h"
+#include "common/node_cli.h"
+#include "worker/client/worker_session.h"
+#include "worker/train/ps_worker.h"
+
+namespace {
+
+int run_worker(const pstrain::NodeArgs& args) {
+  using namespace pstrain;
+  const RunConfig config = load_node_config(args);
+  if (config.mode == Mode::kAllreduce) throw ConfigError(config.source_path + ": mode allreduce is not supported yet");
+  const int servers = config.cluster.num_servers, workers = config.cluster.num_workers;
+  const int rank = args.rank >= 0 ? args.rank : role_rank_from_launcher(1 + servers, workers, "worker");
+  Logger log(rank >= 0 ? "worker " + std::to_string(rank) : "worker", parse_log_level(config.output.log_level));
+  Workload workload = make_workload(config, config.workload.batch_size, log);
+
+  zmq::context_t ctx;
+  WorkerSessionOptions options;
+  options.scheduler_endpoint = config.cluster.scheduler;
+  options.cluster = config.cluster;
+  options.partition_bytes = config.ps.partition_bytes;
+  options.requested_rank = rank;
+  options.job_fingerprint = job_fingerprint(config.mode, config.ps.partition_bytes, servers, workers);
+  WorkerSession session(ctx, options, workload.model->layout());
+  log.set_name("worker " + std::to_string(session.rank()));
+  try {
+    MetricsWriter metrics(config.output.run_dir, "worker-" + std::to_string(session.rank()) + ".jsonl");
+    const TrainResult r = run_ps_worker(config, session, workload, metrics, log);
+    char line[200];
+    std::snprintf(line, sizeof(line), "done: %lld steps, %lld images in %.1f s (compute %.1f s, pull %.1f s, push %.1f s)",
+                  static_cast<long long>(r.steps), static_cast<long long>(r.images), r.time_s, r.compute_s, r.pull_s,
+                  r.push_s);
+    log.info(line);
+    session.finish();
+  } catch (const AbortedError&) {
+    throw;
+  } catch (const std::exception& e) {
+    session.report_failure("worker " + std::to_string(session.rank()) + ": " + e.what());
+    throw;
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"pstrain worker: trains the model on its data shard against the parameter servers"};
+  pstrain::NodeArgs args;
+  pstrain::add_node_options(app, args);
+  CLI11_PARSE(app, argc, argv);
+  return pstrain::guarded_main("pstrain-worker", [&] { return run_worker(args); });
+}

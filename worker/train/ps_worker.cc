@@ -1,0 +1,162 @@
+#include "worker/train/ps_worker.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <thread>
+#include <vector>
+
+#include "common/errors.h"
+#include "common/lr_schedule.h"
+#include "worker/data/shard_sampler.h"
+
+namespace pstrain {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_between(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+
+// Per-run state of the loop, to keep each function short.
+struct Loop {
+  const RunConfig& config;
+  WorkerSession& session;
+  nn::Model& model;
+  const data::DatasetPair& data;
+  MetricsWriter& metrics;
+  Logger& log;
+  std::vector<float> params, grads, images;
+  std::vector<std::int32_t> labels;
+  TrainResult result;
+  double last_compute_s = 0.0;
+};
+
+// Pushes every chunk lying in [offset, offset + count) of the gradients.
+void push_range(Loop& L, std::int64_t offset, std::int64_t count, std::int64_t step, double lr,
+                std::vector<KVClient::Ticket>& tickets, std::vector<bool>& pushed) {
+  L.model.get_grads(offset, std::span<float>(L.grads).subspan(static_cast<std::size_t>(offset),
+                                                             static_cast<std::size_t>(count)));
+  std::vector<std::int64_t> keys = L.session.shard_map().chunks_within(offset, offset + count);
+  std::erase_if(keys, [&](std::int64_t k) { return pushed[static_cast<std::size_t>(k)]; });
+  for (auto k : keys) pushed[static_cast<std::size_t>(k)] = true;
+  if (!keys.empty()) tickets.push_back(L.session.kv().push(L.grads, step, lr, keys));
+}
+
+void evaluate_and_record(Loop& L, std::int64_t step, int epoch, std::int64_t min_version) {
+  KVClient& kv = L.session.kv();
+  kv.wait(kv.pull(L.params, min_version));
+  L.model.set_params(L.params);
+  const EvalResult r = evaluate(L.model, L.data.test);
+  L.result.final_test_accuracy = r.accuracy;
+  L.metrics.write(JsonLine().add("type", "eval").add("time_s", L.metrics.elapsed_s()).add("step", step)
+                      .add("epoch", epoch).add("test_loss", r.loss).add("test_accuracy", r.accuracy));
+  char line[160];
+  std::snprintf(line, sizeof(line), "epoch %d: test loss %.4f, test accuracy %.4f (step %lld, %.1f s)", epoch, r.loss,
+                r.accuracy, static_cast<long long>(step), L.metrics.elapsed_s());
+  L.log.info(line);
+}
+
+void train_step(Loop& L, std::span<const std::int64_t> batch, std::int64_t step, int epoch, double lr) {
+  const bool sync = L.config.mode == Mode::kSync;
+  KVClient& kv = L.session.kv();
+  const auto t0 = Clock::now();
+  kv.wait(kv.pull(L.params, sync ? step : 0));
+  L.model.set_params(L.params);
+  const auto t1 = Clock::now();
+
+  const WorkloadConfig& w = L.config.workload;
+  if (L.session.rank() == w.straggler_rank && w.straggler_slowdown > 1.0) {
+    std::this_thread::sleep_for(std::chrono::duration<double>((w.straggler_slowdown - 1.0) * L.last_compute_s));
+  }
+  const auto n = static_cast<int>(batch.size());
+  L.data.train.gather(batch, L.images.data(), L.labels.data());
+  std::vector<KVClient::Ticket> tickets;
+  std::vector<bool> pushed(L.session.shard_map().chunks().size(), false);
+  const nn::StepStats s = L.model.train_step(L.images.data(), L.labels.data(), n, [&](std::int64_t off, std::int64_t cnt) {
+    push_range(L, off, cnt, step, lr, tickets, pushed);
+  });
+  push_range(L, 0, L.session.shard_map().total_elems(), step, lr, tickets, pushed);  // anything not yet sent
+  const auto t2 = Clock::now();
+
+  double staleness = 0.0;
+  for (auto t : tickets) staleness = std::max(staleness, kv.wait(t).mean_staleness);
+  const auto t3 = Clock::now();
+
+  L.last_compute_s = seconds_between(t1, t2);
+  L.result.compute_s += L.last_compute_s;
+  L.result.pull_s += seconds_between(t0, t1);
+  L.result.push_s += seconds_between(t2, t3);
+  L.result.images += n;
+  L.metrics.write(JsonLine().add("type", "step").add("time_s", L.metrics.elapsed_s()).add("step", step)
+                      .add("epoch", epoch).add("batch", n).add("loss", s.loss)
+                      .add("accuracy", static_cast<double>(s.correct) / n)
+                      .add("images_per_s", n / seconds_between(t0, t3))
+                      .add("compute_ms", 1e3 * L.last_compute_s).add("pull_ms", 1e3 * seconds_between(t0, t1))
+                      .add("push_ms", 1e3 * seconds_between(t2, t3)).add("lr", lr).add("staleness", staleness)
+                      .add("simulated", false));
+}
+
+void log_progress(Loop& L, int epoch, std::int64_t step_in_epoch, std::int64_t steps_in_epoch, std::int64_t step) {
+  char line[160];
+  std::snprintf(line, sizeof(line), "epoch %d step %lld/%lld (global %lld): %.0f images/s so far", epoch,
+                static_cast<long long>(step_in_epoch + 1), static_cast<long long>(steps_in_epoch),
+                static_cast<long long>(step), static_cast<double>(L.result.images) / L.metrics.elapsed_s());
+  L.log.info(line);
+}
+
+}  // namespace
+
+std::int64_t steps_per_epoch(std::int64_t shard_samples, int batch_size) {
+  return (shard_samples + batch_size - 1) / batch_size;
+}
+
+TrainResult run_ps_worker(const RunConfig& config, WorkerSession& session, Workload& workload, MetricsWriter& metrics,
+                          Logger& log) {
+  if (config.mode == Mode::kAllreduce) throw ConfigError("run_ps_worker: mode allreduce has no servers");
+  const WorkloadConfig& w = config.workload;
+  nn::Model& model = *workload.model;
+  const auto num_params = static_cast<std::size_t>(model.num_params());
+  Loop L{config, session, model, workload.data, metrics, log, std::vector<float>(num_params),
+         std::vector<float>(num_params), {}, {}, {}, 0.0};
+  const data::Dataset& train = workload.data.train;
+  L.images.resize(static_cast<std::size_t>(w.batch_size) * static_cast<std::size_t>(train.channels * train.height * train.width));
+  L.labels.resize(static_cast<std::size_t>(w.batch_size));
+
+  model.get_params(L.params);
+  session.broadcast_initial(L.params);  // worker 0's initial weights everywhere
+  model.set_params(L.params);
+  model.set_dropout_seed(w.seed * 1000003ULL + static_cast<std::uint64_t>(session.rank()));
+
+  const data::ShardSampler sampler(train.num_samples, session.num_workers(), session.rank(), w.seed);
+  const std::int64_t per_epoch = steps_per_epoch(sampler.num_samples_per_replica(), w.batch_size);
+  std::int64_t total = per_epoch * w.epochs;
+  if (w.max_steps > 0) total = std::min(total, w.max_steps);
+  const LrSchedule schedule(config.optimizer, config.schedule, per_epoch, std::max<std::int64_t>(total, 1),
+                            static_cast<std::int64_t>(w.batch_size) * session.num_workers());
+  log.info("training " + std::to_string(total) + " steps (" + std::to_string(per_epoch) + " per epoch) in " +
+           std::string(to_string(config.mode)) + " mode with " + std::to_string(session.num_workers()) + " workers, " +
+           std::to_string(session.num_servers()) + " servers; " + session.shard_map().summary());
+
+  std::int64_t step = 0;
+  for (int epoch = 0; epoch < w.epochs && step < total; ++epoch) {
+    const std::vector<std::int64_t> indices = sampler.indices(epoch);
+    for (std::int64_t b = 0; b < per_epoch && step < total; ++b, ++step) {
+      const auto begin = static_cast<std::size_t>(b * w.batch_size);
+      const auto end = std::min(indices.size(), begin + static_cast<std::size_t>(w.batch_size));
+      train_step(L, std::span(indices).subspan(begin, end - begin), step, epoch, schedule.lr_at(step));
+      if (session.rank() == 0 && (b + 1) % std::max<std::int64_t>(per_epoch / 5, 1) == 0) log_progress(L, epoch, b, per_epoch, step);
+    }
+    const bool last = epoch + 1 == w.epochs || step >= total;
+    if (session.rank() == 0 && !last) evaluate_and_record(L, step, epoch, config.mode == Mode::kSync ? step : 0);
+  }
+  session.scheduler().barrier("training done");  // every push of every worker has been applied
+  L.result.steps = step;
+  L.result.time_s = metrics.elapsed_s();
+  if (session.rank() == 0) evaluate_and_record(L, step, w.epochs - 1, config.mode == Mode::kSync ? step : 0);
+  metrics.write(JsonLine().add("type", "end").add("time_s", L.result.time_s).add("steps", L.result.steps)
+                    .add("images", L.result.images).add("compute_s", L.result.compute_s).add("pull_s", L.result.pull_s)
+                    .add("push_s", L.result.push_s));
+  return L.result;
+}
+
+}  // namespace pstrain

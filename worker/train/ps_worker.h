@@ -1,0 +1,39 @@
+// The training loop of a parameter-server worker:
+//   pull weights -> forward/backward on the local batch -> push gradients
+// Each layer's gradient chunks are pushed as soon as backward has produced
+// them (last layer first), overlapping communication with the rest of
+// backward. sync: step s pulls version s (which waits for every worker's
+// step s-1) and pushes step s. async: pulls the latest weights, pushes, and
+// records the staleness the servers report.
+// Worker 0 evaluates the test set on the servers' weights at each epoch's end
+// and after the last step. Metrics go to the MetricsWriter.
+#pragma once
+
+#include <cstdint>
+
+#include "common/config.h"
+#include "common/log.h"
+#include "worker/client/worker_session.h"
+#include "worker/train/metrics.h"
+#include "worker/train/workload.h"
+
+namespace pstrain {
+
+struct TrainResult {
+  std::int64_t steps = 0;
+  std::int64_t images = 0;
+  double time_s = 0.0;
+  double compute_s = 0.0;
+  double pull_s = 0.0;
+  double push_s = 0.0;
+  double final_test_accuracy = -1.0;  // worker 0 only; -1 elsewhere
+};
+
+// Number of steps each worker takes: ceil(shard / batch) per epoch, times
+// epochs, capped by max_steps when set. Identical on every worker.
+std::int64_t steps_per_epoch(std::int64_t shard_samples, int batch_size);
+
+TrainResult run_ps_worker(const RunConfig& config, WorkerSession& session, Workload& workload, MetricsWriter& metrics,
+                          Logger& log);
+
+}  // namespace pstrain
