@@ -11,17 +11,19 @@ std::string where(const char* op, std::int64_t key, int worker, std::int64_t ste
          " at step " + std::to_string(step);
 }
 
-// Index of the first non-finite value, or -1.
+// Index of the first non-finite value, or -1; `count` gets how many there are.
+// The common all-finite case is one branch-free pass over the exponent bits
+// (vectorizes); only a bad buffer is scanned again for the first position.
 std::int64_t first_non_finite(std::span<const float> values, std::int64_t& count) {
-  std::int64_t first = -1;
-  count = 0;
+  const auto* bits = reinterpret_cast<const std::uint32_t*>(values.data());
+  std::int64_t bad = 0;
+  for (std::size_t i = 0; i < values.size(); ++i) bad += ((bits[i] >> 23) & 0xffu) == 0xffu ? 1 : 0;
+  count = bad;
+  if (bad == 0) return -1;
   for (std::size_t i = 0; i < values.size(); ++i) {
-    if (!std::isfinite(values[i])) {
-      if (first < 0) first = static_cast<std::int64_t>(i);
-      ++count;
-    }
+    if (!std::isfinite(values[i])) return static_cast<std::int64_t>(i);
   }
-  return first;
+  return -1;
 }
 
 }  // namespace
@@ -143,17 +145,28 @@ PushOutcome ShardStore::push_sync(ChunkState& c, int worker, std::int64_t step, 
     throw RequestError(Status::kRejected, where("push", c.key, worker, step) + ": duplicate, already counted");
   }
   last = step;
-  if (c.arrivals == 0) {
+  if (num_workers_ == 1) {  // the mean is the gradient itself: apply it straight from the message
+    apply(c, grad, lr);
+    return PushOutcome{true, c.version, 0};
+  }
+  float* sum = c.sum.data();
+  const float* g = grad.data();
+  if (c.arrivals == 0) {  // copy first...
     c.sum.assign(grad.begin(), grad.end());
     c.step_lr = lr;
-  } else {
-    float* sum = c.sum.data();
-    const float* g = grad.data();
+  } else if (c.arrivals + 1 < num_workers_) {  // ...add the middle ones...
     for (std::size_t i = 0; i < grad.size(); ++i) sum[i] += g[i];
+  } else {  // ...and fold the last one and the division by W into one pass.
+    const float inv = 1.0f / static_cast<float>(num_workers_);
+    const bool exact = (num_workers_ & (num_workers_ - 1)) == 0;  // power of two: * 1/W is exact
+    if (exact) {
+      for (std::size_t i = 0; i < grad.size(); ++i) sum[i] = (sum[i] + g[i]) * inv;
+    } else {
+      const auto workers = static_cast<float>(num_workers_);
+      for (std::size_t i = 0; i < grad.size(); ++i) sum[i] = (sum[i] + g[i]) / workers;
+    }
   }
   if (++c.arrivals < num_workers_) return PushOutcome{false, c.version, 0};
-  const auto workers = static_cast<float>(num_workers_);
-  for (float& x : c.sum) x /= workers;
   c.arrivals = 0;
   apply(c, c.sum, c.step_lr);
   return PushOutcome{true, c.version, 0};

@@ -1,7 +1,8 @@
 // launch: runs a whole pstrain job on this machine.
 //
 //   launch --config FILE [--set key=value]... [--run-dir DIR] [--bin-dir DIR]
-//          [--quiet] [--timeout-s S] [--startup-timeout-s S] [--grace-s S]
+//          [--quiet] [--timeout-s S] [--startup-timeout-s S]
+//          [--shutdown-timeout-s S] [--grace-s S]
 //
 // Checks the config (nothing starts if it is wrong), writes the resolved
 // config to <run_dir>/config.toml, starts pstrain-scheduler, then the servers
@@ -40,6 +41,10 @@ void add_options(CLI::App& app, pstrain::launcher::LaunchOptions& o, double& tim
   app.add_option("--timeout-s", timeout_s, "stop the run if it takes longer than this (default: no limit)")
       ->check(CLI::PositiveNumber);
   app.add_option("--startup-timeout-s", o.startup_timeout_s, "limit for the scheduler to start listening")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--shutdown-timeout-s", o.shutdown_timeout_s,
+                 "limit for the servers and workers to exit once the scheduler has ended the job")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   app.add_option("--grace-s", o.grace_s, "seconds between SIGTERM and SIGKILL when stopping processes")

@@ -51,12 +51,12 @@ TEST_CASE("dropout draws its mask from the shared hash") {
   std::vector<float> x(n, 2.0f), y(n), mask(n), again(n);
   const float p = 0.4f;
   backend->dropout_forward(x.data(), y.data(), mask.data(), n, p, 99);
-  std::size_t dropped = 0;
+  std::size_t dropped = 0, wrong = 0;
   for (std::size_t i = 0; i < n; ++i) {
-    REQUIRE(mask[i] == dropout_mask_value(99, i, p));
-    CHECK(y[i] == 2.0f * mask[i]);
+    wrong += mask[i] == dropout_mask_value(99, i, p) && y[i] == 2.0f * mask[i] ? 0 : 1;
     dropped += mask[i] == 0.0f ? 1 : 0;
   }
+  CHECK(wrong == 0);
   CHECK(std::abs(static_cast<double>(dropped) / n - 0.4) < 0.02);
   backend->dropout_forward(x.data(), again.data(), mask.data(), n, p, 100);
   CHECK(again != y);  // another seed, another mask

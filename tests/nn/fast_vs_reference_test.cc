@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include "nn_test_util.h"
+#include "worker/nn/im2col_conv.h"
 #include "worker/nn/reference_ops.h"
 
 namespace pstrain::nn {
@@ -86,6 +87,30 @@ TEST_CASE("oneDNN inner product matches the reference loops") {
   compare_linear(*backend, LinearShape{8, 1024, 10}, true);    // fmnist fc2
   compare_linear(*backend, LinearShape{5, 13, 7}, true);
   compare_linear(*backend, LinearShape{1, 6, 3}, false);
+}
+
+TEST_CASE("im2col + SGEMM convolution (the benchmark's baseline) matches the reference loops") {
+  set_blas_threads(1);
+  const Conv2dShape shapes[] = {{2, 3, 11, 9, 5, 3, 3, 2, 1}, {2, 32, 14, 14, 64, 5, 5, 1, 2}, {3, 1, 8, 8, 4, 5, 5, 1, 2}};
+  for (const Conv2dShape& s : shapes) {
+    CAPTURE(s.c_in);
+    const auto nx = static_cast<std::size_t>(s.n * s.c_in * s.h * s.w);
+    const auto nw = static_cast<std::size_t>(s.c_out * s.c_in * s.k_h * s.k_w);
+    const auto ny = static_cast<std::size_t>(s.n * s.c_out * s.out_h() * s.out_w());
+    const auto nb = static_cast<std::size_t>(s.c_out);
+    const auto x = random_values(nx, 31), w = random_values(nw, 32), b = random_values(nb, 33);
+    const auto dy = random_values(ny, 34);
+    std::vector<float> y_ref(ny), dx_ref(nx), dw_ref(nw), db_ref(nb), y(ny), dx(nx), dw(nw), db(nb);
+    reference::conv2d_forward(s, x.data(), w.data(), b.data(), y_ref.data());
+    reference::conv2d_backward(s, x.data(), w.data(), dy.data(), dx_ref.data(), dw_ref.data(), db_ref.data());
+    Im2colConv conv(s);
+    conv.forward(x.data(), w.data(), b.data(), y.data());
+    conv.backward(x.data(), w.data(), dy.data(), dx.data(), dw.data(), db.data());
+    check_close("im2col y", y.data(), y_ref.data(), ny, kTolerance);
+    check_close("im2col dx", dx.data(), dx_ref.data(), nx, kTolerance);
+    check_close("im2col dw", dw.data(), dw_ref.data(), nw, kTolerance);
+    check_close("im2col db", db.data(), db_ref.data(), nb, kTolerance);
+  }
 }
 
 TEST_CASE("the backend gives the same results with 1 and 2 threads") {

@@ -68,7 +68,7 @@ TEST_CASE("conv2d gradients match finite differences (strides 1/2, padding 0/1/2
       {2, 2, 7, 9, 3, 3, 2, 0},   // stride 2, pad 0, odd sizes (last column unused)
       {1, 2, 9, 8, 3, 5, 2, 2},   // stride 2, pad 2
       {2, 1, 6, 6, 8, 5, 1, 2},   // one input channel (first layer)
-      {2, 16, 5, 5, 4, 3, 1, 0},  // >= 16 input channels: blocked backward-data path
+      {2, 16, 5, 5, 4, 3, 1, 0},  // >= 8 input channels: blocked backward-data path
       {1, 3, 5, 7, 2, 1, 1, 0},   // 1x1 kernel
   };
   for (const ConvCase& c : cases) {

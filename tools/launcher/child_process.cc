@@ -71,7 +71,10 @@ Child spawn_child(const std::vector<std::string>& argv, const SignalWatch& signa
   return Child{pid, out[0], err[0]};
 }
 
-bool signal_group(pid_t pid, int signal) { return kill(-pid, signal) == 0 || kill(pid, signal) == 0; }
+bool signal_group(pid_t pid, int signal) {
+  if (pid <= 0) return false;  // kill(-1) or kill(0) would reach far more than one node
+  return kill(-pid, signal) == 0 || kill(pid, signal) == 0;
+}
 
 ExitStatus decode_wait_status(int status) {
   if (WIFSIGNALED(status)) return ExitStatus{true, WTERMSIG(status)};

@@ -25,6 +25,13 @@ void say(const std::string& message) {
   std::fprintf(stderr, "launch: %s\n", message.c_str());
 }
 
+// "1.5 s", "30 s"
+std::string seconds_text(double seconds) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%g s", seconds);
+  return buf;
+}
+
 milliseconds to_ms(double seconds) { return milliseconds(static_cast<std::int64_t>(seconds * 1000.0)); }
 
 // describe() plus what the node programs' exit codes mean.
@@ -36,14 +43,18 @@ std::string describe_exit(const ExitStatus& status) {
   return text;
 }
 
+bool failed_on_its_own(const NodeState& n) { return n.status && !n.status->ok() && !n.stopped_by_us; }
+// Exit code 2: the node stopped because the scheduler aborted the job.
+bool aborted_by_peer(const ExitStatus& s) { return !s.signaled && s.code == 2; }
+
 // The failure to blame: the first to fail on its own, preferring a real
 // error over an "aborted because a peer failed" exit.
 const NodeState* root_cause(const std::vector<NodeState>& nodes) {
   const NodeState* first = nullptr;
   const NodeState* first_real = nullptr;
   for (const NodeState& n : nodes) {
-    if (!n.status || n.status->ok() || n.stopped_by_us) continue;
-    const bool real = n.status->signaled || n.status->code != 2;
+    if (!failed_on_its_own(n)) continue;
+    const bool real = !aborted_by_peer(*n.status);
     if (!first || n.exit_order < first->exit_order) first = &n;
     if (real && (!first_real || n.exit_order < first_real->exit_order)) first_real = &n;
   }
@@ -62,21 +73,11 @@ class Launch {
     say("run dir " + plan_.run_dir.string() + ": starting the scheduler, " + std::to_string(plan_.num_servers) +
         " server(s) and " + std::to_string(plan_.num_workers) + " worker(s)");
     start(scheduler_spec(plan_));
-    std::optional<std::string> endpoint;
-    const auto startup_deadline = std::min(deadline().value_or(Clock::time_point::max()),
-                                           Clock::now() + to_ms(options_.startup_timeout_s));
-    auto outcome = supervisor_.run_until(
-        [&] { return (endpoint = read_endpoint_file(plan_.endpoint_file())) || supervisor_.exited(0); },
-        startup_deadline, kStartupPoll);
-    if (outcome.event == Supervisor::Event::kCondition && !endpoint) {
-      say("the scheduler exited before writing its endpoint to " + plan_.endpoint_file().string());
-      return fail_after_stop();
-    }
-    if (outcome.event != Supervisor::Event::kCondition) return abort_run(outcome, true);
-    say("scheduler is at " + *endpoint);
-    for (const NodeSpec& spec : node_specs(plan_, *endpoint)) start(spec);
-    outcome = supervisor_.run_until([&] { return supervisor_.all_exited(); }, deadline(), kRunTick);
-    if (outcome.event != Supervisor::Event::kCondition) return abort_run(outcome, false);
+    std::string endpoint;
+    if (const auto code = await_endpoint(endpoint)) return *code;
+    say("scheduler is at " + endpoint);
+    for (const NodeSpec& spec : node_specs(plan_, endpoint)) start(spec);
+    if (const auto code = await_job_end()) return *code;
     return summarize();
   }
 
@@ -84,6 +85,41 @@ class Launch {
   std::optional<Clock::time_point> deadline() const {
     if (!options_.timeout_s) return std::nullopt;
     return start_ + to_ms(*options_.timeout_s);
+  }
+
+  // Waits for the scheduler's endpoint file; an exit code if that failed.
+  std::optional<int> await_endpoint(std::string& endpoint) {
+    std::optional<std::string> found;
+    const auto limit = std::min(deadline().value_or(Clock::time_point::max()),
+                                Clock::now() + to_ms(options_.startup_timeout_s));
+    const auto outcome = supervisor_.run_until(
+        [&] { return (found = read_endpoint_file(plan_.endpoint_file())) || supervisor_.exited(0); }, limit,
+        kStartupPoll);
+    if (outcome.event != Supervisor::Event::kCondition) return abort_run(outcome, true);
+    if (!found) {
+      say("the scheduler exited before writing its endpoint to " + plan_.endpoint_file().string());
+      return fail_after_stop();
+    }
+    endpoint = *found;
+    return std::nullopt;
+  }
+
+  // Waits for the scheduler to end the job, then for the rest to exit (at
+  // most shutdown_timeout_s more); an exit code if something failed.
+  std::optional<int> await_job_end() {
+    auto outcome = supervisor_.run_until([&] { return supervisor_.exited(0); }, deadline(), kRunTick);
+    if (outcome.event != Supervisor::Event::kCondition) return abort_run(outcome, false);
+    const auto limit = Clock::now() + to_ms(options_.shutdown_timeout_s);
+    outcome = supervisor_.run_until([&] { return supervisor_.all_exited(); },
+                                    std::min(limit, deadline().value_or(limit)), kRunTick);
+    const bool overall_timeout = deadline() && Clock::now() >= *deadline();
+    if (outcome.event == Supervisor::Event::kDeadline && !overall_timeout) {
+      say("the scheduler ended the job, but these did not exit within --shutdown-timeout-s " +
+          seconds_text(options_.shutdown_timeout_s) + ": " + running_names());
+      return fail_after_stop();
+    }
+    if (outcome.event != Supervisor::Event::kCondition) return abort_run(outcome, false);
+    return std::nullopt;
   }
 
   void start(const NodeSpec& spec) {
@@ -110,8 +146,8 @@ class Launch {
         if (starting) {
           say("the scheduler did not write its endpoint to " + plan_.endpoint_file().string() + " in time");
         } else {
-          say("the run did not finish within --timeout-s " + std::to_string(*options_.timeout_s) +
-              " s; still running: " + running_names());
+          say("the run did not finish within --timeout-s " + seconds_text(*options_.timeout_s) +
+              "; still running: " + running_names());
         }
         return fail_after_stop();
       case Supervisor::Event::kFailure:
@@ -129,9 +165,10 @@ class Launch {
   }
 
   int report_failure(std::size_t first_failed) {
-    const ExitStatus first = *supervisor_.states().at(first_failed).status;
-    if (!first.signaled && first.code == 2) {  // the scheduler aborted the job: let the others say why
-      supervisor_.run_until([&] { return supervisor_.all_exited(); }, Clock::now() + kPeerAbortGrace, kRunTick);
+    if (aborted_by_peer(*supervisor_.states().at(first_failed).status)) {
+      // The scheduler aborted the job: give the node that failed time to exit and say why.
+      supervisor_.run_until([&] { return supervisor_.all_exited() || real_failure_seen(); },
+                            Clock::now() + kPeerAbortGrace, kRunTick, false);
     }
     supervisor_.stop_all(to_ms(options_.grace_s));
     const std::vector<NodeState> nodes = supervisor_.states();
@@ -140,12 +177,19 @@ class Launch {
     if (!cause->stderr_tail.empty()) say("last lines of " + cause->spec.name + "'s stderr:");
     for (const std::string& line : cause->stderr_tail) say("  " + line);
     for (const NodeState& n : nodes) {
-      if (&n != cause && n.status && !n.status->ok() && !n.stopped_by_us) {
+      if (&n != cause && failed_on_its_own(n)) {
         say("then " + n.spec.name + " " + describe_exit(*n.status));
       }
     }
     say("stopped the other processes; run failed; logs in " + (plan_.run_dir / "logs").string());
     return kExitFailed;
+  }
+
+  bool real_failure_seen() const {
+    for (const NodeState& n : supervisor_.states()) {
+      if (failed_on_its_own(n) && !aborted_by_peer(*n.status)) return true;
+    }
+    return false;
   }
 
   int summarize() {

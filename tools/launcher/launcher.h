@@ -17,6 +17,7 @@ struct LaunchOptions {
   bool quiet = false;               // nodes' output only to their log files
   std::optional<double> timeout_s;  // the whole run; empty = no limit
   double startup_timeout_s = 30;    // for the scheduler's endpoint file
+  double shutdown_timeout_s = 30;   // for the others to exit once the scheduler has
   double grace_s = 5;               // SIGTERM, then SIGKILL after this
 };
 

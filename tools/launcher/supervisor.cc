@@ -17,6 +17,7 @@ namespace {
 
 constexpr std::size_t kReadBytes = 64 * 1024;
 constexpr int kReadsPerWake = 16;  // then let the other streams have a turn
+constexpr std::chrono::milliseconds kKillWait{5000};  // for the kernel to end SIGKILLed processes
 
 }  // namespace
 
@@ -36,7 +37,14 @@ struct Supervisor::Node {
   NodeState state;
   Stream out;
   Stream err;
-  std::FILE* log = nullptr;
+  std::FILE* log = nullptr;  // closed when the node exits
+
+  Node() = default;
+  Node(const Node&) = delete;
+  Node& operator=(const Node&) = delete;
+  ~Node() {
+    if (log != nullptr) std::fclose(log);
+  }
 };
 
 Supervisor::Supervisor(SupervisorOptions options, SignalWatch& signals)
@@ -50,9 +58,8 @@ Supervisor::~Supervisor() {
       while (waitpid(node->state.pid, &status, 0) < 0 && errno == EINTR) {
       }
     }
-    node->out.close_fd();
+    node->out.close_fd();  // hands on the last partial lines
     node->err.close_fd();
-    if (node->log != nullptr) std::fclose(node->log);
   }
   flush();
 }
@@ -66,11 +73,12 @@ std::size_t Supervisor::start(const NodeSpec& spec) {
   Node* raw = node.get();
   node->out.splitter = std::make_unique<LineSplitter>([this, raw](std::string_view l) { on_line(*raw, false, l); });
   node->err.splitter = std::make_unique<LineSplitter>([this, raw](std::string_view l) { on_line(*raw, true, l); });
-  nodes_.push_back(std::move(node));  // owned before spawning: the destructor reaps it
+  nodes_.reserve(nodes_.size() + 1);  // so that adding it after the fork cannot fail
   const Child child = spawn_child(spec.argv, signals_);
-  raw->state.pid = child.pid;
-  raw->out.fd = child.stdout_fd;
-  raw->err.fd = child.stderr_fd;
+  node->state.pid = child.pid;
+  node->out.fd = child.stdout_fd;
+  node->err.fd = child.stderr_fd;
+  nodes_.push_back(std::move(node));  // from here on the destructor reaps it
   return nodes_.size() - 1;
 }
 
@@ -167,14 +175,15 @@ std::optional<std::size_t> Supervisor::first_failure() const {
 
 Supervisor::Outcome Supervisor::run_until(const std::function<bool()>& condition,
                                           std::optional<Clock::time_point> deadline,
-                                          std::chrono::milliseconds tick) {
+                                          std::chrono::milliseconds tick, bool stop_on_failure) {
   for (;;) {
     if (pending_signal_) {
       const int sig = *pending_signal_;
       pending_signal_.reset();
       return Outcome{Event::kSignal, sig, 0};
     }
-    if (const auto failed = first_failure()) return Outcome{Event::kFailure, 0, *failed};
+    const auto failed = first_failure();
+    if (failed && stop_on_failure) return Outcome{Event::kFailure, 0, *failed};
     if (condition()) return Outcome{Event::kCondition, 0, 0};
     auto timeout = tick;
     if (deadline) {
@@ -210,7 +219,7 @@ void Supervisor::stop_all(std::chrono::milliseconds grace) {
   wait_all_exited(grace, true);
   if (all_exited()) return;
   signal_running(SIGKILL);
-  wait_all_exited(grace, false);
+  wait_all_exited(std::max(grace, kKillWait), false);
 }
 
 bool Supervisor::all_exited() const {

@@ -68,15 +68,16 @@ class Supervisor {
   // Opens the node's log (truncating it) and starts it; returns its index.
   std::size_t start(const NodeSpec& spec);
 
-  // Pumps output and reaps exits until a node fails, SIGINT/SIGTERM arrives,
-  // `condition()` holds (checked after every wake-up, at least every `tick`),
-  // or `deadline` passes, in that order of precedence.
+  // Pumps output and reaps exits until SIGINT/SIGTERM arrives, a node fails
+  // (unless `stop_on_failure` is false), `condition()` holds (checked after
+  // every wake-up, at least every `tick`), or `deadline` passes, in that
+  // order of precedence.
   Outcome run_until(const std::function<bool()>& condition, std::optional<Clock::time_point> deadline,
-                    std::chrono::milliseconds tick);
+                    std::chrono::milliseconds tick, bool stop_on_failure = true);
 
   // SIGTERM to every running node's process group, SIGKILL to those left
   // after `grace` (at once if SIGINT/SIGTERM arrives meanwhile); returns
-  // when all are reaped or `grace` after the SIGKILL.
+  // when all are reaped, or at most max(grace, 5 s) after the SIGKILL.
   void stop_all(std::chrono::milliseconds grace);
 
   bool all_exited() const;

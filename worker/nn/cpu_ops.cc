@@ -13,10 +13,43 @@ void relu_forward(const float* x, float* y, std::size_t num_elems) {
 }
 
 void relu_backward(const float* y, const float* dy, float* dx, std::size_t num_elems) {
-  for (std::size_t i = 0; i < num_elems; ++i) dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+  for (std::size_t i = 0; i < num_elems; ++i) {
+    const float g = dy[i];  // loaded unconditionally so the loop vectorizes
+    dx[i] = y[i] > 0.0f ? g : 0.0f;
+  }
 }
 
+namespace {
+
+// The common 2x2 window with stride 2, two input rows at a time.
+void maxpool_forward_2x2(const PoolShape& s, const float* x, float* y, std::int32_t* argmax) {
+  const int oh = s.out_h(), ow = s.out_w();
+  for (std::int64_t plane = 0; plane < std::int64_t{s.n} * s.c; ++plane) {
+    const std::int64_t x_base = plane * s.h * s.w;
+    float* y_plane = y + plane * oh * ow;
+    std::int32_t* a_plane = argmax + plane * oh * ow;
+    for (int i = 0; i < oh; ++i) {
+      const std::int64_t top = x_base + std::int64_t{2 * i} * s.w;
+      const std::int64_t bottom = top + s.w;
+      for (int j = 0; j < ow; ++j) {
+        std::int64_t best = top + 2 * j;  // first maximum in row-major window order wins
+        if (x[top + 2 * j + 1] > x[best]) best = top + 2 * j + 1;
+        if (x[bottom + 2 * j] > x[best]) best = bottom + 2 * j;
+        if (x[bottom + 2 * j + 1] > x[best]) best = bottom + 2 * j + 1;
+        y_plane[i * ow + j] = x[best];
+        a_plane[i * ow + j] = static_cast<std::int32_t>(best);
+      }
+    }
+  }
+}
+
+}  // namespace
+
 void maxpool_forward(const PoolShape& s, const float* x, float* y, std::int32_t* argmax) {
+  if (s.k == 2 && s.stride == 2) {
+    maxpool_forward_2x2(s, x, y, argmax);
+    return;
+  }
   const int oh = s.out_h(), ow = s.out_w();
   for (std::int64_t plane = 0; plane < std::int64_t{s.n} * s.c; ++plane) {
     const std::int64_t x_base = plane * s.h * s.w;
@@ -49,8 +82,9 @@ void dropout_forward(const float* x, float* y, float* mask, std::size_t num_elem
   if (!(p >= 0.0f && p < 1.0f)) {
     throw ComputeError("dropout_forward: drop probability " + std::to_string(p) + " is outside [0, 1)");
   }
+  const float scale = 1.0f / (1.0f - p);  // as dropout_mask_value computes it
   for (std::size_t i = 0; i < num_elems; ++i) {
-    mask[i] = dropout_mask_value(seed, i, p);
+    mask[i] = dropout_uniform(seed, i) < p ? 0.0f : scale;
     y[i] = x[i] * mask[i];
   }
 }
@@ -92,14 +126,23 @@ void sgd_step(float* w, const float* g, float* velocity, std::size_t num_elems, 
   if (velocity == nullptr && p.momentum != 0.0f && num_elems > 0) {
     throw ComputeError("sgd_step: momentum " + std::to_string(p.momentum) + " needs a velocity buffer, got null");
   }
-  for (std::size_t i = 0; i < num_elems; ++i) {
-    const float grad = g[i] + p.weight_decay * w[i];
-    float direction = grad;
-    if (velocity != nullptr) {
-      velocity[i] = p.momentum * velocity[i] + grad;
-      direction = p.nesterov ? grad + p.momentum * velocity[i] : velocity[i];
+  // One loop per variant (no branch inside, so each vectorizes).
+  const float lr = p.lr, wd = p.weight_decay, mu = p.momentum;
+  if (velocity == nullptr) {
+    for (std::size_t i = 0; i < num_elems; ++i) w[i] -= lr * (g[i] + wd * w[i]);
+  } else if (p.nesterov) {
+    for (std::size_t i = 0; i < num_elems; ++i) {
+      const float grad = g[i] + wd * w[i];
+      const float v = mu * velocity[i] + grad;
+      velocity[i] = v;
+      w[i] -= lr * (grad + mu * v);
     }
-    w[i] -= p.lr * direction;
+  } else {
+    for (std::size_t i = 0; i < num_elems; ++i) {
+      const float v = mu * velocity[i] + (g[i] + wd * w[i]);
+      velocity[i] = v;
+      w[i] -= lr * v;
+    }
   }
 }
 
@@ -113,11 +156,14 @@ void adam_step(float* w, const float* g, float* m, float* v, std::size_t num_ele
   const auto inv_sqrt_c2 = static_cast<float>(1.0 / std::sqrt(correction2));
   const float one_minus_b1 = 1.0f - p.beta1;
   const float one_minus_b2 = 1.0f - p.beta2;
+  const float b1 = p.beta1, b2 = p.beta2, eps = p.epsilon, wd = p.weight_decay;
   for (std::size_t i = 0; i < num_elems; ++i) {
-    const float grad = g[i] + p.weight_decay * w[i];
-    m[i] = p.beta1 * m[i] + one_minus_b1 * grad;
-    v[i] = p.beta2 * v[i] + one_minus_b2 * grad * grad;
-    w[i] -= step_size * m[i] / (std::sqrt(v[i]) * inv_sqrt_c2 + p.epsilon);
+    const float grad = g[i] + wd * w[i];
+    const float mi = b1 * m[i] + one_minus_b1 * grad;
+    const float vi = b2 * v[i] + one_minus_b2 * grad * grad;
+    m[i] = mi;
+    v[i] = vi;
+    w[i] -= step_size * mi / (std::sqrt(vi) * inv_sqrt_c2 + eps);
   }
 }
 

@@ -1,8 +1,10 @@
 // The CPU backend's non-GEMM operations as plain loops over host memory:
 // ReLU, max pooling, dropout, softmax cross-entropy and the optimizer
 // updates. Semantics are those of the matching Backend methods
-// (worker/nn/backend.h). Single-threaded: these are memory-bound and take a
-// few percent of a training step (measured by tools/bench_train_step).
+// (worker/nn/backend.h). Single-threaded and written so the compiler
+// vectorizes the elementwise loops: together they take ~8% of a fmnist_cnn
+// training step at batch 32 on 2 threads, ~5% on 1 (tools/bench_train_step's
+// per-layer table), which does not pay for a thread pool.
 // Thread safety: pure functions of their arguments.
 #pragma once
 

@@ -5,7 +5,7 @@
 // The primitives pick their own (blocked, e.g. nChw16c) layouts and the
 // DnnlPorts reorder in and out; measured on AVX-512 this is ~2x faster end
 // to end than running on plain layouts (see tools/bench_train_step). The
-// exception is backward-data with few input channels (< 16), where blocking
+// exception is backward-data with few input channels (< 8), where blocking
 // pads the channels and the plain (GEMM-based) path is faster.
 // Not thread-safe; the caller sets the OpenMP thread count.
 #pragma once

@@ -23,6 +23,10 @@ class DnnlPort {
   const dnnl::memory& output(float* data);
   void finish_output(dnnl::stream& stream);
   bool reorders() const { return reorders_; }
+  // The primitive-side memory's layout (after input()/output()).
+  dnnl::memory::desc inner_desc() const { return inner_.get_desc(); }
+  // The primitive-side memory as last filled by input().
+  const dnnl::memory& inner() const { return inner_; }
 
  private:
   dnnl::memory plain_;

@@ -1,0 +1,88 @@
+// Real runs: `launch` starts pstrain-scheduler, -server and -worker as
+// processes talking TCP over loopback (ephemeral ports) on the tiny configs.
+#include <doctest/doctest.h>
+
+#include <numeric>
+
+#include "common/config.h"
+#include "tests/integration/launch_test_util.h"
+#include "tools/report/json_value.h"
+#include "tools/report/metrics.h"
+
+namespace {
+
+using pstrain::report::JsonValue;
+
+double mean_loss(const std::vector<pstrain::report::StepRecord>& steps, std::size_t begin, std::size_t end) {
+  double sum = 0;
+  for (std::size_t i = begin; i < end; ++i) sum += steps[i].loss;
+  return sum / static_cast<double>(end - begin);
+}
+
+// Everything docs/run_directory.md promises after a successful run.
+void check_run_dir(const it::fs::path& run, const std::string& mode, const std::string& output) {
+  const pstrain::RunConfig config = pstrain::load_config((run / "config.toml").string());
+  CHECK(config.output.run_dir == run.string());
+  CHECK(pstrain::to_string(config.mode) == mode);
+  CHECK(config.workload.seed == 7);  // from --set
+  for (const char* log : {"scheduler", "server-0", "server-1", "worker-0", "worker-1"}) {
+    CAPTURE(log);
+    CHECK(it::count_lines(run / "logs" / (std::string(log) + ".log")) > 0);
+  }
+  CHECK(it::read_pids(run).size() == 5);
+  CHECK(it::contains(output, "[worker 1] "));
+  CHECK(it::contains(output, "Run directory: " + run.string()));
+  CHECK(it::contains(output, "| worker | time (s) | images |"));
+
+  for (int w = 0; w < 2; ++w) {
+    CAPTURE(w);
+    const auto m = pstrain::report::read_worker_metrics(pstrain::report::worker_metrics_path(run, w), w);
+    REQUIRE(m.steps.size() >= 16);
+    REQUIRE(m.end.has_value());
+    const std::size_t k = m.steps.size() / 4;
+    CHECK(mean_loss(m.steps, 0, k) > mean_loss(m.steps, m.steps.size() - k, m.steps.size()));
+  }
+  const JsonValue summary = pstrain::report::parse_json(it::read_file(run / "summary.json"), "summary.json");
+  const double accuracy = summary.find("final_test_accuracy")->as_number("final_test_accuracy");
+  CHECK(accuracy > 0.5);  // it learned: chance is 0.1 on the 10 synthetic classes
+  CHECK(accuracy <= 1.0);
+  CHECK(summary.find("mode")->as_string("mode") == mode);
+  CHECK(summary.find("per_worker")->items().size() == 2);
+  CHECK(summary.find("global_images_per_s")->as_number("global_images_per_s") > 0);
+  CHECK(it::fs::exists(run / "summary.md"));
+}
+
+}  // namespace
+
+TEST_CASE("the tiny sync config runs to a summary through the launcher") {
+  it::TempDir dir;
+  const auto run = dir.path() / "sync";
+  auto args = it::launch_args(it::kSourceDir / "configs/tiny_sync.toml", run);
+  args.insert(args.end(), {"--set", "workload.seed=7"});
+  const it::Result r = it::run_launch(args, dir.path());
+  INFO(r.output);
+  REQUIRE_FALSE(r.exit.signaled);
+  REQUIRE(r.exit.code == 0);
+  check_run_dir(run, "sync", r.output);
+  const JsonValue summary = pstrain::report::parse_json(it::read_file(run / "summary.json"), "summary.json");
+  CHECK(summary.find("staleness")->is_null());
+}
+
+TEST_CASE("the tiny async config runs to a summary with staleness through the launcher") {
+  it::TempDir dir;
+  const auto run = dir.path() / "async";
+  auto args = it::launch_args(it::kSourceDir / "configs/tiny_async.toml", run);
+  args.insert(args.end(), {"--set", "workload.seed=7", "--quiet"});
+  const it::Result r = it::run_launch(args, dir.path());
+  INFO(r.output);
+  REQUIRE_FALSE(r.exit.signaled);
+  REQUIRE(r.exit.code == 0);
+  CHECK_FALSE(it::contains(r.output, "[server 0] "));  // --quiet: logs only
+  CHECK(it::count_lines(run / "logs/server-0.log") > 0);
+  check_run_dir(run, "async", r.output + "[worker 1] ");
+  const JsonValue summary = pstrain::report::parse_json(it::read_file(run / "summary.json"), "summary.json");
+  const JsonValue& staleness = *summary.find("staleness");
+  REQUIRE(staleness.kind() == JsonValue::Kind::kObject);
+  CHECK(staleness.find("histogram")->keys().size() >= 1);
+  CHECK(staleness.find("mean")->as_number("mean") >= 0.0);
+}

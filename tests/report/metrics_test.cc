@@ -1,0 +1,141 @@
+// Reading metrics/worker-<w>.jsonl and metrics/server-<s>.json, and the
+// errors for files that break docs/run_directory.md.
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+#include "common/errors.h"
+#include "tests/report/report_test_util.h"
+#include "tools/report/metrics.h"
+
+using namespace pstrain::report;
+using pstrain::DataError;
+using report_test::TempDir;
+
+namespace {
+
+std::string read_error(const std::filesystem::path& file, bool server) {
+  try {
+    if (server) {
+      read_server_metrics(file, 0);
+    } else {
+      read_worker_metrics(file, 0);
+    }
+  } catch (const DataError& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+const std::string kServer0 =
+    R"({"rank": 0, "updates": 10, "pushes_accepted": 20, "pushes_rejected": 1, "staleness_histogram": {"0": 5, "2": 7}})";
+
+}  // namespace
+
+TEST_CASE("a worker's records are read in order") {
+  TempDir dir;
+  const auto file = worker_metrics_path(dir.path(), 1);
+  CHECK(file == dir.path() / "metrics" / "worker-1.jsonl");
+  report_test::write_file(file, report_test::step_line(0, 0.1, 2.3) + report_test::step_line(1, 0.2, 2.1) + "\n" +
+                                    report_test::eval_line(1, 0.3, 0.4) + report_test::end_line(0.5, 2, 64));
+  const WorkerMetrics m = read_worker_metrics(file, 1);
+  CHECK(m.rank == 1);
+  REQUIRE(m.steps.size() == 2);
+  CHECK(m.steps[1].step == 1);
+  CHECK(m.steps[1].loss == doctest::Approx(2.1));
+  CHECK(m.steps[0].batch == 32);
+  CHECK(m.steps[0].lr == doctest::Approx(0.05));
+  REQUIRE(m.evals.size() == 1);
+  CHECK(m.evals[0].test_accuracy == doctest::Approx(0.4));
+  REQUIRE(m.end.has_value());
+  CHECK(m.end->images == 64);
+  CHECK(m.end->push_s == doctest::Approx(0.5));
+}
+
+TEST_CASE("null numbers read as NaN and unknown keys are ignored") {
+  TempDir dir;
+  const auto file = dir.path() / "w.jsonl";
+  std::string line = report_test::step_line(0, 0.1, 1.0);
+  line.replace(line.find("\"loss\":"), std::string("\"loss\":1.000000").size(), "\"loss\":null,\"extra\":[1]");
+  report_test::write_file(file, line);
+  const WorkerMetrics m = read_worker_metrics(file, 0);
+  REQUIRE(m.steps.size() == 1);
+  CHECK(std::isnan(m.steps[0].loss));
+}
+
+TEST_CASE("worker files that break the format are errors naming file, line and key") {
+  TempDir dir;
+  const auto file = dir.path() / "w.jsonl";
+  const std::string where = file.string();
+  std::string no_loss = report_test::step_line(1, 0.2, 2.0);
+  no_loss.replace(no_loss.find("\"loss\":"), std::string("\"loss\":2.000000,").size(), "");
+  report_test::write_file(file, report_test::step_line(0, 0.1, 2.0) + no_loss);
+  CHECK(read_error(file, false) == where + ":2: missing key 'loss'");
+
+  std::string bad_step = report_test::step_line(0, 0.1, 2.0);
+  bad_step.replace(bad_step.find("\"step\":0"), 8, "\"step\":\"0\"");
+  report_test::write_file(file, bad_step);
+  CHECK(read_error(file, false) == where + ":1: key 'step': expected a number, got a string");
+
+  report_test::write_file(file, "{\"type\":\"stop\"}\n");
+  CHECK(read_error(file, false) == where + ":1: key 'type': expected \"step\", \"eval\" or \"end\", got \"stop\"");
+
+  report_test::write_file(file, report_test::end_line(1, 1, 1) + report_test::step_line(0, 0.1, 2.0));
+  CHECK(read_error(file, false) == where + ":2: a record after the \"end\" record");
+
+  report_test::write_file(file, "[1]\n");
+  CHECK(read_error(file, false) == where + ":1: expected a JSON object, got an array");
+
+  report_test::write_file(file, "{\"type\":\"end\",}\n");
+  CHECK(read_error(file, false) == where + ":1: column 15: expected a key string, found '}'");
+
+  CHECK(read_error(dir.path() / "absent.jsonl", false) ==
+        "cannot read " + (dir.path() / "absent.jsonl").string() + ": no such file or not readable");
+}
+
+TEST_CASE("a server's counts and staleness histogram are read") {
+  TempDir dir;
+  const auto file = server_metrics_path(dir.path(), 0);
+  report_test::write_file(file, kServer0);
+  const ServerMetrics m = read_server_metrics(file, 0);
+  CHECK(m.updates == 10);
+  CHECK(m.pushes_accepted == 20);
+  CHECK(m.pushes_rejected == 1);
+  CHECK(m.staleness_histogram == std::map<std::int64_t, std::int64_t>{{0, 5}, {2, 7}});
+}
+
+TEST_CASE("server files that break the format are errors naming the file and key") {
+  TempDir dir;
+  const auto file = dir.path() / "server-0.json";
+  const std::string where = file.string();
+  report_test::write_file(file, R"({"rank": 1, "updates": 1, "pushes_accepted": 1, "pushes_rejected": 0, "staleness_histogram": {}})");
+  CHECK(read_error(file, true) == where + ": key 'rank': expected 0 (from the file name), got 1");
+  report_test::write_file(file, R"({"rank": 0, "updates": 1, "pushes_accepted": 1, "pushes_rejected": 0, "staleness_histogram": {"x": 1}})");
+  CHECK(read_error(file, true) == where + ": key 'staleness_histogram': key 'x' is not a staleness (a non-negative integer)");
+  report_test::write_file(file, R"({"rank": 0, "updates": 1, "pushes_accepted": 1, "pushes_rejected": 0, "staleness_histogram": {"-1": 1}})");
+  CHECK(read_error(file, true) == where + ": key 'staleness_histogram': key '-1' is not a staleness (a non-negative integer)");
+  report_test::write_file(file, R"({"rank": 0, "updates": 1.5, "pushes_accepted": 1, "pushes_rejected": 0, "staleness_histogram": {}})");
+  CHECK(read_error(file, true) == where + ": key 'updates': expected an integer, got 1.500000");
+  report_test::write_file(file, R"({"rank": 0, "updates": 1, "pushes_accepted": 1, "pushes_rejected": 0, "staleness_histogram": []})");
+  CHECK(read_error(file, true) == where + ": key 'staleness_histogram': expected a JSON object, got an array");
+  report_test::write_file(file, R"({"rank": 0, "updates": 1, "pushes_accepted": 1, "pushes_rejected": 0})");
+  CHECK(read_error(file, true) == where + ": missing key 'staleness_histogram'");
+}
+
+TEST_CASE("read_run_metrics needs every worker's end record and every server's file") {
+  TempDir dir;
+  report_test::write_file(worker_metrics_path(dir.path(), 0), report_test::end_line(1, 1, 32));
+  report_test::write_file(worker_metrics_path(dir.path(), 1), report_test::step_line(0, 0.1, 2.0));
+  CHECK_THROWS_WITH_AS(read_run_metrics(dir.path(), 2, 0),
+                       (worker_metrics_path(dir.path(), 1).string() + ": no \"end\" record (did worker 1 finish?)").c_str(),
+                       DataError);
+  report_test::write_file(worker_metrics_path(dir.path(), 1), report_test::end_line(2, 1, 32));
+  CHECK_THROWS_WITH_AS(read_run_metrics(dir.path(), 2, 1),
+                       ("cannot read " + server_metrics_path(dir.path(), 0).string() + ": no such file or not readable").c_str(),
+                       DataError);
+  report_test::write_file(server_metrics_path(dir.path(), 0), kServer0);
+  const RunMetrics run = read_run_metrics(dir.path(), 2, 1);
+  CHECK(run.workers.size() == 2);
+  CHECK(run.servers.size() == 1);
+  CHECK(run.workers[1].rank == 1);
+}

@@ -1,0 +1,173 @@
+// The run summary: each headline figure of docs/run_directory.md from known
+// metrics, summary.json read back, summary.md's tables, and the whole
+// write_run_summary() on a run directory.
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+#include "common/config.h"
+#include "common/errors.h"
+#include "tests/report/report_test_util.h"
+#include "tools/report/json_value.h"
+#include "tools/report/summary.h"
+
+using namespace pstrain::report;
+using pstrain::Mode;
+using pstrain::RunConfig;
+using report_test::TempDir;
+
+namespace {
+
+WorkerMetrics worker(int rank, double time_s, std::int64_t images) {
+  WorkerMetrics w;
+  w.rank = rank;
+  w.end = EndRecord{time_s, 10, images, 1.0 + rank, 0.5, 0.25};
+  return w;
+}
+
+RunMetrics two_workers() {
+  RunMetrics m;
+  m.workers = {worker(0, 4.0, 400), worker(1, 5.0, 600)};
+  m.workers[0].evals = {EvalRecord{1.0, 10, 0, 0.9, 0.5}, EvalRecord{2.0, 20, 1, 0.6, 0.799999999},
+                        EvalRecord{3.0, 30, 2, 0.5, 0.86}, EvalRecord{4.0, 40, 3, 0.5, 0.84}};
+  return m;
+}
+
+RunConfig config(Mode mode) {
+  RunConfig c;
+  c.mode = mode;
+  c.cluster.num_servers = 2;
+  c.cluster.num_workers = 2;
+  c.workload.model = "small_cnn";
+  c.workload.dataset = "synthetic";
+  return c;
+}
+
+ServerMetrics server(int rank, std::map<std::int64_t, std::int64_t> histogram) {
+  ServerMetrics s;
+  s.rank = rank;
+  s.staleness_histogram = std::move(histogram);
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("summarize computes the headline figures") {
+  const RunSummary s = summarize(config(Mode::kSync), two_workers());
+  CHECK(s.mode == "sync");
+  CHECK(s.workers == 2);
+  CHECK(s.servers == 2);
+  CHECK(s.model == "small_cnn");
+  CHECK(s.dataset == "synthetic");
+  CHECK(s.wall_time_s == 5.0);                           // the slowest worker
+  CHECK(s.global_images_per_s == doctest::Approx(200));  // (400 + 600) / 5
+  REQUIRE(s.final_test_accuracy.has_value());
+  CHECK(*s.final_test_accuracy == doctest::Approx(0.84));  // the last evaluation, not the best
+  REQUIRE(s.time_to_accuracy.size() == 3);
+  CHECK(s.time_to_accuracy[0].threshold == "0.80");
+  CHECK(s.time_to_accuracy[0].time_s == 2.0);  // 0.799999999 counts: 9-digit rounding of 0.8
+  CHECK(s.time_to_accuracy[1].time_s == 3.0);
+  CHECK_FALSE(s.time_to_accuracy[2].time_s.has_value());
+  REQUIRE(s.per_worker.size() == 2);
+  CHECK(s.per_worker[1].rank == 1);
+  CHECK(s.per_worker[1].images_per_s == doctest::Approx(120));
+  CHECK(s.per_worker[1].compute_s == 2.0);
+  CHECK_FALSE(s.staleness.has_value());  // sync
+}
+
+TEST_CASE("async runs sum the servers' staleness histograms") {
+  RunMetrics m = two_workers();
+  m.servers = {server(0, {{0, 6}, {1, 2}, {5, 0}}), server(1, {{0, 2}, {3, 2}})};
+  const RunSummary s = summarize(config(Mode::kAsync), m);
+  REQUIRE(s.staleness.has_value());
+  CHECK(s.staleness->histogram == std::map<std::int64_t, std::int64_t>{{0, 8}, {1, 2}, {3, 2}, {5, 0}});
+  CHECK(*s.staleness->mean == doctest::Approx((2.0 + 6.0) / 12.0));
+  CHECK(*s.staleness->max == 3);  // a key with count 0 is not a staleness seen
+
+  m.servers = {server(0, {}), server(1, {})};
+  const RunSummary empty = summarize(config(Mode::kAsync), m);
+  CHECK_FALSE(empty.staleness->mean.has_value());
+  CHECK_FALSE(empty.staleness->max.has_value());
+}
+
+TEST_CASE("allreduce runs have no servers; runs without evaluations have no accuracy") {
+  RunMetrics m = two_workers();
+  m.workers[0].evals.clear();
+  const RunSummary s = summarize(config(Mode::kAllreduce), m);
+  CHECK(s.servers == 0);
+  CHECK_FALSE(s.final_test_accuracy.has_value());
+  CHECK_FALSE(s.time_to_accuracy[0].time_s.has_value());
+}
+
+TEST_CASE("a worker without its end record cannot be summarized") {
+  RunMetrics m = two_workers();
+  m.workers[1].end.reset();
+  CHECK_THROWS_WITH_AS(summarize(config(Mode::kSync), m), "worker 1 has no \"end\" record", pstrain::DataError);
+}
+
+TEST_CASE("summary.json holds every documented key and reads back") {
+  RunMetrics m = two_workers();
+  m.servers = {server(0, {{0, 3}, {2, 1}}), server(1, {})};
+  const JsonValue j = parse_json(summary_json(summarize(config(Mode::kAsync), m)), "summary.json");
+  for (const char* key : {"mode", "workers", "servers", "model", "dataset", "final_test_accuracy", "wall_time_s",
+                          "time_to_accuracy", "global_images_per_s", "per_worker", "staleness"}) {
+    CAPTURE(key);
+    CHECK(j.find(key) != nullptr);
+  }
+  CHECK(j.keys().size() == 11);
+  CHECK(j.find("mode")->as_string("mode") == "async");
+  CHECK(j.find("final_test_accuracy")->as_number("a") == doctest::Approx(0.84));
+  CHECK(j.find("time_to_accuracy")->find("0.85")->as_number("t") == 3.0);
+  CHECK(j.find("time_to_accuracy")->find("0.90")->is_null());
+  const JsonValue& w1 = j.find("per_worker")->items().at(1);
+  for (const char* key : {"rank", "time_s", "images", "compute_s", "pull_s", "push_s", "images_per_s"}) {
+    CAPTURE(key);
+    CHECK(w1.find(key) != nullptr);
+  }
+  CHECK(w1.find("images")->as_integer("images") == 600);
+  const JsonValue& st = *j.find("staleness");
+  CHECK(st.find("mean")->as_number("mean") == doctest::Approx(0.5));
+  CHECK(st.find("max")->as_integer("max") == 2);
+  CHECK(st.find("histogram")->find("2")->as_integer("h") == 1);
+
+  const JsonValue sync = parse_json(summary_json(summarize(config(Mode::kSync), m)), "summary.json");
+  CHECK(sync.find("staleness")->is_null());
+}
+
+TEST_CASE("summary.md has the headline and per-worker tables with units") {
+  RunMetrics m = two_workers();
+  m.servers = {server(0, {{0, 3}, {2, 1}}), server(1, {})};
+  const std::string md = summary_markdown(summarize(config(Mode::kAsync), m), "runs/x");
+  CHECK(md.find("# Run summary: runs/x") != std::string::npos);
+  CHECK(md.find("| mode | servers | workers | model | dataset | final test accuracy (%) | wall time (s) | "
+                "throughput (images/s) |") != std::string::npos);
+  CHECK(md.find("| async | 2 | 2 | small_cnn | synthetic | 84.00 | 5.00 | 200.0 |") != std::string::npos);
+  CHECK(md.find("| time to 80% (s) | time to 85% (s) | time to 90% (s) |") != std::string::npos);
+  CHECK(md.find("| 2.00 | 3.00 | n/a |") != std::string::npos);
+  CHECK(md.find("| 0.50 | 2 | 0: 3, 2: 1 |") != std::string::npos);
+  CHECK(md.find("| worker | time (s) | images | throughput (images/s) | compute (s) | pull (s) | push (s) |") !=
+        std::string::npos);
+  CHECK(md.find("| 1 | 5.00 | 600 | 120.0 | 2.00 | 0.50 | 0.25 |") != std::string::npos);
+  CHECK(summary_markdown(summarize(config(Mode::kSync), m), "r").find("Staleness") == std::string::npos);
+}
+
+TEST_CASE("write_run_summary reads a run directory and writes both files") {
+  TempDir dir;
+  RunConfig c = config(Mode::kSync);
+  c.cluster.num_servers = 1;
+  report_test::write_file(dir.path() / "config.toml", pstrain::to_toml(c));
+  CHECK_THROWS_AS(write_run_summary(dir.path()), pstrain::DataError);  // no metrics yet
+  report_test::write_file(worker_metrics_path(dir.path(), 0),
+                          report_test::step_line(0, 0.1, 2.0) + report_test::eval_line(1, 0.5, 0.9) +
+                              report_test::end_line(1.0, 1, 32));
+  report_test::write_file(worker_metrics_path(dir.path(), 1), report_test::end_line(2.0, 1, 32));
+  report_test::write_file(server_metrics_path(dir.path(), 0),
+                          R"({"rank": 0, "updates": 1, "pushes_accepted": 2, "pushes_rejected": 0, "staleness_histogram": {}})");
+  const RunSummary s = write_run_summary(dir.path());
+  CHECK(s.wall_time_s == 2.0);
+  const JsonValue j = parse_json(report_test::read_file(dir.path() / "summary.json"), "summary.json");
+  CHECK(j.find("final_test_accuracy")->as_number("a") == doctest::Approx(0.9));
+  CHECK(j.find("global_images_per_s")->as_number("g") == doctest::Approx(32.0));
+  CHECK(report_test::read_file(dir.path() / "summary.md").find("| 1 | 2.00 | 32 | 16.0 |") != std::string::npos);
+  CHECK_FALSE(std::filesystem::exists(dir.path() / "summary.json.tmp"));
+}
