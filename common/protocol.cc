@@ -24,6 +24,9 @@ std::string_view to_string(MsgType type) {
     case MsgType::kPushReply: return "push-reply";
     case MsgType::kPull: return "pull";
     case MsgType::kPullReply: return "pull-reply";
+    case MsgType::kStoreSet: return "store-set";
+    case MsgType::kStoreGet: return "store-get";
+    case MsgType::kStoreReply: return "store-reply";
     case MsgType::kError: return "error";
   }
   return "unknown";
@@ -54,6 +57,17 @@ std::size_t header_wire_bytes() {
   return num_bytes;
 }
 
+void validate_store_entry(const StoreEntry& entry, std::string_view op) {
+  if (entry.key.empty() || entry.key.size() > kMaxStoreKeyBytes) {
+    throw ProtocolError(std::string(op) + ": key of " + std::to_string(entry.key.size()) + " bytes, expected 1 to " +
+                        std::to_string(kMaxStoreKeyBytes));
+  }
+  if (entry.value.size() > kMaxStoreValueBytes) {
+    throw ProtocolError(std::string(op) + " of key '" + entry.key + "': value of " + std::to_string(entry.value.size()) +
+                        " bytes exceeds the " + std::to_string(kMaxStoreValueBytes) + "-byte limit");
+  }
+}
+
 zmq::message_t encode_header(const Header& header) {
   const std::string bytes = wire_encode(header);
   return zmq::message_t(bytes.data(), bytes.size());
@@ -72,6 +86,9 @@ PayloadRule payload_rule(MsgType type) {
     case MsgType::kRegister:
     case MsgType::kRegisterReply:
     case MsgType::kAbort:
+    case MsgType::kStoreSet:
+    case MsgType::kStoreGet:
+    case MsgType::kStoreReply:
     case MsgType::kError: return PayloadRule::kBytes;
     case MsgType::kBarrier: return PayloadRule::kOptionalBytes;
     default: return PayloadRule::kNone;

@@ -23,7 +23,7 @@
 namespace pstrain {
 
 inline constexpr std::uint32_t kProtocolMagic = 0x50535452;  // "PSTR"
-inline constexpr std::uint16_t kProtocolVersion = 1;
+inline constexpr std::uint16_t kProtocolVersion = 2;
 inline constexpr std::size_t kMaxBodyBytes = std::size_t{1} << 20;  // control bodies and error text
 
 enum class MsgType : std::uint8_t {
@@ -43,6 +43,10 @@ enum class MsgType : std::uint8_t {
   kPushReply,         // key, step, version, aux = staleness (async)
   kPull,              // key, step = minimum version wanted
   kPullReply,         // key, version, payload = chunk's weights
+  // node <-> scheduler: the rendezvous store (allreduce: Gloo's addresses, NCCL's id)
+  kStoreSet,          // body StoreEntry (key, value); replied kStoreReply
+  kStoreGet,          // body StoreEntry (key), aux = wait limit in ms; replied kStoreReply once the key is set
+  kStoreReply,        // body StoreEntry (key; get: its value)
   kError,             // reply to any request: status, body = message text
   kLast = kError,
 };
@@ -112,6 +116,22 @@ struct RegisterReply {
   template <class Archive>
   void serialize(Archive& ar) { ar(rank, num_servers, num_workers, server_endpoints, layout); }
 };
+
+// Body of kStoreSet, kStoreGet and kStoreReply: one entry of the
+// scheduler's key-value store (keys are text, values any bytes).
+inline constexpr std::size_t kMaxStoreKeyBytes = 256;
+inline constexpr std::size_t kMaxStoreValueBytes = std::size_t{64} << 10;
+inline constexpr std::size_t kMaxStoreEntries = 4096;  // per job
+struct StoreEntry {
+  std::string key;
+  std::string value;
+
+  template <class Archive>
+  void serialize(Archive& ar) { ar(key, value); }
+};
+// Throws ProtocolError naming `op` unless the key has 1..kMaxStoreKeyBytes
+// bytes and the value at most kMaxStoreValueBytes.
+void validate_store_entry(const StoreEntry& entry, std::string_view op);
 
 // A decoded, validated message. The payload frame is kept as received
 // (no copy); float_payload() views it as floats (copying into `scratch`

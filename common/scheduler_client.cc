@@ -104,6 +104,35 @@ void SchedulerClient::barrier(const std::string& name) {
   }
 }
 
+StoreEntry SchedulerClient::store_request(MsgType type, const StoreEntry& entry, int timeout_ms,
+                                          const std::string& what) {
+  validate_store_entry(entry, what);
+  Header h = make_header(type);
+  h.request_id = next_request_id_++;
+  h.aux = timeout_ms;
+  send_message(socket_, nullptr, h, Payload::bytes(wire_encode(entry)));
+  // The scheduler answers a get that timed out itself: wait a little longer for its reason.
+  Message m = wait_for(MsgType::kStoreReply, what, timeout_ms + 1000 - cluster_.timeout_ms);
+  const std::string body = m.text_payload();
+  StoreEntry reply = wire_decode<StoreEntry>(std::as_bytes(std::span(body.data(), body.size())), "store reply");
+  if (m.header.request_id != h.request_id || reply.key != entry.key) {
+    throw ProtocolError(what + ": reply for request " + std::to_string(m.header.request_id) + " (key '" + reply.key +
+                        "'), expected request " + std::to_string(h.request_id));
+  }
+  return reply;
+}
+
+void SchedulerClient::store_set(const std::string& key, const std::string& value) {
+  store_request(MsgType::kStoreSet, StoreEntry{key, value}, cluster_.timeout_ms, "store set of key '" + key + "'");
+}
+
+std::string SchedulerClient::store_get(const std::string& key, int timeout_ms) {
+  if (timeout_ms < 1) {
+    throw ConfigError("store get of key '" + key + "': timeout_ms must be >= 1, got " + std::to_string(timeout_ms));
+  }
+  return store_request(MsgType::kStoreGet, StoreEntry{key, {}}, timeout_ms, "store get of key '" + key + "'").value;
+}
+
 void SchedulerClient::finish() {
   send_message(socket_, nullptr, make_header(MsgType::kDone));
   if (!shutdown_) wait_for(MsgType::kShutdown, "end of job");

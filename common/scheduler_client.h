@@ -35,6 +35,14 @@ class SchedulerClient {
   RegisterReply register_node(RegisterRequest request);
   // Blocks until every worker (group = workers) has reached the barrier.
   void barrier(const std::string& name);
+  // The scheduler's key-value store, kept for the job's lifetime (the
+  // collectives' rendezvous: Gloo's addresses, NCCL's unique id). A set
+  // replaces any earlier value. A get blocks until some node has set the key,
+  // at most timeout_ms (then TransportError with the scheduler's reason).
+  // Keys have 1..kMaxStoreKeyBytes bytes, values at most kMaxStoreValueBytes
+  // (ProtocolError before anything is sent).
+  void store_set(const std::string& key, const std::string& value);
+  std::string store_get(const std::string& key, int timeout_ms);
   // Worker: tells the scheduler it has finished and waits for the shutdown.
   void finish();
   // Best effort: tells the scheduler this node failed (it aborts the job).
@@ -52,6 +60,8 @@ class SchedulerClient {
   Header make_header(MsgType type) const;
   // Waits for a message of `type` (handling aborts); throws TimeoutError naming `what`.
   Message wait_for(MsgType type, const std::string& what, int extra_ms = 0);
+  // Sends a store request and returns the reply's entry (checked against the request).
+  StoreEntry store_request(MsgType type, const StoreEntry& entry, int timeout_ms, const std::string& what);
   void heartbeat_loop(std::string endpoint);
   void stop_heartbeats();
 

@@ -176,6 +176,7 @@ void Scheduler::serve_until_done() {
       log_.warn(std::string("malformed message: ") + e.what());
       try { send_error(router_, &from, Header{}, Role::kScheduler, 0, Status::kBadRequest, e.what()); } catch (const TransportError&) {}
     }
+    expire_store_gets();
     check_liveness();
   }
 }
@@ -205,6 +206,8 @@ void Scheduler::handle(zmq::message_t& from, const Message& msg, bool registerin
   switch (h.type) {
     case MsgType::kHeartbeat: return;
     case MsgType::kBarrier: on_barrier(msg); return;
+    case MsgType::kStoreSet:
+    case MsgType::kStoreGet: on_store(from, msg); return;
     case MsgType::kDone:
       node->done = true;
       log_.info("worker " + std::to_string(node->rank) + " done");
@@ -234,6 +237,73 @@ void Scheduler::on_barrier(const Message& msg) {
     if (n.role == Role::kWorker) send_message(router_, &n.routing_id, r);
   }
   barriers_.erase(h.key);
+}
+
+void Scheduler::on_store(zmq::message_t& from, const Message& msg) {
+  const Header& h = msg.header;
+  const bool is_set = h.type == MsgType::kStoreSet;
+  try {
+    const std::string body = msg.text_payload();
+    StoreEntry entry = wire_decode<StoreEntry>(std::as_bytes(std::span(body.data(), body.size())), "store body");
+    validate_store_entry(entry, is_set ? "store set" : "store get");
+    if (!is_set) {
+      auto it = store_.find(entry.key);
+      if (it != store_.end()) {
+        reply_store(from, h, StoreEntry{entry.key, it->second});
+        return;
+      }
+      const std::int64_t wait_ms = h.aux > 0 ? std::min<std::int64_t>(h.aux, options_.cluster.timeout_ms)
+                                             : options_.cluster.timeout_ms;
+      parked_gets_.push_back(ParkedGet{copy_frame(from), h, entry.key, wait_ms, Clock::now() + milliseconds(wait_ms)});
+      return;
+    }
+    if (store_.size() >= kMaxStoreEntries && store_.count(entry.key) == 0) {
+      throw ProtocolError("store set of key '" + entry.key + "': the store is full (" +
+                          std::to_string(kMaxStoreEntries) + " keys)");
+    }
+    reply_store(from, h, StoreEntry{entry.key, {}});
+    for (auto it = parked_gets_.begin(); it != parked_gets_.end();) {
+      if (it->key != entry.key) {
+        ++it;
+        continue;
+      }
+      reply_store(it->routing_id, it->request, entry);
+      it = parked_gets_.erase(it);
+    }
+    store_[entry.key] = std::move(entry.value);
+  } catch (const ProtocolError& e) {
+    log_.warn(e.what());
+    send_error(router_, &from, h, Role::kScheduler, 0, Status::kBadRequest, e.what());
+  }
+}
+
+void Scheduler::reply_store(const zmq::message_t& to, const Header& request, const StoreEntry& entry) {
+  Header r;
+  r.type = MsgType::kStoreReply;
+  r.role = Role::kScheduler;
+  r.sender = 0;
+  r.request_id = request.request_id;
+  send_message(router_, &to, r, Payload::bytes(wire_encode(entry)));
+}
+
+void Scheduler::expire_store_gets() {
+  const auto now = Clock::now();
+  for (auto it = parked_gets_.begin(); it != parked_gets_.end();) {
+    if (it->deadline > now) {
+      ++it;
+      continue;
+    }
+    const std::string reason = "store get of key '" + it->key + "' from " + std::string(to_string(it->request.role)) +
+                               " " + std::to_string(it->request.sender) + ": no node set it within " +
+                               std::to_string(it->wait_ms) + " ms";
+    log_.warn(reason);
+    try {
+      send_error(router_, &it->routing_id, it->request, Role::kScheduler, 0, Status::kRejected, reason);
+    } catch (const TransportError&) {
+      // That node is gone already.
+    }
+    it = parked_gets_.erase(it);
+  }
 }
 
 void Scheduler::check_liveness() {

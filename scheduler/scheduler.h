@@ -3,7 +3,9 @@
 //     checks they run the same job (fingerprint) and the same model layout,
 //     assigns ranks (a requested rank is kept; the rest fill the gaps in
 //     arrival order) and tells every node the servers' endpoints and layout.
-//  2. Running: answers barriers, tracks heartbeats. A node silent for
+//  2. Running: answers barriers and the key-value store (the collectives'
+//     rendezvous: a get for a key nobody has set yet is parked until a set
+//     arrives, or answered with an error after its wait limit), tracks heartbeats. A node silent for
 //     heartbeat_timeout_ms, or one that reports a failure, aborts the job:
 //     every node is told why, and run() throws AbortedError with the reason.
 //  3. End: when every worker is done, tells every node to shut down and
@@ -58,6 +60,9 @@ class Scheduler {
   void handle(zmq::message_t& from, const Message& msg, bool registering);
   void on_register(zmq::message_t& from, const Message& msg);
   void on_barrier(const Message& msg);
+  void on_store(zmq::message_t& from, const Message& msg);
+  void reply_store(const zmq::message_t& to, const Header& request, const StoreEntry& entry);
+  void expire_store_gets();
   Node* find(Role role, int rank);
   void check_liveness();
   [[noreturn]] void fail(const std::string& reason);
@@ -71,6 +76,15 @@ class Scheduler {
   std::string endpoint_;
   std::vector<Node> nodes_;
   std::map<std::int64_t, std::vector<int>> barriers_;  // sequence -> worker ranks arrived
+  struct ParkedGet {
+    zmq::message_t routing_id;
+    Header request;
+    std::string key;
+    std::int64_t wait_ms = 0;
+    Clock::time_point deadline;
+  };
+  std::map<std::string, std::string> store_;
+  std::vector<ParkedGet> parked_gets_;
 };
 
 }  // namespace pstrain

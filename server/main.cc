@@ -1,6 +1,7 @@
 // pstrain-server: one parameter-server shard. See server/server.h.
 #include <unistd.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 
@@ -60,10 +61,16 @@ void write_server_metrics(const std::string& run_dir, const pstrain::Server& ser
 int main(int argc, char** argv) {
   CLI::App app{"pstrain server: holds a shard of the model and applies updates"};
   pstrain::NodeArgs args;
+  bool print_servers = false;
   pstrain::add_node_options(app, args);
+  app.add_flag("--print-servers", print_servers, "print how many servers the config runs (0 for allreduce) and exit");
   CLI11_PARSE(app, argc, argv);
   return pstrain::guarded_main("pstrain-server", [&] {
     const pstrain::RunConfig config = pstrain::load_node_config(args);
+    if (print_servers) {
+      std::printf("%d\n", config.mode == pstrain::Mode::kAllreduce ? 0 : config.cluster.num_servers);
+      return 0;
+    }
     if (config.mode == pstrain::Mode::kAllreduce) {
       throw pstrain::ConfigError(config.source_path + ": mode = \"allreduce\" runs no servers");
     }

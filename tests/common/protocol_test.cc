@@ -215,3 +215,22 @@ TEST_CASE("float payload view handles unaligned buffers") {
   CHECK(view[0] == 1);
   CHECK(view[3] == 4);
 }
+
+TEST_CASE("store messages need a body and store entries are validated") {
+  Header get;
+  get.type = MsgType::kStoreGet;
+  CHECK(decode_error(frames_of(get, 0, false)).find("store-get from worker -1: payload frame missing") !=
+        std::string::npos);
+  StoreEntry entry{"collective/nccl_unique_id", std::string(128, '\0')};
+  CHECK_NOTHROW(validate_store_entry(entry, "store set"));
+  const std::string bytes = wire_encode(entry);
+  const StoreEntry back = wire_decode<StoreEntry>(std::as_bytes(std::span(bytes)), "store entry");
+  CHECK(back.key == entry.key);
+  CHECK(back.value == entry.value);
+  CHECK_THROWS_WITH_AS(validate_store_entry(StoreEntry{"", "v"}, "store set"),
+                       "store set: key of 0 bytes, expected 1 to 256", ProtocolError);
+  CHECK_THROWS_WITH_AS(validate_store_entry(StoreEntry{std::string(257, 'k'), "v"}, "store get"),
+                       "store get: key of 257 bytes, expected 1 to 256", ProtocolError);
+  CHECK_THROWS_WITH_AS(validate_store_entry(StoreEntry{"k", std::string(kMaxStoreValueBytes + 1, 'v')}, "store set"),
+                       "store set of key 'k': value of 65537 bytes exceeds the 65536-byte limit", ProtocolError);
+}

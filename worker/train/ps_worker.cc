@@ -1,6 +1,9 @@
 #include "worker/train/ps_worker.h"
 
 #include <algorithm>
+#include <functional>
+#include <limits>
+#include <optional>
 #include <chrono>
 #include <cstdio>
 #include <thread>
@@ -29,13 +32,42 @@ struct Loop {
   std::vector<std::int32_t> labels;
   TrainResult result;
   double last_compute_s = 0.0;
+  std::optional<KVClient::Ticket> prefetch;  // pull of the next step's weights, already sent
+  bool simulated = false;
+  std::vector<float> simulated_grads;        // simulated compute: fixed gradient of the model's size
 };
+
+// The weights for `step`: waits for the pull sent at the end of the previous
+// step (or sends one now).
+void pull_weights(Loop& L, std::int64_t min_version) {
+  KVClient& kv = L.session.kv();
+  const KVClient::Ticket t = L.prefetch ? *L.prefetch : kv.pull(L.params, min_version);
+  L.prefetch.reset();
+  kv.wait(t);
+  L.model.set_params(L.params);
+}
+
+// Simulated compute: sleeps for the configured step time (a third "forward",
+// the rest spread over the layers in backward order, each layer's gradient
+// chunks pushed as it "finishes"), with the model's real gradient size.
+nn::StepStats simulated_step(Loop& L, double step_s, const std::function<void(std::int64_t, std::int64_t)>& ready) {
+  const auto& tensors = L.model.layout().tensors();
+  const double total = static_cast<double>(std::max<std::int64_t>(L.model.num_params(), 1));
+  std::this_thread::sleep_for(std::chrono::duration<double>(step_s / 3.0));
+  for (auto it = tensors.rbegin(); it != tensors.rend(); ++it) {
+    std::this_thread::sleep_for(std::chrono::duration<double>(2.0 * step_s / 3.0 * static_cast<double>(it->num_elems) / total));
+    ready(it->offset, it->num_elems);
+  }
+  return nn::StepStats{std::numeric_limits<double>::quiet_NaN(), 0, 0};
+}
 
 // Pushes every chunk lying in [offset, offset + count) of the gradients.
 void push_range(Loop& L, std::int64_t offset, std::int64_t count, std::int64_t step, double lr,
                 std::vector<KVClient::Ticket>& tickets, std::vector<bool>& pushed) {
-  L.model.get_grads(offset, std::span<float>(L.grads).subspan(static_cast<std::size_t>(offset),
-                                                             static_cast<std::size_t>(count)));
+  if (!L.simulated) {
+    L.model.get_grads(offset, std::span<float>(L.grads).subspan(static_cast<std::size_t>(offset),
+                                                               static_cast<std::size_t>(count)));
+  }
   std::vector<std::int64_t> keys = L.session.shard_map().chunks_within(offset, offset + count);
   std::erase_if(keys, [&](std::int64_t k) { return pushed[static_cast<std::size_t>(k)]; });
   for (auto k : keys) pushed[static_cast<std::size_t>(k)] = true;
@@ -43,9 +75,8 @@ void push_range(Loop& L, std::int64_t offset, std::int64_t count, std::int64_t s
 }
 
 void evaluate_and_record(Loop& L, std::int64_t step, int epoch, std::int64_t min_version) {
-  KVClient& kv = L.session.kv();
-  kv.wait(kv.pull(L.params, min_version));
-  L.model.set_params(L.params);
+  if (L.simulated) return;  // no test set under simulated compute
+  pull_weights(L, min_version);
   const EvalResult r = evaluate(L.model, L.data.test);
   L.result.final_test_accuracy = r.accuracy;
   L.metrics.write(JsonLine().add("type", "eval").add("time_s", L.metrics.elapsed_s()).add("step", step)
@@ -60,22 +91,29 @@ void train_step(Loop& L, std::span<const std::int64_t> batch, std::int64_t step,
   const bool sync = L.config.mode == Mode::kSync;
   KVClient& kv = L.session.kv();
   const auto t0 = Clock::now();
-  kv.wait(kv.pull(L.params, sync ? step : 0));
-  L.model.set_params(L.params);
+  pull_weights(L, sync ? step : 0);
   const auto t1 = Clock::now();
 
   const WorkloadConfig& w = L.config.workload;
-  if (L.session.rank() == w.straggler_rank && w.straggler_slowdown > 1.0) {
+  const bool straggler = L.session.rank() == w.straggler_rank && w.straggler_slowdown > 1.0;
+  if (straggler && !L.simulated) {
     std::this_thread::sleep_for(std::chrono::duration<double>((w.straggler_slowdown - 1.0) * L.last_compute_s));
   }
   const auto n = static_cast<int>(batch.size());
-  L.data.train.gather(batch, L.images.data(), L.labels.data());
   std::vector<KVClient::Ticket> tickets;
   std::vector<bool> pushed(L.session.shard_map().chunks().size(), false);
-  const nn::StepStats s = L.model.train_step(L.images.data(), L.labels.data(), n, [&](std::int64_t off, std::int64_t cnt) {
-    push_range(L, off, cnt, step, lr, tickets, pushed);
-  });
+  auto ready = [&](std::int64_t off, std::int64_t cnt) { push_range(L, off, cnt, step, lr, tickets, pushed); };
+  nn::StepStats s;
+  if (L.simulated) {
+    s = simulated_step(L, 1e-3 * w.simulated_step_ms * (straggler ? w.straggler_slowdown : 1.0), ready);
+  } else {
+    L.data.train.gather(batch, L.images.data(), L.labels.data());
+    s = L.model.train_step(L.images.data(), L.labels.data(), n, ready);
+  }
   push_range(L, 0, L.session.shard_map().total_elems(), step, lr, tickets, pushed);  // anything not yet sent
+  // The next step's weights are requested now: the servers answer as soon as
+  // this step's update is applied (sync), without another round trip.
+  L.prefetch = kv.pull(L.params, sync ? step + 1 : 0);
   const auto t2 = Clock::now();
 
   double staleness = 0.0;
@@ -87,13 +125,17 @@ void train_step(Loop& L, std::span<const std::int64_t> batch, std::int64_t step,
   L.result.pull_s += seconds_between(t0, t1);
   L.result.push_s += seconds_between(t2, t3);
   L.result.images += n;
-  L.metrics.write(JsonLine().add("type", "step").add("time_s", L.metrics.elapsed_s()).add("step", step)
-                      .add("epoch", epoch).add("batch", n).add("loss", s.loss)
-                      .add("accuracy", static_cast<double>(s.correct) / n)
-                      .add("images_per_s", n / seconds_between(t0, t3))
+  JsonLine record;
+  record.add("type", "step").add("time_s", L.metrics.elapsed_s()).add("step", step).add("epoch", epoch).add("batch", n);
+  if (L.simulated) {
+    record.raw("loss", "null").raw("accuracy", "null");
+  } else {
+    record.add("loss", s.loss).add("accuracy", static_cast<double>(s.correct) / n);
+  }
+  L.metrics.write(record.add("images_per_s", n / seconds_between(t0, t3))
                       .add("compute_ms", 1e3 * L.last_compute_s).add("pull_ms", 1e3 * seconds_between(t0, t1))
                       .add("push_ms", 1e3 * seconds_between(t2, t3)).add("lr", lr).add("staleness", staleness)
-                      .add("simulated", false));
+                      .add("simulated", L.simulated));
 }
 
 void log_progress(Loop& L, int epoch, std::int64_t step_in_epoch, std::int64_t steps_in_epoch, std::int64_t step) {
@@ -102,6 +144,12 @@ void log_progress(Loop& L, int epoch, std::int64_t step_in_epoch, std::int64_t s
                 static_cast<long long>(step_in_epoch + 1), static_cast<long long>(steps_in_epoch),
                 static_cast<long long>(step), static_cast<double>(L.result.images) / L.metrics.elapsed_s());
   L.log.info(line);
+}
+
+// Completes the last prefetch (its weights are not needed).
+void kv_wait_quietly(Loop& L) {
+  L.session.kv().wait(*L.prefetch);
+  L.prefetch.reset();
 }
 
 }  // namespace
@@ -117,7 +165,10 @@ TrainResult run_ps_worker(const RunConfig& config, WorkerSession& session, Workl
   nn::Model& model = *workload.model;
   const auto num_params = static_cast<std::size_t>(model.num_params());
   Loop L{config, session, model, workload.data, metrics, log, std::vector<float>(num_params),
-         std::vector<float>(num_params), {}, {}, {}, 0.0};
+         std::vector<float>(num_params), {}, {}, {}, 0.0, std::nullopt, w.simulated_step_ms > 0.0, {}};
+  if (L.simulated) {  // small, finite gradients of the model's real size
+    for (std::size_t i = 0; i < num_params; ++i) L.grads[i] = 1e-6f * static_cast<float>(static_cast<int>(i % 17) - 8);
+  }
   const data::Dataset& train = workload.data.train;
   L.images.resize(static_cast<std::size_t>(w.batch_size) * static_cast<std::size_t>(train.channels * train.height * train.width));
   L.labels.resize(static_cast<std::size_t>(w.batch_size));
@@ -149,6 +200,7 @@ TrainResult run_ps_worker(const RunConfig& config, WorkerSession& session, Workl
     const bool last = epoch + 1 == w.epochs || step >= total;
     if (session.rank() == 0 && !last) evaluate_and_record(L, step, epoch, config.mode == Mode::kSync ? step : 0);
   }
+  if (L.prefetch) kv_wait_quietly(L);
   session.scheduler().barrier("training done");  // every push of every worker has been applied
   L.result.steps = step;
   L.result.time_s = metrics.elapsed_s();

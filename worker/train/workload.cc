@@ -9,6 +9,25 @@
 
 namespace pstrain {
 
+namespace {
+
+// Simulated compute reads no images: only the dataset's shape and size, so
+// that 32 simulated workers on one machine cost no dataset memory.
+data::DatasetPair shape_only(const WorkloadConfig& w) {
+  data::Dataset train;
+  train.name = w.dataset + "/train (shape only: simulated compute)";
+  train.channels = w.dataset == "cifar10" ? 3 : 1;
+  train.height = train.width = w.dataset == "cifar10" ? 32 : 28;
+  train.num_classes = 10;
+  train.num_samples = w.dataset == "synthetic" ? w.synthetic_train : w.dataset == "cifar10" ? 50000 : 60000;
+  data::Dataset test = train;
+  test.name = w.dataset + "/test (shape only)";
+  test.num_samples = 0;
+  return {std::move(train), std::move(test)};
+}
+
+}  // namespace
+
 Workload make_workload(const RunConfig& config, int max_batch, Logger& log, int threads) {
   const WorkloadConfig& w = config.workload;
   data::LoadOptions load;
@@ -16,7 +35,9 @@ Workload make_workload(const RunConfig& config, int max_batch, Logger& log, int 
   load.synthetic_train = w.synthetic_train;
   load.synthetic_test = w.synthetic_test;
   Workload out;
-  out.data = data::load_dataset(w.dataset, w.data_path, load);
+  const bool simulated = w.simulated_step_ms > 0.0;
+  out.data = simulated ? shape_only(w) : data::load_dataset(w.dataset, w.data_path, load);
+  if (simulated) max_batch = 1;  // the model only provides the layout
   std::string chosen;
   out.backend = nn::make_backend(w.device, threads > 0 ? threads : w.threads, &chosen);
   log.info(chosen);

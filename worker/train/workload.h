@@ -23,6 +23,8 @@ struct Workload {
 
 // Loads the data, picks the backend (logs which and why), builds the model
 // with room for `max_batch` images. `threads` = 0 uses config.workload.threads.
+// With simulated compute (workload.simulated_step_ms > 0) no images are
+// loaded: the datasets carry only their shape and size.
 Workload make_workload(const RunConfig& config, int max_batch, Logger& log, int threads = 0);
 
 struct EvalResult {

@@ -1,0 +1,108 @@
+"""What the report needs from one finished run directory
+(docs/run_directory.md): its summary.json, its resolved config.toml, worker
+0's step and eval records, and whether compute was simulated.
+"""
+from __future__ import annotations
+
+import json
+import math
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# Training-set sizes of the datasets with files (docs/config.md).
+_TRAIN_SAMPLES = {"fashion-mnist": 60000, "mnist": 60000, "cifar10": 50000}
+
+
+class ResultError(Exception):
+    """A run directory that cannot be read; the text names the file."""
+
+
+@dataclass
+class RunData:
+    run_dir: Path
+    summary: dict                 # summary.json as parsed
+    config: dict                  # config.toml as parsed
+    steps: list = field(default_factory=list)   # worker 0: (step, time_s, loss)
+    evals: list = field(default_factory=list)   # worker 0: (step, time_s, test_accuracy)
+    simulated: bool = False       # compute replaced by simulated_step_ms
+    steps_per_epoch: int = 0      # per worker
+    train_samples: int = 0        # images in one epoch, all workers together
+
+    @property
+    def epoch_time_s(self) -> float:
+        """Seconds for one pass over the training set at this run's throughput."""
+        rate = self.summary.get("global_images_per_s") or 0
+        return self.train_samples / rate if rate > 0 and self.train_samples > 0 else math.nan
+
+    @property
+    def worker_rate_sum(self) -> float:
+        """Sum of the workers' own images/s: the job's rate while all of them run."""
+        return sum(w.get("images_per_s") or 0 for w in self.summary.get("per_worker", []))
+
+    @property
+    def staleness_histogram(self) -> dict:
+        st = self.summary.get("staleness") or {}
+        return {int(k): int(v) for k, v in (st.get("histogram") or {}).items()}
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except OSError as e:
+        raise ResultError(f"{path}: cannot read: {e.strerror}") from None
+    except ValueError as e:
+        raise ResultError(f"{path}: invalid JSON: {e}") from None
+
+
+def _read_worker0(path: Path):
+    steps, evals, simulated, epoch0_steps, later_epochs = [], [], False, 0, False
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as e:
+        raise ResultError(f"{path}: cannot read: {e.strerror}") from None
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except ValueError as e:
+            raise ResultError(f"{path}:{number}: invalid JSON: {e}") from None
+        kind = rec.get("type")
+        if kind == "step":
+            steps.append((rec["step"], rec["time_s"], rec["loss"]))
+            simulated = simulated or bool(rec.get("simulated", False))
+            epoch0_steps += rec.get("epoch") == 0
+            later_epochs = later_epochs or rec.get("epoch", 0) > 0
+        elif kind == "eval":
+            evals.append((rec["step"], rec["time_s"], rec["test_accuracy"]))
+    return steps, evals, simulated, (epoch0_steps if later_epochs else 0)
+
+
+def train_samples_of(config: dict) -> int:
+    workload = config.get("workload", {})
+    dataset = workload.get("dataset", "fashion-mnist")
+    if dataset == "synthetic":
+        return int(workload.get("synthetic_train", 2048))
+    return _TRAIN_SAMPLES.get(dataset, 0)
+
+
+def load_run(run_dir: Path) -> RunData:
+    """Reads a run directory that has summary.json; raises ResultError."""
+    summary = _read_json(run_dir / "summary.json")
+    try:
+        config = tomllib.loads((run_dir / "config.toml").read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as e:
+        raise ResultError(f"{run_dir / 'config.toml'}: cannot read: {e}") from None
+    run = RunData(run_dir, summary, config)
+    worker0 = run_dir / "metrics" / "worker-0.jsonl"
+    if worker0.is_file():
+        run.steps, run.evals, run.simulated, run.steps_per_epoch = _read_worker0(worker0)
+    workload = config.get("workload", {})
+    run.simulated = run.simulated or float(workload.get("simulated_step_ms", 0)) > 0
+    run.train_samples = train_samples_of(config)
+    if run.steps_per_epoch == 0:  # first epoch not completed: from the sizes
+        workers = max(int(config.get("cluster", {}).get("workers", 1)), 1)
+        batch = max(int(workload.get("batch_size", 1)), 1)
+        run.steps_per_epoch = max(math.ceil(math.ceil(run.train_samples / workers) / batch), 1)
+    return run

@@ -1,0 +1,204 @@
+"""The experiment file (TOML): a base run config, overrides for every point,
+the axes to sweep and the repetitions. Format: docs/experiments.md.
+
+load_spec(path) returns an ExperimentSpec or raises SpecError, whose text
+starts with "FILE: key 'KEY': " and says what was expected and what was found.
+"""
+from __future__ import annotations
+
+import difflib
+import math
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# Short axis names and the run-config key each one sets.
+AXIS_ALIASES = {
+    "mode": "mode",
+    "workers": "cluster.workers",
+    "servers": "cluster.servers",
+    "batch_size": "workload.batch_size",
+    "straggler_slowdown": "workload.straggler_slowdown",
+    "simulated_step_ms": "workload.simulated_step_ms",
+}
+# Sections of the run config (docs/config.md) an override or axis may name.
+CONFIG_SECTIONS = ("cluster", "ps", "workload", "optimizer", "schedule", "collective")
+MODES = ("sync", "async", "allreduce")
+TOP_KEYS = ("name", "description", "base_config", "repetitions", "vary_seed", "output_dir",
+            "timeout_s", "set", "axes")
+
+
+class SpecError(Exception):
+    """A problem with an experiment file; the text names the file and the key."""
+
+
+@dataclass(frozen=True)
+class Axis:
+    name: str              # as written in [axes]: "workers" or "optimizer.lr"
+    key: str               # the run-config key it sets: "cluster.workers"
+    values: tuple          # the values swept, in file order
+
+
+@dataclass
+class ExperimentSpec:
+    path: Path             # the experiment file
+    name: str
+    description: str
+    base_config: Path      # absolute
+    repetitions: int       # runs per point, >= 1
+    vary_seed: bool        # repetition r runs with workload.seed = base seed + r
+    output_dir: Path       # the report and runs/ go here
+    timeout_s: float       # limit of one run (the launcher's --timeout-s)
+    overrides: dict = field(default_factory=dict)  # config key -> value, for every point
+    axes: list = field(default_factory=list)       # [Axis], combined as a cartesian product
+
+
+def _fail(path: Path, key: str, what: str) -> SpecError:
+    return SpecError(f"{path}: key '{key}': {what}")
+
+
+def _describe(value) -> str:
+    return f"{value!r} ({type(value).__name__})"
+
+
+def _flatten(table: dict, prefix: str = "") -> dict:
+    """{"workload": {"epochs": 3}} -> {"workload.epochs": 3}, keeping order."""
+    flat = {}
+    for k, v in table.items():
+        if isinstance(v, dict):
+            flat.update(_flatten(v, f"{prefix}{k}."))
+        else:
+            flat[f"{prefix}{k}"] = v
+    return flat
+
+
+def _config_key(path: Path, where: str, key: str) -> str:
+    """Checks that `key` can be a run-config key; returns it."""
+    if key == "mode":
+        return key
+    section, _, rest = key.partition(".")
+    if section == "output":
+        raise _fail(path, where, "output.* is set by the experiment tool (each point has its own run directory)")
+    if section not in CONFIG_SECTIONS or not rest or "." in rest:
+        hint = difflib.get_close_matches(section, CONFIG_SECTIONS, n=1)
+        extra = f"; did you mean '{hint[0]}.{rest}'?" if hint and rest else ""
+        raise _fail(path, where, "expected 'mode' or SECTION.KEY with SECTION one of "
+                    + ", ".join(CONFIG_SECTIONS) + extra)
+    return key
+
+
+def _is_scalar(v) -> bool:
+    return isinstance(v, (str, int, float, bool))
+
+
+def _check_axis_values(path: Path, where: str, axis_name: str, values) -> tuple:
+    if not isinstance(values, list) or not values:
+        raise _fail(path, where, f"expected a non-empty array of values, got {_describe(values)}")
+    for v in values:
+        if not _is_scalar(v):
+            raise _fail(path, where, f"expected values that are strings, numbers or booleans, got {_describe(v)}")
+    seen = []
+    for v in values:
+        if v in seen:
+            raise _fail(path, where, f"value {v!r} is listed twice")
+        seen.append(v)
+    numeric = {"workers": 1, "servers": 0, "batch_size": 1, "straggler_slowdown": 1, "simulated_step_ms": 0}
+    if axis_name == "mode":
+        bad = [v for v in values if v not in MODES]
+        if bad:
+            raise _fail(path, where, f"expected modes among {', '.join(MODES)}, got {bad[0]!r}")
+    elif axis_name in numeric:
+        lo = numeric[axis_name]
+        integral = axis_name in ("workers", "servers", "batch_size")
+        for v in values:
+            ok_type = isinstance(v, int) if integral else isinstance(v, (int, float))
+            if isinstance(v, bool) or not ok_type or not math.isfinite(v) or v < lo:
+                kind = "integers" if integral else "numbers"
+                raise _fail(path, where, f"expected {kind} >= {lo}, got {_describe(v)}")
+    return tuple(values)
+
+
+def _parse_axes(path: Path, table) -> list:
+    if not isinstance(table, dict) or not table:
+        raise _fail(path, "axes", "expected a table with at least one axis, e.g. workers = [1, 2, 4]")
+    axes, keys = [], {}
+    for name, values in _flatten(table).items():
+        where = f"axes.{name}"
+        key = AXIS_ALIASES.get(name) or _config_key(path, where, name)
+        if key in keys:
+            raise _fail(path, where, f"sets {key}, as axes.{keys[key]} already does")
+        keys[key] = name
+        axes.append(Axis(name, key, _check_axis_values(path, where, name, values)))
+    return axes
+
+
+def _parse_overrides(path: Path, table) -> dict:
+    if not isinstance(table, dict):
+        raise _fail(path, "set", f"expected a table of config keys, got {_describe(table)}")
+    out = {}
+    for key, value in _flatten(table).items():
+        where = f"set.{key}"
+        _config_key(path, where, key)
+        if not (_is_scalar(value) or (isinstance(value, list) and all(_is_scalar(v) for v in value))):
+            raise _fail(path, where, f"expected a string, number, boolean or array of them, got {_describe(value)}")
+        out[key] = value
+    return out
+
+
+def _get(path: Path, doc: dict, key: str, kind, default, check=None, expected=""):
+    value = doc.get(key, default)
+    if isinstance(value, bool) and kind is not bool or not isinstance(value, kind):
+        raise _fail(path, key, f"expected {expected}, got {_describe(value)}")
+    if check is not None and not check(value):
+        raise _fail(path, key, f"expected {expected}, got {_describe(value)}")
+    return value
+
+
+def parse_spec(text: str, path: Path) -> ExperimentSpec:
+    """Parses experiment-file text; relative paths are resolved against path's folder."""
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise SpecError(f"{path}: invalid TOML: {e}") from None
+    for key in doc:
+        if key not in TOP_KEYS:
+            hint = difflib.get_close_matches(key, TOP_KEYS, n=1)
+            raise _fail(path, key, "unknown key" + (f"; did you mean '{hint[0]}'?" if hint else
+                                                   "; expected one of " + ", ".join(TOP_KEYS)))
+    if "base_config" not in doc:
+        raise _fail(path, "base_config", "missing: the run config every point starts from, e.g. \"../default.toml\"")
+    if "axes" not in doc:
+        raise _fail(path, "axes", "missing: the table of axes to sweep, e.g. mode = [\"sync\", \"async\"]")
+    name = _get(path, doc, "name", str, path.stem, lambda v: v.strip() != "" and "/" not in v,
+                "a non-empty name without '/'")
+    base_text = _get(path, doc, "base_config", str, "", lambda v: v != "", "a path to a run config")
+    base = (path.parent / base_text).resolve()
+    if not base.is_file():
+        raise _fail(path, "base_config", f"no such file: {base}")
+    spec = ExperimentSpec(
+        path=path, name=name,
+        description=_get(path, doc, "description", str, "", None, "a string"),
+        base_config=base,
+        repetitions=_get(path, doc, "repetitions", int, 1, lambda v: v >= 1, "an integer >= 1"),
+        vary_seed=_get(path, doc, "vary_seed", bool, True, None, "true or false"),
+        output_dir=Path(_get(path, doc, "output_dir", str, f"runs/experiments/{name}", lambda v: v != "",
+                             "a non-empty path")),
+        timeout_s=float(_get(path, doc, "timeout_s", (int, float), 3600, lambda v: math.isfinite(v) and v > 0,
+                             "a number of seconds > 0")),
+        overrides=_parse_overrides(path, doc.get("set", {})),
+        axes=_parse_axes(path, doc["axes"]),
+    )
+    for axis in spec.axes:
+        if axis.key in spec.overrides:
+            raise _fail(path, f"axes.{axis.name}", f"{axis.key} is also in [set]; give it in one place")
+    return spec
+
+
+def load_spec(path) -> ExperimentSpec:
+    """Reads and parses an experiment file; a missing file is a SpecError naming it."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise SpecError(f"{path}: cannot read experiment file: {e.strerror}") from None
+    return parse_spec(text, path)

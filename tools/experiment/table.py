@@ -1,0 +1,92 @@
+"""The summary table: one row per point, as CSV (every figure's mean, min and
+max in columns of their own) and as Markdown (mean, with min-max over the
+repetitions in brackets when there are several).
+"""
+from __future__ import annotations
+
+import csv
+import io
+import math
+
+from experiment.points import format_value
+
+# (figure, header with unit, scale for display, decimals)
+COLUMNS = [
+    ("final_test_accuracy", "final test accuracy (%)", 100.0, 2),
+    ("wall_time_s", "wall time (s)", 1.0, 2),
+    ("epoch_time_s", "time per epoch (s)", 1.0, 2),
+    ("global_images_per_s", "throughput (images/s)", 1.0, 0),
+    ("worker_rate_sum", "sum of worker rates (images/s)", 1.0, 0),
+    ("efficiency", "scaling efficiency", 1.0, 2),
+    ("staleness_mean", "mean staleness (updates)", 1.0, 2),
+]
+
+
+def compute_text(res) -> str:
+    """"real" or "simulated (20 ms/step)" for a point."""
+    ms = res.point.settings.get("workload.simulated_step_ms")
+    if ms is None and res.runs:
+        ms = res.runs[0].config.get("workload", {}).get("simulated_step_ms", 0)
+    if res.simulated or (ms is not None and float(ms) > 0):
+        return f"simulated ({format_value(float(ms))} ms/step)" if ms else "simulated"
+    return "real"
+
+
+def _figure(res, name):
+    return res.efficiency if name == "efficiency" else res.stats.get(name)
+
+
+def _fmt(x: float, scale: float, decimals: int) -> str:
+    return f"{x * scale:,.{decimals}f}" if math.isfinite(x) else "n/a"
+
+
+def _cell(stat, scale: float, decimals: int) -> str:
+    if stat is None:
+        return "—"
+    text = _fmt(stat.mean, scale, decimals)
+    if stat.n > 1 and stat.hi > stat.lo:
+        text += f" ({_fmt(stat.lo, scale, decimals)}–{_fmt(stat.hi, scale, decimals)})"
+    return text
+
+
+def _runs_text(res) -> str:
+    return f"{len(res.runs)}/{len(res.runs) + len(res.failures) + res.missing}"
+
+
+def display_rows(results: list, axis_names: list):
+    """(header, rows) of the table as text cells, for Markdown and HTML."""
+    header = ["point", *axis_names, "compute", "runs ok", *(c[1] for c in COLUMNS), "status"]
+    rows = []
+    for res in results:
+        rows.append([res.point.label, *(format_value(res.point.values[a]) for a in axis_names),
+                     compute_text(res), _runs_text(res),
+                     *(_cell(_figure(res, c[0]), c[2], c[3]) for c in COLUMNS), res.status])
+    return header, rows
+
+
+def markdown_table(results: list, axis_names: list) -> str:
+    header, rows = display_rows(results, axis_names)
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for row in rows:
+        lines.append("| " + " | ".join(c.replace("|", "/") for c in row) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def csv_table(results: list, axis_names: list) -> str:
+    header = ["point_id", "label", *axis_names, "compute", "simulated", "runs_ok", "runs_total"]
+    for name, *_ in COLUMNS:
+        header += [f"{name}_mean", f"{name}_min", f"{name}_max"]
+    header.append("status")
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(header)
+    for res in results:
+        row = [res.point.id, res.point.label, *(format_value(res.point.values[a]) for a in axis_names),
+               compute_text(res), "true" if compute_text(res) != "real" else "false",
+               len(res.runs), len(res.runs) + len(res.failures) + res.missing]
+        for name, *_ in COLUMNS:
+            s = _figure(res, name)
+            row += ["", "", ""] if s is None else [f"{s.mean:.6g}", f"{s.lo:.6g}", f"{s.hi:.6g}"]
+        row.append(res.status)
+        writer.writerow(row)
+    return out.getvalue()

@@ -1,0 +1,25 @@
+// The rendezvous store for ranks that are threads of one process (tests,
+// benchmarks). Thread-safe: any thread may set or get.
+#pragma once
+
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <string>
+
+#include "worker/collective/rendezvous_store.h"
+
+namespace pstrain {
+
+class InProcessStore final : public RendezvousStore {
+ public:
+  void set(const std::string& key, const std::string& value) override;
+  std::string get(const std::string& key, std::chrono::milliseconds timeout) override;
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::map<std::string, std::string> entries_;
+};
+
+}  // namespace pstrain
