@@ -4,6 +4,7 @@
 #include "common/log.h"
 #include "common/node_cli.h"
 #include "worker/client/worker_session.h"
+#include "worker/train/allreduce_worker.h"
 #include "worker/train/ps_worker.h"
 
 namespace {
@@ -11,7 +12,7 @@ namespace {
 int run_worker(const pstrain::NodeArgs& args) {
   using namespace pstrain;
   const RunConfig config = load_node_config(args);
-  if (config.mode == Mode::kAllreduce) throw ConfigError(config.source_path + ": mode allreduce is not supported yet");
+  if (config.mode == Mode::kAllreduce) return run_allreduce_node(config, args.rank);
   const int servers = config.cluster.num_servers, workers = config.cluster.num_workers;
   const int rank = args.rank >= 0 ? args.rank : role_rank_from_launcher(1 + servers, workers, "worker");
   Logger log(rank >= 0 ? "worker " + std::to_string(rank) : "worker", parse_log_level(config.output.log_level));

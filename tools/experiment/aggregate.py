@@ -22,7 +22,7 @@ FIGURES = {
     "wall_time_s": lambda r: r.summary.get("wall_time_s"),
     "epoch_time_s": lambda r: r.epoch_time_s,
     "global_images_per_s": lambda r: r.summary.get("global_images_per_s"),
-    "worker_rate_sum": lambda r: r.worker_rate_sum,
+    "worker_rate": lambda r: r.worker_rate,
     "staleness_mean": lambda r: (r.summary.get("staleness") or {}).get("mean"),
 }
 

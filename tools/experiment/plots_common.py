@@ -52,19 +52,7 @@ def panel_grid(num_panels: int, max_cols: int, panel_w: float, panel_h: float, *
     return fig, flat[:num_panels]
 
 
-def figure_legend(fig, axes_list, ncol: int = 3) -> None:
-    """One legend below the figure for the labelled lines of all axes."""
-    handles, labels = [], []
-    for ax in axes_list:
-        for h, lab in zip(*ax.get_legend_handles_labels()):
-            if lab not in labels:
-                handles.append(h)
-                labels.append(lab)
-    if handles:
-        fig.legend(handles, labels, loc="outside lower center", ncol=min(ncol, len(labels)), frameon=False)
-
-
 def save(fig, path: Path) -> Path:
-    fig.savefig(path, dpi=DPI)
+    fig.savefig(path, dpi=DPI, bbox_inches="tight")
     plt.close(fig)
     return path

@@ -2,6 +2,8 @@
 launcher overrides (--set) of one point and repetition.
 
 Rules beyond the plain product (docs/experiments.md):
+- a point's settings are [set], then its axis values, then the [when.AXIS.VALUE]
+  tables of its values (in the order of the axes; later ones win).
 - mode "allreduce" has no servers: its points get cluster.servers = 0, and
   points that then coincide are run once.
 - straggler_slowdown > 1 slows worker workers-1 (the last; worker 0 runs the
@@ -17,7 +19,7 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from experiment.spec import ExperimentSpec
+from experiment.spec import ExperimentSpec, value_text
 
 # Defaults of the run config (common/config.h) for the keys read here.
 _DEFAULTS = {"mode": "sync", "cluster.workers": 2, "cluster.servers": 2, "workload.seed": 1,
@@ -33,27 +35,24 @@ class Point:
     settings: dict     # config key -> value for every key the point sets
 
 
-def format_value(value) -> str:
-    """2.0 -> "2", 0.5 -> "0.5", True -> "true", "sync" -> "sync"."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float) and value.is_integer():
-        return str(int(value))
-    return str(value)
+format_value = value_text  # 2.0 -> "2", 0.5 -> "0.5", True -> "true", "sync" -> "sync"
 
 
 def axis_text(name: str, value) -> str:
     """Human text of one axis value, for labels: ("workers", 4) -> "4 workers"."""
     v = format_value(value)
-    texts = {
-        "mode": v,
-        "workers": f"{v} worker" + ("" if v == "1" else "s"),
-        "servers": f"{v} server" + ("" if v == "1" else "s"),
-        "batch_size": f"batch {v}",
-        "straggler_slowdown": "no straggler" if float(value) <= 1 else f"straggler x{v}",
-        "simulated_step_ms": "real compute" if float(value) <= 0 else f"simulated {v} ms/step",
-    }
-    return texts.get(name, f"{name}={v}")
+    plural = "" if v == "1" else "s"
+    if name == "mode":
+        return v
+    if name in ("workers", "servers"):
+        return f"{v} {name[:-1]}{plural}"
+    if name == "batch_size":
+        return f"batch {v}"
+    if name == "straggler_slowdown":
+        return "no straggler" if float(value) <= 1 else f"straggler x{v}"
+    if name == "simulated_step_ms":
+        return "real compute" if float(value) <= 0 else f"simulated {v} ms/step"
+    return f"{name}={v}"
 
 
 def toml_value(value) -> str:
@@ -93,6 +92,8 @@ def expand(spec: ExperimentSpec, base: dict) -> list:
         for axis, value in zip(spec.axes, combo):
             settings[axis.key] = value
             values[axis.name] = value
+        for axis, value in zip(spec.axes, combo):  # [when.AXIS.VALUE], in the order of the axes
+            settings.update(spec.when.get(axis.name, {}).get(value_text(value), {}))
         if settings.get("mode", base["mode"]) == "allreduce":
             settings["cluster.servers"] = 0
             values = {n: (0 if a.key == "cluster.servers" else v) for (n, v), a in zip(values.items(), spec.axes)}

@@ -36,9 +36,17 @@ class RunData:
         return self.train_samples / rate if rate > 0 and self.train_samples > 0 else math.nan
 
     @property
-    def worker_rate_sum(self) -> float:
-        """Sum of the workers' own images/s: the job's rate while all of them run."""
-        return sum(w.get("images_per_s") or 0 for w in self.summary.get("per_worker", []))
+    def straggler_rank(self) -> int:
+        """The slowed worker's rank, or -1 when no worker is slowed."""
+        w = self.config.get("workload", {})
+        return int(w.get("straggler_rank", -1)) if float(w.get("straggler_slowdown", 1)) > 1 else -1
+
+    @property
+    def worker_rate(self) -> float:
+        """Mean images/s of one worker over its own training time, the straggler left out."""
+        rates = [w.get("images_per_s") for w in self.summary.get("per_worker", [])
+                 if w.get("rank") != self.straggler_rank and w.get("images_per_s") is not None]
+        return sum(rates) / len(rates) if rates else math.nan
 
     @property
     def staleness_histogram(self) -> dict:

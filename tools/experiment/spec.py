@@ -25,7 +25,7 @@ AXIS_ALIASES = {
 CONFIG_SECTIONS = ("cluster", "ps", "workload", "optimizer", "schedule", "collective")
 MODES = ("sync", "async", "allreduce")
 TOP_KEYS = ("name", "description", "base_config", "repetitions", "vary_seed", "output_dir",
-            "timeout_s", "set", "axes")
+            "timeout_s", "set", "axes", "when")
 
 
 class SpecError(Exception):
@@ -51,6 +51,9 @@ class ExperimentSpec:
     timeout_s: float       # limit of one run (the launcher's --timeout-s)
     overrides: dict = field(default_factory=dict)  # config key -> value, for every point
     axes: list = field(default_factory=list)       # [Axis], combined as a cartesian product
+    # [when.AXIS.VALUE]: axis name -> value text (format_value) -> overrides of the
+    # points where that axis has that value, e.g. {"mode": {"async": {"optimizer.lr": 0.025}}}
+    when: dict = field(default_factory=dict)
 
 
 def _fail(path: Path, key: str, what: str) -> SpecError:
@@ -132,16 +135,48 @@ def _parse_axes(path: Path, table) -> list:
     return axes
 
 
-def _parse_overrides(path: Path, table) -> dict:
+def _parse_overrides(path: Path, table, prefix: str = "set") -> dict:
     if not isinstance(table, dict):
-        raise _fail(path, "set", f"expected a table of config keys, got {_describe(table)}")
+        raise _fail(path, prefix, f"expected a table of config keys, got {_describe(table)}")
     out = {}
     for key, value in _flatten(table).items():
-        where = f"set.{key}"
+        where = f"{prefix}.{key}"
         _config_key(path, where, key)
         if not (_is_scalar(value) or (isinstance(value, list) and all(_is_scalar(v) for v in value))):
             raise _fail(path, where, f"expected a string, number, boolean or array of them, got {_describe(value)}")
         out[key] = value
+    return out
+
+
+def value_text(value) -> str:
+    """How a value is written as a [when] key: 2.0 -> "2", True -> "true"."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def _parse_when(path: Path, table, axes: list) -> dict:
+    if not isinstance(table, dict):
+        raise _fail(path, "when", f"expected tables [when.AXIS.VALUE], got {_describe(table)}")
+    by_name = {a.name: a for a in axes}
+    out = {}
+    for name, per_value in table.items():
+        axis = by_name.get(name)
+        if axis is None:
+            raise _fail(path, f"when.{name}", "not an axis; expected one of " + ", ".join(by_name))
+        if not isinstance(per_value, dict):
+            raise _fail(path, f"when.{name}", f"expected tables [when.{name}.VALUE], got {_describe(per_value)}")
+        texts = [value_text(v) for v in axis.values]
+        for text, overrides in per_value.items():
+            where = f"when.{name}.{text}"
+            if text not in texts:
+                raise _fail(path, where, f"{text!r} is not a value of axes.{name} ({', '.join(texts)})")
+            parsed = _parse_overrides(path, overrides, where)
+            if axis.key in parsed:
+                raise _fail(path, f"{where}.{axis.key}", f"sets the axis' own key {axis.key}")
+            out.setdefault(name, {})[text] = parsed
     return out
 
 
@@ -191,6 +226,7 @@ def parse_spec(text: str, path: Path) -> ExperimentSpec:
     for axis in spec.axes:
         if axis.key in spec.overrides:
             raise _fail(path, f"axes.{axis.name}", f"{axis.key} is also in [set]; give it in one place")
+    spec.when = _parse_when(path, doc.get("when", {}), spec.axes)
     return spec
 
 

@@ -16,7 +16,7 @@ COLUMNS = [
     ("wall_time_s", "wall time (s)", 1.0, 2),
     ("epoch_time_s", "time per epoch (s)", 1.0, 2),
     ("global_images_per_s", "throughput (images/s)", 1.0, 0),
-    ("worker_rate_sum", "sum of worker rates (images/s)", 1.0, 0),
+    ("worker_rate", "per-worker rate, straggler excluded (images/s)", 1.0, 0),
     ("efficiency", "scaling efficiency", 1.0, 2),
     ("staleness_mean", "mean staleness (updates)", 1.0, 2),
 ]

@@ -28,6 +28,9 @@ WorkerSession::WorkerSession(zmq::context_t& ctx, const WorkerSessionOptions& op
 void WorkerSession::broadcast_initial(std::span<float> params) {
   if (rank() == 0) kv_->wait(kv_->init(params));
   kv_->wait(kv_->pull(params, 0));
+  // Nobody pushes before everyone holds version 0: in async mode a late
+  // worker would otherwise start from weights already updated by others.
+  scheduler_.barrier("initial weights");
 }
 
 }  // namespace pstrain

@@ -39,7 +39,8 @@ class WorkerSession {
   SchedulerClient& scheduler() { return scheduler_; }
 
   // The initial model: worker 0 sends `params` to the servers; every worker
-  // then pulls version 0 into `params`, so all start from worker 0's weights.
+  // then pulls version 0 into `params`, and all meet at a barrier, so every
+  // worker starts from exactly worker 0's initial weights.
   void broadcast_initial(std::span<float> params);
   // Tells the scheduler this worker is done and waits for the shutdown.
   void finish() { scheduler_.finish(); }

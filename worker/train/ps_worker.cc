@@ -12,6 +12,7 @@
 #include "common/errors.h"
 #include "common/lr_schedule.h"
 #include "worker/data/shard_sampler.h"
+#include "worker/train/checkpoint.h"
 
 namespace pstrain {
 
@@ -205,6 +206,7 @@ TrainResult run_ps_worker(const RunConfig& config, WorkerSession& session, Workl
   L.result.steps = step;
   L.result.time_s = metrics.elapsed_s();
   if (session.rank() == 0) evaluate_and_record(L, step, w.epochs - 1, config.mode == Mode::kSync ? step : 0);
+  if (session.rank() == 0) write_final_weights(config.output.run_dir, L.params);  // the final pull's weights
   metrics.write(JsonLine().add("type", "end").add("time_s", L.result.time_s).add("steps", L.result.steps)
                     .add("images", L.result.images).add("compute_s", L.result.compute_s).add("pull_s", L.result.pull_s)
                     .add("push_s", L.result.push_s));

@@ -1,0 +1,71 @@
+// weights.bin: written and read back, and every malformed file refused.
+#include <doctest/doctest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include "common/errors.h"
+#include "worker/train/checkpoint.h"
+
+namespace pstrain {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct TempDir {
+  TempDir() {
+    std::string pattern = (fs::temp_directory_path() / "pstrain-ckpt-XXXXXX").string();
+    path = mkdtemp(pattern.data());
+  }
+  ~TempDir() { fs::remove_all(path); }
+  fs::path path;
+};
+
+std::string bytes_of(const fs::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+void write_bytes(const fs::path& file, const std::string& bytes) { std::ofstream(file, std::ios::binary) << bytes; }
+
+}  // namespace
+
+TEST_CASE("final weights round trip through run_dir/weights.bin") {
+  TempDir dir;
+  const std::vector<float> params{1.5f, -2.0f, 0.0f, 3.25e-7f};
+  write_final_weights((dir.path / "run").string(), params);
+  const std::string path = weights_path((dir.path / "run").string());
+  CHECK(path == (dir.path / "run" / "weights.bin").string());
+  CHECK(read_weights(path) == params);
+  CHECK(bytes_of(path).size() == 16 + 4 * 4);
+  CHECK_FALSE(fs::exists(path + ".tmp"));
+  write_final_weights("", params);  // no run directory: nothing written, no error
+}
+
+TEST_CASE("malformed weight files are refused naming the file and the problem") {
+  TempDir dir;
+  const std::string path = (dir.path / "weights.bin").string();
+  CHECK_THROWS_WITH_AS(read_weights(path), doctest::Contains(("cannot read " + path).c_str()), DataError);
+  write_final_weights(dir.path.string(), std::vector<float>{1, 2, 3});
+  const std::string good = bytes_of(path);
+
+  write_bytes(path, good.substr(0, 10));
+  CHECK_THROWS_WITH_AS(read_weights(path), (path + ": 10 bytes, shorter than the 16-byte header").c_str(), DataError);
+  write_bytes(path, "XXXX" + good.substr(4));
+  CHECK_THROWS_WITH_AS(read_weights(path), (path + ": bad magic, not a pstrain weights file").c_str(), DataError);
+  std::string v2 = good;
+  v2[4] = 2;
+  write_bytes(path, v2);
+  CHECK_THROWS_WITH_AS(read_weights(path), (path + ": format version 2, expected 1").c_str(), DataError);
+  write_bytes(path, good.substr(0, good.size() - 4));
+  CHECK_THROWS_WITH_AS(read_weights(path),
+                       (path + ": header says 3 parameters (12 bytes), the file holds 8 bytes after the header").c_str(),
+                       DataError);
+  write_bytes(path, good + "ab");
+  CHECK_THROWS_WITH_AS(read_weights(path),
+                       (path + ": header says 3 parameters (12 bytes), the file holds 14 bytes after the header").c_str(),
+                       DataError);
+}
+
+}  // namespace pstrain

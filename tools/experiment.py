@@ -1,0 +1,16 @@
+#!/usr/bin/python3
+"""Runs a pstrain experiment: every point of a sweep of run configs, with
+resume, then a report (table, plots, HTML). Usage and file format:
+docs/experiments.md; the code is the package tools/experiment/.
+
+  /usr/bin/python3 tools/experiment.py configs/experiments/modes.toml
+"""
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from experiment.cli import main  # noqa: E402  (needs the path above)
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,101 @@
+"""index.html of an experiment report: headline facts, notes on simulated
+and failed points, the summary table, the figures with captions and the
+definitions. Self-contained apart from the PNGs next to it.
+"""
+from __future__ import annotations
+
+import datetime
+import html
+import os
+import platform
+
+from experiment import table
+
+_STYLE = """
+body { font-family: system-ui, sans-serif; max-width: 1500px; margin: 1.5em auto; padding: 0 1em; color: #222; }
+table { border-collapse: collapse; font-size: 0.85em; margin: 1em 0; }
+th, td { border: 1px solid #ccc; padding: 0.3em 0.6em; text-align: right; }
+th { background: #f0f0f0; } td:first-child, th:first-child { text-align: left; }
+td.status { text-align: left; max-width: 28em; }
+.note { padding: 0.6em 1em; border-radius: 4px; margin: 1em 0; }
+.sim { background: #fff6d5; border: 1px solid #e0c060; }
+.fail { background: #fde2e2; border: 1px solid #d08080; }
+figure { margin: 2em 0; } figure img { max-width: 100%; border: 1px solid #ddd; }
+figcaption { color: #444; margin-top: 0.4em; max-width: 60em; }
+dt { font-weight: bold; margin-top: 0.5em; }
+"""
+
+_DEFINITIONS = [
+    ("throughput (images/s)", "images trained by all workers / the slowest worker's training time "
+                              "(summary.json: global_images_per_s)."),
+    ("time per epoch (s)", "training-set size / throughput: one pass over the data by the whole job."),
+    ("per-worker rate (images/s)", "mean over the workers of each one's images / its own training time, "
+                                   "the straggler left out."),
+    ("scaling efficiency", "T(N) / (N x T(1)), T = throughput, against the same point with 1 worker "
+                           "(or the smallest worker count swept)."),
+    ("staleness (updates)", "async: updates applied to a chunk between a worker's pull and its push, "
+                            "averaged over chunk pushes."),
+    ("final test accuracy", "worker 0's last evaluation on the test set."),
+]
+
+
+def _machine() -> str:
+    model = ""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            model = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), "")
+    except OSError:
+        pass
+    return f"{platform.node()}: {os.cpu_count()} CPU cores" + (f" ({model})" if model else "")
+
+
+def _table_html(results: list, axis_names: list) -> str:
+    header, rows = table.display_rows(results, axis_names)
+    out = ["<table>", "<tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in header) + "</tr>"]
+    for row in rows:
+        cells = [f"<td>{html.escape(c)}</td>" for c in row[:-1]]
+        cells.append(f'<td class="status">{html.escape(row[-1])}</td>')
+        out.append("<tr>" + "".join(cells) + "</tr>")
+    out.append("</table>")
+    return "\n".join(out)
+
+
+def _figure_html(fig) -> str:
+    title = html.escape(fig.title)
+    if not fig.file:
+        return f"<h2>{title}</h2>\n<p><em>No plot: {html.escape(fig.missing)}.</em></p>"
+    return (f'<h2>{title}</h2>\n<figure><img src="{html.escape(fig.file)}" alt="{title}">'
+            f"<figcaption>{html.escape(fig.caption)}</figcaption></figure>")
+
+
+def render(spec, results: list, axis_names: list, figures: list, sim_note: str, failures: list) -> str:
+    name = html.escape(spec.name)
+    axes = "; ".join(f"{a.name} = {', '.join(str(v) for v in a.values)}" for a in spec.axes)
+    now = datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
+    parts = [
+        f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>Experiment {name}</title>",
+        f"<style>{_STYLE}</style></head><body>",
+        f"<h1>Experiment: {name}</h1>",
+        f"<p>{html.escape(spec.description)}</p>" if spec.description else "",
+        "<ul>",
+        f"<li>experiment file: <code>{html.escape(str(spec.path))}</code>; base config: "
+        f"<code>{html.escape(str(spec.base_config))}</code></li>",
+        f"<li>axes (cartesian product): {html.escape(axes)}; {len(results)} points x "
+        f"{spec.repetitions} repetition(s)</li>",
+        f"<li>machine: {html.escape(_machine())}; report written {html.escape(now)}</li>",
+        "<li>table cells: mean over the repetitions, min–max in brackets; csv: "
+        '<a href="summary.csv">summary.csv</a>, markdown: <a href="summary.md">summary.md</a></li>',
+        "</ul>",
+    ]
+    if sim_note:
+        parts.append(f'<div class="note sim"><strong>{html.escape(sim_note)}</strong></div>')
+    if failures:
+        items = "".join(f"<li>{html.escape(f)}</li>" for f in failures)
+        parts.append(f'<div class="note fail"><strong>Failed or missing runs</strong><ul>{items}</ul></div>')
+    parts.append("<h2>Summary</h2>")
+    parts.append(_table_html(results, axis_names))
+    parts += [_figure_html(f) for f in figures]
+    parts.append("<h2>Definitions</h2><dl>")
+    parts += [f"<dt>{html.escape(t)}</dt><dd>{html.escape(d)}</dd>" for t, d in _DEFINITIONS]
+    parts.append("</dl></body></html>\n")
+    return "\n".join(p for p in parts if p)

@@ -1,0 +1,118 @@
+"""throughput.png: how fast each point trains, against the swept axis.
+
+- workers vary: throughput vs workers (dashed: ideal linear scaling from the
+  group's smallest worker count) and scaling efficiency vs workers.
+- else, another numeric axis varies (straggler slowdown, batch size, ...):
+  throughput and the rate of one non-straggling worker against it, which
+  shows sync's workers waiting for a straggler and async's not.
+- else: one bar per point.
+Error bars span the repetitions' min..max; lines join points that differ
+only in the x axis, one colour per such group.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from experiment.points import axis_text, format_value
+from experiment.plots_common import color_of, label_of, panel_grid, save
+
+_X_PREFERENCE = ("workers", "straggler_slowdown", "batch_size", "servers", "simulated_step_ms")
+_X_LABELS = {"workers": "workers", "straggler_slowdown": "straggler's slowdown (x its compute time)",
+             "batch_size": "batch size per worker (images)", "servers": "parameter servers",
+             "simulated_step_ms": "simulated step time (ms)"}
+
+
+def _numeric(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def choose_x(results: list) -> str | None:
+    """The axis to put on x: the first preferred one that varies, else any numeric one."""
+    names = list(results[0].point.values) if results else []
+    varying = [n for n in names if len({repr(r.point.values[n]) for r in results}) > 1
+               and all(_numeric(r.point.values[n]) for r in results)]
+    for n in _X_PREFERENCE:
+        if n in varying:
+            return n
+    return varying[0] if varying else None
+
+
+def _groups(results: list, x: str) -> dict:
+    varying = [n for n in results[0].point.values
+               if n != x and len({repr(r.point.values[n]) for r in results}) > 1]
+    groups = {}
+    for r in results:
+        label = ", ".join(axis_text(n, r.point.values[n]) for n in varying) or "all points"
+        groups.setdefault(label + (" [simulated compute]" if r.simulated else ""), []).append(r)
+    return {k: sorted(v, key=lambda r: r.point.values[x]) for k, v in groups.items()}
+
+
+def _errorbar(ax, xs, stats, color, label, scale=1.0):
+    ys = [s.mean * scale for s in stats]
+    err = [[(s.mean - s.lo) * scale for s in stats], [(s.hi - s.mean) * scale for s in stats]]
+    ax.errorbar(xs, ys, yerr=err, fmt="o-", color=color, capsize=3, linewidth=1.6, markersize=5, label=label)
+
+
+def _bars(results: list, out_dir: Path) -> Path:
+    fig, (ax,) = panel_grid(1, 1, max(5.0, 1.1 * len(results)), 4.0)
+    stats = [r.stats["global_images_per_s"] for r in results]
+    xs = list(range(len(results)))
+    ax.bar(xs, [s.mean for s in stats], color=[color_of(r.point.index) for r in results],
+           yerr=[[s.mean - s.lo for s in stats], [s.hi - s.mean for s in stats]], capsize=4)
+    ax.set_xticks(xs, [label_of(r) for r in results], rotation=20, ha="right")
+    ax.set_xlabel("point")
+    ax.set_ylabel("throughput (images/s, all workers)")
+    ax.set_title("Throughput per point (error bars: min..max over repetitions)")
+    return save(fig, out_dir / "throughput.png")
+
+
+def _set_x(ax, x: str, values: list) -> None:
+    ax.set_xlabel(_X_LABELS.get(x, x))
+    if x == "workers" and min(values) > 0:
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(values, [format_value(v) for v in values])
+        ax.minorticks_off()
+
+
+def plot_throughput(results: list, out_dir: Path) -> Path | None:
+    ok = [r for r in results if r.stats.get("global_images_per_s") is not None]
+    if not ok:
+        return None
+    x = choose_x(ok)
+    if x is None:
+        return _bars(ok, out_dir)
+    fig, (left, right) = panel_grid(2, 2, 5.6, 4.2)
+    xs_all = sorted({r.point.values[x] for r in ok})
+    for i, (label, members) in enumerate(_groups(ok, x).items()):
+        color = color_of(i)
+        xs = [r.point.values[x] for r in members]
+        _errorbar(left, xs, [r.stats["global_images_per_s"] for r in members], color, label)
+        if x == "workers":
+            base = members[0]
+            ideal = [base.stats["global_images_per_s"].mean * n / base.workers for n in xs]
+            left.plot(xs, ideal, "--", color=color, alpha=0.5, linewidth=1)
+            eff = [(r.point.values[x], r.efficiency) for r in members if r.efficiency is not None]
+            if eff:
+                _errorbar(right, [e[0] for e in eff], [e[1] for e in eff], color, label)
+        else:
+            rated = [(r.point.values[x], r.stats.get("worker_rate")) for r in members]
+            rated = [(v, s) for v, s in rated if s is not None]
+            if rated:
+                _errorbar(right, [v for v, _ in rated], [s for _, s in rated], color, label)
+    left.set_ylabel("throughput (images/s, all workers)")
+    left.set_title("Throughput" + (" (dashed: ideal linear scaling)" if x == "workers" else ""))
+    if x == "workers":
+        right.axhline(1.0, color="gray", linestyle="--", linewidth=1)
+        right.set_ylabel("scaling efficiency = T(N) / (N x T(1))")
+        right.set_title("Scaling efficiency (1 = ideal)")
+        right.set_ylim(bottom=0)
+    else:
+        right.set_ylabel("images/s of one worker (straggler excluded)")
+        right.set_title("Per-worker rate: do fast workers wait?")
+    for ax in (left, right):
+        _set_x(ax, x, xs_all)
+        ax.set_ylim(bottom=0)
+        ax.legend(loc="best")
+    fig.suptitle("Error bars: min..max over repetitions")
+    return save(fig, out_dir / "throughput.png")
+

@@ -1,0 +1,89 @@
+"""Plots per worker and per push:
+- staleness.png (async points): how many updates a chunk received between a
+  worker's pull and its push, as a share of all chunk pushes (the servers'
+  histograms, summed over servers and repetitions).
+- time_breakdown.png: per point (first repetition), each worker's training
+  time split into compute (forward+backward; a straggler's extra delay counts
+  here), pull (waiting for weights: in sync this is waiting for the others),
+  push (until every push was acknowledged) and the rest (data, evaluation).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from matplotlib.ticker import MaxNLocator
+
+from experiment.plots_common import color_of, label_of, panel_grid, save
+
+_PARTS = (("compute_s", "compute (forward+backward)", "#4C72B0"),
+          ("pull_s", "pull (waiting for weights)", "#DD8452"),
+          ("push_s", "push (until acknowledged)", "#55A868"),
+          (None, "other (data, evaluation)", "#BBBBBB"))
+
+
+def plot_staleness(results: list, out_dir: Path) -> Path | None:
+    chosen = []
+    for res in results:
+        hist = {}
+        for run in res.runs:
+            for k, v in run.staleness_histogram.items():
+                hist[k] = hist.get(k, 0) + v
+        if res.mode == "async" and sum(hist.values()) > 0:
+            chosen.append((res, hist))
+    if not chosen:
+        return None
+    fig, (ax,) = panel_grid(1, 1, 7.5, 4.2)
+    width = 0.8 / len(chosen)
+    for i, (res, hist) in enumerate(chosen):
+        total = sum(hist.values())
+        keys = sorted(hist)
+        mean = sum(k * v for k, v in hist.items()) / total
+        xs = [k - 0.4 + width * (i + 0.5) for k in keys]
+        ax.bar(xs, [100.0 * hist[k] / total for k in keys], width=width, color=color_of(res.point.index),
+               label=f"{label_of(res)} (mean {mean:.2f})")
+    ax.set_xlabel("staleness (updates applied to the chunk between the worker's pull and its push)")
+    ax.set_ylabel("share of chunk pushes (%)")
+    ax.set_title("Async staleness (all servers and repetitions)")
+    ax.set_xlim(left=-0.6)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.legend(loc="upper right")
+    return save(fig, out_dir / "staleness.png")
+
+
+def _worker_panel(ax, res) -> None:
+    workers = sorted(res.runs[0].summary.get("per_worker", []), key=lambda w: w["rank"])
+    ranks = [w["rank"] for w in workers]
+    bottom = [0.0] * len(workers)
+    for key, label, color in _PARTS:
+        if key is None:
+            values = [max(w["time_s"] - w["compute_s"] - w["pull_s"] - w["push_s"], 0.0) for w in workers]
+        else:
+            values = [w[key] for w in workers]
+        ax.bar(ranks, values, bottom=bottom, color=color, width=0.8, label=label)
+        bottom = [b + v for b, v in zip(bottom, values)]
+    straggler = res.runs[0].straggler_rank
+    if straggler >= 0:
+        ax.annotate("straggler", (straggler, bottom[ranks.index(straggler)]), ha="center", va="bottom",
+                    fontsize=8, xytext=(0, 2), textcoords="offset points")
+        ax.set_ylim(top=max(bottom) * 1.12)
+    pad = max(0.0, (3 - len(ranks)) / 2)  # one or two workers: narrower bars, centred
+    ax.set_xlim(min(ranks) - 0.5 - pad, max(ranks) + 0.5 + pad)
+    step = max(1, len(ranks) // 8)
+    ax.set_xticks(ranks[::step])
+    ax.set_xlabel("worker rank")
+    ax.set_ylabel("time (s)")
+    ax.set_title(label_of(res), fontsize=9.5)
+
+
+def plot_time_breakdown(results: list, out_dir: Path) -> Path | None:
+    chosen = [r for r in results if r.runs and r.runs[0].summary.get("per_worker")]
+    if not chosen:
+        return None
+    fig, axes = panel_grid(len(chosen), 3, 4.6, 3.3)
+    for ax, res in zip(axes, chosen):
+        _worker_panel(ax, res)
+    fig.suptitle("Per-worker training time: compute vs communication (first repetition)")
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=len(labels), frameon=False)
+    return save(fig, out_dir / "time_breakdown.png")
+

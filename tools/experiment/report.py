@@ -1,0 +1,105 @@
+"""Writes an experiment's report directory (OUTPUT/report/):
+summary.csv, summary.md, one PNG per figure that has data, index.html.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from experiment import html_page, plots_curves, plots_scaling, plots_workers, table
+from experiment.table import compute_text
+
+
+@dataclass
+class Figure:
+    title: str
+    caption: str
+    file: str | None        # PNG name in the report directory; None: no data
+    missing: str = ""       # why there is no PNG
+
+
+def _figures(results: list, out: Path) -> list:
+    def made(path):
+        return path.name if path is not None else None
+
+    real = "no point with real (not simulated) compute finished"
+    return [
+        Figure("Test accuracy vs wall time",
+               "Worker 0 evaluates the model after every epoch and at the end. At equal wall time, the "
+               "faster mode is ahead unless its staleness costs more accuracy than its speed gains.",
+               made(plots_curves.plot_accuracy(results, out, "time")), real),
+        Figure("Test accuracy vs epoch",
+               "The same evaluations against epochs completed (worker 0's steps / steps per epoch): "
+               "what each mode costs in accuracy for the same data seen.",
+               made(plots_curves.plot_accuracy(results, out, "epoch")), real),
+        Figure("Training loss vs step",
+               "Worker 0's training loss per step (first repetition), log scale.",
+               made(plots_curves.plot_loss(results, out)), real),
+        Figure("Throughput and scaling",
+               "Images per second of the whole job (images of all workers / the slowest worker's time). "
+               "With a workers sweep: scaling efficiency T(N) / (N x T(1)); otherwise the rate of one "
+               "non-straggling worker, which drops in sync when the others must wait.",
+               made(plots_scaling.plot_throughput(results, out)), "no point finished"),
+        Figure("Async staleness",
+               "How many updates a parameter chunk received between a worker's pull and its push; 0 = "
+               "the gradient was computed on the current weights.",
+               made(plots_workers.plot_staleness(results, out)), "no async point finished"),
+        Figure("Per-worker compute vs communication",
+               "Each worker's training time split into compute, pull (waiting for weights; in sync this "
+               "includes waiting for the slowest worker), push and the rest.",
+               made(plots_workers.plot_time_breakdown(results, out)), "no point finished"),
+    ]
+
+
+def simulated_note(results: list) -> str:
+    sim = [r for r in results if compute_text(r) != "real"]
+    if not sim:
+        return ""
+    names = "; ".join(f"{r.point.label}: {compute_text(r)}" for r in sim)
+    return ("Simulated compute: these points replaced forward/backward by a fixed step time and "
+            "synthetic gradients of the model's real size, so their throughput measures the "
+            "parameter-server machinery, not training, and their accuracy and loss mean nothing "
+            f"(they are left out of those plots): {names}.")
+
+
+def failure_notes(results: list) -> list:
+    notes = []
+    for r in results:
+        for rep, reason in r.failures:
+            notes.append(f"{r.point.label} (rep {rep + 1}): {reason} — logs in runs/{r.point.id}/rep-{rep}/")
+        if r.missing:
+            notes.append(f"{r.point.label}: {r.missing} repetition(s) not run yet")
+    return notes
+
+
+def _markdown(spec, results: list, axis_names: list, figures: list) -> str:
+    parts = [f"# Experiment: {spec.name}\n"]
+    if spec.description:
+        parts.append(spec.description.strip() + "\n")
+    parts.append(f"Base config: `{spec.base_config}`; {spec.repetitions} repetition(s) per point; "
+                 "cells give the mean, with min–max over the repetitions in brackets.\n")
+    note = simulated_note(results)
+    if note:
+        parts.append(f"**{note}**\n")
+    fails = failure_notes(results)
+    if fails:
+        parts.append("**Failed or missing runs:**\n\n" + "\n".join(f"- {f}" for f in fails) + "\n")
+    parts.append(table.markdown_table(results, axis_names))
+    for f in figures:
+        parts.append(f"## {f.title}\n\n" + (f"![{f.title}]({f.file})\n" if f.file else f"(no plot: {f.missing})\n"))
+    return "\n".join(parts)
+
+
+def write_report(spec, results: list, out: Path) -> Path:
+    """Writes every report file into out (created); returns index.html's path."""
+    out.mkdir(parents=True, exist_ok=True)
+    for stale in out.glob("*.png"):  # a figure without data this time must not linger
+        os.remove(stale)
+    axis_names = [a.name for a in spec.axes]
+    (out / "summary.csv").write_text(table.csv_table(results, axis_names), encoding="utf-8")
+    figures = _figures(results, out)
+    (out / "summary.md").write_text(_markdown(spec, results, axis_names, figures), encoding="utf-8")
+    page = html_page.render(spec, results, axis_names, figures, simulated_note(results), failure_notes(results))
+    (out / "index.html").write_text(page, encoding="utf-8")
+    return out / "index.html"

@@ -1,0 +1,39 @@
+// Picks and builds a job's collective: collective.backend "auto" means NCCL
+// when the model runs on a GPU (and NCCL was compiled in), else Gloo.
+// A backend that cannot serve this worker is a ConfigError saying why
+// (not compiled in, NCCL for a model on the CPU, no CUDA device).
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "worker/collective/collective.h"
+#include "worker/collective/rendezvous_store.h"
+
+namespace pstrain {
+
+struct CollectiveOptions {
+  int rank = 0;
+  int size = 1;
+  std::chrono::milliseconds timeout{120000};  // the rendezvous, and each operation
+  std::string host = "127.0.0.1";             // gloo: this machine's address that the peers dial
+  int cuda_device = 0;                        // nccl: this rank's GPU
+  std::string key_prefix = "collective/";     // namespace of the rendezvous keys
+};
+
+bool gloo_compiled_in();
+bool nccl_compiled_in();
+
+// "gloo" or "nccl" for collective.backend `requested` ("auto" | "gloo" |
+// "nccl"); `model_device` names where the model runs (the backend's name,
+// for messages).
+std::string resolve_collective_backend(const std::string& requested, bool model_on_cuda,
+                                       const std::string& model_device);
+
+// Builds backend `backend` ("gloo" | "nccl") and completes its rendezvous
+// through `store` (every rank must call this; blocks at most options.timeout).
+std::unique_ptr<Collective> make_collective(const std::string& backend, const CollectiveOptions& options,
+                                            RendezvousStore& store);
+
+}  // namespace pstrain

@@ -1,0 +1,104 @@
+// run_allreduce_node() of allreduce_worker.h: one pstrain-worker process in
+// allreduce mode, from the config to the exit code.
+#include <algorithm>
+#include <cstdio>
+
+#include "common/errors.h"
+#include "common/job_fingerprint.h"
+#include "common/node_cli.h"
+#include "worker/collective/collective_factory.h"
+#include "worker/collective/gpu_assignment.h"
+#include "worker/collective/scheduler_store.h"
+#include "worker/train/allreduce_worker.h"
+
+namespace pstrain {
+namespace {
+
+bool is_loopback(const std::string& host) { return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1"; }
+
+// The address of this worker that its Gloo peers dial: its entry of
+// cluster.worker_hosts, else loopback when the scheduler is local, else
+// this machine's host name.
+std::string collective_host(const ClusterConfig& cluster, int rank) {
+  if (!cluster.worker_hosts.empty()) return cluster.worker_hosts.at(static_cast<std::size_t>(rank));
+  const std::string& ep = cluster.scheduler;
+  const auto colon = ep.rfind(':');
+  const std::string host = ep.rfind("tcp://", 0) == 0 && colon != std::string::npos && colon > 6
+                               ? ep.substr(6, colon - 6)
+                               : std::string("127.0.0.1");
+  return is_loopback(host) ? "127.0.0.1" : this_host();
+}
+
+// "cuda:N" -> N; anything else -> 0.
+int cuda_index(const std::string& device) {
+  return device.rfind("cuda:", 0) == 0 ? std::stoi(device.substr(5)) : 0;
+}
+
+// The workload on this worker's device (returned in `device`): one GPU per
+// worker by local rank.
+Workload make_local_workload(const RunConfig& config, int rank, Logger& log, std::string& device) {
+  int local_rank = local_rank_from_env();
+  if (local_rank < 0) local_rank = config.cluster.worker_hosts.empty() ? std::max(rank, 0) : 0;
+  RunConfig local = config;
+  std::string why_no_gpu;
+  const int gpus = config.workload.device == "cpu" ? 0 : visible_cuda_devices(&why_no_gpu);
+  local.workload.device = worker_device(config.workload.device, local_rank, gpus);
+  if (local.workload.device != config.workload.device) {
+    log.info("device " + config.workload.device + " -> " + local.workload.device + " (local rank " +
+             std::to_string(local_rank) + " of a machine with " + std::to_string(gpus) + " GPU(s))");
+  }
+  device = local.workload.device;
+  return make_workload(local, config.workload.batch_size, log);
+}
+
+}  // namespace
+
+int run_allreduce_node(const RunConfig& config, int requested_rank) {
+  const int workers = config.cluster.num_workers;
+  const int rank = requested_rank >= 0 ? requested_rank : role_rank_from_launcher(1, workers, "worker");
+  Logger log(rank >= 0 ? "worker " + std::to_string(rank) : "worker", parse_log_level(config.output.log_level));
+  std::string device;
+  Workload workload = make_local_workload(config, rank, log, device);
+  nn::Backend& backend = *workload.backend;
+  const std::string backend_name =
+      resolve_collective_backend(config.collective.backend, backend.is_cuda(), backend.name());
+
+  zmq::context_t ctx;
+  WorkerSessionOptions options;
+  options.scheduler_endpoint = config.cluster.scheduler;
+  options.cluster = config.cluster;
+  options.partition_bytes = config.ps.partition_bytes;
+  options.requested_rank = rank;
+  options.job_fingerprint = job_fingerprint(config.mode, config.ps.partition_bytes, 0, workers) +
+                            " collective=" + backend_name;
+  WorkerSession session(ctx, options, workload.model->layout());
+  log.set_name("worker " + std::to_string(session.rank()));
+  try {
+    SchedulerStore store(session.scheduler());
+    CollectiveOptions co;
+    co.rank = session.rank();
+    co.size = session.num_workers();
+    co.timeout = std::chrono::milliseconds(config.cluster.timeout_ms);
+    co.host = collective_host(config.cluster, session.rank());
+    co.cuda_device = backend.is_cuda() ? cuda_index(device) : 0;
+    std::unique_ptr<Collective> collective = make_collective(backend_name, co, store);
+    MetricsWriter metrics(config.output.run_dir, "worker-" + std::to_string(session.rank()) + ".jsonl");
+    const TrainResult r = run_allreduce_worker(config, session, workload, *collective, metrics, log);
+    collective.reset();
+    char line[200];
+    std::snprintf(line, sizeof(line),
+                  "done: %lld steps, %lld images in %.1f s (compute %.1f s, allreduce wait %.1f s, update %.1f s)",
+                  static_cast<long long>(r.steps), static_cast<long long>(r.images), r.time_s, r.compute_s, r.push_s,
+                  r.pull_s);
+    log.info(line);
+    session.finish();
+  } catch (const AbortedError&) {
+    throw;
+  } catch (const std::exception& e) {
+    session.report_failure("worker " + std::to_string(session.rank()) + ": " + e.what());
+    throw;
+  }
+  return 0;
+}
+
+}  // namespace pstrain

@@ -1,0 +1,269 @@
+#include "worker/train/allreduce_worker.h"
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <thread>
+#include <vector>
+
+#include "common/errors.h"
+#include "common/lr_schedule.h"
+#include "worker/collective/gradient_buckets.h"
+#include "worker/data/shard_sampler.h"
+#include "worker/nn/device_buffer.h"
+#include "worker/nn/device_optimizer.h"
+#include "worker/train/checkpoint.h"
+#include "worker/train/simulated_compute.h"
+
+namespace pstrain {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_between(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+
+// Per-run state of the loop, to keep each function short.
+struct Loop {
+  const RunConfig& config;
+  WorkerSession& session;
+  nn::Model& model;
+  const data::DatasetPair& data;
+  Collective& collective;
+  nn::DeviceOptimizer& optimizer;
+  MetricsWriter& metrics;
+  Logger& log;
+  std::vector<float> staging;  // host gradients when the collective cannot read the backend's memory
+  std::vector<float> images;
+  std::vector<std::int32_t> labels;
+  TrainResult result;
+  double last_compute_s = 0.0;
+  bool buckets_logged = false;
+  std::vector<float> simulated_grads;  // simulated compute: the gradients every step (empty otherwise)
+};
+
+bool staged(const Loop& L) { return L.collective.device_memory() != L.model.backend().is_cuda(); }
+
+// Runs `op` on a copy of `host` in the collective's memory space, then copies back.
+void on_collective_memory(Loop& L, std::span<float> host, const std::function<void(float*)>& op) {
+  if (!L.collective.device_memory()) {
+    op(host.data());
+    return;
+  }
+  nn::DeviceBuffer buffer(L.model.backend(), host.size_bytes());
+  buffer.upload<float>(host);
+  L.model.backend().synchronize();
+  op(buffer.f32());
+  buffer.download<float>(host);
+}
+
+// Waits for every started collective operation, handling the scheduler's
+// messages meanwhile so an abort of the job reaches this worker promptly.
+void wait_collective(Loop& L) {
+  while (!L.collective.wait_all(std::chrono::milliseconds(200))) {
+    if (L.session.scheduler().handle_incoming()) {
+      throw AbortedError("the scheduler ended the job while worker " + std::to_string(L.session.rank()) +
+                         " was training");
+    }
+  }
+}
+
+// FNV-1a of the weights' bytes as three 11-bit integers: exact in float, and
+// so is their mean over the ranks, which equals every rank's own value only
+// when all are equal.
+std::array<float, 3> weights_fingerprint(std::span<const float> params) {
+  std::uint64_t hash = 1469598103934665603ull;
+  const auto* bytes = reinterpret_cast<const unsigned char*>(params.data());
+  for (std::size_t i = 0; i < params.size_bytes(); ++i) hash = (hash ^ bytes[i]) * 1099511628211ull;
+  return {static_cast<float>(hash & 2047u), static_cast<float>((hash >> 11) & 2047u),
+          static_cast<float>((hash >> 22) & 2047u)};
+}
+
+void check_replicas(Loop& L, const char* when) {
+  std::vector<float> params(static_cast<std::size_t>(L.model.num_params()));
+  L.model.get_params(params);
+  const std::array<float, 3> mine = weights_fingerprint(params);
+  std::array<float, 3> mean = mine;
+  on_collective_memory(L, mean, [&](float* data) { L.collective.allreduce_mean(data, mean.size()); });
+  if (mean != mine) {
+    throw ComputeError(std::string("replica check ") + when + ": worker " + std::to_string(L.session.rank()) +
+                       "'s weights differ from another worker's (fingerprint " + std::to_string(mine[0]) + "/" +
+                       std::to_string(mine[1]) + "/" + std::to_string(mine[2]) + ", mean over workers " +
+                       std::to_string(mean[0]) + "/" + std::to_string(mean[1]) + "/" + std::to_string(mean[2]) + ")");
+  }
+}
+
+void broadcast_initial(Loop& L) {
+  std::vector<float> params(static_cast<std::size_t>(L.model.num_params()));
+  L.model.get_params(params);
+  on_collective_memory(L, params, [&](float* data) { L.collective.broadcast(data, params.size(), 0); });
+  L.model.set_params(params);
+}
+
+void evaluate_and_record(Loop& L, std::int64_t step, int epoch) {
+  if (!L.simulated_grads.empty()) return;  // no test set under simulated compute
+  const EvalResult r = evaluate(L.model, L.data.test);
+  L.result.final_test_accuracy = r.accuracy;
+  L.metrics.write(JsonLine().add("type", "eval").add("time_s", L.metrics.elapsed_s()).add("step", step)
+                      .add("epoch", epoch).add("test_loss", r.loss).add("test_accuracy", r.accuracy));
+  char line[160];
+  std::snprintf(line, sizeof(line), "epoch %d: test loss %.4f, test accuracy %.4f (step %lld, %.1f s)", epoch, r.loss,
+                r.accuracy, static_cast<long long>(step), L.metrics.elapsed_s());
+  L.log.info(line);
+}
+
+void log_buckets(Loop& L, const GradientBuckets& buckets) {
+  if (L.buckets_logged || L.session.rank() != 0) return;
+  L.buckets_logged = true;
+  std::string text = "gradients in " + std::to_string(buckets.buckets_started()) + " bucket(s) of at least " +
+                     std::to_string(L.config.collective.bucket_bytes) + " bytes, in start order (elements):";
+  for (const auto& [begin, end] : buckets.buckets()) text += " [" + std::to_string(begin) + ", " + std::to_string(end) + ")";
+  L.log.info(text);
+}
+
+// Forward/backward (real or simulated) with the gradient buckets started as
+// backward finishes each range; returns once every bucket has been started.
+nn::StepStats compute_and_start(Loop& L, std::span<const std::int64_t> batch, GradientBuckets& buckets, bool straggler) {
+  nn::Model& model = L.model;
+  const bool via_host = staged(L);
+  auto ready = [&](std::int64_t off, std::int64_t cnt) {
+    if (via_host) {
+      model.get_grads(off, std::span<float>(L.staging).subspan(static_cast<std::size_t>(off), static_cast<std::size_t>(cnt)));
+    }
+    buckets.ready(off, cnt);
+  };
+  nn::StepStats s;
+  const WorkloadConfig& w = L.config.workload;
+  if (!L.simulated_grads.empty()) {
+    s = simulated_step(model, 1e-3 * w.simulated_step_ms * (straggler ? w.straggler_slowdown : 1.0), ready);
+  } else {
+    L.data.train.gather(batch, L.images.data(), L.labels.data());
+    s = model.train_step(L.images.data(), L.labels.data(), static_cast<int>(batch.size()), ready);
+  }
+  if (via_host) {  // ranges backward did not report, if any (the buckets started are in flight: not those)
+    for (const auto& [begin, end] : buckets.unreported()) {
+      model.get_grads(begin, std::span<float>(L.staging).subspan(static_cast<std::size_t>(begin), static_cast<std::size_t>(end - begin)));
+    }
+  }
+  buckets.finish();
+  return s;
+}
+
+void train_step(Loop& L, std::span<const std::int64_t> batch, std::int64_t step, int epoch, double lr) {
+  nn::Model& model = L.model;
+  const bool simulated = !L.simulated_grads.empty();
+  if (simulated) {  // what a real backward would have written
+    model.backend().copy_from_host(model.device_grads(), L.simulated_grads.data(), L.simulated_grads.size() * sizeof(float));
+  }
+  const auto t0 = Clock::now();
+  const WorkloadConfig& w = L.config.workload;
+  const bool straggler = L.session.rank() == w.straggler_rank && w.straggler_slowdown > 1.0;
+  if (straggler && !simulated) {
+    std::this_thread::sleep_for(std::chrono::duration<double>((w.straggler_slowdown - 1.0) * L.last_compute_s));
+  }
+  const auto n = static_cast<int>(batch.size());
+  GradientBuckets buckets(L.collective, staged(L) ? L.staging.data() : model.device_grads(), model.num_params(),
+                          L.config.collective.bucket_bytes);
+  const nn::StepStats s = compute_and_start(L, batch, buckets, straggler);
+  const auto t1 = Clock::now();
+
+  wait_collective(L);
+  if (staged(L)) model.backend().copy_from_host(model.device_grads(), L.staging.data(), L.staging.size() * sizeof(float));
+  const auto t2 = Clock::now();
+  L.optimizer.step(model.device_params(), model.device_grads(), lr);
+  model.backend().synchronize();
+  const auto t3 = Clock::now();
+  log_buckets(L, buckets);
+
+  L.last_compute_s = seconds_between(t0, t1);
+  L.result.compute_s += L.last_compute_s;
+  L.result.pull_s += seconds_between(t2, t3);
+  L.result.push_s += seconds_between(t1, t2);
+  L.result.images += n;
+  JsonLine record;
+  record.add("type", "step").add("time_s", L.metrics.elapsed_s()).add("step", step).add("epoch", epoch).add("batch", n);
+  if (simulated) {
+    record.raw("loss", "null").raw("accuracy", "null");
+  } else {
+    record.add("loss", s.loss).add("accuracy", static_cast<double>(s.correct) / n);
+  }
+  L.metrics.write(record.add("images_per_s", n / seconds_between(t0, t3))
+                      .add("compute_ms", 1e3 * L.last_compute_s).add("pull_ms", 1e3 * seconds_between(t2, t3))
+                      .add("push_ms", 1e3 * seconds_between(t1, t2)).add("lr", lr).add("staleness", 0.0)
+                      .add("simulated", simulated));
+}
+
+void log_progress(Loop& L, int epoch, std::int64_t step_in_epoch, std::int64_t steps_in_epoch, std::int64_t step) {
+  char line[160];
+  std::snprintf(line, sizeof(line), "epoch %d step %lld/%lld (global %lld): %.0f images/s so far", epoch,
+                static_cast<long long>(step_in_epoch + 1), static_cast<long long>(steps_in_epoch),
+                static_cast<long long>(step), static_cast<double>(L.result.images) / L.metrics.elapsed_s());
+  L.log.info(line);
+}
+
+}  // namespace
+
+TrainResult run_allreduce_worker(const RunConfig& config, WorkerSession& session, Workload& workload,
+                                 Collective& collective, MetricsWriter& metrics, Logger& log) {
+  if (config.mode != Mode::kAllreduce) {
+    throw ConfigError("run_allreduce_worker: mode " + std::string(to_string(config.mode)) + " needs the servers");
+  }
+  if (collective.size() != session.num_workers() || collective.rank() != session.rank()) {
+    throw ConfigError("run_allreduce_worker: collective rank " + std::to_string(collective.rank()) + " of " +
+                      std::to_string(collective.size()) + " does not match worker " + std::to_string(session.rank()) +
+                      " of " + std::to_string(session.num_workers()));
+  }
+  const WorkloadConfig& w = config.workload;
+  nn::Model& model = *workload.model;
+  nn::DeviceOptimizer optimizer(config.optimizer, model.backend(), model.num_params());
+  Loop L{config, session, model, workload.data, collective, optimizer, metrics, log, {}, {}, {}, {}, 0.0, false, {}};
+  if (staged(L)) L.staging.resize(static_cast<std::size_t>(model.num_params()));
+  if (w.simulated_step_ms > 0.0) L.simulated_grads = simulated_gradients(model.num_params());
+  const data::Dataset& train = workload.data.train;
+  L.images.resize(static_cast<std::size_t>(w.batch_size) * static_cast<std::size_t>(train.channels * train.height * train.width));
+  L.labels.resize(static_cast<std::size_t>(w.batch_size));
+
+  broadcast_initial(L);  // worker 0's initial weights everywhere
+  model.set_dropout_seed(w.seed * 1000003ULL + static_cast<std::uint64_t>(session.rank()));
+
+  const data::ShardSampler sampler(train.num_samples, session.num_workers(), session.rank(), w.seed);
+  const std::int64_t per_epoch = steps_per_epoch(sampler.num_samples_per_replica(), w.batch_size);
+  std::int64_t total = per_epoch * w.epochs;
+  if (w.max_steps > 0) total = std::min(total, w.max_steps);
+  const LrSchedule schedule(config.optimizer, config.schedule, per_epoch, std::max<std::int64_t>(total, 1),
+                            static_cast<std::int64_t>(w.batch_size) * session.num_workers());
+  log.info("training " + std::to_string(total) + " steps (" + std::to_string(per_epoch) + " per epoch) in allreduce " +
+           "mode with " + std::to_string(session.num_workers()) + " workers over " + collective.name() +
+           (staged(L) ? " (gradients through host memory)" : "") + "; " + std::to_string(model.num_params()) +
+           " parameters, buckets of " + std::to_string(config.collective.bucket_bytes) + " bytes");
+
+  std::int64_t step = 0;
+  for (int epoch = 0; epoch < w.epochs && step < total; ++epoch) {
+    const std::vector<std::int64_t> indices = sampler.indices(epoch);
+    for (std::int64_t b = 0; b < per_epoch && step < total; ++b, ++step) {
+      const auto begin = static_cast<std::size_t>(b * w.batch_size);
+      const auto end = std::min(indices.size(), begin + static_cast<std::size_t>(w.batch_size));
+      train_step(L, std::span(indices).subspan(begin, end - begin), step, epoch, schedule.lr_at(step));
+      if (session.rank() == 0 && (b + 1) % std::max<std::int64_t>(per_epoch / 5, 1) == 0) log_progress(L, epoch, b, per_epoch, step);
+    }
+    const bool last = epoch + 1 == w.epochs || step >= total;
+    check_replicas(L, ("after epoch " + std::to_string(epoch)).c_str());
+    if (session.rank() == 0 && !last) evaluate_and_record(L, step, epoch);
+  }
+  L.result.steps = step;
+  L.result.time_s = metrics.elapsed_s();
+  if (session.rank() == 0) {
+    evaluate_and_record(L, step, w.epochs - 1);
+    std::vector<float> params(static_cast<std::size_t>(model.num_params()));
+    model.get_params(params);
+    write_final_weights(config.output.run_dir, params);
+  }
+  metrics.write(JsonLine().add("type", "end").add("time_s", L.result.time_s).add("steps", L.result.steps)
+                    .add("images", L.result.images).add("compute_s", L.result.compute_s).add("pull_s", L.result.pull_s)
+                    .add("push_s", L.result.push_s));
+  return L.result;
+}
+
+}  // namespace pstrain

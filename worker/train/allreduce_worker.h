@@ -1,0 +1,43 @@
+// The training loop of an allreduce worker (mode = "allreduce", no servers),
+// the collective baseline of PyTorch DDP / Horovod:
+//   forward/backward on the local batch -> as backward finishes each layer,
+//   its gradients join a bucket of collective.bucket_bytes whose allreduce
+//   (mean over the workers) starts at once, overlapping the rest of backward
+//   -> wait for every bucket -> the same optimizer update on every worker
+//   (nn::DeviceOptimizer: common/optimizer.h's formulas, the servers' code
+//   path on the CPU) applied to its own replica.
+// Replicas start from worker 0's weights (broadcast) and stay identical;
+// at each epoch's end every worker checks that (a fingerprint of the weights
+// compared over the collective: ComputeError if they diverged).
+// Everything else is run_ps_worker's: data shards, lr schedule, dropout
+// seeds, evaluation by worker 0 at each epoch's end and after the last step,
+// the metrics records (docs/run_directory.md) and worker 0's
+// run_dir/weights.bin. In "step" records pull_ms is the local optimizer
+// update and push_ms the wait for the allreduces after backward (compute_ms
+// covers backward and the buckets started during it); see docs/allreduce.md.
+#pragma once
+
+#include "common/config.h"
+#include "common/log.h"
+#include "worker/client/worker_session.h"
+#include "worker/collective/collective.h"
+#include "worker/train/metrics.h"
+#include "worker/train/ps_worker.h"
+#include "worker/train/workload.h"
+
+namespace pstrain {
+
+// `collective` spans the session's workers (rank and size equal to the
+// session's); its memory space may differ from the model's backend (Gloo
+// with a model on a GPU: gradients go through host memory).
+TrainResult run_allreduce_worker(const RunConfig& config, WorkerSession& session, Workload& workload,
+                                 Collective& collective, MetricsWriter& metrics, Logger& log);
+
+// A pstrain-worker process in allreduce mode, from start to exit code: the
+// workload on this worker's device (one GPU per worker by local rank), the
+// registration, the collective (collective.backend) with its rendezvous
+// through the scheduler, training, the end of the job. `requested_rank` -1:
+// from the launcher's environment, else assigned by the scheduler.
+int run_allreduce_node(const RunConfig& config, int requested_rank);
+
+}  // namespace pstrain
