@@ -130,7 +130,8 @@ std::string SchedulerClient::store_get(const std::string& key, int timeout_ms) {
   if (timeout_ms < 1) {
     throw ConfigError("store get of key '" + key + "': timeout_ms must be >= 1, got " + std::to_string(timeout_ms));
   }
-  return store_request(MsgType::kStoreGet, StoreEntry{key, {}}, timeout_ms, "store get of key '" + key + "'").value;
+  const int limit_ms = std::min(timeout_ms, cluster_.timeout_ms);  // the scheduler's own limit too
+  return store_request(MsgType::kStoreGet, StoreEntry{key, {}}, limit_ms, "store get of key '" + key + "'").value;
 }
 
 void SchedulerClient::finish() {

@@ -38,7 +38,8 @@ class SchedulerClient {
   // The scheduler's key-value store, kept for the job's lifetime (the
   // collectives' rendezvous: Gloo's addresses, NCCL's unique id). A set
   // replaces any earlier value. A get blocks until some node has set the key,
-  // at most timeout_ms (then TransportError with the scheduler's reason).
+  // at most timeout_ms capped by cluster.timeout_ms (then TransportError with
+  // the scheduler's reason).
   // Keys have 1..kMaxStoreKeyBytes bytes, values at most kMaxStoreValueBytes
   // (ProtocolError before anything is sent).
   void store_set(const std::string& key, const std::string& value);

@@ -24,10 +24,7 @@ Server::Server(zmq::context_t& ctx, ServerOptions options, Logger& log)
   endpoint_ = advertised_endpoint(bind_socket(router_, options_.bind_endpoint), options_.advertise_host);
 }
 
-const StoreStats& Server::stats() const {
-  static const StoreStats kEmpty;
-  return store_ ? store_->stats() : kEmpty;
-}
+const StoreStats& Server::stats() const { return store_ ? store_->stats() : no_stats_; }
 
 void Server::run() {
   SchedulerClient scheduler(ctx_, options_.scheduler_endpoint, Role::kServer, options_.cluster);

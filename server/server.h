@@ -73,6 +73,7 @@ class Server {
   std::map<std::int64_t, std::vector<ParkedPull>> parked_;
   std::vector<float> scratch_;
   std::int64_t bad_requests_ = 0;
+  StoreStats no_stats_;  // what stats() returns before the rendezvous
 };
 
 // "tcp://0.0.0.0:41234" + host "node7" -> "tcp://node7:41234"; other endpoints unchanged.

@@ -9,7 +9,6 @@
 //   raw ZeroMQ      = 2 * SIZE / round time of a DEALER->ROUTER echo of SIZE
 //                     bytes each way, zero-copy, no processing
 // Correctness is checked outside the timed loop (#wrong column).
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -23,9 +22,8 @@
 
 #include "common/json_line.h"
 #include "common/transport.h"
-#include "scheduler/scheduler.h"
-#include "server/server.h"
-#include "worker/client/worker_session.h"
+#include "tools/bench/processes.h"
+#include "tools/bench/ps_pushpull.h"
 
 using namespace pstrain;
 using Clock = std::chrono::steady_clock;
@@ -44,55 +42,15 @@ struct Result {
   int wrong = 0;
 };
 
-int rounds_for(double size_mib, int requested) {
-  if (requested > 0) return requested;
-  return std::clamp(static_cast<int>(400.0 / size_mib), 8, 200);
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-// Runs `body` in a child process; returns its pid.
-template <class F>
-pid_t spawn(F body) {
-  const pid_t pid = fork();
-  if (pid == 0) {
-    int code = 0;
-    try {
-      code = body();
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "bench child: %s\n", e.what());
-      code = 1;
-    }
-    std::fflush(stdout);
-    _exit(code);
-  }
-  return pid;
-}
-
-bool wait_all(const std::vector<pid_t>& pids) {
-  bool ok = true;
-  for (pid_t p : pids) {
-    int status = 0;
-    waitpid(p, &status, 0);
-    ok = ok && WIFEXITED(status) && WEXITSTATUS(status) == 0;
-  }
-  return ok;
-}
-
 // Raw ZeroMQ echo between two processes: median seconds per round trip.
 double raw_round_s(std::size_t num_bytes, int rounds, const std::string& transport) {
   const std::string ep = transport == "ipc" ? "ipc:///tmp/pstrain-bench-raw-" + std::to_string(getpid()) : "tcp://127.0.0.1:*";
-  int ep_pipe[2];
-  if (pipe(ep_pipe) != 0) throw Error("pipe failed");
-  const pid_t echo = spawn([&] {
+  bench::LinePipe ep_pipe;
+  const pid_t echo = bench::spawn([&] {
     std::vector<char> reply(num_bytes, 1);  // outlives the context, which flushes zero-copy sends
     zmq::context_t ctx;
     zmq::socket_t router = make_socket(ctx, zmq::socket_type::router);
-    const std::string bound = bind_socket(router, ep) + "\n";
-    if (write(ep_pipe[1], bound.data(), bound.size()) < 0) return 1;
+    if (!ep_pipe.write_line(bind_socket(router, ep))) return 1;
     for (int r = 0; r < rounds + 2; ++r) {
       zmq::message_t id, body;
       (void)router.recv(id);
@@ -102,9 +60,8 @@ double raw_round_s(std::size_t num_bytes, int rounds, const std::string& transpo
     }
     return 0;
   });
-  char buf[256] = {};
-  const auto n = read(ep_pipe[0], buf, sizeof(buf) - 1);
-  std::string bound(buf, static_cast<std::size_t>(std::max<ssize_t>(n, 1) - 1));
+  ep_pipe.close_write();
+  const std::string bound = ep_pipe.read_line();
   std::vector<char> data(num_bytes, 2);
   zmq::context_t ctx;
   zmq::socket_t dealer = make_socket(ctx, zmq::socket_type::dealer);
@@ -117,91 +74,8 @@ double raw_round_s(std::size_t num_bytes, int rounds, const std::string& transpo
     (void)dealer.recv(back);
     if (r >= 2) times.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
   }
-  wait_all({echo});
-  close(ep_pipe[0]);
-  close(ep_pipe[1]);
-  return median(times);
-}
-
-// One parameter-server measurement; returns median round seconds of worker 0 and the wrong count.
-std::pair<double, int> ps_round_s(std::size_t num_bytes, int rounds, const Args& a) {
-  const auto num_elems = static_cast<std::int64_t>(num_bytes / sizeof(float));
-  ParamLayout layout;
-  layout.add("tensor", {num_elems});
-  ClusterConfig cluster;
-  cluster.timeout_ms = 120000;
-  const std::int64_t partition = a.partition_bytes > 0 ? a.partition_bytes
-                                                       : std::max<std::int64_t>(4, (static_cast<std::int64_t>(num_bytes) + a.servers - 1) / a.servers);
-  const std::string fp = job_fingerprint(Mode::kSync, partition, a.servers, a.workers);
-  int ep_pipe[2], result_pipe[2];
-  if (pipe(ep_pipe) != 0 || pipe(result_pipe) != 0) throw Error("pipe failed");
-  std::vector<pid_t> pids;
-  pids.push_back(spawn([&] {
-    zmq::context_t ctx;
-    Logger log("scheduler", LogLevel::kWarn);
-    Scheduler s(ctx, SchedulerOptions{a.servers, a.workers, cluster, "tcp://127.0.0.1:*"}, log);
-    const std::string ep = s.endpoint() + "\n";
-    if (write(ep_pipe[1], ep.data(), ep.size()) < 0) return 1;
-    s.run();
-    return 0;
-  }));
-  char buf[256] = {};
-  const auto n = read(ep_pipe[0], buf, sizeof(buf) - 1);
-  const std::string sched(buf, static_cast<std::size_t>(std::max<ssize_t>(n, 1) - 1));
-  for (int s = 0; s < a.servers; ++s) {
-    pids.push_back(spawn([&, s] {
-      zmq::context_t ctx;
-      Logger log("server", LogLevel::kWarn);
-      ServerOptions o;
-      o.optimizer.momentum = 0.0;
-      o.partition_bytes = partition;
-      o.cluster = cluster;
-      o.scheduler_endpoint = sched;
-      o.bind_endpoint = a.transport == "ipc" ? "ipc:///tmp/pstrain-bench-" + std::to_string(getpid()) : "tcp://127.0.0.1:*";
-      o.requested_rank = s;
-      o.job_fingerprint = fp;
-      Server server(ctx, o, log);
-      server.run();
-      return 0;
-    }));
-  }
-  for (int w = 0; w < a.workers; ++w) {
-    pids.push_back(spawn([&, w] {
-      zmq::context_t ctx;
-      WorkerSession session(ctx, WorkerSessionOptions{sched, cluster, partition, w, fp}, layout);
-      std::vector<float> params(static_cast<std::size_t>(num_elems), 0.0f), grads(params.size(), 1.0f);
-      session.broadcast_initial(params);
-      std::vector<double> times;
-      KVClient& kv = session.kv();
-      for (int r = 0; r < rounds + 2; ++r) {
-        const auto t0 = Clock::now();
-        // The pull is sent at once: the servers park it until the update is applied.
-        const auto push = kv.push(grads, r, 1.0);
-        const auto pull = kv.pull(params, r + 1);
-        kv.wait(push);
-        kv.wait(pull);
-        if (r >= 2) times.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
-      }
-      // Checked outside the timed loop: every element moved by exactly -1 per round.
-      int wrong = 0;
-      for (float x : params) wrong += x != -static_cast<float>(rounds + 2) ? 1 : 0;
-      session.finish();
-      if (w == 0) {
-        const std::string line = std::to_string(median(times)) + " " + std::to_string(wrong) + "\n";
-        if (write(result_pipe[1], line.data(), line.size()) < 0) return 1;
-      }
-      return 0;
-    }));
-  }
-  char out[128] = {};
-  const auto got = read(result_pipe[0], out, sizeof(out) - 1);
-  const bool ok = wait_all(pids);
-  close(ep_pipe[0]); close(ep_pipe[1]); close(result_pipe[0]); close(result_pipe[1]);
-  if (!ok || got <= 0) throw Error("a benchmark process failed");
-  double secs = 0;
-  int wrong = 0;
-  std::sscanf(out, "%lf %d", &secs, &wrong);
-  return {secs, wrong};
+  bench::wait_all({echo});
+  return bench::median(times);
 }
 
 void print_table(const Args& a, const std::vector<Result>& results) {
@@ -246,9 +120,12 @@ int main(int argc, char** argv) {
   std::vector<Result> results;
   for (double mib : a.sizes_mib) {
     const auto num_bytes = static_cast<std::size_t>(mib * 1048576.0) / 4 * 4;
-    const int rounds = rounds_for(mib, a.rounds);
+    const int rounds = bench::rounds_for(mib, a.rounds);
     const double raw = raw_round_s(num_bytes, rounds, a.transport);
-    const auto [ps, wrong] = ps_round_s(num_bytes, rounds, a);
+    const bench::PsRound round = bench::ps_pushpull_round(
+        num_bytes, rounds, bench::PsBenchOptions{a.workers, a.servers, a.partition_bytes, a.transport});
+    const double ps = round.seconds;
+    const int wrong = round.wrong;
     Result r;
     r.size_mib = mib;
     r.round_ms = 1e3 * ps;

@@ -48,6 +48,13 @@ struct SchedulerThread {
   std::thread thread;
 };
 
+// "k<i>" (built by appending: GCC 12 warns, -Wrestrict, on "k" + std::string).
+std::string key_of(std::size_t i) {
+  std::string key = "k";
+  key += std::to_string(i);
+  return key;
+}
+
 // A registered worker's scheduler link, run on its own thread by the test.
 void as_worker(zmq::context_t& ctx, const std::string& endpoint, int rank,
                const std::function<void(SchedulerClient&)>& body) {
@@ -74,6 +81,15 @@ TEST_CASE("in-process store: a get waits for the set, and times out naming the k
   CHECK_THROWS_WITH_AS(store.set("", "v"), "store set: key of 0 bytes, expected 1 to 256", ProtocolError);
   CHECK_THROWS_WITH_AS(store.set("k", std::string(kMaxStoreValueBytes + 1, 'x')),
                        "store set of key 'k': value of 65537 bytes exceeds the 65536-byte limit", ProtocolError);
+}
+
+TEST_CASE("in-process store: at most kMaxStoreEntries keys, existing keys can still be replaced") {
+  InProcessStore store;
+  for (std::size_t i = 0; i < kMaxStoreEntries; ++i) store.set(key_of(i), "v");
+  CHECK_THROWS_WITH_AS(store.set("one-more", "v"), "store set of key 'one-more': the store is full (4096 keys)",
+                       ProtocolError);
+  store.set("k0", "replaced");
+  CHECK(store.get("k0", 0ms) == "replaced");
 }
 
 TEST_CASE("scheduler store: a get parked before the set is answered by it; values are binary") {
@@ -127,6 +143,19 @@ TEST_CASE("scheduler store: a get nobody answers ends with the scheduler's reaso
     CHECK(reply->message.text_payload() == "store set of key 'k': value of 70000 bytes exceeds the 65536-byte limit");
     store.set("still", "works");
     CHECK(store.get("still", 1s) == "works");
+  });
+}
+
+TEST_CASE("scheduler store: at most kMaxStoreEntries keys per job") {
+  zmq::context_t ctx;
+  SchedulerThread sched(ctx, 1);
+  as_worker(ctx, sched.scheduler.endpoint(), 0, [&](SchedulerClient& c) {
+    for (std::size_t i = 1; i < kMaxStoreEntries; ++i) c.store_set(key_of(i), "v");
+    c.store_set("still", "room");
+    CHECK(error_of([&] { c.store_set("one-more", "v"); }) ==
+          "store set of key 'one-more': scheduler answered: store set of key 'one-more': the store is full (4096 keys)");
+    c.store_set("k1", "replaced");
+    CHECK(c.store_get("k1", 1000) == "replaced");
   });
 }
 

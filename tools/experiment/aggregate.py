@@ -111,6 +111,8 @@ def add_efficiency(results: list) -> None:
         others = tuple((k, repr(v)) for k, v in res.point.values.items() if k != "workers")
         groups.setdefault(others, []).append(res)
     for members in groups.values():
+        if len(members) < 2:  # nothing to compare with
+            continue
         base = min(members, key=lambda r: r.workers)
         n0, t0 = base.workers, base.stats["global_images_per_s"].mean
         if t0 <= 0:

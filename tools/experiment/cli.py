@@ -1,6 +1,7 @@
 """The command line of tools/experiment.py:
 
-  experiment.py EXPERIMENT.toml [--output DIR] [--bin-dir DIR] [--report-only] [--list]
+  experiment.py EXPERIMENT.toml [--set KEY=VALUE]... [--output DIR] [--bin-dir DIR]
+                [--report-only] [--list]
 
 Runs every point of the experiment that is not done yet (see runner), then
 writes OUTPUT/report/. Exit codes: 0 every run succeeded; 1 some run failed
@@ -17,7 +18,7 @@ from experiment import runner
 from experiment.aggregate import aggregate
 from experiment.points import expand, launch_overrides, read_base
 from experiment.report import write_report
-from experiment.spec import SpecError, load_spec
+from experiment.spec import SpecError, apply_set, load_spec
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -33,6 +34,8 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="experiment", description="Run a pstrain experiment (a sweep of runs) and "
                                 "write its report: table, plots, HTML. Format: docs/experiments.md.")
     p.add_argument("experiment", help="experiment file (TOML)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a run-config key for every point, after [set] (repeatable)")
     p.add_argument("--output", type=Path, help="output directory (default: output_dir of the file)")
     p.add_argument("--bin-dir", type=Path, default=None,
                    help="directory of the launch program (default: $PSTRAIN_BIN_DIR, else build/bin)")
@@ -53,6 +56,8 @@ def main(argv=None) -> int:
     args = _parser().parse_args(argv)
     try:
         spec = load_spec(args.experiment)
+        for assignment in args.set:
+            apply_set(spec, assignment)
         base = read_base(spec.base_config)
     except SpecError as e:
         print(f"experiment: {e}", file=sys.stderr)

@@ -49,8 +49,8 @@ def _machine() -> str:
     return f"{platform.node()}: {os.cpu_count()} CPU cores" + (f" ({model})" if model else "")
 
 
-def _table_html(results: list, axis_names: list) -> str:
-    header, rows = table.display_rows(results, axis_names)
+def _table_html(results: list) -> str:
+    header, rows = table.display_rows(results)
     out = ["<table>", "<tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in header) + "</tr>"]
     for row in rows:
         cells = [f"<td>{html.escape(c)}</td>" for c in row[:-1]]
@@ -68,7 +68,7 @@ def _figure_html(fig) -> str:
             f"<figcaption>{html.escape(fig.caption)}</figcaption></figure>")
 
 
-def render(spec, results: list, axis_names: list, figures: list, sim_note: str, failures: list) -> str:
+def render(spec, results: list, figures: list, sim_note: str, failures: list) -> str:
     name = html.escape(spec.name)
     axes = "; ".join(f"{a.name} = {', '.join(str(v) for v in a.values)}" for a in spec.axes)
     now = datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
@@ -93,7 +93,7 @@ def render(spec, results: list, axis_names: list, figures: list, sim_note: str, 
         items = "".join(f"<li>{html.escape(f)}</li>" for f in failures)
         parts.append(f'<div class="note fail"><strong>Failed or missing runs</strong><ul>{items}</ul></div>')
     parts.append("<h2>Summary</h2>")
-    parts.append(_table_html(results, axis_names))
+    parts.append(_table_html(results))
     parts += [_figure_html(f) for f in figures]
     parts.append("<h2>Definitions</h2><dl>")
     parts += [f"<dt>{html.escape(t)}</dt><dd>{html.escape(d)}</dd>" for t, d in _DEFINITIONS]

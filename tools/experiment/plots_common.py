@@ -14,6 +14,7 @@ import matplotlib.pyplot as plt  # noqa: E402  (after choosing the backend)
 
 DPI = 110
 MODE_ORDER = ("sync", "async", "allreduce")
+MODE_LINESTYLES = {"sync": "-", "async": "--", "allreduce": ":"}
 MODE_TITLES = {"sync": "sync (parameter server)", "async": "async (parameter server)",
                "allreduce": "allreduce (no servers)"}
 
@@ -27,6 +28,11 @@ def color_of(index: int):
     """A colour per point index, distinct for up to 20 points."""
     cmap = plt.get_cmap("tab10" if index < 10 else "tab20")
     return cmap(index % cmap.N)
+
+
+def linestyle_of(res) -> str:
+    """Solid for sync, dashed for async, dotted for allreduce."""
+    return MODE_LINESTYLES.get(res.mode, "-.")
 
 
 def label_of(res) -> str:

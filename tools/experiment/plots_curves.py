@@ -1,6 +1,6 @@
 """Curves over a run: test accuracy against wall time and against epochs,
-training loss against steps. One panel per mode; one colour per point;
-every repetition is drawn (the first one labelled). Points with simulated
+training loss against steps. One colour per point; every repetition of the
+accuracy is drawn (the first one labelled). Points with simulated
 compute are left out: their gradients are synthetic, so their accuracy and
 loss mean nothing.
 """
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from experiment.plots_common import MODE_TITLES, color_of, modes_of, panel_grid, save
+from experiment.plots_common import MODE_TITLES, color_of, linestyle_of, modes_of, panel_grid, save
 
 
 def curve_results(results: list) -> list:
@@ -16,8 +16,14 @@ def curve_results(results: list) -> list:
     return [r for r in results if r.runs and not r.simulated]
 
 
-def _panels(results: list, ylabel: str, xlabel: str):
+def _panels(results: list, ylabel: str, xlabel: str, per_mode: bool):
+    """A panel per mode (per_mode) or one panel; returns (figure, mode -> axes)."""
     modes = modes_of(results)
+    if not per_mode:
+        fig, (ax,) = panel_grid(1, 1, 7.5, 4.5)
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        return fig, {m: ax for m in modes}
     fig, axes = panel_grid(len(modes), 3, 5.2, 3.9, sharey=True)
     for ax, mode in zip(axes, modes):
         ax.set_title(MODE_TITLES.get(mode, mode))
@@ -26,24 +32,34 @@ def _panels(results: list, ylabel: str, xlabel: str):
     return fig, dict(zip(modes, axes))
 
 
+def _finish_x(axes, right: float) -> None:
+    for ax in set(axes):
+        ax.set_xlim(0, right * 1.06 if right > 0 else 1)
+
+
 def plot_accuracy(results: list, out_dir: Path, versus: str) -> Path | None:
-    """accuracy_vs_time.png (versus="time") or accuracy_vs_epoch.png ("epoch")."""
+    """accuracy_vs_time.png (versus="time") or accuracy_vs_epoch.png ("epoch").
+    Up to 6 points share one panel, so modes compare directly; more get a panel per mode."""
     chosen = [r for r in curve_results(results) if any(run.evals for run in r.runs)]
     if not chosen:
         return None
     xlabel = "wall time since training started (s)" if versus == "time" else "epochs completed"
-    fig, by_mode = _panels(chosen, "test accuracy (%)", xlabel)
+    fig, by_mode = _panels(chosen, "test accuracy (%)", xlabel, per_mode=len(chosen) > 6)
+    right = 0.0
     for res in chosen:
         ax = by_mode[res.mode]
         for i, run in enumerate(res.runs):
             xs = [t if versus == "time" else step / run.steps_per_epoch for step, t, _ in run.evals]
             ys = [100.0 * acc for _, _, acc in run.evals]
-            ax.plot(xs, ys, "o-", color=color_of(res.point.index), alpha=1.0 if i == 0 else 0.45,
-                    markersize=4, linewidth=1.5, label=res.point.label if i == 0 else None)
-    for ax in by_mode.values():
-        ax.set_xlim(left=0)
+            right = max([right, *xs])
+            ax.plot(xs, ys, marker="o", linestyle=linestyle_of(res), color=color_of(res.point.index),
+                    alpha=1.0 if i == 0 else 0.4,
+                    markersize=5, linewidth=1.6, label=res.point.label if i == 0 else None)
+    _finish_x(by_mode.values(), right)
+    for ax in set(by_mode.values()):
         ax.legend(loc="lower right")
-    fig.suptitle("Test accuracy (worker 0's evaluations; every repetition drawn)")
+    reps = " (faint: further repetitions)" if any(len(r.runs) > 1 for r in chosen) else ""
+    fig.suptitle(f"Test accuracy of worker 0's evaluations, after each epoch and at the end{reps}")
     name = "accuracy_vs_time.png" if versus == "time" else "accuracy_vs_epoch.png"
     return save(fig, out_dir / name)
 
@@ -59,26 +75,34 @@ def _smooth(values: list, window: int) -> list:
 
 
 def plot_loss(results: list, out_dir: Path) -> Path | None:
-    """loss_vs_step.png: worker 0's training loss of the first repetition."""
+    """loss_vs_step.png: worker 0's training loss of the first repetition, a
+    panel per mode; log scale when the loss spans more than two decades."""
     chosen = [r for r in curve_results(results) if r.runs[0].steps]
     if not chosen:
         return None
-    fig, by_mode = _panels(chosen, "training loss (cross-entropy, log scale)", "step of worker 0")
-    windows = set()
+    losses = [loss for r in chosen for _, _, loss in r.runs[0].steps if loss is not None and loss > 0]
+    log_scale = bool(losses) and max(losses) / min(losses) > 100
+    ylabel = "training loss (cross-entropy" + (", log scale)" if log_scale else ")")
+    fig, by_mode = _panels(chosen, ylabel, "step of worker 0", per_mode=True)
+    windows, right = set(), 0
     for res in chosen:
-        steps = res.runs[0].steps
-        xs = [s for s, _, _ in steps]
-        ys = [max(loss, 1e-6) for _, _, loss in steps]
-        window = max(1, len(ys) // 40)
+        steps = [(s, loss) for s, _, loss in res.runs[0].steps if loss is not None and loss > 0]
+        xs = [s for s, _ in steps]
+        ys = [loss for _, loss in steps]
+        window = max(1, len(ys) // 25)
         windows.add(window)
+        right = max([right, *xs])
         ax = by_mode[res.mode]
         color = color_of(res.point.index)
         if window > 1:
             ax.plot(xs, ys, color=color, alpha=0.2, linewidth=0.8)
         ax.plot(xs, _smooth(ys, window), color=color, linewidth=1.6, label=res.point.label)
+    _finish_x(by_mode.values(), right)
     for ax in by_mode.values():
-        ax.set_yscale("log")
-        ax.set_xlim(left=0)
+        if log_scale:
+            ax.set_yscale("log")
+        else:
+            ax.set_ylim(bottom=0)
         ax.legend(loc="upper right")
     span = "/".join(str(w) for w in sorted(windows))
     how = "every step" if windows == {1} else f"faint: every step; solid: mean of the last {span} steps"

@@ -1,7 +1,7 @@
 """throughput.png: how fast each point trains, against the swept axis.
 
-- workers vary: throughput vs workers (dashed: ideal linear scaling from the
-  group's smallest worker count) and scaling efficiency vs workers.
+- workers vary: throughput vs workers (wide faint lines: ideal linear scaling
+  from the group's smallest worker count) and scaling efficiency vs workers.
 - else, another numeric axis varies (straggler slowdown, batch size, ...):
   throughput and the rate of one non-straggling worker against it, which
   shows sync's workers waiting for a straggler and async's not.
@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from experiment.points import axis_text, format_value
-from experiment.plots_common import color_of, label_of, panel_grid, save
+from experiment.plots_common import color_of, label_of, linestyle_of, panel_grid, save
 
 _X_PREFERENCE = ("workers", "straggler_slowdown", "batch_size", "servers", "simulated_step_ms")
 _X_LABELS = {"workers": "workers", "straggler_slowdown": "straggler's slowdown (x its compute time)",
@@ -47,10 +47,11 @@ def _groups(results: list, x: str) -> dict:
     return {k: sorted(v, key=lambda r: r.point.values[x]) for k, v in groups.items()}
 
 
-def _errorbar(ax, xs, stats, color, label, scale=1.0):
-    ys = [s.mean * scale for s in stats]
-    err = [[(s.mean - s.lo) * scale for s in stats], [(s.hi - s.mean) * scale for s in stats]]
-    ax.errorbar(xs, ys, yerr=err, fmt="o-", color=color, capsize=3, linewidth=1.6, markersize=5, label=label)
+def _errorbar(ax, xs, stats, color, label, linestyle="-"):
+    ys = [s.mean for s in stats]
+    err = [[s.mean - s.lo for s in stats], [s.hi - s.mean for s in stats]]
+    ax.errorbar(xs, ys, yerr=err, marker="o", linestyle=linestyle, color=color, capsize=3, linewidth=1.6,
+                markersize=5, label=label)
 
 
 def _bars(results: list, out_dir: Path) -> Path:
@@ -62,7 +63,8 @@ def _bars(results: list, out_dir: Path) -> Path:
     ax.set_xticks(xs, [label_of(r) for r in results], rotation=20, ha="right")
     ax.set_xlabel("point")
     ax.set_ylabel("throughput (images/s, all workers)")
-    ax.set_title("Throughput per point (error bars: min..max over repetitions)")
+    runs = max(s.n for s in stats)
+    ax.set_title("Throughput per point" + (" (error bars: min..max over repetitions)" if runs > 1 else ""))
     return save(fig, out_dir / "throughput.png")
 
 
@@ -84,23 +86,23 @@ def plot_throughput(results: list, out_dir: Path) -> Path | None:
     fig, (left, right) = panel_grid(2, 2, 5.6, 4.2)
     xs_all = sorted({r.point.values[x] for r in ok})
     for i, (label, members) in enumerate(_groups(ok, x).items()):
-        color = color_of(i)
+        color, style = color_of(i), linestyle_of(members[0])
         xs = [r.point.values[x] for r in members]
-        _errorbar(left, xs, [r.stats["global_images_per_s"] for r in members], color, label)
+        _errorbar(left, xs, [r.stats["global_images_per_s"] for r in members], color, label, style)
         if x == "workers":
             base = members[0]
             ideal = [base.stats["global_images_per_s"].mean * n / base.workers for n in xs]
-            left.plot(xs, ideal, "--", color=color, alpha=0.5, linewidth=1)
+            left.plot(xs, ideal, "-", color=color, alpha=0.3, linewidth=3)
             eff = [(r.point.values[x], r.efficiency) for r in members if r.efficiency is not None]
             if eff:
-                _errorbar(right, [e[0] for e in eff], [e[1] for e in eff], color, label)
+                _errorbar(right, [e[0] for e in eff], [e[1] for e in eff], color, label, style)
         else:
             rated = [(r.point.values[x], r.stats.get("worker_rate")) for r in members]
             rated = [(v, s) for v, s in rated if s is not None]
             if rated:
-                _errorbar(right, [v for v, _ in rated], [s for _, s in rated], color, label)
+                _errorbar(right, [v for v, _ in rated], [s for _, s in rated], color, label, style)
     left.set_ylabel("throughput (images/s, all workers)")
-    left.set_title("Throughput" + (" (dashed: ideal linear scaling)" if x == "workers" else ""))
+    left.set_title("Throughput" + (" (wide faint lines: ideal linear scaling)" if x == "workers" else ""))
     if x == "workers":
         right.axhline(1.0, color="gray", linestyle="--", linewidth=1)
         right.set_ylabel("scaling efficiency = T(N) / (N x T(1))")
@@ -113,6 +115,7 @@ def plot_throughput(results: list, out_dir: Path) -> Path | None:
         _set_x(ax, x, xs_all)
         ax.set_ylim(bottom=0)
         ax.legend(loc="best")
-    fig.suptitle("Error bars: min..max over repetitions")
+    runs = max(r.stats["global_images_per_s"].n for r in ok)
+    fig.suptitle("Error bars: min..max over repetitions" if runs > 1 else "One run per point (no error bars)")
     return save(fig, out_dir / "throughput.png")
 

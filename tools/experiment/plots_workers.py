@@ -5,7 +5,10 @@
 - time_breakdown.png: per point (first repetition), each worker's training
   time split into compute (forward+backward; a straggler's extra delay counts
   here), pull (waiting for weights: in sync this is waiting for the others),
-  push (until every push was acknowledged) and the rest (data, evaluation).
+  push (until every push was acknowledged), the rest (start-up sync, data,
+  evaluation) and, after its last step, waiting for the others to finish.
+  Allreduce workers record the optimizer step as pull and the wait for the
+  allreduce as push.
 """
 from __future__ import annotations
 
@@ -16,9 +19,17 @@ from matplotlib.ticker import MaxNLocator
 from experiment.plots_common import color_of, label_of, panel_grid, save
 
 _PARTS = (("compute_s", "compute (forward+backward)", "#4C72B0"),
-          ("pull_s", "pull (waiting for weights)", "#DD8452"),
-          ("push_s", "push (until acknowledged)", "#55A868"),
-          (None, "other (data, evaluation)", "#BBBBBB"))
+          ("pull_s", "pull (PS: waiting for weights; allreduce: optimizer step)", "#DD8452"),
+          ("push_s", "push (PS: until acknowledged; allreduce: the allreduce)", "#55A868"),
+          ("other", "other (start-up sync, data, evaluation)", "#BBBBBB"),
+          ("idle", "done, waiting for the others", "#E8E8E8"))
+
+
+def _parts(run, w: dict) -> dict:
+    own = min(run.own_time_s(w), w["time_s"])
+    return {"compute_s": w["compute_s"], "pull_s": w["pull_s"], "push_s": w["push_s"],
+            "other": max(own - w["compute_s"] - w["pull_s"] - w["push_s"], 0.0),
+            "idle": max(w["time_s"] - own, 0.0)}
 
 
 def plot_staleness(results: list, out_dir: Path) -> Path | None:
@@ -38,9 +49,13 @@ def plot_staleness(results: list, out_dir: Path) -> Path | None:
         total = sum(hist.values())
         keys = sorted(hist)
         mean = sum(k * v for k, v in hist.items()) / total
-        xs = [k - 0.4 + width * (i + 0.5) for k in keys]
-        ax.bar(xs, [100.0 * hist[k] / total for k in keys], width=width, color=color_of(res.point.index),
-               label=f"{label_of(res)} (mean {mean:.2f})")
+        shares = [100.0 * hist[k] / total for k in keys]
+        label = f"{label_of(res)} (mean {mean:.2f})"
+        if len(chosen) <= 3:  # side by side bars
+            xs = [k - 0.4 + width * (i + 0.5) for k in keys]
+            ax.bar(xs, shares, width=width, color=color_of(res.point.index), label=label)
+        else:  # too many for bars: one line each
+            ax.plot(keys, shares, "o-", markersize=2.5, linewidth=1.2, color=color_of(res.point.index), label=label)
     ax.set_xlabel("staleness (updates applied to the chunk between the worker's pull and its push)")
     ax.set_ylabel("share of chunk pushes (%)")
     ax.set_title("Async staleness (all servers and repetitions)")
@@ -54,12 +69,12 @@ def _worker_panel(ax, res) -> None:
     workers = sorted(res.runs[0].summary.get("per_worker", []), key=lambda w: w["rank"])
     ranks = [w["rank"] for w in workers]
     bottom = [0.0] * len(workers)
+    parts = [_parts(res.runs[0], w) for w in workers]
     for key, label, color in _PARTS:
-        if key is None:
-            values = [max(w["time_s"] - w["compute_s"] - w["pull_s"] - w["push_s"], 0.0) for w in workers]
-        else:
-            values = [w[key] for w in workers]
-        ax.bar(ranks, values, bottom=bottom, color=color, width=0.8, label=label)
+        values = [p[key] for p in parts]
+        ax.bar(ranks, values, bottom=bottom, color=color, width=0.8, label=label,
+               hatch="//" if key == "idle" else None, edgecolor="#999999" if key == "idle" else None,
+               linewidth=0)
         bottom = [b + v for b, v in zip(bottom, values)]
     straggler = res.runs[0].straggler_rank
     if straggler >= 0:
@@ -84,6 +99,6 @@ def plot_time_breakdown(results: list, out_dir: Path) -> Path | None:
         _worker_panel(ax, res)
     fig.suptitle("Per-worker training time: compute vs communication (first repetition)")
     handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=len(labels), frameon=False)
+    fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=3, frameon=False)
     return save(fig, out_dir / "time_breakdown.png")
 

@@ -47,7 +47,8 @@ def _figures(results: list, out: Path) -> list:
                made(plots_workers.plot_staleness(results, out)), "no async point finished"),
         Figure("Per-worker compute vs communication",
                "Each worker's training time split into compute, pull (waiting for weights; in sync this "
-               "includes waiting for the slowest worker), push and the rest.",
+               "includes waiting for the slowest worker), push, the rest, and the wait after a worker's last step "
+               "for the others to finish.",
                made(plots_workers.plot_time_breakdown(results, out)), "no point finished"),
     ]
 
@@ -64,16 +65,20 @@ def simulated_note(results: list) -> str:
 
 
 def failure_notes(results: list) -> list:
+    """One line per point with failed or missing repetitions."""
     notes = []
     for r in results:
-        for rep, reason in r.failures:
-            notes.append(f"{r.point.label} (rep {rep + 1}): {reason} — logs in runs/{r.point.id}/rep-{rep}/")
+        total = len(r.runs) + len(r.failures) + r.missing
+        if r.failures:
+            rep, reason = r.failures[0]
+            notes.append(f"{r.point.label}: {len(r.failures)}/{total} repetition(s) failed, e.g. rep {rep + 1}: "
+                         f"{reason} (logs: runs/{r.point.id}/rep-{rep}/launch.log and logs/)")
         if r.missing:
-            notes.append(f"{r.point.label}: {r.missing} repetition(s) not run yet")
+            notes.append(f"{r.point.label}: {r.missing}/{total} repetition(s) not run yet")
     return notes
 
 
-def _markdown(spec, results: list, axis_names: list, figures: list) -> str:
+def _markdown(spec, results: list, figures: list) -> str:
     parts = [f"# Experiment: {spec.name}\n"]
     if spec.description:
         parts.append(spec.description.strip() + "\n")
@@ -85,7 +90,7 @@ def _markdown(spec, results: list, axis_names: list, figures: list) -> str:
     fails = failure_notes(results)
     if fails:
         parts.append("**Failed or missing runs:**\n\n" + "\n".join(f"- {f}" for f in fails) + "\n")
-    parts.append(table.markdown_table(results, axis_names))
+    parts.append(table.markdown_table(results))
     for f in figures:
         parts.append(f"## {f.title}\n\n" + (f"![{f.title}]({f.file})\n" if f.file else f"(no plot: {f.missing})\n"))
     return "\n".join(parts)
@@ -99,7 +104,7 @@ def write_report(spec, results: list, out: Path) -> Path:
     axis_names = [a.name for a in spec.axes]
     (out / "summary.csv").write_text(table.csv_table(results, axis_names), encoding="utf-8")
     figures = _figures(results, out)
-    (out / "summary.md").write_text(_markdown(spec, results, axis_names, figures), encoding="utf-8")
-    page = html_page.render(spec, results, axis_names, figures, simulated_note(results), failure_notes(results))
+    (out / "summary.md").write_text(_markdown(spec, results, figures), encoding="utf-8")
+    page = html_page.render(spec, results, figures, simulated_note(results), failure_notes(results))
     (out / "index.html").write_text(page, encoding="utf-8")
     return out / "index.html"

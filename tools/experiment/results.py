@@ -28,6 +28,9 @@ class RunData:
     simulated: bool = False       # compute replaced by simulated_step_ms
     steps_per_epoch: int = 0      # per worker
     train_samples: int = 0        # images in one epoch, all workers together
+    # rank -> time_s of the worker's last step: its own training time, without
+    # the wait at the end for the others ("end".time_s includes that wait).
+    last_step_s: dict = field(default_factory=dict)
 
     @property
     def epoch_time_s(self) -> float:
@@ -41,11 +44,15 @@ class RunData:
         w = self.config.get("workload", {})
         return int(w.get("straggler_rank", -1)) if float(w.get("straggler_slowdown", 1)) > 1 else -1
 
+    def own_time_s(self, worker: dict) -> float:
+        """A per_worker entry's training time up to its last step (else its time_s)."""
+        return self.last_step_s.get(worker.get("rank"), worker.get("time_s") or math.nan)
+
     @property
     def worker_rate(self) -> float:
-        """Mean images/s of one worker over its own training time, the straggler left out."""
-        rates = [w.get("images_per_s") for w in self.summary.get("per_worker", [])
-                 if w.get("rank") != self.straggler_rank and w.get("images_per_s") is not None]
+        """Mean over the workers, the straggler left out, of images / own training time."""
+        rates = [w["images"] / self.own_time_s(w) for w in self.summary.get("per_worker", [])
+                 if w.get("rank") != self.straggler_rank and w.get("images") and self.own_time_s(w) > 0]
         return sum(rates) / len(rates) if rates else math.nan
 
     @property
@@ -87,6 +94,23 @@ def _read_worker0(path: Path):
     return steps, evals, simulated, (epoch0_steps if later_epochs else 0)
 
 
+def last_step_time(path: Path) -> float | None:
+    """time_s of the last "step" record in a worker's metrics file, or None."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return None
+    for line in reversed(lines):
+        if '"step"' in line:
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue
+            if rec.get("type") == "step":
+                return float(rec["time_s"])
+    return None
+
+
 def train_samples_of(config: dict) -> int:
     workload = config.get("workload", {})
     dataset = workload.get("dataset", "fashion-mnist")
@@ -106,6 +130,10 @@ def load_run(run_dir: Path) -> RunData:
     worker0 = run_dir / "metrics" / "worker-0.jsonl"
     if worker0.is_file():
         run.steps, run.evals, run.simulated, run.steps_per_epoch = _read_worker0(worker0)
+    for w in summary.get("per_worker", []):
+        t = last_step_time(run_dir / "metrics" / f"worker-{w.get('rank')}.jsonl")
+        if t is not None:
+            run.last_step_s[w.get("rank")] = t
     workload = config.get("workload", {})
     run.simulated = run.simulated or float(workload.get("simulated_step_ms", 0)) > 0
     run.train_samples = train_samples_of(config)

@@ -230,6 +230,27 @@ def parse_spec(text: str, path: Path) -> ExperimentSpec:
     return spec
 
 
+def apply_set(spec: ExperimentSpec, assignment: str) -> None:
+    """Adds a command-line "KEY=VALUE" to spec.overrides (VALUE is TOML, or bare
+    text for a string), with the checks of [set]; raises SpecError naming it."""
+    key, eq, text = assignment.partition("=")
+    key = key.strip()
+    where = Path(f"--set {assignment}")
+    if not eq or not key:
+        raise SpecError(f"--set {assignment}: expected KEY=VALUE, e.g. workload.max_steps=100")
+    try:
+        value = tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = text.strip()
+    if isinstance(value, dict):
+        raise _fail(where, key, f"expected a string, number, boolean or array of them, got {_describe(value)}")
+    _config_key(where, key, key)
+    for axis in spec.axes:
+        if axis.key == key:
+            raise _fail(where, key, f"is swept by axes.{axis.name}; change the experiment file instead")
+    spec.overrides[key] = value
+
+
 def load_spec(path) -> ExperimentSpec:
     """Reads and parses an experiment file; a missing file is a SpecError naming it."""
     path = Path(path)

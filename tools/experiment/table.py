@@ -53,19 +53,19 @@ def _runs_text(res) -> str:
     return f"{len(res.runs)}/{len(res.runs) + len(res.failures) + res.missing}"
 
 
-def display_rows(results: list, axis_names: list):
-    """(header, rows) of the table as text cells, for Markdown and HTML."""
-    header = ["point", *axis_names, "compute", "runs ok", *(c[1] for c in COLUMNS), "status"]
+def display_rows(results: list):
+    """(header, rows) of the table as text cells, for Markdown and HTML; the
+    point's label names its axis values (the CSV has a column per axis)."""
+    header = ["point", "compute", "runs ok", *(c[1] for c in COLUMNS), "status"]
     rows = []
     for res in results:
-        rows.append([res.point.label, *(format_value(res.point.values[a]) for a in axis_names),
-                     compute_text(res), _runs_text(res),
+        rows.append([res.point.label, compute_text(res), _runs_text(res),
                      *(_cell(_figure(res, c[0]), c[2], c[3]) for c in COLUMNS), res.status])
     return header, rows
 
 
-def markdown_table(results: list, axis_names: list) -> str:
-    header, rows = display_rows(results, axis_names)
+def markdown_table(results: list) -> str:
+    header, rows = display_rows(results)
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for row in rows:
         lines.append("| " + " | ".join(c.replace("|", "/") for c in row) + " |")

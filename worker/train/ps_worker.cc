@@ -13,6 +13,8 @@
 #include "common/lr_schedule.h"
 #include "worker/data/shard_sampler.h"
 #include "worker/train/checkpoint.h"
+#include "worker/train/simulated_compute.h"
+#include "worker/train/straggler.h"
 
 namespace pstrain {
 
@@ -33,9 +35,9 @@ struct Loop {
   std::vector<std::int32_t> labels;
   TrainResult result;
   double last_compute_s = 0.0;
+  Straggler straggler;
   std::optional<KVClient::Ticket> prefetch;  // pull of the next step's weights, already sent
-  bool simulated = false;
-  std::vector<float> simulated_grads;        // simulated compute: fixed gradient of the model's size
+  bool simulated = false;                    // simulated compute: grads hold simulated_gradients()
 };
 
 // The weights for `step`: waits for the pull sent at the end of the previous
@@ -46,20 +48,6 @@ void pull_weights(Loop& L, std::int64_t min_version) {
   L.prefetch.reset();
   kv.wait(t);
   L.model.set_params(L.params);
-}
-
-// Simulated compute: sleeps for the configured step time (a third "forward",
-// the rest spread over the layers in backward order, each layer's gradient
-// chunks pushed as it "finishes"), with the model's real gradient size.
-nn::StepStats simulated_step(Loop& L, double step_s, const std::function<void(std::int64_t, std::int64_t)>& ready) {
-  const auto& tensors = L.model.layout().tensors();
-  const double total = static_cast<double>(std::max<std::int64_t>(L.model.num_params(), 1));
-  std::this_thread::sleep_for(std::chrono::duration<double>(step_s / 3.0));
-  for (auto it = tensors.rbegin(); it != tensors.rend(); ++it) {
-    std::this_thread::sleep_for(std::chrono::duration<double>(2.0 * step_s / 3.0 * static_cast<double>(it->num_elems) / total));
-    ready(it->offset, it->num_elems);
-  }
-  return nn::StepStats{std::numeric_limits<double>::quiet_NaN(), 0, 0};
 }
 
 // Pushes every chunk lying in [offset, offset + count) of the gradients.
@@ -96,17 +84,14 @@ void train_step(Loop& L, std::span<const std::int64_t> batch, std::int64_t step,
   const auto t1 = Clock::now();
 
   const WorkloadConfig& w = L.config.workload;
-  const bool straggler = L.session.rank() == w.straggler_rank && w.straggler_slowdown > 1.0;
-  if (straggler && !L.simulated) {
-    std::this_thread::sleep_for(std::chrono::duration<double>((w.straggler_slowdown - 1.0) * L.last_compute_s));
-  }
+  const double injected_s = L.simulated ? 0.0 : L.straggler.delay();
   const auto n = static_cast<int>(batch.size());
   std::vector<KVClient::Ticket> tickets;
   std::vector<bool> pushed(L.session.shard_map().chunks().size(), false);
   auto ready = [&](std::int64_t off, std::int64_t cnt) { push_range(L, off, cnt, step, lr, tickets, pushed); };
   nn::StepStats s;
   if (L.simulated) {
-    s = simulated_step(L, 1e-3 * w.simulated_step_ms * (straggler ? w.straggler_slowdown : 1.0), ready);
+    s = simulated_step(L.model, 1e-3 * w.simulated_step_ms * (L.straggler.active() ? w.straggler_slowdown : 1.0), ready);
   } else {
     L.data.train.gather(batch, L.images.data(), L.labels.data());
     s = L.model.train_step(L.images.data(), L.labels.data(), n, ready);
@@ -122,6 +107,7 @@ void train_step(Loop& L, std::span<const std::int64_t> batch, std::int64_t step,
   const auto t3 = Clock::now();
 
   L.last_compute_s = seconds_between(t1, t2);
+  L.straggler.record(L.last_compute_s - injected_s);
   L.result.compute_s += L.last_compute_s;
   L.result.pull_s += seconds_between(t0, t1);
   L.result.push_s += seconds_between(t2, t3);
@@ -166,10 +152,9 @@ TrainResult run_ps_worker(const RunConfig& config, WorkerSession& session, Workl
   nn::Model& model = *workload.model;
   const auto num_params = static_cast<std::size_t>(model.num_params());
   Loop L{config, session, model, workload.data, metrics, log, std::vector<float>(num_params),
-         std::vector<float>(num_params), {}, {}, {}, 0.0, std::nullopt, w.simulated_step_ms > 0.0, {}};
-  if (L.simulated) {  // small, finite gradients of the model's real size
-    for (std::size_t i = 0; i < num_params; ++i) L.grads[i] = 1e-6f * static_cast<float>(static_cast<int>(i % 17) - 8);
-  }
+         std::vector<float>(num_params), {}, {}, {}, 0.0,
+         Straggler(session.rank() == w.straggler_rank, w.straggler_slowdown), std::nullopt, w.simulated_step_ms > 0.0};
+  if (L.simulated) L.grads = simulated_gradients(model.num_params());
   const data::Dataset& train = workload.data.train;
   L.images.resize(static_cast<std::size_t>(w.batch_size) * static_cast<std::size_t>(train.channels * train.height * train.width));
   L.labels.resize(static_cast<std::size_t>(w.batch_size));

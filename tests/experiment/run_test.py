@@ -1,0 +1,136 @@
+"""End to end: tools/experiment.py runs configs/experiments/tiny.toml (two
+points on synthetic data, seconds) with the built launcher and writes a
+complete report; a second invocation resumes; a failing point is recorded,
+reported and retried."""
+import csv
+import os
+import re
+import struct
+import subprocess
+import sys
+import unittest
+
+from helpers import SOURCE_DIR, TempDir, bin_dir, launch_expected
+
+TOOL = SOURCE_DIR / "tools" / "experiment.py"
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+EXPECTED_PNGS = {"accuracy_vs_time.png", "accuracy_vs_epoch.png", "loss_vs_step.png", "throughput.png",
+                 "staleness.png", "time_breakdown.png"}
+
+
+def run_tool(tmp, *args):
+    env = dict(os.environ, MPLCONFIGDIR=str(tmp.path / "mpl"))
+    return subprocess.run([sys.executable, str(TOOL), *map(str, args), "--bin-dir", str(bin_dir())],
+                          capture_output=True, text=True, env=env, timeout=100, cwd=tmp.path)
+
+
+def png_size(path):
+    """(width, height) from a PNG's IHDR chunk; fails unless it is a PNG."""
+    data = path.read_bytes()
+    assert data[:8] == PNG_MAGIC, f"{path} is not a PNG"
+    assert data[12:16] == b"IHDR", f"{path} has no IHDR chunk"
+    return struct.unpack(">II", data[16:24])
+
+
+@unittest.skipUnless(launch_expected(), f"no launch program in {bin_dir()} (build it first)")
+class TinyExperimentTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = TempDir()
+        cls.out = cls.tmp.path / "tiny"
+        cls.first = run_tool(cls.tmp, SOURCE_DIR / "configs" / "experiments" / "tiny.toml", "--output", cls.out)
+        cls.report = cls.out / "report"
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def test_runs_every_point(self):
+        self.assertEqual(self.first.returncode, 0, self.first.stdout + self.first.stderr)
+        for point in ("mode-sync", "mode-async"):
+            self.assertTrue((self.out / "runs" / point / "rep-0" / "summary.json").is_file())
+
+    def test_table_has_a_row_per_point(self):
+        with open(self.report / "summary.csv", encoding="utf-8") as f:
+            rows = list(csv.DictReader(f))
+        self.assertEqual([r["point_id"] for r in rows], ["mode-sync", "mode-async"])
+        for r in rows:
+            self.assertEqual((r["runs_ok"], r["status"], r["compute"]), ("1", "ok", "real"))
+            self.assertGreater(float(r["global_images_per_s_mean"]), 0)
+            self.assertGreater(float(r["final_test_accuracy_mean"]), 0)
+        self.assertNotEqual(rows[1]["staleness_mean_mean"], "")  # async has staleness
+        md = (self.report / "summary.md").read_text(encoding="utf-8")
+        self.assertEqual(len([ln for ln in md.splitlines() if re.match(r"\| (sync|async) \|", ln)]), 2)
+
+    def test_every_png_is_a_real_image(self):
+        pngs = {p.name for p in self.report.glob("*.png")}
+        self.assertEqual(pngs, EXPECTED_PNGS)
+        for name in pngs:
+            path = self.report / name
+            width, height = png_size(path)
+            self.assertGreater(width, 300, name)
+            self.assertGreater(height, 200, name)
+            self.assertGreater(path.stat().st_size, 10_000, name)
+
+    def test_html_shows_every_png_and_the_table(self):
+        page = (self.report / "index.html").read_text(encoding="utf-8")
+        self.assertEqual(set(re.findall(r'<img src="([^"]+)"', page)), EXPECTED_PNGS)
+        self.assertEqual(page.count("<tr>"), 3)  # header + one row per point
+        self.assertIn("tiny_sync.toml", page)
+
+    def test_second_invocation_resumes(self):
+        summary = self.out / "runs" / "mode-sync" / "rep-0" / "summary.json"
+        before = summary.stat().st_mtime_ns
+        again = run_tool(self.tmp, SOURCE_DIR / "configs" / "experiments" / "tiny.toml", "--output", self.out)
+        self.assertEqual(again.returncode, 0, again.stdout + again.stderr)
+        self.assertEqual(again.stdout.count("done earlier, kept"), 2, again.stdout)
+        self.assertEqual(summary.stat().st_mtime_ns, before)
+
+
+@unittest.skipUnless(launch_expected(), f"no launch program in {bin_dir()} (build it first)")
+class FailingPointTest(unittest.TestCase):
+    def test_failure_is_recorded_reported_and_retried(self):
+        tmp = TempDir()
+        self.addCleanup(tmp.cleanup)
+        spec = tmp.spec_file(f'base_config = "{SOURCE_DIR}/configs/tiny_sync.toml"\n'
+                             '[axes]\nworkload.model = ["no_such_model"]\n')
+        out = tmp.path / "out"
+        first = run_tool(tmp, spec, "--output", out)
+        self.assertEqual(first.returncode, 1, first.stdout + first.stderr)
+        self.assertIn("FAILED: pstrain-worker: config error: model 'no_such_model': unknown", first.stdout)
+        self.assertTrue((out / "runs" / "workload.model-no_such_model" / "rep-0" / "failed.json").is_file())
+        page = (out / "report" / "index.html").read_text(encoding="utf-8")
+        self.assertIn("Failed or missing runs", page)
+        self.assertIn("model &#x27;no_such_model&#x27;: unknown", page)
+        rows = (out / "report" / "summary.csv").read_text(encoding="utf-8").strip().splitlines()
+        self.assertEqual(len(rows), 2)
+        self.assertIn("1/1 failed", rows[1])
+        report_only = run_tool(tmp, spec, "--output", out, "--report-only")
+        self.assertEqual(report_only.returncode, 1)
+        self.assertNotIn("running", report_only.stdout)
+        again = run_tool(tmp, spec, "--output", out)
+        self.assertIn("running ...", again.stdout)  # not skipped: a failed point is run again
+
+
+class UsageErrorTest(unittest.TestCase):
+    def test_bad_file_exits_2_naming_file_and_key(self):
+        tmp = TempDir()
+        self.addCleanup(tmp.cleanup)
+        spec = tmp.spec_file('base_config = "base.toml"\n[axes]\nworkers = [0]\n')
+        result = run_tool(tmp, spec)
+        self.assertEqual(result.returncode, 2)
+        self.assertIn(f"experiment: {spec}: key 'axes.workers': expected integers >= 1, got 0", result.stderr)
+
+    def test_missing_launch_exits_2(self):
+        tmp = TempDir()
+        self.addCleanup(tmp.cleanup)
+        spec = tmp.spec_file('base_config = "base.toml"\n[axes]\nworkers = [1]\n')
+        env = dict(os.environ, MPLCONFIGDIR=str(tmp.path / "mpl"))
+        result = subprocess.run([sys.executable, str(TOOL), str(spec), "--bin-dir", str(tmp.path)],
+                                capture_output=True, text=True, env=env, timeout=60)
+        self.assertEqual(result.returncode, 2)
+        self.assertIn("no launch program there", result.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,104 @@
+#include "tools/bench/ps_pushpull.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <vector>
+
+#include "common/errors.h"
+#include "common/transport.h"
+#include "scheduler/scheduler.h"
+#include "server/server.h"
+#include "tools/bench/processes.h"
+#include "worker/client/worker_session.h"
+
+namespace pstrain::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// A worker's rounds; returns "median_seconds wrong".
+std::string worker_rounds(const std::string& sched, const ClusterConfig& cluster, std::int64_t partition, int rank,
+                          const std::string& fp, const ParamLayout& layout, int rounds) {
+  zmq::context_t ctx;
+  WorkerSession session(ctx, WorkerSessionOptions{sched, cluster, partition, rank, fp}, layout);
+  const auto num_elems = static_cast<std::size_t>(layout.total_elems());
+  std::vector<float> params(num_elems, 0.0f), grads(num_elems, 1.0f);
+  session.broadcast_initial(params);
+  std::vector<double> times;
+  KVClient& kv = session.kv();
+  for (int r = 0; r < rounds + 2; ++r) {
+    const auto t0 = Clock::now();
+    // The pull is sent at once: the servers park it until the update is applied.
+    const auto push = kv.push(grads, r, 1.0);
+    const auto pull = kv.pull(params, r + 1);
+    kv.wait(push);
+    kv.wait(pull);
+    if (r >= 2) times.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+  int wrong = 0;
+  for (float x : params) wrong += x != -static_cast<float>(rounds + 2) ? 1 : 0;
+  session.finish();
+  return std::to_string(median(times)) + " " + std::to_string(wrong);
+}
+
+}  // namespace
+
+PsRound ps_pushpull_round(std::size_t num_bytes, int rounds, const PsBenchOptions& a) {
+  const auto num_elems = static_cast<std::int64_t>(num_bytes / sizeof(float));
+  ParamLayout layout;
+  layout.add("tensor", {num_elems});
+  ClusterConfig cluster;
+  cluster.timeout_ms = 120000;
+  const std::int64_t partition =
+      a.partition_bytes > 0 ? a.partition_bytes
+                            : std::max<std::int64_t>(4, (static_cast<std::int64_t>(num_bytes) + a.servers - 1) / a.servers);
+  const std::string fp = job_fingerprint(Mode::kSync, partition, a.servers, a.workers);
+  LinePipe endpoint_pipe, result_pipe;
+  std::vector<pid_t> pids;
+  pids.push_back(spawn([&] {
+    zmq::context_t ctx;
+    Logger log("scheduler", LogLevel::kWarn);
+    Scheduler s(ctx, SchedulerOptions{a.servers, a.workers, cluster, "tcp://127.0.0.1:*"}, log);
+    if (!endpoint_pipe.write_line(s.endpoint())) return 1;
+    s.run();
+    return 0;
+  }));
+  endpoint_pipe.close_write();
+  const std::string sched = endpoint_pipe.read_line();
+  for (int s = 0; s < a.servers; ++s) {
+    pids.push_back(spawn([&, s] {
+      zmq::context_t ctx;
+      Logger log("server", LogLevel::kWarn);
+      ServerOptions o;
+      o.optimizer.momentum = 0.0;
+      o.partition_bytes = partition;
+      o.cluster = cluster;
+      o.scheduler_endpoint = sched;
+      o.bind_endpoint = a.transport == "ipc" ? "ipc:///tmp/pstrain-bench-" + std::to_string(getpid()) : "tcp://127.0.0.1:*";
+      o.requested_rank = s;
+      o.job_fingerprint = fp;
+      Server server(ctx, o, log);
+      server.run();
+      return 0;
+    }));
+  }
+  for (int w = 0; w < a.workers; ++w) {
+    pids.push_back(spawn([&, w] {
+      const std::string line = worker_rounds(sched, cluster, partition, w, fp, layout, rounds);
+      return w != 0 || result_pipe.write_line(line) ? 0 : 1;
+    }));
+  }
+  result_pipe.close_write();
+  const std::string out = result_pipe.read_line();
+  const bool ok = wait_all(pids);
+  PsRound result;
+  if (!ok || out.empty() || std::sscanf(out.c_str(), "%lf %d", &result.seconds, &result.wrong) != 2) {
+    throw Error("a parameter-server benchmark process failed");
+  }
+  return result;
+}
+
+}  // namespace pstrain::bench
