@@ -8,6 +8,8 @@
 //   GB/s per worker = 2 * SIZE / round time   (GB = 1e9 bytes)
 //   raw ZeroMQ      = 2 * SIZE / round time of a DEALER->ROUTER echo of SIZE
 //                     bytes each way, zero-copy, no processing
+// Each figure is the median over --trials alternating raw/PS measurements,
+// each itself the median round of many.
 // Correctness is checked outside the timed loop (#wrong column).
 #include <unistd.h>
 
@@ -34,6 +36,7 @@ struct Args {
   std::vector<double> sizes_mib{1, 4, 16, 64};
   int workers = 1, servers = 1, rounds = 0;
   std::int64_t partition_bytes = 0;  // 0: size / servers (one chunk per server, like ps-lite's one key per server)
+  int trials = 3;  // alternating raw/PS measurements per size; medians reported
   std::string transport = "tcp", json;
 };
 
@@ -113,6 +116,7 @@ int main(int argc, char** argv) {
   app.add_option("--workers", a.workers, "workers")->check(CLI::Range(1, 64));
   app.add_option("--servers", a.servers, "servers")->check(CLI::Range(1, 64));
   app.add_option("--rounds", a.rounds, "timed rounds per size (default: by size)");
+  app.add_option("--trials", a.trials, "alternating raw/PS trials per size (medians reported)")->check(CLI::Range(1, 50));
   app.add_option("--partition-bytes", a.partition_bytes, "chunk size (default: size / servers)");
   app.add_option("--transport", a.transport, "tcp or ipc")->check(CLI::IsMember({"tcp", "ipc"}));
   app.add_option("--json", a.json, "also write results to this JSON file");

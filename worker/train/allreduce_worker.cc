@@ -4,9 +4,7 @@
 #include <array>
 #include <chrono>
 #include <cstdio>
-#include <cstring>
 #include <functional>
-#include <thread>
 #include <vector>
 
 #include "common/errors.h"
@@ -17,6 +15,7 @@
 #include "worker/nn/device_optimizer.h"
 #include "worker/train/checkpoint.h"
 #include "worker/train/simulated_compute.h"
+#include "worker/train/straggler.h"
 
 namespace pstrain {
 
@@ -40,6 +39,7 @@ struct Loop {
   std::vector<std::int32_t> labels;
   TrainResult result;
   double last_compute_s = 0.0;
+  Straggler straggler;
   bool buckets_logged = false;
   std::vector<float> simulated_grads;  // simulated compute: the gradients every step (empty otherwise)
 };
@@ -125,7 +125,7 @@ void log_buckets(Loop& L, const GradientBuckets& buckets) {
 
 // Forward/backward (real or simulated) with the gradient buckets started as
 // backward finishes each range; returns once every bucket has been started.
-nn::StepStats compute_and_start(Loop& L, std::span<const std::int64_t> batch, GradientBuckets& buckets, bool straggler) {
+nn::StepStats compute_and_start(Loop& L, std::span<const std::int64_t> batch, GradientBuckets& buckets) {
   nn::Model& model = L.model;
   const bool via_host = staged(L);
   auto ready = [&](std::int64_t off, std::int64_t cnt) {
@@ -137,7 +137,7 @@ nn::StepStats compute_and_start(Loop& L, std::span<const std::int64_t> batch, Gr
   nn::StepStats s;
   const WorkloadConfig& w = L.config.workload;
   if (!L.simulated_grads.empty()) {
-    s = simulated_step(model, 1e-3 * w.simulated_step_ms * (straggler ? w.straggler_slowdown : 1.0), ready);
+    s = simulated_step(model, 1e-3 * w.simulated_step_ms * (L.straggler.active() ? w.straggler_slowdown : 1.0), ready);
   } else {
     L.data.train.gather(batch, L.images.data(), L.labels.data());
     s = model.train_step(L.images.data(), L.labels.data(), static_cast<int>(batch.size()), ready);
@@ -158,15 +158,11 @@ void train_step(Loop& L, std::span<const std::int64_t> batch, std::int64_t step,
     model.backend().copy_from_host(model.device_grads(), L.simulated_grads.data(), L.simulated_grads.size() * sizeof(float));
   }
   const auto t0 = Clock::now();
-  const WorkloadConfig& w = L.config.workload;
-  const bool straggler = L.session.rank() == w.straggler_rank && w.straggler_slowdown > 1.0;
-  if (straggler && !simulated) {
-    std::this_thread::sleep_for(std::chrono::duration<double>((w.straggler_slowdown - 1.0) * L.last_compute_s));
-  }
+  const double injected_s = simulated ? 0.0 : L.straggler.delay();
   const auto n = static_cast<int>(batch.size());
   GradientBuckets buckets(L.collective, staged(L) ? L.staging.data() : model.device_grads(), model.num_params(),
                           L.config.collective.bucket_bytes);
-  const nn::StepStats s = compute_and_start(L, batch, buckets, straggler);
+  const nn::StepStats s = compute_and_start(L, batch, buckets);
   const auto t1 = Clock::now();
 
   wait_collective(L);
@@ -178,6 +174,7 @@ void train_step(Loop& L, std::span<const std::int64_t> batch, std::int64_t step,
   log_buckets(L, buckets);
 
   L.last_compute_s = seconds_between(t0, t1);
+  L.straggler.record(L.last_compute_s - injected_s);
   L.result.compute_s += L.last_compute_s;
   L.result.pull_s += seconds_between(t2, t3);
   L.result.push_s += seconds_between(t1, t2);
@@ -218,7 +215,8 @@ TrainResult run_allreduce_worker(const RunConfig& config, WorkerSession& session
   const WorkloadConfig& w = config.workload;
   nn::Model& model = *workload.model;
   nn::DeviceOptimizer optimizer(config.optimizer, model.backend(), model.num_params());
-  Loop L{config, session, model, workload.data, collective, optimizer, metrics, log, {}, {}, {}, {}, 0.0, false, {}};
+  Loop L{config, session, model, workload.data, collective, optimizer, metrics, log, {}, {}, {}, {}, 0.0,
+         Straggler(session.rank() == w.straggler_rank, w.straggler_slowdown), false, {}};
   if (staged(L)) L.staging.resize(static_cast<std::size_t>(model.num_params()));
   if (w.simulated_step_ms > 0.0) L.simulated_grads = simulated_gradients(model.num_params());
   const data::Dataset& train = workload.data.train;
