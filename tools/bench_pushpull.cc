@@ -7,7 +7,8 @@
 // Sync mode, plain SGD on the servers.
 //   GB/s per worker = 2 * SIZE / round time   (GB = 1e9 bytes)
 //   raw ZeroMQ      = 2 * SIZE / round time of a DEALER->ROUTER echo of SIZE
-//                     bytes each way, zero-copy, no processing
+//                     bytes each way in messages of the same chunk size, all in
+//                     flight at once, zero-copy, no processing
 // Each figure is the median over --trials alternating raw/PS measurements,
 // each itself the median round of many.
 // Correctness is checked outside the timed loop (#wrong column).
@@ -45,9 +46,14 @@ struct Result {
   int wrong = 0;
 };
 
-// Raw ZeroMQ echo between two processes: median seconds per round trip.
-double raw_round_s(std::size_t num_bytes, int rounds, const std::string& transport) {
+// Raw ZeroMQ echo between two processes: median seconds per round trip of
+// `num_bytes` each way, sent as messages of at most `chunk_bytes` all in
+// flight at once (the same framing the parameter server uses), zero-copy.
+double raw_round_s(std::size_t num_bytes, std::size_t chunk_bytes, int rounds, const std::string& transport) {
   const std::string ep = transport == "ipc" ? "ipc:///tmp/pstrain-bench-raw-" + std::to_string(getpid()) : "tcp://127.0.0.1:*";
+  chunk_bytes = std::max<std::size_t>(std::min(chunk_bytes, num_bytes), 1);
+  const std::size_t messages = (num_bytes + chunk_bytes - 1) / chunk_bytes;
+  auto size_of = [&](std::size_t m) { return std::min(chunk_bytes, num_bytes - m * chunk_bytes); };
   bench::LinePipe ep_pipe;
   const pid_t echo = bench::spawn([&] {
     std::vector<char> reply(num_bytes, 1);  // outlives the context, which flushes zero-copy sends
@@ -55,11 +61,14 @@ double raw_round_s(std::size_t num_bytes, int rounds, const std::string& transpo
     zmq::socket_t router = make_socket(ctx, zmq::socket_type::router);
     if (!ep_pipe.write_line(bind_socket(router, ep))) return 1;
     for (int r = 0; r < rounds + 2; ++r) {
-      zmq::message_t id, body;
-      (void)router.recv(id);
-      (void)router.recv(body);
-      router.send(id, zmq::send_flags::sndmore);
-      router.send(zmq::message_t(reply.data(), reply.size(), [](void*, void*) {}, nullptr), zmq::send_flags::none);
+      for (std::size_t m = 0; m < messages; ++m) {
+        zmq::message_t id, body;
+        (void)router.recv(id);
+        (void)router.recv(body);
+        router.send(id, zmq::send_flags::sndmore);
+        router.send(zmq::message_t(reply.data() + m * chunk_bytes, size_of(m), [](void*, void*) {}, nullptr),
+                    zmq::send_flags::none);
+      }
     }
     return 0;
   });
@@ -72,9 +81,14 @@ double raw_round_s(std::size_t num_bytes, int rounds, const std::string& transpo
   std::vector<double> times;
   for (int r = 0; r < rounds + 2; ++r) {
     const auto t0 = Clock::now();
-    dealer.send(zmq::message_t(data.data(), data.size(), [](void*, void*) {}, nullptr), zmq::send_flags::none);
-    zmq::message_t back;
-    (void)dealer.recv(back);
+    for (std::size_t m = 0; m < messages; ++m) {
+      dealer.send(zmq::message_t(data.data() + m * chunk_bytes, size_of(m), [](void*, void*) {}, nullptr),
+                  zmq::send_flags::none);
+    }
+    for (std::size_t m = 0; m < messages; ++m) {
+      zmq::message_t back;
+      (void)dealer.recv(back);
+    }
     if (r >= 2) times.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
   }
   bench::wait_all({echo});
@@ -125,11 +139,19 @@ int main(int argc, char** argv) {
   for (double mib : a.sizes_mib) {
     const auto num_bytes = static_cast<std::size_t>(mib * 1048576.0) / 4 * 4;
     const int rounds = bench::rounds_for(mib, a.rounds);
-    const double raw = raw_round_s(num_bytes, rounds, a.transport);
-    const bench::PsRound round = bench::ps_pushpull_round(
-        num_bytes, rounds, bench::PsBenchOptions{a.workers, a.servers, a.partition_bytes, a.transport});
-    const double ps = round.seconds;
-    const int wrong = round.wrong;
+    const std::size_t chunk = a.partition_bytes > 0 ? static_cast<std::size_t>(a.partition_bytes)
+                                                    : (num_bytes + static_cast<std::size_t>(a.servers) - 1) / static_cast<std::size_t>(a.servers);
+    // Raw and PS alternate, so that drift in this shared machine's load hits both alike.
+    std::vector<double> raws, pss;
+    int wrong = 0;
+    for (int t = 0; t < a.trials; ++t) {
+      raws.push_back(raw_round_s(num_bytes, chunk, rounds, a.transport));
+      const bench::PsRound round = bench::ps_pushpull_round(
+          num_bytes, rounds, bench::PsBenchOptions{a.workers, a.servers, a.partition_bytes, a.transport});
+      pss.push_back(round.seconds);
+      wrong += round.wrong;
+    }
+    const double raw = bench::median(raws), ps = bench::median(pss);
     Result r;
     r.size_mib = mib;
     r.round_ms = 1e3 * ps;
