@@ -1,5 +1,6 @@
 // pstrain-worker: trains on its shard of the data against the parameter
-// servers (sync or async). See worker/train/ps_worker.h.
+// servers (sync, async; worker/train/ps_worker.h) or with its peers by
+// allreduce (worker/train/allreduce_worker.h).
 #include "common/errors.h"
 #include "common/log.h"
 #include "common/node_cli.h"
@@ -27,7 +28,7 @@ int run_worker(const pstrain::NodeArgs& args) {
   options.job_fingerprint = job_fingerprint(config.mode, config.ps.partition_bytes, servers, workers);
   WorkerSession session(ctx, options, workload.model->layout());
   log.set_name("worker " + std::to_string(session.rank()));
-  try {
+  session.run_reporting_failure([&] {
     MetricsWriter metrics(config.output.run_dir, "worker-" + std::to_string(session.rank()) + ".jsonl");
     const TrainResult r = run_ps_worker(config, session, workload, metrics, log);
     char line[200];
@@ -36,12 +37,7 @@ int run_worker(const pstrain::NodeArgs& args) {
                   r.push_s);
     log.info(line);
     session.finish();
-  } catch (const AbortedError&) {
-    throw;
-  } catch (const std::exception& e) {
-    session.report_failure("worker " + std::to_string(session.rank()) + ": " + e.what());
-    throw;
-  }
+  });
   return 0;
 }
 

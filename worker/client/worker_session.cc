@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include "common/errors.h"
+
 namespace pstrain {
 
 WorkerSession::WorkerSession(zmq::context_t& ctx, const WorkerSessionOptions& options, const ParamLayout& layout)
@@ -22,6 +24,17 @@ WorkerSession::WorkerSession(zmq::context_t& ctx, const WorkerSessionOptions& op
     kv_options.timeout = std::chrono::milliseconds(options.cluster.timeout_ms);
     kv_options.max_message_bytes = options.cluster.max_message_bytes;
     kv_ = std::make_unique<KVClient>(ctx, map_, info.server_endpoints, kv_options, &scheduler_);
+  }
+}
+
+void WorkerSession::run_reporting_failure(const std::function<void()>& body) {
+  try {
+    body();
+  } catch (const AbortedError&) {
+    throw;
+  } catch (const std::exception& e) {
+    report_failure("worker " + std::to_string(rank()) + ": " + e.what());
+    throw;
   }
 }
 

@@ -4,6 +4,7 @@
 // and connects to every server. One thread owns a session.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -45,6 +46,9 @@ class WorkerSession {
   // Tells the scheduler this worker is done and waits for the shutdown.
   void finish() { scheduler_.finish(); }
   void report_failure(const std::string& reason) noexcept { scheduler_.report_failure(reason); }
+  // Runs `body`; if it throws anything but an abort, tells the scheduler
+  // ("worker R: <what>") so the job stops at once, then rethrows.
+  void run_reporting_failure(const std::function<void()>& body);
 
  private:
   SchedulerClient scheduler_;

@@ -73,7 +73,7 @@ int run_allreduce_node(const RunConfig& config, int requested_rank) {
                             " collective=" + backend_name;
   WorkerSession session(ctx, options, workload.model->layout());
   log.set_name("worker " + std::to_string(session.rank()));
-  try {
+  session.run_reporting_failure([&] {
     SchedulerStore store(session.scheduler());
     CollectiveOptions co;
     co.rank = session.rank();
@@ -92,12 +92,7 @@ int run_allreduce_node(const RunConfig& config, int requested_rank) {
                   r.pull_s);
     log.info(line);
     session.finish();
-  } catch (const AbortedError&) {
-    throw;
-  } catch (const std::exception& e) {
-    session.report_failure("worker " + std::to_string(session.rank()) + ": " + e.what());
-    throw;
-  }
+  });
   return 0;
 }
 

@@ -106,12 +106,7 @@ void evaluate_and_record(Loop& L, std::int64_t step, int epoch) {
   if (!L.simulated_grads.empty()) return;  // no test set under simulated compute
   const EvalResult r = evaluate(L.model, L.data.test);
   L.result.final_test_accuracy = r.accuracy;
-  L.metrics.write(JsonLine().add("type", "eval").add("time_s", L.metrics.elapsed_s()).add("step", step)
-                      .add("epoch", epoch).add("test_loss", r.loss).add("test_accuracy", r.accuracy));
-  char line[160];
-  std::snprintf(line, sizeof(line), "epoch %d: test loss %.4f, test accuracy %.4f (step %lld, %.1f s)", epoch, r.loss,
-                r.accuracy, static_cast<long long>(step), L.metrics.elapsed_s());
-  L.log.info(line);
+  write_eval_record(L.metrics, L.log, step, epoch, r);
 }
 
 void log_buckets(Loop& L, const GradientBuckets& buckets) {
@@ -179,25 +174,8 @@ void train_step(Loop& L, std::span<const std::int64_t> batch, std::int64_t step,
   L.result.pull_s += seconds_between(t2, t3);
   L.result.push_s += seconds_between(t1, t2);
   L.result.images += n;
-  JsonLine record;
-  record.add("type", "step").add("time_s", L.metrics.elapsed_s()).add("step", step).add("epoch", epoch).add("batch", n);
-  if (simulated) {
-    record.raw("loss", "null").raw("accuracy", "null");
-  } else {
-    record.add("loss", s.loss).add("accuracy", static_cast<double>(s.correct) / n);
-  }
-  L.metrics.write(record.add("images_per_s", n / seconds_between(t0, t3))
-                      .add("compute_ms", 1e3 * L.last_compute_s).add("pull_ms", 1e3 * seconds_between(t2, t3))
-                      .add("push_ms", 1e3 * seconds_between(t1, t2)).add("lr", lr).add("staleness", 0.0)
-                      .add("simulated", simulated));
-}
-
-void log_progress(Loop& L, int epoch, std::int64_t step_in_epoch, std::int64_t steps_in_epoch, std::int64_t step) {
-  char line[160];
-  std::snprintf(line, sizeof(line), "epoch %d step %lld/%lld (global %lld): %.0f images/s so far", epoch,
-                static_cast<long long>(step_in_epoch + 1), static_cast<long long>(steps_in_epoch),
-                static_cast<long long>(step), static_cast<double>(L.result.images) / L.metrics.elapsed_s());
-  L.log.info(line);
+  write_step_record(L.metrics, StepRecord{step, epoch, n, simulated ? nullptr : &s, seconds_between(t0, t3),
+                                          L.last_compute_s, seconds_between(t2, t3), seconds_between(t1, t2), lr, 0.0});
 }
 
 }  // namespace
@@ -244,7 +222,7 @@ TrainResult run_allreduce_worker(const RunConfig& config, WorkerSession& session
       const auto begin = static_cast<std::size_t>(b * w.batch_size);
       const auto end = std::min(indices.size(), begin + static_cast<std::size_t>(w.batch_size));
       train_step(L, std::span(indices).subspan(begin, end - begin), step, epoch, schedule.lr_at(step));
-      if (session.rank() == 0 && (b + 1) % std::max<std::int64_t>(per_epoch / 5, 1) == 0) log_progress(L, epoch, b, per_epoch, step);
+      if (session.rank() == 0 && (b + 1) % std::max<std::int64_t>(per_epoch / 5, 1) == 0) log_progress(log, L.result.images, metrics.elapsed_s(), epoch, b, per_epoch, step);
     }
     const bool last = epoch + 1 == w.epochs || step >= total;
     check_replicas(L, ("after epoch " + std::to_string(epoch)).c_str());
@@ -258,9 +236,7 @@ TrainResult run_allreduce_worker(const RunConfig& config, WorkerSession& session
     model.get_params(params);
     write_final_weights(config.output.run_dir, params);
   }
-  metrics.write(JsonLine().add("type", "end").add("time_s", L.result.time_s).add("steps", L.result.steps)
-                    .add("images", L.result.images).add("compute_s", L.result.compute_s).add("pull_s", L.result.pull_s)
-                    .add("push_s", L.result.push_s));
+  write_end_record(metrics, L.result);
   return L.result;
 }
 

@@ -68,12 +68,7 @@ void evaluate_and_record(Loop& L, std::int64_t step, int epoch, std::int64_t min
   pull_weights(L, min_version);
   const EvalResult r = evaluate(L.model, L.data.test);
   L.result.final_test_accuracy = r.accuracy;
-  L.metrics.write(JsonLine().add("type", "eval").add("time_s", L.metrics.elapsed_s()).add("step", step)
-                      .add("epoch", epoch).add("test_loss", r.loss).add("test_accuracy", r.accuracy));
-  char line[160];
-  std::snprintf(line, sizeof(line), "epoch %d: test loss %.4f, test accuracy %.4f (step %lld, %.1f s)", epoch, r.loss,
-                r.accuracy, static_cast<long long>(step), L.metrics.elapsed_s());
-  L.log.info(line);
+  write_eval_record(L.metrics, L.log, step, epoch, r);
 }
 
 void train_step(Loop& L, std::span<const std::int64_t> batch, std::int64_t step, int epoch, double lr) {
@@ -112,25 +107,9 @@ void train_step(Loop& L, std::span<const std::int64_t> batch, std::int64_t step,
   L.result.pull_s += seconds_between(t0, t1);
   L.result.push_s += seconds_between(t2, t3);
   L.result.images += n;
-  JsonLine record;
-  record.add("type", "step").add("time_s", L.metrics.elapsed_s()).add("step", step).add("epoch", epoch).add("batch", n);
-  if (L.simulated) {
-    record.raw("loss", "null").raw("accuracy", "null");
-  } else {
-    record.add("loss", s.loss).add("accuracy", static_cast<double>(s.correct) / n);
-  }
-  L.metrics.write(record.add("images_per_s", n / seconds_between(t0, t3))
-                      .add("compute_ms", 1e3 * L.last_compute_s).add("pull_ms", 1e3 * seconds_between(t0, t1))
-                      .add("push_ms", 1e3 * seconds_between(t2, t3)).add("lr", lr).add("staleness", staleness)
-                      .add("simulated", L.simulated));
-}
-
-void log_progress(Loop& L, int epoch, std::int64_t step_in_epoch, std::int64_t steps_in_epoch, std::int64_t step) {
-  char line[160];
-  std::snprintf(line, sizeof(line), "epoch %d step %lld/%lld (global %lld): %.0f images/s so far", epoch,
-                static_cast<long long>(step_in_epoch + 1), static_cast<long long>(steps_in_epoch),
-                static_cast<long long>(step), static_cast<double>(L.result.images) / L.metrics.elapsed_s());
-  L.log.info(line);
+  write_step_record(L.metrics, StepRecord{step, epoch, n, L.simulated ? nullptr : &s, seconds_between(t0, t3),
+                                          L.last_compute_s, seconds_between(t0, t1), seconds_between(t2, t3), lr,
+                                          staleness});
 }
 
 // Completes the last prefetch (its weights are not needed).
@@ -181,7 +160,7 @@ TrainResult run_ps_worker(const RunConfig& config, WorkerSession& session, Workl
       const auto begin = static_cast<std::size_t>(b * w.batch_size);
       const auto end = std::min(indices.size(), begin + static_cast<std::size_t>(w.batch_size));
       train_step(L, std::span(indices).subspan(begin, end - begin), step, epoch, schedule.lr_at(step));
-      if (session.rank() == 0 && (b + 1) % std::max<std::int64_t>(per_epoch / 5, 1) == 0) log_progress(L, epoch, b, per_epoch, step);
+      if (session.rank() == 0 && (b + 1) % std::max<std::int64_t>(per_epoch / 5, 1) == 0) log_progress(log, L.result.images, metrics.elapsed_s(), epoch, b, per_epoch, step);
     }
     const bool last = epoch + 1 == w.epochs || step >= total;
     if (session.rank() == 0 && !last) evaluate_and_record(L, step, epoch, config.mode == Mode::kSync ? step : 0);
@@ -192,9 +171,7 @@ TrainResult run_ps_worker(const RunConfig& config, WorkerSession& session, Workl
   L.result.time_s = metrics.elapsed_s();
   if (session.rank() == 0) evaluate_and_record(L, step, w.epochs - 1, config.mode == Mode::kSync ? step : 0);
   if (session.rank() == 0) write_final_weights(config.output.run_dir, L.params);  // the final pull's weights
-  metrics.write(JsonLine().add("type", "end").add("time_s", L.result.time_s).add("steps", L.result.steps)
-                    .add("images", L.result.images).add("compute_s", L.result.compute_s).add("pull_s", L.result.pull_s)
-                    .add("push_s", L.result.push_s));
+  write_end_record(metrics, L.result);
   return L.result;
 }
 

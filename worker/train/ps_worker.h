@@ -15,19 +15,11 @@
 #include "common/log.h"
 #include "worker/client/worker_session.h"
 #include "worker/train/metrics.h"
+#include "worker/train/records.h"
 #include "worker/train/workload.h"
 
 namespace pstrain {
 
-struct TrainResult {
-  std::int64_t steps = 0;
-  std::int64_t images = 0;
-  double time_s = 0.0;
-  double compute_s = 0.0;
-  double pull_s = 0.0;
-  double push_s = 0.0;
-  double final_test_accuracy = -1.0;  // worker 0 only; -1 elsewhere
-};
 
 // Number of steps each worker takes: ceil(shard / batch) per epoch, times
 // epochs, capped by max_steps when set. Identical on every worker.

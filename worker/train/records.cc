@@ -1,0 +1,44 @@
+#include "worker/train/records.h"
+
+#include <cstdio>
+
+namespace pstrain {
+
+void write_step_record(MetricsWriter& metrics, const StepRecord& r) {
+  JsonLine line;
+  line.add("type", "step").add("time_s", metrics.elapsed_s()).add("step", r.step).add("epoch", r.epoch)
+      .add("batch", r.batch);
+  if (r.stats == nullptr) {
+    line.raw("loss", "null").raw("accuracy", "null");
+  } else {
+    line.add("loss", r.stats->loss).add("accuracy", static_cast<double>(r.stats->correct) / r.batch);
+  }
+  metrics.write(line.add("images_per_s", r.batch / r.total_s).add("compute_ms", 1e3 * r.compute_s)
+                    .add("pull_ms", 1e3 * r.pull_s).add("push_ms", 1e3 * r.push_s).add("lr", r.lr)
+                    .add("staleness", r.staleness).add("simulated", r.stats == nullptr));
+}
+
+void write_eval_record(MetricsWriter& metrics, Logger& log, std::int64_t step, int epoch, const EvalResult& r) {
+  metrics.write(JsonLine().add("type", "eval").add("time_s", metrics.elapsed_s()).add("step", step)
+                    .add("epoch", epoch).add("test_loss", r.loss).add("test_accuracy", r.accuracy));
+  char line[160];
+  std::snprintf(line, sizeof(line), "epoch %d: test loss %.4f, test accuracy %.4f (step %lld, %.1f s)", epoch, r.loss,
+                r.accuracy, static_cast<long long>(step), metrics.elapsed_s());
+  log.info(line);
+}
+
+void write_end_record(MetricsWriter& metrics, const TrainResult& r) {
+  metrics.write(JsonLine().add("type", "end").add("time_s", r.time_s).add("steps", r.steps).add("images", r.images)
+                    .add("compute_s", r.compute_s).add("pull_s", r.pull_s).add("push_s", r.push_s));
+}
+
+void log_progress(Logger& log, std::int64_t images, double elapsed_s, int epoch, std::int64_t step_in_epoch,
+                  std::int64_t steps_in_epoch, std::int64_t step) {
+  char line[160];
+  std::snprintf(line, sizeof(line), "epoch %d step %lld/%lld (global %lld): %.0f images/s so far", epoch,
+                static_cast<long long>(step_in_epoch + 1), static_cast<long long>(steps_in_epoch),
+                static_cast<long long>(step), static_cast<double>(images) / elapsed_s);
+  log.info(line);
+}
+
+}  // namespace pstrain

@@ -1,0 +1,42 @@
+// The metrics records every distributed training loop writes (format:
+// docs/run_directory.md), in one place so the modes stay comparable.
+#pragma once
+
+#include <cstdint>
+
+#include "common/log.h"
+#include "worker/nn/model.h"
+#include "worker/train/metrics.h"
+#include "worker/train/workload.h"
+
+namespace pstrain {
+
+struct TrainResult {
+  std::int64_t steps = 0;
+  std::int64_t images = 0;
+  double time_s = 0.0;
+  double compute_s = 0.0;
+  double pull_s = 0.0;   // PS: waiting for weights; allreduce: the local optimizer update
+  double push_s = 0.0;   // PS: waiting for push acks; allreduce: the exposed allreduce wait
+  double final_test_accuracy = -1.0;  // worker 0 only; -1 elsewhere
+};
+
+struct StepRecord {
+  std::int64_t step = 0;
+  int epoch = 0;
+  int batch = 0;
+  const nn::StepStats* stats = nullptr;  // null under simulated compute (loss/accuracy null)
+  double total_s = 0.0, compute_s = 0.0, pull_s = 0.0, push_s = 0.0;
+  double lr = 0.0;
+  double staleness = 0.0;
+};
+
+void write_step_record(MetricsWriter& metrics, const StepRecord& r);
+// Writes the eval record and logs the test loss and accuracy.
+void write_eval_record(MetricsWriter& metrics, Logger& log, std::int64_t step, int epoch, const EvalResult& r);
+void write_end_record(MetricsWriter& metrics, const TrainResult& r);
+// "epoch E step S/N (global G): X images/s so far"
+void log_progress(Logger& log, std::int64_t images, double elapsed_s, int epoch, std::int64_t step_in_epoch,
+                  std::int64_t steps_in_epoch, std::int64_t step);
+
+}  // namespace pstrain
