@@ -8,12 +8,11 @@
 #include <vector>
 
 #include "common/errors.h"
-#include "common/lr_schedule.h"
 #include "worker/collective/gradient_buckets.h"
-#include "worker/data/shard_sampler.h"
 #include "worker/nn/device_buffer.h"
 #include "worker/nn/device_optimizer.h"
 #include "worker/train/checkpoint.h"
+#include "worker/train/epoch_driver.h"
 #include "worker/train/simulated_compute.h"
 #include "worker/train/straggler.h"
 
@@ -204,30 +203,19 @@ TrainResult run_allreduce_worker(const RunConfig& config, WorkerSession& session
   broadcast_initial(L);  // worker 0's initial weights everywhere
   model.set_dropout_seed(w.seed * 1000003ULL + static_cast<std::uint64_t>(session.rank()));
 
-  const data::ShardSampler sampler(train.num_samples, session.num_workers(), session.rank(), w.seed);
-  const std::int64_t per_epoch = steps_per_epoch(sampler.num_samples_per_replica(), w.batch_size);
-  std::int64_t total = per_epoch * w.epochs;
-  if (w.max_steps > 0) total = std::min(total, w.max_steps);
-  const LrSchedule schedule(config.optimizer, config.schedule, per_epoch, std::max<std::int64_t>(total, 1),
-                            static_cast<std::int64_t>(w.batch_size) * session.num_workers());
-  log.info("training " + std::to_string(total) + " steps (" + std::to_string(per_epoch) + " per epoch) in allreduce " +
-           "mode with " + std::to_string(session.num_workers()) + " workers over " + collective.name() +
-           (staged(L) ? " (gradients through host memory)" : "") + "; " + std::to_string(model.num_params()) +
-           " parameters, buckets of " + std::to_string(config.collective.bucket_bytes) + " bytes");
-
-  std::int64_t step = 0;
-  for (int epoch = 0; epoch < w.epochs && step < total; ++epoch) {
-    const std::vector<std::int64_t> indices = sampler.indices(epoch);
-    for (std::int64_t b = 0; b < per_epoch && step < total; ++b, ++step) {
-      const auto begin = static_cast<std::size_t>(b * w.batch_size);
-      const auto end = std::min(indices.size(), begin + static_cast<std::size_t>(w.batch_size));
-      train_step(L, std::span(indices).subspan(begin, end - begin), step, epoch, schedule.lr_at(step));
-      if (session.rank() == 0 && (b + 1) % std::max<std::int64_t>(per_epoch / 5, 1) == 0) log_progress(log, L.result.images, metrics.elapsed_s(), epoch, b, per_epoch, step);
-    }
-    const bool last = epoch + 1 == w.epochs || step >= total;
-    check_replicas(L, ("after epoch " + std::to_string(epoch)).c_str());
-    if (session.rank() == 0 && !last) evaluate_and_record(L, step, epoch);
-  }
+  const EpochDriver driver(config, train, session.rank(), session.num_workers());
+  log.info("training " + std::to_string(driver.total_steps()) + " steps (" + std::to_string(driver.steps_per_epoch()) +
+           " per epoch) in allreduce mode with " + std::to_string(session.num_workers()) + " workers over " +
+           collective.name() + (staged(L) ? " (gradients through host memory)" : "") + "; " +
+           std::to_string(model.num_params()) + " parameters, buckets of " +
+           std::to_string(config.collective.bucket_bytes) + " bytes");
+  const std::int64_t step = driver.run(
+      log, metrics, L.result.images,
+      [&](std::span<const std::int64_t> batch, std::int64_t s, int epoch, double lr) { train_step(L, batch, s, epoch, lr); },
+      [&](std::int64_t s, int epoch, bool last) {
+        check_replicas(L, ("after epoch " + std::to_string(epoch)).c_str());
+        if (session.rank() == 0 && !last) evaluate_and_record(L, s, epoch);
+      });
   L.result.steps = step;
   L.result.time_s = metrics.elapsed_s();
   if (session.rank() == 0) {

@@ -21,10 +21,6 @@
 namespace pstrain {
 
 
-// Number of steps each worker takes: ceil(shard / batch) per epoch, times
-// epochs, capped by max_steps when set. Identical on every worker.
-std::int64_t steps_per_epoch(std::int64_t shard_samples, int batch_size);
-
 TrainResult run_ps_worker(const RunConfig& config, WorkerSession& session, Workload& workload, MetricsWriter& metrics,
                           Logger& log);
 

@@ -1,0 +1,48 @@
+#include "worker/train/epoch_driver.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "worker/train/records.h"
+
+namespace pstrain {
+
+std::int64_t steps_per_epoch(std::int64_t shard_samples, int batch_size) {
+  return (shard_samples + batch_size - 1) / batch_size;
+}
+
+namespace {
+std::int64_t capped_total(std::int64_t per_epoch, const WorkloadConfig& w) {
+  const std::int64_t total = per_epoch * w.epochs;
+  return w.max_steps > 0 ? std::min(total, w.max_steps) : total;
+}
+}  // namespace
+
+EpochDriver::EpochDriver(const RunConfig& config, const data::Dataset& train, int rank, int num_workers)
+    : batch_size_(config.workload.batch_size), epochs_(config.workload.epochs), rank_(rank),
+      sampler_(train.num_samples, num_workers, rank, config.workload.seed),
+      per_epoch_(pstrain::steps_per_epoch(sampler_.num_samples_per_replica(), batch_size_)),
+      total_(capped_total(per_epoch_, config.workload)),
+      schedule_(config.optimizer, config.schedule, per_epoch_, std::max<std::int64_t>(total_, 1),
+                static_cast<std::int64_t>(batch_size_) * num_workers) {}
+
+std::int64_t EpochDriver::run(Logger& log, MetricsWriter& metrics, const std::int64_t& images, const StepFn& step_fn,
+                              const EpochEndFn& epoch_end) const {
+  const std::int64_t progress_every = std::max<std::int64_t>(per_epoch_ / 5, 1);
+  std::int64_t step = 0;
+  for (int epoch = 0; epoch < epochs_ && step < total_; ++epoch) {
+    const std::vector<std::int64_t> indices = sampler_.indices(epoch);
+    for (std::int64_t b = 0; b < per_epoch_ && step < total_; ++b, ++step) {
+      const auto begin = static_cast<std::size_t>(b * batch_size_);
+      const auto end = std::min(indices.size(), begin + static_cast<std::size_t>(batch_size_));
+      step_fn(std::span(indices).subspan(begin, end - begin), step, epoch, schedule_.lr_at(step));
+      if (rank_ == 0 && (b + 1) % progress_every == 0) {
+        log_progress(log, images, metrics.elapsed_s(), epoch, b, per_epoch_, step);
+      }
+    }
+    epoch_end(step, epoch, epoch + 1 == epochs_ || step >= total_);
+  }
+  return step;
+}
+
+}  // namespace pstrain

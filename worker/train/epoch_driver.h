@@ -1,0 +1,53 @@
+// The schedule every distributed training loop follows, in one place so the
+// modes take exactly the same steps: each epoch this worker's shard of the
+// training set (ShardSampler from the seed: disjoint across workers, reshuffled
+// per epoch), cut into batches of workload.batch_size; ceil(shard / batch)
+// steps per epoch (the same on every worker), capped by workload.max_steps;
+// the learning rate of each step from the schedule (global batch = batch x
+// workers); progress lines from worker 0 five times an epoch; a hook at each
+// epoch's end. Not thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+
+#include "common/config.h"
+#include "common/log.h"
+#include "common/lr_schedule.h"
+#include "worker/data/dataset.h"
+#include "worker/data/shard_sampler.h"
+#include "worker/train/metrics.h"
+
+namespace pstrain {
+
+// ceil(shard_samples / batch_size).
+std::int64_t steps_per_epoch(std::int64_t shard_samples, int batch_size);
+
+class EpochDriver {
+ public:
+  using StepFn = std::function<void(std::span<const std::int64_t> batch, std::int64_t step, int epoch, double lr)>;
+  // `last` is true after the final step (the caller evaluates then itself).
+  using EpochEndFn = std::function<void(std::int64_t steps_done, int epoch, bool last)>;
+
+  EpochDriver(const RunConfig& config, const data::Dataset& train, int rank, int num_workers);
+
+  std::int64_t steps_per_epoch() const { return per_epoch_; }
+  std::int64_t total_steps() const { return total_; }
+
+  // Runs every step; returns how many were taken. `images` is read for the
+  // progress lines (images trained so far by this worker).
+  std::int64_t run(Logger& log, MetricsWriter& metrics, const std::int64_t& images, const StepFn& step,
+                   const EpochEndFn& epoch_end) const;
+
+ private:
+  int batch_size_;
+  int epochs_;
+  int rank_;
+  data::ShardSampler sampler_;
+  std::int64_t per_epoch_;
+  std::int64_t total_;
+  LrSchedule schedule_;
+};
+
+}  // namespace pstrain
