@@ -96,6 +96,8 @@ struct CollectiveConfig {
 struct OutputConfig {
   std::string run_dir = "runs/default";
   std::string log_level = "info";         // "debug" | "info" | "warn" | "error"
+  std::string trace = "steps";            // "off" | "steps" | "all": spans into RUN_DIR/trace.json
+  int resource_interval_ms = 1000;        // resource samples (CPU, RSS, bytes, GPU); 0 = off
 
   bool operator==(const OutputConfig&) const = default;
 };

@@ -16,6 +16,7 @@ constexpr std::array<std::string_view, 2> kOptimizers{"sgd", "adam"};
 constexpr std::array<std::string_view, 3> kDecays{"none", "step", "cosine"};
 constexpr std::array<std::string_view, 3> kBackends{"auto", "gloo", "nccl"};
 constexpr std::array<std::string_view, 4> kLogLevels{"debug", "info", "warn", "error"};
+constexpr std::array<std::string_view, 3> kTraceLevels{"off", "steps", "all"};
 constexpr std::array<std::string_view, 7> kSections{"cluster",  "ps",         "workload", "optimizer",
                                                     "schedule", "collective", "output"};
 
@@ -120,6 +121,8 @@ void visit_table(C& c, const V& v) {
   v("collective", "bucket_bytes", &c.collective.bucket_bytes, at_least(1));
   v("output", "run_dir", &c.output.run_dir, non_empty());
   v("output", "log_level", &c.output.log_level, one_of(kLogLevels));
+  v("output", "trace", &c.output.trace, one_of(kTraceLevels));
+  v("output", "resource_interval_ms", &c.output.resource_interval_ms, between(0, 3600000));
 }
 
 }  // namespace

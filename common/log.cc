@@ -12,7 +12,8 @@ LogLevel parse_log_level(std::string_view name) {
   throw ConfigError("log level '" + std::string(name) + "': expected debug, info, warn or error");
 }
 
-Logger::Logger(std::string name, LogLevel level, std::FILE* out) : name_(std::move(name)), level_(level), out_(out) {}
+Logger::Logger(std::string name, LogLevel level, std::FILE* out, JobClock clock)
+    : name_(std::move(name)), level_(level), out_(out), clock_(clock) {}
 
 void Logger::set_name(std::string name) {
   std::lock_guard lock(mutex_);
@@ -22,7 +23,7 @@ void Logger::set_name(std::string name) {
 void Logger::write(LogLevel level, std::string_view msg) {
   if (!enabled(level)) return;
   static constexpr const char* kTags[] = {"debug: ", "", "warning: ", "error: "};
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  const double seconds = clock_.now_s();
   std::lock_guard lock(mutex_);
   std::fprintf(out_, "[%8.3f %s] %s%.*s\n", seconds, name_.c_str(), kTags[static_cast<int>(level)],
                static_cast<int>(msg.size()), msg.data());

@@ -1,13 +1,16 @@
 // A small line logger: "[12.345 server 0] message" to a stream (stderr by
-// default). One per node, passed to what needs it: no global logger. Lines
-// are written whole under a lock, so threads of one process don't interleave.
+// default), the time in seconds on the job clock (common/job_clock.h), so
+// lines of every process of a launched job share one time axis. One per
+// node, passed to what needs it: no global logger. Lines are written whole
+// under a lock, so threads of one process don't interleave.
 #pragma once
 
-#include <chrono>
 #include <cstdio>
 #include <mutex>
 #include <string>
 #include <string_view>
+
+#include "common/job_clock.h"
 
 namespace pstrain {
 
@@ -17,7 +20,8 @@ LogLevel parse_log_level(std::string_view name);
 
 class Logger {
  public:
-  explicit Logger(std::string name = "", LogLevel level = LogLevel::kInfo, std::FILE* out = stderr);
+  explicit Logger(std::string name = "", LogLevel level = LogLevel::kInfo, std::FILE* out = stderr,
+                  JobClock clock = JobClock::from_environment());
   void set_name(std::string name);
   void set_level(LogLevel level) { level_ = level; }
   bool enabled(LogLevel level) const { return level >= level_; }
@@ -27,13 +31,14 @@ class Logger {
   void warn(std::string_view msg) { write(LogLevel::kWarn, msg); }
   void error(std::string_view msg) { write(LogLevel::kError, msg); }
   void write(LogLevel level, std::string_view msg);
+  const JobClock& clock() const { return clock_; }
 
  private:
   std::mutex mutex_;
   std::string name_;
   LogLevel level_;
   std::FILE* out_;
-  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+  JobClock clock_;
 };
 
 }  // namespace pstrain

@@ -7,6 +7,9 @@ packages=(
   build-essential cmake pkg-config
   libzmq3-dev cppzmq-dev libcereal-dev doctest-dev libtomlplusplus-dev libcli11-dev zlib1g-dev
   libdnnl-dev libopenblas-dev libgloo-dev
+  # oneDNN's CMake package config calls find_package(OpenCL) whatever the
+  # build; libdnnl-dev only recommends these, and we install without recommends.
+  ocl-icd-opencl-dev opencl-c-headers
   python3 python3-matplotlib python3-numpy
   dataset-fashion-mnist
 )

@@ -1,10 +1,12 @@
 #include "tools/launcher/launcher.h"
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
 #include "common/errors.h"
+#include "common/job_clock.h"
 #include "tools/launcher/run_dir.h"
 #include "tools/launcher/supervisor.h"
 #include "tools/report/summary.h"
@@ -67,7 +69,10 @@ class Launch {
       : options_(options),
         plan_(std::move(plan)),
         supervisor_(SupervisorOptions{plan_.run_dir / "logs", !options.quiet, stdout, 5}, signals),
-        start_(Clock::now()) {}
+        start_(Clock::now()) {
+    // Every process of the job measures time from this origin (common/job_clock.h).
+    setenv(kJobStartEnv, std::to_string(job_clock_.origin_unix_us()).c_str(), 1);
+  }
 
   int run() {
     say("run dir " + plan_.run_dir.string() + ": starting the scheduler, " + std::to_string(plan_.num_servers) +
@@ -210,6 +215,7 @@ class Launch {
   LaunchPlan plan_;
   Supervisor supervisor_;
   Clock::time_point start_;
+  JobClock job_clock_ = JobClock(JobClock::unix_now_us());
 };
 
 }  // namespace
