@@ -143,6 +143,10 @@ TEST_CASE("per-key ranges, enums and shapes are enforced with file:line and key"
       {"[output]\nlog_level = \"trace\"",
        "bad.toml:2: key 'output.log_level': expected one of \"debug\", \"info\", \"warn\", \"error\", got "
        "\"trace\""},
+      {"[output]\ntrace = \"full\"",
+       "bad.toml:2: key 'output.trace': expected one of \"off\", \"steps\", \"all\", got \"full\""},
+      {"[output]\nresource_interval_ms = -1",
+       "bad.toml:2: key 'output.resource_interval_ms': expected an integer in [0, 3600000], got -1"},
   });
 }
 
@@ -179,7 +183,7 @@ TEST_CASE("unknown keys and sections are rejected with the closest known name") 
        "bad.toml:1: key 'batch_size': unknown top-level key; did you mean 'workload.batch_size'?"},
       {"mdoe = \"sync\"", "bad.toml:1: key 'mdoe': unknown top-level key; did you mean 'mode'?"},
       {"[output]\ncolor = true",
-       "bad.toml:2: key 'output.color': unknown key; expected one of run_dir, log_level in [output]"},
+       "bad.toml:2: key 'output.color': unknown key; expected one of run_dir, log_level, trace, resource_interval_ms in [output]"},
       {"[workload.extra]\nx = 1",
        "bad.toml:1: key 'workload.extra': unknown key; expected one of model, dataset, data_path, "
        "batch_size, "
