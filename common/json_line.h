@@ -1,9 +1,10 @@
 // Builds one flat JSON object, e.g. for a JSON-lines metrics record:
 //   JsonLine().add("type", "step").add("loss", 0.42).str()
-// Numbers are written with enough digits to round-trip; non-finite doubles
-// become null (JSON has no NaN). Not for nested structures beyond raw().
+// Doubles are written in the shortest form that reads back as the same
+// double (std::to_chars); non-finite doubles become null (JSON has no NaN). Not for nested structures beyond raw().
 #pragma once
 
+#include <charconv>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -37,8 +38,8 @@ class JsonLine {
       out_ += "null";
     } else {
       char buf[32];
-      std::snprintf(buf, sizeof(buf), "%.9g", value);
-      out_ += buf;
+      const auto result = std::to_chars(buf, buf + sizeof(buf), value);  // 24 characters at most
+      out_.append(buf, result.ptr);
     }
     return *this;
   }

@@ -82,7 +82,7 @@ class SchedulerClient {
   std::thread hb_thread_;
 };
 
-// "host:pid" of this process, for registration messages.
+// This machine's host name (gethostname), for registration messages.
 std::string this_host();
 
 }  // namespace pstrain

@@ -255,6 +255,7 @@ void Scheduler::on_store(zmq::message_t& from, const Message& msg) {
       const std::int64_t wait_ms = h.aux > 0 ? std::min<std::int64_t>(h.aux, options_.cluster.timeout_ms)
                                              : options_.cluster.timeout_ms;
       parked_gets_.push_back(ParkedGet{copy_frame(from), h, entry.key, wait_ms, Clock::now() + milliseconds(wait_ms)});
+      parked_gets_count_.store(parked_gets_.size(), std::memory_order_release);
       return;
     }
     if (store_.size() >= kMaxStoreEntries && store_.count(entry.key) == 0) {
@@ -270,6 +271,7 @@ void Scheduler::on_store(zmq::message_t& from, const Message& msg) {
       reply_store(it->routing_id, it->request, entry);
       it = parked_gets_.erase(it);
     }
+    parked_gets_count_.store(parked_gets_.size(), std::memory_order_release);
     store_[entry.key] = std::move(entry.value);
   } catch (const ProtocolError& e) {
     log_.warn(e.what());
@@ -304,6 +306,7 @@ void Scheduler::expire_store_gets() {
     }
     it = parked_gets_.erase(it);
   }
+  parked_gets_count_.store(parked_gets_.size(), std::memory_order_release);
 }
 
 void Scheduler::check_liveness() {

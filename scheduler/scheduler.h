@@ -13,7 +13,9 @@
 // One thread owns the scheduler and its socket.
 #pragma once
 
+#include <atomic>
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -42,6 +44,9 @@ class Scheduler {
 
   const std::string& endpoint() const { return endpoint_; }
   void run();
+  // Store gets parked for a key nobody has set yet; safe from any thread
+  // (lets a test order a get before a set by an event instead of a sleep).
+  std::size_t parked_store_gets() const { return parked_gets_count_.load(std::memory_order_acquire); }
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -85,6 +90,7 @@ class Scheduler {
   };
   std::map<std::string, std::string> store_;
   std::vector<ParkedGet> parked_gets_;
+  std::atomic<std::size_t> parked_gets_count_{0};  // parked_gets_.size(), for other threads
 };
 
 }  // namespace pstrain

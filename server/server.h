@@ -4,7 +4,9 @@
 //
 // One event-loop thread owns everything (socket, store). A bad request gets
 // an error reply saying what was wrong and the loop goes on; only the
-// scheduler's abort, a lost scheduler or a broken socket end run().
+// scheduler's abort or shutdown and a broken socket end run(). Nothing here
+// watches the scheduler itself: a server whose scheduler died keeps serving
+// until it is stopped (the launcher stops it; by hand, kill it).
 // Sync-mode pulls that ask for a version not yet reached are parked and
 // answered as soon as the update that reaches it is applied.
 #pragma once

@@ -4,6 +4,7 @@
 // both sides.
 #include <doctest/doctest.h>
 
+#include <functional>
 #include <future>
 #include <thread>
 
@@ -19,6 +20,17 @@ namespace {
 
 using namespace std::chrono_literals;
 using testing::error_of;
+
+// Polls `condition` until it holds, at most 5 s: orders two threads' steps by
+// an event rather than by a sleep that a slow machine can outlast.
+bool eventually(const std::function<bool()>& condition) {
+  const auto limit = std::chrono::steady_clock::now() + 5s;
+  while (!condition()) {
+    if (std::chrono::steady_clock::now() > limit) return false;
+    std::this_thread::sleep_for(1ms);
+  }
+  return true;
+}
 
 // A scheduler for `workers` workers and no servers, running on a thread.
 struct SchedulerThread {
@@ -71,7 +83,7 @@ void as_worker(zmq::context_t& ctx, const std::string& endpoint, int rank,
 TEST_CASE("in-process store: a get waits for the set, and times out naming the key") {
   InProcessStore store;
   auto later = std::async(std::launch::async, [&] { return store.get("addr/1", 5s); });
-  std::this_thread::sleep_for(20ms);
+  REQUIRE(eventually([&] { return store.waiting() == 1; }));  // the get waits before the set
   store.set("addr/1", std::string("\0\1\2", 3));
   CHECK(later.get() == std::string("\0\1\2", 3));
   store.set("addr/1", "replaced");
@@ -108,7 +120,7 @@ TEST_CASE("scheduler store: a get parked before the set is answered by it; value
   });
   as_worker(ctx, endpoint, 0, [&](SchedulerClient& c) {
     SchedulerStore store(c);
-    std::this_thread::sleep_for(100ms);
+    REQUIRE(eventually([&] { return sched.scheduler.parked_store_gets() == 1; }));  // parked before the set
     store.set("nccl/unique_id", id);
     c.barrier("read");
   });

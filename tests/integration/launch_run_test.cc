@@ -20,7 +20,8 @@ double mean_loss(const std::vector<pstrain::report::StepRecord>& steps, std::siz
 }
 
 // Everything docs/run_directory.md promises after a successful run.
-void check_run_dir(const it::fs::path& run, const std::string& mode, const std::string& output) {
+// `echoed`: whether the launch echoed the nodes' lines (not --quiet).
+void check_run_dir(const it::fs::path& run, const std::string& mode, const std::string& output, bool echoed) {
   const pstrain::RunConfig config = pstrain::load_config((run / "config.toml").string());
   CHECK(config.output.run_dir == run.string());
   CHECK(pstrain::to_string(config.mode) == mode);
@@ -30,7 +31,7 @@ void check_run_dir(const it::fs::path& run, const std::string& mode, const std::
     CHECK(it::count_lines(run / "logs" / (std::string(log) + ".log")) > 0);
   }
   CHECK(it::read_pids(run).size() == 5);
-  CHECK(it::contains(output, "[worker 1] "));
+  CHECK(it::contains(output, " worker 1] ") == echoed);  // a worker's own line, e.g. "[   0.151 worker 1] ..."
   CHECK(it::contains(output, "Run directory: " + run.string()));
   CHECK(it::contains(output, "| worker | time (s) | images |"));
 
@@ -63,9 +64,26 @@ TEST_CASE("the tiny sync config runs to a summary through the launcher") {
   INFO(r.output);
   REQUIRE_FALSE(r.exit.signaled);
   REQUIRE(r.exit.code == 0);
-  check_run_dir(run, "sync", r.output);
+  check_run_dir(run, "sync", r.output, true);
   const JsonValue summary = pstrain::report::parse_json(it::read_file(run / "summary.json"), "summary.json");
   CHECK(summary.find("staleness")->is_null());
+}
+
+TEST_CASE("a run cut short by max_steps records the epoch its final evaluation really ran in") {
+  it::TempDir dir;
+  const auto run = dir.path() / "short";
+  auto args = it::launch_args(it::kSourceDir / "configs/tiny_sync.toml", run);
+  // 16 steps per epoch: step 20 is in epoch 1 of the 5 the config asks for.
+  args.insert(args.end(), {"--set", "workload.epochs=5", "--set", "workload.max_steps=20", "--quiet"});
+  const it::Result r = it::run_launch(args, dir.path());
+  INFO(r.output);
+  REQUIRE(r.exit.code == 0);
+  const auto m = pstrain::report::read_worker_metrics(pstrain::report::worker_metrics_path(run, 0), 0);
+  REQUIRE(m.steps.size() == 20);
+  CHECK(m.steps.back().epoch == 1);
+  REQUIRE_FALSE(m.evals.empty());
+  CHECK(m.evals.back().step == 20);
+  CHECK(m.evals.back().epoch == 1);  // the config's last epoch would be 4
 }
 
 TEST_CASE("the tiny async config runs to a summary with staleness through the launcher") {
@@ -77,9 +95,9 @@ TEST_CASE("the tiny async config runs to a summary with staleness through the la
   INFO(r.output);
   REQUIRE_FALSE(r.exit.signaled);
   REQUIRE(r.exit.code == 0);
-  CHECK_FALSE(it::contains(r.output, "[server 0] "));  // --quiet: logs only
+  CHECK_FALSE(it::contains(r.output, " server 0] "));  // --quiet: logs only
   CHECK(it::count_lines(run / "logs/server-0.log") > 0);
-  check_run_dir(run, "async", r.output + "[worker 1] ");
+  check_run_dir(run, "async", r.output, false);
   const JsonValue summary = pstrain::report::parse_json(it::read_file(run / "summary.json"), "summary.json");
   const JsonValue& staleness = *summary.find("staleness");
   REQUIRE(staleness.kind() == JsonValue::Kind::kObject);

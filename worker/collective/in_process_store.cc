@@ -21,11 +21,19 @@ void InProcessStore::set(const std::string& key, const std::string& value) {
 std::string InProcessStore::get(const std::string& key, std::chrono::milliseconds timeout) {
   validate_store_entry(StoreEntry{key, {}}, "store get");
   std::unique_lock lock(mutex_);
-  if (!changed_.wait_for(lock, timeout, [&] { return entries_.count(key) != 0; })) {
+  ++waiting_;
+  const bool found = changed_.wait_for(lock, timeout, [&] { return entries_.count(key) != 0; });
+  --waiting_;
+  if (!found) {
     throw TimeoutError("store get of key '" + key + "': no rank set it within " + std::to_string(timeout.count()) +
                        " ms");
   }
   return entries_.at(key);
+}
+
+int InProcessStore::waiting() const {
+  std::lock_guard lock(mutex_);
+  return waiting_;
 }
 
 }  // namespace pstrain

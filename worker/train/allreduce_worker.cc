@@ -219,7 +219,7 @@ TrainResult run_allreduce_worker(const RunConfig& config, WorkerSession& session
   L.result.steps = step;
   L.result.time_s = metrics.elapsed_s();
   if (session.rank() == 0) {
-    evaluate_and_record(L, step, w.epochs - 1);
+    evaluate_and_record(L, step, driver.epoch_after(step));
     std::vector<float> params(static_cast<std::size_t>(model.num_params()));
     model.get_params(params);
     write_final_weights(config.output.run_dir, params);

@@ -34,6 +34,11 @@ class EpochDriver {
 
   std::int64_t steps_per_epoch() const { return per_epoch_; }
   std::int64_t total_steps() const { return total_; }
+  // The epoch the last of `steps_done` steps ran in (0 before any step): with
+  // workload.max_steps a run can end before the config's last epoch.
+  int epoch_after(std::int64_t steps_done) const {
+    return steps_done <= 0 ? 0 : static_cast<int>((steps_done - 1) / per_epoch_);
+  }
 
   // Runs every step; returns how many were taken. `images` is read for the
   // progress lines (images trained so far by this worker).

@@ -151,7 +151,7 @@ TrainResult run_ps_worker(const RunConfig& config, WorkerSession& session, Workl
   session.scheduler().barrier("training done");  // every push of every worker has been applied
   L.result.steps = step;
   L.result.time_s = metrics.elapsed_s();
-  if (session.rank() == 0) evaluate_and_record(L, step, w.epochs - 1, config.mode == Mode::kSync ? step : 0);
+  if (session.rank() == 0) evaluate_and_record(L, step, driver.epoch_after(step), config.mode == Mode::kSync ? step : 0);
   if (session.rank() == 0) write_final_weights(config.output.run_dir, L.params);  // the final pull's weights
   write_end_record(metrics, L.result);
   return L.result;
