@@ -70,8 +70,8 @@ void check_world_size(int expected) {
   if (*size != expected) {
     throw ConfigError("environment variable WORLD_SIZE=" + std::to_string(*size) + ", but the config's job has " +
                       std::to_string(expected) +
-                      " processes (1 scheduler + cluster.num_servers servers, none in allreduce mode, + "
-                      "cluster.num_workers workers)");
+                      " processes (1 scheduler + cluster.servers servers, none in allreduce mode, + "
+                      "cluster.workers workers)");
   }
 }
 

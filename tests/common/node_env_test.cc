@@ -111,12 +111,12 @@ TEST_CASE("WORLD_SIZE must be the job's 1 + servers + workers when the rank come
   env.set("WORLD_SIZE", "4");
   CHECK_THROWS_WITH_AS(load_node_config(args_for(kSyncConfig)),
                        "environment variable WORLD_SIZE=4, but the config's job has 5 processes (1 scheduler + "
-                       "cluster.num_servers servers, none in allreduce mode, + cluster.num_workers workers)",
+                       "cluster.servers servers, none in allreduce mode, + cluster.workers workers)",
                        ConfigError);
   env.set("WORLD_SIZE", "3");  // allreduce: no servers, 1 + 2 workers
   CHECK_NOTHROW(load_node_config(args_for(kAllreduceConfig)));
   NodeArgs set_servers = args_for(kSyncConfig);
-  set_servers.overrides = {"cluster.num_servers=1"};
+  set_servers.overrides = {"cluster.servers=1"};
   env.set("WORLD_SIZE", "4");
   CHECK_NOTHROW(load_node_config(set_servers));  // overrides count
 }

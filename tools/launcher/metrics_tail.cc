@@ -8,6 +8,7 @@
 #include <cmath>
 #include <exception>
 #include <limits>
+#include <stdexcept>
 
 #include "tools/report/json_value.h"
 

@@ -57,10 +57,12 @@ std::string head_text(const StatusSnapshot& s) {
 }
 
 std::string worker_text(const WorkerStatus& w) {
-  std::string out = "w" + std::to_string(w.rank) + " ";
-  if (w.finished) return out + "done";
+  std::string out = "w";
+  out += std::to_string(w.rank);
+  out += ' ';
+  if (w.finished) return out.append("done");
   out += std::to_string(w.steps_done);
-  if (w.steps_per_s) out += " " + fixed(*w.steps_per_s, 1) + "/s";
+  if (w.steps_per_s) out.append(" ").append(fixed(*w.steps_per_s, 1)).append("/s");
   return out;
 }
 
