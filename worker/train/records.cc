@@ -38,7 +38,7 @@ void log_progress(Logger& log, int epoch, std::int64_t step_in_epoch, std::int64
   char loss[48] = "";
   if (std::isfinite(mean_loss)) std::snprintf(loss, sizeof(loss), "loss %.4f, ", mean_loss);
   char line[200];
-  std::snprintf(line, sizeof(line), "epoch %d step %lld/%lld (global %lld): %s%.0f images/s (last %.1f s)", epoch,
+  std::snprintf(line, sizeof(line), "epoch %d step %lld/%lld (global %lld): %s%.0f images/s (last %.3g s)", epoch,
                 static_cast<long long>(step_in_epoch + 1), static_cast<long long>(steps_in_epoch),
                 static_cast<long long>(step), loss, images_per_s, window_s);
   log.info(line);
