@@ -5,6 +5,7 @@
 #include "common/log.h"
 #include "common/node_cli.h"
 #include "worker/client/worker_session.h"
+#include "worker/collective/gpu_assignment.h"
 #include "worker/train/allreduce_worker.h"
 #include "worker/train/ps_worker.h"
 
@@ -17,7 +18,12 @@ int run_worker(const pstrain::NodeArgs& args) {
   const int servers = config.cluster.num_servers, workers = config.cluster.num_workers;
   const int rank = args.rank >= 0 ? args.rank : role_rank_from_launcher(1 + servers, workers, "worker");
   Logger log(rank >= 0 ? "worker " + std::to_string(rank) : "worker", parse_log_level(config.output.log_level));
-  Workload workload = make_workload(config, config.workload.batch_size, log);
+  // A launcher's LOCAL_RANK picks the GPU of "auto"/"cuda", as in allreduce mode.
+  RunConfig local = config;
+  if (const int local_rank = local_rank_from_env(); local_rank >= 0 && config.workload.device != "cpu") {
+    local.workload.device = worker_device(config.workload.device, local_rank, visible_cuda_devices());
+  }
+  Workload workload = make_workload(local, config.workload.batch_size, log);
 
   zmq::context_t ctx;
   WorkerSessionOptions options;
