@@ -47,6 +47,8 @@ void write_server_metrics(const std::string& run_dir, const pstrain::Server& ser
                                .add("updates", s.updates_applied)
                                .add("pushes_accepted", s.pushes_accepted)
                                .add("pushes_rejected", s.pushes_rejected)
+                               .add("partial_updates", s.partial_updates)
+                               .add("clock_gap_max", s.clock_gap_max)
                                .raw("staleness_histogram", histogram)
                                .str();
   std::filesystem::create_directories(run_dir + "/metrics");
@@ -79,6 +81,7 @@ int main(int argc, char** argv) {
     pstrain::Logger log("server", pstrain::parse_log_level(config.output.log_level));
     pstrain::ServerOptions o;
     o.mode = config.mode;
+    o.staleness_bound = config.ps.staleness_bound;
     o.optimizer = config.optimizer;
     o.partition_bytes = config.ps.partition_bytes;
     o.cluster = config.cluster;

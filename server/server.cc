@@ -39,7 +39,10 @@ void Server::run() {
     rank_ = info.rank;
     log_.set_name("server " + std::to_string(rank_));
     map_ = ShardMap(info.layout, info.num_servers, options_.partition_bytes);
-    store_ = std::make_unique<ShardStore>(map_, rank_, info.num_workers, options_.mode, options_.optimizer);
+    StoreOptions store_options;
+    store_options.consistency = ConsistencyOptions{options_.mode, options_.staleness_bound};
+    store_options.optimizer = options_.optimizer;
+    store_ = std::make_unique<ShardStore>(map_, rank_, info.num_workers, store_options);
     log_.info("listening on " + endpoint_ + "; holds " + std::to_string(map_.chunks_of(rank_).size()) + " chunks (" +
               std::to_string(map_.bytes_of(rank_)) + " bytes); " + map_.summary());
 
@@ -114,10 +117,10 @@ void Server::serve(const zmq::message_t& from, const Message& msg) {
     }
     case MsgType::kPull:
       store_->num_elems(h.key);  // ownership check before parking
-      if (store_->ready(h.key, h.step)) {
+      if (store_->ready(h.key, h.sender, h.step)) {
         reply_pull(from, h);
       } else {
-        parked_[h.key].push_back(ParkedPull{copy_frame(from), h});
+        parked_[h.key].push_back(ParkedPull{copy_frame(from), h, std::chrono::steady_clock::now()});
       }
       return;
     default:
@@ -126,11 +129,12 @@ void Server::serve(const zmq::message_t& from, const Message& msg) {
   }
 }
 
-void Server::reply_pull(const zmq::message_t& to, const Header& request) {
-  const WeightsSnapshot snap = store_->snapshot(request.sender, request.key);
+void Server::reply_pull(const zmq::message_t& to, const Header& request, std::int64_t parked_us) {
+  const WeightsSnapshot snap = store_->snapshot(request.sender, request.key, request.step);
   Header r = request;
   r.type = MsgType::kPullReply;
   r.version = snap.version;
+  r.aux = parked_us;
   reply(to, r, Payload::floats(std::span<const float>(*snap.weights), snap.weights));
 }
 
@@ -139,12 +143,13 @@ void Server::answer_parked(std::int64_t key) {
   if (it == parked_.end()) return;
   std::vector<ParkedPull> still;
   for (ParkedPull& p : it->second) {
-    if (!store_->ready(key, p.request.step)) {
+    if (!store_->ready(key, p.request.sender, p.request.step)) {
       still.push_back(std::move(p));
       continue;
     }
     try {
-      reply_pull(p.routing_id, p.request);
+      const auto parked = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - p.since);
+      reply_pull(p.routing_id, p.request, parked.count());
     } catch (const TransportError& e) {
       log_.warn(std::string("could not answer a parked pull: ") + e.what());
     }

@@ -109,7 +109,7 @@ class Launch {
     LiveStatusOptions s;
     s.run_dir = plan.run_dir;
     s.num_workers = plan.num_workers;
-    s.async = plan.config.mode == Mode::kAsync;
+    s.async = plan.config.mode == Mode::kAsync || plan.config.mode == Mode::kSsp;
     s.out = stdout;
     s.terminal = isatty(STDOUT_FILENO) != 0;
     s.interval_s = o.status_interval_s;

@@ -53,6 +53,7 @@ struct EndRecord {
   double compute_s = 0;
   double pull_s = 0;
   double push_s = 0;
+  double blocked_s = 0;  // pulls held at the servers by the consistency policy
 };
 
 struct WorkerMetrics {
@@ -68,6 +69,8 @@ struct ServerMetrics {
   std::int64_t updates = 0;
   std::int64_t pushes_accepted = 0;
   std::int64_t pushes_rejected = 0;
+  std::int64_t partial_updates = 0;  // sync: updates with fewer than all workers' gradients
+  std::int64_t clock_gap_max = 0;    // ssp: largest lead over the slowest worker at an answered pull
   std::map<std::int64_t, std::int64_t> staleness_histogram;  // staleness -> count
 };
 

@@ -37,9 +37,9 @@ KVClient::Ticket KVClient::push(std::span<const float> flat, std::int64_t step, 
   return start(MsgType::kPush, flat, nullptr, step, lr, keys);
 }
 
-KVClient::Ticket KVClient::pull(std::span<float> flat, std::int64_t min_version, std::span<const std::int64_t> keys) {
+KVClient::Ticket KVClient::pull(std::span<float> flat, std::int64_t step, std::span<const std::int64_t> keys) {
   check_flat(flat.size(), "pull");
-  return start(MsgType::kPull, {}, flat.data(), min_version, 0.0, keys);
+  return start(MsgType::kPull, {}, flat.data(), step, 0.0, keys);
 }
 
 KVClient::Ticket KVClient::init(std::span<const float> flat, std::span<const std::int64_t> keys) {
@@ -145,6 +145,7 @@ void KVClient::complete(const Message& msg, std::size_t server) {
     }
     std::memcpy(p.pull_dest, msg.payload.data(), static_cast<std::size_t>(c.num_elems) * sizeof(float));
     if (state.first_version || h.version < state.result.min_version) state.result.min_version = h.version;
+    state.result.max_parked_us = std::max(state.result.max_parked_us, h.aux);
     state.first_version = false;
   } else if (h.type == MsgType::kPushReply) {
     state.result.max_staleness = std::max(state.result.max_staleness, h.aux);

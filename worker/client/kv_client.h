@@ -40,6 +40,7 @@ struct TicketResult {
   std::int64_t max_staleness = 0;
   double mean_staleness = 0.0;
   std::int64_t min_version = 0;  // pulls: lowest chunk version received
+  std::int64_t max_parked_us = 0;  // pulls: longest a chunk's pull was held at its server
 };
 
 class KVClient {
@@ -52,7 +53,9 @@ class KVClient {
   // `flat` is the whole flat buffer (map.total_elems() floats); the request
   // covers the given chunk ids, or all chunks when `keys` is empty.
   Ticket push(std::span<const float> flat, std::int64_t step, double lr, std::span<const std::int64_t> keys = {});
-  Ticket pull(std::span<float> flat, std::int64_t min_version, std::span<const std::int64_t> keys = {});
+  // `step`: the step the weights are for (the servers' policy decides when
+  // they may answer: sync, version >= step; ssp, within the bound).
+  Ticket pull(std::span<float> flat, std::int64_t step, std::span<const std::int64_t> keys = {});
   Ticket init(std::span<const float> flat, std::span<const std::int64_t> keys = {});
   TicketResult wait(Ticket ticket);
 

@@ -38,12 +38,14 @@ struct Loop {
 };
 
 // The weights for `step`: waits for the pull sent at the end of the previous
-// step (or sends one now).
-void pull_weights(Loop& L, std::int64_t min_version) {
+// step (or sends one now). The servers answer when their consistency policy
+// allows (sync: the step's update applied; ssp: within the bound); the time
+// the pull was held there counts as blocked.
+void pull_weights(Loop& L, std::int64_t step) {
   KVClient& kv = L.session.kv();
-  const KVClient::Ticket t = L.prefetch ? *L.prefetch : kv.pull(L.params, min_version);
+  const KVClient::Ticket t = L.prefetch ? *L.prefetch : kv.pull(L.params, step);
   L.prefetch.reset();
-  kv.wait(t);
+  L.result.blocked_s += 1e-6 * static_cast<double>(kv.wait(t).max_parked_us);
   L.model.set_params(L.params);
 }
 
@@ -60,9 +62,9 @@ void push_range(Loop& L, std::int64_t offset, std::int64_t count, std::int64_t s
   if (!keys.empty()) tickets.push_back(L.session.kv().push(L.grads, step, lr, keys));
 }
 
-void evaluate_and_record(Loop& L, std::int64_t step, int epoch, std::int64_t min_version) {
+void evaluate_and_record(Loop& L, std::int64_t step, int epoch) {
   if (L.simulated) return;  // no test set under simulated compute
-  pull_weights(L, min_version);
+  pull_weights(L, step);
   const EvalResult r = evaluate(L.model, L.data.test);
   L.result.final_test_accuracy = r.accuracy;
   write_eval_record(L.metrics, L.log, step, epoch, r);
@@ -70,10 +72,9 @@ void evaluate_and_record(Loop& L, std::int64_t step, int epoch, std::int64_t min
 
 // Returns the step's training loss (NaN under simulated compute).
 double train_step(Loop& L, std::span<const std::int64_t> batch, std::int64_t step, int epoch, double lr) {
-  const bool sync = L.config.mode == Mode::kSync;
   KVClient& kv = L.session.kv();
   const auto t0 = Clock::now();
-  pull_weights(L, sync ? step : 0);
+  pull_weights(L, step);
   const auto t1 = Clock::now();
 
   const WorkloadConfig& w = L.config.workload;
@@ -91,8 +92,9 @@ double train_step(Loop& L, std::span<const std::int64_t> batch, std::int64_t ste
   }
   push_range(L, 0, L.session.shard_map().total_elems(), step, lr, tickets, pushed);  // anything not yet sent
   // The next step's weights are requested now: the servers answer as soon as
-  // this step's update is applied (sync), without another round trip.
-  L.prefetch = kv.pull(L.params, sync ? step + 1 : 0);
+  // the policy allows (sync: this step's update applied), without another
+  // round trip.
+  L.prefetch = kv.pull(L.params, step + 1);
   const auto t2 = Clock::now();
 
   double staleness = 0.0;
@@ -148,13 +150,13 @@ TrainResult run_ps_worker(const RunConfig& config, WorkerSession& session, Workl
       log, metrics, L.result.images,
       [&](std::span<const std::int64_t> batch, std::int64_t s, int epoch, double lr) { return train_step(L, batch, s, epoch, lr); },
       [&](std::int64_t s, int epoch, bool last) {
-        if (session.rank() == 0 && !last) evaluate_and_record(L, s, epoch, config.mode == Mode::kSync ? s : 0);
+        if (session.rank() == 0 && !last) evaluate_and_record(L, s, epoch);
       });
   if (L.prefetch) kv_wait_quietly(L);
   session.scheduler().barrier("training done");  // every push of every worker has been applied
   L.result.steps = step;
   L.result.time_s = metrics.elapsed_s();
-  if (session.rank() == 0) evaluate_and_record(L, step, driver.epoch_after(step), config.mode == Mode::kSync ? step : 0);
+  if (session.rank() == 0) evaluate_and_record(L, step, driver.epoch_after(step));
   if (session.rank() == 0) write_final_weights(config.output.run_dir, L.params);  // the final pull's weights
   write_end_record(metrics, L.result);
   return L.result;

@@ -30,7 +30,8 @@ void write_eval_record(MetricsWriter& metrics, Logger& log, std::int64_t step, i
 
 void write_end_record(MetricsWriter& metrics, const TrainResult& r) {
   metrics.write(JsonLine().add("type", "end").add("time_s", r.time_s).add("steps", r.steps).add("images", r.images)
-                    .add("compute_s", r.compute_s).add("pull_s", r.pull_s).add("push_s", r.push_s));
+                    .add("compute_s", r.compute_s).add("pull_s", r.pull_s).add("push_s", r.push_s)
+                    .add("blocked_s", r.blocked_s));
 }
 
 void log_progress(Logger& log, int epoch, std::int64_t step_in_epoch, std::int64_t steps_in_epoch, std::int64_t step,

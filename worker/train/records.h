@@ -18,6 +18,7 @@ struct TrainResult {
   double compute_s = 0.0;
   double pull_s = 0.0;   // PS: waiting for weights; allreduce: the local optimizer update
   double push_s = 0.0;   // PS: waiting for push acks; allreduce: the exposed allreduce wait
+  double blocked_s = 0.0;  // PS: pulls held at the servers by the consistency policy (sync, ssp)
   double final_test_accuracy = -1.0;  // worker 0 only; -1 elsewhere
 };
 
