@@ -52,6 +52,7 @@ struct OptimizerConfig {
   double beta2 = 0.999;         // adam
   double epsilon = 1e-8;        // adam
   std::string staleness_rule = "none";  // "none" | "inverse" (async, ssp: lr / staleness)
+  bool momentum_correction = true;      // async, ssp: servers use momentum - (1 - 1/W), see optimizer.h
 
   bool operator==(const OptimizerConfig&) const = default;
 };

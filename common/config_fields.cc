@@ -112,6 +112,7 @@ void visit_table(C& c, const V& v) {
   v("optimizer", "beta2", &op.beta2, unit_interval());
   v("optimizer", "epsilon", &op.epsilon, above(0));
   v("optimizer", "staleness_rule", &op.staleness_rule, one_of(kStalenessRules));
+  v("optimizer", "momentum_correction", &op.momentum_correction, any());
   auto& sc = c.schedule;
   v("schedule", "decay", &sc.decay, one_of(kDecays));
   v("schedule", "warmup_epochs", &sc.warmup_epochs, at_least(0));

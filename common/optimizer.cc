@@ -2,6 +2,7 @@
 // arithmetic in common/update_rules.h (shared with the workers' backends).
 #include "common/optimizer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 #include <string>
@@ -117,6 +118,18 @@ void validate(const OptimizerConfig& c, std::int64_t num_elems) {
 }
 
 }  // namespace
+
+OptimizerConfig server_optimizer(const RunConfig& config, double* implicit) {
+  OptimizerConfig o = config.optimizer;
+  const bool asynchronous = config.mode == Mode::kAsync || config.mode == Mode::kSsp;
+  const double extra = asynchronous ? 1.0 - 1.0 / static_cast<double>(config.cluster.num_workers) : 0.0;
+  if (implicit != nullptr) *implicit = extra;
+  if (asynchronous && o.momentum_correction && o.name == "sgd") {
+    o.momentum = std::max(0.0, o.momentum - extra);
+    if (o.momentum == 0.0) o.nesterov = false;
+  }
+  return o;
+}
 
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config, std::int64_t num_elems) {
   validate(config, num_elems);

@@ -23,6 +23,14 @@ class Optimizer {
   virtual std::int64_t steps_taken() const = 0;
 };
 
+// The optimizer the servers run for `config`: as configured, except in async
+// and ssp with optimizer.momentum_correction, where the momentum is lowered by
+// the momentum that asynchrony itself adds, about 1 - 1/W for W workers
+// (Mitliagkas et al. 2016, "Asynchrony begets momentum"):
+// max(0, momentum - (1 - 1/W)); Nesterov is dropped when nothing is left.
+// `implicit` (if given) gets the 1 - 1/W that was subtracted (0 in sync).
+OptimizerConfig server_optimizer(const RunConfig& config, double* implicit = nullptr);
+
 // Throws ConfigError for an unknown optimizer name or invalid hyper-parameters.
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config, std::int64_t num_elems);
 

@@ -8,6 +8,7 @@
 #include "common/errors.h"
 #include "common/log.h"
 #include "common/node_cli.h"
+#include "common/optimizer.h"
 #include "server/server.h"
 #include "common/job_fingerprint.h"
 #include "common/json_line.h"
@@ -82,7 +83,16 @@ int main(int argc, char** argv) {
     pstrain::ServerOptions o;
     o.mode = config.mode;
     o.staleness_bound = config.ps.staleness_bound;
-    o.optimizer = config.optimizer;
+    double implicit = 0.0;
+    o.optimizer = pstrain::server_optimizer(config, &implicit);
+    if (o.optimizer.momentum != config.optimizer.momentum) {
+      char line[200];
+      std::snprintf(line, sizeof(line),
+                    "momentum %.4g on the servers: optimizer.momentum %.4g less the %.4g that asynchrony with %d "
+                    "workers adds (optimizer.momentum_correction)",
+                    o.optimizer.momentum, config.optimizer.momentum, implicit, config.cluster.num_workers);
+      log.info(line);
+    }
     o.partition_bytes = config.ps.partition_bytes;
     o.cluster = config.cluster;
     o.scheduler_endpoint = config.cluster.scheduler;

@@ -33,7 +33,7 @@ EpochDriver::EpochDriver(const RunConfig& config, const data::Dataset& train, in
       per_epoch_(pstrain::steps_per_epoch(sampler_.num_samples_per_replica(), batch_size_)),
       total_(capped_total(per_epoch_, config.workload)),
       schedule_(config.optimizer, config.schedule, per_epoch_, std::max<std::int64_t>(total_, 1),
-                static_cast<std::int64_t>(batch_size_) * num_workers) {}
+                samples_per_update(config.mode, batch_size_, num_workers)) {}
 
 std::int64_t EpochDriver::run(Logger& log, MetricsWriter& metrics, const std::int64_t& images, const StepFn& step_fn,
                               const EpochEndFn& epoch_end) const {

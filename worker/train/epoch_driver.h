@@ -3,8 +3,9 @@
 // training set (ShardSampler from the seed: disjoint across workers, reshuffled
 // per epoch), cut into batches of workload.batch_size; ceil(shard / batch)
 // steps per epoch (the same on every worker), capped by workload.max_steps;
-// the learning rate of each step from the schedule (global batch = batch x
-// workers); progress lines from worker 0 five times an epoch (the mean loss
+// the learning rate of each step from the schedule (linear scaling by the
+// samples per update: batch x workers in sync and allreduce, batch in async
+// and ssp, common/lr_schedule.h); progress lines from worker 0 five times an epoch (the mean loss
 // and images/s since the previous line); a hook at each epoch's end. Before
 // the first step it writes the metrics file's "plan" record (total_steps,
 // steps_per_epoch, epochs), which the launcher's status line reads. Not
