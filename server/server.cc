@@ -40,6 +40,8 @@ void Server::run() {
     log_.set_name("server " + std::to_string(rank_));
     map_ = ShardMap(info.layout, info.num_servers, options_.partition_bytes);
     store_ = std::make_unique<ShardStore>(map_, rank_, info.num_workers, options_.mode, options_.optimizer);
+    store_->set_trace(options_.trace);
+    if (options_.trace != nullptr) options_.trace->set_process("server", rank_);
     log_.info("listening on " + endpoint_ + "; holds " + std::to_string(map_.chunks_of(rank_).size()) + " chunks (" +
               std::to_string(map_.bytes_of(rank_)) + " bytes); " + map_.summary());
 
@@ -61,11 +63,29 @@ void Server::run() {
   }
 }
 
+namespace {
+
+// The request's span: named by its type ("push", "pull", "init") once it is
+// decoded; "receive" (reading and decoding the message) is its first child.
+const char* request_span_name(MsgType type) {
+  switch (type) {
+    case MsgType::kPush: return "push";
+    case MsgType::kPull: return "pull";
+    case MsgType::kInit: return "init";
+    default: return "request";
+  }
+}
+
+}  // namespace
+
 void Server::handle_request() {
   zmq::message_t from;
   std::optional<Envelope> env;
+  TraceSpan span(options_.trace, TraceLevel::kAll, "request", "server");
   try {
+    TraceSpan receive(options_.trace, TraceLevel::kAll, "receive", "server");
     env = receive_message(router_, true, milliseconds(0), DecodeLimits{options_.cluster.max_message_bytes}, &from);
+    if (env) receive.arg("bytes", env->message.header.num_elems * static_cast<std::int64_t>(sizeof(float)));
   } catch (const ProtocolError& e) {
     ++bad_requests_;
     log_.warn(std::string("malformed request: ") + e.what());
@@ -76,7 +96,13 @@ void Server::handle_request() {
     }
     return;
   }
-  if (!env) return;
+  if (!env) {
+    span.cancel();
+    return;
+  }
+  const Header& h = env->message.header;
+  span.rename(request_span_name(h.type));
+  span.arg("chunk", h.key).arg("worker", h.sender).arg("step", h.step);
   try {
     serve(env->routing_id, env->message);
   } catch (const RequestError& e) {
@@ -157,6 +183,8 @@ void Server::answer_parked(std::int64_t key) {
 }
 
 void Server::reply(const zmq::message_t& to, Header header, Payload payload) {
+  TraceSpan span(options_.trace, TraceLevel::kAll, header.type == MsgType::kPullReply ? "reply pull" : "reply", "server");
+  span.arg("chunk", header.key).arg("worker", header.sender);
   header.role = Role::kServer;
   header.sender = rank_;
   header.status = Status::kOk;

@@ -105,7 +105,11 @@ PushOutcome ShardStore::push(int worker, std::int64_t key, std::int64_t step, st
                                                   std::to_string(lr));
     }
     std::int64_t bad = 0;
-    const std::int64_t first = first_non_finite(grad, bad);
+    std::int64_t first = -1;
+    {
+      TraceSpan span(trace_, TraceLevel::kAll, "finite check", "server");
+      first = first_non_finite(grad, bad);
+    }
     if (first >= 0) {
       throw RequestError(Status::kRejected, where("push", key, worker, step) + ": gradient has " +
                                                 std::to_string(bad) + " non-finite values (first at element " +
@@ -122,6 +126,8 @@ PushOutcome ShardStore::push(int worker, std::int64_t key, std::int64_t step, st
 }
 
 void ShardStore::apply(ChunkState& c, std::span<const float> grad, double lr) {
+  TraceSpan span(trace_, TraceLevel::kAll, "update", "server");
+  span.arg("chunk", c.key).arg("version", c.version + 1);
   if (c.weights.use_count() > 1) {  // a pull reply is still sending these: copy on write
     c.weights = std::make_shared<std::vector<float>>(*c.weights);
   }
@@ -149,6 +155,8 @@ PushOutcome ShardStore::push_sync(ChunkState& c, int worker, std::int64_t step, 
     apply(c, grad, lr);
     return PushOutcome{true, c.version, 0};
   }
+  TraceSpan sum_span(trace_, TraceLevel::kAll, "sum", "server");
+  sum_span.arg("arrival", c.arrivals + 1);
   float* sum = c.sum.data();
   const float* g = grad.data();
   if (c.arrivals == 0) {  // copy first...
@@ -166,6 +174,7 @@ PushOutcome ShardStore::push_sync(ChunkState& c, int worker, std::int64_t step, 
       for (std::size_t i = 0; i < grad.size(); ++i) sum[i] = (sum[i] + g[i]) / workers;
     }
   }
+  sum_span.end();
   if (++c.arrivals < num_workers_) return PushOutcome{false, c.version, 0};
   c.arrivals = 0;
   apply(c, c.sum, c.step_lr);

@@ -27,6 +27,7 @@
 #include "common/optimizer.h"
 #include "common/protocol.h"
 #include "common/shard_map.h"
+#include "common/trace.h"
 
 namespace pstrain {
 
@@ -76,6 +77,9 @@ class ShardStore {
   std::int64_t version(std::int64_t key) const;
 
   const StoreStats& stats() const { return stats_; }
+  // Level "all": spans "finite check", "sum" (sync) and "update" inside the
+  // server's request span; null = none.
+  void set_trace(TraceRecorder* trace) { trace_ = trace; }
 
  private:
   struct ChunkState {
@@ -105,6 +109,7 @@ class ShardStore {
   std::map<std::int64_t, std::size_t> index_;  // key -> position in chunks_
   std::size_t num_initialized_ = 0;
   StoreStats stats_;
+  TraceRecorder* trace_ = nullptr;
 };
 
 }  // namespace pstrain

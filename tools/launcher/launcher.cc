@@ -11,6 +11,7 @@
 #include "tools/launcher/supervisor.h"
 #include "tools/report/summary.h"
 #include "tools/report/text_file.h"
+#include "tools/report/trace_merge.h"
 
 namespace pstrain::launcher {
 namespace {
@@ -74,7 +75,15 @@ class Launch {
     setenv(kJobStartEnv, std::to_string(job_clock_.origin_unix_us()).c_str(), 1);
   }
 
+  // The job, then its timeline (also after a failure: it shows where it stopped).
   int run() {
+    const int code = run_job();
+    merge_timeline();
+    return code;
+  }
+
+ private:
+  int run_job() {
     say("run dir " + plan_.run_dir.string() + ": starting the scheduler, " + std::to_string(plan_.num_servers) +
         " server(s) and " + std::to_string(plan_.num_workers) + " worker(s)");
     start(scheduler_spec(plan_));
@@ -86,7 +95,24 @@ class Launch {
     return summarize();
   }
 
- private:
+  // RUN_DIR/trace/*.json -> RUN_DIR/trace.json; problems are reported, not fatal.
+  void merge_timeline() {
+    if (plan_.config.output.trace == "off") return;
+    try {
+      const report::TraceMergeResult r = report::merge_trace(plan_.run_dir);
+      for (const std::string& e : r.errors) say("trace: " + e);
+      if (r.output.empty()) {
+        say("trace: no process wrote a timeline to " + (plan_.run_dir / "trace").string());
+      } else {
+        say("trace: " + std::to_string(r.events) + " spans of " + std::to_string(r.parts) + " processes in " +
+            r.output.string() + (r.dropped_events > 0 ? " (" + std::to_string(r.dropped_events) +
+                                                            " dropped at the per-process cap)" : ""));
+      }
+    } catch (const std::exception& e) {
+      say(std::string("trace: merge failed: ") + e.what());
+    }
+  }
+
   std::optional<Clock::time_point> deadline() const {
     if (!options_.timeout_s) return std::nullopt;
     return start_ + to_ms(*options_.timeout_s);
