@@ -44,6 +44,7 @@ std::string TraceRecorder::process_label() const {
 
 std::string TraceRecorder::file_name() const {
   std::lock_guard lock(mutex_);
+  if (role_ == "scheduler") return "scheduler.json";  // one per job, no rank
   return role_ + "-" + (rank_ >= 0 ? std::to_string(rank_) : "pid" + std::to_string(getpid())) + ".json";
 }
 

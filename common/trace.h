@@ -76,7 +76,8 @@ class TraceRecorder {
   std::int64_t now_us() const { return clock_.now_us(); }
 
   // Who this process is: process_name "worker 0", file "worker-0.json".
-  // rank < 0 (not known yet): "worker", "worker-pid<PID>.json".
+  // rank < 0 (not known yet): "worker", "worker-pid<PID>.json"; the
+  // scheduler (one per job) is "scheduler", "scheduler.json".
   void set_process(std::string role, int rank);
   std::string process_label() const;
   std::string file_name() const;
