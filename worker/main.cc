@@ -6,6 +6,7 @@
 #include "common/node_cli.h"
 #include "common/trace.h"
 #include "worker/client/worker_session.h"
+#include "worker/collective/gpu_assignment.h"
 #include "worker/train/allreduce_worker.h"
 #include "worker/train/ps_worker.h"
 
@@ -22,7 +23,12 @@ int run_worker(const pstrain::NodeArgs& args) {
   trace.set_process("worker", rank);
   trace.name_this_thread("training");
   const TraceFileGuard trace_file(trace, trace_dir(config.output.run_dir));  // also when training fails
-  Workload workload = make_workload(config, config.workload.batch_size, log);
+  // A launcher's LOCAL_RANK picks the GPU of "auto"/"cuda", as in allreduce mode.
+  RunConfig local = config;
+  if (const int local_rank = local_rank_from_env(); local_rank >= 0 && config.workload.device != "cpu") {
+    local.workload.device = worker_device(config.workload.device, local_rank, visible_cuda_devices());
+  }
+  Workload workload = make_workload(local, config.workload.batch_size, log);
 
   zmq::context_t ctx;
   WorkerSessionOptions options;

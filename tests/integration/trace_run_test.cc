@@ -44,7 +44,7 @@ JsonValue run_traced(const it::fs::path& config, const it::fs::path& run, const 
   const it::Result r = it::run_launch(args, dir.path());
   INFO(r.output);
   REQUIRE(r.exit.code == 0);
-  CHECK(it::contains(r.output, "launch: trace: "));
+  CHECK(it::contains(r.output, " launch] trace: "));
   REQUIRE(it::fs::exists(run / "trace.json"));
   return pstrain::report::parse_json(it::read_file(run / "trace.json"), (run / "trace.json").string());
 }
@@ -146,5 +146,5 @@ TEST_CASE("trace = steps records steps but no per-chunk spans; trace = off write
   REQUIRE(r.exit.code == 0);
   CHECK_FALSE(it::fs::exists(off / "trace.json"));
   CHECK_FALSE(it::fs::exists(off / "trace"));
-  CHECK_FALSE(it::contains(r.output, "launch: trace"));
+  CHECK_FALSE(it::contains(r.output, " launch] trace"));
 }

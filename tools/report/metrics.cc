@@ -83,14 +83,16 @@ EndRecord read_end(const Fields& f) {
 void add_record(WorkerMetrics& m, const Fields& f) {
   if (m.end) throw DataError(f.where() + ": a record after the \"end\" record");
   const std::string& type = f.text("type");
-  if (type == "step") {
+  if (type == "plan") {
+    m.plan = PlanRecord{f.integer("total_steps"), f.integer("steps_per_epoch"), f.integer("epochs")};
+  } else if (type == "step") {
     m.steps.push_back(read_step(f));
   } else if (type == "eval") {
     m.evals.push_back(read_eval(f));
   } else if (type == "end") {
     m.end = read_end(f);
   } else {
-    throw DataError(f.what("type") + ": expected \"step\", \"eval\" or \"end\", got \"" + type + "\"");
+    throw DataError(f.what("type") + ": expected \"plan\", \"step\", \"eval\" or \"end\", got \"" + type + "\"");
   }
 }
 

@@ -1,5 +1,5 @@
 // Readers for a run directory's metrics files (docs/run_directory.md):
-// metrics/worker-<w>.jsonl (one JSON object per line: "step", "eval", "end")
+// metrics/worker-<w>.jsonl (one JSON object per line: "plan", "step", "eval", "end")
 // and metrics/server-<s>.json (update counts and the staleness histogram).
 //
 // Every documented field must be present with its type; a JSON null stands
@@ -14,6 +14,13 @@
 #include <vector>
 
 namespace pstrain::report {
+
+// What the worker's EpochDriver will run (written before its first step).
+struct PlanRecord {
+  std::int64_t total_steps = 0;
+  std::int64_t steps_per_epoch = 0;
+  std::int64_t epochs = 0;
+};
 
 struct StepRecord {
   double time_s = 0;  // since the worker started training
@@ -50,6 +57,7 @@ struct EndRecord {
 
 struct WorkerMetrics {
   int rank = -1;
+  std::optional<PlanRecord> plan;  // absent in files of older runs
   std::vector<StepRecord> steps;
   std::vector<EvalRecord> evals;
   std::optional<EndRecord> end;  // absent while the worker runs or if it crashed

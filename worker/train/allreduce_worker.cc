@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdio>
 #include <functional>
+#include <limits>
 #include <vector>
 
 #include "common/errors.h"
@@ -153,7 +154,8 @@ nn::StepStats compute_and_start(Loop& L, std::span<const std::int64_t> batch, Gr
   return s;
 }
 
-void train_step(Loop& L, std::span<const std::int64_t> batch, std::int64_t step, int epoch, double lr) {
+// Returns the step's training loss (NaN under simulated compute).
+double train_step(Loop& L, std::span<const std::int64_t> batch, std::int64_t step, int epoch, double lr) {
   nn::Model& model = L.model;
   const bool simulated = !L.simulated_grads.empty();
   if (simulated) {  // what a real backward would have written
@@ -192,6 +194,7 @@ void train_step(Loop& L, std::span<const std::int64_t> batch, std::int64_t step,
   L.result.images += n;
   write_step_record(L.metrics, StepRecord{step, epoch, n, simulated ? nullptr : &s, seconds_between(t0, t3),
                                           L.last_compute_s, seconds_between(t2, t3), seconds_between(t1, t2), lr, 0.0});
+  return simulated ? std::numeric_limits<double>::quiet_NaN() : s.loss;
 }
 
 }  // namespace
@@ -232,7 +235,7 @@ TrainResult run_allreduce_worker(const RunConfig& config, WorkerSession& session
            std::to_string(config.collective.bucket_bytes) + " bytes");
   const std::int64_t step = driver.run(
       log, metrics, L.result.images,
-      [&](std::span<const std::int64_t> batch, std::int64_t s, int epoch, double lr) { train_step(L, batch, s, epoch, lr); },
+      [&](std::span<const std::int64_t> batch, std::int64_t s, int epoch, double lr) { return train_step(L, batch, s, epoch, lr); },
       [&](std::int64_t s, int epoch, bool last) {
         check_replicas(L, ("after epoch " + std::to_string(epoch)).c_str());
         if (session.rank() == 0 && !last) evaluate_and_record(L, s, epoch);

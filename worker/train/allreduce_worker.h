@@ -4,7 +4,7 @@
 //   its gradients join a bucket of collective.bucket_bytes whose allreduce
 //   (mean over the workers) starts at once, overlapping the rest of backward
 //   -> wait for every bucket -> the same optimizer update on every worker
-//   (nn::DeviceOptimizer: common/optimizer.h's formulas, the servers' code
+//   (nn::DeviceOptimizer: common/update_rules.h, the servers' code
 //   path on the CPU) applied to its own replica.
 // Replicas start from worker 0's weights (broadcast) and stay identical;
 // at each epoch's end every worker checks that (a fingerprint of the weights

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <functional>
+#include <limits>
 #include <optional>
 #include <vector>
 
@@ -75,7 +76,8 @@ void evaluate_and_record(Loop& L, std::int64_t step, int epoch, std::int64_t min
   write_eval_record(L.metrics, L.log, step, epoch, r);
 }
 
-void train_step(Loop& L, std::span<const std::int64_t> batch, std::int64_t step, int epoch, double lr) {
+// Returns the step's training loss (NaN under simulated compute).
+double train_step(Loop& L, std::span<const std::int64_t> batch, std::int64_t step, int epoch, double lr) {
   const bool sync = L.config.mode == Mode::kSync;
   KVClient& kv = L.session.kv();
   TraceSpan step_span(L.trace, TraceLevel::kSteps, "step", "worker");
@@ -127,6 +129,7 @@ void train_step(Loop& L, std::span<const std::int64_t> batch, std::int64_t step,
   write_step_record(L.metrics, StepRecord{step, epoch, n, L.simulated ? nullptr : &s, seconds_between(t0, t3),
                                           L.last_compute_s, seconds_between(t0, t1), seconds_between(t2, t3), lr,
                                           staleness});
+  return L.simulated ? std::numeric_limits<double>::quiet_NaN() : s.loss;
 }
 
 // Completes the last prefetch (its weights are not needed).
@@ -168,7 +171,7 @@ TrainResult run_ps_worker(const RunConfig& config, WorkerSession& session, Workl
            " servers; " + session.shard_map().summary());
   const std::int64_t step = driver.run(
       log, metrics, L.result.images,
-      [&](std::span<const std::int64_t> batch, std::int64_t s, int epoch, double lr) { train_step(L, batch, s, epoch, lr); },
+      [&](std::span<const std::int64_t> batch, std::int64_t s, int epoch, double lr) { return train_step(L, batch, s, epoch, lr); },
       [&](std::int64_t s, int epoch, bool last) {
         if (session.rank() == 0 && !last) evaluate_and_record(L, s, epoch, config.mode == Mode::kSync ? s : 0);
       });
