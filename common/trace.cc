@@ -95,6 +95,16 @@ void TraceRecorder::record(const TraceEvent& event) {
   events_.push_back(event);
 }
 
+void TraceRecorder::record_on_this_thread(TraceEvent event) {
+  std::lock_guard lock(mutex_);
+  if (events_.size() >= max_events_) {
+    ++dropped_;
+    return;
+  }
+  event.tid = thread_locked(std::this_thread::get_id());
+  events_.push_back(event);
+}
+
 void TraceRecorder::record(std::uint32_t tid, const char* name, const char* cat, std::int64_t ts_us,
                            std::int64_t dur_us, std::initializer_list<TraceArg> args) {
   TraceEvent e;
@@ -123,7 +133,7 @@ std::vector<TraceEvent> TraceRecorder::events() const {
   std::vector<TraceEvent> out;
   {
     std::lock_guard lock(mutex_);
-    out = events_;
+    out.assign(events_.begin(), events_.end());
   }
   // Spans are recorded when they end (children before parents): order by
   // start, the longer (enclosing) one first, so that each thread's events

@@ -17,10 +17,11 @@
 //
 // Memory is bounded: at most max_events are kept (the first ones); later
 // events are counted in dropped() and the count is written into the file
-// ("otherData": {"dropped_events": N}). Recording takes a short mutex
-// (a push_back into a preallocated-by-doubling vector); names, categories and
-// argument keys are `const char*` with static storage (string literals or
-// intern()), so a recorded span allocates nothing beyond the vector.
+// ("otherData": {"dropped_events": N}). Recording a span takes one short
+// mutex hold: the thread id lookup and a push_back into a deque, which grows
+// without moving what it holds (tools/bench_trace.cc measures it). Names,
+// categories and argument keys are `const char*` with static storage (string
+// literals or intern()), so a recorded span allocates nothing beyond the deque.
 // Thread-safe.
 #pragma once
 
@@ -95,6 +96,8 @@ class TraceRecorder {
 
   // Records a finished span (dropped, and counted, beyond max_events).
   void record(const TraceEvent& event);
+  // record() with event.tid = this_thread(), under one lock (TraceSpan's path).
+  void record_on_this_thread(TraceEvent event);
   void record(std::uint32_t tid, const char* name, const char* cat, std::int64_t ts_us, std::int64_t dur_us,
               std::initializer_list<TraceArg> args = {});
 
@@ -129,7 +132,7 @@ class TraceRecorder {
   std::string role_ = "process";
   int rank_ = -1;
   std::vector<Thread> threads_;
-  std::vector<TraceEvent> events_;
+  std::deque<TraceEvent> events_;  // grows without moving what it holds
   std::int64_t dropped_ = 0;
   std::deque<std::string> interned_;
 };
@@ -163,8 +166,7 @@ class TraceSpan {
     if (trace_ == nullptr) return;
     event_.dur_us = trace_->now_us() - event_.ts_us;
     if (event_.dur_us < 0) event_.dur_us = 0;  // the wall clock stepped back
-    event_.tid = trace_->this_thread();
-    trace_->record(event_);
+    trace_->record_on_this_thread(event_);
     trace_ = nullptr;
   }
   // Drops the span unrecorded.
