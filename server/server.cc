@@ -85,7 +85,11 @@ void Server::handle_request() {
   try {
     TraceSpan receive(options_.trace, TraceLevel::kAll, "receive", "server");
     env = receive_message(router_, true, milliseconds(0), DecodeLimits{options_.cluster.max_message_bytes}, &from);
-    if (env) receive.arg("bytes", env->message.header.num_elems * static_cast<std::int64_t>(sizeof(float)));
+    if (env) {
+      receive.arg("bytes", env->message.header.num_elems * static_cast<std::int64_t>(sizeof(float)));
+    } else {
+      receive.cancel();  // nothing came: no request span either (below)
+    }
   } catch (const ProtocolError& e) {
     ++bad_requests_;
     log_.warn(std::string("malformed request: ") + e.what());

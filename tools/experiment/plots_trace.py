@@ -11,7 +11,7 @@ narrower on top of their parents. Times are milliseconds from the window's
 start.
 
 By hand (e.g. for docs/figures/trace_step.png):
-    PYTHONPATH=tools python3 -m experiment.plots_trace RUN_DIR/trace.json OUT.png [--step N]
+    PYTHONPATH=tools /usr/bin/python3 -m experiment.plots_trace RUN_DIR/trace.json OUT.png [--step N]
 """
 from __future__ import annotations
 
