@@ -9,6 +9,7 @@
 #include "common/log.h"
 #include "common/node_cli.h"
 #include "common/optimizer.h"
+#include "common/trace.h"
 #include "server/server.h"
 #include "common/job_fingerprint.h"
 #include "common/json_line.h"
@@ -80,6 +81,10 @@ int main(int argc, char** argv) {
     const int rank = args.rank >= 0 ? args.rank
                                     : pstrain::role_rank_from_launcher(1, config.cluster.num_servers, "server");
     pstrain::Logger log("server", pstrain::parse_log_level(config.output.log_level));
+    pstrain::TraceRecorder trace(pstrain::parse_trace_level(config.output.trace), log.clock());
+    trace.set_process("server", rank);
+    trace.name_this_thread("requests");
+    const pstrain::TraceFileGuard trace_file(trace, pstrain::trace_dir(config.output.run_dir));
     pstrain::ServerOptions o;
     o.mode = config.mode;
     o.staleness_bound = config.ps.staleness_bound;
@@ -99,6 +104,7 @@ int main(int argc, char** argv) {
     o.requested_rank = rank;
     o.job_fingerprint = pstrain::job_fingerprint(config.mode, config.ps.partition_bytes, config.cluster.num_servers,
                                                  config.cluster.num_workers);
+    o.trace = &trace;
     choose_endpoint(config, rank, o);
     zmq::context_t ctx;
     pstrain::Server server(ctx, o, log);

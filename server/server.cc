@@ -43,6 +43,8 @@ void Server::run() {
     store_options.consistency = ConsistencyOptions{options_.mode, options_.staleness_bound};
     store_options.optimizer = options_.optimizer;
     store_ = std::make_unique<ShardStore>(map_, rank_, info.num_workers, store_options);
+    store_->set_trace(options_.trace);
+    if (options_.trace != nullptr) options_.trace->set_process("server", rank_);
     log_.info("listening on " + endpoint_ + "; holds " + std::to_string(map_.chunks_of(rank_).size()) + " chunks (" +
               std::to_string(map_.bytes_of(rank_)) + " bytes); " + map_.summary());
 
@@ -64,11 +66,33 @@ void Server::run() {
   }
 }
 
+namespace {
+
+// The request's span: named by its type ("push", "pull", "init") once it is
+// decoded; "receive" (reading and decoding the message) is its first child.
+const char* request_span_name(MsgType type) {
+  switch (type) {
+    case MsgType::kPush: return "push";
+    case MsgType::kPull: return "pull";
+    case MsgType::kInit: return "init";
+    default: return "request";
+  }
+}
+
+}  // namespace
+
 void Server::handle_request() {
   zmq::message_t from;
   std::optional<Envelope> env;
+  TraceSpan span(options_.trace, TraceLevel::kAll, "request", "server");
   try {
+    TraceSpan receive(options_.trace, TraceLevel::kAll, "receive", "server");
     env = receive_message(router_, true, milliseconds(0), DecodeLimits{options_.cluster.max_message_bytes}, &from);
+    if (env) {
+      receive.arg("bytes", env->message.header.num_elems * static_cast<std::int64_t>(sizeof(float)));
+    } else {
+      receive.cancel();  // nothing came: no request span either (below)
+    }
   } catch (const ProtocolError& e) {
     ++bad_requests_;
     log_.warn(std::string("malformed request: ") + e.what());
@@ -79,7 +103,13 @@ void Server::handle_request() {
     }
     return;
   }
-  if (!env) return;
+  if (!env) {
+    span.cancel();
+    return;
+  }
+  const Header& h = env->message.header;
+  span.rename(request_span_name(h.type));
+  span.arg("chunk", h.key).arg("worker", h.sender).arg("step", h.step);
   try {
     serve(env->routing_id, env->message);
   } catch (const RequestError& e) {
@@ -162,6 +192,8 @@ void Server::answer_parked(std::int64_t key) {
 }
 
 void Server::reply(const zmq::message_t& to, Header header, Payload payload) {
+  TraceSpan span(options_.trace, TraceLevel::kAll, header.type == MsgType::kPullReply ? "reply pull" : "reply", "server");
+  span.arg("chunk", header.key).arg("worker", header.sender);
   header.role = Role::kServer;
   header.sender = rank_;
   header.status = Status::kOk;

@@ -28,6 +28,7 @@
 #include "common/protocol.h"
 #include "common/scheduler_client.h"
 #include "common/shard_map.h"
+#include "common/trace.h"
 #include "server/shard_store.h"
 
 namespace pstrain {
@@ -43,6 +44,9 @@ struct ServerOptions {
   std::string advertise_host;                        // tcp: host workers dial; empty = as bound
   int requested_rank = -1;
   std::string job_fingerprint;
+  // Level "all": a span per request (receive, finite check, sum, update,
+  // reply inside it); null = none.
+  TraceRecorder* trace = nullptr;
 };
 
 class Server {

@@ -96,13 +96,22 @@ PushOutcome ShardStore::push(int worker, std::int64_t key, std::int64_t step, st
       throw RequestError(Status::kBadRequest, what + ": invalid learning rate " + std::to_string(lr));
     }
     std::int64_t bad = 0;
-    const std::int64_t first = first_non_finite(grad, bad);
+    std::int64_t first = -1;
+    {
+      TraceSpan span(trace_, TraceLevel::kAll, "finite check", "server");
+      first = first_non_finite(grad, bad);
+    }
     if (first >= 0) {
       throw RequestError(Status::kRejected, what + ": gradient has " + std::to_string(bad) +
                                                 " non-finite values (first at element " + std::to_string(first) +
                                                 "); not applied");
     }
-    const std::optional<Update> update = policy_->on_push(at, c.version, PushRequest{key, worker, step, grad, lr});
+    std::optional<Update> update;
+    {
+      // sync: the rank-ordered sum happens here
+      TraceSpan span(options_.consistency.mode == Mode::kSync ? trace_ : nullptr, TraceLevel::kAll, "sum", "server");
+      update = policy_->on_push(at, c.version, PushRequest{key, worker, step, grad, lr});
+    }
     ++stats_.pushes_accepted;
     if (!update) return PushOutcome{false, c.version, 0};
     if (options_.consistency.mode == Mode::kSync) {
@@ -123,6 +132,8 @@ PushOutcome ShardStore::push(int worker, std::int64_t key, std::int64_t step, st
 }
 
 void ShardStore::apply(ChunkState& c, const Update& update) {
+  TraceSpan span(trace_, TraceLevel::kAll, "update", "server");
+  span.arg("chunk", c.key).arg("version", c.version + 1);
   if (c.weights.use_count() > 1) {  // a pull reply is still sending these: copy on write
     c.weights = std::make_shared<std::vector<float>>(*c.weights);
   }

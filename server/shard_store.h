@@ -25,6 +25,7 @@
 #include "common/optimizer.h"
 #include "common/protocol.h"
 #include "common/shard_map.h"
+#include "common/trace.h"
 #include "server/consistency.h"
 #include "server/request_error.h"
 
@@ -80,6 +81,9 @@ class ShardStore {
   std::vector<std::int64_t> drop_worker(int worker);
 
   const StoreStats& stats() const { return stats_; }
+  // Level "all": spans "finite check", "sum" (sync) and "update" inside the
+  // server's request span; null = none.
+  void set_trace(TraceRecorder* trace) { trace_ = trace; }
 
  private:
   struct ChunkState {
@@ -104,6 +108,7 @@ class ShardStore {
   std::map<std::int64_t, std::size_t> index_;  // key -> position in chunks_
   std::size_t num_initialized_ = 0;
   StoreStats stats_;
+  TraceRecorder* trace_ = nullptr;
 };
 
 }  // namespace pstrain

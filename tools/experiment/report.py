@@ -7,7 +7,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from experiment import html_page, plots_curves, plots_scaling, plots_workers, table
+from experiment import html_page, plots_curves, plots_scaling, plots_trace, plots_workers, table
 from experiment.table import compute_text
 
 
@@ -50,7 +50,20 @@ def _figures(results: list, out: Path) -> list:
                "includes waiting for the slowest worker), push, the rest, and the wait after a worker's last step "
                "for the others to finish.",
                made(plots_workers.plot_time_breakdown(results, out)), "no point finished"),
-    ]
+    ] + _timeline_figure(results, out)
+
+
+def _timeline_figure(results: list, out: Path) -> list:
+    """The Gantt chart of one step, when some run wrote a timeline (output.trace not "off")."""
+    png = plots_trace.plot_report_timeline(results, out)
+    if png is None:
+        return []
+    return [Figure("Timeline of one step",
+                   "One training step of the first point with a trace (its first repetition), from the run's "
+                   "trace.json: rows are each worker's training thread, its per-server chunk tracks (push and "
+                   "pull replies; at output.trace = \"all\") and the servers' request threads; nested spans are "
+                   "drawn narrower on their parents. Open the run's trace.json in ui.perfetto.dev for all steps.",
+                   png.name)]
 
 
 def simulated_note(results: list) -> str:

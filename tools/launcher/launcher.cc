@@ -16,6 +16,7 @@
 #include "tools/launcher/supervisor.h"
 #include "tools/report/summary.h"
 #include "tools/report/text_file.h"
+#include "tools/report/trace_merge.h"
 
 namespace pstrain::launcher {
 namespace {
@@ -92,7 +93,15 @@ class Launch {
     for (const char* name : kEnclosingJobEnv) unsetenv(name);
   }
 
+  // The job, then its timeline (also after a failure: it shows where it stopped).
   int run() {
+    const int code = run_job();
+    merge_timeline();
+    return code;
+  }
+
+ private:
+  int run_job() {
     say("run dir " + plan_.run_dir.string() + ": starting the scheduler, " + std::to_string(plan_.num_servers) +
         " server(s) and " + std::to_string(plan_.num_workers) + " worker(s)");
     start(scheduler_spec(plan_));
@@ -104,7 +113,24 @@ class Launch {
     return summarize();
   }
 
- private:
+  // RUN_DIR/trace/*.json -> RUN_DIR/trace.json; problems are reported, not fatal.
+  void merge_timeline() {
+    if (plan_.config.output.trace == "off") return;
+    try {
+      const report::TraceMergeResult r = report::merge_trace(plan_.run_dir);
+      for (const std::string& e : r.errors) say("trace: " + e);
+      if (r.output.empty()) {
+        say("trace: no process wrote a timeline to " + (plan_.run_dir / "trace").string());
+      } else {
+        say("trace: " + std::to_string(r.events) + " spans of " + std::to_string(r.parts) + " processes in " +
+            r.output.string() + (r.dropped_events > 0 ? " (" + std::to_string(r.dropped_events) +
+                                                            " dropped at the per-process cap)" : ""));
+      }
+    } catch (const std::exception& e) {
+      say(std::string("trace: merge failed: ") + e.what());
+    }
+  }
+
   static LiveStatusOptions status_options(const LaunchOptions& o, const LaunchPlan& plan, const JobClock& clock) {
     LiveStatusOptions s;
     s.run_dir = plan.run_dir;

@@ -1,5 +1,6 @@
 #include "worker/client/kv_client.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "common/errors.h"
@@ -21,6 +22,13 @@ KVClient::KVClient(zmq::context_t& ctx, const ShardMap& map, const std::vector<s
     sockets_.push_back(make_socket(ctx, zmq::socket_type::dealer,
                                    SocketOptions{options.max_message_bytes, milliseconds(2000)}));
     connect_socket(sockets_.back(), ep);
+  }
+  trace_chunks_ = options.trace != nullptr && options.trace->enabled(TraceLevel::kAll);
+  if (trace_chunks_) {
+    for (std::size_t s = 0; s < server_endpoints.size(); ++s) {
+      trace_tracks_.push_back(options.trace->track("chunks <-> server " + std::to_string(s)));
+    }
+    trace_track_end_.assign(server_endpoints.size(), 0);
   }
 }
 
@@ -73,7 +81,8 @@ KVClient::Ticket KVClient::start(MsgType type, std::span<const float> src, float
     const MsgType expect = type == MsgType::kPush   ? MsgType::kPushReply
                            : type == MsgType::kPull ? MsgType::kPullReply
                                                     : MsgType::kInitReply;
-    pending_[h.request_id] = Pending{ticket, expect, key, dest == nullptr ? nullptr : dest + offset};
+    pending_[h.request_id] = Pending{ticket, expect, key, dest == nullptr ? nullptr : dest + offset,
+                                     trace_chunks_ ? options_.trace->now_us() : 0};
     ++state.outstanding;
   }
   return ticket;
@@ -126,6 +135,7 @@ void KVClient::complete(const Message& msg, std::size_t server) {
   }
   const Pending p = it->second;
   pending_.erase(it);
+  if (trace_chunks_) trace_reply(p, server);
   TicketState& state = tickets_[p.ticket];
   --state.outstanding;
   if (h.type == MsgType::kError) {
@@ -152,6 +162,23 @@ void KVClient::complete(const Message& msg, std::size_t server) {
     state.staleness_sum += h.aux;
     ++state.replies;
   }
+}
+
+// A chunk's span on its server's track ends when the reply arrives. Requests
+// to one server are answered in order, so their send-to-reply intervals
+// overlap: the span starts at the send or at the end of the previous span on
+// that track, whichever is later (the time this reply alone accounts for);
+// latency_us holds the whole send-to-reply time.
+void KVClient::trace_reply(const Pending& p, std::size_t server) {
+  const std::int64_t end = options_.trace->now_us();
+  const std::int64_t begin = std::max(p.sent_us, trace_track_end_[server]);
+  trace_track_end_[server] = std::max(end, begin);
+  const char* name = p.expect == MsgType::kPushReply ? "push" : p.expect == MsgType::kPullReply ? "pull" : "init";
+  options_.trace->record(trace_tracks_[server], name, "chunk", begin, end - begin,
+                         {{"chunk", p.key},
+                          {"server", static_cast<std::int64_t>(server)},
+                          {"bytes", map_.chunk(p.key).num_elems * static_cast<std::int64_t>(sizeof(float))},
+                          {"latency_us", end - p.sent_us}});
 }
 
 }  // namespace pstrain

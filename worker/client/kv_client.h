@@ -26,6 +26,7 @@
 #include "common/protocol.h"
 #include "common/scheduler_client.h"
 #include "common/shard_map.h"
+#include "common/trace.h"
 
 namespace pstrain {
 
@@ -33,6 +34,9 @@ struct KVClientOptions {
   int worker_rank = 0;
   std::chrono::milliseconds timeout{120000};
   std::int64_t max_message_bytes = std::int64_t{1} << 30;
+  // Level "all": one span per chunk request on a track per server ("push" /
+  // "pull" / "init", chunk, server, bytes, latency_us); null = none.
+  TraceRecorder* trace = nullptr;
 };
 
 // Per-ticket results: for pushes, the staleness the servers reported (async).
@@ -67,6 +71,7 @@ class KVClient {
     MsgType expect;
     std::int64_t key;
     float* pull_dest = nullptr;  // pulls: where the chunk goes
+    std::int64_t sent_us = 0;    // traced: when the request was sent
   };
   struct TicketState {
     std::size_t outstanding = 0;
@@ -82,6 +87,7 @@ class KVClient {
   void check_flat(std::size_t num_elems, const char* op) const;
   void receive_from(std::size_t server);
   void complete(const Message& msg, std::size_t server);
+  void trace_reply(const Pending& p, std::size_t server);
 
   ShardMap map_;
   KVClientOptions options_;
@@ -93,6 +99,9 @@ class KVClient {
   std::unordered_map<std::uint64_t, Pending> pending_;      // request id -> request
   std::unordered_map<Ticket, TicketState> tickets_;
   std::vector<float> scratch_;
+  bool trace_chunks_ = false;
+  std::vector<std::uint32_t> trace_tracks_;     // per server
+  std::vector<std::int64_t> trace_track_end_;   // per server: end of its last span
 };
 
 }  // namespace pstrain

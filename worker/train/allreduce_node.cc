@@ -57,6 +57,10 @@ int run_allreduce_node(const RunConfig& config, int requested_rank) {
   const int workers = config.cluster.num_workers;
   const int rank = requested_rank >= 0 ? requested_rank : role_rank_from_launcher(1, workers, "worker");
   Logger log(rank >= 0 ? "worker " + std::to_string(rank) : "worker", parse_log_level(config.output.log_level));
+  TraceRecorder trace(parse_trace_level(config.output.trace), log.clock());
+  trace.set_process("worker", rank);
+  trace.name_this_thread("training");
+  const TraceFileGuard trace_file(trace, trace_dir(config.output.run_dir));  // also when training fails
   std::string device;
   Workload workload = make_local_workload(config, rank, log, device);
   nn::Backend& backend = *workload.backend;
@@ -73,6 +77,7 @@ int run_allreduce_node(const RunConfig& config, int requested_rank) {
                             " collective=" + backend_name;
   WorkerSession session(ctx, options, workload.model->layout());
   log.set_name("worker " + std::to_string(session.rank()));
+  trace.set_process("worker", session.rank());
   session.run_reporting_failure([&] {
     SchedulerStore store(session.scheduler());
     CollectiveOptions co;
@@ -81,9 +86,10 @@ int run_allreduce_node(const RunConfig& config, int requested_rank) {
     co.timeout = std::chrono::milliseconds(config.cluster.timeout_ms);
     co.host = collective_host(config.cluster, session.rank());
     co.cuda_device = backend.is_cuda() ? cuda_index(device) : 0;
+    co.trace = &trace;
     std::unique_ptr<Collective> collective = make_collective(backend_name, co, store);
     MetricsWriter metrics(config.output.run_dir, "worker-" + std::to_string(session.rank()) + ".jsonl");
-    const TrainResult r = run_allreduce_worker(config, session, workload, *collective, metrics, log);
+    const TrainResult r = run_allreduce_worker(config, session, workload, *collective, metrics, log, &trace);
     collective.reset();
     char line[200];
     std::snprintf(line, sizeof(line),

@@ -19,6 +19,7 @@
 
 #include "common/config.h"
 #include "common/log.h"
+#include "common/trace.h"
 #include "worker/client/worker_session.h"
 #include "worker/collective/collective.h"
 #include "worker/train/metrics.h"
@@ -30,8 +31,11 @@ namespace pstrain {
 // `collective` spans the session's workers (rank and size equal to the
 // session's); its memory space may differ from the model's backend (Gloo
 // with a model on a GPU: gradients go through host memory).
+// Spans of each step (step > data, forward+backward, allreduce wait, update;
+// eval) go to `trace` when given.
 TrainResult run_allreduce_worker(const RunConfig& config, WorkerSession& session, Workload& workload,
-                                 Collective& collective, MetricsWriter& metrics, Logger& log);
+                                 Collective& collective, MetricsWriter& metrics, Logger& log,
+                                 TraceRecorder* trace = nullptr);
 
 // A pstrain-worker process in allreduce mode, from start to exit code: the
 // workload on this worker's device (one GPU per worker by local rank), the
