@@ -23,7 +23,7 @@
 namespace pstrain {
 
 inline constexpr std::uint32_t kProtocolMagic = 0x50535452;  // "PSTR"
-inline constexpr std::uint16_t kProtocolVersion = 2;
+inline constexpr std::uint16_t kProtocolVersion = 3;
 inline constexpr std::size_t kMaxBodyBytes = std::size_t{1} << 20;  // control bodies and error text
 
 enum class MsgType : std::uint8_t {
@@ -112,9 +112,13 @@ struct RegisterReply {
   std::int32_t num_workers = 0;
   std::vector<std::string> server_endpoints;  // by server rank
   ParamLayout layout;
+  // This node's session token (32 hex digits, random per job): its
+  // heartbeat connection names itself "h" + token, so the scheduler takes a
+  // heartbeat only from the node it names.
+  std::string token;
 
   template <class Archive>
-  void serialize(Archive& ar) { ar(rank, num_servers, num_workers, server_endpoints, layout); }
+  void serialize(Archive& ar) { ar(rank, num_servers, num_workers, server_endpoints, layout, token); }
 };
 
 // Body of kStoreSet, kStoreGet and kStoreReply: one entry of the

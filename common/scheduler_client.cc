@@ -89,6 +89,7 @@ RegisterReply SchedulerClient::register_node(RegisterRequest request) {
   auto reply = wire_decode<RegisterReply>(std::as_bytes(std::span(body.data(), body.size())), "register reply");
   reply.layout.validate();
   rank_ = reply.rank;
+  token_ = reply.token;
   hb_thread_ = std::thread([this] { heartbeat_loop(endpoint_); });
   return reply;
 }
@@ -153,6 +154,8 @@ void SchedulerClient::report_failure(const std::string& reason) noexcept {
 void SchedulerClient::heartbeat_loop(std::string endpoint) {
   try {
     zmq::socket_t hb = make_socket(ctx_, zmq::socket_type::dealer, SocketOptions{std::int64_t{1} << 20, milliseconds(0)});
+    // The scheduler takes heartbeats for this node's rank only from here.
+    hb.set(zmq::sockopt::routing_id, "h" + token_);
     connect_socket(hb, endpoint);
     std::unique_lock lock(hb_mutex_);
     while (!hb_stop_) {

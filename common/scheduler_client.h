@@ -68,6 +68,7 @@ class SchedulerClient {
 
   zmq::context_t& ctx_;
   std::string endpoint_;
+  std::string token_;  // from the register reply: names the heartbeat connection
   Role role_;
   ClusterConfig cluster_;
   zmq::socket_t socket_;

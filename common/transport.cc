@@ -142,4 +142,15 @@ void send_error(zmq::socket_t& socket, const zmq::message_t* routing_id, const H
 
 zmq::message_t copy_frame(const zmq::message_t& frame) { return zmq::message_t(frame.data(), frame.size()); }
 
+std::string connection_name(const zmq::message_t& routing_id) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out = "connection ";
+  const auto* bytes = static_cast<const unsigned char*>(routing_id.data());
+  for (std::size_t i = 0; i < routing_id.size() && i < 16; ++i) {
+    out += kHex[bytes[i] >> 4];
+    out += kHex[bytes[i] & 15];
+  }
+  return out;
+}
+
 }  // namespace pstrain

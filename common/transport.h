@@ -82,4 +82,8 @@ void send_error(zmq::socket_t& socket, const zmq::message_t* routing_id, const H
 // Copies a routing id frame (ROUTER replies may outlive the received message).
 zmq::message_t copy_frame(const zmq::message_t& frame);
 
+// A peer's connection for messages and per-peer limits: "connection 00a1b2c3d4"
+// (the routing id in hex, at most 16 bytes of it).
+std::string connection_name(const zmq::message_t& routing_id);
+
 }  // namespace pstrain

@@ -1,6 +1,8 @@
 #include "scheduler/scheduler.h"
 
 #include <algorithm>
+#include <cstring>
+#include <random>
 #include <set>
 
 #include "common/errors.h"
@@ -13,13 +15,44 @@ using std::chrono::milliseconds;
 
 Scheduler::Scheduler(zmq::context_t& ctx, SchedulerOptions options, Logger& log)
     : ctx_(ctx), options_(std::move(options)), log_(log),
-      router_(make_socket(ctx, zmq::socket_type::router, SocketOptions{std::int64_t{16} << 20, milliseconds(2000)})) {
+      router_(make_socket(ctx, zmq::socket_type::router, SocketOptions{std::int64_t{16} << 20, milliseconds(2000)})),
+      warnings_(log) {
   if (options_.num_servers < 0 || options_.num_workers < 1) {
     throw ConfigError("scheduler: need at least 1 worker and 0 or more servers, got " +
                       std::to_string(options_.num_workers) + " workers and " + std::to_string(options_.num_servers) +
                       " servers");
   }
   endpoint_ = bind_socket(router_, options_.bind_endpoint);
+}
+
+namespace {
+
+bool same_frame(const zmq::message_t& a, const zmq::message_t& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size()) == 0;
+}
+
+}  // namespace
+
+void Scheduler::refuse(const zmq::message_t& from, const Header& request, const std::string& why) {
+  warnings_.warn(connection_name(from), why);
+  Header reply;
+  reply.type = MsgType::kError;
+  reply.role = Role::kScheduler;
+  reply.sender = 0;
+  reply.status = Status::kBadRequest;
+  reply.request_id = request.request_id;
+  reply.key = request.key;
+  reply.step = request.step;
+  send_quietly(from, reply, Payload::bytes(why.substr(0, kMaxBodyBytes)));
+}
+
+void Scheduler::send_quietly(const zmq::message_t& to, const Header& header, Payload payload) {
+  try {
+    send_message(router_, &to, header, std::move(payload));
+  } catch (const TransportError& e) {
+    // The peer has gone (ROUTER_MANDATORY: EHOSTUNREACH): nobody to answer.
+    if (unreachable_replies_++ == 0) log_.info(std::string("a reply found its peer gone: ") + e.what());
+  }
 }
 
 void Scheduler::run() {
@@ -49,8 +82,7 @@ void Scheduler::registration() {
       auto env = receive_message(router_, true, milliseconds(200), DecodeLimits{std::int64_t{16} << 20}, &from);
       if (env) handle(env->routing_id, env->message, true);
     } catch (const ProtocolError& e) {
-      log_.warn(std::string("malformed message during registration: ") + e.what());
-      try { send_error(router_, &from, Header{}, Role::kScheduler, 0, Status::kBadRequest, e.what()); } catch (const TransportError&) {}
+      refuse(from, Header{}, std::string("malformed message during registration: ") + e.what());
     }
   }
 }
@@ -82,8 +114,9 @@ void Scheduler::on_register(zmq::message_t& from, const Message& msg) {
   }
   for (const Node& n : nodes_) {
     if (!n.request.job_fingerprint.empty() && n.request.job_fingerprint != req.job_fingerprint) {
-      fail(std::string(to_string(req.role)) + " on " + req.host + " runs a different job: '" + req.job_fingerprint +
-           "' vs '" + n.request.job_fingerprint + "' (are all nodes using the same config?)");
+      throw ProtocolError("register: refused a " + std::string(to_string(req.role)) + " from " + req.host + " (pid " +
+                          std::to_string(req.pid) + "): it runs a different job: '" + req.job_fingerprint +
+                          "' vs '" + n.request.job_fingerprint + "' (are all nodes using the same config?)");
     }
     if (n.role == req.role && req.requested_rank >= 0 && n.request.requested_rank == req.requested_rank) {
       throw ProtocolError("register: " + std::string(to_string(req.role)) + " rank " +
@@ -147,8 +180,16 @@ void Scheduler::assign_ranks() {
     if (n.role == Role::kServer) reply.server_endpoints[static_cast<std::size_t>(n.rank)] = n.request.endpoint;
   }
   if (first_worker != nullptr) reply.layout = first_worker->request.layout;
+  std::random_device entropy;
   for (Node& n : nodes_) {
+    static constexpr char kHex[] = "0123456789abcdef";
+    n.token.clear();
+    for (int i = 0; i < 8; ++i) {
+      const unsigned v = entropy();
+      for (int k = 0; k < 4; ++k) n.token += kHex[(v >> (4 * k)) & 15u];
+    }
     reply.rank = n.rank;
+    reply.token = n.token;
     Header h;
     h.type = MsgType::kRegisterReply;
     h.role = Role::kScheduler;
@@ -178,8 +219,7 @@ void Scheduler::serve_until_done() {
                                  DecodeLimits{std::int64_t{16} << 20}, &from);
       if (env) handle(env->routing_id, env->message, false);
     } catch (const ProtocolError& e) {
-      log_.warn(std::string("malformed message: ") + e.what());
-      try { send_error(router_, &from, Header{}, Role::kScheduler, 0, Status::kBadRequest, e.what()); } catch (const TransportError&) {}
+      refuse(from, Header{}, std::string("malformed message: ") + e.what());
     }
     expire_store_gets();
     check_liveness();
@@ -193,19 +233,33 @@ void Scheduler::handle(zmq::message_t& from, const Message& msg, bool registerin
     try {
       on_register(from, msg);
     } catch (const ProtocolError& e) {
-      log_.warn(e.what());
-      send_error(router_, &from, h, Role::kScheduler, 0, Status::kBadRequest, e.what());
+      refuse(from, h, e.what());
     }
     return;
   }
   if (registering) {
-    if (h.type == MsgType::kAbort) fail("a node failed during registration: " + msg.text_payload());
+    if (h.type == MsgType::kAbort) {
+      // Only a node that registered on this connection can fail the job now.
+      for (const Node& n : nodes_) {
+        if (same_frame(n.routing_id, from)) {
+          fail("a " + std::string(to_string(n.role)) + " (" + n.request.host + ", pid " +
+               std::to_string(n.request.pid) + ") failed during registration: " + msg.text_payload());
+        }
+      }
+      throw ProtocolError("abort from a connection that has not registered: refused");
+    }
     throw ProtocolError(std::string(to_string(h.type)) + " before the rendezvous completed");
   }
   Node* node = find(h.role, h.sender);
   if (node == nullptr) {
     throw ProtocolError(std::string(to_string(h.type)) + " from unknown " + std::string(to_string(h.role)) + " " +
                         std::to_string(h.sender));
+  }
+  const bool heartbeat_connection = h.type == MsgType::kHeartbeat && from.size() == node->token.size() + 1 &&
+                                    std::memcmp(from.data(), ("h" + node->token).data(), from.size()) == 0;
+  if (!heartbeat_connection && !same_frame(node->routing_id, from)) {
+    throw ProtocolError(std::string(to_string(h.type)) + " claiming to be " + std::string(to_string(h.role)) + " " +
+                        std::to_string(h.sender) + " from a connection that is not the one it registered on: refused");
   }
   node->last_seen = Clock::now();
   switch (h.type) {
@@ -239,7 +293,7 @@ void Scheduler::on_barrier(const Message& msg) {
   r.sender = 0;
   r.key = h.key;
   for (Node& n : nodes_) {
-    if (n.role == Role::kWorker) send_message(router_, &n.routing_id, r);
+    if (n.role == Role::kWorker) send_quietly(n.routing_id, r);
   }
   barriers_.erase(h.key);
 }
@@ -279,8 +333,7 @@ void Scheduler::on_store(zmq::message_t& from, const Message& msg) {
     parked_gets_count_.store(parked_gets_.size(), std::memory_order_release);
     store_[entry.key] = std::move(entry.value);
   } catch (const ProtocolError& e) {
-    log_.warn(e.what());
-    send_error(router_, &from, h, Role::kScheduler, 0, Status::kBadRequest, e.what());
+    refuse(from, h, e.what());
   }
 }
 
@@ -290,7 +343,7 @@ void Scheduler::reply_store(const zmq::message_t& to, const Header& request, con
   r.role = Role::kScheduler;
   r.sender = 0;
   r.request_id = request.request_id;
-  send_message(router_, &to, r, Payload::bytes(wire_encode(entry)));
+  send_quietly(to, r, Payload::bytes(wire_encode(entry)));
 }
 
 void Scheduler::expire_store_gets() {

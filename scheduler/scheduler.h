@@ -3,6 +3,9 @@
 //     checks they run the same job (fingerprint) and the same model layout,
 //     assigns ranks (a requested rank is kept; the rest fill the gaps in
 //     arrival order) and tells every node the servers' endpoints and layout.
+//     A registration that does not fit (one too many, a rank taken, another
+//     job's fingerprint, a bad body) is refused with the reason; it never
+//     ends the job.
 //  2. Running: answers barriers and the key-value store (the collectives'
 //     rendezvous: a get for a key nobody has set yet is parked until a set
 //     arrives, or answered with an error after its wait limit), tracks heartbeats. A node silent for
@@ -10,6 +13,12 @@
 //     every node is told why, and run() throws AbortedError with the reason.
 //  3. End: when every worker is done, tells every node to shut down and
 //     returns normally.
+// Every message after registration must come from the connection its
+// (role, rank) registered on: a heartbeat, barrier, done or abort claiming
+// another node's rank is refused, so no peer can keep a dead node alive, end
+// the job or finish it in another's name. No peer can stop the scheduler
+// either: a reply to a peer that has gone is counted and dropped, and
+// warnings about bad input are limited per peer (PeerWarnings).
 // One thread owns the scheduler and its socket.
 #pragma once
 
@@ -28,6 +37,7 @@
 #include "common/log.h"
 #include "common/protocol.h"
 #include "common/trace.h"
+#include "common/transport.h"
 
 namespace pstrain {
 
@@ -59,12 +69,17 @@ class Scheduler {
     RegisterRequest request;
     Clock::time_point last_seen;
     bool done = false;
+    std::string token;  // RegisterReply::token; the heartbeat connection is "h" + token
   };
 
   void registration();
   void assign_ranks();
   void serve_until_done();
   void handle(zmq::message_t& from, const Message& msg, bool registering);
+  // Refuses a bad message: a limited warning, an error reply if the peer is still there.
+  void refuse(const zmq::message_t& from, const Header& request, const std::string& why);
+  // Sends, counting (not throwing) a failure to reach a peer that has gone.
+  void send_quietly(const zmq::message_t& to, const Header& header, Payload payload = {});
   void on_register(zmq::message_t& from, const Message& msg);
   void on_barrier(const Message& msg);
   void on_store(zmq::message_t& from, const Message& msg);
@@ -80,6 +95,8 @@ class Scheduler {
   SchedulerOptions options_;
   Logger& log_;
   zmq::socket_t router_;
+  PeerWarnings warnings_;
+  std::int64_t unreachable_replies_ = 0;
   std::string endpoint_;
   std::vector<Node> nodes_;
   std::map<std::int64_t, std::vector<int>> barriers_;  // sequence -> worker ranks arrived

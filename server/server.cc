@@ -20,7 +20,8 @@ std::string advertised_endpoint(const std::string& bound, const std::string& hos
 Server::Server(zmq::context_t& ctx, ServerOptions options, Logger& log)
     : ctx_(ctx), options_(std::move(options)), log_(log),
       router_(make_socket(ctx, zmq::socket_type::router,
-                          SocketOptions{options_.cluster.max_message_bytes, milliseconds(2000)})) {
+                          SocketOptions{options_.cluster.max_message_bytes, milliseconds(2000)})),
+      warnings_(log) {
   endpoint_ = advertised_endpoint(bind_socket(router_, options_.bind_endpoint), options_.advertise_host);
 }
 
@@ -53,11 +54,13 @@ void Server::run() {
       zmq::poll(items, 2, milliseconds(500));
       if (items[0].revents & ZMQ_POLLIN) handle_request();
       if (items[1].revents & ZMQ_POLLIN) scheduler.handle_incoming();
+      expire_parked();
     }
     const StoreStats& s = store_->stats();
     log_.info("shutdown: " + std::to_string(s.updates_applied) + " updates, " + std::to_string(s.pushes_accepted) +
               " pushes accepted, " + std::to_string(s.pushes_rejected) + " rejected, " +
-              std::to_string(bad_requests_) + " malformed requests");
+              std::to_string(bad_requests_) + " malformed requests, " + std::to_string(expired_pulls_) +
+              " expired pulls, " + std::to_string(unreachable_replies_) + " replies to peers that had gone");
   } catch (const AbortedError&) {
     throw;
   } catch (const std::exception& e) {
@@ -95,12 +98,8 @@ void Server::handle_request() {
     }
   } catch (const ProtocolError& e) {
     ++bad_requests_;
-    log_.warn(std::string("malformed request: ") + e.what());
-    try {
-      send_error(router_, &from, Header{}, Role::kServer, rank_, Status::kBadRequest, e.what());
-    } catch (const TransportError&) {
-      // The sender is gone; nothing to answer.
-    }
+    warnings_.warn(connection_name(from), std::string("malformed request: ") + e.what());
+    reply_error(from, Header{}, Status::kBadRequest, e.what());
     return;
   }
   if (!env) {
@@ -114,9 +113,60 @@ void Server::handle_request() {
     serve(env->routing_id, env->message);
   } catch (const RequestError& e) {
     log_.debug(e.what());
-    send_error(router_, &env->routing_id, env->message.header, Role::kServer, rank_, e.status(), e.what());
+    reply_error(env->routing_id, env->message.header, e.status(), e.what());
   } catch (const TransportError& e) {
-    log_.warn(std::string("could not reply: ") + e.what());
+    // The reply's peer has gone (ROUTER_MANDATORY): nothing to answer.
+    if (unreachable_replies_++ == 0) log_.info(std::string("a reply found its peer gone: ") + e.what());
+  }
+}
+
+void Server::reply_error(const zmq::message_t& to, const Header& request, Status status, const std::string& text) {
+  try {
+    send_error(router_, &to, request, Role::kServer, rank_, status, text);
+  } catch (const TransportError& e) {
+    if (unreachable_replies_++ == 0) log_.info(std::string("a reply found its peer gone: ") + e.what());
+  }
+}
+
+void Server::park(const zmq::message_t& from, const Header& h) {
+  const std::string peer(static_cast<const char*>(from.data()), from.size());
+  int& count = parked_per_peer_[peer];
+  const auto limit = static_cast<int>(kMaxParkedPerChunk * std::max<std::size_t>(map_.chunks_of(rank_).size(), 1));
+  if (count >= limit) {
+    if (count == 0) parked_per_peer_.erase(peer);
+    throw RequestError(Status::kRejected, "pull of chunk " + std::to_string(h.key) + " for step " +
+                                              std::to_string(h.step) + ": this connection already has " +
+                                              std::to_string(limit) + " pulls waiting; refused");
+  }
+  ++count;
+  parked_[h.key].push_back(ParkedPull{copy_frame(from), h, std::chrono::steady_clock::now()});
+}
+
+void Server::unpark(const ParkedPull& p) {
+  const std::string peer(static_cast<const char*>(p.routing_id.data()), p.routing_id.size());
+  auto it = parked_per_peer_.find(peer);
+  if (it != parked_per_peer_.end() && --it->second <= 0) parked_per_peer_.erase(it);
+}
+
+void Server::expire_parked() {
+  const auto now = std::chrono::steady_clock::now();
+  const auto limit = milliseconds(options_.cluster.timeout_ms);
+  for (auto it = parked_.begin(); it != parked_.end();) {
+    std::vector<ParkedPull>& pulls = it->second;
+    for (auto p = pulls.begin(); p != pulls.end();) {
+      if (now - p->since < limit) {
+        ++p;
+        continue;
+      }
+      ++expired_pulls_;
+      unpark(*p);
+      reply_error(p->routing_id, p->request, Status::kRejected,
+                  "pull of chunk " + std::to_string(p->request.key) + " for step " + std::to_string(p->request.step) +
+                      " by worker " + std::to_string(p->request.sender) + ": not answerable within " +
+                      std::to_string(options_.cluster.timeout_ms) + " ms (cluster.timeout_ms); dropped");
+      p = pulls.erase(p);
+    }
+    it = pulls.empty() ? parked_.erase(it) : std::next(it);
   }
 }
 
@@ -150,7 +200,7 @@ void Server::serve(const zmq::message_t& from, const Message& msg) {
       if (store_->ready(h.key, h.sender, h.step)) {
         reply_pull(from, h);
       } else {
-        parked_[h.key].push_back(ParkedPull{copy_frame(from), h, std::chrono::steady_clock::now()});
+        park(from, h);
       }
       return;
     default:
@@ -177,11 +227,12 @@ void Server::answer_parked(std::int64_t key) {
       still.push_back(std::move(p));
       continue;
     }
+    unpark(p);
     try {
       const auto parked = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - p.since);
       reply_pull(p.routing_id, p.request, parked.count());
     } catch (const TransportError& e) {
-      log_.warn(std::string("could not answer a parked pull: ") + e.what());
+      if (unreachable_replies_++ == 0) log_.info(std::string("a reply found its peer gone: ") + e.what());
     }
   }
   if (still.empty()) {

@@ -7,6 +7,11 @@
 // scheduler's abort or shutdown and a broken socket end run(). Nothing here
 // watches the scheduler itself: a server whose scheduler died keeps serving
 // until it is stopped (the launcher stops it; by hand, kill it).
+// No peer can stop or exhaust a server: a reply to a peer that has gone is
+// counted and dropped, warnings about bad input are limited per connection,
+// and parked pulls are capped per connection (kMaxParkedPerChunk per chunk
+// held) and expire after cluster.timeout_ms (answered with an error, or
+// dropped if the peer has gone).
 // Pulls the consistency policy cannot answer yet (sync: the step's update is
 // not applied; ssp: the bound would be broken) are parked and answered as
 // soon as a push makes them ready; the reply's aux says how long the pull
@@ -32,6 +37,10 @@
 #include "server/shard_store.h"
 
 namespace pstrain {
+
+// Parked pulls one connection may have per chunk the server holds (a worker
+// has at most two: the next step's and an evaluation's).
+inline constexpr int kMaxParkedPerChunk = 4;
 
 struct ServerOptions {
   Mode mode = Mode::kSync;
@@ -72,6 +81,11 @@ class Server {
   void reply_pull(const zmq::message_t& to, const Header& request, std::int64_t parked_us = 0);
   void answer_parked(std::int64_t key);
   void reply(const zmq::message_t& to, Header header, Payload payload = {});
+  // Error reply; a peer that has gone is counted, not fatal.
+  void reply_error(const zmq::message_t& to, const Header& request, Status status, const std::string& text);
+  void park(const zmq::message_t& from, const Header& h);
+  void expire_parked();
+  void unpark(const ParkedPull& p);
 
   zmq::context_t& ctx_;
   ServerOptions options_;
@@ -84,6 +98,10 @@ class Server {
   std::map<std::int64_t, std::vector<ParkedPull>> parked_;
   std::vector<float> scratch_;
   std::int64_t bad_requests_ = 0;
+  std::int64_t unreachable_replies_ = 0;
+  std::int64_t expired_pulls_ = 0;
+  std::map<std::string, int> parked_per_peer_;  // routing id -> parked pulls
+  PeerWarnings warnings_;
   StoreStats no_stats_;  // what stats() returns before the rendezvous
 };
 
