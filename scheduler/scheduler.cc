@@ -41,11 +41,12 @@ void Scheduler::registration() {
     }
     zmq::message_t from;
     try {
-      auto env = receive_message(router_, true, milliseconds(200), DecodeLimits{std::int64_t{16} << 20}, &from);
+      auto env = receive_message(router_, true, milliseconds(200), DecodeLimits{std::int64_t{16} << 20}, &from,
+                                 options_.traffic);
       if (env) handle(env->routing_id, env->message, true);
     } catch (const ProtocolError& e) {
       log_.warn(std::string("malformed message during registration: ") + e.what());
-      try { send_error(router_, &from, Header{}, Role::kScheduler, 0, Status::kBadRequest, e.what()); } catch (const TransportError&) {}
+      try { send_error(router_, &from, Header{}, Role::kScheduler, 0, Status::kBadRequest, e.what(), options_.traffic); } catch (const TransportError&) {}
     }
   }
 }
@@ -148,7 +149,7 @@ void Scheduler::assign_ranks() {
     h.type = MsgType::kRegisterReply;
     h.role = Role::kScheduler;
     h.sender = 0;
-    send_message(router_, &n.routing_id, h, Payload::bytes(wire_encode(reply)));
+    send_message(router_, &n.routing_id, h, Payload::bytes(wire_encode(reply)), options_.traffic);
     n.last_seen = Clock::now();
   }
   log_.info("rendezvous complete: " + std::to_string(reply.layout.tensors().size()) + " tensors, " +
@@ -170,11 +171,11 @@ void Scheduler::serve_until_done() {
     zmq::message_t from;
     try {
       auto env = receive_message(router_, true, milliseconds(std::min(200, options_.cluster.heartbeat_interval_ms)),
-                                 DecodeLimits{std::int64_t{16} << 20}, &from);
+                                 DecodeLimits{std::int64_t{16} << 20}, &from, options_.traffic);
       if (env) handle(env->routing_id, env->message, false);
     } catch (const ProtocolError& e) {
       log_.warn(std::string("malformed message: ") + e.what());
-      try { send_error(router_, &from, Header{}, Role::kScheduler, 0, Status::kBadRequest, e.what()); } catch (const TransportError&) {}
+      try { send_error(router_, &from, Header{}, Role::kScheduler, 0, Status::kBadRequest, e.what(), options_.traffic); } catch (const TransportError&) {}
     }
     expire_store_gets();
     check_liveness();
@@ -189,7 +190,7 @@ void Scheduler::handle(zmq::message_t& from, const Message& msg, bool registerin
       on_register(from, msg);
     } catch (const ProtocolError& e) {
       log_.warn(e.what());
-      send_error(router_, &from, h, Role::kScheduler, 0, Status::kBadRequest, e.what());
+      send_error(router_, &from, h, Role::kScheduler, 0, Status::kBadRequest, e.what(), options_.traffic);
     }
     return;
   }
@@ -234,7 +235,7 @@ void Scheduler::on_barrier(const Message& msg) {
   r.sender = 0;
   r.key = h.key;
   for (Node& n : nodes_) {
-    if (n.role == Role::kWorker) send_message(router_, &n.routing_id, r);
+    if (n.role == Role::kWorker) send_message(router_, &n.routing_id, r, {}, options_.traffic);
   }
   barriers_.erase(h.key);
 }
@@ -275,7 +276,7 @@ void Scheduler::on_store(zmq::message_t& from, const Message& msg) {
     store_[entry.key] = std::move(entry.value);
   } catch (const ProtocolError& e) {
     log_.warn(e.what());
-    send_error(router_, &from, h, Role::kScheduler, 0, Status::kBadRequest, e.what());
+    send_error(router_, &from, h, Role::kScheduler, 0, Status::kBadRequest, e.what(), options_.traffic);
   }
 }
 
@@ -285,7 +286,7 @@ void Scheduler::reply_store(const zmq::message_t& to, const Header& request, con
   r.role = Role::kScheduler;
   r.sender = 0;
   r.request_id = request.request_id;
-  send_message(router_, &to, r, Payload::bytes(wire_encode(entry)));
+  send_message(router_, &to, r, Payload::bytes(wire_encode(entry)), options_.traffic);
 }
 
 void Scheduler::expire_store_gets() {
@@ -300,7 +301,7 @@ void Scheduler::expire_store_gets() {
                                std::to_string(it->wait_ms) + " ms";
     log_.warn(reason);
     try {
-      send_error(router_, &it->routing_id, it->request, Role::kScheduler, 0, Status::kRejected, reason);
+      send_error(router_, &it->routing_id, it->request, Role::kScheduler, 0, Status::kRejected, reason, options_.traffic);
     } catch (const TransportError&) {
       // That node is gone already.
     }
@@ -331,9 +332,9 @@ void Scheduler::broadcast(MsgType type, const std::string& text, bool include_do
     if (!include_done && n.done) continue;
     try {
       if (text.empty() && type != MsgType::kAbort) {
-        send_message(router_, &n.routing_id, h);
+        send_message(router_, &n.routing_id, h, {}, options_.traffic);
       } else {
-        send_message(router_, &n.routing_id, h, Payload::bytes(text));
+        send_message(router_, &n.routing_id, h, Payload::bytes(text), options_.traffic);
       }
     } catch (const TransportError&) {
       // That node is gone already.

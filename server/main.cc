@@ -4,10 +4,12 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 
 #include "common/errors.h"
 #include "common/log.h"
 #include "common/node_cli.h"
+#include "common/resource_sampler.h"
 #include "server/server.h"
 #include "common/job_fingerprint.h"
 #include "common/json_line.h"
@@ -87,6 +89,10 @@ int main(int argc, char** argv) {
     o.job_fingerprint = pstrain::job_fingerprint(config.mode, config.ps.partition_bytes, config.cluster.num_servers,
                                                  config.cluster.num_workers);
     choose_endpoint(config, rank, o);
+    pstrain::TrafficCounters traffic;
+    std::unique_ptr<pstrain::ResourceSampler> sampler;  // from registration, when the rank is known
+    o.traffic = &traffic;
+    o.on_registered = [&](int r) { sampler = pstrain::start_resource_sampler(config.output, "server", r, &traffic, log); };
     zmq::context_t ctx;
     pstrain::Server server(ctx, o, log);
     server.run();

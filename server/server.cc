@@ -27,7 +27,7 @@ Server::Server(zmq::context_t& ctx, ServerOptions options, Logger& log)
 const StoreStats& Server::stats() const { return store_ ? store_->stats() : no_stats_; }
 
 void Server::run() {
-  SchedulerClient scheduler(ctx_, options_.scheduler_endpoint, Role::kServer, options_.cluster);
+  SchedulerClient scheduler(ctx_, options_.scheduler_endpoint, Role::kServer, options_.cluster, options_.traffic);
   try {
     RegisterRequest req;
     req.requested_rank = options_.requested_rank;
@@ -38,6 +38,7 @@ void Server::run() {
     const RegisterReply info = scheduler.register_node(req);
     rank_ = info.rank;
     log_.set_name("server " + std::to_string(rank_));
+    if (options_.on_registered) options_.on_registered(rank_);
     map_ = ShardMap(info.layout, info.num_servers, options_.partition_bytes);
     store_ = std::make_unique<ShardStore>(map_, rank_, info.num_workers, options_.mode, options_.optimizer);
     log_.info("listening on " + endpoint_ + "; holds " + std::to_string(map_.chunks_of(rank_).size()) + " chunks (" +
@@ -65,12 +66,13 @@ void Server::handle_request() {
   zmq::message_t from;
   std::optional<Envelope> env;
   try {
-    env = receive_message(router_, true, milliseconds(0), DecodeLimits{options_.cluster.max_message_bytes}, &from);
+    env = receive_message(router_, true, milliseconds(0), DecodeLimits{options_.cluster.max_message_bytes}, &from,
+                          options_.traffic);
   } catch (const ProtocolError& e) {
     ++bad_requests_;
     log_.warn(std::string("malformed request: ") + e.what());
     try {
-      send_error(router_, &from, Header{}, Role::kServer, rank_, Status::kBadRequest, e.what());
+      send_error(router_, &from, Header{}, Role::kServer, rank_, Status::kBadRequest, e.what(), options_.traffic);
     } catch (const TransportError&) {
       // The sender is gone; nothing to answer.
     }
@@ -81,7 +83,8 @@ void Server::handle_request() {
     serve(env->routing_id, env->message);
   } catch (const RequestError& e) {
     log_.debug(e.what());
-    send_error(router_, &env->routing_id, env->message.header, Role::kServer, rank_, e.status(), e.what());
+    send_error(router_, &env->routing_id, env->message.header, Role::kServer, rank_, e.status(), e.what(),
+               options_.traffic);
   } catch (const TransportError& e) {
     log_.warn(std::string("could not reply: ") + e.what());
   }
@@ -160,7 +163,7 @@ void Server::reply(const zmq::message_t& to, Header header, Payload payload) {
   header.role = Role::kServer;
   header.sender = rank_;
   header.status = Status::kOk;
-  send_message(router_, &to, header, std::move(payload));
+  send_message(router_, &to, header, std::move(payload), options_.traffic);
 }
 
 }  // namespace pstrain

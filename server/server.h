@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -25,6 +26,7 @@
 #include "common/protocol.h"
 #include "common/scheduler_client.h"
 #include "common/shard_map.h"
+#include "common/traffic_counters.h"
 #include "server/shard_store.h"
 
 namespace pstrain {
@@ -39,6 +41,9 @@ struct ServerOptions {
   std::string advertise_host;                        // tcp: host workers dial; empty = as bound
   int requested_rank = -1;
   std::string job_fingerprint;
+  TrafficCounters* traffic = nullptr;  // the node's byte counters (may be null; must outlive the server)
+  // Called once registration has assigned this server its rank, before it serves.
+  std::function<void(int rank)> on_registered;
 };
 
 class Server {

@@ -26,6 +26,7 @@
 #include "common/protocol.h"
 #include "common/scheduler_client.h"
 #include "common/shard_map.h"
+#include "common/traffic_counters.h"
 
 namespace pstrain {
 
@@ -33,6 +34,7 @@ struct KVClientOptions {
   int worker_rank = 0;
   std::chrono::milliseconds timeout{120000};
   std::int64_t max_message_bytes = std::int64_t{1} << 30;
+  TrafficCounters* traffic = nullptr;  // the node's byte counters (may be null; must outlive the client)
 };
 
 // Per-ticket results: for pushes, the staleness the servers reported (async).
