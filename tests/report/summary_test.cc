@@ -110,11 +110,12 @@ TEST_CASE("summary.json holds every documented key and reads back") {
   m.servers = {server(0, {{0, 3}, {2, 1}}), server(1, {})};
   const JsonValue j = parse_json(summary_json(summarize(config(Mode::kAsync), m)), "summary.json");
   for (const char* key : {"mode", "workers", "servers", "model", "dataset", "final_test_accuracy", "wall_time_s",
-                          "time_to_accuracy", "global_images_per_s", "per_worker", "staleness"}) {
+                          "time_to_accuracy", "global_images_per_s", "per_worker", "staleness", "resources",
+                          "warnings"}) {
     CAPTURE(key);
     CHECK(j.find(key) != nullptr);
   }
-  CHECK(j.keys().size() == 11);
+  CHECK(j.keys().size() == 13);
   CHECK(j.find("mode")->as_string("mode") == "async");
   CHECK(j.find("final_test_accuracy")->as_number("a") == doctest::Approx(0.84));
   CHECK(j.find("time_to_accuracy")->find("0.85")->as_number("t") == 3.0);
