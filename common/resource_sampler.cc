@@ -12,6 +12,10 @@
 namespace pstrain {
 namespace {
 
+// A shorter span (a last row right after the previous one) says nothing
+// about CPU use: the kernel's split into user and system time is coarse.
+constexpr double kMinCpuPercentSpan_s = 0.01;
+
 double seconds_of(const timeval& t) { return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_usec) * 1e-6; }
 
 // Appends "," and the number (printf `format`) or just "," for an empty cell.
@@ -122,7 +126,7 @@ void ResourceSampler::write_row() {
   const double cpu_s = u.cpu_user_s + u.cpu_system_s;
   const double wall_s = std::chrono::duration<double>(now - last_time_).count();
   std::optional<double> cpu_percent;
-  if (wall_s > 0) cpu_percent = 100.0 * (cpu_s - last_cpu_s_) / wall_s;
+  if (wall_s >= kMinCpuPercentSpan_s) cpu_percent = 100.0 * (cpu_s - last_cpu_s_) / wall_s;
   last_time_ = now;
   last_cpu_s_ = cpu_s;
 

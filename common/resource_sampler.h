@@ -8,7 +8,8 @@
 //   cpu_user_s          CPU time in user mode, all threads, cumulative (getrusage)
 //   cpu_system_s        CPU time in the kernel, all threads, cumulative
 //   cpu_percent         (user + system) over the wall time since the previous row
-//                       (the first row: since the sampler started); 100 = one core busy
+//                       (the first row: since the sampler started); 100 = one core busy;
+//                       empty when that was under 10 ms (a last row right after another)
 //   rss_bytes           resident set size now (/proc/self/statm)
 //   bytes_sent          pstrain messages sent, cumulative (common/traffic_counters.h)
 //   bytes_received      pstrain messages received, cumulative
