@@ -112,10 +112,9 @@ void ResourceSampler::loop() {
     lock.unlock();
     write_row();
     lock.lock();
-    // A fixed grid of sample times; if writing fell behind, go on from now.
-    next += options_.interval;
-    const auto now = Steady::now();
-    if (next <= now) next = now + options_.interval;
+    // One interval after this row (not a fixed grid: a late wake-up must not
+    // make the next row come early, too soon to measure CPU use over).
+    next = Steady::now() + options_.interval;
   }
 }
 
