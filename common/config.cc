@@ -165,6 +165,11 @@ void check_consistency(const RunConfig& c, const WhereFn& where) {
          "expected at most optimizer.lr (" + format_bound(op.lr) + "), got " +
              format_bound(c.schedule.min_lr));
   }
+  if (op.staleness_rule != "none" && c.mode != Mode::kAsync && c.mode != Mode::kSsp) {
+    fail("optimizer.staleness_rule", "mode",
+         "expected \"none\" when mode is " + quote(to_string(c.mode)) +
+             " (pushes are stale only in \"async\" and \"ssp\"), got " + quote(op.staleness_rule));
+  }
   if (c.collective.backend == "nccl" && wl.device == "cpu") {
     fail("collective.backend", "workload.device",
          "expected \"auto\" or \"gloo\" when workload.device is \"cpu\", got \"nccl\"");
@@ -186,6 +191,7 @@ std::string_view to_string(Mode mode) {
   switch (mode) {
     case Mode::kSync: return "sync";
     case Mode::kAsync: return "async";
+    case Mode::kSsp: return "ssp";
     case Mode::kAllreduce: return "allreduce";
   }
   return "unknown";

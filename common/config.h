@@ -12,7 +12,7 @@
 
 namespace pstrain {
 
-enum class Mode { kSync, kAsync, kAllreduce };
+enum class Mode { kSync, kAsync, kSsp, kAllreduce };
 std::string_view to_string(Mode mode);
 
 struct ClusterConfig {
@@ -37,6 +37,7 @@ struct ClusterConfig {
 
 struct PsConfig {
   std::int64_t partition_bytes = std::int64_t{1} << 20;  // chunk size for sharding
+  int staleness_bound = 2;      // mode "ssp": how many steps a worker may lead the slowest
 
   bool operator==(const PsConfig&) const = default;
 };
@@ -50,6 +51,8 @@ struct OptimizerConfig {
   double beta1 = 0.9;           // adam
   double beta2 = 0.999;         // adam
   double epsilon = 1e-8;        // adam
+  std::string staleness_rule = "none";  // "none" | "inverse" (async, ssp: lr / staleness)
+  bool momentum_correction = true;      // async, ssp: servers use momentum - (1 - 1/W), see optimizer.h
 
   bool operator==(const OptimizerConfig&) const = default;
 };

@@ -8,7 +8,8 @@
 namespace pstrain::config_detail {
 namespace {
 
-constexpr std::array<std::string_view, 3> kModes{"sync", "async", "allreduce"};
+constexpr std::array<std::string_view, 4> kModes{"sync", "async", "ssp", "allreduce"};
+constexpr std::array<std::string_view, 2> kStalenessRules{"none", "inverse"};
 constexpr std::array<std::string_view, 2> kTransports{"tcp", "ipc"};
 constexpr std::array<std::string_view, 4> kDatasets{"fashion-mnist", "mnist", "cifar10", "synthetic"};
 constexpr std::array<std::string_view, 3> kDevices{"auto", "cpu", "cuda"};
@@ -85,6 +86,7 @@ void visit_table(C& c, const V& v) {
   v("cluster", "timeout_ms", &cl.timeout_ms, at_least(1));
   v("cluster", "max_message_bytes", &cl.max_message_bytes, at_least(1));
   v("ps", "partition_bytes", &c.ps.partition_bytes, positive_multiple_of(4));
+  v("ps", "staleness_bound", &c.ps.staleness_bound, between(0, 1000000));
   auto& wl = c.workload;
   v("workload", "model", &wl.model, non_empty());
   v("workload", "dataset", &wl.dataset, one_of(kDatasets));
@@ -109,6 +111,8 @@ void visit_table(C& c, const V& v) {
   v("optimizer", "beta1", &op.beta1, unit_interval());
   v("optimizer", "beta2", &op.beta2, unit_interval());
   v("optimizer", "epsilon", &op.epsilon, above(0));
+  v("optimizer", "staleness_rule", &op.staleness_rule, one_of(kStalenessRules));
+  v("optimizer", "momentum_correction", &op.momentum_correction, any());
   auto& sc = c.schedule;
   v("schedule", "decay", &sc.decay, one_of(kDecays));
   v("schedule", "warmup_epochs", &sc.warmup_epochs, at_least(0));

@@ -272,7 +272,10 @@ void read_value(const toml::node& node, std::string& out, const Rule& r, const S
 void read_value(const toml::node& node, Mode& out, const Rule& r, const Site& site) {
   std::string name;
   read_value(node, name, r, site);
-  out = name == "async" ? Mode::kAsync : name == "allreduce" ? Mode::kAllreduce : Mode::kSync;
+  out = name == "async"       ? Mode::kAsync
+        : name == "ssp"       ? Mode::kSsp
+        : name == "allreduce" ? Mode::kAllreduce
+                              : Mode::kSync;
 }
 
 void read_value(const toml::node& node, std::vector<std::string>& out, const Rule& r, const Site& site) {

@@ -1,5 +1,7 @@
 #include "common/log.h"
 
+#include <cstdio>
+
 #include "common/errors.h"
 
 namespace pstrain {
@@ -10,6 +12,15 @@ LogLevel parse_log_level(std::string_view name) {
   if (name == "warn") return LogLevel::kWarn;
   if (name == "error") return LogLevel::kError;
   throw ConfigError("log level '" + std::string(name) + "': expected debug, info, warn or error");
+}
+
+std::string log_prefix(double seconds, std::string_view name) {
+  char time[32];
+  std::snprintf(time, sizeof(time), "[%8.3f ", seconds);
+  std::string out = time;
+  out.append(name);
+  out += "] ";
+  return out;
 }
 
 Logger::Logger(std::string name, LogLevel level, std::FILE* out, JobClock clock)
@@ -25,8 +36,9 @@ void Logger::write(LogLevel level, std::string_view msg) {
   static constexpr const char* kTags[] = {"debug: ", "", "warning: ", "error: "};
   const double seconds = clock_.now_s();
   std::lock_guard lock(mutex_);
-  std::fprintf(out_, "[%8.3f %s] %s%.*s\n", seconds, name_.c_str(), kTags[static_cast<int>(level)],
-               static_cast<int>(msg.size()), msg.data());
+  const std::string prefix = log_prefix(seconds, name_);
+  std::fprintf(out_, "%s%s%.*s\n", prefix.c_str(), kTags[static_cast<int>(level)], static_cast<int>(msg.size()),
+               msg.data());
   std::fflush(out_);
 }
 

@@ -18,6 +18,10 @@ enum class LogLevel { kDebug = 0, kInfo = 1, kWarn = 2, kError = 3 };
 // "debug" | "info" | "warn" | "error"; throws ConfigError otherwise.
 LogLevel parse_log_level(std::string_view name);
 
+// "[  12.345 server 0] ": the prefix of every log line (time in seconds on the
+// job clock, then the name), shared with the launcher's own lines.
+std::string log_prefix(double seconds, std::string_view name);
+
 class Logger {
  public:
   explicit Logger(std::string name = "", LogLevel level = LogLevel::kInfo, std::FILE* out = stderr,

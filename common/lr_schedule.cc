@@ -60,6 +60,19 @@ std::int64_t epochs_to_steps(double epochs, std::int64_t steps_per_epoch) {
 
 }  // namespace
 
+std::int64_t samples_per_update(Mode mode, int batch_size, int num_workers) {
+  const auto batch = static_cast<std::int64_t>(batch_size);
+  switch (mode) {
+    case Mode::kAsync:
+    case Mode::kSsp:
+      return batch;
+    case Mode::kSync:
+    case Mode::kAllreduce:
+      break;
+  }
+  return batch * num_workers;
+}
+
 LrSchedule::LrSchedule(const OptimizerConfig& optimizer, const ScheduleConfig& schedule,
                        std::int64_t steps_per_epoch, std::int64_t total_steps, std::int64_t global_batch)
     : schedule_(schedule), total_steps_(total_steps) {

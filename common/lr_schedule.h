@@ -20,9 +20,19 @@
 
 namespace pstrain {
 
+// The samples one optimizer update is made of, the batch linear scaling
+// scales by: batch_size x workers in sync and allreduce (one update from every
+// worker's gradient), batch_size in async and ssp (every push is an update of
+// its own; scaling by the workers would apply W times the rate W times).
+std::int64_t samples_per_update(Mode mode, int batch_size, int num_workers);
+inline std::int64_t samples_per_update(const RunConfig& config) {
+  return samples_per_update(config.mode, config.workload.batch_size, config.cluster.num_workers);
+}
+
 class LrSchedule {
  public:
   // Throws ConfigError for invalid hyper-parameters or counts (each >= 1).
+  // `global_batch`: the samples per update (samples_per_update).
   LrSchedule(const OptimizerConfig& optimizer, const ScheduleConfig& schedule, std::int64_t steps_per_epoch,
              std::int64_t total_steps, std::int64_t global_batch);
 

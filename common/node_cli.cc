@@ -1,5 +1,7 @@
 #include "common/node_cli.h"
 
+#include <cerrno>
+#include <climits>
 #include <cstdio>
 #include <cstdlib>
 
@@ -17,22 +19,81 @@ void add_node_options(CLI::App& app, NodeArgs& args) {
 RunConfig load_node_config(const NodeArgs& args) {
   RunConfig config = load_config(args.config_path);
   for (const std::string& o : args.overrides) apply_override(config, o);
-  if (!args.scheduler.empty()) config.cluster.scheduler = args.scheduler;
+  if (!args.scheduler.empty()) {
+    config.cluster.scheduler = args.scheduler;
+  } else if (std::string master = scheduler_from_master_env(); !master.empty()) {
+    config.cluster.scheduler = std::move(master);
+  }
+  if (args.rank < 0 && launcher_rank()) check_world_size(job_world_size(config));
   return config;
 }
 
+namespace {
+
+// A non-negative integer that fits an int, or nullopt.
+std::optional<long> parse_count(const char* text) {
+  char* end = nullptr;
+  errno = 0;
+  const long value = std::strtol(text, &end, 10);
+  if (end == text || *end != '\0' || value < 0 || errno == ERANGE || value > INT_MAX) return std::nullopt;
+  return value;
+}
+
+}  // namespace
+
 std::optional<int> launcher_rank() {
-  for (const char* name : {"SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"}) {
+  for (const char* name : kRankEnvVars) {
     if (const char* value = std::getenv(name)) {
-      char* end = nullptr;
-      const long rank = std::strtol(value, &end, 10);
-      if (end == value || *end != '\0' || rank < 0) {
-        throw ConfigError(std::string("environment variable ") + name + "='" + value + "' is not a rank");
+      const auto rank = parse_count(value);
+      if (!rank) {
+        throw ConfigError(std::string("environment variable ") + name + "='" + value +
+                          "' is not a rank (a non-negative integer)");
       }
-      return static_cast<int>(rank);
+      return static_cast<int>(*rank);
     }
   }
   return std::nullopt;
+}
+
+int job_world_size(const RunConfig& config) {
+  const int servers = config.mode == Mode::kAllreduce ? 0 : config.cluster.num_servers;
+  return 1 + servers + config.cluster.num_workers;
+}
+
+void check_world_size(int expected) {
+  const char* value = std::getenv("WORLD_SIZE");
+  if (value == nullptr) return;
+  const auto size = parse_count(value);
+  if (!size || *size == 0) {
+    throw ConfigError(std::string("environment variable WORLD_SIZE='") + value + "' is not a process count");
+  }
+  if (*size != expected) {
+    throw ConfigError("environment variable WORLD_SIZE=" + std::to_string(*size) + ", but the config's job has " +
+                      std::to_string(expected) +
+                      " processes (1 scheduler + cluster.servers servers, none in allreduce mode, + "
+                      "cluster.workers workers)");
+  }
+}
+
+std::string scheduler_from_master_env() {
+  const char* addr = std::getenv("MASTER_ADDR");
+  const char* port = std::getenv("MASTER_PORT");
+  if (addr == nullptr && port == nullptr) return "";
+  if (addr == nullptr || *addr == '\0') {
+    throw ConfigError("environment variable MASTER_PORT is set but MASTER_ADDR is not: set both (the scheduler's "
+                      "host and port) or neither");
+  }
+  if (port == nullptr) {
+    throw ConfigError(std::string("environment variable MASTER_ADDR='") + addr +
+                      "' is set but MASTER_PORT is not: set both (the scheduler's host and port) or neither");
+  }
+  const auto number = parse_count(port);
+  if (!number || *number < 1 || *number > 65535) {
+    throw ConfigError(std::string("environment variable MASTER_PORT='") + port + "' is not a port (1..65535)");
+  }
+  std::string host = addr;
+  if (host.find(':') != std::string::npos && host.front() != '[') host = "[" + host + "]";  // IPv6
+  return "tcp://" + host + ":" + std::to_string(*number);
 }
 
 int role_rank_from_launcher(int role_offset, int role_count, const char* role_name) {

@@ -1,14 +1,15 @@
-// SGD and Adam over a flat float range; formulas in optimizer.h. State is
-// float, hyper-parameters are rounded to float once per step, and each inner
-// loop is a plain indexed loop the compiler can vectorize.
+// SGD and Adam over a flat float range: validation and state here, the
+// arithmetic in common/update_rules.h (shared with the workers' backends).
 #include "common/optimizer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "common/errors.h"
+#include "common/update_rules.h"
 
 namespace pstrain {
 namespace {
@@ -50,29 +51,9 @@ class Sgd final : public Optimizer {
 
   void step(std::span<float> w, std::span<const float> g, double lr) override {
     check_step_args(num_elems_, w, g, lr);
-    const auto lr_f = static_cast<float>(lr);
-    const auto wd = static_cast<float>(config_.weight_decay);
-    const auto mu = static_cast<float>(config_.momentum);
-    const std::size_t n = w.size();
-    float* wp = w.data();
-    const float* gp = g.data();
-    float* vp = velocity_.data();
-    if (velocity_.empty()) {
-      for (std::size_t i = 0; i < n; ++i) wp[i] -= lr_f * (gp[i] + wd * wp[i]);
-    } else if (config_.nesterov) {
-      for (std::size_t i = 0; i < n; ++i) {
-        const float gi = gp[i] + wd * wp[i];
-        const float vi = mu * vp[i] + gi;
-        vp[i] = vi;
-        wp[i] -= lr_f * (gi + mu * vi);
-      }
-    } else {
-      for (std::size_t i = 0; i < n; ++i) {
-        const float vi = mu * vp[i] + (gp[i] + wd * wp[i]);
-        vp[i] = vi;
-        wp[i] -= lr_f * vi;
-      }
-    }
+    const update::SgdCoefficients c =
+        update::sgd_coefficients(lr, config_.momentum, config_.weight_decay, config_.nesterov);
+    update::sgd_update(w.data(), g.data(), velocity_.empty() ? nullptr : velocity_.data(), w.size(), c);
     ++steps_taken_;
   }
 
@@ -96,31 +77,9 @@ class Adam final : public Optimizer {
 
   void step(std::span<float> w, std::span<const float> g, double lr) override {
     check_step_args(num_elems_, w, g, lr);
-    const double t = static_cast<double>(steps_taken_ + 1);
-    const double correction1 = 1.0 - std::pow(config_.beta1, t);
-    const double correction2 = 1.0 - std::pow(config_.beta2, t);
-    // w -= lr * (m / c1) / (sqrt(v / c2) + eps), with the divisions hoisted.
-    const auto step_size = static_cast<float>(lr / correction1);
-    const auto inv_sqrt_c2 = static_cast<float>(1.0 / std::sqrt(correction2));
-    const auto b1 = static_cast<float>(config_.beta1);
-    const auto b2 = static_cast<float>(config_.beta2);
-    const auto one_minus_b1 = static_cast<float>(1.0 - config_.beta1);
-    const auto one_minus_b2 = static_cast<float>(1.0 - config_.beta2);
-    const auto eps = static_cast<float>(config_.epsilon);
-    const auto wd = static_cast<float>(config_.weight_decay);
-    const std::size_t n = w.size();
-    float* wp = w.data();
-    const float* gp = g.data();
-    float* mp = m_.data();
-    float* vp = v_.data();
-    for (std::size_t i = 0; i < n; ++i) {
-      const float gi = gp[i] + wd * wp[i];
-      const float mi = b1 * mp[i] + one_minus_b1 * gi;
-      const float vi = b2 * vp[i] + one_minus_b2 * gi * gi;
-      mp[i] = mi;
-      vp[i] = vi;
-      wp[i] -= step_size * mi / (std::sqrt(vi) * inv_sqrt_c2 + eps);
-    }
+    const update::AdamCoefficients c = update::adam_coefficients(lr, config_.beta1, config_.beta2, config_.epsilon,
+                                                                 config_.weight_decay, steps_taken_ + 1);
+    update::adam_update(w.data(), g.data(), m_.data(), v_.data(), w.size(), c);
     ++steps_taken_;
   }
 
@@ -159,6 +118,18 @@ void validate(const OptimizerConfig& c, std::int64_t num_elems) {
 }
 
 }  // namespace
+
+OptimizerConfig server_optimizer(const RunConfig& config, double* implicit) {
+  OptimizerConfig o = config.optimizer;
+  const bool asynchronous = config.mode == Mode::kAsync || config.mode == Mode::kSsp;
+  const double extra = asynchronous ? 1.0 - 1.0 / static_cast<double>(config.cluster.num_workers) : 0.0;
+  if (implicit != nullptr) *implicit = extra;
+  if (asynchronous && o.momentum_correction && o.name == "sgd") {
+    o.momentum = std::max(0.0, o.momentum - extra);
+    if (o.momentum == 0.0) o.nesterov = false;
+  }
+  return o;
+}
 
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config, std::int64_t num_elems) {
   validate(config, num_elems);

@@ -1,16 +1,8 @@
 // Optimizers applied to a contiguous range of the flat parameter buffer. The
-// servers keep one per chunk they own; allreduce workers keep one for the
-// whole buffer. Both use this code, so the modes' updates are identical.
-//
-// SGD (PyTorch's formulation):
-//   g' = g + weight_decay * w
-//   v  = momentum * v + g'            (v starts at 0)
-//   d  = nesterov ? g' + momentum * v : v
-//   w -= lr * d
-// Adam (bias-corrected, L2 weight decay added to the gradient), t = 1, 2, ...:
-//   g' = g + weight_decay * w
-//   m = b1 m + (1-b1) g';  v = b2 v + (1-b2) g'^2
-//   w -= lr * (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps)
+// servers keep one per chunk they own. The update rules themselves (formulas
+// in common/update_rules.h) are shared with the workers' backends
+// (nn::DeviceOptimizer, used by allreduce workers), so every mode applies
+// bit-identical updates to the same gradients.
 // Not thread-safe; one owner at a time.
 #pragma once
 
@@ -30,6 +22,14 @@ class Optimizer {
   virtual std::int64_t num_elems() const = 0;
   virtual std::int64_t steps_taken() const = 0;
 };
+
+// The optimizer the servers run for `config`: as configured, except in async
+// and ssp with optimizer.momentum_correction, where the momentum is lowered by
+// the momentum that asynchrony itself adds, about 1 - 1/W for W workers
+// (Mitliagkas et al. 2016, "Asynchrony begets momentum"):
+// max(0, momentum - (1 - 1/W)); Nesterov is dropped when nothing is left.
+// `implicit` (if given) gets the 1 - 1/W that was subtracted (0 in sync).
+OptimizerConfig server_optimizer(const RunConfig& config, double* implicit = nullptr);
 
 // Throws ConfigError for an unknown optimizer name or invalid hyper-parameters.
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config, std::int64_t num_elems);

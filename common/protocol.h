@@ -41,8 +41,8 @@ enum class MsgType : std::uint8_t {
   kInitReply,
   kPush,              // key, step, lr, payload = chunk's gradient
   kPushReply,         // key, step, version, aux = staleness (async)
-  kPull,              // key, step = minimum version wanted
-  kPullReply,         // key, version, payload = chunk's weights
+  kPull,              // key, step = the worker's step (sync: the version it needs)
+  kPullReply,         // key, version, aux = us parked at the server, payload = chunk's weights
   // node <-> scheduler: the rendezvous store (allreduce: Gloo's addresses, NCCL's id)
   kStoreSet,          // body StoreEntry (key, value); replied kStoreReply
   kStoreGet,          // body StoreEntry (key), aux = wait limit in ms; replied kStoreReply once the key is set
@@ -76,10 +76,10 @@ struct Header {
   std::int32_t sender = -1;           // sender's rank within its role (-1 before assignment)
   std::uint64_t request_id = 0;       // echoed in the reply
   std::int64_t key = -1;              // chunk id, or barrier sequence number
-  std::int64_t step = 0;              // push: worker step; pull: minimum version
+  std::int64_t step = 0;              // push, pull: the worker's step
   std::int64_t version = 0;           // replies: chunk version
   std::int64_t num_elems = 0;         // float32 payload: element count
-  std::int64_t aux = 0;               // push reply: staleness
+  std::int64_t aux = 0;               // push reply: staleness; pull reply: us parked
   double lr = 0.0;                    // push: learning rate for this update
 
   template <class Archive>

@@ -41,6 +41,7 @@ class BoundedInputArchive : public cereal::InputArchive<BoundedInputArchive, cer
       throw ProtocolError("truncated: needed " + std::to_string(num_bytes) + " more bytes, " +
                           std::to_string(remaining()) + " left");
     }
+    if (num_bytes == 0) return;  // data may be null (an empty vector): memcpy must not see it
     std::memcpy(data, bytes_.data() + pos_, num_bytes);
     pos_ += num_bytes;
   }

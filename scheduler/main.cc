@@ -5,6 +5,7 @@
 #include "common/log.h"
 #include "common/node_cli.h"
 #include "common/resource_sampler.h"
+#include "common/trace.h"
 #include "scheduler/scheduler.h"
 
 namespace {
@@ -35,6 +36,10 @@ int main(int argc, char** argv) {
   return pstrain::guarded_main("pstrain-scheduler", [&] {
     const pstrain::RunConfig config = pstrain::load_node_config(args);
     pstrain::Logger log("scheduler", pstrain::parse_log_level(config.output.log_level));
+    pstrain::TraceRecorder trace(pstrain::parse_trace_level(config.output.trace), log.clock());
+    trace.set_process("scheduler", -1);
+    trace.name_this_thread("scheduler");
+    const pstrain::TraceFileGuard trace_file(trace, pstrain::trace_dir(config.output.run_dir));
     pstrain::SchedulerOptions options;
     options.num_servers = config.mode == pstrain::Mode::kAllreduce ? 0 : config.cluster.num_servers;
     options.num_workers = config.cluster.num_workers;
@@ -43,6 +48,7 @@ int main(int argc, char** argv) {
     pstrain::TrafficCounters traffic;
     options.traffic = &traffic;
     const auto sampler = pstrain::start_resource_sampler(config.output, "scheduler", 0, &traffic, log);
+    options.trace = &trace;
     zmq::context_t ctx;
     pstrain::Scheduler scheduler(ctx, options, log);
     if (!endpoint_file.empty()) {

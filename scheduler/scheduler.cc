@@ -25,9 +25,14 @@ Scheduler::Scheduler(zmq::context_t& ctx, SchedulerOptions options, Logger& log)
 void Scheduler::run() {
   log_.info("listening on " + endpoint_ + " for " + std::to_string(options_.num_servers) + " servers and " +
             std::to_string(options_.num_workers) + " workers");
-  registration();
-  assign_ranks();
+  {
+    TraceSpan span(options_.trace, TraceLevel::kSteps, "registration", "scheduler");
+    registration();
+    assign_ranks();
+  }
+  TraceSpan span(options_.trace, TraceLevel::kSteps, "job", "scheduler");
   serve_until_done();
+  span.end();
   broadcast(MsgType::kShutdown, "");
   log_.info("all workers done; job finished");
 }

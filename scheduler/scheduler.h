@@ -28,6 +28,7 @@
 #include "common/log.h"
 #include "common/protocol.h"
 #include "common/traffic_counters.h"
+#include "common/trace.h"
 
 namespace pstrain {
 
@@ -37,6 +38,7 @@ struct SchedulerOptions {
   ClusterConfig cluster;
   std::string bind_endpoint = "tcp://127.0.0.1:*";
   TrafficCounters* traffic = nullptr;  // the node's byte counters (may be null; must outlive the scheduler)
+  TraceRecorder* trace = nullptr;  // spans "registration" and "job" (level steps); null = none
 };
 
 class Scheduler {

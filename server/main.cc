@@ -10,6 +10,8 @@
 #include "common/log.h"
 #include "common/node_cli.h"
 #include "common/resource_sampler.h"
+#include "common/optimizer.h"
+#include "common/trace.h"
 #include "server/server.h"
 #include "common/job_fingerprint.h"
 #include "common/json_line.h"
@@ -49,6 +51,8 @@ void write_server_metrics(const std::string& run_dir, const pstrain::Server& ser
                                .add("updates", s.updates_applied)
                                .add("pushes_accepted", s.pushes_accepted)
                                .add("pushes_rejected", s.pushes_rejected)
+                               .add("partial_updates", s.partial_updates)
+                               .add("clock_gap_max", s.clock_gap_max)
                                .raw("staleness_histogram", histogram)
                                .str();
   std::filesystem::create_directories(run_dir + "/metrics");
@@ -79,15 +83,30 @@ int main(int argc, char** argv) {
     const int rank = args.rank >= 0 ? args.rank
                                     : pstrain::role_rank_from_launcher(1, config.cluster.num_servers, "server");
     pstrain::Logger log("server", pstrain::parse_log_level(config.output.log_level));
+    pstrain::TraceRecorder trace(pstrain::parse_trace_level(config.output.trace), log.clock());
+    trace.set_process("server", rank);
+    trace.name_this_thread("requests");
+    const pstrain::TraceFileGuard trace_file(trace, pstrain::trace_dir(config.output.run_dir));
     pstrain::ServerOptions o;
     o.mode = config.mode;
-    o.optimizer = config.optimizer;
+    o.staleness_bound = config.ps.staleness_bound;
+    double implicit = 0.0;
+    o.optimizer = pstrain::server_optimizer(config, &implicit);
+    if (o.optimizer.momentum != config.optimizer.momentum) {
+      char line[200];
+      std::snprintf(line, sizeof(line),
+                    "momentum %.4g on the servers: optimizer.momentum %.4g less the %.4g that asynchrony with %d "
+                    "workers adds (optimizer.momentum_correction)",
+                    o.optimizer.momentum, config.optimizer.momentum, implicit, config.cluster.num_workers);
+      log.info(line);
+    }
     o.partition_bytes = config.ps.partition_bytes;
     o.cluster = config.cluster;
     o.scheduler_endpoint = config.cluster.scheduler;
     o.requested_rank = rank;
     o.job_fingerprint = pstrain::job_fingerprint(config.mode, config.ps.partition_bytes, config.cluster.num_servers,
                                                  config.cluster.num_workers);
+    o.trace = &trace;
     choose_endpoint(config, rank, o);
     pstrain::TrafficCounters traffic;
     std::unique_ptr<pstrain::ResourceSampler> sampler;  // from registration, when the rank is known

@@ -40,7 +40,12 @@ void Server::run() {
     log_.set_name("server " + std::to_string(rank_));
     if (options_.on_registered) options_.on_registered(rank_);
     map_ = ShardMap(info.layout, info.num_servers, options_.partition_bytes);
-    store_ = std::make_unique<ShardStore>(map_, rank_, info.num_workers, options_.mode, options_.optimizer);
+    StoreOptions store_options;
+    store_options.consistency = ConsistencyOptions{options_.mode, options_.staleness_bound};
+    store_options.optimizer = options_.optimizer;
+    store_ = std::make_unique<ShardStore>(map_, rank_, info.num_workers, store_options);
+    store_->set_trace(options_.trace);
+    if (options_.trace != nullptr) options_.trace->set_process("server", rank_);
     log_.info("listening on " + endpoint_ + "; holds " + std::to_string(map_.chunks_of(rank_).size()) + " chunks (" +
               std::to_string(map_.bytes_of(rank_)) + " bytes); " + map_.summary());
 
@@ -62,12 +67,34 @@ void Server::run() {
   }
 }
 
+namespace {
+
+// The request's span: named by its type ("push", "pull", "init") once it is
+// decoded; "receive" (reading and decoding the message) is its first child.
+const char* request_span_name(MsgType type) {
+  switch (type) {
+    case MsgType::kPush: return "push";
+    case MsgType::kPull: return "pull";
+    case MsgType::kInit: return "init";
+    default: return "request";
+  }
+}
+
+}  // namespace
+
 void Server::handle_request() {
   zmq::message_t from;
   std::optional<Envelope> env;
+  TraceSpan span(options_.trace, TraceLevel::kAll, "request", "server");
   try {
+    TraceSpan receive(options_.trace, TraceLevel::kAll, "receive", "server");
     env = receive_message(router_, true, milliseconds(0), DecodeLimits{options_.cluster.max_message_bytes}, &from,
                           options_.traffic);
+    if (env) {
+      receive.arg("bytes", env->message.header.num_elems * static_cast<std::int64_t>(sizeof(float)));
+    } else {
+      receive.cancel();  // nothing came: no request span either (below)
+    }
   } catch (const ProtocolError& e) {
     ++bad_requests_;
     log_.warn(std::string("malformed request: ") + e.what());
@@ -78,7 +105,13 @@ void Server::handle_request() {
     }
     return;
   }
-  if (!env) return;
+  if (!env) {
+    span.cancel();
+    return;
+  }
+  const Header& h = env->message.header;
+  span.rename(request_span_name(h.type));
+  span.arg("chunk", h.key).arg("worker", h.sender).arg("step", h.step);
   try {
     serve(env->routing_id, env->message);
   } catch (const RequestError& e) {
@@ -117,10 +150,10 @@ void Server::serve(const zmq::message_t& from, const Message& msg) {
     }
     case MsgType::kPull:
       store_->num_elems(h.key);  // ownership check before parking
-      if (store_->ready(h.key, h.step)) {
+      if (store_->ready(h.key, h.sender, h.step)) {
         reply_pull(from, h);
       } else {
-        parked_[h.key].push_back(ParkedPull{copy_frame(from), h});
+        parked_[h.key].push_back(ParkedPull{copy_frame(from), h, std::chrono::steady_clock::now()});
       }
       return;
     default:
@@ -129,11 +162,12 @@ void Server::serve(const zmq::message_t& from, const Message& msg) {
   }
 }
 
-void Server::reply_pull(const zmq::message_t& to, const Header& request) {
-  const WeightsSnapshot snap = store_->snapshot(request.sender, request.key);
+void Server::reply_pull(const zmq::message_t& to, const Header& request, std::int64_t parked_us) {
+  const WeightsSnapshot snap = store_->snapshot(request.sender, request.key, request.step);
   Header r = request;
   r.type = MsgType::kPullReply;
   r.version = snap.version;
+  r.aux = parked_us;
   reply(to, r, Payload::floats(std::span<const float>(*snap.weights), snap.weights));
 }
 
@@ -142,12 +176,13 @@ void Server::answer_parked(std::int64_t key) {
   if (it == parked_.end()) return;
   std::vector<ParkedPull> still;
   for (ParkedPull& p : it->second) {
-    if (!store_->ready(key, p.request.step)) {
+    if (!store_->ready(key, p.request.sender, p.request.step)) {
       still.push_back(std::move(p));
       continue;
     }
     try {
-      reply_pull(p.routing_id, p.request);
+      const auto parked = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - p.since);
+      reply_pull(p.routing_id, p.request, parked.count());
     } catch (const TransportError& e) {
       log_.warn(std::string("could not answer a parked pull: ") + e.what());
     }
@@ -160,6 +195,8 @@ void Server::answer_parked(std::int64_t key) {
 }
 
 void Server::reply(const zmq::message_t& to, Header header, Payload payload) {
+  TraceSpan span(options_.trace, TraceLevel::kAll, header.type == MsgType::kPullReply ? "reply pull" : "reply", "server");
+  span.arg("chunk", header.key).arg("worker", header.sender);
   header.role = Role::kServer;
   header.sender = rank_;
   header.status = Status::kOk;

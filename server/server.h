@@ -7,10 +7,13 @@
 // scheduler's abort or shutdown and a broken socket end run(). Nothing here
 // watches the scheduler itself: a server whose scheduler died keeps serving
 // until it is stopped (the launcher stops it; by hand, kill it).
-// Sync-mode pulls that ask for a version not yet reached are parked and
-// answered as soon as the update that reaches it is applied.
+// Pulls the consistency policy cannot answer yet (sync: the step's update is
+// not applied; ssp: the bound would be broken) are parked and answered as
+// soon as a push makes them ready; the reply's aux says how long the pull
+// was parked (microseconds), which is the time the worker was held back.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -27,12 +30,14 @@
 #include "common/scheduler_client.h"
 #include "common/shard_map.h"
 #include "common/traffic_counters.h"
+#include "common/trace.h"
 #include "server/shard_store.h"
 
 namespace pstrain {
 
 struct ServerOptions {
   Mode mode = Mode::kSync;
+  int staleness_bound = 0;  // ssp
   OptimizerConfig optimizer;
   std::int64_t partition_bytes = std::int64_t{1} << 20;
   ClusterConfig cluster;
@@ -44,6 +49,9 @@ struct ServerOptions {
   TrafficCounters* traffic = nullptr;  // the node's byte counters (may be null; must outlive the server)
   // Called once registration has assigned this server its rank, before it serves.
   std::function<void(int rank)> on_registered;
+  // Level "all": a span per request (receive, finite check, sum, update,
+  // reply inside it); null = none.
+  TraceRecorder* trace = nullptr;
 };
 
 class Server {
@@ -61,11 +69,12 @@ class Server {
   struct ParkedPull {
     zmq::message_t routing_id;
     Header request;
+    std::chrono::steady_clock::time_point since;
   };
 
   void handle_request();
   void serve(const zmq::message_t& from, const Message& msg);
-  void reply_pull(const zmq::message_t& to, const Header& request);
+  void reply_pull(const zmq::message_t& to, const Header& request, std::int64_t parked_us = 0);
   void answer_parked(std::int64_t key);
   void reply(const zmq::message_t& to, Header header, Payload payload = {});
 

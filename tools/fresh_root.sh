@@ -48,6 +48,7 @@ if ! command -v debootstrap >/dev/null 2>&1; then
 fi
 
 root="$(mktemp -d "${TMPDIR:-/var/tmp}/pstrain-fresh-root.XXXXXX")"
+chmod 755 "$root"  # it becomes "/": mktemp's 0700 would keep apt's _apt user out
 mounted=()
 cleanup() {
   local rc=$?

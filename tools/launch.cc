@@ -2,14 +2,17 @@
 //
 //   launch --config FILE [--set key=value]... [--run-dir DIR] [--bin-dir DIR]
 //          [--quiet] [--timeout-s S] [--startup-timeout-s S]
-//          [--shutdown-timeout-s S] [--grace-s S]
+//          [--shutdown-timeout-s S] [--grace-s S] [--status-interval-s S]
 //
 // Checks the config (nothing starts if it is wrong), writes the resolved
 // config to <run_dir>/config.toml, starts pstrain-scheduler, then the servers
 // and workers (each told the scheduler's actual endpoint), streams their
-// output as "[worker 1] ..." and into <run_dir>/logs/, and stops them all if
-// one fails or on Ctrl-C. When all exit 0 it writes summary.json/summary.md
-// and prints the summary. Run directory format: docs/run_directory.md.
+// output (one "[  12.345 worker 1] " prefix per line, job clock) and into
+// <run_dir>/logs/, shows a live status line (steps, recent steps/s, loss,
+// ETA; redrawn in place on a terminal, else a plain line every
+// --status-interval-s), and stops them all if one fails or on Ctrl-C. When
+// all exit 0 it writes summary.json/summary.md and prints the summary. Run
+// directory format: docs/run_directory.md.
 //
 // Exit codes: 0 ok; 1 a process failed, a timeout, or the summary failed;
 // 3 config or usage error (nothing started); 128+N stopped by signal N.
@@ -46,6 +49,11 @@ void add_options(CLI::App& app, pstrain::launcher::LaunchOptions& o, double& tim
   app.add_option("--shutdown-timeout-s", o.shutdown_timeout_s,
                  "limit for the servers and workers to exit once the scheduler has ended the job")
       ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--status-interval-s", o.status_interval_s,
+                 "live status: seconds between plain status lines when stdout is not a terminal (on a terminal "
+                 "one line is redrawn in place); 0 = no status")
+      ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   app.add_option("--grace-s", o.grace_s, "seconds between SIGTERM and SIGKILL when stopping processes")
       ->check(CLI::NonNegativeNumber)

@@ -5,7 +5,9 @@
 #include "common/log.h"
 #include "common/node_cli.h"
 #include "common/resource_sampler.h"
+#include "common/trace.h"
 #include "worker/client/worker_session.h"
+#include "worker/collective/gpu_assignment.h"
 #include "worker/train/allreduce_worker.h"
 #include "worker/train/ps_worker.h"
 
@@ -18,7 +20,16 @@ int run_worker(const pstrain::NodeArgs& args) {
   const int servers = config.cluster.num_servers, workers = config.cluster.num_workers;
   const int rank = args.rank >= 0 ? args.rank : role_rank_from_launcher(1 + servers, workers, "worker");
   Logger log(rank >= 0 ? "worker " + std::to_string(rank) : "worker", parse_log_level(config.output.log_level));
-  Workload workload = make_workload(config, config.workload.batch_size, log);
+  TraceRecorder trace(parse_trace_level(config.output.trace), log.clock());
+  trace.set_process("worker", rank);
+  trace.name_this_thread("training");
+  const TraceFileGuard trace_file(trace, trace_dir(config.output.run_dir));  // also when training fails
+  // A launcher's LOCAL_RANK picks the GPU of "auto"/"cuda", as in allreduce mode.
+  RunConfig local = config;
+  if (const int local_rank = local_rank_from_env(); local_rank >= 0 && config.workload.device != "cpu") {
+    local.workload.device = worker_device(config.workload.device, local_rank, visible_cuda_devices());
+  }
+  Workload workload = make_workload(local, config.workload.batch_size, log);
 
   zmq::context_t ctx;
   WorkerSessionOptions options;
@@ -29,13 +40,15 @@ int run_worker(const pstrain::NodeArgs& args) {
   options.job_fingerprint = job_fingerprint(config.mode, config.ps.partition_bytes, servers, workers);
   TrafficCounters traffic;
   options.traffic = &traffic;
+  options.trace = &trace;
   WorkerSession session(ctx, options, workload.model->layout());
   log.set_name("worker " + std::to_string(session.rank()));
+  trace.set_process("worker", session.rank());
   const auto sampler = start_resource_sampler(config.output, "worker", session.rank(), &traffic, log,
                                               cuda_device_index(*workload.backend));
   session.run_reporting_failure([&] {
     MetricsWriter metrics(config.output.run_dir, "worker-" + std::to_string(session.rank()) + ".jsonl");
-    const TrainResult r = run_ps_worker(config, session, workload, metrics, log);
+    const TrainResult r = run_ps_worker(config, session, workload, metrics, log, &trace);
     char line[200];
     std::snprintf(line, sizeof(line), "done: %lld steps, %lld images in %.1f s (compute %.1f s, pull %.1f s, push %.1f s)",
                   static_cast<long long>(r.steps), static_cast<long long>(r.images), r.time_s, r.compute_s, r.pull_s,

@@ -71,12 +71,12 @@ void run_rounds(Mode mode, int servers, int workers, int rounds) {
     for (std::size_t i = 0; i < n; ++i) REQUIRE(params[i] == initial(i));
     std::vector<float> grad(n);
     for (int step = 0; step < rounds; ++step) {
-      session.kv().wait(session.kv().pull(params, mode == Mode::kSync ? step : 0));
+      session.kv().wait(session.kv().pull(params, step));
       for (std::size_t i = 0; i < n; ++i) grad[i] = gradient(session.rank(), i, step);
       session.kv().wait(session.kv().push(grad, step, 1.0));
     }
     session.scheduler().barrier("all pushed");
-    session.kv().wait(session.kv().pull(params, mode == Mode::kSync ? rounds : 0));
+    session.kv().wait(session.kv().pull(params, rounds));
     finals[static_cast<std::size_t>(session.rank())] = params;
     session.finish();
   });
@@ -88,15 +88,15 @@ void run_rounds(Mode mode, int servers, int workers, int rounds) {
     for (int step = 0; step < rounds; ++step) {
       for (int r = 0; r < workers; ++r) total += gradient(r, i, step);
     }
-    const double expected = initial(i) - (mode == Mode::kSync ? total / workers : total);
+    const double expected = initial(i) - (mode == Mode::kSync ? total / workers : total);  // ssp: as async
     for (int r = 0; r < workers; ++r) CHECK(finals[static_cast<std::size_t>(r)][i] == static_cast<float>(expected));
   }
 }
 
 }  // namespace
 
-TEST_CASE("in-process clusters: 1..4 workers x 1..3 servers, sync and async, exact final weights") {
-  for (Mode mode : {Mode::kSync, Mode::kAsync}) {
+TEST_CASE("in-process clusters: 1..4 workers x 1..3 servers, sync, async and ssp, exact final weights") {
+  for (Mode mode : {Mode::kSync, Mode::kAsync, Mode::kSsp}) {
     for (int servers = 1; servers <= 3; ++servers) {
       for (int workers = 1; workers <= 4; ++workers) {
         CAPTURE(to_string(mode));

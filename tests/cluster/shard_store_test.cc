@@ -25,6 +25,13 @@ struct Fixture {
   }
 };
 
+StoreOptions options(Mode mode, const OptimizerConfig& optimizer, int bound = 0) {
+  StoreOptions o;
+  o.consistency = ConsistencyOptions{mode, bound};
+  o.optimizer = optimizer;
+  return o;
+}
+
 std::vector<float> constant(std::size_t n, float v) { return std::vector<float>(n, v); }
 
 std::string rejection(const std::function<void()>& f) {
@@ -42,12 +49,12 @@ TEST_CASE("sync: one update per step with the exact mean of integer gradients") 
   for (int workers = 1; workers <= 4; ++workers) {
     CAPTURE(workers);
     Fixture f;
-    ShardStore store(f.map, 0, workers, Mode::kSync, f.sgd);
+    ShardStore store(f.map, 0, workers, options(Mode::kSync, f.sgd));
     store.init(0, constant(6, 100.0f));
     std::vector<float> expected = constant(6, 100.0f);
     for (int step = 0; step < 3; ++step) {
-      CHECK(store.ready(0, step));
-      CHECK_FALSE(store.ready(0, step + 1));
+      CHECK(store.ready(0, 0, step));
+      CHECK_FALSE(store.ready(0, 0, step + 1));
       std::vector<float> sum(6, 0.0f);
       for (int w = 0; w < workers; ++w) {
         std::vector<float> g(6);
@@ -67,7 +74,7 @@ TEST_CASE("sync: one update per step with the exact mean of integer gradients") 
 
 TEST_CASE("sync: duplicate, stale and early pushes are rejected, not counted") {
   Fixture f;
-  ShardStore store(f.map, 0, 2, Mode::kSync, f.sgd);
+  ShardStore store(f.map, 0, 2, options(Mode::kSync, f.sgd));
   store.init(0, constant(6, 0.0f));
   store.push(0, 0, 0, constant(6, 2.0f), 1.0);
   CHECK(rejection([&] { store.push(0, 0, 0, constant(6, 2.0f), 1.0); }).find("duplicate") != std::string::npos);
@@ -82,14 +89,14 @@ TEST_CASE("sync: duplicate, stale and early pushes are rejected, not counted") {
 
 TEST_CASE("async: every push applied once, staleness recorded") {
   Fixture f;
-  ShardStore store(f.map, 0, 2, Mode::kAsync, f.sgd);
+  ShardStore store(f.map, 0, 2, options(Mode::kAsync, f.sgd));
   store.init(0, constant(6, 0.0f));
   store.snapshot(0, 0);  // both pull version 0
   store.snapshot(1, 0);
   CHECK(store.push(0, 0, 0, constant(6, 1.0f), 1.0).staleness == 0);
   CHECK(store.push(1, 0, 0, constant(6, 2.0f), 1.0).staleness == 1);  // one update since worker 1 pulled
   CHECK(store.push(1, 0, 1, constant(6, 4.0f), 0.5).staleness == 2);
-  CHECK(rejection([&] { store.push(1, 0, 1, constant(6, 4.0f), 1.0); }).find("duplicate, already applied") !=
+  CHECK(rejection([&] { store.push(1, 0, 1, constant(6, 4.0f), 1.0); }).find("duplicate, already counted") !=
         std::string::npos);
   CHECK(rejection([&] { store.push(1, 0, 0, constant(6, 4.0f), 1.0); }).find("stale, worker already pushed step 1") !=
         std::string::npos);
@@ -102,7 +109,7 @@ TEST_CASE("async: every push applied once, staleness recorded") {
 
 TEST_CASE("bad pushes: NaN, wrong size, unknown worker, uninitialized, not owner") {
   Fixture f;
-  ShardStore store(f.map, 0, 2, Mode::kAsync, f.sgd);
+  ShardStore store(f.map, 0, 2, options(Mode::kAsync, f.sgd));
   CHECK(rejection([&] { store.push(0, 0, 0, constant(6, 1.0f), 1.0); }).find("not initialized") != std::string::npos);
   store.init(0, constant(6, 1.0f));
   CHECK(rejection([&] { store.init(0, constant(6, 1.0f)); }).find("already initialized") != std::string::npos);
@@ -131,7 +138,7 @@ TEST_CASE("bad pushes: NaN, wrong size, unknown worker, uninitialized, not owner
 
 TEST_CASE("copy on write keeps a sent snapshot intact") {
   Fixture f;
-  ShardStore store(f.map, 0, 1, Mode::kAsync, f.sgd);
+  ShardStore store(f.map, 0, 1, options(Mode::kAsync, f.sgd));
   store.init(0, constant(6, 1.0f));
   const auto held = store.snapshot(0, 0);  // as a zero-copy pull reply would hold it
   store.push(0, 0, 0, constant(6, 1.0f), 1.0);

@@ -71,7 +71,7 @@ TEST_CASE("bad overrides are rejected naming the override, and leave the config 
         "(not "
         "a TOML value)");
   CHECK(override_error(c, "mode=bogus") ==
-        "--set mode=bogus: key 'mode': expected one of \"sync\", \"async\", \"allreduce\", got \"bogus\"");
+        "--set mode=bogus: key 'mode': expected one of \"sync\", \"async\", \"ssp\", \"allreduce\", got \"bogus\"");
   CHECK(override_error(c, "optimizer.momentum=1") ==
         "--set optimizer.momentum=1: key 'optimizer.momentum': expected a number in [0, 1), got 1");
   CHECK(

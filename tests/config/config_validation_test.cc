@@ -35,7 +35,7 @@ void check_cases(const std::vector<BadCase>& cases) {
 TEST_CASE("per-key ranges, enums and shapes are enforced with file:line and key") {
   check_cases({
       {"# comment\nmode = \"syncc\"",
-       "bad.toml:2: key 'mode': expected one of \"sync\", \"async\", \"allreduce\", got \"syncc\""},
+       "bad.toml:2: key 'mode': expected one of \"sync\", \"async\", \"ssp\", \"allreduce\", got \"syncc\""},
       {"[cluster]\nscheduler = \"http://h:1\"",
        "bad.toml:2: key 'cluster.scheduler': expected an endpoint \"tcp://HOST:PORT\" or "
        "\"ipc://PATH\", got \"http://h:1\""},
@@ -110,6 +110,10 @@ TEST_CASE("per-key ranges, enums and shapes are enforced with file:line and key"
        "bad.toml:2: key 'optimizer.momentum': expected a number in [0, 1), got -0.1"},
       {"[optimizer]\nweight_decay = -1",
        "bad.toml:2: key 'optimizer.weight_decay': expected a number >= 0, got -1"},
+      {"[ps]\nstaleness_bound = -1",
+       "bad.toml:2: key 'ps.staleness_bound': expected an integer in [0, 1000000], got -1"},
+      {"[optimizer]\nstaleness_rule = \"sqrt\"",
+       "bad.toml:2: key 'optimizer.staleness_rule': expected one of \"none\", \"inverse\", got \"sqrt\""},
       {"[optimizer]\nnesterov = \"yes\"",
        "bad.toml:2: key 'optimizer.nesterov': expected a boolean (true or false), got a string \"yes\""},
       {"[optimizer]\nbeta1 = 1", "bad.toml:2: key 'optimizer.beta1': expected a number in [0, 1), got 1"},
@@ -161,7 +165,7 @@ TEST_CASE("wrong types are named; an integer is accepted where a float is expect
       {"[workload]\nseed = 1979-05-27",
        "bad.toml:2: key 'workload.seed': expected an integer >= 0, got a date 1979-05-27"},
       {"[mode]\nx = 1",
-       "bad.toml:1: key 'mode': expected one of \"sync\", \"async\", \"allreduce\", got a table"},
+       "bad.toml:1: key 'mode': expected one of \"sync\", \"async\", \"ssp\", \"allreduce\", got a table"},
       {"cluster = 3", "bad.toml:1: key 'cluster': expected a table, got an integer 3"},
   });
   const RunConfig config = parse_config("[optimizer]\nlr = 1\n[workload]\nsimulated_step_ms = 5", "ok.toml");
@@ -228,6 +232,9 @@ TEST_CASE("rules between keys name the key and where it was set") {
        "momentum), got true"},
       {"[optimizer]\nlr = 0.1\n[schedule]\nmin_lr = 0.5",
        "bad.toml:4: key 'schedule.min_lr': expected at most optimizer.lr (0.1), got 0.5"},
+      {"mode = \"sync\"\n[optimizer]\nstaleness_rule = \"inverse\"",
+       "bad.toml:3: key 'optimizer.staleness_rule': expected \"none\" when mode is \"sync\" (pushes are stale "
+       "only in \"async\" and \"ssp\"), got \"inverse\""},
       {"[workload]\ndevice = \"cpu\"\n[collective]\nbackend = \"nccl\"",
        "bad.toml:4: key 'collective.backend': expected \"auto\" or \"gloo\" when workload.device is \"cpu\", "
        "got \"nccl\""},
@@ -245,6 +252,12 @@ TEST_CASE("the exceptions of the rules between keys are accepted") {
   const RunConfig adam =
       parse_config("[optimizer]\nname = \"adam\"\nmomentum = 0\nnesterov = true", "ok.toml");
   CHECK(adam.optimizer.nesterov);
+  const RunConfig ssp =
+      parse_config("mode = \"ssp\"\n[ps]\nstaleness_bound = 0\n[optimizer]\nstaleness_rule = \"inverse\"", "ok.toml");
+  CHECK(ssp.mode == Mode::kSsp);
+  CHECK(ssp.ps.staleness_bound == 0);
+  CHECK(ssp.optimizer.staleness_rule == "inverse");
+  CHECK(to_string(Mode::kSsp) == "ssp");
 }
 
 }  // namespace

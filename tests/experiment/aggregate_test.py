@@ -117,6 +117,19 @@ class FailureReasonTest(unittest.TestCase):
         self.assertEqual(failure_reason(out, 1),
                          "pstrain-worker: config error: r/config.toml: mode allreduce is not supported yet")
 
+    def test_prefixed_launcher_lines(self):
+        out = ("[   0.004 launch] run dir r: starting the scheduler, 0 server(s) and 2 worker(s)\n"
+               "[   0.730 worker 1] loading data\n"
+               "[   1.250 launch] worker 1 exited with code 3 (config error)\n"
+               "[   1.250 launch] last lines of worker 1's stderr:\n"
+               "[   1.250 launch]   [   0.730 worker 1] loading data\n"
+               "[   1.250 launch]   pstrain-worker: config error: r/config.toml: bad mode\n"
+               "[   1.251 launch] stopped the other processes; run failed; logs in r/logs\n")
+        self.assertEqual(failure_reason(out, 1), "pstrain-worker: config error: r/config.toml: bad mode")
+        self.assertEqual(failure_reason("[  12.000 launch] the run did not finish within --timeout-s 5 s\n"
+                                        "[  12.500 launch] run failed; logs in r/logs\n", 1),
+                         "the run did not finish within --timeout-s 5 s")
+
     def test_launcher_complaint_then_anything(self):
         self.assertEqual(failure_reason("launch: starting\nlaunch: run timed out after 5 s\nlaunch: bye\n", 1),
                          "run timed out after 5 s")

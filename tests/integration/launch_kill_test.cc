@@ -26,7 +26,7 @@ TEST_CASE("killing worker 1 mid-run stops the run with a message naming it") {
   REQUIRE(exit.has_value());
   CHECK_FALSE(exit->signaled);
   CHECK(exit->code == 1);
-  CHECK(it::contains(output, "launch: worker 1 was killed by signal 9"));
+  CHECK(it::contains(output, " launch] worker 1 was killed by signal 9"));
   CHECK(it::contains(output, "run failed"));
   CHECK_FALSE(it::fs::exists(run / "summary.json"));
   // Stopped at once (SIGTERM to the rest), not after the scheduler's heartbeat timeout.

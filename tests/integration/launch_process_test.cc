@@ -44,23 +44,31 @@ void check_all_gone(const it::fs::path& run) {
 TEST_CASE("a successful run: prefixed whole lines, logs, node flags, pids and the summary") {
   it::TempDir dir;
   it::write_fake_bin(dir.path() / "bin", it::scheduler_body("sleep 0.5"),
-                     "echo \"server $rank up\"\n" + kServerMetrics,
-                     "echo \"args: $args\"\nprintf 'partial'\nsleep 0.3\nprintf ' line\\n'\necho oops >&2\n" +
+                     "echo \"server $rank up\"\n" + kServerMetrics +
+                         "if [ $rank = 0 ]; then echo '[   0.041 server] before its rank' >&2; fi\n",
+                     "echo \"args: $args\"\nprintf 'partial'\nsleep 0.3\nprintf ' line\\n'\necho oops >&2\n"
+                     "echo \"[   0.042 worker $rank] own prefix\" >&2\n" +
                          kWorkerMetrics + "printf 'no newline at the end'");
   const auto r = launch_fake(dir);
   INFO(r.output);
   REQUIRE(r.exit.code == 0);
   const auto run = dir.path() / "run";
   const std::string config = (run / "config.toml").string();
-  CHECK(it::contains(r.output, "[worker 1] args: --config " + config + " --scheduler " + it::kFakeEndpoint +
-                                   " --rank 1\n"));
-  CHECK(it::contains(r.output, "[server 1] server 1 up\n"));
-  CHECK(it::contains(r.output, "[worker 0] partial line\n"));
-  CHECK(it::contains(r.output, "[worker 1] no newline at the end\n"));
-  CHECK(it::contains(r.output, "launch: scheduler is at " + it::kFakeEndpoint));
+  CHECK(it::has_line(r.output, "worker 1",
+                     "args: --config " + config + " --scheduler " + it::kFakeEndpoint + " --rank 1"));
+  CHECK(it::has_line(r.output, "server 1", "server 1 up"));
+  CHECK(it::has_line(r.output, "worker 0", "partial line"));
+  CHECK(it::has_line(r.output, "worker 1", "no newline at the end"));
+  CHECK(it::has_line(r.output, "worker 1", "oops"));  // stderr too
+  // A line with the node's own logger prefix is echoed as it is: one prefix.
+  CHECK(it::contains(r.output, "\n[   0.042 worker 1] own prefix\n"));
+  CHECK(it::contains(r.output, "\n[   0.041 server] before its rank\n"));
+  CHECK_FALSE(it::contains(r.output, "] [   0.04"));
+  CHECK(it::read_file(run / "logs/worker-1.log").find("\n[   0.042 worker 1] own prefix\n") != std::string::npos);
+  CHECK(it::contains(r.output, " launch] scheduler is at " + it::kFakeEndpoint));
   CHECK(it::read_file(run / "logs/worker-1.log").find("partial line\n") != std::string::npos);
   CHECK(it::read_file(run / "logs/worker-1.log").find("oops\n") != std::string::npos);
-  CHECK(it::read_file(run / "logs/server-0.log") == "server 0 up\n");
+  CHECK(it::read_file(run / "logs/server-0.log") == "server 0 up\n[   0.041 server] before its rank\n");
   CHECK(it::read_pids(run).size() == 5);
   CHECK(it::read_file(run / "summary.json").find("\"final_test_accuracy\": 0.875") != std::string::npos);
   CHECK(it::contains(r.output, "| sync | 2 | 2 | small_cnn | synthetic | 87.50 | 0.50 | 128.0 |"));
@@ -75,7 +83,7 @@ TEST_CASE("a run directory used before is cleared of the old run's files") {
   const auto r = launch_fake(dir);
   INFO(r.output);
   CHECK(r.exit.code == 0);
-  CHECK(it::contains(r.output, "launch: removed 1 file(s) of a previous run"));
+  CHECK(it::contains(r.output, " launch] removed 1 file(s) of a previous run"));
   CHECK_FALSE(it::fs::exists(dir.path() / "run/metrics/worker-7.jsonl"));
 }
 
@@ -86,8 +94,8 @@ TEST_CASE("a scheduler that fails before listening is reported with its stderr; 
   const auto r = launch_fake(dir);
   INFO(r.output);
   CHECK(r.exit.code == 1);
-  CHECK(it::contains(r.output, "launch: scheduler exited with code 1\n"));
-  CHECK(it::contains(r.output, "launch:   pstrain-scheduler: error: bind failed\n"));
+  CHECK(it::contains(r.output, " launch] scheduler exited with code 1\n"));
+  CHECK(it::contains(r.output, " launch]   pstrain-scheduler: error: bind failed\n"));
   CHECK(it::read_pids(dir.path() / "run").size() == 1);
   CHECK_FALSE(it::fs::exists(dir.path() / "run/logs/worker-0.log"));
 }
@@ -98,14 +106,14 @@ TEST_CASE("a scheduler that exits 0 without an endpoint, or never writes one, fa
   const auto r = launch_fake(dir);
   INFO(r.output);
   CHECK(r.exit.code == 1);
-  CHECK(it::contains(r.output, "launch: the scheduler exited before writing its endpoint"));
+  CHECK(it::contains(r.output, " launch] the scheduler exited before writing its endpoint"));
 
   it::write_fake_bin(dir.path() / "bin", "exec sleep 60", "exit 0", "exit 0");
   const auto start = std::chrono::steady_clock::now();
   const auto r2 = launch_fake(dir, {"--startup-timeout-s", "0.5"});
   INFO(r2.output);
   CHECK(r2.exit.code == 1);
-  CHECK(it::contains(r2.output, "launch: the scheduler did not write its endpoint to"));
+  CHECK(it::contains(r2.output, " launch] the scheduler did not write its endpoint to"));
   CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(20));
   check_all_gone(dir.path() / "run");
 }
@@ -120,9 +128,9 @@ TEST_CASE("a failing worker stops the run; a process ignoring SIGTERM gets SIGKI
   const auto r = launch_fake(dir, {"--grace-s", "0.5"});
   INFO(r.output);
   CHECK(r.exit.code == 1);
-  CHECK(it::contains(r.output, "launch: worker 1 exited with code 1\n"));
-  CHECK(it::contains(r.output, "launch:   pstrain-worker: error: loss is NaN at step 3\n"));
-  CHECK(it::contains(r.output, "launch: stopped the other processes; run failed"));
+  CHECK(it::contains(r.output, " launch] worker 1 exited with code 1\n"));
+  CHECK(it::contains(r.output, " launch]   pstrain-worker: error: loss is NaN at step 3\n"));
+  CHECK(it::contains(r.output, " launch] stopped the other processes; run failed"));
   CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(20));
   check_all_gone(dir.path() / "run");
 }
@@ -136,9 +144,9 @@ TEST_CASE("the first real failure is blamed, not the peers that aborted because 
   const auto r = launch_fake(dir);
   INFO(r.output);
   CHECK(r.exit.code == 1);
-  CHECK(it::contains(r.output, "launch: worker 0 exited with code 1\n"));
-  CHECK(it::contains(r.output, "launch:   pstrain-worker: error: out of memory\n"));
-  CHECK(it::contains(r.output, "launch: then server 0 exited with code 2 (aborted: a peer failed)\n"));
+  CHECK(it::contains(r.output, " launch] worker 0 exited with code 1\n"));
+  CHECK(it::contains(r.output, " launch]   pstrain-worker: error: out of memory\n"));
+  CHECK(it::contains(r.output, " launch] then server 0 exited with code 2 (aborted: a peer failed)\n"));
 }
 
 TEST_CASE("a run past --timeout-s is stopped") {
@@ -149,7 +157,7 @@ TEST_CASE("a run past --timeout-s is stopped") {
   const auto r = it::run_launch(args, dir.path(), std::chrono::seconds(30));
   INFO(r.output);
   CHECK(r.exit.code == 1);
-  CHECK(it::contains(r.output, "launch: the run did not finish within --timeout-s 1 s; "));
+  CHECK(it::contains(r.output, " launch] the run did not finish within --timeout-s 1 s; "));
   CHECK(it::contains(r.output, "still running: scheduler, server 0, server 1, worker 0, worker 1"));
   check_all_gone(dir.path() / "run");
 }
@@ -161,7 +169,7 @@ TEST_CASE("a node still running after the scheduler ended the job is stopped aft
   const auto r = launch_fake(dir, {"--shutdown-timeout-s", "1.5"});
   INFO(r.output);
   CHECK(r.exit.code == 1);
-  CHECK(it::contains(r.output, "launch: the scheduler ended the job, but these did not exit within "
+  CHECK(it::contains(r.output, " launch] the scheduler ended the job, but these did not exit within "
                                "--shutdown-timeout-s 1.5 s: worker 1\n"));
   CHECK_FALSE(it::fs::exists(dir.path() / "run/summary.json"));
   check_all_gone(dir.path() / "run");
@@ -179,7 +187,7 @@ TEST_CASE("SIGINT or SIGTERM to the launcher stops every process") {
     INFO(p.output());
     REQUIRE(exit.has_value());
     CHECK(exit->code == 128 + sig);
-    CHECK(it::contains(p.output(), "launch: got signal " + std::to_string(sig)));
+    CHECK(it::contains(p.output(), " launch] got signal " + std::to_string(sig)));
     check_all_gone(dir.path() / "run");
   }
 }

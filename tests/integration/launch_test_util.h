@@ -63,6 +63,24 @@ inline void write_file(const fs::path& file, const std::string& text, bool execu
 
 inline bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
+// Whether `output` has a line "[<seconds> <node>] <text>": one prefix, the
+// job-clock time and the node's name, then exactly `text`.
+inline bool has_line(const std::string& output, const std::string& node, const std::string& text) {
+  std::istringstream in(output);
+  for (std::string line; std::getline(in, line);) {
+    const std::size_t close = line.find("] ");
+    if (line.rfind("[", 0) != 0 || close == std::string::npos) continue;
+    const std::string head = line.substr(1, close - 1);  // "   1.234 worker 1"
+    const std::size_t space = head.find_first_not_of(' ');
+    if (space == std::string::npos) continue;
+    const std::size_t name_at = head.find(' ', space);
+    if (name_at == std::string::npos || head.substr(name_at + 1) != node) continue;
+    if (head.find_first_not_of("0123456789.", space) != name_at) continue;
+    if (line.substr(close + 2) == text) return true;
+  }
+  return false;
+}
+
 inline int count_lines(const fs::path& file) {
   std::ifstream in(file);
   int n = 0;

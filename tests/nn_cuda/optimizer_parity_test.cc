@@ -1,7 +1,9 @@
 // CPU-vs-CUDA parity of the optimizer steps over several consecutive steps
 // (state carried between them): SGD with/without momentum, Nesterov and
 // weight decay (incl. a null velocity at momentum 0), Adam with and without
-// weight decay. Skipped, with the reason printed, when no CUDA device is present.
+// weight decay. Both run common/update_rules.h's element functions and the
+// CUDA file is compiled without FMA contraction, so the bits must be equal.
+// Skipped, with the reason printed, when no CUDA device is present.
 #include <doctest/doctest.h>
 
 #include <vector>
@@ -11,8 +13,8 @@
 namespace pstrain::nn::parity {
 namespace {
 
-// Same formulas; only FMA contraction and sqrt/division rounding differ.
-constexpr double kOptimizerTolerance = 1e-5;
+// The same code on both sides, IEEE-rounded division and sqrt, no FMA: exact.
+constexpr double kOptimizerTolerance = 0.0;
 constexpr std::size_t kNumElems = 50021;
 constexpr int kNumSteps = 5;
 
@@ -21,14 +23,14 @@ TEST_CASE("sgd_step over several steps: CPU and CUDA agree") {
   if (!b) return;
   struct Case {
     const char* label;
-    SgdParams params;
+    update::SgdCoefficients params;
     bool with_velocity;
   };
   const Case cases[] = {
-      {"momentum", {0.1f, 0.9f, 0.0f, false}, true},
-      {"momentum + weight decay", {0.05f, 0.9f, 1e-2f, false}, true},
-      {"nesterov + weight decay", {0.05f, 0.8f, 1e-3f, true}, true},
-      {"plain, null velocity", {0.1f, 0.0f, 1e-2f, false}, false},
+      {"momentum", update::sgd_coefficients(0.1, 0.9, 0.0, false), true},
+      {"momentum + weight decay", update::sgd_coefficients(0.05, 0.9, 1e-2, false), true},
+      {"nesterov + weight decay", update::sgd_coefficients(0.05, 0.8, 1e-3, true), true},
+      {"plain, null velocity", update::sgd_coefficients(0.1, 0.0, 1e-2, false), false},
   };
   std::uint32_t seed = 70;
   for (const Case& c : cases) {
@@ -51,15 +53,15 @@ TEST_CASE("sgd_step over several steps: CPU and CUDA agree") {
 TEST_CASE("adam_step over several steps: CPU and CUDA agree") {
   auto b = backends_or_skip();
   if (!b) return;
-  const float weight_decays[] = {0.0f, 1e-2f};
+  const double weight_decays[] = {0.0, 1e-2};
   std::uint32_t seed = 300;
-  for (const float weight_decay : weight_decays) {
+  for (const double weight_decay : weight_decays) {
     CAPTURE(weight_decay);
     BufferPair w(*b, random_floats(kNumElems, seed += 10));
     BufferPair m(*b, std::vector<float>(kNumElems, 0.0f));
     BufferPair v(*b, std::vector<float>(kNumElems, 0.0f));
     for (int step = 1; step <= kNumSteps; ++step) {
-      const AdamParams p{1e-2f, 0.9f, 0.999f, 1e-8f, weight_decay, step};
+      const auto p = update::adam_coefficients(1e-2, 0.9, 0.999, 1e-8, weight_decay, step);
       BufferPair g(*b, random_floats(kNumElems, seed + static_cast<std::uint32_t>(step)));
       b->cpu->adam_step(w.cpu.f32(), g.cpu.f32(), m.cpu.f32(), v.cpu.f32(), kNumElems, p);
       b->cuda->adam_step(w.cuda.f32(), g.cuda.f32(), m.cuda.f32(), v.cuda.f32(), kNumElems, p);

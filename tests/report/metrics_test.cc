@@ -52,6 +52,21 @@ TEST_CASE("a worker's records are read in order") {
   CHECK(m.end->push_s == doctest::Approx(0.5));
 }
 
+TEST_CASE("the plan record gives the steps the worker will run") {
+  TempDir dir;
+  const auto file = dir.path() / "w.jsonl";
+  report_test::write_file(file, "{\"type\":\"plan\",\"time_s\":0.01,\"total_steps\":40,\"steps_per_epoch\":16,"
+                                "\"epochs\":3}\n" + report_test::step_line(0, 0.1, 2.3));
+  const WorkerMetrics m = read_worker_metrics(file, 0);
+  REQUIRE(m.plan.has_value());
+  CHECK(m.plan->total_steps == 40);
+  CHECK(m.plan->steps_per_epoch == 16);
+  CHECK(m.plan->epochs == 3);
+  CHECK(m.steps.size() == 1);
+  report_test::write_file(file, "{\"type\":\"plan\",\"time_s\":0.01,\"steps_per_epoch\":16,\"epochs\":3}\n");
+  CHECK(read_error(file, false) == file.string() + ":1: missing key 'total_steps'");
+}
+
 TEST_CASE("null numbers read as NaN and unknown keys are ignored") {
   TempDir dir;
   const auto file = dir.path() / "w.jsonl";
@@ -78,7 +93,7 @@ TEST_CASE("worker files that break the format are errors naming file, line and k
   CHECK(read_error(file, false) == where + ":1: key 'step': expected a number, got a string");
 
   report_test::write_file(file, "{\"type\":\"stop\"}\n");
-  CHECK(read_error(file, false) == where + ":1: key 'type': expected \"step\", \"eval\" or \"end\", got \"stop\"");
+  CHECK(read_error(file, false) == where + ":1: key 'type': expected \"plan\", \"step\", \"eval\" or \"end\", got \"stop\"");
 
   report_test::write_file(file, report_test::end_line(1, 1, 1) + report_test::step_line(0, 0.1, 2.0));
   CHECK(read_error(file, false) == where + ":2: a record after the \"end\" record");

@@ -90,6 +90,30 @@ TEST_CASE("async runs sum the servers' staleness histograms") {
   CHECK_FALSE(empty.staleness->max.has_value());
 }
 
+TEST_CASE("ssp runs record the bound, the largest clock gap and the mean time blocked") {
+  RunMetrics m = two_workers();
+  m.servers = {server(0, {{0, 4}, {1, 4}}), server(1, {{2, 1}})};
+  m.servers[0].clock_gap_max = 2;
+  m.servers[1].clock_gap_max = 3;
+  m.workers[0].end->blocked_s = 1.5;
+  m.workers[1].end->blocked_s = 0.5;
+  RunConfig c = config(Mode::kSsp);
+  c.ps.staleness_bound = 3;
+  const RunSummary s = summarize(c, m);
+  REQUIRE(s.ssp.has_value());
+  CHECK(s.ssp->staleness_bound == 3);
+  CHECK(s.ssp->clock_gap_max == 3);
+  CHECK(s.ssp->blocked_s_mean == doctest::Approx(1.0));
+  REQUIRE(s.staleness.has_value());  // pushes are stale in ssp too
+  CHECK(*s.staleness->max == 2);
+  const JsonValue j = parse_json(summary_json(s), "summary.json");
+  CHECK(j.find("ssp")->find("clock_gap_max")->as_integer("g") == 3);
+  CHECK(j.find("per_worker")->items().at(0).find("blocked_s")->as_number("b") == 1.5);
+  const std::string md = summary_markdown(s, "runs/ssp");
+  CHECK(md.find("| 3 | 3 | 1.00 |") != std::string::npos);
+  CHECK_FALSE(summarize(config(Mode::kAsync), m).ssp.has_value());
+}
+
 TEST_CASE("allreduce runs have no servers; runs without evaluations have no accuracy") {
   RunMetrics m = two_workers();
   m.workers[0].evals.clear();
@@ -110,18 +134,19 @@ TEST_CASE("summary.json holds every documented key and reads back") {
   m.servers = {server(0, {{0, 3}, {2, 1}}), server(1, {})};
   const JsonValue j = parse_json(summary_json(summarize(config(Mode::kAsync), m)), "summary.json");
   for (const char* key : {"mode", "workers", "servers", "model", "dataset", "final_test_accuracy", "wall_time_s",
-                          "time_to_accuracy", "global_images_per_s", "per_worker", "staleness", "resources",
+                          "time_to_accuracy", "global_images_per_s", "per_worker", "staleness", "ssp", "resources",
                           "warnings"}) {
     CAPTURE(key);
     CHECK(j.find(key) != nullptr);
   }
-  CHECK(j.keys().size() == 13);
+  CHECK(j.keys().size() == 14);
+  CHECK(j.find("ssp")->is_null());
   CHECK(j.find("mode")->as_string("mode") == "async");
   CHECK(j.find("final_test_accuracy")->as_number("a") == doctest::Approx(0.84));
   CHECK(j.find("time_to_accuracy")->find("0.85")->as_number("t") == 3.0);
   CHECK(j.find("time_to_accuracy")->find("0.90")->is_null());
   const JsonValue& w1 = j.find("per_worker")->items().at(1);
-  for (const char* key : {"rank", "time_s", "images", "compute_s", "pull_s", "push_s", "images_per_s"}) {
+  for (const char* key : {"rank", "time_s", "images", "compute_s", "pull_s", "push_s", "blocked_s", "images_per_s"}) {
     CAPTURE(key);
     CHECK(w1.find(key) != nullptr);
   }

@@ -33,6 +33,7 @@ LocalCluster::LocalCluster(zmq::context_t& ctx, LocalClusterOptions options)
       run_guarded([this, s] {
         ServerOptions opt;
         opt.mode = options_.mode;
+        opt.staleness_bound = options_.staleness_bound;
         opt.optimizer = options_.optimizer;
         opt.partition_bytes = options_.partition_bytes;
         opt.cluster = options_.cluster;

@@ -24,6 +24,7 @@ namespace pstrain {
 
 struct LocalClusterOptions {
   Mode mode = Mode::kSync;
+  int staleness_bound = 0;  // ssp
   int num_servers = 1;
   int num_workers = 1;
   OptimizerConfig optimizer;

@@ -7,7 +7,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from experiment import html_page, plots_curves, plots_resources, plots_scaling, plots_workers, table
+from experiment import html_page, plots_curves, plots_resources, plots_scaling, plots_trace, plots_workers, table
 from experiment.table import compute_text
 
 
@@ -57,7 +57,20 @@ def _figures(results: list, out: Path) -> list:
                "servers, grey dashed: the scheduler.",
                made(plots_resources.plot_resources(results, out)),
                "no run wrote resource samples (output.resource_interval_ms = 0)"),
-    ]
+    ] + _timeline_figure(results, out)
+
+
+def _timeline_figure(results: list, out: Path) -> list:
+    """The Gantt chart of one step, when some run wrote a timeline (output.trace not "off")."""
+    png = plots_trace.plot_report_timeline(results, out)
+    if png is None:
+        return []
+    return [Figure("Timeline of one step",
+                   "One training step of the first point with a trace (its first repetition), from the run's "
+                   "trace.json: rows are each worker's training thread, its per-server chunk tracks (push and "
+                   "pull replies; at output.trace = \"all\") and the servers' request threads; nested spans are "
+                   "drawn narrower on their parents. Open the run's trace.json in ui.perfetto.dev for all steps.",
+                   png.name)]
 
 
 def simulated_note(results: list) -> str:

@@ -46,12 +46,28 @@ def is_done(run_dir: Path) -> bool:
     return (run_dir / "summary.json").is_file()
 
 
+_LAUNCH_LINE = re.compile(r"^\[ *-?[0-9.]+ launch\] (.*)$")
+
+
+def launcher_messages(output: str) -> list:
+    """The launcher's own messages in its output, each without its prefix
+    "[    1.234 launch] " (also the older "launch: ")."""
+    messages = []
+    for ln in output.splitlines():
+        m = _LAUNCH_LINE.match(ln)
+        if m:
+            messages.append(m.group(1))
+        elif ln.startswith("launch: "):
+            messages.append(ln[len("launch: "):])
+    return messages
+
+
 def failure_reason(output: str, exit_code: int) -> str:
     """The most telling line of the launcher's output: the error in a failed
     node's stderr (which the launcher quotes indented), else the launcher's
     own complaint, else the exit code."""
-    launcher = [ln[len("launch:"):] for ln in output.splitlines() if ln.startswith("launch:")]
-    quoted = [ln.strip() for ln in launcher if ln.startswith("   ") and ln.strip()]
+    launcher = launcher_messages(output)
+    quoted = [ln.strip() for ln in launcher if ln.startswith("  ") and ln.strip()]
     telling = [q for q in quoted if re.search(r"error|fail|exception|abort|what\(\)", q, re.IGNORECASE)]
     if telling or quoted:
         return (telling or quoted)[-1]

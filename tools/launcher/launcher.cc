@@ -1,16 +1,22 @@
 #include "tools/launcher/launcher.h"
 
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <string>
 
 #include "common/errors.h"
 #include "common/job_clock.h"
+#include "common/log.h"
+#include "tools/launcher/live_status.h"
 #include "tools/launcher/run_dir.h"
 #include "tools/launcher/supervisor.h"
 #include "tools/report/summary.h"
 #include "tools/report/text_file.h"
+#include "tools/report/trace_merge.h"
 
 namespace pstrain::launcher {
 namespace {
@@ -19,13 +25,21 @@ using Clock = Supervisor::Clock;
 using std::chrono::milliseconds;
 
 constexpr milliseconds kStartupPoll{50};     // how often to look for the endpoint file
-constexpr milliseconds kRunTick{1000};       // nothing to do but wait: signals wake us
+constexpr milliseconds kRunTick{250};        // the status line's pace; signals wake us at once
 constexpr milliseconds kPeerAbortGrace{2000};  // after a peer-abort exit, let the others report
 
-void say(const std::string& message) {
+// "[   1.234 launch] message" on stderr, on the job clock like every node's lines.
+void say(const JobClock& clock, const std::string& message) {
   std::fflush(stdout);
-  std::fprintf(stderr, "launch: %s\n", message.c_str());
+  std::fprintf(stderr, "%s%s\n", log_prefix(clock.now_s(), "launch").c_str(), message.c_str());
+  std::fflush(stderr);
 }
+
+// Variables by which an enclosing job (torchrun, SLURM, MPI) would tell our
+// nodes their rank, job size, scheduler or GPU: we say those ourselves.
+constexpr const char* kEnclosingJobEnv[] = {"RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK",
+                                            "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID",
+                                            "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID"};
 
 // "1.5 s", "30 s"
 std::string seconds_text(double seconds) {
@@ -65,16 +79,29 @@ const NodeState* root_cause(const std::vector<NodeState>& nodes) {
 
 class Launch {
  public:
-  Launch(const LaunchOptions& options, LaunchPlan plan, SignalWatch& signals)
+  Launch(const LaunchOptions& options, LaunchPlan plan, SignalWatch& signals, JobClock clock)
       : options_(options),
         plan_(std::move(plan)),
-        supervisor_(SupervisorOptions{plan_.run_dir / "logs", !options.quiet, stdout, 5}, signals),
+        job_clock_(clock),
+        status_(status_options(options_, plan_, job_clock_)),
+        supervisor_(SupervisorOptions{plan_.run_dir / "logs", !options.quiet, stdout, 5, job_clock_,
+                                      [this] { status_.hide(); }},
+                    signals),
         start_(Clock::now()) {
     // Every process of the job measures time from this origin (common/job_clock.h).
     setenv(kJobStartEnv, std::to_string(job_clock_.origin_unix_us()).c_str(), 1);
+    for (const char* name : kEnclosingJobEnv) unsetenv(name);
   }
 
+  // The job, then its timeline (also after a failure: it shows where it stopped).
   int run() {
+    const int code = run_job();
+    merge_timeline();
+    return code;
+  }
+
+ private:
+  int run_job() {
     say("run dir " + plan_.run_dir.string() + ": starting the scheduler, " + std::to_string(plan_.num_servers) +
         " server(s) and " + std::to_string(plan_.num_workers) + " worker(s)");
     start(scheduler_spec(plan_));
@@ -86,7 +113,49 @@ class Launch {
     return summarize();
   }
 
- private:
+  // RUN_DIR/trace/*.json -> RUN_DIR/trace.json; problems are reported, not fatal.
+  void merge_timeline() {
+    if (plan_.config.output.trace == "off") return;
+    try {
+      const report::TraceMergeResult r = report::merge_trace(plan_.run_dir);
+      for (const std::string& e : r.errors) say("trace: " + e);
+      if (r.output.empty()) {
+        say("trace: no process wrote a timeline to " + (plan_.run_dir / "trace").string());
+      } else {
+        say("trace: " + std::to_string(r.events) + " spans of " + std::to_string(r.parts) + " processes in " +
+            r.output.string() + (r.dropped_events > 0 ? " (" + std::to_string(r.dropped_events) +
+                                                            " dropped at the per-process cap)" : ""));
+      }
+    } catch (const std::exception& e) {
+      say(std::string("trace: merge failed: ") + e.what());
+    }
+  }
+
+  static LiveStatusOptions status_options(const LaunchOptions& o, const LaunchPlan& plan, const JobClock& clock) {
+    LiveStatusOptions s;
+    s.run_dir = plan.run_dir;
+    s.num_workers = plan.num_workers;
+    s.async = plan.config.mode == Mode::kAsync || plan.config.mode == Mode::kSsp;
+    s.out = stdout;
+    s.terminal = isatty(STDOUT_FILENO) != 0;
+    s.interval_s = o.status_interval_s;
+    s.clock = clock;
+    return s;
+  }
+
+  void say(const std::string& message) {
+    status_.hide();
+    launcher::say(job_clock_, message);
+  }
+
+  // `condition` with the status line's tick first (cheap, never blocks).
+  std::function<bool()> with_status(std::function<bool()> condition) {
+    return [this, condition = std::move(condition)] {
+      status_.tick();
+      return condition();
+    };
+  }
+
   std::optional<Clock::time_point> deadline() const {
     if (!options_.timeout_s) return std::nullopt;
     return start_ + to_ms(*options_.timeout_s);
@@ -98,8 +167,8 @@ class Launch {
     const auto limit = std::min(deadline().value_or(Clock::time_point::max()),
                                 Clock::now() + to_ms(options_.startup_timeout_s));
     const auto outcome = supervisor_.run_until(
-        [&] { return (found = read_endpoint_file(plan_.endpoint_file())) || supervisor_.exited(0); }, limit,
-        kStartupPoll);
+        [&] { return (found = read_endpoint_file(plan_.endpoint_file())).has_value() || supervisor_.exited(0); },
+        limit, kStartupPoll);
     if (outcome.event != Supervisor::Event::kCondition) return abort_run(outcome, true);
     if (!found) {
       say("the scheduler exited before writing its endpoint to " + plan_.endpoint_file().string());
@@ -112,10 +181,10 @@ class Launch {
   // Waits for the scheduler to end the job, then for the rest to exit (at
   // most shutdown_timeout_s more); an exit code if something failed.
   std::optional<int> await_job_end() {
-    auto outcome = supervisor_.run_until([&] { return supervisor_.exited(0); }, deadline(), kRunTick);
+    auto outcome = supervisor_.run_until(with_status([&] { return supervisor_.exited(0); }), deadline(), kRunTick);
     if (outcome.event != Supervisor::Event::kCondition) return abort_run(outcome, false);
     const auto limit = Clock::now() + to_ms(options_.shutdown_timeout_s);
-    outcome = supervisor_.run_until([&] { return supervisor_.all_exited(); },
+    outcome = supervisor_.run_until(with_status([&] { return supervisor_.all_exited(); }),
                                     std::min(limit, deadline().value_or(limit)), kRunTick);
     const bool overall_timeout = deadline() && Clock::now() >= *deadline();
     if (outcome.event == Supervisor::Event::kDeadline && !overall_timeout) {
@@ -141,6 +210,7 @@ class Launch {
   }
 
   int abort_run(const Supervisor::Outcome& outcome, bool starting) {
+    status_.finish();
     switch (outcome.event) {
       case Supervisor::Event::kSignal:
         say(std::string("got signal ") + std::to_string(outcome.signal) + " (" + strsignal(outcome.signal) +
@@ -164,6 +234,7 @@ class Launch {
   }
 
   int fail_after_stop() {
+    status_.finish();
     supervisor_.stop_all(to_ms(options_.grace_s));
     say("run failed; logs in " + (plan_.run_dir / "logs").string());
     return kExitFailed;
@@ -198,6 +269,7 @@ class Launch {
   }
 
   int summarize() {
+    status_.finish();
     try {
       const report::RunSummary s = report::write_run_summary(plan_.run_dir);
       std::fflush(stderr);
@@ -213,14 +285,17 @@ class Launch {
 
   const LaunchOptions& options_;
   LaunchPlan plan_;
+  JobClock job_clock_;
+  LiveStatus status_;  // before supervisor_, whose echo hides it
   Supervisor supervisor_;
   Clock::time_point start_;
-  JobClock job_clock_ = JobClock(JobClock::unix_now_us());
 };
 
 }  // namespace
 
 int run_launch(const LaunchOptions& options) {
+  const JobClock clock(JobClock::unix_now_us());
+  const auto say = [&clock](const std::string& message) { launcher::say(clock, message); };
   LaunchPlan plan;
   try {
     plan = plan_launch(options.request);
@@ -234,7 +309,7 @@ int run_launch(const LaunchOptions& options) {
     }
     report::write_text_file_atomic(plan.config_file(), to_toml(plan.config));
     SignalWatch signals;
-    Launch launch(options, std::move(plan), signals);
+    Launch launch(options, std::move(plan), signals, clock);
     return launch.run();
   } catch (const std::exception& e) {
     say(std::string("error: ") + e.what());

@@ -2,8 +2,9 @@
 // the scheduler, wait for its endpoint, start the servers and workers, watch
 // them to the end, and summarize the run (see tools/launch.cc for the CLI).
 //
-// Own messages go to stderr as "launch: ..."; the nodes' output (unless
-// quiet) and the final summary go to stdout.
+// Own messages go to stderr as "[   1.234 launch] ..." (job clock); the
+// nodes' output (unless quiet), the live status (tools/launcher/live_status.h)
+// and the final summary go to stdout.
 #pragma once
 
 #include <optional>
@@ -19,6 +20,8 @@ struct LaunchOptions {
   double startup_timeout_s = 30;    // for the scheduler's endpoint file
   double shutdown_timeout_s = 30;   // for the others to exit once the scheduler has
   double grace_s = 5;               // SIGTERM, then SIGKILL after this
+  double status_interval_s = 10;    // live status: a plain line this often when stdout is not
+                                    // a terminal (on one: redrawn in place); 0 = no status
 };
 
 // Exit codes of run_launch() and of the launch program.

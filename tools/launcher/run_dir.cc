@@ -57,6 +57,8 @@ int prepare_run_dir(const fs::path& run_dir) {
   }
   removed += remove_matching(run_dir / "logs", {{"", ".log"}});
   removed += remove_matching(run_dir / "metrics", {{"worker-", ".jsonl"}, {"server-", ".json"}});
+  removed += remove_file(run_dir / "trace.json");
+  if (std::filesystem::is_directory(run_dir / "trace")) removed += remove_matching(run_dir / "trace", {{"", ".json"}});
   return removed;
 }
 

@@ -9,7 +9,8 @@ namespace pstrain::launcher {
 
 // Creates run_dir, run_dir/logs and run_dir/metrics, and removes the files a
 // previous run there left (config.toml, logs/*.log, metrics/worker-*.jsonl,
-// metrics/server-*.json, summary.*, pids.txt, scheduler.endpoint), nothing
+// metrics/server-*.json, summary.*, pids.txt, scheduler.endpoint,
+// trace.json, trace/*.json), nothing
 // else. Returns how many it removed. Throws Error naming the path.
 int prepare_run_dir(const std::filesystem::path& run_dir);
 

@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "common/errors.h"
+#include "tools/launcher/line_prefix.h"
 #include "tools/launcher/line_splitter.h"
 
 namespace pstrain::launcher {
@@ -84,8 +85,8 @@ std::size_t Supervisor::start(const NodeSpec& spec) {
 
 void Supervisor::on_line(Node& node, bool is_stderr, std::string_view line) {
   if (options_.echo) {
-    std::string text = "[" + node.state.spec.name + "] ";
-    text.append(line);
+    if (options_.before_echo) options_.before_echo();
+    std::string text = echo_line(line, node.state.spec.name, options_.clock.now_s());
     text += '\n';
     std::fwrite(text.data(), 1, text.size(), options_.echo_to);
   }

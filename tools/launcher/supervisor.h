@@ -2,7 +2,9 @@
 // single poll loop: their output, their exits, and SIGINT/SIGTERM.
 //
 // Output: every line a node writes (stdout or stderr) goes whole to
-// logs/<log_stem>.log and, unless quiet, to our stdout as "[<name>] line";
+// logs/<log_stem>.log as it is and, unless quiet, to our stdout with one
+// prefix (tools/launcher/line_prefix.h: the node's own logger prefix, else
+// "[<job clock time> <name>] " added);
 // the last few stderr lines are kept for failure reports. Lines are never
 // split or interleaved mid-line (one thread writes everything).
 //
@@ -23,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "common/job_clock.h"
 #include "tools/launcher/child_process.h"
 #include "tools/launcher/signal_watch.h"
 
@@ -45,9 +48,11 @@ struct NodeState {
 
 struct SupervisorOptions {
   std::filesystem::path log_dir;
-  bool echo = true;  // copy lines to echo_to with a "[name] " prefix
+  bool echo = true;  // copy lines to echo_to, each with one prefix
   std::FILE* echo_to = stdout;
   std::size_t tail_lines = 5;
+  JobClock clock = JobClock::from_environment();  // the time of a line without a prefix
+  std::function<void()> before_echo;              // if set, called before a line is echoed
 };
 
 class Supervisor {

@@ -32,6 +32,8 @@ class Fields {
     return v.is_null() ? std::numeric_limits<double>::quiet_NaN() : v.as_number(what(key));
   }
   std::int64_t integer(std::string_view key) const { return get(key).as_integer(what(key)); }
+  // Keys added after the first runs were recorded: absent in older files.
+  bool has(std::string_view key) const { return object_.find(key) != nullptr; }
   bool boolean(std::string_view key) const { return get(key).as_bool(what(key)); }
   const std::string& text(std::string_view key) const { return get(key).as_string(what(key)); }
   const std::string& where() const { return where_; }
@@ -77,20 +79,23 @@ EndRecord read_end(const Fields& f) {
   r.compute_s = f.number("compute_s");
   r.pull_s = f.number("pull_s");
   r.push_s = f.number("push_s");
+  if (f.has("blocked_s")) r.blocked_s = f.number("blocked_s");
   return r;
 }
 
 void add_record(WorkerMetrics& m, const Fields& f) {
   if (m.end) throw DataError(f.where() + ": a record after the \"end\" record");
   const std::string& type = f.text("type");
-  if (type == "step") {
+  if (type == "plan") {
+    m.plan = PlanRecord{f.integer("total_steps"), f.integer("steps_per_epoch"), f.integer("epochs")};
+  } else if (type == "step") {
     m.steps.push_back(read_step(f));
   } else if (type == "eval") {
     m.evals.push_back(read_eval(f));
   } else if (type == "end") {
     m.end = read_end(f);
   } else {
-    throw DataError(f.what("type") + ": expected \"step\", \"eval\" or \"end\", got \"" + type + "\"");
+    throw DataError(f.what("type") + ": expected \"plan\", \"step\", \"eval\" or \"end\", got \"" + type + "\"");
   }
 }
 
@@ -139,6 +144,8 @@ ServerMetrics read_server_metrics(const std::filesystem::path& file, int rank) {
   m.updates = f.integer("updates");
   m.pushes_accepted = f.integer("pushes_accepted");
   m.pushes_rejected = f.integer("pushes_rejected");
+  if (f.has("partial_updates")) m.partial_updates = f.integer("partial_updates");
+  if (f.has("clock_gap_max")) m.clock_gap_max = f.integer("clock_gap_max");
   const JsonValue& hist = f.get("staleness_histogram");
   const Fields h(hist, f.what("staleness_histogram"));
   for (const std::string& key : hist.keys()) {

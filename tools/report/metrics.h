@@ -1,5 +1,5 @@
 // Readers for a run directory's metrics files (docs/run_directory.md):
-// metrics/worker-<w>.jsonl (one JSON object per line: "step", "eval", "end")
+// metrics/worker-<w>.jsonl (one JSON object per line: "plan", "step", "eval", "end")
 // and metrics/server-<s>.json (update counts and the staleness histogram).
 //
 // Every documented field must be present with its type; a JSON null stands
@@ -14,6 +14,13 @@
 #include <vector>
 
 namespace pstrain::report {
+
+// What the worker's EpochDriver will run (written before its first step).
+struct PlanRecord {
+  std::int64_t total_steps = 0;
+  std::int64_t steps_per_epoch = 0;
+  std::int64_t epochs = 0;
+};
 
 struct StepRecord {
   double time_s = 0;  // since the worker started training
@@ -46,10 +53,12 @@ struct EndRecord {
   double compute_s = 0;
   double pull_s = 0;
   double push_s = 0;
+  double blocked_s = 0;  // pulls held at the servers by the consistency policy
 };
 
 struct WorkerMetrics {
   int rank = -1;
+  std::optional<PlanRecord> plan;  // absent in files of older runs
   std::vector<StepRecord> steps;
   std::vector<EvalRecord> evals;
   std::optional<EndRecord> end;  // absent while the worker runs or if it crashed
@@ -60,6 +69,8 @@ struct ServerMetrics {
   std::int64_t updates = 0;
   std::int64_t pushes_accepted = 0;
   std::int64_t pushes_rejected = 0;
+  std::int64_t partial_updates = 0;  // sync: updates with fewer than all workers' gradients
+  std::int64_t clock_gap_max = 0;    // ssp: largest lead over the slowest worker at an answered pull
   std::map<std::int64_t, std::int64_t> staleness_histogram;  // staleness -> count
 };
 

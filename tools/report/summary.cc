@@ -30,6 +30,7 @@ WorkerSummary worker_summary(const WorkerMetrics& w) {
   s.compute_s = e.compute_s;
   s.pull_s = e.pull_s;
   s.push_s = e.push_s;
+  s.blocked_s = e.blocked_s;
   s.images_per_s = e.time_s > 0 ? static_cast<double>(e.images) / e.time_s : std::numeric_limits<double>::quiet_NaN();
   return s;
 }
@@ -78,7 +79,14 @@ std::string worker_json(const WorkerSummary& w) {
   return "{\"rank\": " + std::to_string(w.rank) + ", \"time_s\": " + json_number(w.time_s) +
          ", \"images\": " + json_number(w.images) + ", \"compute_s\": " + json_number(w.compute_s) +
          ", \"pull_s\": " + json_number(w.pull_s) + ", \"push_s\": " + json_number(w.push_s) +
-         ", \"images_per_s\": " + json_number(w.images_per_s) + "}";
+         ", \"blocked_s\": " + json_number(w.blocked_s) + ", \"images_per_s\": " + json_number(w.images_per_s) + "}";
+}
+
+std::string ssp_json(const std::optional<SspSummary>& ssp) {
+  if (!ssp) return "null";
+  return "{\"staleness_bound\": " + std::to_string(ssp->staleness_bound) +
+         ", \"clock_gap_max\": " + json_number(ssp->clock_gap_max) +
+         ", \"blocked_s_mean\": " + json_number(ssp->blocked_s_mean) + "}";
 }
 
 std::string staleness_json(const std::optional<StalenessSummary>& st) {
@@ -123,7 +131,15 @@ RunSummary summarize(const RunConfig& config, const RunMetrics& metrics) {
   s.global_images_per_s = s.wall_time_s > 0 ? static_cast<double>(images) / s.wall_time_s
                                             : std::numeric_limits<double>::quiet_NaN();
   add_evaluations(s, metrics.workers.empty() ? std::vector<EvalRecord>{} : metrics.workers.front().evals);
-  if (config.mode == Mode::kAsync) s.staleness = staleness_summary(metrics.servers);
+  if (config.mode == Mode::kAsync || config.mode == Mode::kSsp) s.staleness = staleness_summary(metrics.servers);
+  if (config.mode == Mode::kSsp) {
+    SspSummary ssp;
+    ssp.staleness_bound = config.ps.staleness_bound;
+    for (const ServerMetrics& server : metrics.servers) ssp.clock_gap_max = std::max(ssp.clock_gap_max, server.clock_gap_max);
+    for (const WorkerSummary& w : s.per_worker) ssp.blocked_s_mean += w.blocked_s;
+    if (!s.per_worker.empty()) ssp.blocked_s_mean /= static_cast<double>(s.per_worker.size());
+    s.ssp = ssp;
+  }
   return s;
 }
 
@@ -138,7 +154,8 @@ std::string summary_json(const RunSummary& s) {
          ",\n  \"time_to_accuracy\": " + time_to_accuracy_json(s) +
          ",\n  \"global_images_per_s\": " + json_number(s.global_images_per_s) + ",\n  \"per_worker\": [" + workers +
          (workers.empty() ? "]" : "\n  ]") + ",\n  \"staleness\": " + staleness_json(s.staleness) +
-         ",\n  \"resources\": " + resources_json(s) + ",\n  \"warnings\": " + warnings_json(s) + "\n}\n";
+         ",\n  \"ssp\": " + ssp_json(s.ssp) + ",\n  \"resources\": " + resources_json(s) +
+         ",\n  \"warnings\": " + warnings_json(s) + "\n}\n";
 }
 
 RunSummary write_run_summary(const std::filesystem::path& run_dir) {

@@ -7,8 +7,11 @@
 //   time_to_accuracy     per threshold, time_s of worker 0's first "eval" at
 //                        or above it; empty (null) if never reached
 //   global_images_per_s  images summed over workers / wall_time_s
-//   staleness            async only: the servers' histograms summed, their
+//   staleness            async and ssp: the servers' histograms summed, their
 //                        mean and largest staleness
+//   ssp                  ssp only: the bound, the largest clock gap any
+//                        server saw at an answered pull, and the mean time
+//                        workers' pulls were held by the bound
 //   resources            per process with a resources CSV: CPU, RSS, bytes
 //                        and GPU means and peaks (tools/report/resources.h)
 //   warnings             what was left out and why (e.g. a malformed resources CSV)
@@ -34,6 +37,7 @@ struct WorkerSummary {
   double compute_s = 0;
   double pull_s = 0;
   double push_s = 0;
+  double blocked_s = 0;
   double images_per_s = 0;
 };
 
@@ -48,6 +52,12 @@ struct StalenessSummary {
   std::map<std::int64_t, std::int64_t> histogram;
 };
 
+struct SspSummary {
+  int staleness_bound = 0;
+  std::int64_t clock_gap_max = 0;
+  double blocked_s_mean = 0;  // over workers
+};
+
 struct RunSummary {
   std::string mode;
   int workers = 0;
@@ -59,7 +69,8 @@ struct RunSummary {
   std::vector<AccuracyTime> time_to_accuracy;  // 0.80, 0.85, 0.90
   double global_images_per_s = 0;
   std::vector<WorkerSummary> per_worker;
-  std::optional<StalenessSummary> staleness;  // async only
+  std::optional<StalenessSummary> staleness;  // async and ssp
+  std::optional<SspSummary> ssp;              // ssp only
   std::vector<ResourceSummary> resources;     // empty: resource sampling off
   std::vector<std::string> warnings;
 };

@@ -115,6 +115,12 @@ std::string resources(const RunSummary& s) {
 std::string summary_markdown(const RunSummary& s, const std::string& run_dir) {
   std::string out = "# Run summary: " + run_dir + "\n\n" + headline(s) + "\n" + time_to_accuracy(s);
   if (s.staleness) out += "\n## Staleness\n\n" + staleness(*s.staleness);
+  if (s.ssp) {
+    out += "\n## Bounded staleness (ssp)\n\n" +
+           table({"bound (steps)", "largest clock gap at a pull (steps)", "mean time blocked by the bound (s)"},
+                 {{std::to_string(s.ssp->staleness_bound), std::to_string(s.ssp->clock_gap_max),
+                   fixed(s.ssp->blocked_s_mean, 2)}});
+  }
   out += "\n## Per worker\n\n" + per_worker(s);
   if (!s.resources.empty()) out += "\n## Resource use\n\n" + resources(s);
   if (!s.warnings.empty()) {

@@ -1,5 +1,6 @@
 #include "worker/client/kv_client.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "common/errors.h"
@@ -22,6 +23,13 @@ KVClient::KVClient(zmq::context_t& ctx, const ShardMap& map, const std::vector<s
                                    SocketOptions{options.max_message_bytes, milliseconds(2000)}));
     connect_socket(sockets_.back(), ep);
   }
+  trace_chunks_ = options.trace != nullptr && options.trace->enabled(TraceLevel::kAll);
+  if (trace_chunks_) {
+    for (std::size_t s = 0; s < server_endpoints.size(); ++s) {
+      trace_tracks_.push_back(options.trace->track("chunks <-> server " + std::to_string(s)));
+    }
+    trace_track_end_.assign(server_endpoints.size(), 0);
+  }
 }
 
 void KVClient::check_flat(std::size_t num_elems, const char* op) const {
@@ -37,9 +45,9 @@ KVClient::Ticket KVClient::push(std::span<const float> flat, std::int64_t step, 
   return start(MsgType::kPush, flat, nullptr, step, lr, keys);
 }
 
-KVClient::Ticket KVClient::pull(std::span<float> flat, std::int64_t min_version, std::span<const std::int64_t> keys) {
+KVClient::Ticket KVClient::pull(std::span<float> flat, std::int64_t step, std::span<const std::int64_t> keys) {
   check_flat(flat.size(), "pull");
-  return start(MsgType::kPull, {}, flat.data(), min_version, 0.0, keys);
+  return start(MsgType::kPull, {}, flat.data(), step, 0.0, keys);
 }
 
 KVClient::Ticket KVClient::init(std::span<const float> flat, std::span<const std::int64_t> keys) {
@@ -73,7 +81,8 @@ KVClient::Ticket KVClient::start(MsgType type, std::span<const float> src, float
     const MsgType expect = type == MsgType::kPush   ? MsgType::kPushReply
                            : type == MsgType::kPull ? MsgType::kPullReply
                                                     : MsgType::kInitReply;
-    pending_[h.request_id] = Pending{ticket, expect, key, dest == nullptr ? nullptr : dest + offset};
+    pending_[h.request_id] = Pending{ticket, expect, key, dest == nullptr ? nullptr : dest + offset,
+                                     trace_chunks_ ? options_.trace->now_us() : 0};
     ++state.outstanding;
   }
   return ticket;
@@ -127,6 +136,7 @@ void KVClient::complete(const Message& msg, std::size_t server) {
   }
   const Pending p = it->second;
   pending_.erase(it);
+  if (trace_chunks_) trace_reply(p, server);
   TicketState& state = tickets_[p.ticket];
   --state.outstanding;
   if (h.type == MsgType::kError) {
@@ -146,12 +156,30 @@ void KVClient::complete(const Message& msg, std::size_t server) {
     }
     std::memcpy(p.pull_dest, msg.payload.data(), static_cast<std::size_t>(c.num_elems) * sizeof(float));
     if (state.first_version || h.version < state.result.min_version) state.result.min_version = h.version;
+    state.result.max_parked_us = std::max(state.result.max_parked_us, h.aux);
     state.first_version = false;
   } else if (h.type == MsgType::kPushReply) {
     state.result.max_staleness = std::max(state.result.max_staleness, h.aux);
     state.staleness_sum += h.aux;
     ++state.replies;
   }
+}
+
+// A chunk's span on its server's track ends when the reply arrives. Requests
+// to one server are answered in order, so their send-to-reply intervals
+// overlap: the span starts at the send or at the end of the previous span on
+// that track, whichever is later (the time this reply alone accounts for);
+// latency_us holds the whole send-to-reply time.
+void KVClient::trace_reply(const Pending& p, std::size_t server) {
+  const std::int64_t end = options_.trace->now_us();
+  const std::int64_t begin = std::max(p.sent_us, trace_track_end_[server]);
+  trace_track_end_[server] = std::max(end, begin);
+  const char* name = p.expect == MsgType::kPushReply ? "push" : p.expect == MsgType::kPullReply ? "pull" : "init";
+  options_.trace->record(trace_tracks_[server], name, "chunk", begin, end - begin,
+                         {{"chunk", p.key},
+                          {"server", static_cast<std::int64_t>(server)},
+                          {"bytes", map_.chunk(p.key).num_elems * static_cast<std::int64_t>(sizeof(float))},
+                          {"latency_us", end - p.sent_us}});
 }
 
 }  // namespace pstrain

@@ -27,6 +27,7 @@
 #include "common/scheduler_client.h"
 #include "common/shard_map.h"
 #include "common/traffic_counters.h"
+#include "common/trace.h"
 
 namespace pstrain {
 
@@ -35,6 +36,9 @@ struct KVClientOptions {
   std::chrono::milliseconds timeout{120000};
   std::int64_t max_message_bytes = std::int64_t{1} << 30;
   TrafficCounters* traffic = nullptr;  // the node's byte counters (may be null; must outlive the client)
+  // Level "all": one span per chunk request on a track per server ("push" /
+  // "pull" / "init", chunk, server, bytes, latency_us); null = none.
+  TraceRecorder* trace = nullptr;
 };
 
 // Per-ticket results: for pushes, the staleness the servers reported (async).
@@ -42,6 +46,7 @@ struct TicketResult {
   std::int64_t max_staleness = 0;
   double mean_staleness = 0.0;
   std::int64_t min_version = 0;  // pulls: lowest chunk version received
+  std::int64_t max_parked_us = 0;  // pulls: longest a chunk's pull was held at its server
 };
 
 class KVClient {
@@ -54,7 +59,9 @@ class KVClient {
   // `flat` is the whole flat buffer (map.total_elems() floats); the request
   // covers the given chunk ids, or all chunks when `keys` is empty.
   Ticket push(std::span<const float> flat, std::int64_t step, double lr, std::span<const std::int64_t> keys = {});
-  Ticket pull(std::span<float> flat, std::int64_t min_version, std::span<const std::int64_t> keys = {});
+  // `step`: the step the weights are for (the servers' policy decides when
+  // they may answer: sync, version >= step; ssp, within the bound).
+  Ticket pull(std::span<float> flat, std::int64_t step, std::span<const std::int64_t> keys = {});
   Ticket init(std::span<const float> flat, std::span<const std::int64_t> keys = {});
   TicketResult wait(Ticket ticket);
 
@@ -66,6 +73,7 @@ class KVClient {
     MsgType expect;
     std::int64_t key;
     float* pull_dest = nullptr;  // pulls: where the chunk goes
+    std::int64_t sent_us = 0;    // traced: when the request was sent
   };
   struct TicketState {
     std::size_t outstanding = 0;
@@ -81,6 +89,7 @@ class KVClient {
   void check_flat(std::size_t num_elems, const char* op) const;
   void receive_from(std::size_t server);
   void complete(const Message& msg, std::size_t server);
+  void trace_reply(const Pending& p, std::size_t server);
 
   ShardMap map_;
   KVClientOptions options_;
@@ -92,6 +101,9 @@ class KVClient {
   std::unordered_map<std::uint64_t, Pending> pending_;      // request id -> request
   std::unordered_map<Ticket, TicketState> tickets_;
   std::vector<float> scratch_;
+  bool trace_chunks_ = false;
+  std::vector<std::uint32_t> trace_tracks_;     // per server
+  std::vector<std::int64_t> trace_track_end_;   // per server: end of its last span
 };
 
 }  // namespace pstrain

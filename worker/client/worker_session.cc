@@ -24,6 +24,7 @@ WorkerSession::WorkerSession(zmq::context_t& ctx, const WorkerSessionOptions& op
     kv_options.timeout = std::chrono::milliseconds(options.cluster.timeout_ms);
     kv_options.max_message_bytes = options.cluster.max_message_bytes;
     kv_options.traffic = options.traffic;
+    kv_options.trace = options.trace;
     kv_ = std::make_unique<KVClient>(ctx, map_, info.server_endpoints, kv_options, &scheduler_);
   }
 }

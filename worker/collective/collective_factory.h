@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 
+#include "common/trace.h"
 #include "worker/collective/collective.h"
 #include "worker/collective/rendezvous_store.h"
 
@@ -20,6 +21,7 @@ struct CollectiveOptions {
   std::string host = "127.0.0.1";             // gloo: this machine's address that the peers dial
   int cuda_device = 0;                        // nccl: this rank's GPU
   std::string key_prefix = "collective/";     // namespace of the rendezvous keys
+  TraceRecorder* trace = nullptr;             // gloo, level "all": a span per bucket on the comm thread
 };
 
 bool gloo_compiled_in();

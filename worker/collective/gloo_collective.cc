@@ -89,6 +89,11 @@ class GlooCollective final : public Collective {
     if (num_elems == 0) return;
     const std::uint32_t tag = next_tag_++;
     comm_.submit([this, data, num_elems, tag] {
+      TraceSpan span(options_.trace, TraceLevel::kAll, "allreduce bucket", "allreduce");
+      if (span.active()) name_comm_thread();
+      span.arg("elems", static_cast<std::int64_t>(num_elems))
+          .arg("bytes", static_cast<std::int64_t>(num_elems * sizeof(float)))
+          .arg("tag", static_cast<std::int64_t>(tag));
       gloo::AllreduceOptions o(context_);
       o.setOutput(data, num_elems);
       o.setReduceFunction(static_cast<void (*)(void*, const void*, const void*, std::size_t)>(&gloo::sum<float>));
@@ -130,6 +135,13 @@ class GlooCollective final : public Collective {
   }
 
  private:
+  // Called on the comm thread only.
+  void name_comm_thread() {
+    if (comm_thread_named_) return;
+    comm_thread_named_ = true;
+    options_.trace->name_this_thread("allreduce (gloo)");
+  }
+
   std::string where(const std::string& op) const {
     return "gloo " + op + " (rank " + std::to_string(options_.rank) + " of " + std::to_string(options_.size) + ")";
   }
@@ -159,6 +171,7 @@ class GlooCollective final : public Collective {
   std::shared_ptr<gloo::transport::Device> device_;
   std::shared_ptr<gloo::rendezvous::Context> context_;
   std::uint32_t next_tag_ = 0;
+  bool comm_thread_named_ = false;  // comm thread only
   CommThread comm_;  // last: stops before the context goes
 };
 

@@ -17,6 +17,8 @@
 #include <string>
 #include <string_view>
 
+#include "common/update_rules.h"
+
 namespace pstrain::nn {
 
 struct Conv2dShape {
@@ -37,9 +39,6 @@ struct PoolShape {
 struct LinearShape {
   int n = 0, in = 0, out = 0;          // x [n, in], w [out, in], b [out], y [n, out]
 };
-
-struct SgdParams { float lr, momentum, weight_decay; bool nesterov; };
-struct AdamParams { float lr, beta1, beta2, epsilon, weight_decay; std::int64_t t; };  // t >= 1
 
 class Backend {
  public:
@@ -87,11 +86,13 @@ class Backend {
   virtual XentResult softmax_xent(int n, int classes, const float* logits, const std::int32_t* labels,
                                   float* dlogits) = 0;
 
-  // ---- optimizer steps, same formulas as common/optimizer.h ----
+  // ---- optimizer steps: the rules of common/update_rules.h, with the step's
+  // coefficients from update::sgd_coefficients / adam_coefficients ----
+  // velocity may be null only when c.momentum == 0 (ComputeError otherwise).
   virtual void sgd_step(float* w, const float* g, float* velocity, std::size_t num_elems,
-                        const SgdParams& p) = 0;
+                        const update::SgdCoefficients& c) = 0;
   virtual void adam_step(float* w, const float* g, float* m, float* v, std::size_t num_elems,
-                         const AdamParams& p) = 0;
+                         const update::AdamCoefficients& c) = 0;
 };
 
 // device: "auto" (CUDA if a device is present, else CPU), "cpu" or "cuda".

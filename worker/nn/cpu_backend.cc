@@ -134,13 +134,14 @@ Backend::XentResult CpuBackend::softmax_xent(int n, int classes, const float* lo
   return cpu::softmax_xent(n, classes, logits, labels, dlogits);
 }
 
-void CpuBackend::sgd_step(float* w, const float* g, float* velocity, std::size_t num_elems, const SgdParams& p) {
-  cpu::sgd_step(w, g, velocity, num_elems, p);
+void CpuBackend::sgd_step(float* w, const float* g, float* velocity, std::size_t num_elems,
+                          const update::SgdCoefficients& c) {
+  update::sgd_update(w, g, velocity, num_elems, c);
 }
 
 void CpuBackend::adam_step(float* w, const float* g, float* m, float* v, std::size_t num_elems,
-                           const AdamParams& p) {
-  cpu::adam_step(w, g, m, v, num_elems, p);
+                           const update::AdamCoefficients& c) {
+  update::adam_update(w, g, m, v, num_elems, c);
 }
 
 std::unique_ptr<Backend> make_cpu_backend(int threads) { return std::make_unique<CpuBackend>(threads); }

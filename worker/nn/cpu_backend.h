@@ -53,9 +53,10 @@ class CpuBackend final : public Backend {
   void dropout_backward(const float* dy, const float* mask, float* dx, std::size_t num_elems) override;
   XentResult softmax_xent(int n, int classes, const float* logits, const std::int32_t* labels,
                           float* dlogits) override;
-  void sgd_step(float* w, const float* g, float* velocity, std::size_t num_elems, const SgdParams& p) override;
+  void sgd_step(float* w, const float* g, float* velocity, std::size_t num_elems,
+                const update::SgdCoefficients& c) override;
   void adam_step(float* w, const float* g, float* m, float* v, std::size_t num_elems,
-                 const AdamParams& p) override;
+                 const update::AdamCoefficients& c) override;
 
  private:
   DnnlConv& conv_for(const Conv2dShape& s);

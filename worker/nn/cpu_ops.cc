@@ -122,49 +122,4 @@ Backend::XentResult softmax_xent(int n, int classes, const float* logits, const 
   return result;
 }
 
-void sgd_step(float* w, const float* g, float* velocity, std::size_t num_elems, const SgdParams& p) {
-  if (velocity == nullptr && p.momentum != 0.0f && num_elems > 0) {
-    throw ComputeError("sgd_step: momentum " + std::to_string(p.momentum) + " needs a velocity buffer, got null");
-  }
-  // One loop per variant (no branch inside, so each vectorizes).
-  const float lr = p.lr, wd = p.weight_decay, mu = p.momentum;
-  if (velocity == nullptr) {
-    for (std::size_t i = 0; i < num_elems; ++i) w[i] -= lr * (g[i] + wd * w[i]);
-  } else if (p.nesterov) {
-    for (std::size_t i = 0; i < num_elems; ++i) {
-      const float grad = g[i] + wd * w[i];
-      const float v = mu * velocity[i] + grad;
-      velocity[i] = v;
-      w[i] -= lr * (grad + mu * v);
-    }
-  } else {
-    for (std::size_t i = 0; i < num_elems; ++i) {
-      const float v = mu * velocity[i] + (g[i] + wd * w[i]);
-      velocity[i] = v;
-      w[i] -= lr * v;
-    }
-  }
-}
-
-void adam_step(float* w, const float* g, float* m, float* v, std::size_t num_elems, const AdamParams& p) {
-  if (p.t < 1) throw ComputeError("adam_step: step count t is " + std::to_string(p.t) + ", expected >= 1");
-  // Arranged like common/optimizer.cc: w -= (lr / c1) * m / (sqrt(v) / sqrt(c2) + eps).
-  const double t = static_cast<double>(p.t);
-  const double correction1 = 1.0 - std::pow(static_cast<double>(p.beta1), t);
-  const double correction2 = 1.0 - std::pow(static_cast<double>(p.beta2), t);
-  const auto step_size = static_cast<float>(static_cast<double>(p.lr) / correction1);
-  const auto inv_sqrt_c2 = static_cast<float>(1.0 / std::sqrt(correction2));
-  const float one_minus_b1 = 1.0f - p.beta1;
-  const float one_minus_b2 = 1.0f - p.beta2;
-  const float b1 = p.beta1, b2 = p.beta2, eps = p.epsilon, wd = p.weight_decay;
-  for (std::size_t i = 0; i < num_elems; ++i) {
-    const float grad = g[i] + wd * w[i];
-    const float mi = b1 * m[i] + one_minus_b1 * grad;
-    const float vi = b2 * v[i] + one_minus_b2 * grad * grad;
-    m[i] = mi;
-    v[i] = vi;
-    w[i] -= step_size * mi / (std::sqrt(vi) * inv_sqrt_c2 + eps);
-  }
-}
-
 }  // namespace pstrain::nn::cpu

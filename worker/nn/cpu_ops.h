@@ -29,8 +29,5 @@ void dropout_backward(const float* dy, const float* mask, float* dx, std::size_t
 Backend::XentResult softmax_xent(int n, int classes, const float* logits, const std::int32_t* labels,
                                  float* dlogits);
 
-// velocity may be null only when p.momentum == 0.
-void sgd_step(float* w, const float* g, float* velocity, std::size_t num_elems, const SgdParams& p);
-void adam_step(float* w, const float* g, float* m, float* v, std::size_t num_elems, const AdamParams& p);
 
 }  // namespace pstrain::nn::cpu

@@ -38,13 +38,13 @@ void DeviceOptimizer::step(float* w, const float* g, double lr) {
   const auto n = static_cast<std::size_t>(num_elems_);
   ++steps_taken_;
   if (config_.name == "adam") {
-    const AdamParams p{static_cast<float>(lr), static_cast<float>(config_.beta1), static_cast<float>(config_.beta2),
-                       static_cast<float>(config_.epsilon), static_cast<float>(config_.weight_decay), steps_taken_};
-    backend_.adam_step(w, g, state1_.f32(), state2_.f32(), n, p);
+    const update::AdamCoefficients c = update::adam_coefficients(lr, config_.beta1, config_.beta2, config_.epsilon,
+                                                                 config_.weight_decay, steps_taken_);
+    backend_.adam_step(w, g, state1_.f32(), state2_.f32(), n, c);
   } else {
-    const SgdParams p{static_cast<float>(lr), static_cast<float>(config_.momentum),
-                      static_cast<float>(config_.weight_decay), config_.nesterov};
-    backend_.sgd_step(w, g, state1_.f32(), n, p);  // null velocity when momentum is 0
+    const update::SgdCoefficients c =
+        update::sgd_coefficients(lr, config_.momentum, config_.weight_decay, config_.nesterov);
+    backend_.sgd_step(w, g, state1_.f32(), n, c);  // null velocity when momentum is 0
   }
 }
 

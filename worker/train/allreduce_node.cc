@@ -59,6 +59,10 @@ int run_allreduce_node(const RunConfig& config, int requested_rank) {
   const int workers = config.cluster.num_workers;
   const int rank = requested_rank >= 0 ? requested_rank : role_rank_from_launcher(1, workers, "worker");
   Logger log(rank >= 0 ? "worker " + std::to_string(rank) : "worker", parse_log_level(config.output.log_level));
+  TraceRecorder trace(parse_trace_level(config.output.trace), log.clock());
+  trace.set_process("worker", rank);
+  trace.name_this_thread("training");
+  const TraceFileGuard trace_file(trace, trace_dir(config.output.run_dir));  // also when training fails
   std::string device;
   Workload workload = make_local_workload(config, rank, log, device);
   nn::Backend& backend = *workload.backend;
@@ -77,6 +81,7 @@ int run_allreduce_node(const RunConfig& config, int requested_rank) {
   options.traffic = &traffic;
   WorkerSession session(ctx, options, workload.model->layout());
   log.set_name("worker " + std::to_string(session.rank()));
+  trace.set_process("worker", session.rank());
   const auto sampler = start_resource_sampler(config.output, "worker", session.rank(), &traffic, log,
                                               cuda_device_index(backend), true);
   session.run_reporting_failure([&] {
@@ -87,10 +92,11 @@ int run_allreduce_node(const RunConfig& config, int requested_rank) {
     co.timeout = std::chrono::milliseconds(config.cluster.timeout_ms);
     co.host = collective_host(config.cluster, session.rank());
     co.cuda_device = backend.is_cuda() ? cuda_index(device) : 0;
+    co.trace = &trace;
     std::unique_ptr<Collective> collective =
         std::make_unique<CountingCollective>(make_collective(backend_name, co, store), traffic);
     MetricsWriter metrics(config.output.run_dir, "worker-" + std::to_string(session.rank()) + ".jsonl");
-    const TrainResult r = run_allreduce_worker(config, session, workload, *collective, metrics, log);
+    const TrainResult r = run_allreduce_worker(config, session, workload, *collective, metrics, log, &trace);
     collective.reset();
     char line[200];
     std::snprintf(line, sizeof(line),

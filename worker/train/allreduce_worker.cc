@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdio>
 #include <functional>
+#include <limits>
 #include <vector>
 
 #include "common/errors.h"
@@ -41,6 +42,7 @@ struct Loop {
   Straggler straggler;
   bool buckets_logged = false;
   std::vector<float> simulated_grads;  // simulated compute: the gradients every step (empty otherwise)
+  TraceRecorder* trace = nullptr;
 };
 
 bool staged(const Loop& L) { return L.collective.device_memory() != L.model.backend().is_cuda(); }
@@ -103,6 +105,8 @@ void broadcast_initial(Loop& L) {
 
 void evaluate_and_record(Loop& L, std::int64_t step, int epoch) {
   if (!L.simulated_grads.empty()) return;  // no test set under simulated compute
+  TraceSpan span(L.trace, TraceLevel::kSteps, "eval", "worker");
+  span.arg("step", step).arg("epoch", epoch);
   const EvalResult r = evaluate(L.model, L.data.test);
   L.result.final_test_accuracy = r.accuracy;
   write_eval_record(L.metrics, L.log, step, epoch, r);
@@ -131,9 +135,14 @@ nn::StepStats compute_and_start(Loop& L, std::span<const std::int64_t> batch, Gr
   nn::StepStats s;
   const WorkloadConfig& w = L.config.workload;
   if (!L.simulated_grads.empty()) {
+    TraceSpan compute(L.trace, TraceLevel::kSteps, "forward+backward", "worker");
     s = simulated_step(model, 1e-3 * w.simulated_step_ms * (L.straggler.active() ? w.straggler_slowdown : 1.0), ready);
   } else {
-    L.data.train.gather(batch, L.images.data(), L.labels.data());
+    {
+      TraceSpan data_span(L.trace, TraceLevel::kSteps, "data", "worker");
+      L.data.train.gather(batch, L.images.data(), L.labels.data());
+    }
+    TraceSpan compute(L.trace, TraceLevel::kSteps, "forward+backward", "worker");
     s = model.train_step(L.images.data(), L.labels.data(), static_cast<int>(batch.size()), ready);
   }
   if (via_host) {  // ranges backward did not report, if any (the buckets started are in flight: not those)
@@ -145,12 +154,15 @@ nn::StepStats compute_and_start(Loop& L, std::span<const std::int64_t> batch, Gr
   return s;
 }
 
-void train_step(Loop& L, std::span<const std::int64_t> batch, std::int64_t step, int epoch, double lr) {
+// Returns the step's training loss (NaN under simulated compute).
+double train_step(Loop& L, std::span<const std::int64_t> batch, std::int64_t step, int epoch, double lr) {
   nn::Model& model = L.model;
   const bool simulated = !L.simulated_grads.empty();
   if (simulated) {  // what a real backward would have written
     model.backend().copy_from_host(model.device_grads(), L.simulated_grads.data(), L.simulated_grads.size() * sizeof(float));
   }
+  TraceSpan step_span(L.trace, TraceLevel::kSteps, "step", "worker");
+  step_span.arg("step", step).arg("epoch", epoch).arg("images", static_cast<std::int64_t>(batch.size()));
   const auto t0 = Clock::now();
   const double injected_s = simulated ? 0.0 : L.straggler.delay();
   const auto n = static_cast<int>(batch.size());
@@ -159,11 +171,18 @@ void train_step(Loop& L, std::span<const std::int64_t> batch, std::int64_t step,
   const nn::StepStats s = compute_and_start(L, batch, buckets);
   const auto t1 = Clock::now();
 
-  wait_collective(L);
-  if (staged(L)) model.backend().copy_from_host(model.device_grads(), L.staging.data(), L.staging.size() * sizeof(float));
+  {
+    TraceSpan wait_span(L.trace, TraceLevel::kSteps, "allreduce wait", "worker");
+    wait_span.arg("buckets", buckets.buckets_started());
+    wait_collective(L);
+    if (staged(L)) model.backend().copy_from_host(model.device_grads(), L.staging.data(), L.staging.size() * sizeof(float));
+  }
   const auto t2 = Clock::now();
-  L.optimizer.step(model.device_params(), model.device_grads(), lr);
-  model.backend().synchronize();
+  {
+    TraceSpan update_span(L.trace, TraceLevel::kSteps, "update", "worker");
+    L.optimizer.step(model.device_params(), model.device_grads(), lr);
+    model.backend().synchronize();
+  }
   const auto t3 = Clock::now();
   log_buckets(L, buckets);
 
@@ -175,12 +194,13 @@ void train_step(Loop& L, std::span<const std::int64_t> batch, std::int64_t step,
   L.result.images += n;
   write_step_record(L.metrics, StepRecord{step, epoch, n, simulated ? nullptr : &s, seconds_between(t0, t3),
                                           L.last_compute_s, seconds_between(t2, t3), seconds_between(t1, t2), lr, 0.0});
+  return simulated ? std::numeric_limits<double>::quiet_NaN() : s.loss;
 }
 
 }  // namespace
 
 TrainResult run_allreduce_worker(const RunConfig& config, WorkerSession& session, Workload& workload,
-                                 Collective& collective, MetricsWriter& metrics, Logger& log) {
+                                 Collective& collective, MetricsWriter& metrics, Logger& log, TraceRecorder* trace) {
   if (config.mode != Mode::kAllreduce) {
     throw ConfigError("run_allreduce_worker: mode " + std::string(to_string(config.mode)) + " needs the servers");
   }
@@ -194,13 +214,17 @@ TrainResult run_allreduce_worker(const RunConfig& config, WorkerSession& session
   nn::DeviceOptimizer optimizer(config.optimizer, model.backend(), model.num_params());
   Loop L{config, session, model, workload.data, collective, optimizer, metrics, log, {}, {}, {}, {}, 0.0,
          Straggler(session.rank() == w.straggler_rank, w.straggler_slowdown), false, {}};
+  L.trace = trace;
   if (staged(L)) L.staging.resize(static_cast<std::size_t>(model.num_params()));
   if (w.simulated_step_ms > 0.0) L.simulated_grads = simulated_gradients(model.num_params());
   const data::Dataset& train = workload.data.train;
   L.images.resize(static_cast<std::size_t>(w.batch_size) * static_cast<std::size_t>(train.channels * train.height * train.width));
   L.labels.resize(static_cast<std::size_t>(w.batch_size));
 
-  broadcast_initial(L);  // worker 0's initial weights everywhere
+  {
+    TraceSpan span(trace, TraceLevel::kSteps, "initial weights", "worker");
+    broadcast_initial(L);  // worker 0's initial weights everywhere
+  }
   model.set_dropout_seed(w.seed * 1000003ULL + static_cast<std::uint64_t>(session.rank()));
 
   const EpochDriver driver(config, train, session.rank(), session.num_workers());
@@ -211,7 +235,7 @@ TrainResult run_allreduce_worker(const RunConfig& config, WorkerSession& session
            std::to_string(config.collective.bucket_bytes) + " bytes");
   const std::int64_t step = driver.run(
       log, metrics, L.result.images,
-      [&](std::span<const std::int64_t> batch, std::int64_t s, int epoch, double lr) { train_step(L, batch, s, epoch, lr); },
+      [&](std::span<const std::int64_t> batch, std::int64_t s, int epoch, double lr) { return train_step(L, batch, s, epoch, lr); },
       [&](std::int64_t s, int epoch, bool last) {
         check_replicas(L, ("after epoch " + std::to_string(epoch)).c_str());
         if (session.rank() == 0 && !last) evaluate_and_record(L, s, epoch);

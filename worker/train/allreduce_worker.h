@@ -4,7 +4,7 @@
 //   its gradients join a bucket of collective.bucket_bytes whose allreduce
 //   (mean over the workers) starts at once, overlapping the rest of backward
 //   -> wait for every bucket -> the same optimizer update on every worker
-//   (nn::DeviceOptimizer: common/optimizer.h's formulas, the servers' code
+//   (nn::DeviceOptimizer: common/update_rules.h, the servers' code
 //   path on the CPU) applied to its own replica.
 // Replicas start from worker 0's weights (broadcast) and stay identical;
 // at each epoch's end every worker checks that (a fingerprint of the weights
@@ -19,6 +19,7 @@
 
 #include "common/config.h"
 #include "common/log.h"
+#include "common/trace.h"
 #include "worker/client/worker_session.h"
 #include "worker/collective/collective.h"
 #include "worker/train/metrics.h"
@@ -30,8 +31,11 @@ namespace pstrain {
 // `collective` spans the session's workers (rank and size equal to the
 // session's); its memory space may differ from the model's backend (Gloo
 // with a model on a GPU: gradients go through host memory).
+// Spans of each step (step > data, forward+backward, allreduce wait, update;
+// eval) go to `trace` when given.
 TrainResult run_allreduce_worker(const RunConfig& config, WorkerSession& session, Workload& workload,
-                                 Collective& collective, MetricsWriter& metrics, Logger& log);
+                                 Collective& collective, MetricsWriter& metrics, Logger& log,
+                                 TraceRecorder* trace = nullptr);
 
 // A pstrain-worker process in allreduce mode, from start to exit code: the
 // workload on this worker's device (one GPU per worker by local rank), the

@@ -3,9 +3,13 @@
 // training set (ShardSampler from the seed: disjoint across workers, reshuffled
 // per epoch), cut into batches of workload.batch_size; ceil(shard / batch)
 // steps per epoch (the same on every worker), capped by workload.max_steps;
-// the learning rate of each step from the schedule (global batch = batch x
-// workers); progress lines from worker 0 five times an epoch; a hook at each
-// epoch's end. Not thread-safe.
+// the learning rate of each step from the schedule (linear scaling by the
+// samples per update: batch x workers in sync and allreduce, batch in async
+// and ssp, common/lr_schedule.h); progress lines from worker 0 five times an epoch (the mean loss
+// and images/s since the previous line); a hook at each epoch's end. Before
+// the first step it writes the metrics file's "plan" record (total_steps,
+// steps_per_epoch, epochs), which the launcher's status line reads. Not
+// thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -26,7 +30,8 @@ std::int64_t steps_per_epoch(std::int64_t shard_samples, int batch_size);
 
 class EpochDriver {
  public:
-  using StepFn = std::function<void(std::span<const std::int64_t> batch, std::int64_t step, int epoch, double lr)>;
+  // Runs one step; returns its training loss (NaN when there is none, e.g. simulated compute).
+  using StepFn = std::function<double(std::span<const std::int64_t> batch, std::int64_t step, int epoch, double lr)>;
   // `last` is true after the final step (the caller evaluates then itself).
   using EpochEndFn = std::function<void(std::int64_t steps_done, int epoch, bool last)>;
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <functional>
+#include <limits>
 #include <optional>
 #include <vector>
 
@@ -34,15 +35,20 @@ struct Loop {
   Straggler straggler;
   std::optional<KVClient::Ticket> prefetch;  // pull of the next step's weights, already sent
   bool simulated = false;                    // simulated compute: grads hold simulated_gradients()
+  TraceRecorder* trace = nullptr;
 };
 
 // The weights for `step`: waits for the pull sent at the end of the previous
-// step (or sends one now).
-void pull_weights(Loop& L, std::int64_t min_version) {
+// step (or sends one now). The servers answer when their consistency policy
+// allows (sync: the step's update applied; ssp: within the bound); the time
+// the pull was held there counts as blocked.
+void pull_weights(Loop& L, std::int64_t step) {
+  TraceSpan span(L.trace, TraceLevel::kSteps, "pull wait", "worker");
+  span.arg("step", step).arg("prefetched", L.prefetch ? 1 : 0);
   KVClient& kv = L.session.kv();
-  const KVClient::Ticket t = L.prefetch ? *L.prefetch : kv.pull(L.params, min_version);
+  const KVClient::Ticket t = L.prefetch ? *L.prefetch : kv.pull(L.params, step);
   L.prefetch.reset();
-  kv.wait(t);
+  L.result.blocked_s += 1e-6 * static_cast<double>(kv.wait(t).max_parked_us);
   L.model.set_params(L.params);
 }
 
@@ -56,22 +62,29 @@ void push_range(Loop& L, std::int64_t offset, std::int64_t count, std::int64_t s
   std::vector<std::int64_t> keys = L.session.shard_map().chunks_within(offset, offset + count);
   std::erase_if(keys, [&](std::int64_t k) { return pushed[static_cast<std::size_t>(k)]; });
   for (auto k : keys) pushed[static_cast<std::size_t>(k)] = true;
-  if (!keys.empty()) tickets.push_back(L.session.kv().push(L.grads, step, lr, keys));
+  if (keys.empty()) return;
+  TraceSpan span(L.trace, TraceLevel::kAll, "push send", "worker");
+  span.arg("first_chunk", keys.front()).arg("chunks", static_cast<std::int64_t>(keys.size()));
+  tickets.push_back(L.session.kv().push(L.grads, step, lr, keys));
 }
 
-void evaluate_and_record(Loop& L, std::int64_t step, int epoch, std::int64_t min_version) {
+void evaluate_and_record(Loop& L, std::int64_t step, int epoch) {
   if (L.simulated) return;  // no test set under simulated compute
-  pull_weights(L, min_version);
+  TraceSpan span(L.trace, TraceLevel::kSteps, "eval", "worker");
+  span.arg("step", step).arg("epoch", epoch);
+  pull_weights(L, step);
   const EvalResult r = evaluate(L.model, L.data.test);
   L.result.final_test_accuracy = r.accuracy;
   write_eval_record(L.metrics, L.log, step, epoch, r);
 }
 
-void train_step(Loop& L, std::span<const std::int64_t> batch, std::int64_t step, int epoch, double lr) {
-  const bool sync = L.config.mode == Mode::kSync;
+// Returns the step's training loss (NaN under simulated compute).
+double train_step(Loop& L, std::span<const std::int64_t> batch, std::int64_t step, int epoch, double lr) {
   KVClient& kv = L.session.kv();
+  TraceSpan step_span(L.trace, TraceLevel::kSteps, "step", "worker");
+  step_span.arg("step", step).arg("epoch", epoch).arg("images", static_cast<std::int64_t>(batch.size()));
   const auto t0 = Clock::now();
-  pull_weights(L, sync ? step : 0);
+  pull_weights(L, step);
   const auto t1 = Clock::now();
 
   const WorkloadConfig& w = L.config.workload;
@@ -81,20 +94,32 @@ void train_step(Loop& L, std::span<const std::int64_t> batch, std::int64_t step,
   std::vector<bool> pushed(L.session.shard_map().chunks().size(), false);
   auto ready = [&](std::int64_t off, std::int64_t cnt) { push_range(L, off, cnt, step, lr, tickets, pushed); };
   nn::StepStats s;
-  if (L.simulated) {
-    s = simulated_step(L.model, 1e-3 * w.simulated_step_ms * (L.straggler.active() ? w.straggler_slowdown : 1.0), ready);
-  } else {
+  if (!L.simulated) {
+    TraceSpan data_span(L.trace, TraceLevel::kSteps, "data", "worker");
     L.data.train.gather(batch, L.images.data(), L.labels.data());
-    s = L.model.train_step(L.images.data(), L.labels.data(), n, ready);
+  }
+  {
+    TraceSpan compute(L.trace, TraceLevel::kSteps, "forward+backward", "worker");
+    if (L.simulated) {
+      s = simulated_step(L.model, 1e-3 * w.simulated_step_ms * (L.straggler.active() ? w.straggler_slowdown : 1.0),
+                         ready);
+    } else {
+      s = L.model.train_step(L.images.data(), L.labels.data(), n, ready);
+    }
   }
   push_range(L, 0, L.session.shard_map().total_elems(), step, lr, tickets, pushed);  // anything not yet sent
   // The next step's weights are requested now: the servers answer as soon as
-  // this step's update is applied (sync), without another round trip.
-  L.prefetch = kv.pull(L.params, sync ? step + 1 : 0);
+  // the policy allows (sync: this step's update applied), without another
+  // round trip.
+  L.prefetch = kv.pull(L.params, step + 1);
   const auto t2 = Clock::now();
 
   double staleness = 0.0;
-  for (auto t : tickets) staleness = std::max(staleness, kv.wait(t).mean_staleness);
+  {
+    TraceSpan wait_span(L.trace, TraceLevel::kSteps, "push wait", "worker");
+    wait_span.arg("requests", static_cast<std::int64_t>(tickets.size()));
+    for (auto t : tickets) staleness = std::max(staleness, kv.wait(t).mean_staleness);
+  }
   const auto t3 = Clock::now();
 
   L.last_compute_s = seconds_between(t1, t2);
@@ -106,6 +131,7 @@ void train_step(Loop& L, std::span<const std::int64_t> batch, std::int64_t step,
   write_step_record(L.metrics, StepRecord{step, epoch, n, L.simulated ? nullptr : &s, seconds_between(t0, t3),
                                           L.last_compute_s, seconds_between(t0, t1), seconds_between(t2, t3), lr,
                                           staleness});
+  return L.simulated ? std::numeric_limits<double>::quiet_NaN() : s.loss;
 }
 
 // Completes the last prefetch (its weights are not needed).
@@ -118,7 +144,7 @@ void kv_wait_quietly(Loop& L) {
 
 
 TrainResult run_ps_worker(const RunConfig& config, WorkerSession& session, Workload& workload, MetricsWriter& metrics,
-                          Logger& log) {
+                          Logger& log, TraceRecorder* trace) {
   if (config.mode == Mode::kAllreduce) throw ConfigError("run_ps_worker: mode allreduce has no servers");
   const WorkloadConfig& w = config.workload;
   nn::Model& model = *workload.model;
@@ -126,13 +152,17 @@ TrainResult run_ps_worker(const RunConfig& config, WorkerSession& session, Workl
   Loop L{config, session, model, workload.data, metrics, log, std::vector<float>(num_params),
          std::vector<float>(num_params), {}, {}, {}, 0.0,
          Straggler(session.rank() == w.straggler_rank, w.straggler_slowdown), std::nullopt, w.simulated_step_ms > 0.0};
+  L.trace = trace;
   if (L.simulated) L.grads = simulated_gradients(model.num_params());
   const data::Dataset& train = workload.data.train;
   L.images.resize(static_cast<std::size_t>(w.batch_size) * static_cast<std::size_t>(train.channels * train.height * train.width));
   L.labels.resize(static_cast<std::size_t>(w.batch_size));
 
   model.get_params(L.params);
-  session.broadcast_initial(L.params);  // worker 0's initial weights everywhere
+  {
+    TraceSpan span(trace, TraceLevel::kSteps, "initial weights", "worker");
+    session.broadcast_initial(L.params);  // worker 0's initial weights everywhere
+  }
   model.set_params(L.params);
   model.set_dropout_seed(w.seed * 1000003ULL + static_cast<std::uint64_t>(session.rank()));
 
@@ -143,15 +173,18 @@ TrainResult run_ps_worker(const RunConfig& config, WorkerSession& session, Workl
            " servers; " + session.shard_map().summary());
   const std::int64_t step = driver.run(
       log, metrics, L.result.images,
-      [&](std::span<const std::int64_t> batch, std::int64_t s, int epoch, double lr) { train_step(L, batch, s, epoch, lr); },
+      [&](std::span<const std::int64_t> batch, std::int64_t s, int epoch, double lr) { return train_step(L, batch, s, epoch, lr); },
       [&](std::int64_t s, int epoch, bool last) {
-        if (session.rank() == 0 && !last) evaluate_and_record(L, s, epoch, config.mode == Mode::kSync ? s : 0);
+        if (session.rank() == 0 && !last) evaluate_and_record(L, s, epoch);
       });
-  if (L.prefetch) kv_wait_quietly(L);
-  session.scheduler().barrier("training done");  // every push of every worker has been applied
+  {
+    TraceSpan span(trace, TraceLevel::kSteps, "final barrier", "worker");
+    if (L.prefetch) kv_wait_quietly(L);
+    session.scheduler().barrier("training done");  // every push of every worker has been applied
+  }
   L.result.steps = step;
   L.result.time_s = metrics.elapsed_s();
-  if (session.rank() == 0) evaluate_and_record(L, step, driver.epoch_after(step), config.mode == Mode::kSync ? step : 0);
+  if (session.rank() == 0) evaluate_and_record(L, step, driver.epoch_after(step));
   if (session.rank() == 0) write_final_weights(config.output.run_dir, L.params);  // the final pull's weights
   write_end_record(metrics, L.result);
   return L.result;

@@ -6,13 +6,16 @@
 // step s-1) and pushes step s. async: pulls the latest weights, pushes, and
 // records the staleness the servers report.
 // Worker 0 evaluates the test set on the servers' weights at each epoch's end
-// and after the last step. Metrics go to the MetricsWriter.
+// and after the last step. Metrics go to the MetricsWriter; spans of each
+// step (step > pull wait, data, forward+backward > push sends, push wait; eval)
+// to `trace` when given (common/trace.h).
 #pragma once
 
 #include <cstdint>
 
 #include "common/config.h"
 #include "common/log.h"
+#include "common/trace.h"
 #include "worker/client/worker_session.h"
 #include "worker/train/metrics.h"
 #include "worker/train/records.h"
@@ -22,6 +25,6 @@ namespace pstrain {
 
 
 TrainResult run_ps_worker(const RunConfig& config, WorkerSession& session, Workload& workload, MetricsWriter& metrics,
-                          Logger& log);
+                          Logger& log, TraceRecorder* trace = nullptr);
 
 }  // namespace pstrain

@@ -1,5 +1,6 @@
 #include "worker/train/records.h"
 
+#include <cmath>
 #include <cstdio>
 
 namespace pstrain {
@@ -29,15 +30,18 @@ void write_eval_record(MetricsWriter& metrics, Logger& log, std::int64_t step, i
 
 void write_end_record(MetricsWriter& metrics, const TrainResult& r) {
   metrics.write(JsonLine().add("type", "end").add("time_s", r.time_s).add("steps", r.steps).add("images", r.images)
-                    .add("compute_s", r.compute_s).add("pull_s", r.pull_s).add("push_s", r.push_s));
+                    .add("compute_s", r.compute_s).add("pull_s", r.pull_s).add("push_s", r.push_s)
+                    .add("blocked_s", r.blocked_s));
 }
 
-void log_progress(Logger& log, std::int64_t images, double elapsed_s, int epoch, std::int64_t step_in_epoch,
-                  std::int64_t steps_in_epoch, std::int64_t step) {
-  char line[160];
-  std::snprintf(line, sizeof(line), "epoch %d step %lld/%lld (global %lld): %.0f images/s so far", epoch,
+void log_progress(Logger& log, int epoch, std::int64_t step_in_epoch, std::int64_t steps_in_epoch, std::int64_t step,
+                  double mean_loss, double images_per_s, double window_s) {
+  char loss[48] = "";
+  if (std::isfinite(mean_loss)) std::snprintf(loss, sizeof(loss), "loss %.4f, ", mean_loss);
+  char line[200];
+  std::snprintf(line, sizeof(line), "epoch %d step %lld/%lld (global %lld): %s%.0f images/s (last %.3g s)", epoch,
                 static_cast<long long>(step_in_epoch + 1), static_cast<long long>(steps_in_epoch),
-                static_cast<long long>(step), static_cast<double>(images) / elapsed_s);
+                static_cast<long long>(step), loss, images_per_s, window_s);
   log.info(line);
 }
 

@@ -18,6 +18,7 @@ struct TrainResult {
   double compute_s = 0.0;
   double pull_s = 0.0;   // PS: waiting for weights; allreduce: the local optimizer update
   double push_s = 0.0;   // PS: waiting for push acks; allreduce: the exposed allreduce wait
+  double blocked_s = 0.0;  // PS: pulls held at the servers by the consistency policy (sync, ssp)
   double final_test_accuracy = -1.0;  // worker 0 only; -1 elsewhere
 };
 
@@ -35,8 +36,9 @@ void write_step_record(MetricsWriter& metrics, const StepRecord& r);
 // Writes the eval record and logs the test loss and accuracy.
 void write_eval_record(MetricsWriter& metrics, Logger& log, std::int64_t step, int epoch, const EvalResult& r);
 void write_end_record(MetricsWriter& metrics, const TrainResult& r);
-// "epoch E step S/N (global G): X images/s so far"
-void log_progress(Logger& log, std::int64_t images, double elapsed_s, int epoch, std::int64_t step_in_epoch,
-                  std::int64_t steps_in_epoch, std::int64_t step);
+// "epoch E step S/N (global G): loss L, X images/s (last T s)": the mean loss
+// (left out when NaN) and the rate over the last `window_s` seconds.
+void log_progress(Logger& log, int epoch, std::int64_t step_in_epoch, std::int64_t steps_in_epoch, std::int64_t step,
+                  double mean_loss, double images_per_s, double window_s);
 
 }  // namespace pstrain

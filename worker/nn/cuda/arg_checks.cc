@@ -11,10 +11,6 @@ void check_dropout_p(float p, std::string_view op) {
   }
 }
 
-void check_adam_step(std::int64_t t, std::string_view op) {
-  if (t < 1) throw ComputeError(std::string(op) + ": step count t is " + std::to_string(t) + ", expected >= 1");
-}
-
 void check_sgd_velocity(const float* velocity, float momentum, std::string_view op) {
   if (velocity == nullptr && momentum != 0.0f) {
     throw ComputeError(std::string(op) + ": momentum " + std::to_string(momentum) +

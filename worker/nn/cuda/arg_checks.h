@@ -13,8 +13,6 @@ namespace pstrain::nn::cuda {
 
 // p in [0, 1): "dropout_forward: drop probability 1.000000 is outside [0, 1)".
 void check_dropout_p(float p, std::string_view op);
-// t >= 1: "adam_step: step count t is 0, expected >= 1".
-void check_adam_step(std::int64_t t, std::string_view op);
 // velocity may be null only when momentum == 0.
 void check_sgd_velocity(const float* velocity, float momentum, std::string_view op);
 // n >= 1 and classes >= 1: "softmax_xent: n=0 classes=10: both must be positive".

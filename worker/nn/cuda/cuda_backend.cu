@@ -197,20 +197,16 @@ Backend::XentResult CudaBackend::softmax_xent(int n, int classes, const float* l
 // ---- optimizer steps ----
 
 void CudaBackend::sgd_step(float* w, const float* g, float* velocity, std::size_t num_elems,
-                           const SgdParams& p) {
-  check_sgd_velocity(velocity, p.momentum, "sgd_step");
+                           const update::SgdCoefficients& c) {
+  check_sgd_velocity(velocity, c.momentum, "sgd_step");
   activate();
-  cuda::sgd_step(w, velocity, g, num_elems, p, stream_.get());
+  cuda::sgd_step(w, velocity, g, num_elems, c, stream_.get());
 }
 
 void CudaBackend::adam_step(float* w, const float* g, float* m, float* v, std::size_t num_elems,
-                            const AdamParams& p) {
-  check_adam_step(p.t, "adam_step");
+                            const update::AdamCoefficients& c) {
   activate();
-  const auto t = static_cast<double>(p.t);
-  const auto bias_correction1 = static_cast<float>(1.0 - std::pow(static_cast<double>(p.beta1), t));
-  const auto bias_correction2 = static_cast<float>(1.0 - std::pow(static_cast<double>(p.beta2), t));
-  cuda::adam_step(w, m, v, g, num_elems, p, bias_correction1, bias_correction2, stream_.get());
+  cuda::adam_step(w, m, v, g, num_elems, c, stream_.get());
 }
 
 }  // namespace cuda

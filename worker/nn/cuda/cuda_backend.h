@@ -69,9 +69,9 @@ class CudaBackend final : public Backend {
                           float* dlogits) override;
 
   void sgd_step(float* w, const float* g, float* velocity, std::size_t num_elems,
-                const SgdParams& p) override;
+                const update::SgdCoefficients& c) override;
   void adam_step(float* w, const float* g, float* m, float* v, std::size_t num_elems,
-                 const AdamParams& p) override;
+                 const update::AdamCoefficients& c) override;
 
  private:
   struct StreamDeleter { void operator()(cudaStream_t stream) const noexcept; };

@@ -67,12 +67,11 @@ void softmax_xent(XentTotals* totals, float* dlogits, float* row_loss, std::int3
                   const float* logits, const std::int32_t* labels, int n, int classes,
                   cudaStream_t stream);
 
-// ---- optimizer steps (optimizer_kernels.cu), formulas of common/optimizer.h ----
-// velocity may be null (then d = g', as with momentum 0).
-void sgd_step(float* w, float* velocity, const float* g, std::size_t num_elems, const SgdParams& p,
+// ---- optimizer steps (optimizer_kernels.cu): the element rules of common/update_rules.h ----
+// velocity may be null (plain SGD; the caller checks momentum == 0).
+void sgd_step(float* w, float* velocity, const float* g, std::size_t num_elems, const update::SgdCoefficients& c,
               cudaStream_t stream);
-// bias_correction1 = 1 - beta1^t, bias_correction2 = 1 - beta2^t (computed by the caller).
-void adam_step(float* w, float* m, float* v, const float* g, std::size_t num_elems, const AdamParams& p,
-               float bias_correction1, float bias_correction2, cudaStream_t stream);
+void adam_step(float* w, float* m, float* v, const float* g, std::size_t num_elems,
+               const update::AdamCoefficients& c, cudaStream_t stream);
 
 }  // namespace pstrain::nn::cuda

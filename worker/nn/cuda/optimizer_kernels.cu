@@ -1,11 +1,9 @@
-// SGD and Adam updates, element-wise, with exactly the formulas of
-// common/optimizer.h:
-//   SGD:  g' = g + wd*w;  v = momentum*v + g';  d = nesterov ? g' + momentum*v : v;  w -= lr*d
-//         (velocity null, allowed when momentum == 0: d = g')
-//   Adam: g' = g + wd*w;  m = b1*m + (1-b1)*g';  v = b2*v + (1-b2)*g'^2;
-//         w -= lr * (m / bc1) / (sqrt(v / bc2) + eps),  bc1 = 1-b1^t, bc2 = 1-b2^t
-#include <cmath>
-
+// SGD and Adam updates on the device: the element functions of
+// common/update_rules.h, the same code the servers and the CPU backend run.
+// This file is compiled without FMA contraction (-fmad=false, see
+// worker/CMakeLists.txt), and nvcc's division and sqrtf are IEEE-rounded by
+// default, so the device's results are bit-identical to the host's.
+#include "common/update_rules.h"
 #include "worker/nn/cuda/cuda_check.h"
 #include "worker/nn/cuda/kernels.cuh"
 #include "worker/nn/cuda/launch_config.cuh"
@@ -13,54 +11,43 @@
 namespace pstrain::nn::cuda {
 namespace {
 
-__global__ void sgd_kernel(float* w, float* velocity, const float* g, std::size_t num_elems, float lr,
-                           float momentum, float weight_decay, bool nesterov) {
+__global__ void sgd_plain_kernel(float* w, const float* g, std::size_t num_elems, update::SgdCoefficients c) {
   for (std::size_t i = global_thread_index(); i < num_elems; i += grid_stride()) {
-    const float grad = g[i] + weight_decay * w[i];
-    float step = grad;
-    if (velocity != nullptr) {
-      const float v = momentum * velocity[i] + grad;
-      velocity[i] = v;
-      step = nesterov ? grad + momentum * v : v;
-    }
-    w[i] -= lr * step;
+    w[i] = update::sgd_plain(w[i], g[i], c);
   }
 }
 
-struct AdamConstants {
-  float lr, beta1, beta2, epsilon, weight_decay, bias_correction1, bias_correction2;
-};
+__global__ void sgd_momentum_kernel(float* w, float* velocity, const float* g, std::size_t num_elems,
+                                    update::SgdCoefficients c) {
+  for (std::size_t i = global_thread_index(); i < num_elems; i += grid_stride()) {
+    w[i] = update::sgd_momentum(w[i], g[i], velocity[i], c);
+  }
+}
 
 __global__ void adam_kernel(float* w, float* m, float* v, const float* g, std::size_t num_elems,
-                            AdamConstants k) {
+                            update::AdamCoefficients c) {
   for (std::size_t i = global_thread_index(); i < num_elems; i += grid_stride()) {
-    const float grad = g[i] + k.weight_decay * w[i];
-    const float m_i = k.beta1 * m[i] + (1.0f - k.beta1) * grad;
-    const float v_i = k.beta2 * v[i] + (1.0f - k.beta2) * grad * grad;
-    m[i] = m_i;
-    v[i] = v_i;
-    const float m_hat = m_i / k.bias_correction1;
-    const float v_hat = v_i / k.bias_correction2;
-    w[i] -= k.lr * m_hat / (sqrtf(v_hat) + k.epsilon);
+    w[i] = update::adam(w[i], g[i], m[i], v[i], c);
   }
 }
 
 }  // namespace
 
-void sgd_step(float* w, float* velocity, const float* g, std::size_t num_elems, const SgdParams& p,
+void sgd_step(float* w, float* velocity, const float* g, std::size_t num_elems, const update::SgdCoefficients& c,
               cudaStream_t stream) {
   if (num_elems == 0) return;
-  sgd_kernel<<<grid_size(num_elems), kBlockSize, 0, stream>>>(w, velocity, g, num_elems, p.lr, p.momentum,
-                                                              p.weight_decay, p.nesterov);
+  if (velocity == nullptr) {
+    sgd_plain_kernel<<<grid_size(num_elems), kBlockSize, 0, stream>>>(w, g, num_elems, c);
+  } else {
+    sgd_momentum_kernel<<<grid_size(num_elems), kBlockSize, 0, stream>>>(w, velocity, g, num_elems, c);
+  }
   check_launch("sgd_step");
 }
 
-void adam_step(float* w, float* m, float* v, const float* g, std::size_t num_elems, const AdamParams& p,
-               float bias_correction1, float bias_correction2, cudaStream_t stream) {
+void adam_step(float* w, float* m, float* v, const float* g, std::size_t num_elems,
+               const update::AdamCoefficients& c, cudaStream_t stream) {
   if (num_elems == 0) return;
-  const AdamConstants k{p.lr,           p.beta1,          p.beta2,         p.epsilon,
-                        p.weight_decay, bias_correction1, bias_correction2};
-  adam_kernel<<<grid_size(num_elems), kBlockSize, 0, stream>>>(w, m, v, g, num_elems, k);
+  adam_kernel<<<grid_size(num_elems), kBlockSize, 0, stream>>>(w, m, v, g, num_elems, c);
   check_launch("adam_step");
 }
 

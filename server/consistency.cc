@@ -1,0 +1,266 @@
+// The three consistency policies; the rules are in consistency.h.
+#include "server/consistency.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "common/errors.h"
+#include "server/request_error.h"
+
+namespace pstrain {
+
+std::string describe_push(std::int64_t key, int worker, std::int64_t step) {
+  return "push of chunk " + std::to_string(key) + " from worker " + std::to_string(worker) + " at step " +
+         std::to_string(step);
+}
+
+ConsistencyPolicy::ConsistencyPolicy(std::size_t num_chunks, int num_workers)
+    : num_workers_(num_workers),
+      last_step_(num_chunks, std::vector<std::int64_t>(static_cast<std::size_t>(num_workers), -1)),
+      live_(static_cast<std::size_t>(num_workers), true),
+      num_live_(num_workers) {}
+
+void ConsistencyPolicy::check_step(std::size_t chunk, const PushRequest& push) const {
+  const std::string what = describe_push(push.key, push.worker, push.step);
+  if (push.worker < 0 || push.worker >= num_workers_) {
+    throw RequestError(Status::kBadRequest,
+                       what + ": worker rank outside [0, " + std::to_string(num_workers_) + ")");
+  }
+  if (!live_[static_cast<std::size_t>(push.worker)]) {
+    throw RequestError(Status::kRejected, what + ": the worker was dropped from the job; not applied");
+  }
+  const std::int64_t last = last_step_[chunk][static_cast<std::size_t>(push.worker)];
+  if (push.step == last) throw RequestError(Status::kRejected, what + ": duplicate, already counted");
+  if (push.step < last) {
+    throw RequestError(Status::kRejected, what + ": stale, worker already pushed step " + std::to_string(last));
+  }
+}
+
+void ConsistencyPolicy::mark_dropped(int worker) {
+  if (worker < 0 || worker >= num_workers_) {
+    throw Error("drop of worker " + std::to_string(worker) + ": outside [0, " + std::to_string(num_workers_) + ")");
+  }
+  if (live_[static_cast<std::size_t>(worker)]) {
+    live_[static_cast<std::size_t>(worker)] = false;
+    --num_live_;
+  }
+}
+
+std::int64_t ConsistencyPolicy::min_live_clock(std::size_t chunk) const {
+  std::int64_t lowest = std::numeric_limits<std::int64_t>::max();
+  for (int w = 0; w < num_workers_; ++w) {
+    if (live_[static_cast<std::size_t>(w)]) lowest = std::min(lowest, clock(chunk, w));
+  }
+  return lowest;
+}
+
+namespace {
+
+// ---- sync ----------------------------------------------------------------------
+
+class SyncPolicy final : public ConsistencyPolicy {
+ public:
+  SyncPolicy(const std::vector<std::int64_t>& chunk_elems, int num_workers)
+      : ConsistencyPolicy(chunk_elems.size(), num_workers), steps_(chunk_elems.size()) {
+    for (std::size_t i = 0; i < chunk_elems.size(); ++i) {
+      Step& s = steps_[i];
+      s.num_elems = static_cast<std::size_t>(chunk_elems[i]);
+      s.arrived.assign(static_cast<std::size_t>(num_workers), false);
+      s.early.resize(static_cast<std::size_t>(num_workers));
+      s.early_lr.assign(static_cast<std::size_t>(num_workers), 0.0);
+      s.has_early.assign(static_cast<std::size_t>(num_workers), false);
+    }
+  }
+
+  std::optional<Update> on_push(std::size_t chunk, std::int64_t version, const PushRequest& push) override {
+    const std::string what = describe_push(push.key, push.worker, push.step);
+    if (push.step < version) {
+      throw RequestError(Status::kRejected, what + ": stale, the chunk is at version " + std::to_string(version));
+    }
+    if (push.step > version) {
+      throw RequestError(Status::kRejected, what + ": ahead of the chunk's version " + std::to_string(version) +
+                                                " (pull before pushing)");
+    }
+    check_step(chunk, push);
+    record_step(chunk, push);
+    Step& s = steps_[chunk];
+    const auto w = static_cast<std::size_t>(push.worker);
+    s.arrived[w] = true;
+    ++s.num_arrived;
+    if (s.num_arrived == 1 && num_live() == 1) {  // the mean is this gradient: apply it from the message
+      s.reset();
+      return Update{push.grad, push.lr, 1};
+    }
+    if (push.worker == s.next) {
+      add(s, push.grad, push.lr);
+    } else {  // an early arrival waits for the ranks before it
+      s.early[w].assign(push.grad.begin(), push.grad.end());
+      s.early_lr[w] = push.lr;
+      s.has_early[w] = true;
+    }
+    return advance(s);
+  }
+
+  bool pull_ready(std::size_t, std::int64_t version, int, std::int64_t step) const override {
+    return version >= step;
+  }
+
+  std::vector<std::optional<Update>> drop_worker(int worker) override {
+    mark_dropped(worker);
+    std::vector<std::optional<Update>> out(steps_.size());
+    for (std::size_t i = 0; i < steps_.size(); ++i) {
+      if (steps_[i].num_arrived > 0) out[i] = advance(steps_[i]);
+    }
+    return out;
+  }
+
+  std::int64_t clock_gap(std::size_t, std::int64_t) const override { return 0; }
+
+ private:
+  struct Step {
+    std::size_t num_elems = 0;
+    std::vector<bool> arrived;             // per worker, this step
+    int num_arrived = 0;
+    int next = 0;                          // the next rank to add to the sum
+    int num_added = 0;
+    std::vector<float> sum;
+    double lr = 0.0;                       // the lowest contributing rank's
+    std::vector<std::vector<float>> early;  // per worker: a gradient waiting for lower ranks
+    std::vector<double> early_lr;
+    std::vector<bool> has_early;
+
+    void reset() {
+      std::fill(arrived.begin(), arrived.end(), false);
+      num_arrived = 0;
+      next = 0;
+      num_added = 0;
+    }
+  };
+
+  // Adds the contribution of rank s.next (copying the first).
+  void add(Step& s, std::span<const float> grad, double lr) {
+    if (s.num_added == 0) {
+      s.sum.assign(grad.begin(), grad.end());
+      s.lr = lr;
+    } else {
+      float* sum = s.sum.data();
+      const float* g = grad.data();
+      for (std::size_t i = 0; i < s.num_elems; ++i) sum[i] += g[i];
+    }
+    ++s.num_added;
+    ++s.next;
+  }
+
+  // Moves `next` past ranks that will not contribute and adds early arrivals
+  // whose turn came; returns the update when every live worker is in.
+  std::optional<Update> advance(Step& s) {
+    while (s.next < num_workers_) {
+      const auto n = static_cast<std::size_t>(s.next);
+      if (s.has_early[n]) {
+        add(s, s.early[n], s.early_lr[n]);
+        s.has_early[n] = false;
+      } else if (!live(s.next)) {
+        ++s.next;
+      } else {
+        break;
+      }
+    }
+    for (int w = 0; w < num_workers_; ++w) {
+      if (live(w) && !s.arrived[static_cast<std::size_t>(w)]) return std::nullopt;
+    }
+    if (s.next < num_workers_) return std::nullopt;  // cannot happen: every rank is in or not live
+    const int contributors = s.num_added;
+    divide(s.sum, contributors);
+    const double lr = s.lr;
+    s.reset();
+    return Update{std::span<const float>(s.sum), lr, contributors};
+  }
+
+  static void divide(std::vector<float>& sum, int n) {
+    if (n == 1) return;
+    if ((n & (n - 1)) == 0) {  // a power of two: * 1/n is exact
+      const float inv = 1.0f / static_cast<float>(n);
+      for (float& x : sum) x *= inv;
+    } else {
+      const auto d = static_cast<float>(n);
+      for (float& x : sum) x /= d;
+    }
+  }
+
+  std::vector<Step> steps_;
+};
+
+// ---- async and ssp ---------------------------------------------------------------
+
+class AsyncPolicy : public ConsistencyPolicy {
+ public:
+  AsyncPolicy(std::size_t num_chunks, int num_workers) : ConsistencyPolicy(num_chunks, num_workers) {}
+
+  std::optional<Update> on_push(std::size_t chunk, std::int64_t, const PushRequest& push) override {
+    check_step(chunk, push);
+    record_step(chunk, push);
+    return Update{push.grad, push.lr, 1};
+  }
+
+  bool pull_ready(std::size_t, std::int64_t, int, std::int64_t) const override { return true; }
+
+  std::vector<std::optional<Update>> drop_worker(int worker) override {
+    mark_dropped(worker);
+    return std::vector<std::optional<Update>>(num_chunks());
+  }
+
+  std::int64_t clock_gap(std::size_t, std::int64_t) const override { return 0; }
+
+ protected:
+  std::size_t num_chunks() const { return chunks_; }
+
+ private:
+  std::size_t chunks_ = 0;
+
+  friend std::unique_ptr<ConsistencyPolicy> pstrain::make_consistency_policy(const ConsistencyOptions&,
+                                                                             const std::vector<std::int64_t>&, int);
+};
+
+class SspPolicy final : public AsyncPolicy {
+ public:
+  SspPolicy(std::size_t num_chunks, int num_workers, int bound)
+      : AsyncPolicy(num_chunks, num_workers), bound_(bound) {}
+
+  bool pull_ready(std::size_t chunk, std::int64_t, int, std::int64_t step) const override {
+    return clock_gap(chunk, step) <= bound_;
+  }
+
+  std::int64_t clock_gap(std::size_t chunk, std::int64_t step) const override {
+    const std::int64_t slowest = min_live_clock(chunk);
+    return slowest >= step ? 0 : step - slowest;
+  }
+
+ private:
+  std::int64_t bound_;
+};
+
+}  // namespace
+
+std::unique_ptr<ConsistencyPolicy> make_consistency_policy(const ConsistencyOptions& options,
+                                                           const std::vector<std::int64_t>& chunk_elems,
+                                                           int num_workers) {
+  if (num_workers < 1) throw ConfigError("consistency policy: need at least 1 worker");
+  switch (options.mode) {
+    case Mode::kSync:
+      return std::make_unique<SyncPolicy>(chunk_elems, num_workers);
+    case Mode::kAsync:
+      return std::make_unique<AsyncPolicy>(chunk_elems.size(), num_workers);
+    case Mode::kSsp: {
+      if (options.staleness_bound < 0) {
+        throw ConfigError("ps.staleness_bound: expected an integer >= 0, got " +
+                          std::to_string(options.staleness_bound));
+      }
+      return std::make_unique<SspPolicy>(chunk_elems.size(), num_workers, options.staleness_bound);
+    }
+    case Mode::kAllreduce:
+      break;
+  }
+  throw ConfigError("consistency policy: mode \"" + std::string(to_string(options.mode)) + "\" runs no servers");
+}
+
+}  // namespace pstrain

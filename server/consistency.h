@@ -1,0 +1,112 @@
+// The consistency policy of a server's chunks: when a push is applied and
+// when a pull may be answered. One object per mode, chosen once when the
+// store is built; ShardStore owns the weights, optimizer and versions and asks
+// the policy at every push and pull, so no call site switches on the mode.
+//
+// sync: a chunk at version v takes exactly one push per live worker for step
+//   v. Gradients are reduced in worker-rank order whatever order they arrive
+//   in (an early arrival waits in a buffer until the ranks before it are in),
+//   so two runs of one config give identical bits; when every live worker has
+//   pushed, one update with the mean of the contributions is applied
+//   (version v+1). A pull for step t is answered once the version is >= t.
+// async: every push is applied on arrival; a pull is answered at once.
+// ssp (stale synchronous parallel, Ho et al. 2013, bound s): pushes as in
+//   async; a pull by a worker about to compute step t is answered only when
+//   every live worker has pushed step t-s-1 of this chunk (its clock, the
+//   number of steps it pushed, is >= t-s), so no worker computes on weights
+//   missing more than s steps of any other worker's updates. s = 0 is
+//   lock-step with per-push updates.
+// In every mode a worker's steps must increase per chunk (a repeat is a
+// duplicate, a lower step is stale). A worker dropped by the failure policy
+// is no longer waited for; its later pushes are refused.
+// Not thread-safe: owned by the ShardStore's thread.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/config.h"
+
+namespace pstrain {
+
+struct ConsistencyOptions {
+  Mode mode = Mode::kSync;
+  int staleness_bound = 0;  // ssp only
+};
+
+// A push the policy has accepted.
+struct PushRequest {
+  std::int64_t key = 0;  // for messages
+  int worker = 0;
+  std::int64_t step = 0;
+  std::span<const float> grad;
+  double lr = 0.0;
+};
+
+// What to apply now: the gradient (mean over `contributors` workers in sync)
+// and the learning rate.
+struct Update {
+  std::span<const float> grad;
+  double lr = 0.0;
+  int contributors = 1;
+};
+
+class ConsistencyPolicy {
+ public:
+  virtual ~ConsistencyPolicy() = default;
+
+  // Checks `push` against chunk `chunk` (position in the store) at `version`
+  // and returns the update to apply now, or nothing (sync: others to come).
+  // Throws RequestError (kRejected) for a duplicate, stale, early or dropped
+  // worker's push. The returned span stays valid until the next call.
+  virtual std::optional<Update> on_push(std::size_t chunk, std::int64_t version, const PushRequest& push) = 0;
+  // Whether a pull by `worker` for step `step` may be answered now.
+  virtual bool pull_ready(std::size_t chunk, std::int64_t version, int worker, std::int64_t step) const = 0;
+  // Stops waiting for `worker` (failure policy "continue"); returns, per
+  // chunk, an update that the drop completes (sync: every other live worker
+  // had already pushed), else nothing.
+  virtual std::vector<std::optional<Update>> drop_worker(int worker) = 0;
+  // Ssp: how far a pull's step led the slowest live worker's clock when it
+  // was answered (0 in the other modes).
+  virtual std::int64_t clock_gap(std::size_t chunk, std::int64_t step) const = 0;
+
+  bool live(int worker) const { return live_.at(static_cast<std::size_t>(worker)); }
+  int num_live() const { return num_live_; }
+
+ protected:
+  ConsistencyPolicy(std::size_t num_chunks, int num_workers);
+  // Common checks: the worker is in range and live, its step is above its
+  // last for the chunk (else a duplicate or stale push). Does not record it.
+  void check_step(std::size_t chunk, const PushRequest& push) const;
+  void record_step(std::size_t chunk, const PushRequest& push) {
+    last_step_[chunk][static_cast<std::size_t>(push.worker)] = push.step;
+  }
+  void mark_dropped(int worker);
+  // Steps each worker pushed per chunk, as a clock (last step + 1; 0 = none).
+  std::int64_t clock(std::size_t chunk, int worker) const {
+    return last_step_[chunk][static_cast<std::size_t>(worker)] + 1;
+  }
+  std::int64_t min_live_clock(std::size_t chunk) const;
+  std::size_t num_chunks() const { return last_step_.size(); }
+
+  int num_workers_;
+
+ private:
+  std::vector<std::vector<std::int64_t>> last_step_;  // [chunk][worker], -1 = none
+  std::vector<bool> live_;
+  int num_live_;
+};
+
+// Throws ConfigError for allreduce (no servers) or a negative bound.
+std::unique_ptr<ConsistencyPolicy> make_consistency_policy(const ConsistencyOptions& options,
+                                                           const std::vector<std::int64_t>& chunk_elems,
+                                                           int num_workers);
+
+// "push of chunk 3 from worker 1 at step 7" (for messages).
+std::string describe_push(std::int64_t key, int worker, std::int64_t step);
+
+}  // namespace pstrain

@@ -1,0 +1,122 @@
+// A job started by hand the torchrun way: every process gets only RANK,
+// WORLD_SIZE, MASTER_ADDR and MASTER_PORT (no --rank, no --scheduler), and
+// tools/pstrain-node.sh picks its program from RANK.
+#include <doctest/doctest.h>
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include "tests/integration/launch_test_util.h"
+#include "tools/report/metrics.h"
+
+namespace {
+
+// A port that was free a moment ago (the kernel's pick for port 0).
+int free_port() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+  socklen_t len = sizeof(addr);
+  REQUIRE(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+// Starts `argv` with `env` added to ours (and the launchers' rank variables
+// removed first), stdout and stderr into `output`.
+pid_t spawn(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
+            const it::fs::path& output) {
+  const int fd = open(output.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  REQUIRE(fd >= 0);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    for (const char* name : {"RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK", "SLURM_PROCID",
+                             "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "PSTRAIN_JOB_START_US"}) {
+      unsetenv(name);
+    }
+    for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
+    dup2(fd, STDOUT_FILENO);
+    dup2(fd, STDERR_FILENO);
+    std::vector<char*> raw;
+    for (const std::string& a : argv) raw.push_back(const_cast<char*>(a.c_str()));
+    raw.push_back(nullptr);
+    execv(raw[0], raw.data());
+    _exit(127);
+  }
+  close(fd);
+  return pid;
+}
+
+}  // namespace
+
+TEST_CASE("a job started by hand with RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT runs to its end") {
+  it::TempDir dir;
+  const auto run = dir.path() / "run";
+  const std::string port = std::to_string(free_port());
+  const std::string node_sh = (it::kSourceDir / "tools/pstrain-node.sh").string();
+  const std::string config = (it::kSourceDir / "configs/tiny_sync.toml").string();  // 2 servers, 2 workers
+  std::vector<pid_t> pids;
+  for (int rank = 0; rank < 5; ++rank) {
+    const std::map<std::string, std::string> env{{"RANK", std::to_string(rank)},
+                                                 {"WORLD_SIZE", "5"},
+                                                 {"MASTER_ADDR", "127.0.0.1"},
+                                                 {"MASTER_PORT", port},
+                                                 {"PSTRAIN_BIN_DIR", it::kBinDir.string()}};
+    pids.push_back(spawn({node_sh, config, "--set", "output.run_dir=" + run.string(), "--set", "workload.epochs=1"},
+                         env, dir.path() / ("rank-" + std::to_string(rank) + ".txt")));
+  }
+  std::vector<std::optional<int>> codes(pids.size());
+  const bool all_done = it::wait_until(
+      [&] {
+        bool done = true;
+        for (std::size_t i = 0; i < pids.size(); ++i) {
+          int status = 0;
+          if (!codes[i] && waitpid(pids[i], &status, WNOHANG) == pids[i]) {
+            codes[i] = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+          }
+          done = done && codes[i].has_value();
+        }
+        return done;
+      },
+      std::chrono::seconds(120));
+  for (std::size_t i = 0; i < pids.size(); ++i) {
+    if (codes[i]) continue;
+    kill(pids[i], SIGKILL);
+    waitpid(pids[i], nullptr, 0);
+  }
+  for (int rank = 0; rank < 5; ++rank) {
+    const std::string output = it::read_file(dir.path() / ("rank-" + std::to_string(rank) + ".txt"));
+    CAPTURE(rank);
+    INFO(output);
+    CHECK(codes[static_cast<std::size_t>(rank)] == std::optional<int>(0));
+  }
+  REQUIRE(all_done);
+  // Each got the role its RANK says: 0 the scheduler, 1..2 servers 0..1, 3..4 workers 0..1.
+  CHECK(it::contains(it::read_file(dir.path() / "rank-0.txt"), " scheduler] "));
+  CHECK(it::contains(it::read_file(dir.path() / "rank-2.txt"), " server 1] "));
+  CHECK(it::contains(it::read_file(dir.path() / "rank-4.txt"), " worker 1] "));
+  for (int w = 0; w < 2; ++w) {
+    const auto m = pstrain::report::read_worker_metrics(pstrain::report::worker_metrics_path(run, w), w);
+    REQUIRE(m.plan.has_value());
+    CHECK(m.end.has_value());
+    CHECK(static_cast<std::int64_t>(m.steps.size()) == m.plan->total_steps);
+  }
+}
+
+TEST_CASE("a WORLD_SIZE that does not match the config stops the process with a config error") {
+  it::TempDir dir;
+  const std::string config = (it::kSourceDir / "configs/tiny_sync.toml").string();
+  const pid_t pid = spawn({(it::kBinDir / "pstrain-worker").string(), "--config", config},
+                          {{"RANK", "3"}, {"WORLD_SIZE", "4"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "1"}},
+                          dir.path() / "out.txt");
+  int status = 0;
+  REQUIRE(waitpid(pid, &status, 0) == pid);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 3);
+  CHECK(it::contains(it::read_file(dir.path() / "out.txt"),
+                     "pstrain-worker: config error: environment variable WORLD_SIZE=4, but the config's job has 5 "
+                     "processes"));
+}

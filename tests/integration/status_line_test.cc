@@ -1,0 +1,204 @@
+// The launcher's live status: the line's rendering (terminal width, plain),
+// the recent-window rate and the ETA, reading metrics files as they grow
+// (partial lines), and one prefix per echoed line.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <fstream>
+#include <limits>
+
+#include "tests/integration/launch_test_util.h"
+#include "tools/launcher/line_prefix.h"
+#include "tools/launcher/metrics_tail.h"
+#include "tools/launcher/status_line.h"
+
+namespace {
+
+using namespace pstrain::launcher;
+
+WorkerStatus worker(int rank, std::int64_t done, std::int64_t total, std::optional<double> rate,
+                    std::optional<double> loss = std::nullopt, std::optional<double> staleness = std::nullopt) {
+  WorkerStatus w;
+  w.rank = rank;
+  w.steps_done = done;
+  w.total_steps = total;
+  w.steps_per_s = rate;
+  w.loss = loss;
+  w.staleness = staleness;
+  return w;
+}
+
+StatusSnapshot two_workers(bool async) {
+  StatusSnapshot s;
+  s.elapsed_s = 12.345;
+  s.async = async;
+  s.workers = {worker(0, 342, 1000, 28.1, 0.40, 1.0), worker(1, 340, 1000, 28.0, 0.42, 1.6)};
+  return s;
+}
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+void append(const it::fs::path& file, const std::string& text) {
+  std::ofstream(file, std::ios::app) << text << std::flush;
+}
+
+std::string step_json(double time_s, int step, const std::string& loss, double staleness = 0) {
+  return "{\"type\":\"step\",\"time_s\":" + std::to_string(time_s) + ",\"step\":" + std::to_string(step) +
+         ",\"loss\":" + loss + ",\"staleness\":" + std::to_string(staleness) + "}";
+}
+
+}  // namespace
+
+TEST_CASE("status: the plain line has the job-clock prefix, progress, rate, loss, ETA and every worker") {
+  const std::string line = render_plain(two_workers(false));
+  CHECK(line ==
+        "[  12.345 status] step 340/1000 34% | 28.0 steps/s | loss 0.4100 | ETA 24s | w0 342 28.1/s | w1 340 28.0/s");
+  // ETA: the slowest to finish, (1000 - 340) / 28.0 = 23.6 s; the other needs 23.4 s.
+  CHECK(eta_s(two_workers(false)).value() == doctest::Approx(660.0 / 28.0));
+}
+
+TEST_CASE("status: async adds the staleness; a finished worker says done; the end says done") {
+  CHECK(it::contains(render_plain(two_workers(true)), " | staleness 1.30 | w0 "));
+  CHECK_FALSE(it::contains(render_plain(two_workers(false)), "staleness"));
+  StatusSnapshot s = two_workers(false);
+  s.workers[0].finished = true;
+  s.workers[0].steps_done = 1000;
+  CHECK(it::contains(render_plain(s), "| w0 done | w1 340 28.0/s"));
+  CHECK(eta_s(s).value() == doctest::Approx(660.0 / 28.0));
+  s.workers[1].finished = true;
+  s.workers[1].steps_done = 1000;
+  CHECK(render_plain(s) == "[  12.345 status] done: 1000 steps | loss 0.4100 | w0 done | w1 done");
+  CHECK(eta_s(s).value() == 0.0);
+}
+
+TEST_CASE("status: before the first records, and without a rate, it says so instead of guessing") {
+  StatusSnapshot s;
+  s.elapsed_s = 0.5;
+  s.workers = {worker(0, 0, -1, std::nullopt), worker(1, 0, -1, std::nullopt)};
+  CHECK(render_plain(s) == "[   0.500 status] starting | - steps/s | ETA - | w0 0 | w1 0");
+  CHECK_FALSE(eta_s(s).has_value());
+  s.workers[0] = worker(0, 3, 100, 2.0);  // one worker has a rate, the other none: no ETA
+  CHECK_FALSE(eta_s(s).has_value());
+  s.workers[1] = worker(1, 5, 100, 0.0);  // a stalled worker: no ETA either
+  CHECK_FALSE(eta_s(s).has_value());
+}
+
+TEST_CASE("status: the terminal line fits the width, leaving workers off before cutting") {
+  const StatusSnapshot s = two_workers(false);
+  const std::string full = render_plain(s);
+  CHECK(render_terminal(s, full.size() + 1) == full);  // fits in width - 1 columns
+  const std::string one_less = render_terminal(s, full.size());
+  CHECK(one_less.size() <= full.size() - 1);
+  CHECK(it::contains(one_less, "| w0 342 28.1/s | +1 more"));
+  const std::string head = "[  12.345 status] step 340/1000 34% | 28.0 steps/s | loss 0.4100 | ETA 24s";
+  CHECK(render_terminal(s, head.size() + 12) == head + " | +2 more");
+  CHECK(render_terminal(s, head.size() + 1) == head);
+  const std::string narrow = render_terminal(s, 30);
+  CHECK(narrow.size() == 29);
+  CHECK(narrow == "[  12.345 status] step 340...");
+  for (std::size_t width : {0u, 1u, 2u, 3u, 4u, 40u, 80u, 200u}) {
+    CAPTURE(width);
+    CHECK(render_terminal(s, width).size() <= (width > 0 ? width - 1 : 0));
+  }
+  StatusSnapshot many = s;
+  for (int w = 2; w < 64; ++w) many.workers.push_back(worker(w, 340, 1000, 28.0));
+  const std::string line = render_terminal(many, 120);
+  CHECK(line.size() <= 119);
+  CHECK(it::contains(line, " more"));
+}
+
+TEST_CASE("status: duration text") {
+  CHECK(duration_text(0.4) == "0s");
+  CHECK(duration_text(59.4) == "59s");
+  CHECK(duration_text(185) == "3m05s");
+  CHECK(duration_text(3725) == "1h02m");
+  CHECK(duration_text(-3) == "0s");
+}
+
+TEST_CASE("status: the rate is over the recent window, not since the start, and decays when steps stop") {
+  StepWindow w(10.0);
+  CHECK_FALSE(w.rate(1.0).has_value());
+  w.add(1.0, 1, 2.0, 0);
+  CHECK_FALSE(w.rate(1.0).has_value());  // one record: no rate yet
+  // Slow at first (1 step/s for 20 s), then fast (10 steps/s for 10 s).
+  for (int i = 2; i <= 20; ++i) w.add(i, i, 2.0, 0);
+  for (int i = 1; i <= 100; ++i) w.add(20 + 0.1 * i, 20 + i, 1.0, 0);
+  CHECK(w.steps_done() == 120);
+  CHECK(w.rate(30.0).value() == doctest::Approx(10.0));  // (120 - 20) / (30 - 20); since the start: 4/s
+  CHECK(w.mean_loss(30.0).value() == doctest::Approx(1.0));
+  // No step for 5 s: the window (base: step 70 at 25.0) now holds 5 s without steps.
+  CHECK(w.rate(35.05).value() == doctest::Approx((120.0 - 70.0) / 10.05));
+  CHECK(w.rate(45.0).value() == doctest::Approx(0.0));
+  CHECK(w.mean_loss(45.0).value() == doctest::Approx(1.0));  // nothing in the window: the last loss
+  // A short history: the rate since the first record.
+  StepWindow young(10.0);
+  young.add(0.5, 1, kNaN, 0);
+  young.add(1.5, 4, kNaN, 0);
+  CHECK(young.rate(1.5).value() == doctest::Approx(3.0));
+  CHECK_FALSE(young.mean_loss(1.5).has_value());  // simulated compute: no loss at all
+}
+
+TEST_CASE("status: a worker's progress from its records, its clock mapped onto the job clock") {
+  WorkerProgress p(1, 10.0);
+  p.add_line("{\"type\":\"plan\",\"time_s\":0,\"total_steps\":50,\"steps_per_epoch\":10,\"epochs\":5}", 3.0);
+  // The worker started training at job time 3.0: its time_s t is job time 3 + t.
+  // Read 0 to 0.2 s after they were written: the least delay gives the offset.
+  for (int i = 0; i < 10; ++i) p.add_line(step_json(0.5 * (i + 1), i, "2.5", 2), 3.0 + 0.5 * (i + 1) + 0.1 * (i % 3));
+  p.add_line("not json", 9.0);
+  p.add_line("{\"type\":\"step\",\"time_s\":1}", 9.0);  // no step
+  CHECK(p.bad_lines() == 2);
+  WorkerStatus s = p.status(8.0);  // the worker's 5.0 s (offset 3.0 from the least-delayed read)
+  CHECK(s.rank == 1);
+  CHECK(s.total_steps == 50);
+  CHECK(s.steps_done == 10);
+  CHECK(s.steps_per_s.value() == doctest::Approx(9.0 / 4.5));  // base: the first record, 4.5 s before
+  CHECK(s.loss.value() == doctest::Approx(2.5));
+  CHECK(s.staleness.value() == doctest::Approx(2.0));
+  CHECK_FALSE(s.finished);
+  p.add_line("{\"type\":\"end\",\"time_s\":5.2,\"steps\":50,\"images\":1600,\"compute_s\":1,\"pull_s\":1,\"push_s\":1}",
+             8.3);
+  s = p.status(8.5);
+  CHECK(s.finished);
+  CHECK(s.steps_done == 50);
+}
+
+TEST_CASE("status: the tailer hands on complete lines only, as the file grows") {
+  it::TempDir dir;
+  const auto file = dir.path() / "metrics" / "worker-0.jsonl";
+  MetricsTail tail(file);
+  CHECK(tail.read_lines().empty());  // no file yet
+  it::fs::create_directories(file.parent_path());
+  append(file, "{\"a\":1}\n{\"b\"");
+  auto lines = tail.read_lines();
+  REQUIRE(lines.size() == 1);
+  CHECK(lines[0] == "{\"a\":1}");
+  CHECK(tail.read_lines().empty());  // the half-written line waits
+  append(file, ":2}\n\n{\"c\":3}\n");
+  lines = tail.read_lines();
+  REQUIRE(lines.size() == 3);
+  CHECK(lines[0] == "{\"b\":2}");
+  CHECK(lines[1].empty());
+  CHECK(lines[2] == "{\"c\":3}");
+  CHECK(tail.read_lines().empty());
+  it::write_file(file, "{\"new\":1}\n");  // rewritten (a new run): read from the start
+  lines = tail.read_lines();
+  REQUIRE(lines.size() == 1);
+  CHECK(lines[0] == "{\"new\":1}");
+}
+
+TEST_CASE("echo: a line with the node's own logger prefix keeps it, any other line gets one") {
+  CHECK(has_node_prefix("[   0.151 worker 1] epoch 0", "worker 1"));
+  CHECK(has_node_prefix("[1234.500 worker 1] x", "worker 1"));
+  CHECK(has_node_prefix("[   0.010 server] before the rank", "server 0"));  // the role alone
+  CHECK(has_node_prefix("[  -0.002 scheduler] clock stepped back", "scheduler"));
+  CHECK_FALSE(has_node_prefix("[   0.151 worker 10] x", "worker 1"));
+  CHECK_FALSE(has_node_prefix("[   0.151 worker 0] x", "worker 1"));  // another node's line
+  CHECK_FALSE(has_node_prefix("[worker 1] x", "worker 1"));
+  CHECK_FALSE(has_node_prefix("[   abc worker 1] x", "worker 1"));
+  CHECK_FALSE(has_node_prefix("pstrain-worker: error: out of memory", "worker 1"));
+  CHECK_FALSE(has_node_prefix("", "worker 1"));
+  CHECK(echo_line("[   0.151 worker 1] epoch 0", "worker 1", 9.0) == "[   0.151 worker 1] epoch 0");
+  CHECK(echo_line("pstrain-worker: error: out of memory", "worker 1", 2.5) ==
+        "[   2.500 worker 1] pstrain-worker: error: out of memory");
+  CHECK(echo_line("", "worker 1", 2.5) == "[   2.500 worker 1] ");
+}

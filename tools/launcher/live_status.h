@@ -1,0 +1,63 @@
+// The launcher's live status (tools/launcher/status_line.h) while a job
+// runs: it tails run_dir/metrics/worker-<w>.jsonl and shows the status
+//  - on a terminal: one line redrawn in place about twice a second
+//    ("\r" + erase line); hide() erases it before anything else is written
+//    and the next tick() draws it again, so other lines never mix with it;
+//    finish() leaves the final state as a normal line;
+//  - otherwise: a plain line every interval_s seconds, and one at finish().
+// Driven by the launcher's poll loop (tick() after every wake-up); it never
+// blocks. Single-threaded.
+#pragma once
+
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "common/job_clock.h"
+#include "tools/launcher/metrics_tail.h"
+
+namespace pstrain::launcher {
+
+struct LiveStatusOptions {
+  std::filesystem::path run_dir;
+  int num_workers = 0;
+  bool async = false;
+  std::FILE* out = stdout;
+  bool terminal = false;     // redraw in place; else plain lines
+  double interval_s = 10;    // plain lines: how often; <= 0: no status at all
+  double redraw_s = 0.5;     // terminal: how often
+  double window_s = 10;      // the recent window of the rates
+  JobClock clock = JobClock::from_environment();
+};
+
+class LiveStatus {
+ public:
+  explicit LiveStatus(LiveStatusOptions options);
+
+  bool enabled() const { return options_.interval_s > 0; }
+  // Reads new records and draws or prints when it is time.
+  void tick();
+  // Terminal: erases the drawn line (call before writing anything else).
+  void hide();
+  // The last state: a normal line on the terminal, a last plain line otherwise. Once.
+  void finish();
+
+  StatusSnapshot snapshot() const;
+
+ private:
+  void poll();
+  std::size_t width() const;
+  void write(const std::string& text);
+
+  LiveStatusOptions options_;
+  std::vector<MetricsTail> tails_;
+  std::vector<WorkerProgress> workers_;
+  double next_poll_s_ = 0;
+  double next_line_s_ = 0;
+  bool drawn_ = false;
+  bool finished_ = false;
+  std::string last_;  // what is drawn
+};
+
+}  // namespace pstrain::launcher

@@ -1,0 +1,101 @@
+#include "tools/launcher/metrics_tail.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <array>
+#include <cmath>
+#include <exception>
+#include <limits>
+#include <stdexcept>
+
+#include "tools/report/json_value.h"
+
+namespace pstrain::launcher {
+namespace {
+
+constexpr std::size_t kMaxLineBytes = 1 << 20;  // a longer "line" is not a record: dropped
+
+// A number, with JSON null standing for NaN (as the writers do for non-finite values).
+double number_or_nan(const report::JsonValue& record, std::string_view key) {
+  const report::JsonValue* v = record.find(key);
+  if (v == nullptr || v->is_null()) return std::numeric_limits<double>::quiet_NaN();
+  return v->as_number(key);
+}
+
+std::int64_t integer(const report::JsonValue& record, std::string_view key) {
+  const report::JsonValue* v = record.find(key);
+  if (v == nullptr) throw std::runtime_error("missing key");
+  return v->as_integer(key);
+}
+
+}  // namespace
+
+std::vector<std::string> MetricsTail::read_lines() {
+  std::vector<std::string> lines;
+  const int fd = open(file_.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return lines;
+  struct stat st {};
+  if (fstat(fd, &st) == 0 && static_cast<std::uint64_t>(st.st_size) < offset_) {
+    offset_ = 0;  // rewritten from the start
+    partial_.clear();
+  }
+  std::array<char, 64 * 1024> buf;
+  for (;;) {
+    const ssize_t n = pread(fd, buf.data(), buf.size(), static_cast<off_t>(offset_));
+    if (n <= 0) break;
+    offset_ += static_cast<std::uint64_t>(n);
+    std::string_view bytes(buf.data(), static_cast<std::size_t>(n));
+    for (std::size_t nl; (nl = bytes.find('\n')) != std::string_view::npos; bytes.remove_prefix(nl + 1)) {
+      partial_.append(bytes.substr(0, nl));
+      if (partial_.size() <= kMaxLineBytes) lines.push_back(std::move(partial_));
+      partial_.clear();
+    }
+    partial_.append(bytes);
+  }
+  close(fd);
+  return lines;
+}
+
+void WorkerProgress::add_line(std::string_view line, double read_s) {
+  if (line.empty()) return;
+  try {
+    const report::JsonValue record = report::parse_json(line, "metrics");
+    const report::JsonValue* type = record.find("type");
+    if (type == nullptr) throw std::runtime_error("no type");
+    const std::string& kind = type->as_string("type");
+    if (kind == "plan") {
+      total_steps_ = integer(record, "total_steps");
+    } else if (kind == "step") {
+      const double time_s = number_or_nan(record, "time_s");
+      if (!std::isfinite(time_s)) throw std::runtime_error("no time");
+      window_.add(time_s, integer(record, "step") + 1, number_or_nan(record, "loss"),
+                  number_or_nan(record, "staleness"));
+      const double offset = read_s - time_s;
+      if (!have_offset_ || offset < offset_s_) offset_s_ = offset;
+      have_offset_ = true;
+    } else if (kind == "end") {
+      end_steps_ = integer(record, "steps");
+    }
+  } catch (const std::exception&) {
+    ++bad_lines_;  // the status line is a view: a bad record must not stop the run
+  }
+}
+
+WorkerStatus WorkerProgress::status(double now_s) const {
+  WorkerStatus s;
+  s.rank = rank_;
+  s.total_steps = total_steps_;
+  s.steps_done = end_steps_ >= 0 ? end_steps_ : window_.steps_done();
+  s.finished = end_steps_ >= 0;
+  const double now_w = now_s - offset_s_;  // now on the worker's clock
+  if (have_offset_) {
+    s.steps_per_s = window_.rate(now_w);
+    s.loss = window_.mean_loss(now_w);
+    s.staleness = window_.mean_staleness(now_w);
+  }
+  return s;
+}
+
+}  // namespace pstrain::launcher

@@ -1,0 +1,56 @@
+// Reading the workers' metrics files while they are written: MetricsTail
+// hands on the complete lines appended to a file since the last read (a
+// line the worker has only half written waits for its '\n'); WorkerProgress
+// turns one worker's records into its WorkerStatus for the status line.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tools/launcher/status_line.h"
+
+namespace pstrain::launcher {
+
+class MetricsTail {
+ public:
+  explicit MetricsTail(std::filesystem::path file) : file_(std::move(file)) {}
+
+  // The complete lines appended since the last call; none while the file
+  // does not exist. A file that shrank (rewritten) is read from its start.
+  std::vector<std::string> read_lines();
+
+ private:
+  std::filesystem::path file_;
+  std::uint64_t offset_ = 0;
+  std::string partial_;
+};
+
+class WorkerProgress {
+ public:
+  explicit WorkerProgress(int rank, double window_s = 10.0) : rank_(rank), window_(window_s) {}
+
+  // One line of metrics/worker-<rank>.jsonl, read at `read_s` on the job
+  // clock. "plan", "step" and "end" records count; other types, and lines
+  // that are not JSON or lack a field, are skipped (counted in bad_lines()).
+  void add_line(std::string_view line, double read_s);
+
+  // Its status at `now_s` on the job clock. The worker's record times are on
+  // its own clock (seconds since it started training); the offset between
+  // the two is estimated as the smallest (read time - record time) seen.
+  WorkerStatus status(double now_s) const;
+  int bad_lines() const { return bad_lines_; }
+
+ private:
+  int rank_;
+  StepWindow window_;
+  std::int64_t total_steps_ = -1;
+  std::int64_t end_steps_ = -1;
+  bool have_offset_ = false;
+  double offset_s_ = 0;
+  int bad_lines_ = 0;
+};
+
+}  // namespace pstrain::launcher
