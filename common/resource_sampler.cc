@@ -130,7 +130,8 @@ void ResourceSampler::write_row() {
   last_cpu_s_ = cpu_s;
 
   char time_buf[32];
-  std::snprintf(time_buf, sizeof(time_buf), "%.3f", clock_.now_s());
+  // Microseconds: a last row can follow the previous one within a millisecond.
+  std::snprintf(time_buf, sizeof(time_buf), "%.6f", clock_.now_s());
   std::string row = time_buf;
   cell(row, "%.4f", u.cpu_user_s);
   cell(row, "%.4f", u.cpu_system_s);
