@@ -20,8 +20,8 @@ std::string this_host() {
 }
 
 SchedulerClient::SchedulerClient(zmq::context_t& ctx, std::string scheduler_endpoint, Role role,
-                                 const ClusterConfig& cluster)
-    : ctx_(ctx), endpoint_(std::move(scheduler_endpoint)), role_(role), cluster_(cluster),
+                                 const ClusterConfig& cluster, TrafficCounters* traffic)
+    : ctx_(ctx), endpoint_(std::move(scheduler_endpoint)), role_(role), cluster_(cluster), traffic_(traffic),
       socket_(make_socket(ctx, zmq::socket_type::dealer)) {
   connect_socket(socket_, endpoint_);
 }
@@ -37,7 +37,7 @@ Header SchedulerClient::make_header(MsgType type) const {
 }
 
 bool SchedulerClient::handle_incoming() {
-  auto env = receive_message(socket_, false, milliseconds(0), DecodeLimits{});
+  auto env = receive_message(socket_, false, milliseconds(0), DecodeLimits{}, nullptr, traffic_);
   if (!env) return shutdown_;
   const Message& m = env->message;
   switch (m.header.type) {
@@ -62,7 +62,7 @@ Message SchedulerClient::wait_for(MsgType type, const std::string& what, int ext
       throw TimeoutError(what + ": no answer from the scheduler at " + endpoint_ + " within " +
                          std::to_string(limit_ms) + " ms");
     }
-    auto env = receive_message(socket_, false, std::min(left, milliseconds(200)), DecodeLimits{});
+    auto env = receive_message(socket_, false, std::min(left, milliseconds(200)), DecodeLimits{}, nullptr, traffic_);
     if (!env) continue;
     Message& m = env->message;
     if (m.header.type == type) return std::move(m);
@@ -80,7 +80,7 @@ RegisterReply SchedulerClient::register_node(RegisterRequest request) {
   request.role = role_;
   Header h = make_header(MsgType::kRegister);
   h.request_id = next_request_id_++;
-  send_message(socket_, nullptr, h, Payload::bytes(wire_encode(request)));
+  send_message(socket_, nullptr, h, Payload::bytes(wire_encode(request)), traffic_);
   // Waits longer than the scheduler's own registration timeout, so that when
   // some node is missing, the scheduler's reason (who is missing) arrives first.
   Message m = wait_for(MsgType::kRegisterReply, "registration of this " + std::string(to_string(role_)),
@@ -97,7 +97,7 @@ RegisterReply SchedulerClient::register_node(RegisterRequest request) {
 void SchedulerClient::barrier(const std::string& name) {
   Header h = make_header(MsgType::kBarrier);
   h.key = barrier_seq_++;
-  send_message(socket_, nullptr, h, Payload::bytes(name));
+  send_message(socket_, nullptr, h, Payload::bytes(name), traffic_);
   Message m = wait_for(MsgType::kBarrierReply, "barrier '" + name + "'");
   if (m.header.key != h.key) {
     throw ProtocolError("barrier '" + name + "': reply for barrier " + std::to_string(m.header.key) + ", expected " +
@@ -111,7 +111,7 @@ StoreEntry SchedulerClient::store_request(MsgType type, const StoreEntry& entry,
   Header h = make_header(type);
   h.request_id = next_request_id_++;
   h.aux = timeout_ms;
-  send_message(socket_, nullptr, h, Payload::bytes(wire_encode(entry)));
+  send_message(socket_, nullptr, h, Payload::bytes(wire_encode(entry)), traffic_);
   // The scheduler answers a get that timed out itself: wait a little longer for its reason.
   Message m = wait_for(MsgType::kStoreReply, what, timeout_ms + 1000 - cluster_.timeout_ms);
   const std::string body = m.text_payload();
@@ -136,7 +136,7 @@ std::string SchedulerClient::store_get(const std::string& key, int timeout_ms) {
 }
 
 void SchedulerClient::finish() {
-  send_message(socket_, nullptr, make_header(MsgType::kDone));
+  send_message(socket_, nullptr, make_header(MsgType::kDone), {}, traffic_);
   if (!shutdown_) wait_for(MsgType::kShutdown, "end of job");
   shutdown_ = true;
   stop_heartbeats();
@@ -145,7 +145,7 @@ void SchedulerClient::finish() {
 void SchedulerClient::report_failure(const std::string& reason) noexcept {
   try {
     stop_heartbeats();
-    send_message(socket_, nullptr, make_header(MsgType::kAbort), Payload::bytes(reason));
+    send_message(socket_, nullptr, make_header(MsgType::kAbort), Payload::bytes(reason), traffic_);
   } catch (...) {
     // Best effort: the scheduler also notices the missing heartbeats.
   }
@@ -160,7 +160,7 @@ void SchedulerClient::heartbeat_loop(std::string endpoint) {
     std::unique_lock lock(hb_mutex_);
     while (!hb_stop_) {
       lock.unlock();
-      send_message(hb, nullptr, make_header(MsgType::kHeartbeat));
+      send_message(hb, nullptr, make_header(MsgType::kHeartbeat), {}, traffic_);
       lock.lock();
       hb_cv_.wait_for(lock, milliseconds(cluster_.heartbeat_interval_ms), [this] { return hb_stop_; });
     }

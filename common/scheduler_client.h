@@ -25,7 +25,10 @@ namespace pstrain {
 
 class SchedulerClient {
  public:
-  SchedulerClient(zmq::context_t& ctx, std::string scheduler_endpoint, Role role, const ClusterConfig& cluster);
+  // `traffic` (may be null, else outliving the client) counts the bytes of
+  // both sockets: requests, replies and heartbeats.
+  SchedulerClient(zmq::context_t& ctx, std::string scheduler_endpoint, Role role, const ClusterConfig& cluster,
+                  TrafficCounters* traffic = nullptr);
   ~SchedulerClient();
   SchedulerClient(const SchedulerClient&) = delete;
   SchedulerClient& operator=(const SchedulerClient&) = delete;
@@ -56,6 +59,7 @@ class SchedulerClient {
   bool shutdown_received() const { return shutdown_; }
   int rank() const { return rank_; }
   Role role() const { return role_; }
+  TrafficCounters* traffic() const { return traffic_; }
 
  private:
   Header make_header(MsgType type) const;
@@ -71,6 +75,7 @@ class SchedulerClient {
   std::string token_;  // from the register reply: names the heartbeat connection
   Role role_;
   ClusterConfig cluster_;
+  TrafficCounters* traffic_;
   zmq::socket_t socket_;
   int rank_ = -1;
   std::int64_t barrier_seq_ = 0;

@@ -48,7 +48,7 @@ void Scheduler::refuse(const zmq::message_t& from, const Header& request, const 
 
 void Scheduler::send_quietly(const zmq::message_t& to, const Header& header, Payload payload) {
   try {
-    send_message(router_, &to, header, std::move(payload));
+    send_message(router_, &to, header, std::move(payload), options_.traffic);
   } catch (const TransportError& e) {
     // The peer has gone (ROUTER_MANDATORY: EHOSTUNREACH): nobody to answer.
     if (unreachable_replies_++ == 0) log_.info(std::string("a reply found its peer gone: ") + e.what());
@@ -79,7 +79,8 @@ void Scheduler::registration() {
     }
     zmq::message_t from;
     try {
-      auto env = receive_message(router_, true, milliseconds(200), DecodeLimits{std::int64_t{16} << 20}, &from);
+      auto env = receive_message(router_, true, milliseconds(200), DecodeLimits{std::int64_t{16} << 20}, &from,
+                                 options_.traffic);
       if (env) handle(env->routing_id, env->message, true);
     } catch (const ProtocolError& e) {
       refuse(from, Header{}, std::string("malformed message during registration: ") + e.what());
@@ -194,7 +195,7 @@ void Scheduler::assign_ranks() {
     h.type = MsgType::kRegisterReply;
     h.role = Role::kScheduler;
     h.sender = 0;
-    send_message(router_, &n.routing_id, h, Payload::bytes(wire_encode(reply)));
+    send_message(router_, &n.routing_id, h, Payload::bytes(wire_encode(reply)), options_.traffic);
     n.last_seen = Clock::now();
   }
   log_.info("rendezvous complete: " + std::to_string(reply.layout.tensors().size()) + " tensors, " +
@@ -216,7 +217,7 @@ void Scheduler::serve_until_done() {
     zmq::message_t from;
     try {
       auto env = receive_message(router_, true, milliseconds(std::min(200, options_.cluster.heartbeat_interval_ms)),
-                                 DecodeLimits{std::int64_t{16} << 20}, &from);
+                                 DecodeLimits{std::int64_t{16} << 20}, &from, options_.traffic);
       if (env) handle(env->routing_id, env->message, false);
     } catch (const ProtocolError& e) {
       refuse(from, Header{}, std::string("malformed message: ") + e.what());
@@ -358,7 +359,7 @@ void Scheduler::expire_store_gets() {
                                std::to_string(it->wait_ms) + " ms";
     log_.warn(reason);
     try {
-      send_error(router_, &it->routing_id, it->request, Role::kScheduler, 0, Status::kRejected, reason);
+      send_error(router_, &it->routing_id, it->request, Role::kScheduler, 0, Status::kRejected, reason, options_.traffic);
     } catch (const TransportError&) {
       // That node is gone already.
     }
@@ -389,9 +390,9 @@ void Scheduler::broadcast(MsgType type, const std::string& text, bool include_do
     if (!include_done && n.done) continue;
     try {
       if (text.empty() && type != MsgType::kAbort) {
-        send_message(router_, &n.routing_id, h);
+        send_message(router_, &n.routing_id, h, {}, options_.traffic);
       } else {
-        send_message(router_, &n.routing_id, h, Payload::bytes(text));
+        send_message(router_, &n.routing_id, h, Payload::bytes(text), options_.traffic);
       }
     } catch (const TransportError&) {
       // That node is gone already.

@@ -36,6 +36,7 @@
 #include "common/config.h"
 #include "common/log.h"
 #include "common/protocol.h"
+#include "common/traffic_counters.h"
 #include "common/trace.h"
 #include "common/transport.h"
 
@@ -46,6 +47,7 @@ struct SchedulerOptions {
   int num_workers = 1;
   ClusterConfig cluster;
   std::string bind_endpoint = "tcp://127.0.0.1:*";
+  TrafficCounters* traffic = nullptr;  // the node's byte counters (may be null; must outlive the scheduler)
   TraceRecorder* trace = nullptr;  // spans "registration" and "job" (level steps); null = none
 };
 

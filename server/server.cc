@@ -28,7 +28,7 @@ Server::Server(zmq::context_t& ctx, ServerOptions options, Logger& log)
 const StoreStats& Server::stats() const { return store_ ? store_->stats() : no_stats_; }
 
 void Server::run() {
-  SchedulerClient scheduler(ctx_, options_.scheduler_endpoint, Role::kServer, options_.cluster);
+  SchedulerClient scheduler(ctx_, options_.scheduler_endpoint, Role::kServer, options_.cluster, options_.traffic);
   try {
     RegisterRequest req;
     req.requested_rank = options_.requested_rank;
@@ -39,6 +39,7 @@ void Server::run() {
     const RegisterReply info = scheduler.register_node(req);
     rank_ = info.rank;
     log_.set_name("server " + std::to_string(rank_));
+    if (options_.on_registered) options_.on_registered(rank_);
     map_ = ShardMap(info.layout, info.num_servers, options_.partition_bytes);
     StoreOptions store_options;
     store_options.consistency = ConsistencyOptions{options_.mode, options_.staleness_bound};
@@ -90,7 +91,8 @@ void Server::handle_request() {
   TraceSpan span(options_.trace, TraceLevel::kAll, "request", "server");
   try {
     TraceSpan receive(options_.trace, TraceLevel::kAll, "receive", "server");
-    env = receive_message(router_, true, milliseconds(0), DecodeLimits{options_.cluster.max_message_bytes}, &from);
+    env = receive_message(router_, true, milliseconds(0), DecodeLimits{options_.cluster.max_message_bytes}, &from,
+                          options_.traffic);
     if (env) {
       receive.arg("bytes", env->message.header.num_elems * static_cast<std::int64_t>(sizeof(float)));
     } else {
@@ -122,7 +124,7 @@ void Server::handle_request() {
 
 void Server::reply_error(const zmq::message_t& to, const Header& request, Status status, const std::string& text) {
   try {
-    send_error(router_, &to, request, Role::kServer, rank_, status, text);
+    send_error(router_, &to, request, Role::kServer, rank_, status, text, options_.traffic);
   } catch (const TransportError& e) {
     if (unreachable_replies_++ == 0) log_.info(std::string("a reply found its peer gone: ") + e.what());
   }
@@ -248,7 +250,7 @@ void Server::reply(const zmq::message_t& to, Header header, Payload payload) {
   header.role = Role::kServer;
   header.sender = rank_;
   header.status = Status::kOk;
-  send_message(router_, &to, header, std::move(payload));
+  send_message(router_, &to, header, std::move(payload), options_.traffic);
 }
 
 }  // namespace pstrain

@@ -20,6 +20,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -33,6 +34,7 @@
 #include "common/protocol.h"
 #include "common/scheduler_client.h"
 #include "common/shard_map.h"
+#include "common/traffic_counters.h"
 #include "common/trace.h"
 #include "server/shard_store.h"
 
@@ -53,6 +55,9 @@ struct ServerOptions {
   std::string advertise_host;                        // tcp: host workers dial; empty = as bound
   int requested_rank = -1;
   std::string job_fingerprint;
+  TrafficCounters* traffic = nullptr;  // the node's byte counters (may be null; must outlive the server)
+  // Called once registration has assigned this server its rank, before it serves.
+  std::function<void(int rank)> on_registered;
   // Level "all": a span per request (receive, finite check, sum, update,
   // reply inside it); null = none.
   TraceRecorder* trace = nullptr;

@@ -134,11 +134,12 @@ TEST_CASE("summary.json holds every documented key and reads back") {
   m.servers = {server(0, {{0, 3}, {2, 1}}), server(1, {})};
   const JsonValue j = parse_json(summary_json(summarize(config(Mode::kAsync), m)), "summary.json");
   for (const char* key : {"mode", "workers", "servers", "model", "dataset", "final_test_accuracy", "wall_time_s",
-                          "time_to_accuracy", "global_images_per_s", "per_worker", "staleness", "ssp"}) {
+                          "time_to_accuracy", "global_images_per_s", "per_worker", "staleness", "ssp", "resources",
+                          "warnings"}) {
     CAPTURE(key);
     CHECK(j.find(key) != nullptr);
   }
-  CHECK(j.keys().size() == 12);
+  CHECK(j.keys().size() == 14);
   CHECK(j.find("ssp")->is_null());
   CHECK(j.find("mode")->as_string("mode") == "async");
   CHECK(j.find("final_test_accuracy")->as_number("a") == doctest::Approx(0.84));

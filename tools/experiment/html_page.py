@@ -36,6 +36,9 @@ _DEFINITIONS = [
     ("staleness (updates)", "async: updates applied to a chunk between a worker's pull and its push, "
                             "averaged over chunk pushes."),
     ("final test accuracy", "worker 0's last evaluation on the test set."),
+    ("CPU (%)", "a process's CPU time (user + system, all threads) over the time between two samples; "
+                "100 = one core busy (metrics/resources-<role>-<rank>.csv)."),
+    ("GPU utilization (%)", "NVML's share of time a kernel ran on the worker's GPU (the whole device)."),
 ]
 
 

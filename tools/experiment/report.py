@@ -7,7 +7,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from experiment import html_page, plots_curves, plots_scaling, plots_trace, plots_workers, table
+from experiment import html_page, plots_curves, plots_resources, plots_scaling, plots_trace, plots_workers, table
 from experiment.table import compute_text
 
 
@@ -50,6 +50,13 @@ def _figures(results: list, out: Path) -> list:
                "includes waiting for the slowest worker), push, the rest, and the wait after a worker's last step "
                "for the others to finish.",
                made(plots_workers.plot_time_breakdown(results, out)), "no point finished"),
+        Figure("Resource use over time",
+               "Each process's CPU use (100% = one core busy) and resident memory over the job's time, and "
+               "GPU utilization where a worker sampled its GPU through NVML, every output.resource_interval_ms "
+               f"(first repetition; at most {plots_resources.MAX_POINTS} points). Blue: workers, orange: "
+               "servers, grey dashed: the scheduler.",
+               made(plots_resources.plot_resources(results, out)),
+               "no run wrote resource samples (output.resource_interval_ms = 0)"),
     ] + _timeline_figure(results, out)
 
 

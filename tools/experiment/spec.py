@@ -24,6 +24,8 @@ AXIS_ALIASES = {
 # Sections of the run config (docs/config.md) an override or axis may name.
 CONFIG_SECTIONS = ("cluster", "ps", "workload", "optimizer", "schedule", "collective")
 MODES = ("sync", "async", "allreduce")
+# The output keys an experiment may set (they do not choose where a run writes).
+OUTPUT_KEYS_ALLOWED = ("output.resource_interval_ms",)
 TOP_KEYS = ("name", "description", "base_config", "repetitions", "vary_seed", "output_dir",
             "timeout_s", "set", "axes", "when")
 
@@ -80,8 +82,11 @@ def _config_key(path: Path, where: str, key: str) -> str:
     if key == "mode":
         return key
     section, _, rest = key.partition(".")
+    if key in OUTPUT_KEYS_ALLOWED:
+        return key
     if section == "output":
-        raise _fail(path, where, "output.* is set by the experiment tool (each point has its own run directory)")
+        raise _fail(path, where, "output.* is set by the experiment tool (each point has its own run directory); "
+                    "only " + ", ".join(OUTPUT_KEYS_ALLOWED) + " may be set")
     if section not in CONFIG_SECTIONS or not rest or "." in rest:
         hint = difflib.get_close_matches(section, CONFIG_SECTIONS, n=1)
         extra = f"; did you mean '{hint[0]}.{rest}'?" if hint and rest else ""

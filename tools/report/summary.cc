@@ -101,6 +101,18 @@ std::string staleness_json(const std::optional<StalenessSummary>& st) {
   return "{\"mean\": " + json_number(st->mean) + ", \"max\": " + max + ", \"histogram\": " + hist + "}";
 }
 
+std::string resources_json(const RunSummary& s) {
+  std::string items;
+  for (const ResourceSummary& r : s.resources) items += (items.empty() ? "\n    " : ",\n    ") + resource_summary_json(r);
+  return "[" + items + (items.empty() ? "]" : "\n  ]");
+}
+
+std::string warnings_json(const RunSummary& s) {
+  std::string items;
+  for (const std::string& w : s.warnings) items += (items.empty() ? "" : ", ") + json_quote(w);
+  return "[" + items + "]";
+}
+
 }  // namespace
 
 RunSummary summarize(const RunConfig& config, const RunMetrics& metrics) {
@@ -142,14 +154,18 @@ std::string summary_json(const RunSummary& s) {
          ",\n  \"time_to_accuracy\": " + time_to_accuracy_json(s) +
          ",\n  \"global_images_per_s\": " + json_number(s.global_images_per_s) + ",\n  \"per_worker\": [" + workers +
          (workers.empty() ? "]" : "\n  ]") + ",\n  \"staleness\": " + staleness_json(s.staleness) +
-         ",\n  \"ssp\": " + ssp_json(s.ssp) + "\n}\n";
+         ",\n  \"ssp\": " + ssp_json(s.ssp) + ",\n  \"resources\": " + resources_json(s) +
+         ",\n  \"warnings\": " + warnings_json(s) + "\n}\n";
 }
 
 RunSummary write_run_summary(const std::filesystem::path& run_dir) {
   const RunConfig config = load_config((run_dir / "config.toml").string());
   const int servers = config.mode == Mode::kAllreduce ? 0 : config.cluster.num_servers;
   const RunMetrics metrics = read_run_metrics(run_dir, config.cluster.num_workers, servers);
-  const RunSummary s = summarize(config, metrics);
+  RunSummary s = summarize(config, metrics);
+  for (const ResourceSeries& series : read_run_resources(run_dir, s.warnings)) {
+    s.resources.push_back(summarize_resources(series));
+  }
   write_text_file_atomic(run_dir / "summary.json", summary_json(s));
   write_text_file_atomic(run_dir / "summary.md", summary_markdown(s, run_dir.string()));
   return s;

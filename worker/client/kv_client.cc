@@ -77,7 +77,7 @@ KVClient::Ticket KVClient::start(MsgType type, std::span<const float> src, float
     h.lr = lr;
     const auto offset = static_cast<std::size_t>(c.offset), count = static_cast<std::size_t>(c.num_elems);
     Payload payload = type == MsgType::kPull ? Payload() : Payload::floats(src.subspan(offset, count));
-    send_message(sockets_[static_cast<std::size_t>(c.server)], nullptr, h, std::move(payload));
+    send_message(sockets_[static_cast<std::size_t>(c.server)], nullptr, h, std::move(payload), options_.traffic);
     const MsgType expect = type == MsgType::kPush   ? MsgType::kPushReply
                            : type == MsgType::kPull ? MsgType::kPullReply
                                                     : MsgType::kInitReply;
@@ -118,7 +118,8 @@ TicketResult KVClient::wait(Ticket ticket) {
 void KVClient::receive_from(std::size_t server) {
   // Drain everything that is ready on this socket.
   while (true) {
-    auto env = receive_message(sockets_[server], false, milliseconds(0), DecodeLimits{options_.max_message_bytes});
+    auto env = receive_message(sockets_[server], false, milliseconds(0), DecodeLimits{options_.max_message_bytes},
+                               nullptr, options_.traffic);
     if (!env) return;
     complete(env->message, server);
   }

@@ -26,6 +26,7 @@
 #include "common/protocol.h"
 #include "common/scheduler_client.h"
 #include "common/shard_map.h"
+#include "common/traffic_counters.h"
 #include "common/trace.h"
 
 namespace pstrain {
@@ -34,6 +35,7 @@ struct KVClientOptions {
   int worker_rank = 0;
   std::chrono::milliseconds timeout{120000};
   std::int64_t max_message_bytes = std::int64_t{1} << 30;
+  TrafficCounters* traffic = nullptr;  // the node's byte counters (may be null; must outlive the client)
   // Level "all": one span per chunk request on a track per server ("push" /
   // "pull" / "init", chunk, server, bytes, latency_us); null = none.
   TraceRecorder* trace = nullptr;
