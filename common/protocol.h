@@ -116,9 +116,13 @@ struct RegisterReply {
   // heartbeat connection names itself "h" + token, so the scheduler takes a
   // heartbeat only from the node it names.
   std::string token;
+  // Servers only: each worker's token, by rank. A worker's connection to a
+  // server names itself "w" + its token; the server takes a request for
+  // worker w only from the connection named by w's token.
+  std::vector<std::string> worker_tokens;
 
   template <class Archive>
-  void serialize(Archive& ar) { ar(rank, num_servers, num_workers, server_endpoints, layout, token); }
+  void serialize(Archive& ar) { ar(rank, num_servers, num_workers, server_endpoints, layout, token, worker_tokens); }
 };
 
 // Body of kStoreSet, kStoreGet and kStoreReply: one entry of the

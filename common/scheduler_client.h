@@ -58,6 +58,8 @@ class SchedulerClient {
   bool handle_incoming();
   bool shutdown_received() const { return shutdown_; }
   int rank() const { return rank_; }
+  // This node's session token from the register reply (empty before).
+  const std::string& token() const { return token_; }
   Role role() const { return role_; }
   TrafficCounters* traffic() const { return traffic_; }
 

@@ -182,6 +182,7 @@ void Scheduler::assign_ranks() {
   }
   if (first_worker != nullptr) reply.layout = first_worker->request.layout;
   std::random_device entropy;
+  std::vector<std::string> worker_tokens(static_cast<std::size_t>(options_.num_workers));
   for (Node& n : nodes_) {
     static constexpr char kHex[] = "0123456789abcdef";
     n.token.clear();
@@ -189,8 +190,12 @@ void Scheduler::assign_ranks() {
       const unsigned v = entropy();
       for (int k = 0; k < 4; ++k) n.token += kHex[(v >> (4 * k)) & 15u];
     }
+    if (n.role == Role::kWorker) worker_tokens[static_cast<std::size_t>(n.rank)] = n.token;
+  }
+  for (Node& n : nodes_) {
     reply.rank = n.rank;
     reply.token = n.token;
+    reply.worker_tokens = n.role == Role::kServer ? worker_tokens : std::vector<std::string>{};
     Header h;
     h.type = MsgType::kRegisterReply;
     h.role = Role::kScheduler;

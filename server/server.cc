@@ -45,6 +45,9 @@ void Server::run() {
     store_options.consistency = ConsistencyOptions{options_.mode, options_.staleness_bound};
     store_options.optimizer = options_.optimizer;
     store_ = std::make_unique<ShardStore>(map_, rank_, info.num_workers, store_options);
+    for (std::size_t w = 0; w < info.worker_tokens.size(); ++w) {
+      worker_of_connection_["w" + info.worker_tokens[w]] = static_cast<int>(w);
+    }
     store_->set_trace(options_.trace);
     if (options_.trace != nullptr) options_.trace->set_process("server", rank_);
     log_.info("listening on " + endpoint_ + "; holds " + std::to_string(map_.chunks_of(rank_).size()) + " chunks (" +
@@ -177,6 +180,17 @@ void Server::serve(const zmq::message_t& from, const Message& msg) {
   if (h.role != Role::kWorker) {
     throw RequestError(Status::kBadRequest, std::string(to_string(h.type)) + " from a " +
                                                 std::string(to_string(h.role)) + ": servers only serve workers");
+  }
+  const auto bound = worker_of_connection_.find(std::string(static_cast<const char*>(from.data()), from.size()));
+  if (bound == worker_of_connection_.end()) {
+    throw RequestError(Status::kBadRequest, std::string(to_string(h.type)) + " claiming to be worker " +
+                                                std::to_string(h.sender) +
+                                                " from a connection no worker of this job was given: refused");
+  }
+  if (bound->second != h.sender) {
+    throw RequestError(Status::kBadRequest, std::string(to_string(h.type)) + " claiming to be worker " +
+                                                std::to_string(h.sender) + " on worker " +
+                                                std::to_string(bound->second) + "'s connection: refused");
   }
   switch (h.type) {
     case MsgType::kInit: {

@@ -7,6 +7,11 @@
 // scheduler's abort or shutdown and a broken socket end run(). Nothing here
 // watches the scheduler itself: a server whose scheduler died keeps serving
 // until it is stopped (the launcher stops it; by hand, kill it).
+// A request is served only if it comes from the connection of the worker
+// it names: each worker's connection is named "w" + the session token the
+// scheduler gave it, and the server learns the tokens at the rendezvous; a
+// push or pull in another worker's name, or from a connection no worker of
+// this job was given, is refused.
 // No peer can stop or exhaust a server: a reply to a peer that has gone is
 // counted and dropped, warnings about bad input are limited per connection,
 // and parked pulls are capped per connection (kMaxParkedPerChunk per chunk
@@ -106,6 +111,7 @@ class Server {
   std::int64_t unreachable_replies_ = 0;
   std::int64_t expired_pulls_ = 0;
   std::map<std::string, int> parked_per_peer_;  // routing id -> parked pulls
+  std::map<std::string, int> worker_of_connection_;  // "w" + token -> worker rank (from the rendezvous)
   PeerWarnings warnings_;
   StoreStats no_stats_;  // what stats() returns before the rendezvous
 };

@@ -7,6 +7,8 @@
 #include <thread>
 
 #include "common/errors.h"
+#include "common/job_fingerprint.h"
+#include "common/scheduler_client.h"
 #include "common/transport.h"
 #include "common/wire_archive.h"
 #include "tools/cluster/local_cluster.h"
@@ -146,37 +148,84 @@ TEST_CASE("a registration with another job's fingerprint is refused and does not
   CHECK_NOTHROW(cluster.join());
 }
 
+TEST_CASE("a push in another worker's name is refused at the server, with or without a worker's connection") {
+  zmq::context_t ctx;
+  LocalCluster cluster(ctx, tcp_options(2));
+  std::vector<float> weights_after;
+  std::thread real([&] {
+    WorkerSession session(ctx, cluster.worker_options(0), layout_of(16));
+    std::vector<float> params(16, 1.0f);
+    session.broadcast_initial(params);
+    session.scheduler().barrier("forgeries sent");
+    session.kv().wait(session.kv().pull(params, 0));
+    weights_after = params;
+    session.scheduler().barrier("checked");
+    session.finish();
+  });
+  // Worker 1 registers by hand: it has its own token and a connection named by it.
+  SchedulerClient sc(ctx, cluster.scheduler_endpoint(), Role::kWorker, tcp_options(2).cluster);
+  RegisterRequest req;
+  req.requested_rank = 1;
+  req.host = "test";
+  req.job_fingerprint = job_fingerprint(Mode::kSync, std::int64_t{1} << 20, 1, 2);
+  req.layout = layout_of(16);
+  const RegisterReply info = sc.register_node(req);
+  REQUIRE(info.rank == 1);
+  sc.barrier("initial weights");
+  zmq::socket_t own = make_socket(ctx, zmq::socket_type::dealer);
+  own.set(zmq::sockopt::routing_id, "w" + sc.token());
+  connect_socket(own, info.server_endpoints.at(0));
+  zmq::socket_t stranger = make_socket(ctx, zmq::socket_type::dealer);
+  connect_socket(stranger, info.server_endpoints.at(0));
+  Header push = forged(MsgType::kPush, Role::kWorker, 0);  // in worker 0's name
+  push.key = 0;
+  push.lr = 1.0;
+  const std::vector<float> huge(16, 100.0f);
+  for (zmq::socket_t* s : {&own, &stranger}) {
+    send_message(*s, nullptr, push, Payload::floats(huge));
+    auto env = receive_message(*s, false, milliseconds(3000), DecodeLimits{});
+    REQUIRE(env.has_value());
+    CHECK(env->message.header.type == MsgType::kError);
+    const std::string why = env->message.text_payload();
+    CHECK(why.find(s == &own ? "claiming to be worker 0 on worker 1's connection: refused"
+                             : "from a connection no worker of this job was given: refused") != std::string::npos);
+  }
+  sc.barrier("forgeries sent");
+  sc.barrier("checked");
+  sc.finish();
+  real.join();
+  // Nothing was applied: worker 0 still pulls its own initial weights at version 0.
+  CHECK(weights_after == std::vector<float>(16, 1.0f));
+  CHECK_NOTHROW(cluster.join());
+}
+
 TEST_CASE("far-future pulls are capped per connection and expire after timeout_ms") {
   zmq::context_t ctx;
   LocalClusterOptions o = tcp_options(1);
-  o.cluster.timeout_ms = 1500;
+  o.cluster.timeout_ms = 1500;  // the servers drop a parked pull after this
   LocalCluster cluster(ctx, o);
-  WorkerSession session(ctx, cluster.worker_options(0), layout_of(16));
+  WorkerSessionOptions wo = cluster.worker_options(0);
+  wo.cluster.timeout_ms = 20000;  // the worker itself waits longer, to see the server's answer
+  WorkerSession session(ctx, wo, layout_of(16));
   std::vector<float> params(16, 1.0f);
   session.broadcast_initial(params);
-  zmq::socket_t raw = make_socket(ctx, zmq::socket_type::dealer);
-  connect_socket(raw, session.server_endpoints().at(0));
   // The server holds one chunk: at most kMaxParkedPerChunk parked pulls per connection.
-  Header pull = forged(MsgType::kPull, Role::kWorker, 0);
-  pull.key = 0;
-  for (int i = 0; i < kMaxParkedPerChunk + 3; ++i) {
-    pull.request_id = static_cast<std::uint64_t>(i + 1);
-    pull.step = 1000000 + i;  // a version that never comes
-    send_message(raw, nullptr, pull);
-  }
+  std::vector<KVClient::Ticket> tickets;
+  std::vector<float> sink(16);
+  for (int i = 0; i < kMaxParkedPerChunk + 3; ++i) tickets.push_back(session.kv().pull(sink, 1000000 + i));
   int refused = 0, expired = 0;
-  const auto deadline = std::chrono::steady_clock::now() + milliseconds(8000);
-  while (refused + expired < kMaxParkedPerChunk + 3 && std::chrono::steady_clock::now() < deadline) {
-    auto env = receive_message(raw, false, milliseconds(500), DecodeLimits{});
-    if (!env) continue;
-    REQUIRE(env->message.header.type == MsgType::kError);
-    const std::string text = env->message.text_payload();
-    if (text.find("pulls waiting; refused") != std::string::npos) ++refused;
-    if (text.find("not answerable within 1500 ms") != std::string::npos) ++expired;
+  for (const KVClient::Ticket t : tickets) {
+    try {
+      session.kv().wait(t);
+    } catch (const TransportError& e) {
+      const std::string text = e.what();
+      if (text.find("pulls waiting; refused") != std::string::npos) ++refused;
+      if (text.find("not answerable within 1500 ms") != std::string::npos) ++expired;
+    }
   }
   CHECK(refused == 3);                   // over the cap: refused at once
   CHECK(expired == kMaxParkedPerChunk);  // the parked ones: dropped after timeout_ms
-  // The real worker was not slowed or blocked by any of it.
+  // The worker was not slowed or blocked by any of it.
   std::vector<float> grad(16, 1.0f);
   session.kv().wait(session.kv().pull(params, 0));
   session.kv().wait(session.kv().push(grad, 0, 0.5));

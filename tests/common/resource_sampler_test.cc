@@ -207,8 +207,12 @@ TEST_CASE("the sampler writes a row about every interval, a last one at stop, an
     CAPTURE(i);
     const Row& r = rows[i];
     CHECK(num(r, kRss) > 1e6);
-    CHECK(num(r, kCpuPercent) >= 0);
-    busiest = std::max(busiest, num(r, kCpuPercent));
+    // The last row (at stop) may come under 10 ms after the one before: no CPU % then.
+    const bool last_without_percent = i + 1 == rows.size() && r[kCpuPercent].empty();
+    if (!last_without_percent) {
+      CHECK(num(r, kCpuPercent) >= 0);
+      busiest = std::max(busiest, num(r, kCpuPercent));
+    }
     CHECK(num(r, kSent) == 1000);
     CHECK(num(r, kReceived) == 250);
     CHECK(r[kCollective].empty());  // not an allreduce worker

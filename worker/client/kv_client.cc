@@ -21,6 +21,7 @@ KVClient::KVClient(zmq::context_t& ctx, const ShardMap& map, const std::vector<s
   for (const std::string& ep : server_endpoints) {
     sockets_.push_back(make_socket(ctx, zmq::socket_type::dealer,
                                    SocketOptions{options.max_message_bytes, milliseconds(2000)}));
+    if (!options.token.empty()) sockets_.back().set(zmq::sockopt::routing_id, "w" + options.token);
     connect_socket(sockets_.back(), ep);
   }
   trace_chunks_ = options.trace != nullptr && options.trace->enabled(TraceLevel::kAll);

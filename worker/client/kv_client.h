@@ -33,6 +33,9 @@ namespace pstrain {
 
 struct KVClientOptions {
   int worker_rank = 0;
+  // The worker's session token (RegisterReply::token): each connection to a
+  // server names itself "w" + token, which binds its requests to this rank.
+  std::string token;
   std::chrono::milliseconds timeout{120000};
   std::int64_t max_message_bytes = std::int64_t{1} << 30;
   TrafficCounters* traffic = nullptr;  // the node's byte counters (may be null; must outlive the client)

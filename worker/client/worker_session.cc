@@ -21,6 +21,7 @@ WorkerSession::WorkerSession(zmq::context_t& ctx, const WorkerSessionOptions& op
     map_ = ShardMap(info.layout, info.num_servers, options.partition_bytes);
     KVClientOptions kv_options;
     kv_options.worker_rank = info.rank;
+    kv_options.token = info.token;
     kv_options.timeout = std::chrono::milliseconds(options.cluster.timeout_ms);
     kv_options.max_message_bytes = options.cluster.max_message_bytes;
     kv_options.traffic = options.traffic;
