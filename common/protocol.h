@@ -48,7 +48,8 @@ enum class MsgType : std::uint8_t {
   kStoreGet,          // body StoreEntry (key), aux = wait limit in ms; replied kStoreReply once the key is set
   kStoreReply,        // body StoreEntry (key; get: its value)
   kError,             // reply to any request: status, body = message text
-  kLast = kError,
+  kDropped,           // scheduler -> nodes: worker `key` left the job (on_worker_failure "continue"); body = why
+  kLast = kDropped,
 };
 std::string_view to_string(MsgType type);
 

@@ -48,6 +48,9 @@ bool SchedulerClient::handle_incoming() {
       throw AbortedError("job aborted by the scheduler: " + m.text_payload());
     case MsgType::kError:
       throw TransportError("scheduler refused a request: " + m.text_payload());
+    case MsgType::kDropped:
+      dropped_.push_back(static_cast<int>(m.header.key));
+      return shutdown_;
     default:
       throw ProtocolError("unexpected " + std::string(to_string(m.header.type)) + " from the scheduler");
   }
@@ -66,6 +69,10 @@ Message SchedulerClient::wait_for(MsgType type, const std::string& what, int ext
     if (!env) continue;
     Message& m = env->message;
     if (m.header.type == type) return std::move(m);
+    if (m.header.type == MsgType::kDropped) {  // news for the caller, not an answer
+      dropped_.push_back(static_cast<int>(m.header.key));
+      continue;
+    }
     if (m.header.type == MsgType::kAbort) throw AbortedError("job aborted by the scheduler: " + m.text_payload());
     if (m.header.type == MsgType::kError) throw TransportError(what + ": scheduler answered: " + m.text_payload());
     if (m.header.type == MsgType::kShutdown) {

@@ -14,6 +14,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include <zmq.hpp>
 
@@ -57,6 +58,9 @@ class SchedulerClient {
   // AbortedError on abort, ignores nothing silently (unexpected -> ProtocolError).
   bool handle_incoming();
   bool shutdown_received() const { return shutdown_; }
+  // Workers the scheduler dropped from the job (failure policy "continue")
+  // since the last call, as they were announced.
+  std::vector<int> take_dropped() { return std::exchange(dropped_, {}); }
   int rank() const { return rank_; }
   // This node's session token from the register reply (empty before).
   const std::string& token() const { return token_; }
@@ -74,7 +78,8 @@ class SchedulerClient {
 
   zmq::context_t& ctx_;
   std::string endpoint_;
-  std::string token_;  // from the register reply: names the heartbeat connection
+  std::string token_;
+  std::vector<int> dropped_;  // from the register reply: names the heartbeat connection
   Role role_;
   ClusterConfig cluster_;
   TrafficCounters* traffic_;

@@ -216,7 +216,8 @@ Scheduler::Node* Scheduler::find(Role role, int rank) {
 
 void Scheduler::serve_until_done() {
   auto workers_done = [&] {
-    return std::all_of(nodes_.begin(), nodes_.end(), [](const Node& n) { return n.role != Role::kWorker || n.done; });
+    return std::all_of(nodes_.begin(), nodes_.end(),
+                       [](const Node& n) { return n.role != Role::kWorker || n.done || n.dropped; });
   };
   while (!workers_done()) {
     zmq::message_t from;
@@ -267,6 +268,17 @@ void Scheduler::handle(zmq::message_t& from, const Message& msg, bool registerin
     throw ProtocolError(std::string(to_string(h.type)) + " claiming to be " + std::string(to_string(h.role)) + " " +
                         std::to_string(h.sender) + " from a connection that is not the one it registered on: refused");
   }
+  if (node->dropped) {
+    // It was dropped while silent (e.g. stopped) and speaks again: tell it, once per message.
+    Header r;
+    r.type = MsgType::kAbort;
+    r.role = Role::kScheduler;
+    r.sender = 0;
+    send_quietly(from, r, Payload::bytes("worker " + std::to_string(node->rank) +
+                                         " was dropped from the job (cluster.on_worker_failure = \"continue\"); "
+                                         "the others went on without it: exit"));
+    return;
+  }
   node->last_seen = Clock::now();
   switch (h.type) {
     case MsgType::kHeartbeat: return;
@@ -278,6 +290,10 @@ void Scheduler::handle(zmq::message_t& from, const Message& msg, bool registerin
       log_.info("worker " + std::to_string(node->rank) + " done");
       return;
     case MsgType::kAbort:
+      if (node->role == Role::kWorker) {
+        worker_failed(*node, "worker " + std::to_string(node->rank) + " failed: " + msg.text_payload());
+        return;
+      }
       fail(std::string(to_string(node->role)) + " " + std::to_string(node->rank) + " failed: " + msg.text_payload());
     default:
       throw ProtocolError("unexpected " + std::string(to_string(h.type)) + " at the scheduler");
@@ -292,16 +308,55 @@ void Scheduler::on_barrier(const Message& msg) {
     throw ProtocolError("worker " + std::to_string(h.sender) + " entered barrier " + std::to_string(h.key) + " twice");
   }
   arrived.push_back(h.sender);
-  if (static_cast<int>(arrived.size()) < options_.num_workers) return;
-  Header r;
-  r.type = MsgType::kBarrierReply;
-  r.role = Role::kScheduler;
-  r.sender = 0;
-  r.key = h.key;
-  for (Node& n : nodes_) {
-    if (n.role == Role::kWorker) send_quietly(n.routing_id, r);
+  release_barriers();
+}
+
+int Scheduler::live_workers() const {
+  int live = 0;
+  for (const Node& n : nodes_) live += n.role == Role::kWorker && !n.dropped ? 1 : 0;
+  return live;
+}
+
+// A barrier completes when every worker still in the job has arrived.
+void Scheduler::release_barriers() {
+  for (auto it = barriers_.begin(); it != barriers_.end();) {
+    int arrived_live = 0;
+    for (int rank : it->second) {
+      const Node* n = find(Role::kWorker, rank);
+      arrived_live += n != nullptr && !n->dropped ? 1 : 0;
+    }
+    if (arrived_live < live_workers()) {
+      ++it;
+      continue;
+    }
+    Header r;
+    r.type = MsgType::kBarrierReply;
+    r.role = Role::kScheduler;
+    r.sender = 0;
+    r.key = it->first;
+    for (Node& n : nodes_) {
+      if (n.role == Role::kWorker && !n.dropped) send_quietly(n.routing_id, r);
+    }
+    it = barriers_.erase(it);
   }
-  barriers_.erase(h.key);
+}
+
+void Scheduler::worker_failed(Node& node, const std::string& reason) {
+  if (options_.cluster.on_worker_failure != "continue") fail(reason);
+  node.dropped = true;
+  if (live_workers() == 0) fail(reason + "; no worker is left");
+  log_.warn(reason + ": dropped from the job (cluster.on_worker_failure = \"continue\"); " +
+            std::to_string(live_workers()) + " workers go on");
+  Header h;
+  h.type = MsgType::kDropped;
+  h.role = Role::kScheduler;
+  h.sender = 0;
+  h.key = node.rank;
+  for (Node& n : nodes_) {
+    if (&n == &node || n.dropped || n.done) continue;
+    send_quietly(n.routing_id, h, Payload::bytes(reason));
+  }
+  release_barriers();
 }
 
 void Scheduler::on_store(zmq::message_t& from, const Message& msg) {
@@ -375,13 +430,19 @@ void Scheduler::expire_store_gets() {
 
 void Scheduler::check_liveness() {
   const auto now = Clock::now();
-  for (const Node& n : nodes_) {
-    if (n.done) continue;
+  for (Node& n : nodes_) {
+    if (n.done || n.dropped) continue;
     const auto silent = std::chrono::duration_cast<milliseconds>(now - n.last_seen).count();
     if (silent > options_.cluster.heartbeat_timeout_ms) {
-      fail(std::string(to_string(n.role)) + " " + std::to_string(n.rank) + " (" + n.request.host + ", pid " +
-           std::to_string(n.request.pid) + ") sent no heartbeat for " + std::to_string(silent) +
-           " ms (limit " + std::to_string(options_.cluster.heartbeat_timeout_ms) + " ms)");
+      const std::string reason = std::string(to_string(n.role)) + " " + std::to_string(n.rank) + " (" +
+                                 n.request.host + ", pid " + std::to_string(n.request.pid) + ") sent no heartbeat for " +
+                                 std::to_string(silent) + " ms (limit " +
+                                 std::to_string(options_.cluster.heartbeat_timeout_ms) + " ms)";
+      if (n.role == Role::kWorker) {
+        worker_failed(n, reason);
+      } else {
+        fail(reason);
+      }
     }
   }
 }
@@ -392,7 +453,7 @@ void Scheduler::broadcast(MsgType type, const std::string& text, bool include_do
   h.role = Role::kScheduler;
   h.sender = 0;
   for (Node& n : nodes_) {
-    if (!include_done && n.done) continue;
+    if ((!include_done && n.done) || n.dropped) continue;
     try {
       if (text.empty() && type != MsgType::kAbort) {
         send_message(router_, &n.routing_id, h, {}, options_.traffic);

@@ -8,9 +8,15 @@
 //     ends the job.
 //  2. Running: answers barriers and the key-value store (the collectives'
 //     rendezvous: a get for a key nobody has set yet is parked until a set
-//     arrives, or answered with an error after its wait limit), tracks heartbeats. A node silent for
-//     heartbeat_timeout_ms, or one that reports a failure, aborts the job:
-//     every node is told why, and run() throws AbortedError with the reason.
+//     arrives, or answered with an error after its wait limit), tracks
+//     heartbeats. A node silent for heartbeat_timeout_ms, or one that
+//     reports a failure, aborts the job: every node is told why, and run()
+//     throws AbortedError with the reason. Except a worker under
+//     cluster.on_worker_failure = "continue": it is dropped (the failure
+//     policy), every other node is told (kDropped, so the servers'
+//     consistency policies stop waiting for it), barriers and the end count
+//     only the workers left, and if the dropped worker speaks again it is
+//     told to exit. The job fails only when no worker is left.
 //  3. End: when every worker is done, tells every node to shut down and
 //     returns normally.
 // Every message after registration must come from the connection its
@@ -71,6 +77,7 @@ class Scheduler {
     RegisterRequest request;
     Clock::time_point last_seen;
     bool done = false;
+    bool dropped = false;  // failure policy "continue": left the job
     std::string token;  // RegisterReply::token; the heartbeat connection is "h" + token
   };
 
@@ -89,6 +96,10 @@ class Scheduler {
   void expire_store_gets();
   Node* find(Role role, int rank);
   void check_liveness();
+  // A worker failed: drop it (on_worker_failure "continue") or fail the job.
+  void worker_failed(Node& node, const std::string& reason);
+  void release_barriers();
+  int live_workers() const;
   [[noreturn]] void fail(const std::string& reason);
   void broadcast(MsgType type, const std::string& text, bool include_done = true);
   std::string roster() const;

@@ -58,6 +58,14 @@ void Server::run() {
       zmq::poll(items, 2, milliseconds(500));
       if (items[0].revents & ZMQ_POLLIN) handle_request();
       if (items[1].revents & ZMQ_POLLIN) scheduler.handle_incoming();
+      for (const int worker : scheduler.take_dropped()) {
+        const std::vector<std::int64_t> advanced = store_->drop_worker(worker);
+        log_.info("worker " + std::to_string(worker) + " was dropped from the job: no longer waited for (" +
+                  std::to_string(advanced.size()) + " chunks completed their step without it)");
+        std::vector<std::int64_t> waiting;  // any parked pull may be answerable now (ssp: a slowest clock left)
+        for (const auto& entry : parked_) waiting.push_back(entry.first);
+        for (const std::int64_t key : waiting) answer_parked(key);
+      }
       expire_parked();
     }
     const StoreStats& s = store_->stats();

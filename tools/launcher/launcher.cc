@@ -59,7 +59,9 @@ std::string describe_exit(const ExitStatus& status) {
   return text;
 }
 
-bool failed_on_its_own(const NodeState& n) { return n.status && !n.status->ok() && !n.stopped_by_us; }
+bool failed_on_its_own(const NodeState& n) {
+  return n.status && !n.status->ok() && !n.stopped_by_us && !n.tolerated;
+}
 // Exit code 2: the node stopped because the scheduler aborted the job.
 bool aborted_by_peer(const ExitStatus& s) { return !s.signaled && s.code == 2; }
 
@@ -181,11 +183,16 @@ class Launch {
   // Waits for the scheduler to end the job, then for the rest to exit (at
   // most shutdown_timeout_s more); an exit code if something failed.
   std::optional<int> await_job_end() {
-    auto outcome = supervisor_.run_until(with_status([&] { return supervisor_.exited(0); }), deadline(), kRunTick);
+    Supervisor::Outcome outcome;
+    do {
+      outcome = supervisor_.run_until(with_status([&] { return supervisor_.exited(0); }), deadline(), kRunTick);
+    } while (tolerated_worker_failure(outcome));
     if (outcome.event != Supervisor::Event::kCondition) return abort_run(outcome, false);
     const auto limit = Clock::now() + to_ms(options_.shutdown_timeout_s);
-    outcome = supervisor_.run_until(with_status([&] { return supervisor_.all_exited(); }),
-                                    std::min(limit, deadline().value_or(limit)), kRunTick);
+    do {
+      outcome = supervisor_.run_until(with_status([&] { return supervisor_.all_exited(); }),
+                                      std::min(limit, deadline().value_or(limit)), kRunTick);
+    } while (tolerated_worker_failure(outcome));
     const bool overall_timeout = deadline() && Clock::now() >= *deadline();
     if (outcome.event == Supervisor::Event::kDeadline && !overall_timeout) {
       say("the scheduler ended the job, but these did not exit within --shutdown-timeout-s " +
@@ -194,6 +201,19 @@ class Launch {
     }
     if (outcome.event != Supervisor::Event::kCondition) return abort_run(outcome, false);
     return std::nullopt;
+  }
+
+  // cluster.on_worker_failure = "continue": a worker that fails is one the
+  // scheduler drops and the job goes on without; say so and keep waiting.
+  bool tolerated_worker_failure(const Supervisor::Outcome& outcome) {
+    if (outcome.event != Supervisor::Event::kFailure) return false;
+    if (plan_.config.cluster.on_worker_failure != "continue") return false;
+    const NodeState& n = supervisor_.states().at(outcome.node);
+    if (n.spec.name.rfind("worker ", 0) != 0) return false;
+    supervisor_.tolerate(outcome.node);
+    say(n.spec.name + " " + describe_exit(*n.status) +
+        ": the job goes on without it (cluster.on_worker_failure = \"continue\")");
+    return true;
   }
 
   void start(const NodeSpec& spec) {

@@ -39,6 +39,7 @@ struct WorkerSummary {
   double push_s = 0;
   double blocked_s = 0;
   double images_per_s = 0;
+  bool dropped = false;  // no "end" record: lost, and dropped under on_worker_failure "continue"
 };
 
 struct AccuracyTime {
@@ -71,6 +72,8 @@ struct RunSummary {
   std::vector<WorkerSummary> per_worker;
   std::optional<StalenessSummary> staleness;  // async and ssp
   std::optional<SspSummary> ssp;              // ssp only
+  std::vector<int> dropped_workers;           // on_worker_failure "continue": workers the job went on without
+  std::int64_t partial_updates = 0;           // sync: chunk updates made without a dropped worker
   std::vector<ResourceSummary> resources;     // empty: resource sampling off
   std::vector<std::string> warnings;
 };

@@ -115,6 +115,13 @@ std::string resources(const RunSummary& s) {
 std::string summary_markdown(const RunSummary& s, const std::string& run_dir) {
   std::string out = "# Run summary: " + run_dir + "\n\n" + headline(s) + "\n" + time_to_accuracy(s);
   if (s.staleness) out += "\n## Staleness\n\n" + staleness(*s.staleness);
+  if (!s.dropped_workers.empty()) {
+    std::string ranks;
+    for (const int r : s.dropped_workers) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+    out += "\n## Failures\n\nWorkers dropped (cluster.on_worker_failure = \"continue\"): " + ranks +
+           "; the job went on without them. Sync chunk updates made without them: " +
+           std::to_string(s.partial_updates) + ".\n";
+  }
   if (s.ssp) {
     out += "\n## Bounded staleness (ssp)\n\n" +
            table({"bound (steps)", "largest clock gap at a pull (steps)", "mean time blocked by the bound (s)"},
