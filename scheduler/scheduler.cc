@@ -269,14 +269,20 @@ void Scheduler::handle(zmq::message_t& from, const Message& msg, bool registerin
                         std::to_string(h.sender) + " from a connection that is not the one it registered on: refused");
   }
   if (node->dropped) {
-    // It was dropped while silent (e.g. stopped) and speaks again: tell it, once per message.
-    Header r;
-    r.type = MsgType::kAbort;
-    r.role = Role::kScheduler;
-    r.sender = 0;
-    send_quietly(from, r, Payload::bytes("worker " + std::to_string(node->rank) +
-                                         " was dropped from the job (cluster.on_worker_failure = \"continue\"); "
-                                         "the others went on without it: exit"));
+    // It was dropped while silent (e.g. stopped) and speaks again: tell it
+    // once, on its main connection (the heartbeat connection reads nothing).
+    if (!node->told_dropped) {
+      node->told_dropped = true;
+      Header r;
+      r.type = MsgType::kAbort;
+      r.role = Role::kScheduler;
+      r.sender = 0;
+      log_.info("worker " + std::to_string(node->rank) + " speaks again after it was dropped: told to exit");
+      send_quietly(node->routing_id, r,
+                   Payload::bytes("worker " + std::to_string(node->rank) +
+                                  " was dropped from the job (cluster.on_worker_failure = \"continue\"); the others "
+                                  "went on without it: exit"));
+    }
     return;
   }
   node->last_seen = Clock::now();

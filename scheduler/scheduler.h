@@ -78,6 +78,7 @@ class Scheduler {
     Clock::time_point last_seen;
     bool done = false;
     bool dropped = false;  // failure policy "continue": left the job
+    bool told_dropped = false;
     std::string token;  // RegisterReply::token; the heartbeat connection is "h" + token
   };
 

@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "common/errors.h"
+#include "common/transport.h"
 #include "tools/cluster/local_cluster.h"
 
 using namespace pstrain;
@@ -95,4 +96,25 @@ TEST_CASE("abort: a lost worker ends the job, naming it") {
   CHECK_THROWS_WITH_AS(run_with_a_worker_lost(cluster, ctx, 2, 3, Mode::kSync), doctest::Contains("worker 1"),
                        AbortedError);
   CHECK_THROWS_WITH_AS(cluster.join(), doctest::Contains("sent no heartbeat"), AbortedError);
+}
+
+TEST_CASE("a worker waiting for the servers stops at the scheduler's shutdown instead of waiting on") {
+  zmq::context_t ctx;
+  LocalClusterOptions o = options(Mode::kSync, 1, "abort");
+  o.cluster.timeout_ms = 20000;
+  LocalCluster cluster(ctx, o);
+  WorkerSession session(ctx, cluster.worker_options(0), layout());
+  std::vector<float> params(40, 1.0f);
+  session.broadcast_initial(params);
+  const KVClient::Ticket never = session.kv().pull(params, 5);  // a version that never comes
+  // "done" on the worker's own scheduler connection: every worker is done, so the job shuts down.
+  Header done;
+  done.type = MsgType::kDone;
+  done.role = Role::kWorker;
+  done.sender = session.rank();
+  send_message(session.scheduler().socket(), nullptr, done);
+  const auto start = std::chrono::steady_clock::now();
+  CHECK_THROWS_WITH_AS(session.kv().wait(never), doctest::Contains("the scheduler shut the job down"), AbortedError);
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(5));  // not the 20 s timeout
+  CHECK_NOTHROW(cluster.join());
 }

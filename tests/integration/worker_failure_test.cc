@@ -52,3 +52,33 @@ TEST_CASE("continue: a worker killed mid-run in sync is dropped and the job fini
 TEST_CASE("continue: a worker killed mid-run in async is dropped and the job finishes without it") {
   kill_worker_mid_run("async");
 }
+
+TEST_CASE("continue: a worker stopped (SIGSTOP) past the heartbeat timeout is dropped; woken, it learns it and exits") {
+  it::TempDir dir;
+  const auto run = dir.path() / "run";
+  auto args = it::launch_args(it::kSourceDir / "configs/tiny_sync.toml", run);
+  args.insert(args.end(), {"--set", "cluster.workers=3", "--set", "cluster.on_worker_failure=continue", "--set",
+                           "cluster.heartbeat_timeout_ms=1000", "--set", "workload.epochs=6", "--set",
+                           "output.trace=off", "--quiet"});
+  it::LaunchProcess p(args, dir.path() / "out.txt");
+  const auto metrics = run / "metrics/worker-1.jsonl";
+  REQUIRE(it::wait_until([&] { return it::count_lines(metrics) >= 4; }, std::chrono::seconds(180)));
+  const auto pids = it::read_pids(run);
+  const pid_t w1 = pids.at("worker-1");
+  REQUIRE(kill(w1, SIGSTOP) == 0);
+  const auto scheduler_log = run / "logs/scheduler.log";
+  const bool dropped = it::wait_until([&] { return it::contains(it::read_file(scheduler_log), "dropped from the job"); },
+                                      std::chrono::seconds(30));
+  REQUIRE(kill(w1, SIGCONT) == 0);
+  INFO(p.output());
+  REQUIRE(dropped);
+  const auto exit = p.wait(std::chrono::seconds(240));
+  const std::string output = p.output();
+  INFO(output);
+  REQUIRE(exit.has_value());
+  CHECK(exit->code == 0);
+  CHECK(it::contains(output, "worker 1 exited with code"));  // it left on its own, after it woke
+  CHECK(it::contains(output, "the job goes on without it"));
+  CHECK(it::contains(it::read_file(run / "summary.json"), "\"dropped_workers\": [1]"));
+  CHECK(it::process_gone(w1));
+}

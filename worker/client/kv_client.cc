@@ -107,7 +107,12 @@ TicketResult KVClient::wait(Ticket ticket) {
     for (std::size_t s = 0; s < sockets_.size(); ++s) {
       if (items[s].revents & ZMQ_POLLIN) receive_from(s);
     }
-    if (scheduler_ != nullptr && (items.back().revents & ZMQ_POLLIN)) scheduler_->handle_incoming();
+    if (scheduler_ != nullptr && (items.back().revents & ZMQ_POLLIN) && scheduler_->handle_incoming()) {
+      // The job ended while this worker waited for the servers: waiting on is pointless.
+      throw AbortedError("worker " + std::to_string(options_.worker_rank) +
+                         ": the scheduler shut the job down while this worker waited for " +
+                         std::to_string(tickets_[ticket].outstanding) + " replies from the servers");
+    }
   }
   TicketState state = std::move(tickets_[ticket]);
   tickets_.erase(ticket);

@@ -8,8 +8,8 @@
 // handed to push()/init() are sent zero-copy: keep them alive and unchanged,
 // and the buffer given to pull() untouched, until wait() returns for that
 // ticket. An error reply from a server makes wait() throw TransportError with
-// the server's text; an abort from the scheduler (when a SchedulerClient is
-// attached) makes it throw AbortedError; no reply within timeout_ms throws
+// the server's text; an abort or a shutdown from the scheduler (when a
+// SchedulerClient is attached) makes it throw AbortedError; no reply within timeout_ms throws
 // TimeoutError naming the request. Not thread-safe: one thread owns it.
 #pragma once
 
