@@ -82,3 +82,28 @@ TEST_CASE("continue: a worker stopped (SIGSTOP) past the heartbeat timeout is dr
   CHECK(it::contains(it::read_file(run / "summary.json"), "\"dropped_workers\": [1]"));
   CHECK(it::process_gone(w1));
 }
+
+TEST_CASE("abort: a worker stopped past the heartbeat timeout is named in the launcher's headline") {
+  it::TempDir dir;
+  const auto run = dir.path() / "run";
+  auto args = it::launch_args(it::kSourceDir / "configs/tiny_sync.toml", run);
+  args.insert(args.end(), {"--set", "cluster.heartbeat_timeout_ms=1000", "--set", "workload.epochs=100", "--set",
+                           "output.trace=off", "--quiet"});
+  it::LaunchProcess p(args, dir.path() / "out.txt");
+  REQUIRE(it::wait_until([&] { return it::count_lines(run / "metrics/worker-1.jsonl") >= 4; },
+                         std::chrono::seconds(180)));
+  const pid_t w1 = it::read_pids(run).at("worker-1");
+  REQUIRE(kill(w1, SIGSTOP) == 0);
+  const auto exit = p.wait(std::chrono::seconds(60));
+  kill(w1, SIGCONT);  // let the stopped process take its SIGTERM
+  const std::string output = p.output();
+  INFO(output);
+  REQUIRE(exit.has_value());
+  CHECK(exit->code == 1);
+  // The first line after the failure names the culprit, not whichever process exited first.
+  const auto headline = output.find("the scheduler aborted the job: worker 1");
+  CHECK(headline != std::string::npos);
+  CHECK(it::contains(output, "sent no heartbeat"));
+  const auto first_exit_line = output.find("exited with code 2");
+  CHECK((first_exit_line == std::string::npos || headline < first_exit_line));
+}

@@ -6,7 +6,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <optional>
 #include <string>
+#include <string_view>
 
 #include "common/errors.h"
 #include "common/job_clock.h"
@@ -269,6 +271,13 @@ class Launch {
     supervisor_.stop_all(to_ms(options_.grace_s));
     const std::vector<NodeState> nodes = supervisor_.states();
     const NodeState* cause = root_cause(nodes);
+    // Only "aborted" exits: the culprit is in the scheduler's reason (a node
+    // that went silent, e.g. stopped or cut off, exits last or never).
+    if (aborted_by_peer(*cause->status)) {
+      if (const std::optional<std::string> why = scheduler_abort_reason(nodes)) {
+        say("the scheduler aborted the job: " + *why);
+      }
+    }
     say(cause->spec.name + " " + describe_exit(*cause->status));
     if (!cause->stderr_tail.empty()) say("last lines of " + cause->spec.name + "'s stderr:");
     for (const std::string& line : cause->stderr_tail) say("  " + line);
@@ -279,6 +288,19 @@ class Launch {
     }
     say("stopped the other processes; run failed; logs in " + (plan_.run_dir / "logs").string());
     return kExitFailed;
+  }
+
+  // The scheduler's "aborting the job: <reason>" line, from its stderr tail or log.
+  std::optional<std::string> scheduler_abort_reason(const std::vector<NodeState>& nodes) const {
+    static constexpr std::string_view kMark = "aborting the job: ";
+    for (const NodeState& n : nodes) {
+      if (n.spec.name != "scheduler") continue;
+      for (auto it = n.stderr_tail.rbegin(); it != n.stderr_tail.rend(); ++it) {
+        const auto at = it->find(kMark);
+        if (at != std::string::npos) return it->substr(at + kMark.size());
+      }
+    }
+    return std::nullopt;
   }
 
   bool real_failure_seen() const {
