@@ -36,11 +36,24 @@ Header SchedulerClient::make_header(MsgType type) const {
   return h;
 }
 
+void SchedulerClient::check_scheduler_alive() const {
+  if (rank_ < 0) return;  // before the rendezvous the register wait has its own limit
+  const auto silent = std::chrono::duration_cast<milliseconds>(Clock::now() - last_heard_).count();
+  if (silent > cluster_.heartbeat_timeout_ms) {
+    throw TransportError("the scheduler at " + endpoint_ + " sent nothing for " + std::to_string(silent) +
+                         " ms (cluster.heartbeat_timeout_ms = " + std::to_string(cluster_.heartbeat_timeout_ms) +
+                         "): it is gone, so is the job");
+  }
+}
+
 bool SchedulerClient::handle_incoming() {
   auto env = receive_message(socket_, false, milliseconds(0), DecodeLimits{}, nullptr, traffic_);
   if (!env) return shutdown_;
+  last_heard_ = Clock::now();
   const Message& m = env->message;
   switch (m.header.type) {
+    case MsgType::kHeartbeat:
+      return shutdown_;
     case MsgType::kShutdown:
       shutdown_ = true;
       return true;
@@ -56,19 +69,26 @@ bool SchedulerClient::handle_incoming() {
   }
 }
 
-Message SchedulerClient::wait_for(MsgType type, const std::string& what, int extra_ms) {
+Message SchedulerClient::wait_for(MsgType type, const std::string& what, int extra_ms, bool while_alive) {
   const int limit_ms = cluster_.timeout_ms + extra_ms;
   const auto deadline = Clock::now() + milliseconds(limit_ms);
   while (true) {
-    const auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
-    if (left.count() <= 0) {
+    auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
+    if (while_alive) {
+      left = milliseconds(200);  // an answer may take as long as the slowest worker: no fixed limit
+    } else if (left.count() <= 0) {
       throw TimeoutError(what + ": no answer from the scheduler at " + endpoint_ + " within " +
                          std::to_string(limit_ms) + " ms");
     }
     auto env = receive_message(socket_, false, std::min(left, milliseconds(200)), DecodeLimits{}, nullptr, traffic_);
-    if (!env) continue;
+    if (!env) {
+      if (while_alive) check_scheduler_alive();  // nothing queued: silent since the last message
+      continue;
+    }
+    last_heard_ = Clock::now();
     Message& m = env->message;
     if (m.header.type == type) return std::move(m);
+    if (m.header.type == MsgType::kHeartbeat) continue;
     if (m.header.type == MsgType::kDropped) {  // news for the caller, not an answer
       dropped_.push_back(static_cast<int>(m.header.key));
       continue;
@@ -97,6 +117,7 @@ RegisterReply SchedulerClient::register_node(RegisterRequest request) {
   reply.layout.validate();
   rank_ = reply.rank;
   token_ = reply.token;
+  last_heard_ = Clock::now();
   hb_thread_ = std::thread([this] { heartbeat_loop(endpoint_); });
   return reply;
 }
@@ -105,7 +126,7 @@ void SchedulerClient::barrier(const std::string& name) {
   Header h = make_header(MsgType::kBarrier);
   h.key = barrier_seq_++;
   send_message(socket_, nullptr, h, Payload::bytes(name), traffic_);
-  Message m = wait_for(MsgType::kBarrierReply, "barrier '" + name + "'");
+  Message m = wait_for(MsgType::kBarrierReply, "barrier '" + name + "'", 0, true);
   if (m.header.key != h.key) {
     throw ProtocolError("barrier '" + name + "': reply for barrier " + std::to_string(m.header.key) + ", expected " +
                         std::to_string(h.key));
@@ -144,7 +165,7 @@ std::string SchedulerClient::store_get(const std::string& key, int timeout_ms) {
 
 void SchedulerClient::finish() {
   send_message(socket_, nullptr, make_header(MsgType::kDone), {}, traffic_);
-  if (!shutdown_) wait_for(MsgType::kShutdown, "end of job");
+  if (!shutdown_) wait_for(MsgType::kShutdown, "end of job", 0, true);
   shutdown_ = true;
   stop_heartbeats();
 }

@@ -5,10 +5,17 @@
 // heartbeat thread has its own socket. Callers that block on other sockets
 // (a server's loop, a worker's waits) poll socket() too and call
 // handle_incoming() when it is readable, so an abort reaches them promptly.
-// Every blocking call waits at most ClusterConfig::timeout_ms.
+// Heartbeats go both ways: the scheduler sends every node a heartbeat each
+// heartbeat_interval_ms, and check_scheduler_alive() throws once it has been
+// silent for heartbeat_timeout_ms (a killed scheduler ends every node, not
+// only the ones that happen to ask it something). Waits for other nodes
+// (a barrier, the end of the job) last while the scheduler is alive, however
+// long the slowest worker takes; registration and the store wait at most
+// ClusterConfig::timeout_ms.
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
@@ -57,6 +64,9 @@ class SchedulerClient {
   // Handles what arrived on socket(): returns true on shutdown, throws
   // AbortedError on abort, ignores nothing silently (unexpected -> ProtocolError).
   bool handle_incoming();
+  // Throws TransportError naming the scheduler if it has sent nothing (not
+  // even a heartbeat) for heartbeat_timeout_ms since the rendezvous.
+  void check_scheduler_alive() const;
   bool shutdown_received() const { return shutdown_; }
   // Workers the scheduler dropped from the job (failure policy "continue")
   // since the last call, as they were announced.
@@ -70,7 +80,8 @@ class SchedulerClient {
  private:
   Header make_header(MsgType type) const;
   // Waits for a message of `type` (handling aborts); throws TimeoutError naming `what`.
-  Message wait_for(MsgType type, const std::string& what, int extra_ms = 0);
+  // `while_alive`: no time limit while the scheduler's heartbeats come.
+  Message wait_for(MsgType type, const std::string& what, int extra_ms = 0, bool while_alive = false);
   // Sends a store request and returns the reply's entry (checked against the request).
   StoreEntry store_request(MsgType type, const StoreEntry& entry, int timeout_ms, const std::string& what);
   void heartbeat_loop(std::string endpoint);
@@ -79,7 +90,8 @@ class SchedulerClient {
   zmq::context_t& ctx_;
   std::string endpoint_;
   std::string token_;
-  std::vector<int> dropped_;  // from the register reply: names the heartbeat connection
+  std::vector<int> dropped_;
+  std::chrono::steady_clock::time_point last_heard_;  // last message from the scheduler (main socket)  // from the register reply: names the heartbeat connection
   Role role_;
   ClusterConfig cluster_;
   TrafficCounters* traffic_;

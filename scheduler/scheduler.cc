@@ -230,6 +230,7 @@ void Scheduler::serve_until_done() {
     }
     expire_store_gets();
     check_liveness();
+    send_heartbeats();
   }
 }
 
@@ -432,6 +433,19 @@ void Scheduler::expire_store_gets() {
     it = parked_gets_.erase(it);
   }
   parked_gets_count_.store(parked_gets_.size(), std::memory_order_release);
+}
+
+void Scheduler::send_heartbeats() {
+  const auto now = Clock::now();
+  if (now - last_heartbeat_sent_ < milliseconds(options_.cluster.heartbeat_interval_ms)) return;
+  last_heartbeat_sent_ = now;
+  Header h;
+  h.type = MsgType::kHeartbeat;
+  h.role = Role::kScheduler;
+  h.sender = 0;
+  for (Node& n : nodes_) {
+    if (!n.dropped) send_quietly(n.routing_id, h);
+  }
 }
 
 void Scheduler::check_liveness() {

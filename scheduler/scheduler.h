@@ -97,6 +97,7 @@ class Scheduler {
   void expire_store_gets();
   Node* find(Role role, int rank);
   void check_liveness();
+  void send_heartbeats();  // to every node still in the job, each heartbeat_interval_ms
   // A worker failed: drop it (on_worker_failure "continue") or fail the job.
   void worker_failed(Node& node, const std::string& reason);
   void release_barriers();
@@ -111,6 +112,7 @@ class Scheduler {
   zmq::socket_t router_;
   PeerWarnings warnings_;
   std::int64_t unreachable_replies_ = 0;
+  Clock::time_point last_heartbeat_sent_{};
   std::string endpoint_;
   std::vector<Node> nodes_;
   std::map<std::int64_t, std::vector<int>> barriers_;  // sequence -> worker ranks arrived

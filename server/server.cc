@@ -57,7 +57,11 @@ void Server::run() {
     while (!scheduler.shutdown_received()) {
       zmq::poll(items, 2, milliseconds(500));
       if (items[0].revents & ZMQ_POLLIN) handle_request();
-      if (items[1].revents & ZMQ_POLLIN) scheduler.handle_incoming();
+      if (items[1].revents & ZMQ_POLLIN) {
+        scheduler.handle_incoming();
+      } else {
+        scheduler.check_scheduler_alive();  // nothing queued: silent since its last message
+      }
       for (const int worker : scheduler.take_dropped()) {
         const std::vector<std::int64_t> advanced = store_->drop_worker(worker);
         log_.info("worker " + std::to_string(worker) + " was dropped from the job: no longer waited for (" +

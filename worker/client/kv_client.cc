@@ -113,6 +113,8 @@ TicketResult KVClient::wait(Ticket ticket) {
                          ": the scheduler shut the job down while this worker waited for " +
                          std::to_string(tickets_[ticket].outstanding) + " replies from the servers");
     }
+    // After reading what was queued: silent means silent since the last message.
+    if (scheduler_ != nullptr && !(items.back().revents & ZMQ_POLLIN)) scheduler_->check_scheduler_alive();
   }
   TicketState state = std::move(tickets_[ticket]);
   tickets_.erase(ticket);
