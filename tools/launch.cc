@@ -71,7 +71,7 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     const int code = app.exit(e);
-    return code == 0 ? 0 : pstrain::launcher::kExitConfig;
+    return code == 0 ? 0 : pstrain::kExitConfig;
   }
   if (timeout_s > 0) options.timeout_s = timeout_s;
   if (options.request.bin_dir.empty()) options.request.bin_dir = own_directory(argv[0]);

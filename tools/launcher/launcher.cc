@@ -57,6 +57,7 @@ std::string describe_exit(const ExitStatus& status) {
   std::string text = describe(status);
   if (!status.signaled && status.code == 2) text += " (aborted: a peer failed)";
   if (!status.signaled && status.code == 3) text += " (config error)";
+  if (!status.signaled && status.code == kExitDiverged) text += " (training diverged)";
   if (!status.signaled && status.code == 127) text += " (could not be executed)";
   return text;
 }
@@ -278,6 +279,15 @@ class Launch {
         say("the scheduler aborted the job: " + *why);
       }
     }
+    if (!cause->status->signaled && cause->status->code == kExitDiverged) {
+      for (const std::string& line : cause->stderr_tail) {  // the worker's one line is the headline
+        const auto at = line.find("training diverged");
+        if (at == std::string::npos) continue;
+        const auto start = line.rfind("worker ", at);
+        say(line.substr(start == std::string::npos ? at : start));
+        break;
+      }
+    }
     say(cause->spec.name + " " + describe_exit(*cause->status));
     if (!cause->stderr_tail.empty()) say("last lines of " + cause->spec.name + "'s stderr:");
     for (const std::string& line : cause->stderr_tail) say("  " + line);
@@ -287,7 +297,8 @@ class Launch {
       }
     }
     say("stopped the other processes; run failed; logs in " + (plan_.run_dir / "logs").string());
-    return kExitFailed;
+    const bool diverged = !cause->status->signaled && cause->status->code == kExitDiverged;
+    return diverged ? kExitDiverged : kExitFailed;
   }
 
   // The scheduler's "aborting the job: <reason>" line, from its stderr tail or log.

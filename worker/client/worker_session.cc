@@ -35,6 +35,9 @@ void WorkerSession::run_reporting_failure(const std::function<void()>& body) {
     body();
   } catch (const AbortedError&) {
     throw;
+  } catch (const DivergedError& e) {
+    report_failure(e.what());  // already names the worker
+    throw;
   } catch (const std::exception& e) {
     report_failure("worker " + std::to_string(rank()) + ": " + e.what());
     throw;
