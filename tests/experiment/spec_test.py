@@ -114,7 +114,7 @@ class SpecErrorsTest(unittest.TestCase):
 
     def test_axis_value_rules(self):
         self.assertError(BASE + '[axes]\nmode = ["sync", "asyn"]\n',
-                         "key 'axes.mode': expected modes among sync, async, allreduce, got 'asyn'")
+                         "key 'axes.mode': expected modes among sync, async, ssp, allreduce, got 'asyn'")
         self.assertError(BASE + "[axes]\nworkers = [0, 2]\n", "key 'axes.workers': expected integers >= 1, got 0 (int)")
         self.assertError(BASE + "[axes]\nworkers = [1.5]\n", "key 'axes.workers': expected integers >= 1, got 1.5 (float)")
         self.assertError(BASE + "[axes]\nbatch_size = [true]\n", "key 'axes.batch_size': expected integers >= 1, got True")

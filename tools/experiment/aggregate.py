@@ -24,6 +24,9 @@ FIGURES = {
     "global_images_per_s": lambda r: r.summary.get("global_images_per_s"),
     "worker_rate": lambda r: r.worker_rate,
     "staleness_mean": lambda r: (r.summary.get("staleness") or {}).get("mean"),
+    "staleness_max": lambda r: (r.summary.get("staleness") or {}).get("max"),
+    "blocked_s_mean": lambda r: r.blocked_s_mean,
+    "clock_gap_max": lambda r: (r.summary.get("ssp") or {}).get("clock_gap_max"),
 }
 
 
