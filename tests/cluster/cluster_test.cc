@@ -5,9 +5,11 @@
 #include <thread>
 
 #include "common/errors.h"
+#include "tests/cluster/run_workers.h"
 #include "tools/cluster/local_cluster.h"
 
 using namespace pstrain;
+using pstrain::test::run_workers;
 
 namespace {
 
@@ -36,24 +38,6 @@ LocalClusterOptions options(Mode mode, int servers, int workers) {
 float initial(std::size_t i) { return static_cast<float>(i % 5); }
 float gradient(int rank, std::size_t i, int step) { return static_cast<float>(rank + 1 + static_cast<int>(i % 3) + step); }
 
-// Runs `body` on one thread per worker; rethrows the first failure.
-void run_workers(int workers, const std::function<void(int)>& body) {
-  std::vector<std::thread> threads;
-  std::vector<std::exception_ptr> errors(static_cast<std::size_t>(workers));
-  for (int r = 0; r < workers; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        body(r);
-      } catch (...) {
-        errors[static_cast<std::size_t>(r)] = std::current_exception();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (auto& e : errors) {
-    if (e) std::rethrow_exception(e);
-  }
-}
 
 void run_rounds(Mode mode, int servers, int workers, int rounds) {
   zmq::context_t ctx;

@@ -7,6 +7,7 @@
 
 #include "common/errors.h"
 #include "common/transport.h"
+#include "tests/cluster/run_workers.h"
 #include "tools/cluster/local_cluster.h"
 
 using namespace pstrain;
@@ -40,33 +41,21 @@ ParamLayout layout() {
 std::vector<float> run_with_a_worker_lost(LocalCluster& cluster, zmq::context_t& ctx, int workers, int steps,
                                           Mode mode) {
   std::vector<float> final0;
-  std::vector<std::thread> threads;
-  std::vector<std::exception_ptr> errors(static_cast<std::size_t>(workers));
-  for (int r = 0; r < workers; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        WorkerSession session(ctx, cluster.worker_options(r), layout());
-        std::vector<float> params(40, 10.0f);
-        session.broadcast_initial(params);
-        if (r == workers - 1) return;  // lost: no push, no heartbeat from here on
-        std::vector<float> grad(40, static_cast<float>(r + 1));
-        for (int step = 0; step < steps; ++step) {
-          session.kv().wait(session.kv().pull(params, step));
-          session.kv().wait(session.kv().push(grad, step, 0.5));
-        }
-        session.scheduler().barrier("all pushed");
-        session.kv().wait(session.kv().pull(params, mode == Mode::kSync ? steps : 0));
-        if (r == 0) final0 = params;
-        session.finish();
-      } catch (...) {
-        errors[static_cast<std::size_t>(r)] = std::current_exception();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (auto& e : errors) {
-    if (e) std::rethrow_exception(e);
-  }
+  test::run_workers(workers, [&](int r) {
+    WorkerSession session(ctx, cluster.worker_options(r), layout());
+    std::vector<float> params(40, 10.0f);
+    session.broadcast_initial(params);
+    if (r == workers - 1) return;  // lost: no push, no heartbeat from here on
+    std::vector<float> grad(40, static_cast<float>(r + 1));
+    for (int step = 0; step < steps; ++step) {
+      session.kv().wait(session.kv().pull(params, step));
+      session.kv().wait(session.kv().push(grad, step, 0.5));
+    }
+    session.scheduler().barrier("all pushed");
+    session.kv().wait(session.kv().pull(params, mode == Mode::kSync ? steps : 0));
+    if (r == 0) final0 = params;
+    session.finish();
+  });
   return final0;
 }
 

@@ -11,9 +11,11 @@
 #include <random>
 #include <thread>
 
+#include "tests/cluster/run_workers.h"
 #include "tools/cluster/local_cluster.h"
 
 using namespace pstrain;
+using pstrain::test::run_workers;
 
 namespace {
 
@@ -39,23 +41,6 @@ LocalClusterOptions options(Mode mode, int servers, int workers, int bound = 0) 
   return o;
 }
 
-void run_workers(int workers, const std::function<void(int)>& body) {
-  std::vector<std::thread> threads;
-  std::vector<std::exception_ptr> errors(static_cast<std::size_t>(workers));
-  for (int r = 0; r < workers; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        body(r);
-      } catch (...) {
-        errors[static_cast<std::size_t>(r)] = std::current_exception();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (auto& e : errors) {
-    if (e) std::rethrow_exception(e);
-  }
-}
 
 }  // namespace
 
