@@ -15,6 +15,7 @@ namespace pstrain::launcher {
 
 struct LaunchOptions {
   LaunchRequest request;
+  bool check_only = false;          // --check: all checks, print the resolved config, start nothing
   bool quiet = false;               // nodes' output only to their log files
   std::optional<double> timeout_s;  // the whole run; empty = no limit
   double startup_timeout_s = 30;    // for the scheduler's endpoint file
@@ -27,7 +28,8 @@ struct LaunchOptions {
 // Exit codes of run_launch() and of the launch program.
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitFailed = 1;  // a node failed, a timeout, or the summary failed
-inline constexpr int kExitConfig = 3;  // config or usage error: nothing was started
+inline constexpr int kExitConfig = 3;  // config or usage error, or the run directory is in use
+                                       // by a live launch: nothing was started or changed
 // Stopped by signal N (SIGINT, SIGTERM): 128 + N.
 
 int run_launch(const LaunchOptions& options);
