@@ -55,7 +55,7 @@ void Server::run() {
       if (items[1].revents & ZMQ_POLLIN) scheduler.handle_incoming();
     }
     const StoreStats& s = store_->stats();
-    log_.info("shutdown: " + std::to_string(s.updates_applied) + " updates, " + std::to_string(s.pushes_accepted) +
+    log_.info("shutdown: " + std::to_string(s.updates_applied) + " chunk updates, " + std::to_string(s.pushes_accepted) +
               " pushes accepted, " + std::to_string(s.pushes_rejected) + " rejected, " +
               std::to_string(bad_requests_) + " malformed requests");
   } catch (const AbortedError&) {

@@ -11,6 +11,7 @@
 
 #include "tests/integration/launch_test_util.h"
 #include "tools/launcher/run_dir.h"
+#include "tools/report/json_value.h"
 
 namespace {
 
@@ -94,6 +95,26 @@ TEST_CASE("a second launch keeps the first run in RUN.prev-TIME and a live launc
   const std::string first_summary = it::read_file(run / "summary.json");
   REQUIRE_FALSE(first_summary.empty());
   CHECK(it::read_file(run / "launch.lock").empty());  // released at the end
+  {  // time to accuracy is on the training clock: never past the training wall time
+    using pstrain::report::parse_json;
+    const auto summary = parse_json(first_summary, "summary.json");
+    const double wall = summary.find("wall_time_s")->as_number("wall_time_s");
+    const auto& tta = *summary.find("time_to_accuracy");
+    for (std::size_t i = 0; i < tta.items().size(); ++i) {
+      if (!tta.items()[i].is_null()) CHECK(tta.items()[i].as_number("t") <= wall);
+    }
+    std::istringstream lines(it::read_file(run / "metrics/worker-0.jsonl"));
+    double last_eval = -1, end = -1, eval_s = -1;
+    for (std::string line; std::getline(lines, line);) {
+      const auto rec = parse_json(line, "worker-0.jsonl");
+      const std::string& type = rec.find("type")->as_string("type");
+      if (type == "eval") last_eval = rec.find("time_s")->as_number("t"), eval_s = rec.find("eval_s")->as_number("e");
+      if (type == "end") end = rec.find("time_s")->as_number("t");
+    }
+    CHECK(last_eval >= 0);
+    CHECK(last_eval <= end);  // the final evaluation's time is the end of training
+    CHECK(eval_s >= 0);
+  }
 
   {  // a live owner: this test process holds the lock
     pstrain::launcher::RunDirLock held(run);
