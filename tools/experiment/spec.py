@@ -54,6 +54,9 @@ class ExperimentSpec:
     # [when.AXIS.VALUE]: axis name -> value text (format_value) -> overrides of the
     # points where that axis has that value, e.g. {"mode": {"async": {"optimizer.lr": 0.025}}}
     when: dict = field(default_factory=dict)
+    # The command line's --set KEY=VALUE (also in overrides): applied last, after
+    # the [when] tables (docs/experiments.md).
+    command_line: dict = field(default_factory=dict)
 
 
 def _fail(path: Path, key: str, what: str) -> SpecError:
@@ -249,6 +252,7 @@ def apply_set(spec: ExperimentSpec, assignment: str) -> None:
         if axis.key == key:
             raise _fail(where, key, f"is swept by axes.{axis.name}; change the experiment file instead")
     spec.overrides[key] = value
+    spec.command_line[key] = value
 
 
 def load_spec(path) -> ExperimentSpec:
