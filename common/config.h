@@ -30,6 +30,10 @@ struct ClusterConfig {
   int heartbeat_interval_ms = 500;
   int heartbeat_timeout_ms = 10000;        // a node silent this long has failed
   int timeout_ms = 120000;                 // any single blocking wait
+  // A worker that fails (silent past heartbeat_timeout_ms, or reports a
+  // failure): "abort" ends the job; "continue" drops it and the job goes on
+  // with the others (parameter-server modes).
+  std::string on_worker_failure = "abort";
   std::int64_t max_message_bytes = std::int64_t{1} << 30;
 
   bool operator==(const ClusterConfig&) const = default;

@@ -10,6 +10,7 @@ namespace {
 
 constexpr std::array<std::string_view, 4> kModes{"sync", "async", "ssp", "allreduce"};
 constexpr std::array<std::string_view, 2> kStalenessRules{"none", "inverse"};
+constexpr std::array<std::string_view, 2> kWorkerFailurePolicies{"abort", "continue"};
 constexpr std::array<std::string_view, 2> kTransports{"tcp", "ipc"};
 constexpr std::array<std::string_view, 4> kDatasets{"fashion-mnist", "mnist", "cifar10", "synthetic"};
 constexpr std::array<std::string_view, 3> kDevices{"auto", "cpu", "cuda"};
@@ -84,6 +85,7 @@ void visit_table(C& c, const V& v) {
   v("cluster", "heartbeat_interval_ms", &cl.heartbeat_interval_ms, at_least(1));
   v("cluster", "heartbeat_timeout_ms", &cl.heartbeat_timeout_ms, at_least(1));
   v("cluster", "timeout_ms", &cl.timeout_ms, at_least(1));
+  v("cluster", "on_worker_failure", &cl.on_worker_failure, one_of(kWorkerFailurePolicies));
   v("cluster", "max_message_bytes", &cl.max_message_bytes, at_least(1));
   v("ps", "partition_bytes", &c.ps.partition_bytes, positive_multiple_of(4));
   v("ps", "staleness_bound", &c.ps.staleness_bound, between(0, 1000000));

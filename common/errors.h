@@ -27,5 +27,16 @@ class ComputeError : public Error { using Error::Error; };
 class DataError : public Error { using Error::Error; };
 // The job was aborted by the scheduler (a peer failed); carries its reason.
 class AbortedError : public Error { using Error::Error; };
+// Training diverged: a worker saw a non-finite loss, gradient or weight. A
+// training outcome, not a crash: its own exit code (kExitDiverged) and one
+// line naming the worker, step, learning rate and what to try.
+class DivergedError : public Error { using Error::Error; };
+
+// Exit codes of the role programs and of `launch`.
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitFailed = 1;
+inline constexpr int kExitAborted = 2;   // the scheduler aborted the job (a peer failed)
+inline constexpr int kExitConfig = 3;    // a config error, before anything ran
+inline constexpr int kExitDiverged = 4;  // training diverged (DivergedError)
 
 }  // namespace pstrain

@@ -42,4 +42,32 @@ void Logger::write(LogLevel level, std::string_view msg) {
   std::fflush(out_);
 }
 
+PeerWarnings::PeerWarnings(Logger& log, int burst, std::chrono::milliseconds window, std::size_t max_peers)
+    : log_(log), burst_(burst), window_(window), max_peers_(max_peers) {}
+
+void PeerWarnings::warn(const std::string& peer, std::string_view msg, Clock::time_point now) {
+  auto it = peers_.find(peer);
+  if (it == peers_.end()) {
+    const std::string key = peers_.size() < max_peers_ ? peer : std::string("(other peers)");
+    it = peers_.try_emplace(key, Window{now, 0, 0}).first;
+  }
+  Window& w = it->second;
+  if (now - w.start >= window_) {
+    if (w.suppressed > 0) {
+      log_.warn(std::to_string(w.suppressed) + " more warnings about " + it->first + " were not written");
+    }
+    w = Window{now, 0, 0};
+  }
+  if (w.count < burst_) {
+    ++w.count;
+    ++written_;
+    log_.warn(msg);
+    if (w.count == burst_) log_.warn("further warnings about " + it->first + " are limited to " +
+                                     std::to_string(burst_) + " per " + std::to_string(window_.count() / 1000) + " s");
+    return;
+  }
+  ++w.suppressed;
+  ++suppressed_;
+}
+
 }  // namespace pstrain

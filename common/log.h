@@ -5,7 +5,10 @@
 // under a lock, so threads of one process don't interleave.
 #pragma once
 
+#include <chrono>
+#include <cstdint>
 #include <cstdio>
+#include <map>
 #include <mutex>
 #include <string>
 #include <string_view>
@@ -43,6 +46,36 @@ class Logger {
   LogLevel level_;
   std::FILE* out_;
   JobClock clock_;
+};
+
+// Warnings about a peer's bad input, limited per peer so that no peer can
+// fill the log: the first `burst` warnings of a peer in each `window` are
+// written, the rest counted and reported in one line when the peer's next
+// window begins. At most `max_peers` peers are tracked (a flood of new peers
+// shares one "other peers" entry). Not thread-safe: one per event loop.
+class PeerWarnings {
+ public:
+  using Clock = std::chrono::steady_clock;
+  explicit PeerWarnings(Logger& log, int burst = 5, std::chrono::milliseconds window = std::chrono::seconds(60),
+                        std::size_t max_peers = 1024);
+  // `peer` names the sender ("worker 1", or its connection); `now` for tests.
+  void warn(const std::string& peer, std::string_view msg, Clock::time_point now = Clock::now());
+  std::int64_t written() const { return written_; }
+  std::int64_t suppressed() const { return suppressed_; }
+
+ private:
+  struct Window {
+    Clock::time_point start;
+    int count = 0;
+    std::int64_t suppressed = 0;
+  };
+  Logger& log_;
+  int burst_;
+  std::chrono::milliseconds window_;
+  std::size_t max_peers_;
+  std::map<std::string, Window> peers_;
+  std::int64_t written_ = 0;
+  std::int64_t suppressed_ = 0;
 };
 
 }  // namespace pstrain

@@ -127,13 +127,16 @@ int guarded_main(const char* program, const std::function<int()>& body) {
     throw;  // the caller's CLI11_PARSE handles usage errors
   } catch (const ConfigError& e) {
     std::fprintf(stderr, "%s: config error: %s\n", program, e.what());
-    return 3;
+    return kExitConfig;
   } catch (const AbortedError& e) {
     std::fprintf(stderr, "%s: %s\n", program, e.what());
-    return 2;
+    return kExitAborted;
+  } catch (const DivergedError& e) {
+    std::fprintf(stderr, "%s: %s\n", program, e.what());
+    return kExitDiverged;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s: error: %s\n", program, e.what());
-    return 1;
+    return kExitFailed;
   }
 }
 

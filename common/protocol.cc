@@ -28,6 +28,7 @@ std::string_view to_string(MsgType type) {
     case MsgType::kStoreGet: return "store-get";
     case MsgType::kStoreReply: return "store-reply";
     case MsgType::kError: return "error";
+    case MsgType::kDropped: return "dropped";
   }
   return "unknown";
 }
@@ -89,7 +90,8 @@ PayloadRule payload_rule(MsgType type) {
     case MsgType::kStoreSet:
     case MsgType::kStoreGet:
     case MsgType::kStoreReply:
-    case MsgType::kError: return PayloadRule::kBytes;
+    case MsgType::kError:
+    case MsgType::kDropped: return PayloadRule::kBytes;
     case MsgType::kBarrier: return PayloadRule::kOptionalBytes;
     default: return PayloadRule::kNone;
   }

@@ -23,7 +23,7 @@
 namespace pstrain {
 
 inline constexpr std::uint32_t kProtocolMagic = 0x50535452;  // "PSTR"
-inline constexpr std::uint16_t kProtocolVersion = 2;
+inline constexpr std::uint16_t kProtocolVersion = 3;
 inline constexpr std::size_t kMaxBodyBytes = std::size_t{1} << 20;  // control bodies and error text
 
 enum class MsgType : std::uint8_t {
@@ -48,7 +48,8 @@ enum class MsgType : std::uint8_t {
   kStoreGet,          // body StoreEntry (key), aux = wait limit in ms; replied kStoreReply once the key is set
   kStoreReply,        // body StoreEntry (key; get: its value)
   kError,             // reply to any request: status, body = message text
-  kLast = kError,
+  kDropped,           // scheduler -> nodes: worker `key` left the job (on_worker_failure "continue"); body = why
+  kLast = kDropped,
 };
 std::string_view to_string(MsgType type);
 
@@ -112,9 +113,17 @@ struct RegisterReply {
   std::int32_t num_workers = 0;
   std::vector<std::string> server_endpoints;  // by server rank
   ParamLayout layout;
+  // This node's session token (32 hex digits, random per job): its
+  // heartbeat connection names itself "h" + token, so the scheduler takes a
+  // heartbeat only from the node it names.
+  std::string token;
+  // Servers only: each worker's token, by rank. A worker's connection to a
+  // server names itself "w" + its token; the server takes a request for
+  // worker w only from the connection named by w's token.
+  std::vector<std::string> worker_tokens;
 
   template <class Archive>
-  void serialize(Archive& ar) { ar(rank, num_servers, num_workers, server_endpoints, layout); }
+  void serialize(Archive& ar) { ar(rank, num_servers, num_workers, server_endpoints, layout, token, worker_tokens); }
 };
 
 // Body of kStoreSet, kStoreGet and kStoreReply: one entry of the

@@ -20,8 +20,8 @@ std::string this_host() {
 }
 
 SchedulerClient::SchedulerClient(zmq::context_t& ctx, std::string scheduler_endpoint, Role role,
-                                 const ClusterConfig& cluster)
-    : ctx_(ctx), endpoint_(std::move(scheduler_endpoint)), role_(role), cluster_(cluster),
+                                 const ClusterConfig& cluster, TrafficCounters* traffic)
+    : ctx_(ctx), endpoint_(std::move(scheduler_endpoint)), role_(role), cluster_(cluster), traffic_(traffic),
       socket_(make_socket(ctx, zmq::socket_type::dealer)) {
   connect_socket(socket_, endpoint_);
 }
@@ -36,11 +36,24 @@ Header SchedulerClient::make_header(MsgType type) const {
   return h;
 }
 
+void SchedulerClient::check_scheduler_alive() const {
+  if (rank_ < 0) return;  // before the rendezvous the register wait has its own limit
+  const auto silent = std::chrono::duration_cast<milliseconds>(Clock::now() - last_heard_).count();
+  if (silent > cluster_.heartbeat_timeout_ms) {
+    throw TransportError("the scheduler at " + endpoint_ + " sent nothing for " + std::to_string(silent) +
+                         " ms (cluster.heartbeat_timeout_ms = " + std::to_string(cluster_.heartbeat_timeout_ms) +
+                         "): it is gone, so is the job");
+  }
+}
+
 bool SchedulerClient::handle_incoming() {
-  auto env = receive_message(socket_, false, milliseconds(0), DecodeLimits{});
+  auto env = receive_message(socket_, false, milliseconds(0), DecodeLimits{}, nullptr, traffic_);
   if (!env) return shutdown_;
+  last_heard_ = Clock::now();
   const Message& m = env->message;
   switch (m.header.type) {
+    case MsgType::kHeartbeat:
+      return shutdown_;
     case MsgType::kShutdown:
       shutdown_ = true;
       return true;
@@ -48,24 +61,38 @@ bool SchedulerClient::handle_incoming() {
       throw AbortedError("job aborted by the scheduler: " + m.text_payload());
     case MsgType::kError:
       throw TransportError("scheduler refused a request: " + m.text_payload());
+    case MsgType::kDropped:
+      dropped_.push_back(static_cast<int>(m.header.key));
+      return shutdown_;
     default:
       throw ProtocolError("unexpected " + std::string(to_string(m.header.type)) + " from the scheduler");
   }
 }
 
-Message SchedulerClient::wait_for(MsgType type, const std::string& what, int extra_ms) {
+Message SchedulerClient::wait_for(MsgType type, const std::string& what, int extra_ms, bool while_alive) {
   const int limit_ms = cluster_.timeout_ms + extra_ms;
   const auto deadline = Clock::now() + milliseconds(limit_ms);
   while (true) {
-    const auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
-    if (left.count() <= 0) {
+    auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
+    if (while_alive) {
+      left = milliseconds(200);  // an answer may take as long as the slowest worker: no fixed limit
+    } else if (left.count() <= 0) {
       throw TimeoutError(what + ": no answer from the scheduler at " + endpoint_ + " within " +
                          std::to_string(limit_ms) + " ms");
     }
-    auto env = receive_message(socket_, false, std::min(left, milliseconds(200)), DecodeLimits{});
-    if (!env) continue;
+    auto env = receive_message(socket_, false, std::min(left, milliseconds(200)), DecodeLimits{}, nullptr, traffic_);
+    if (!env) {
+      if (while_alive) check_scheduler_alive();  // nothing queued: silent since the last message
+      continue;
+    }
+    last_heard_ = Clock::now();
     Message& m = env->message;
     if (m.header.type == type) return std::move(m);
+    if (m.header.type == MsgType::kHeartbeat) continue;
+    if (m.header.type == MsgType::kDropped) {  // news for the caller, not an answer
+      dropped_.push_back(static_cast<int>(m.header.key));
+      continue;
+    }
     if (m.header.type == MsgType::kAbort) throw AbortedError("job aborted by the scheduler: " + m.text_payload());
     if (m.header.type == MsgType::kError) throw TransportError(what + ": scheduler answered: " + m.text_payload());
     if (m.header.type == MsgType::kShutdown) {
@@ -80,7 +107,7 @@ RegisterReply SchedulerClient::register_node(RegisterRequest request) {
   request.role = role_;
   Header h = make_header(MsgType::kRegister);
   h.request_id = next_request_id_++;
-  send_message(socket_, nullptr, h, Payload::bytes(wire_encode(request)));
+  send_message(socket_, nullptr, h, Payload::bytes(wire_encode(request)), traffic_);
   // Waits longer than the scheduler's own registration timeout, so that when
   // some node is missing, the scheduler's reason (who is missing) arrives first.
   Message m = wait_for(MsgType::kRegisterReply, "registration of this " + std::string(to_string(role_)),
@@ -89,6 +116,8 @@ RegisterReply SchedulerClient::register_node(RegisterRequest request) {
   auto reply = wire_decode<RegisterReply>(std::as_bytes(std::span(body.data(), body.size())), "register reply");
   reply.layout.validate();
   rank_ = reply.rank;
+  token_ = reply.token;
+  last_heard_ = Clock::now();
   hb_thread_ = std::thread([this] { heartbeat_loop(endpoint_); });
   return reply;
 }
@@ -96,8 +125,8 @@ RegisterReply SchedulerClient::register_node(RegisterRequest request) {
 void SchedulerClient::barrier(const std::string& name) {
   Header h = make_header(MsgType::kBarrier);
   h.key = barrier_seq_++;
-  send_message(socket_, nullptr, h, Payload::bytes(name));
-  Message m = wait_for(MsgType::kBarrierReply, "barrier '" + name + "'");
+  send_message(socket_, nullptr, h, Payload::bytes(name), traffic_);
+  Message m = wait_for(MsgType::kBarrierReply, "barrier '" + name + "'", 0, true);
   if (m.header.key != h.key) {
     throw ProtocolError("barrier '" + name + "': reply for barrier " + std::to_string(m.header.key) + ", expected " +
                         std::to_string(h.key));
@@ -110,7 +139,7 @@ StoreEntry SchedulerClient::store_request(MsgType type, const StoreEntry& entry,
   Header h = make_header(type);
   h.request_id = next_request_id_++;
   h.aux = timeout_ms;
-  send_message(socket_, nullptr, h, Payload::bytes(wire_encode(entry)));
+  send_message(socket_, nullptr, h, Payload::bytes(wire_encode(entry)), traffic_);
   // The scheduler answers a get that timed out itself: wait a little longer for its reason.
   Message m = wait_for(MsgType::kStoreReply, what, timeout_ms + 1000 - cluster_.timeout_ms);
   const std::string body = m.text_payload();
@@ -135,8 +164,8 @@ std::string SchedulerClient::store_get(const std::string& key, int timeout_ms) {
 }
 
 void SchedulerClient::finish() {
-  send_message(socket_, nullptr, make_header(MsgType::kDone));
-  if (!shutdown_) wait_for(MsgType::kShutdown, "end of job");
+  send_message(socket_, nullptr, make_header(MsgType::kDone), {}, traffic_);
+  if (!shutdown_) wait_for(MsgType::kShutdown, "end of job", 0, true);
   shutdown_ = true;
   stop_heartbeats();
 }
@@ -144,7 +173,7 @@ void SchedulerClient::finish() {
 void SchedulerClient::report_failure(const std::string& reason) noexcept {
   try {
     stop_heartbeats();
-    send_message(socket_, nullptr, make_header(MsgType::kAbort), Payload::bytes(reason));
+    send_message(socket_, nullptr, make_header(MsgType::kAbort), Payload::bytes(reason), traffic_);
   } catch (...) {
     // Best effort: the scheduler also notices the missing heartbeats.
   }
@@ -153,11 +182,13 @@ void SchedulerClient::report_failure(const std::string& reason) noexcept {
 void SchedulerClient::heartbeat_loop(std::string endpoint) {
   try {
     zmq::socket_t hb = make_socket(ctx_, zmq::socket_type::dealer, SocketOptions{std::int64_t{1} << 20, milliseconds(0)});
+    // The scheduler takes heartbeats for this node's rank only from here.
+    hb.set(zmq::sockopt::routing_id, "h" + token_);
     connect_socket(hb, endpoint);
     std::unique_lock lock(hb_mutex_);
     while (!hb_stop_) {
       lock.unlock();
-      send_message(hb, nullptr, make_header(MsgType::kHeartbeat));
+      send_message(hb, nullptr, make_header(MsgType::kHeartbeat), {}, traffic_);
       lock.lock();
       hb_cv_.wait_for(lock, milliseconds(cluster_.heartbeat_interval_ms), [this] { return hb_stop_; });
     }

@@ -5,15 +5,23 @@
 // heartbeat thread has its own socket. Callers that block on other sockets
 // (a server's loop, a worker's waits) poll socket() too and call
 // handle_incoming() when it is readable, so an abort reaches them promptly.
-// Every blocking call waits at most ClusterConfig::timeout_ms.
+// Heartbeats go both ways: the scheduler sends every node a heartbeat each
+// heartbeat_interval_ms, and check_scheduler_alive() throws once it has been
+// silent for heartbeat_timeout_ms (a killed scheduler ends every node, not
+// only the ones that happen to ask it something). Waits for other nodes
+// (a barrier, the end of the job) last while the scheduler is alive, however
+// long the slowest worker takes; registration and the store wait at most
+// ClusterConfig::timeout_ms.
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include <zmq.hpp>
 
@@ -25,7 +33,10 @@ namespace pstrain {
 
 class SchedulerClient {
  public:
-  SchedulerClient(zmq::context_t& ctx, std::string scheduler_endpoint, Role role, const ClusterConfig& cluster);
+  // `traffic` (may be null, else outliving the client) counts the bytes of
+  // both sockets: requests, replies and heartbeats.
+  SchedulerClient(zmq::context_t& ctx, std::string scheduler_endpoint, Role role, const ClusterConfig& cluster,
+                  TrafficCounters* traffic = nullptr);
   ~SchedulerClient();
   SchedulerClient(const SchedulerClient&) = delete;
   SchedulerClient& operator=(const SchedulerClient&) = delete;
@@ -53,14 +64,24 @@ class SchedulerClient {
   // Handles what arrived on socket(): returns true on shutdown, throws
   // AbortedError on abort, ignores nothing silently (unexpected -> ProtocolError).
   bool handle_incoming();
+  // Throws TransportError naming the scheduler if it has sent nothing (not
+  // even a heartbeat) for heartbeat_timeout_ms since the rendezvous.
+  void check_scheduler_alive() const;
   bool shutdown_received() const { return shutdown_; }
+  // Workers the scheduler dropped from the job (failure policy "continue")
+  // since the last call, as they were announced.
+  std::vector<int> take_dropped() { return std::exchange(dropped_, {}); }
   int rank() const { return rank_; }
+  // This node's session token from the register reply (empty before).
+  const std::string& token() const { return token_; }
   Role role() const { return role_; }
+  TrafficCounters* traffic() const { return traffic_; }
 
  private:
   Header make_header(MsgType type) const;
   // Waits for a message of `type` (handling aborts); throws TimeoutError naming `what`.
-  Message wait_for(MsgType type, const std::string& what, int extra_ms = 0);
+  // `while_alive`: no time limit while the scheduler's heartbeats come.
+  Message wait_for(MsgType type, const std::string& what, int extra_ms = 0, bool while_alive = false);
   // Sends a store request and returns the reply's entry (checked against the request).
   StoreEntry store_request(MsgType type, const StoreEntry& entry, int timeout_ms, const std::string& what);
   void heartbeat_loop(std::string endpoint);
@@ -68,8 +89,12 @@ class SchedulerClient {
 
   zmq::context_t& ctx_;
   std::string endpoint_;
+  std::string token_;
+  std::vector<int> dropped_;
+  std::chrono::steady_clock::time_point last_heard_;  // last message from the scheduler (main socket)  // from the register reply: names the heartbeat connection
   Role role_;
   ClusterConfig cluster_;
+  TrafficCounters* traffic_;
   zmq::socket_t socket_;
   int rank_ = -1;
   std::int64_t barrier_seq_ = 0;

@@ -76,7 +76,8 @@ zmq::message_t Payload::to_frame() && {
   return zmq::message_t(data, num_bytes, &release_nothing, nullptr);
 }
 
-void send_message(zmq::socket_t& socket, const zmq::message_t* routing_id, Header header, Payload payload) {
+void send_message(zmq::socket_t& socket, const zmq::message_t* routing_id, Header header, Payload payload,
+                  TrafficCounters* traffic) {
   header.dtype = payload.dtype();
   header.num_elems = payload.num_elems();
   try {
@@ -85,13 +86,16 @@ void send_message(zmq::socket_t& socket, const zmq::message_t* routing_id, Heade
       socket.send(id, zmq::send_flags::sndmore);
     }
     zmq::message_t head = encode_header(header);
+    std::size_t bytes = head.size();
     if (payload.empty()) {
       socket.send(head, zmq::send_flags::none);
     } else {
       socket.send(head, zmq::send_flags::sndmore);
       zmq::message_t body = std::move(payload).to_frame();
+      bytes += body.size();
       socket.send(body, zmq::send_flags::none);
     }
+    if (traffic != nullptr) traffic->add_sent(bytes);
   } catch (const zmq::error_t& e) {
     throw TransportError("send of " + std::string(to_string(header.type)) + " (key " + std::to_string(header.key) +
                          "): " + e.what());
@@ -99,7 +103,8 @@ void send_message(zmq::socket_t& socket, const zmq::message_t* routing_id, Heade
 }
 
 std::optional<Envelope> receive_message(zmq::socket_t& socket, bool has_routing_id, std::chrono::milliseconds timeout,
-                                        const DecodeLimits& limits, zmq::message_t* bad_routing_id) {
+                                        const DecodeLimits& limits, zmq::message_t* bad_routing_id,
+                                        TrafficCounters* traffic) {
   if (timeout.count() > 0) {
     zmq::pollitem_t item{socket.handle(), 0, ZMQ_POLLIN, 0};
     if (zmq::poll(&item, 1, timeout) == 0) return std::nullopt;
@@ -123,12 +128,17 @@ std::optional<Envelope> receive_message(zmq::socket_t& socket, bool has_routing_
     frames.erase(frames.begin());
     if (bad_routing_id != nullptr) *bad_routing_id = copy_frame(env.routing_id);
   }
+  if (traffic != nullptr) {  // counted before decoding: malformed bytes arrived all the same
+    std::size_t bytes = 0;
+    for (const zmq::message_t& frame : frames) bytes += frame.size();
+    traffic->add_received(bytes);
+  }
   env.message = decode_message(frames, limits);
   return env;
 }
 
 void send_error(zmq::socket_t& socket, const zmq::message_t* routing_id, const Header& request, Role my_role,
-                std::int32_t my_rank, Status status, const std::string& text) {
+                std::int32_t my_rank, Status status, const std::string& text, TrafficCounters* traffic) {
   Header reply;
   reply.type = MsgType::kError;
   reply.role = my_role;
@@ -137,9 +147,20 @@ void send_error(zmq::socket_t& socket, const zmq::message_t* routing_id, const H
   reply.request_id = request.request_id;
   reply.key = request.key;
   reply.step = request.step;
-  send_message(socket, routing_id, reply, Payload::bytes(text.substr(0, kMaxBodyBytes)));
+  send_message(socket, routing_id, reply, Payload::bytes(text.substr(0, kMaxBodyBytes)), traffic);
 }
 
 zmq::message_t copy_frame(const zmq::message_t& frame) { return zmq::message_t(frame.data(), frame.size()); }
+
+std::string connection_name(const zmq::message_t& routing_id) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out = "connection ";
+  const auto* bytes = static_cast<const unsigned char*>(routing_id.data());
+  for (std::size_t i = 0; i < routing_id.size() && i < 16; ++i) {
+    out += kHex[bytes[i] >> 4];
+    out += kHex[bytes[i] & 15];
+  }
+  return out;
+}
 
 }  // namespace pstrain

@@ -18,6 +18,7 @@
 #include <zmq.hpp>
 
 #include "common/protocol.h"
+#include "common/traffic_counters.h"
 
 namespace pstrain {
 
@@ -58,9 +59,14 @@ class Payload {
   std::shared_ptr<const void> keep_alive_;
 };
 
+// Traffic: send_message, receive_message and send_error add the bytes of the
+// header and payload frames they move to `traffic` when one is given (the
+// node's counters, common/traffic_counters.h); routing ids are not counted.
+
 // Sends [routing_id]? header [payload]? . The header's dtype and num_elems
 // are set from the payload. Throws TransportError.
-void send_message(zmq::socket_t& socket, const zmq::message_t* routing_id, Header header, Payload payload = {});
+void send_message(zmq::socket_t& socket, const zmq::message_t* routing_id, Header header, Payload payload = {},
+                  TrafficCounters* traffic = nullptr);
 
 // A received message and, on ROUTER sockets, who sent it.
 struct Envelope {
@@ -73,13 +79,18 @@ struct Envelope {
 // the whole multipart message was consumed (the socket stays usable), with
 // the routing id available through `bad_routing_id` so the caller can reply.
 std::optional<Envelope> receive_message(zmq::socket_t& socket, bool has_routing_id, std::chrono::milliseconds timeout,
-                                        const DecodeLimits& limits, zmq::message_t* bad_routing_id = nullptr);
+                                        const DecodeLimits& limits, zmq::message_t* bad_routing_id = nullptr,
+                                        TrafficCounters* traffic = nullptr);
 
 // Sends an error reply for request `request` (status + text body).
 void send_error(zmq::socket_t& socket, const zmq::message_t* routing_id, const Header& request, Role my_role,
-                std::int32_t my_rank, Status status, const std::string& text);
+                std::int32_t my_rank, Status status, const std::string& text, TrafficCounters* traffic = nullptr);
 
 // Copies a routing id frame (ROUTER replies may outlive the received message).
 zmq::message_t copy_frame(const zmq::message_t& frame);
+
+// A peer's connection for messages and per-peer limits: "connection 00a1b2c3d4"
+// (the routing id in hex, at most 16 bytes of it).
+std::string connection_name(const zmq::message_t& routing_id);
 
 }  // namespace pstrain

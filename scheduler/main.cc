@@ -4,6 +4,7 @@
 #include "common/errors.h"
 #include "common/log.h"
 #include "common/node_cli.h"
+#include "common/resource_sampler.h"
 #include "common/trace.h"
 #include "scheduler/scheduler.h"
 
@@ -44,6 +45,9 @@ int main(int argc, char** argv) {
     options.num_workers = config.cluster.num_workers;
     options.cluster = config.cluster;
     options.bind_endpoint = bind_endpoint_for(config.cluster.scheduler);
+    pstrain::TrafficCounters traffic;
+    options.traffic = &traffic;
+    const auto sampler = pstrain::start_resource_sampler(config.output, "scheduler", 0, &traffic, log);
     options.trace = &trace;
     zmq::context_t ctx;
     pstrain::Scheduler scheduler(ctx, options, log);

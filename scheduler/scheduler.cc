@@ -1,6 +1,8 @@
 #include "scheduler/scheduler.h"
 
 #include <algorithm>
+#include <cstring>
+#include <random>
 #include <set>
 
 #include "common/errors.h"
@@ -13,13 +15,44 @@ using std::chrono::milliseconds;
 
 Scheduler::Scheduler(zmq::context_t& ctx, SchedulerOptions options, Logger& log)
     : ctx_(ctx), options_(std::move(options)), log_(log),
-      router_(make_socket(ctx, zmq::socket_type::router, SocketOptions{std::int64_t{16} << 20, milliseconds(2000)})) {
+      router_(make_socket(ctx, zmq::socket_type::router, SocketOptions{std::int64_t{16} << 20, milliseconds(2000)})),
+      warnings_(log) {
   if (options_.num_servers < 0 || options_.num_workers < 1) {
     throw ConfigError("scheduler: need at least 1 worker and 0 or more servers, got " +
                       std::to_string(options_.num_workers) + " workers and " + std::to_string(options_.num_servers) +
                       " servers");
   }
   endpoint_ = bind_socket(router_, options_.bind_endpoint);
+}
+
+namespace {
+
+bool same_frame(const zmq::message_t& a, const zmq::message_t& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size()) == 0;
+}
+
+}  // namespace
+
+void Scheduler::refuse(const zmq::message_t& from, const Header& request, const std::string& why) {
+  warnings_.warn(connection_name(from), why);
+  Header reply;
+  reply.type = MsgType::kError;
+  reply.role = Role::kScheduler;
+  reply.sender = 0;
+  reply.status = Status::kBadRequest;
+  reply.request_id = request.request_id;
+  reply.key = request.key;
+  reply.step = request.step;
+  send_quietly(from, reply, Payload::bytes(why.substr(0, kMaxBodyBytes)));
+}
+
+void Scheduler::send_quietly(const zmq::message_t& to, const Header& header, Payload payload) {
+  try {
+    send_message(router_, &to, header, std::move(payload), options_.traffic);
+  } catch (const TransportError& e) {
+    // The peer has gone (ROUTER_MANDATORY: EHOSTUNREACH): nobody to answer.
+    if (unreachable_replies_++ == 0) log_.info(std::string("a reply found its peer gone: ") + e.what());
+  }
 }
 
 void Scheduler::run() {
@@ -46,11 +79,11 @@ void Scheduler::registration() {
     }
     zmq::message_t from;
     try {
-      auto env = receive_message(router_, true, milliseconds(200), DecodeLimits{std::int64_t{16} << 20}, &from);
+      auto env = receive_message(router_, true, milliseconds(200), DecodeLimits{std::int64_t{16} << 20}, &from,
+                                 options_.traffic);
       if (env) handle(env->routing_id, env->message, true);
     } catch (const ProtocolError& e) {
-      log_.warn(std::string("malformed message during registration: ") + e.what());
-      try { send_error(router_, &from, Header{}, Role::kScheduler, 0, Status::kBadRequest, e.what()); } catch (const TransportError&) {}
+      refuse(from, Header{}, std::string("malformed message during registration: ") + e.what());
     }
   }
 }
@@ -82,8 +115,9 @@ void Scheduler::on_register(zmq::message_t& from, const Message& msg) {
   }
   for (const Node& n : nodes_) {
     if (!n.request.job_fingerprint.empty() && n.request.job_fingerprint != req.job_fingerprint) {
-      fail(std::string(to_string(req.role)) + " on " + req.host + " runs a different job: '" + req.job_fingerprint +
-           "' vs '" + n.request.job_fingerprint + "' (are all nodes using the same config?)");
+      throw ProtocolError("register: refused a " + std::string(to_string(req.role)) + " from " + req.host + " (pid " +
+                          std::to_string(req.pid) + "): it runs a different job: '" + req.job_fingerprint +
+                          "' vs '" + n.request.job_fingerprint + "' (are all nodes using the same config?)");
     }
     if (n.role == req.role && req.requested_rank >= 0 && n.request.requested_rank == req.requested_rank) {
       throw ProtocolError("register: " + std::string(to_string(req.role)) + " rank " +
@@ -147,13 +181,26 @@ void Scheduler::assign_ranks() {
     if (n.role == Role::kServer) reply.server_endpoints[static_cast<std::size_t>(n.rank)] = n.request.endpoint;
   }
   if (first_worker != nullptr) reply.layout = first_worker->request.layout;
+  std::random_device entropy;
+  std::vector<std::string> worker_tokens(static_cast<std::size_t>(options_.num_workers));
+  for (Node& n : nodes_) {
+    static constexpr char kHex[] = "0123456789abcdef";
+    n.token.clear();
+    for (int i = 0; i < 8; ++i) {
+      const unsigned v = entropy();
+      for (int k = 0; k < 4; ++k) n.token += kHex[(v >> (4 * k)) & 15u];
+    }
+    if (n.role == Role::kWorker) worker_tokens[static_cast<std::size_t>(n.rank)] = n.token;
+  }
   for (Node& n : nodes_) {
     reply.rank = n.rank;
+    reply.token = n.token;
+    reply.worker_tokens = n.role == Role::kServer ? worker_tokens : std::vector<std::string>{};
     Header h;
     h.type = MsgType::kRegisterReply;
     h.role = Role::kScheduler;
     h.sender = 0;
-    send_message(router_, &n.routing_id, h, Payload::bytes(wire_encode(reply)));
+    send_message(router_, &n.routing_id, h, Payload::bytes(wire_encode(reply)), options_.traffic);
     n.last_seen = Clock::now();
   }
   log_.info("rendezvous complete: " + std::to_string(reply.layout.tensors().size()) + " tensors, " +
@@ -169,20 +216,21 @@ Scheduler::Node* Scheduler::find(Role role, int rank) {
 
 void Scheduler::serve_until_done() {
   auto workers_done = [&] {
-    return std::all_of(nodes_.begin(), nodes_.end(), [](const Node& n) { return n.role != Role::kWorker || n.done; });
+    return std::all_of(nodes_.begin(), nodes_.end(),
+                       [](const Node& n) { return n.role != Role::kWorker || n.done || n.dropped; });
   };
   while (!workers_done()) {
     zmq::message_t from;
     try {
       auto env = receive_message(router_, true, milliseconds(std::min(200, options_.cluster.heartbeat_interval_ms)),
-                                 DecodeLimits{std::int64_t{16} << 20}, &from);
+                                 DecodeLimits{std::int64_t{16} << 20}, &from, options_.traffic);
       if (env) handle(env->routing_id, env->message, false);
     } catch (const ProtocolError& e) {
-      log_.warn(std::string("malformed message: ") + e.what());
-      try { send_error(router_, &from, Header{}, Role::kScheduler, 0, Status::kBadRequest, e.what()); } catch (const TransportError&) {}
+      refuse(from, Header{}, std::string("malformed message: ") + e.what());
     }
     expire_store_gets();
     check_liveness();
+    send_heartbeats();
   }
 }
 
@@ -193,19 +241,50 @@ void Scheduler::handle(zmq::message_t& from, const Message& msg, bool registerin
     try {
       on_register(from, msg);
     } catch (const ProtocolError& e) {
-      log_.warn(e.what());
-      send_error(router_, &from, h, Role::kScheduler, 0, Status::kBadRequest, e.what());
+      refuse(from, h, e.what());
     }
     return;
   }
   if (registering) {
-    if (h.type == MsgType::kAbort) fail("a node failed during registration: " + msg.text_payload());
+    if (h.type == MsgType::kAbort) {
+      // Only a node that registered on this connection can fail the job now.
+      for (const Node& n : nodes_) {
+        if (same_frame(n.routing_id, from)) {
+          fail("a " + std::string(to_string(n.role)) + " (" + n.request.host + ", pid " +
+               std::to_string(n.request.pid) + ") failed during registration: " + msg.text_payload());
+        }
+      }
+      throw ProtocolError("abort from a connection that has not registered: refused");
+    }
     throw ProtocolError(std::string(to_string(h.type)) + " before the rendezvous completed");
   }
   Node* node = find(h.role, h.sender);
   if (node == nullptr) {
     throw ProtocolError(std::string(to_string(h.type)) + " from unknown " + std::string(to_string(h.role)) + " " +
                         std::to_string(h.sender));
+  }
+  const bool heartbeat_connection = h.type == MsgType::kHeartbeat && from.size() == node->token.size() + 1 &&
+                                    std::memcmp(from.data(), ("h" + node->token).data(), from.size()) == 0;
+  if (!heartbeat_connection && !same_frame(node->routing_id, from)) {
+    throw ProtocolError(std::string(to_string(h.type)) + " claiming to be " + std::string(to_string(h.role)) + " " +
+                        std::to_string(h.sender) + " from a connection that is not the one it registered on: refused");
+  }
+  if (node->dropped) {
+    // It was dropped while silent (e.g. stopped) and speaks again: tell it
+    // once, on its main connection (the heartbeat connection reads nothing).
+    if (!node->told_dropped) {
+      node->told_dropped = true;
+      Header r;
+      r.type = MsgType::kAbort;
+      r.role = Role::kScheduler;
+      r.sender = 0;
+      log_.info("worker " + std::to_string(node->rank) + " speaks again after it was dropped: told to exit");
+      send_quietly(node->routing_id, r,
+                   Payload::bytes("worker " + std::to_string(node->rank) +
+                                  " was dropped from the job (cluster.on_worker_failure = \"continue\"); the others "
+                                  "went on without it: exit"));
+    }
+    return;
   }
   node->last_seen = Clock::now();
   switch (h.type) {
@@ -218,6 +297,10 @@ void Scheduler::handle(zmq::message_t& from, const Message& msg, bool registerin
       log_.info("worker " + std::to_string(node->rank) + " done");
       return;
     case MsgType::kAbort:
+      if (node->role == Role::kWorker) {
+        worker_failed(*node, "worker " + std::to_string(node->rank) + " failed: " + msg.text_payload());
+        return;
+      }
       fail(std::string(to_string(node->role)) + " " + std::to_string(node->rank) + " failed: " + msg.text_payload());
     default:
       throw ProtocolError("unexpected " + std::string(to_string(h.type)) + " at the scheduler");
@@ -232,16 +315,55 @@ void Scheduler::on_barrier(const Message& msg) {
     throw ProtocolError("worker " + std::to_string(h.sender) + " entered barrier " + std::to_string(h.key) + " twice");
   }
   arrived.push_back(h.sender);
-  if (static_cast<int>(arrived.size()) < options_.num_workers) return;
-  Header r;
-  r.type = MsgType::kBarrierReply;
-  r.role = Role::kScheduler;
-  r.sender = 0;
-  r.key = h.key;
-  for (Node& n : nodes_) {
-    if (n.role == Role::kWorker) send_message(router_, &n.routing_id, r);
+  release_barriers();
+}
+
+int Scheduler::live_workers() const {
+  int live = 0;
+  for (const Node& n : nodes_) live += n.role == Role::kWorker && !n.dropped ? 1 : 0;
+  return live;
+}
+
+// A barrier completes when every worker still in the job has arrived.
+void Scheduler::release_barriers() {
+  for (auto it = barriers_.begin(); it != barriers_.end();) {
+    int arrived_live = 0;
+    for (int rank : it->second) {
+      const Node* n = find(Role::kWorker, rank);
+      arrived_live += n != nullptr && !n->dropped ? 1 : 0;
+    }
+    if (arrived_live < live_workers()) {
+      ++it;
+      continue;
+    }
+    Header r;
+    r.type = MsgType::kBarrierReply;
+    r.role = Role::kScheduler;
+    r.sender = 0;
+    r.key = it->first;
+    for (Node& n : nodes_) {
+      if (n.role == Role::kWorker && !n.dropped) send_quietly(n.routing_id, r);
+    }
+    it = barriers_.erase(it);
   }
-  barriers_.erase(h.key);
+}
+
+void Scheduler::worker_failed(Node& node, const std::string& reason) {
+  if (options_.cluster.on_worker_failure != "continue") fail(reason);
+  node.dropped = true;
+  if (live_workers() == 0) fail(reason + "; no worker is left");
+  log_.warn(reason + ": dropped from the job (cluster.on_worker_failure = \"continue\"); " +
+            std::to_string(live_workers()) + " workers go on");
+  Header h;
+  h.type = MsgType::kDropped;
+  h.role = Role::kScheduler;
+  h.sender = 0;
+  h.key = node.rank;
+  for (Node& n : nodes_) {
+    if (&n == &node || n.dropped || n.done) continue;
+    send_quietly(n.routing_id, h, Payload::bytes(reason));
+  }
+  release_barriers();
 }
 
 void Scheduler::on_store(zmq::message_t& from, const Message& msg) {
@@ -279,8 +401,7 @@ void Scheduler::on_store(zmq::message_t& from, const Message& msg) {
     parked_gets_count_.store(parked_gets_.size(), std::memory_order_release);
     store_[entry.key] = std::move(entry.value);
   } catch (const ProtocolError& e) {
-    log_.warn(e.what());
-    send_error(router_, &from, h, Role::kScheduler, 0, Status::kBadRequest, e.what());
+    refuse(from, h, e.what());
   }
 }
 
@@ -290,7 +411,7 @@ void Scheduler::reply_store(const zmq::message_t& to, const Header& request, con
   r.role = Role::kScheduler;
   r.sender = 0;
   r.request_id = request.request_id;
-  send_message(router_, &to, r, Payload::bytes(wire_encode(entry)));
+  send_quietly(to, r, Payload::bytes(wire_encode(entry)));
 }
 
 void Scheduler::expire_store_gets() {
@@ -305,7 +426,7 @@ void Scheduler::expire_store_gets() {
                                std::to_string(it->wait_ms) + " ms";
     log_.warn(reason);
     try {
-      send_error(router_, &it->routing_id, it->request, Role::kScheduler, 0, Status::kRejected, reason);
+      send_error(router_, &it->routing_id, it->request, Role::kScheduler, 0, Status::kRejected, reason, options_.traffic);
     } catch (const TransportError&) {
       // That node is gone already.
     }
@@ -314,15 +435,34 @@ void Scheduler::expire_store_gets() {
   parked_gets_count_.store(parked_gets_.size(), std::memory_order_release);
 }
 
+void Scheduler::send_heartbeats() {
+  const auto now = Clock::now();
+  if (now - last_heartbeat_sent_ < milliseconds(options_.cluster.heartbeat_interval_ms)) return;
+  last_heartbeat_sent_ = now;
+  Header h;
+  h.type = MsgType::kHeartbeat;
+  h.role = Role::kScheduler;
+  h.sender = 0;
+  for (Node& n : nodes_) {
+    if (!n.dropped) send_quietly(n.routing_id, h);
+  }
+}
+
 void Scheduler::check_liveness() {
   const auto now = Clock::now();
-  for (const Node& n : nodes_) {
-    if (n.done) continue;
+  for (Node& n : nodes_) {
+    if (n.done || n.dropped) continue;
     const auto silent = std::chrono::duration_cast<milliseconds>(now - n.last_seen).count();
     if (silent > options_.cluster.heartbeat_timeout_ms) {
-      fail(std::string(to_string(n.role)) + " " + std::to_string(n.rank) + " (" + n.request.host + ", pid " +
-           std::to_string(n.request.pid) + ") sent no heartbeat for " + std::to_string(silent) +
-           " ms (limit " + std::to_string(options_.cluster.heartbeat_timeout_ms) + " ms)");
+      const std::string reason = std::string(to_string(n.role)) + " " + std::to_string(n.rank) + " (" +
+                                 n.request.host + ", pid " + std::to_string(n.request.pid) + ") sent no heartbeat for " +
+                                 std::to_string(silent) + " ms (limit " +
+                                 std::to_string(options_.cluster.heartbeat_timeout_ms) + " ms)";
+      if (n.role == Role::kWorker) {
+        worker_failed(n, reason);
+      } else {
+        fail(reason);
+      }
     }
   }
 }
@@ -333,12 +473,12 @@ void Scheduler::broadcast(MsgType type, const std::string& text, bool include_do
   h.role = Role::kScheduler;
   h.sender = 0;
   for (Node& n : nodes_) {
-    if (!include_done && n.done) continue;
+    if ((!include_done && n.done) || n.dropped) continue;
     try {
       if (text.empty() && type != MsgType::kAbort) {
-        send_message(router_, &n.routing_id, h);
+        send_message(router_, &n.routing_id, h, {}, options_.traffic);
       } else {
-        send_message(router_, &n.routing_id, h, Payload::bytes(text));
+        send_message(router_, &n.routing_id, h, Payload::bytes(text), options_.traffic);
       }
     } catch (const TransportError&) {
       // That node is gone already.

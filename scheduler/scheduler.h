@@ -3,13 +3,28 @@
 //     checks they run the same job (fingerprint) and the same model layout,
 //     assigns ranks (a requested rank is kept; the rest fill the gaps in
 //     arrival order) and tells every node the servers' endpoints and layout.
+//     A registration that does not fit (one too many, a rank taken, another
+//     job's fingerprint, a bad body) is refused with the reason; it never
+//     ends the job.
 //  2. Running: answers barriers and the key-value store (the collectives'
 //     rendezvous: a get for a key nobody has set yet is parked until a set
-//     arrives, or answered with an error after its wait limit), tracks heartbeats. A node silent for
-//     heartbeat_timeout_ms, or one that reports a failure, aborts the job:
-//     every node is told why, and run() throws AbortedError with the reason.
+//     arrives, or answered with an error after its wait limit), tracks
+//     heartbeats. A node silent for heartbeat_timeout_ms, or one that
+//     reports a failure, aborts the job: every node is told why, and run()
+//     throws AbortedError with the reason. Except a worker under
+//     cluster.on_worker_failure = "continue": it is dropped (the failure
+//     policy), every other node is told (kDropped, so the servers'
+//     consistency policies stop waiting for it), barriers and the end count
+//     only the workers left, and if the dropped worker speaks again it is
+//     told to exit. The job fails only when no worker is left.
 //  3. End: when every worker is done, tells every node to shut down and
 //     returns normally.
+// Every message after registration must come from the connection its
+// (role, rank) registered on: a heartbeat, barrier, done or abort claiming
+// another node's rank is refused, so no peer can keep a dead node alive, end
+// the job or finish it in another's name. No peer can stop the scheduler
+// either: a reply to a peer that has gone is counted and dropped, and
+// warnings about bad input are limited per peer (PeerWarnings).
 // One thread owns the scheduler and its socket.
 #pragma once
 
@@ -27,7 +42,9 @@
 #include "common/config.h"
 #include "common/log.h"
 #include "common/protocol.h"
+#include "common/traffic_counters.h"
 #include "common/trace.h"
+#include "common/transport.h"
 
 namespace pstrain {
 
@@ -36,6 +53,7 @@ struct SchedulerOptions {
   int num_workers = 1;
   ClusterConfig cluster;
   std::string bind_endpoint = "tcp://127.0.0.1:*";
+  TrafficCounters* traffic = nullptr;  // the node's byte counters (may be null; must outlive the scheduler)
   TraceRecorder* trace = nullptr;  // spans "registration" and "job" (level steps); null = none
 };
 
@@ -59,12 +77,19 @@ class Scheduler {
     RegisterRequest request;
     Clock::time_point last_seen;
     bool done = false;
+    bool dropped = false;  // failure policy "continue": left the job
+    bool told_dropped = false;
+    std::string token;  // RegisterReply::token; the heartbeat connection is "h" + token
   };
 
   void registration();
   void assign_ranks();
   void serve_until_done();
   void handle(zmq::message_t& from, const Message& msg, bool registering);
+  // Refuses a bad message: a limited warning, an error reply if the peer is still there.
+  void refuse(const zmq::message_t& from, const Header& request, const std::string& why);
+  // Sends, counting (not throwing) a failure to reach a peer that has gone.
+  void send_quietly(const zmq::message_t& to, const Header& header, Payload payload = {});
   void on_register(zmq::message_t& from, const Message& msg);
   void on_barrier(const Message& msg);
   void on_store(zmq::message_t& from, const Message& msg);
@@ -72,6 +97,11 @@ class Scheduler {
   void expire_store_gets();
   Node* find(Role role, int rank);
   void check_liveness();
+  void send_heartbeats();  // to every node still in the job, each heartbeat_interval_ms
+  // A worker failed: drop it (on_worker_failure "continue") or fail the job.
+  void worker_failed(Node& node, const std::string& reason);
+  void release_barriers();
+  int live_workers() const;
   [[noreturn]] void fail(const std::string& reason);
   void broadcast(MsgType type, const std::string& text, bool include_done = true);
   std::string roster() const;
@@ -80,6 +110,9 @@ class Scheduler {
   SchedulerOptions options_;
   Logger& log_;
   zmq::socket_t router_;
+  PeerWarnings warnings_;
+  std::int64_t unreachable_replies_ = 0;
+  Clock::time_point last_heartbeat_sent_{};
   std::string endpoint_;
   std::vector<Node> nodes_;
   std::map<std::int64_t, std::vector<int>> barriers_;  // sequence -> worker ranks arrived

@@ -4,10 +4,12 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 
 #include "common/errors.h"
 #include "common/log.h"
 #include "common/node_cli.h"
+#include "common/resource_sampler.h"
 #include "common/optimizer.h"
 #include "common/trace.h"
 #include "server/server.h"
@@ -107,6 +109,10 @@ int main(int argc, char** argv) {
                                                  config.cluster.num_workers);
     o.trace = &trace;
     choose_endpoint(config, rank, o);
+    pstrain::TrafficCounters traffic;
+    std::unique_ptr<pstrain::ResourceSampler> sampler;  // from registration, when the rank is known
+    o.traffic = &traffic;
+    o.on_registered = [&](int r) { sampler = pstrain::start_resource_sampler(config.output, "server", r, &traffic, log); };
     zmq::context_t ctx;
     pstrain::Server server(ctx, o, log);
     server.run();

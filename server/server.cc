@@ -20,14 +20,15 @@ std::string advertised_endpoint(const std::string& bound, const std::string& hos
 Server::Server(zmq::context_t& ctx, ServerOptions options, Logger& log)
     : ctx_(ctx), options_(std::move(options)), log_(log),
       router_(make_socket(ctx, zmq::socket_type::router,
-                          SocketOptions{options_.cluster.max_message_bytes, milliseconds(2000)})) {
+                          SocketOptions{options_.cluster.max_message_bytes, milliseconds(2000)})),
+      warnings_(log) {
   endpoint_ = advertised_endpoint(bind_socket(router_, options_.bind_endpoint), options_.advertise_host);
 }
 
 const StoreStats& Server::stats() const { return store_ ? store_->stats() : no_stats_; }
 
 void Server::run() {
-  SchedulerClient scheduler(ctx_, options_.scheduler_endpoint, Role::kServer, options_.cluster);
+  SchedulerClient scheduler(ctx_, options_.scheduler_endpoint, Role::kServer, options_.cluster, options_.traffic);
   try {
     RegisterRequest req;
     req.requested_rank = options_.requested_rank;
@@ -38,11 +39,15 @@ void Server::run() {
     const RegisterReply info = scheduler.register_node(req);
     rank_ = info.rank;
     log_.set_name("server " + std::to_string(rank_));
+    if (options_.on_registered) options_.on_registered(rank_);
     map_ = ShardMap(info.layout, info.num_servers, options_.partition_bytes);
     StoreOptions store_options;
     store_options.consistency = ConsistencyOptions{options_.mode, options_.staleness_bound};
     store_options.optimizer = options_.optimizer;
     store_ = std::make_unique<ShardStore>(map_, rank_, info.num_workers, store_options);
+    for (std::size_t w = 0; w < info.worker_tokens.size(); ++w) {
+      worker_of_connection_["w" + info.worker_tokens[w]] = static_cast<int>(w);
+    }
     store_->set_trace(options_.trace);
     if (options_.trace != nullptr) options_.trace->set_process("server", rank_);
     log_.info("listening on " + endpoint_ + "; holds " + std::to_string(map_.chunks_of(rank_).size()) + " chunks (" +
@@ -52,12 +57,26 @@ void Server::run() {
     while (!scheduler.shutdown_received()) {
       zmq::poll(items, 2, milliseconds(500));
       if (items[0].revents & ZMQ_POLLIN) handle_request();
-      if (items[1].revents & ZMQ_POLLIN) scheduler.handle_incoming();
+      if (items[1].revents & ZMQ_POLLIN) {
+        scheduler.handle_incoming();
+      } else {
+        scheduler.check_scheduler_alive();  // nothing queued: silent since its last message
+      }
+      for (const int worker : scheduler.take_dropped()) {
+        const std::vector<std::int64_t> advanced = store_->drop_worker(worker);
+        log_.info("worker " + std::to_string(worker) + " was dropped from the job: no longer waited for (" +
+                  std::to_string(advanced.size()) + " chunks completed their step without it)");
+        std::vector<std::int64_t> waiting;  // any parked pull may be answerable now (ssp: a slowest clock left)
+        for (const auto& entry : parked_) waiting.push_back(entry.first);
+        for (const std::int64_t key : waiting) answer_parked(key);
+      }
+      expire_parked();
     }
     const StoreStats& s = store_->stats();
     log_.info("shutdown: " + std::to_string(s.updates_applied) + " chunk updates, " + std::to_string(s.pushes_accepted) +
               " pushes accepted, " + std::to_string(s.pushes_rejected) + " rejected, " +
-              std::to_string(bad_requests_) + " malformed requests");
+              std::to_string(bad_requests_) + " malformed requests, " + std::to_string(expired_pulls_) +
+              " expired pulls, " + std::to_string(unreachable_replies_) + " replies to peers that had gone");
   } catch (const AbortedError&) {
     throw;
   } catch (const std::exception& e) {
@@ -87,7 +106,8 @@ void Server::handle_request() {
   TraceSpan span(options_.trace, TraceLevel::kAll, "request", "server");
   try {
     TraceSpan receive(options_.trace, TraceLevel::kAll, "receive", "server");
-    env = receive_message(router_, true, milliseconds(0), DecodeLimits{options_.cluster.max_message_bytes}, &from);
+    env = receive_message(router_, true, milliseconds(0), DecodeLimits{options_.cluster.max_message_bytes}, &from,
+                          options_.traffic);
     if (env) {
       receive.arg("bytes", env->message.header.num_elems * static_cast<std::int64_t>(sizeof(float)));
     } else {
@@ -95,12 +115,8 @@ void Server::handle_request() {
     }
   } catch (const ProtocolError& e) {
     ++bad_requests_;
-    log_.warn(std::string("malformed request: ") + e.what());
-    try {
-      send_error(router_, &from, Header{}, Role::kServer, rank_, Status::kBadRequest, e.what());
-    } catch (const TransportError&) {
-      // The sender is gone; nothing to answer.
-    }
+    warnings_.warn(connection_name(from), std::string("malformed request: ") + e.what());
+    reply_error(from, Header{}, Status::kBadRequest, e.what());
     return;
   }
   if (!env) {
@@ -114,9 +130,60 @@ void Server::handle_request() {
     serve(env->routing_id, env->message);
   } catch (const RequestError& e) {
     log_.debug(e.what());
-    send_error(router_, &env->routing_id, env->message.header, Role::kServer, rank_, e.status(), e.what());
+    reply_error(env->routing_id, env->message.header, e.status(), e.what());
   } catch (const TransportError& e) {
-    log_.warn(std::string("could not reply: ") + e.what());
+    // The reply's peer has gone (ROUTER_MANDATORY): nothing to answer.
+    if (unreachable_replies_++ == 0) log_.info(std::string("a reply found its peer gone: ") + e.what());
+  }
+}
+
+void Server::reply_error(const zmq::message_t& to, const Header& request, Status status, const std::string& text) {
+  try {
+    send_error(router_, &to, request, Role::kServer, rank_, status, text, options_.traffic);
+  } catch (const TransportError& e) {
+    if (unreachable_replies_++ == 0) log_.info(std::string("a reply found its peer gone: ") + e.what());
+  }
+}
+
+void Server::park(const zmq::message_t& from, const Header& h) {
+  const std::string peer(static_cast<const char*>(from.data()), from.size());
+  int& count = parked_per_peer_[peer];
+  const auto limit = static_cast<int>(kMaxParkedPerChunk * std::max<std::size_t>(map_.chunks_of(rank_).size(), 1));
+  if (count >= limit) {
+    if (count == 0) parked_per_peer_.erase(peer);
+    throw RequestError(Status::kRejected, "pull of chunk " + std::to_string(h.key) + " for step " +
+                                              std::to_string(h.step) + ": this connection already has " +
+                                              std::to_string(limit) + " pulls waiting; refused");
+  }
+  ++count;
+  parked_[h.key].push_back(ParkedPull{copy_frame(from), h, std::chrono::steady_clock::now()});
+}
+
+void Server::unpark(const ParkedPull& p) {
+  const std::string peer(static_cast<const char*>(p.routing_id.data()), p.routing_id.size());
+  auto it = parked_per_peer_.find(peer);
+  if (it != parked_per_peer_.end() && --it->second <= 0) parked_per_peer_.erase(it);
+}
+
+void Server::expire_parked() {
+  const auto now = std::chrono::steady_clock::now();
+  const auto limit = milliseconds(options_.cluster.timeout_ms);
+  for (auto it = parked_.begin(); it != parked_.end();) {
+    std::vector<ParkedPull>& pulls = it->second;
+    for (auto p = pulls.begin(); p != pulls.end();) {
+      if (now - p->since < limit) {
+        ++p;
+        continue;
+      }
+      ++expired_pulls_;
+      unpark(*p);
+      reply_error(p->routing_id, p->request, Status::kRejected,
+                  "pull of chunk " + std::to_string(p->request.key) + " for step " + std::to_string(p->request.step) +
+                      " by worker " + std::to_string(p->request.sender) + ": not answerable within " +
+                      std::to_string(options_.cluster.timeout_ms) + " ms (cluster.timeout_ms); dropped");
+      p = pulls.erase(p);
+    }
+    it = pulls.empty() ? parked_.erase(it) : std::next(it);
   }
 }
 
@@ -125,6 +192,17 @@ void Server::serve(const zmq::message_t& from, const Message& msg) {
   if (h.role != Role::kWorker) {
     throw RequestError(Status::kBadRequest, std::string(to_string(h.type)) + " from a " +
                                                 std::string(to_string(h.role)) + ": servers only serve workers");
+  }
+  const auto bound = worker_of_connection_.find(std::string(static_cast<const char*>(from.data()), from.size()));
+  if (bound == worker_of_connection_.end()) {
+    throw RequestError(Status::kBadRequest, std::string(to_string(h.type)) + " claiming to be worker " +
+                                                std::to_string(h.sender) +
+                                                " from a connection no worker of this job was given: refused");
+  }
+  if (bound->second != h.sender) {
+    throw RequestError(Status::kBadRequest, std::string(to_string(h.type)) + " claiming to be worker " +
+                                                std::to_string(h.sender) + " on worker " +
+                                                std::to_string(bound->second) + "'s connection: refused");
   }
   switch (h.type) {
     case MsgType::kInit: {
@@ -150,7 +228,7 @@ void Server::serve(const zmq::message_t& from, const Message& msg) {
       if (store_->ready(h.key, h.sender, h.step)) {
         reply_pull(from, h);
       } else {
-        parked_[h.key].push_back(ParkedPull{copy_frame(from), h, std::chrono::steady_clock::now()});
+        park(from, h);
       }
       return;
     default:
@@ -177,11 +255,12 @@ void Server::answer_parked(std::int64_t key) {
       still.push_back(std::move(p));
       continue;
     }
+    unpark(p);
     try {
       const auto parked = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - p.since);
       reply_pull(p.routing_id, p.request, parked.count());
     } catch (const TransportError& e) {
-      log_.warn(std::string("could not answer a parked pull: ") + e.what());
+      if (unreachable_replies_++ == 0) log_.info(std::string("a reply found its peer gone: ") + e.what());
     }
   }
   if (still.empty()) {
@@ -197,7 +276,7 @@ void Server::reply(const zmq::message_t& to, Header header, Payload payload) {
   header.role = Role::kServer;
   header.sender = rank_;
   header.status = Status::kOk;
-  send_message(router_, &to, header, std::move(payload));
+  send_message(router_, &to, header, std::move(payload), options_.traffic);
 }
 
 }  // namespace pstrain

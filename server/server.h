@@ -7,6 +7,16 @@
 // scheduler's abort or shutdown and a broken socket end run(). Nothing here
 // watches the scheduler itself: a server whose scheduler died keeps serving
 // until it is stopped (the launcher stops it; by hand, kill it).
+// A request is served only if it comes from the connection of the worker
+// it names: each worker's connection is named "w" + the session token the
+// scheduler gave it, and the server learns the tokens at the rendezvous; a
+// push or pull in another worker's name, or from a connection no worker of
+// this job was given, is refused.
+// No peer can stop or exhaust a server: a reply to a peer that has gone is
+// counted and dropped, warnings about bad input are limited per connection,
+// and parked pulls are capped per connection (kMaxParkedPerChunk per chunk
+// held) and expire after cluster.timeout_ms (answered with an error, or
+// dropped if the peer has gone).
 // Pulls the consistency policy cannot answer yet (sync: the step's update is
 // not applied; ssp: the bound would be broken) are parked and answered as
 // soon as a push makes them ready; the reply's aux says how long the pull
@@ -15,6 +25,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -28,10 +39,15 @@
 #include "common/protocol.h"
 #include "common/scheduler_client.h"
 #include "common/shard_map.h"
+#include "common/traffic_counters.h"
 #include "common/trace.h"
 #include "server/shard_store.h"
 
 namespace pstrain {
+
+// Parked pulls one connection may have per chunk the server holds (a worker
+// has at most two: the next step's and an evaluation's).
+inline constexpr int kMaxParkedPerChunk = 4;
 
 struct ServerOptions {
   Mode mode = Mode::kSync;
@@ -44,6 +60,9 @@ struct ServerOptions {
   std::string advertise_host;                        // tcp: host workers dial; empty = as bound
   int requested_rank = -1;
   std::string job_fingerprint;
+  TrafficCounters* traffic = nullptr;  // the node's byte counters (may be null; must outlive the server)
+  // Called once registration has assigned this server its rank, before it serves.
+  std::function<void(int rank)> on_registered;
   // Level "all": a span per request (receive, finite check, sum, update,
   // reply inside it); null = none.
   TraceRecorder* trace = nullptr;
@@ -72,6 +91,11 @@ class Server {
   void reply_pull(const zmq::message_t& to, const Header& request, std::int64_t parked_us = 0);
   void answer_parked(std::int64_t key);
   void reply(const zmq::message_t& to, Header header, Payload payload = {});
+  // Error reply; a peer that has gone is counted, not fatal.
+  void reply_error(const zmq::message_t& to, const Header& request, Status status, const std::string& text);
+  void park(const zmq::message_t& from, const Header& h);
+  void expire_parked();
+  void unpark(const ParkedPull& p);
 
   zmq::context_t& ctx_;
   ServerOptions options_;
@@ -84,6 +108,11 @@ class Server {
   std::map<std::int64_t, std::vector<ParkedPull>> parked_;
   std::vector<float> scratch_;
   std::int64_t bad_requests_ = 0;
+  std::int64_t unreachable_replies_ = 0;
+  std::int64_t expired_pulls_ = 0;
+  std::map<std::string, int> parked_per_peer_;  // routing id -> parked pulls
+  std::map<std::string, int> worker_of_connection_;  // "w" + token -> worker rank (from the rendezvous)
+  PeerWarnings warnings_;
   StoreStats no_stats_;  // what stats() returns before the rendezvous
 };
 

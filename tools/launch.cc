@@ -119,11 +119,11 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     const int code = app.exit(e);
-    return code == 0 ? 0 : pstrain::launcher::kExitConfig;
+    return code == 0 ? 0 : pstrain::kExitConfig;
   }
   const auto usage_error = [](const std::string& message) {
     std::fprintf(stderr, "launch: %s\n", message.c_str());
-    return pstrain::launcher::kExitConfig;
+    return pstrain::kExitConfig;
   };
   for (const std::string& extra : app.remaining()) {
     if (extra.size() > 1 && extra[0] == '-') return usage_error(unknown_option_message(app, extra));

@@ -4,6 +4,7 @@
 #include "common/errors.h"
 #include "common/log.h"
 #include "common/node_cli.h"
+#include "common/resource_sampler.h"
 #include "common/trace.h"
 #include "worker/client/worker_session.h"
 #include "worker/collective/gpu_assignment.h"
@@ -38,10 +39,14 @@ int run_worker(const pstrain::NodeArgs& args) {
   options.partition_bytes = config.ps.partition_bytes;
   options.requested_rank = rank;
   options.job_fingerprint = job_fingerprint(config.mode, config.ps.partition_bytes, servers, workers);
+  TrafficCounters traffic;
+  options.traffic = &traffic;
   options.trace = &trace;
   WorkerSession session(ctx, options, workload.model->layout());
   log.set_name("worker " + std::to_string(session.rank()));
   trace.set_process("worker", session.rank());
+  const auto sampler = start_resource_sampler(config.output, "worker", session.rank(), &traffic, log,
+                                              cuda_device_index(*workload.backend));
   session.run_reporting_failure([&] {
     MetricsWriter metrics(config.output.run_dir, "worker-" + std::to_string(session.rank()) + ".jsonl");
     const TrainResult r = run_ps_worker(config, session, workload, metrics, log, &trace);

@@ -110,6 +110,8 @@ TEST_CASE("per-key ranges, enums and shapes are enforced with file:line and key"
        "bad.toml:2: key 'optimizer.momentum': expected a number in [0, 1), got -0.1"},
       {"[optimizer]\nweight_decay = -1",
        "bad.toml:2: key 'optimizer.weight_decay': expected a number >= 0, got -1"},
+      {"[cluster]\non_worker_failure = \"restart\"",
+       "bad.toml:2: key 'cluster.on_worker_failure': expected one of \"abort\", \"continue\", got \"restart\""},
       {"[ps]\nstaleness_bound = -1",
        "bad.toml:2: key 'ps.staleness_bound': expected an integer in [0, 1000000], got -1"},
       {"[optimizer]\nstaleness_rule = \"sqrt\"",
@@ -232,6 +234,9 @@ TEST_CASE("rules between keys name the key and where it was set") {
        "momentum), got true"},
       {"[optimizer]\nlr = 0.1\n[schedule]\nmin_lr = 0.5",
        "bad.toml:4: key 'schedule.min_lr': expected at most optimizer.lr (0.1), got 0.5"},
+      {"mode = \"allreduce\"\n[cluster]\nservers = 0\non_worker_failure = \"continue\"",
+       "bad.toml:4: key 'cluster.on_worker_failure': expected \"abort\" when mode is \"allreduce\" (the collective "
+       "cannot re-form without a worker yet), got \"continue\""},
       {"mode = \"sync\"\n[optimizer]\nstaleness_rule = \"inverse\"",
        "bad.toml:3: key 'optimizer.staleness_rule': expected \"none\" when mode is \"sync\" (pushes are stale "
        "only in \"async\" and \"ssp\"), got \"inverse\""},

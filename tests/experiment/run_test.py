@@ -16,7 +16,8 @@ from helpers import SOURCE_DIR, TempDir, bin_dir, launch_expected
 TOOL = SOURCE_DIR / "tools" / "experiment.py"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 EXPECTED_PNGS = {"accuracy_vs_time.png", "accuracy_vs_epoch.png", "loss_vs_step.png", "throughput.png",
-                 "staleness.png", "time_breakdown.png", "trace_step.png"}  # trace_step: output.trace defaults to "steps"
+                 "staleness.png", "time_breakdown.png", "resources.png",
+                 "trace_step.png"}  # trace_step: output.trace defaults to "steps"
 
 
 def run_tool(tmp, *args):

@@ -33,6 +33,10 @@ class SpecAcceptsTest(unittest.TestCase):
                           ("optimizer.lr", "optimizer.lr", (0.1, 0.2))])
         self.assertEqual(spec.when, {"mode": {"async": {"optimizer.momentum": 0.5}}})
 
+    def test_resource_interval_is_the_one_output_key_allowed(self):
+        spec = self.tmp.load(BASE + '[set]\noutput.resource_interval_ms = 100\n[axes]\nmode = ["sync"]\n')
+        self.assertEqual(spec.overrides, {"output.resource_interval_ms": 100})
+
     def test_defaults(self):
         spec = self.tmp.load(BASE + '[axes]\nmode = ["sync"]\n')
         self.assertEqual(spec.name, "exp")
@@ -110,7 +114,7 @@ class SpecErrorsTest(unittest.TestCase):
 
     def test_axis_value_rules(self):
         self.assertError(BASE + '[axes]\nmode = ["sync", "asyn"]\n',
-                         "key 'axes.mode': expected modes among sync, async, allreduce, got 'asyn'")
+                         "key 'axes.mode': expected modes among sync, async, ssp, allreduce, got 'asyn'")
         self.assertError(BASE + "[axes]\nworkers = [0, 2]\n", "key 'axes.workers': expected integers >= 1, got 0 (int)")
         self.assertError(BASE + "[axes]\nworkers = [1.5]\n", "key 'axes.workers': expected integers >= 1, got 1.5 (float)")
         self.assertError(BASE + "[axes]\nbatch_size = [true]\n", "key 'axes.batch_size': expected integers >= 1, got True")
@@ -125,7 +129,8 @@ class SpecErrorsTest(unittest.TestCase):
                          "key 'axes.worklaod.seed': expected 'mode' or SECTION.KEY", "did you mean 'workload.seed'?")
         self.assertError(BASE + "[axes]\nworkload.a.b = [1]\n", "key 'axes.workload.a.b': expected 'mode' or SECTION.KEY")
         self.assertError(BASE + '[set]\noutput.run_dir = "x"\n[axes]\nmode = ["sync"]\n',
-                         "key 'set.output.run_dir': output.* is set by the experiment tool")
+                         "key 'set.output.run_dir': output.* is set by the experiment tool",
+                         "only output.resource_interval_ms may be set")
         self.assertError(BASE + '[set]\nworkload.epochs = {a = {b = 1}}\n[axes]\nmode = ["sync"]\n',
                          "key 'set.workload.epochs.a.b': expected 'mode' or SECTION.KEY")
         self.assertError(BASE + '[set]\nworkload.epochs = [{a = 1}]\n[axes]\nmode = ["sync"]\n',
@@ -179,7 +184,8 @@ class ApplySetTest(unittest.TestCase):
         self.assertSetError("cluster.workers=4", "--set cluster.workers=4: key 'cluster.workers': is swept by "
                             "axes.workers; change the experiment file instead")
         self.assertSetError("output.run_dir=x", "--set output.run_dir=x: key 'output.run_dir': output.* is set by "
-                            "the experiment tool (each point has its own run directory)")
+                            "the experiment tool (each point has its own run directory); only "
+                            "output.resource_interval_ms may be set")
         self.assertSetError("workload.x={a=1}", "--set workload.x={a=1}: key 'workload.x': expected a string, "
                             "number, boolean or array of them, got {'a': 1} (dict)")
 

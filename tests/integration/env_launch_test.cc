@@ -3,59 +3,14 @@
 // tools/pstrain-node.sh picks its program from RANK.
 #include <doctest/doctest.h>
 
-#include <netinet/in.h>
-#include <sys/socket.h>
-
 #include "tests/integration/launch_test_util.h"
 #include "tools/report/metrics.h"
 
-namespace {
-
-// A port that was free a moment ago (the kernel's pick for port 0).
-int free_port() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  REQUIRE(fd >= 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
-  socklen_t len = sizeof(addr);
-  REQUIRE(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
-
-// Starts `argv` with `env` added to ours (and the launchers' rank variables
-// removed first), stdout and stderr into `output`.
-pid_t spawn(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
-            const it::fs::path& output) {
-  const int fd = open(output.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  REQUIRE(fd >= 0);
-  const pid_t pid = fork();
-  if (pid == 0) {
-    for (const char* name : {"RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK", "SLURM_PROCID",
-                             "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "PSTRAIN_JOB_START_US"}) {
-      unsetenv(name);
-    }
-    for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
-    dup2(fd, STDOUT_FILENO);
-    dup2(fd, STDERR_FILENO);
-    std::vector<char*> raw;
-    for (const std::string& a : argv) raw.push_back(const_cast<char*>(a.c_str()));
-    raw.push_back(nullptr);
-    execv(raw[0], raw.data());
-    _exit(127);
-  }
-  close(fd);
-  return pid;
-}
-
-}  // namespace
 
 TEST_CASE("a job started by hand with RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT runs to its end") {
   it::TempDir dir;
   const auto run = dir.path() / "run";
-  const std::string port = std::to_string(free_port());
+  const std::string port = std::to_string(it::free_port());
   const std::string node_sh = (it::kSourceDir / "tools/pstrain-node.sh").string();
   const std::string config = (it::kSourceDir / "configs/tiny_sync.toml").string();  // 2 servers, 2 workers
   std::vector<pid_t> pids;
@@ -65,7 +20,7 @@ TEST_CASE("a job started by hand with RANK, WORLD_SIZE, MASTER_ADDR and MASTER_P
                                                  {"MASTER_ADDR", "127.0.0.1"},
                                                  {"MASTER_PORT", port},
                                                  {"PSTRAIN_BIN_DIR", it::kBinDir.string()}};
-    pids.push_back(spawn({node_sh, config, "--set", "output.run_dir=" + run.string(), "--set", "workload.epochs=1"},
+    pids.push_back(it::spawn({node_sh, config, "--set", "output.run_dir=" + run.string(), "--set", "workload.epochs=1"},
                          env, dir.path() / ("rank-" + std::to_string(rank) + ".txt")));
   }
   std::vector<std::optional<int>> codes(pids.size());
@@ -109,7 +64,7 @@ TEST_CASE("a job started by hand with RANK, WORLD_SIZE, MASTER_ADDR and MASTER_P
 TEST_CASE("a WORLD_SIZE that does not match the config stops the process with a config error") {
   it::TempDir dir;
   const std::string config = (it::kSourceDir / "configs/tiny_sync.toml").string();
-  const pid_t pid = spawn({(it::kBinDir / "pstrain-worker").string(), "--config", config},
+  const pid_t pid = it::spawn({(it::kBinDir / "pstrain-worker").string(), "--config", config},
                           {{"RANK", "3"}, {"WORLD_SIZE", "4"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "1"}},
                           dir.path() / "out.txt");
   int status = 0;

@@ -3,7 +3,9 @@
 #pragma once
 
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -187,5 +189,58 @@ inline std::map<std::string, pid_t> read_pids(const fs::path& run_dir) {
 }
 
 inline bool process_gone(pid_t pid) { return kill(pid, 0) != 0 && errno == ESRCH; }
+
+// A port that was free a moment ago (the kernel's pick for port 0).
+inline int free_port() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) throw std::runtime_error("socket() failed");
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  const bool ok = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+                  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0;
+  close(fd);
+  if (!ok) throw std::runtime_error("could not find a free port");
+  return ntohs(addr.sin_port);
+}
+
+// Starts `argv` with `env` added to ours (and the launchers' rank variables
+// removed first), stdout and stderr into `output`, as a role started by hand.
+inline pid_t spawn(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
+                   const fs::path& output) {
+  const int fd = open(output.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw std::runtime_error("cannot open " + output.string());
+  const pid_t pid = fork();
+  if (pid == 0) {
+    for (const char* name : {"RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK", "SLURM_PROCID",
+                             "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "PSTRAIN_JOB_START_US"}) {
+      unsetenv(name);
+    }
+    for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
+    dup2(fd, STDOUT_FILENO);
+    dup2(fd, STDERR_FILENO);
+    std::vector<char*> raw;
+    for (const std::string& a : argv) raw.push_back(const_cast<char*>(a.c_str()));
+    raw.push_back(nullptr);
+    execv(raw[0], raw.data());
+    _exit(127);
+  }
+  close(fd);
+  return pid;
+}
+
+// The exit code of `pid` (128 + signal when killed) once it has exited, within `limit`.
+inline std::optional<int> wait_exit(pid_t pid, std::chrono::milliseconds limit) {
+  std::optional<int> code;
+  wait_until(
+      [&] {
+        int status = 0;
+        if (waitpid(pid, &status, WNOHANG) == pid) code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        return code.has_value();
+      },
+      limit);
+  return code;
+}
 
 }  // namespace it

@@ -154,3 +154,20 @@ TEST_CASE("read_run_metrics needs every worker's end record and every server's f
   CHECK(run.servers.size() == 1);
   CHECK(run.workers[1].rank == 1);
 }
+
+TEST_CASE("lost workers (on_worker_failure = continue): no end record, and a last line cut by the kill") {
+  TempDir dir;
+  report_test::write_file(worker_metrics_path(dir.path(), 0), report_test::end_line(1, 1, 32));
+  // Two whole step records, then the third cut mid-line by SIGKILL (no newline).
+  const std::string steps = report_test::step_line(0, 0.1, 2.0) + "\n" + report_test::step_line(1, 0.2, 1.9) + "\n";
+  report_test::write_file(worker_metrics_path(dir.path(), 1), steps + "{\"type\":\"step\",\"time_s\":0.3,\"st");
+  report_test::write_file(server_metrics_path(dir.path(), 0), kServer0);
+  // Strict by default: the cut line is an error.
+  CHECK_THROWS_AS(read_run_metrics(dir.path(), 2, 1), DataError);
+  const RunMetrics run = read_run_metrics(dir.path(), 2, 1, true);
+  CHECK(run.workers[1].steps.size() == 2);
+  CHECK_FALSE(run.workers[1].end.has_value());
+  // A cut line in the middle of a file is still an error, lost worker or not.
+  report_test::write_file(worker_metrics_path(dir.path(), 1), "{\"type\":\"st\n" + steps);
+  CHECK_THROWS_AS(read_run_metrics(dir.path(), 2, 1, true), DataError);
+}

@@ -129,16 +129,51 @@ TEST_CASE("a worker without its end record cannot be summarized") {
   CHECK_THROWS_WITH_AS(summarize(config(Mode::kSync), m), "worker 1 has no \"end\" record", pstrain::DataError);
 }
 
+TEST_CASE("under on_worker_failure = continue a worker without its end record is a dropped worker") {
+  RunMetrics m = two_workers();
+  m.workers[1].end.reset();
+  m.workers[1].steps.clear();
+  for (int i = 0; i < 3; ++i) {
+    StepRecord r;
+    r.time_s = 0.5 * (i + 1);
+    r.step = i;
+    r.batch = 32;
+    r.compute_ms = 100;
+    m.workers[1].steps.push_back(r);
+  }
+  m.servers = {server(0, {}), server(1, {})};
+  m.servers[0].partial_updates = 5;
+  m.servers[1].partial_updates = 2;
+  RunConfig c = config(Mode::kSync);
+  c.cluster.on_worker_failure = "continue";
+  const RunSummary s = summarize(c, m);
+  CHECK(s.dropped_workers == std::vector<int>{1});
+  CHECK(s.partial_updates == 7);
+  REQUIRE(s.per_worker.size() == 2);
+  CHECK(s.per_worker[1].dropped);
+  CHECK_FALSE(s.per_worker[0].dropped);
+  CHECK(s.per_worker[1].images == 96);  // what its step records say it trained before it was lost
+  CHECK(s.per_worker[1].time_s == 1.5);
+  CHECK(s.per_worker[1].compute_s == doctest::Approx(0.3));
+  const JsonValue j = parse_json(summary_json(s), "summary.json");
+  CHECK(j.find("dropped_workers")->items().at(0).as_integer("r") == 1);
+  CHECK(j.find("partial_updates")->as_integer("p") == 7);
+  CHECK(j.find("per_worker")->items().at(1).find("dropped")->as_bool("d"));
+  CHECK(summary_markdown(s, "runs/x").find("Workers dropped (cluster.on_worker_failure = \"continue\"): 1") !=
+        std::string::npos);
+}
+
 TEST_CASE("summary.json holds every documented key and reads back") {
   RunMetrics m = two_workers();
   m.servers = {server(0, {{0, 3}, {2, 1}}), server(1, {})};
   const JsonValue j = parse_json(summary_json(summarize(config(Mode::kAsync), m)), "summary.json");
   for (const char* key : {"mode", "workers", "servers", "model", "dataset", "final_test_accuracy", "wall_time_s",
-                          "time_to_accuracy", "global_images_per_s", "per_worker", "staleness", "ssp"}) {
+                          "time_to_accuracy", "global_images_per_s", "per_worker", "staleness", "ssp",
+                          "dropped_workers", "partial_updates", "resources", "warnings"}) {
     CAPTURE(key);
     CHECK(j.find(key) != nullptr);
   }
-  CHECK(j.keys().size() == 12);
+  CHECK(j.keys().size() == 16);
   CHECK(j.find("ssp")->is_null());
   CHECK(j.find("mode")->as_string("mode") == "async");
   CHECK(j.find("final_test_accuracy")->as_number("a") == doctest::Approx(0.84));

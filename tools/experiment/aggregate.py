@@ -24,6 +24,9 @@ FIGURES = {
     "global_images_per_s": lambda r: r.summary.get("global_images_per_s"),
     "worker_rate": lambda r: r.worker_rate,
     "staleness_mean": lambda r: (r.summary.get("staleness") or {}).get("mean"),
+    "staleness_max": lambda r: (r.summary.get("staleness") or {}).get("max"),
+    "blocked_s_mean": lambda r: r.blocked_s_mean,
+    "clock_gap_max": lambda r: (r.summary.get("ssp") or {}).get("clock_gap_max"),
 }
 
 
@@ -87,7 +90,7 @@ def aggregate(outcomes: list, load=load_run) -> list:
     by_point = {}
     for o in outcomes:
         res = by_point.setdefault(o.point.index, PointResult(o.point))
-        if o.status in ("done", "ran", "stale"):
+        if o.status in ("done", "ran", "stale", "unchecked"):
             res.used.append((o.repetition, getattr(o, "used_text", o.status)))
             try:
                 res.runs.append(load(o.run_dir))

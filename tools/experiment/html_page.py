@@ -33,9 +33,17 @@ _DEFINITIONS = [
                                    "the straggler left out."),
     ("scaling efficiency", "T(N) / (N x T(1)), T = throughput, against the same point with 1 worker "
                            "(or the smallest worker count swept)."),
-    ("staleness (updates)", "async: updates applied to a chunk between a worker's pull and its push, "
-                            "averaged over chunk pushes."),
+    ("staleness (updates)", "async and ssp: updates applied to a chunk between a worker's pull and its push, "
+                            "averaged over chunk pushes (max: the largest seen)."),
+    ("blocked time (s)", "per worker, the time its pulls were parked at the servers by the consistency policy "
+                         "(sync: waiting for the step's update; ssp: for the slowest worker; async: 0), "
+                         "averaged over the workers."),
+    ("clock gap max (steps)", "ssp: the largest gap between the step a worker pulled for and the slowest "
+                              "worker's pushed steps, over the servers; at most the bound s."),
     ("final test accuracy", "worker 0's last evaluation on the test set."),
+    ("CPU (%)", "a process's CPU time (user + system, all threads) over the time between two samples; "
+                "100 = one core busy (metrics/resources-<role>-<rank>.csv)."),
+    ("GPU utilization (%)", "NVML's share of time a kernel ran on the worker's GPU (the whole device)."),
 ]
 
 

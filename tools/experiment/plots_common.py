@@ -13,10 +13,10 @@ matplotlib.use("Agg")  # files only; no display needed
 import matplotlib.pyplot as plt  # noqa: E402  (after choosing the backend)
 
 DPI = 110
-MODE_ORDER = ("sync", "async", "allreduce")
-MODE_LINESTYLES = {"sync": "-", "async": "--", "allreduce": ":"}
-MODE_TITLES = {"sync": "sync (parameter server)", "async": "async (parameter server)",
-               "allreduce": "allreduce (no servers)"}
+MODE_ORDER = ("sync", "ssp", "async", "allreduce")
+MODE_LINESTYLES = {"sync": "-", "ssp": "-.", "async": "--", "allreduce": ":"}
+MODE_TITLES = {"sync": "sync (parameter server)", "ssp": "ssp (bounded staleness)",
+               "async": "async (parameter server)", "allreduce": "allreduce (no servers)"}
 
 plt.rcParams.update({
     "font.size": 10, "axes.titlesize": 11, "axes.labelsize": 10, "legend.fontsize": 8.5,
@@ -31,7 +31,7 @@ def color_of(index: int):
 
 
 def linestyle_of(res) -> str:
-    """Solid for sync, dashed for async, dotted for allreduce."""
+    """Solid for sync, dash-dot for ssp, dashed for async, dotted for allreduce."""
     return MODE_LINESTYLES.get(res.mode, "-.")
 
 

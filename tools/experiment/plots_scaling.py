@@ -26,9 +26,17 @@ def _numeric(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
+def _axis_names(results: list) -> list:
+    """The axes of the points, in order; a point may lack one ([only_when])."""
+    names = []
+    for r in results:
+        names += [n for n in r.point.values if n not in names]
+    return names
+
+
 def choose_x(results: list) -> str | None:
     """The axis to put on x: the first preferred one that varies, else any numeric one."""
-    names = list(results[0].point.values) if results else []
+    names = [n for n in _axis_names(results) if all(n in r.point.values for r in results)]
     varying = [n for n in names if len({repr(r.point.values[n]) for r in results}) > 1
                and all(_numeric(r.point.values[n]) for r in results)]
     for n in _X_PREFERENCE:
@@ -38,11 +46,11 @@ def choose_x(results: list) -> str | None:
 
 
 def _groups(results: list, x: str) -> dict:
-    varying = [n for n in results[0].point.values
-               if n != x and len({repr(r.point.values[n]) for r in results}) > 1]
+    varying = [n for n in _axis_names(results)
+               if n != x and len({repr(r.point.values.get(n)) for r in results}) > 1]
     groups = {}
     for r in results:
-        label = ", ".join(axis_text(n, r.point.values[n]) for n in varying) or "all points"
+        label = ", ".join(axis_text(n, r.point.values[n]) for n in varying if n in r.point.values) or "all points"
         groups.setdefault(label + (" [simulated compute]" if r.simulated else ""), []).append(r)
     return {k: sorted(v, key=lambda r: r.point.values[x]) for k, v in groups.items()}
 

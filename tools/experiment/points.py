@@ -7,6 +7,9 @@ Rules beyond the plain product (docs/experiments.md):
   command line's --set.
 - mode "allreduce" has no servers: its points get cluster.servers = 0, and
   points that then coincide are run once.
+- an axis limited by [only_when] is left out of the points where its
+  condition fails (no value, no [when] tables; the base config's value), and
+  points that then coincide are run once.
 - straggler_slowdown > 1 slows worker workers-1 (the last; worker 0 runs the
   evaluations) unless workload.straggler_rank is given in [set] or [axes].
 - with vary_seed, repetition r runs with workload.seed = base seed + r.
@@ -59,6 +62,10 @@ def axis_text(name: str, value) -> str:
         return f"batch {v}"
     if name == "straggler_slowdown":
         return "no straggler" if float(value) <= 1 else f"straggler x{v}"
+    if name in ("staleness_bound", "ps.staleness_bound"):
+        return f"s={v}"
+    if name in ("staleness_rule", "optimizer.staleness_rule"):
+        return "lr/staleness" if v == "inverse" else ("plain lr" if v == "none" else f"rule {v}")
     if name == "simulated_step_ms":
         return "real compute" if float(value) <= 0 else f"simulated {v} ms/step"
     return f"{name}={v}"
@@ -92,29 +99,37 @@ def _point_id(values: dict) -> str:
     return re.sub(r"[^A-Za-z0-9._+=-]", "_", "_".join(parts))
 
 
+def applies(spec: ExperimentSpec, axis_name: str, raw: dict) -> bool:
+    """Whether an axis is part of a point whose axis values (as value_text) are
+    raw: always, unless [only_when] limits it to other axes' values."""
+    return all(raw[other] in allowed for other, allowed in spec.only_when.get(axis_name, {}).items())
+
+
 def expand(spec: ExperimentSpec, base: dict) -> list:
     """Every point of spec, in file order of the axes (the last varies fastest)."""
     combos, seen = [], set()
     for combo in itertools.product(*(axis.values for axis in spec.axes)):
+        raw = {axis.name: value_text(value) for axis, value in zip(spec.axes, combo)}
+        applied = [(axis, value) for axis, value in zip(spec.axes, combo) if applies(spec, axis.name, raw)]
         settings = dict(spec.overrides)
         values = {}
-        for axis, value in zip(spec.axes, combo):
+        for axis, value in applied:
             settings[axis.key] = value
             values[axis.name] = value
-        for axis, value in zip(spec.axes, combo):  # [when.AXIS.VALUE], in the order of the axes
+        for axis, value in applied:  # [when.AXIS.VALUE], in the order of the axes
             settings.update(spec.when.get(axis.name, {}).get(value_text(value), {}))
         settings.update(spec.command_line)  # the command line's --set has the last word
         if settings.get("mode", base["mode"]) == "allreduce":
             settings["cluster.servers"] = 0
-            values = {n: (0 if a.key == "cluster.servers" else v) for (n, v), a in zip(values.items(), spec.axes)}
+            values = {n: (0 if n == "servers" or n == "cluster.servers" else v) for n, v in values.items()}
         key = tuple(values.items())
         if key not in seen:
             seen.add(key)
             combos.append((values, settings))
-    varying = [a.name for a in spec.axes if len({repr(v[a.name]) for v, _ in combos}) > 1]
+    varying = [a.name for a in spec.axes if len({repr(v.get(a.name)) for v, _ in combos}) > 1]
     points = []
     for i, (values, settings) in enumerate(combos):
-        label = ", ".join(axis_text(n, values[n]) for n in varying) or spec.name
+        label = ", ".join(axis_text(n, values[n]) for n in varying if n in values) or spec.name
         axis_keys = {a.key for a in spec.axes}
         extra = {k: v for k, v in settings.items()
                  if k not in axis_keys and (k not in spec.overrides or spec.overrides[k] != v)}

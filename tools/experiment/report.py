@@ -7,7 +7,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from experiment import html_page, plots_curves, plots_scaling, plots_trace, plots_workers, table
+from experiment import (html_page, plots_curves, plots_resources, plots_scaling, plots_ssp, plots_trace,
+                        plots_workers, ssp, table)
 from experiment.points import format_value
 from experiment.table import compute_text
 
@@ -20,10 +21,11 @@ class Figure:
     missing: str = ""       # why there is no PNG
 
 
-def _figures(results: list, out: Path) -> list:
-    def made(path):
-        return path.name if path is not None else None
+def made(path):
+    return path.name if path is not None else None
 
+
+def _figures(results: list, out: Path) -> list:
     real = "no point with real (not simulated) compute finished"
     return [
         Figure("Test accuracy vs wall time",
@@ -52,7 +54,38 @@ def _figures(results: list, out: Path) -> list:
                "for the others to finish. Allreduce workers neither pull nor push: their parts are the local "
                "optimizer update and the allreduce wait after backward.",
                made(plots_workers.plot_time_breakdown(results, out)), "no point finished"),
-    ] + _timeline_figure(results, out)
+        Figure("Resource use over time",
+               "Each process's CPU use (100% = one core busy) and resident memory over the job's time, and "
+               "GPU utilization where a worker sampled its GPU through NVML, every output.resource_interval_ms "
+               f"(first repetition; at most {plots_resources.MAX_POINTS} points). Blue: workers, orange: "
+               "servers, grey dashed: the scheduler.",
+               made(plots_resources.plot_resources(results, out)),
+               "no run wrote resource samples (output.resource_interval_ms = 0)"),
+    ] + _ssp_figures(results, out) + _timeline_figure(results, out)
+
+
+def _ssp_figures(results: list, out: Path) -> list:
+    """The bounded-staleness figures, when some ssp point finished."""
+    if not ssp.has_ssp(results):
+        return []
+    return [
+        Figure("Bounded staleness: test accuracy vs wall time per bound",
+               "Worker 0's test accuracy against wall time, a panel per variant of the other axes, a colour "
+               "per consistency level (sync; ssp with bound s: a worker may run s steps ahead of the slowest; "
+               "async: no bound). Up and left is better: as accurate, sooner.",
+               made(plots_ssp.plot_accuracy(results, out)), "no ssp or PS point with evaluations finished"),
+        Figure("Bounded staleness: throughput and blocked time vs bound",
+               "Left: images per second of the whole job. Right: the workers' mean blocked time, the time their "
+               "pulls were parked at the servers by the consistency policy (sync: waiting for the step's update; "
+               "ssp: waiting for the slowest worker to come within s steps; async: never). A larger bound "
+               "lets the fast worker block less.",
+               made(plots_ssp.plot_throughput_blocked(results, out)), "no ssp or PS point finished"),
+        Figure("Bounded staleness: staleness histogram per bound",
+               "Share of chunk pushes per staleness (updates the chunk received between the worker's pull and "
+               "its push), summed over servers and repetitions, a panel per bound: the bound caps how stale "
+               "a gradient can be.",
+               made(plots_ssp.plot_staleness(results, out)), "no point recorded staleness"),
+    ]
 
 
 def _timeline_figure(results: list, out: Path) -> list:

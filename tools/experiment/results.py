@@ -56,6 +56,13 @@ class RunData:
         return sum(rates) / len(rates) if rates else math.nan
 
     @property
+    def blocked_s_mean(self) -> float | None:
+        """Mean over the workers of blocked_s (pulls parked at the servers by the
+        consistency policy); None when the summary has no blocked_s (allreduce)."""
+        xs = [w["blocked_s"] for w in self.summary.get("per_worker", []) if w.get("blocked_s") is not None]
+        return sum(xs) / len(xs) if xs else None
+
+    @property
     def staleness_histogram(self) -> dict:
         st = self.summary.get("staleness") or {}
         return {int(k): int(v) for k, v in (st.get("histogram") or {}).items()}

@@ -40,7 +40,8 @@ class RunOutcome:
     repetition: int
     run_dir: Path
     status: str          # "done" (an earlier invocation, same fingerprint), "ran", "failed",
-                         # "missing", "stale" (--report-only: finished, but with another fingerprint)
+                         # "missing", "stale" (--report-only: finished, but with another fingerprint),
+                         # "unchecked" (--report-only without a launch program to compare with)
     reason: str = ""     # why it failed
     seconds: float = 0.0
     fingerprint: str = ""  # the run's fingerprint (fingerprint.json), "" when unknown
@@ -50,6 +51,7 @@ class RunOutcome:
         """Which run the report used, for its table: "ran now (fp 1a2b3c4d5e)"."""
         fp = f" (fingerprint {self.fingerprint[:10]})" if self.fingerprint else ""
         return {"ran": "ran now", "done": "done earlier, same config and build, kept",
+                "unchecked": "done earlier (not checked against the config: no launch program)",
                 "stale": "done earlier with ANOTHER config or build (rerun to update)"}.get(self.status,
                                                                                            self.status) + fp
 
@@ -212,7 +214,7 @@ def collect(spec: ExperimentSpec, points: list, output_dir: Path, base: dict | N
             run_dir = run_dir_of(output_dir, point, rep)
             if is_finished(run_dir):
                 recorded = fingerprint.recorded(run_dir) or ""
-                status = "done"
+                status = "unchecked"
                 if fingerprints is not None:
                     fp = fingerprints.of(spec.base_config, run_dir, launch_overrides(spec, point, base, rep))
                     status = "done" if fp is not None and fp.value == recorded else "stale"

@@ -20,12 +20,17 @@ AXIS_ALIASES = {
     "batch_size": "workload.batch_size",
     "straggler_slowdown": "workload.straggler_slowdown",
     "simulated_step_ms": "workload.simulated_step_ms",
+    "staleness_bound": "ps.staleness_bound",
+    "staleness_rule": "optimizer.staleness_rule",
 }
+STALENESS_RULES = ("none", "inverse")
 # Sections of the run config (docs/config.md) an override or axis may name.
 CONFIG_SECTIONS = ("cluster", "ps", "workload", "optimizer", "schedule", "collective")
-MODES = ("sync", "async", "allreduce")
+MODES = ("sync", "async", "ssp", "allreduce")
+# The output keys an experiment may set (they do not choose where a run writes).
+OUTPUT_KEYS_ALLOWED = ("output.resource_interval_ms",)
 TOP_KEYS = ("name", "description", "base_config", "repetitions", "vary_seed", "output_dir",
-            "timeout_s", "set", "axes", "when")
+            "timeout_s", "set", "axes", "when", "only_when")
 
 
 class SpecError(Exception):
@@ -57,6 +62,11 @@ class ExperimentSpec:
     # The command line's --set KEY=VALUE (also in overrides): applied last, after
     # the [when] tables (docs/experiments.md).
     command_line: dict = field(default_factory=dict)
+    # [only_when]: axis name -> {other axis name -> tuple of its values}: the axis
+    # applies only at points where every named axis has one of the listed values;
+    # elsewhere it is left out (the base config's value), e.g.
+    # {"ps.staleness_bound": {"mode": ("ssp",)}}
+    only_when: dict = field(default_factory=dict)
 
 
 def _fail(path: Path, key: str, what: str) -> SpecError:
@@ -83,8 +93,11 @@ def _config_key(path: Path, where: str, key: str) -> str:
     if key == "mode":
         return key
     section, _, rest = key.partition(".")
+    if key in OUTPUT_KEYS_ALLOWED:
+        return key
     if section == "output":
-        raise _fail(path, where, "output.* is set by the experiment tool (each point has its own run directory)")
+        raise _fail(path, where, "output.* is set by the experiment tool (each point has its own run directory); "
+                    "only " + ", ".join(OUTPUT_KEYS_ALLOWED) + " may be set")
     if section not in CONFIG_SECTIONS or not rest or "." in rest:
         hint = difflib.get_close_matches(section, CONFIG_SECTIONS, n=1)
         extra = f"; did you mean '{hint[0]}.{rest}'?" if hint and rest else ""
@@ -108,14 +121,19 @@ def _check_axis_values(path: Path, where: str, axis_name: str, values) -> tuple:
         if v in seen:
             raise _fail(path, where, f"value {v!r} is listed twice")
         seen.append(v)
-    numeric = {"workers": 1, "servers": 0, "batch_size": 1, "straggler_slowdown": 1, "simulated_step_ms": 0}
+    numeric = {"workers": 1, "servers": 0, "batch_size": 1, "straggler_slowdown": 1, "simulated_step_ms": 0,
+               "staleness_bound": 0}
     if axis_name == "mode":
         bad = [v for v in values if v not in MODES]
         if bad:
             raise _fail(path, where, f"expected modes among {', '.join(MODES)}, got {bad[0]!r}")
+    elif axis_name == "staleness_rule":
+        bad = [v for v in values if v not in STALENESS_RULES]
+        if bad:
+            raise _fail(path, where, f"expected rules among {', '.join(STALENESS_RULES)}, got {bad[0]!r}")
     elif axis_name in numeric:
         lo = numeric[axis_name]
-        integral = axis_name in ("workers", "servers", "batch_size")
+        integral = axis_name in ("workers", "servers", "batch_size", "staleness_bound")
         for v in values:
             ok_type = isinstance(v, int) if integral else isinstance(v, (int, float))
             if isinstance(v, bool) or not ok_type or not math.isfinite(v) or v < lo:
@@ -183,6 +201,53 @@ def _parse_when(path: Path, table, axes: list) -> dict:
     return out
 
 
+def _only_when_entries(table: dict, names: set, prefix: str = ""):
+    """(axis name, condition table) of [only_when], where the axis name may be
+    written quoted ("ps.staleness_bound" = {...}) or dotted (a nested table)."""
+    for key, value in table.items():
+        name = prefix + key
+        if name in names or not isinstance(value, dict) or not any(n.startswith(name + ".") for n in names):
+            yield name, value
+        else:
+            yield from _only_when_entries(value, names, name + ".")
+
+
+def _parse_only_when(path: Path, table, axes: list) -> dict:
+    if not isinstance(table, dict):
+        raise _fail(path, "only_when", f"expected a table AXIS = {{ OTHER_AXIS = [values] }}, got {_describe(table)}")
+    by_name = {a.name: a for a in axes}
+    out = {}
+    for name, conditions in _only_when_entries(table, set(by_name)):
+        where = f"only_when.{name}"
+        if name not in by_name:
+            raise _fail(path, where, "not an axis; expected one of " + ", ".join(by_name))
+        if not isinstance(conditions, dict) or not conditions:
+            raise _fail(path, where, "expected a table of the other axes' values where it applies, e.g. "
+                        f"{{ mode = [\"ssp\"] }}, got {_describe(conditions)}")
+        parsed = {}
+        for other, values in conditions.items():
+            at = f"{where}.{other}"
+            if other == name:
+                raise _fail(path, at, "an axis cannot depend on itself")
+            if other not in by_name:
+                raise _fail(path, at, "not an axis; expected one of " + ", ".join(n for n in by_name if n != name))
+            values = values if isinstance(values, list) else [values]
+            texts = [value_text(v) for v in by_name[other].values]
+            if not values:
+                raise _fail(path, at, "expected at least one value")
+            for v in values:
+                if not _is_scalar(v) or value_text(v) not in texts:
+                    raise _fail(path, at, f"{v!r} is not a value of axes.{other} ({', '.join(texts)})")
+            parsed[other] = tuple(value_text(v) for v in values)
+        out[name] = parsed
+    for name, conditions in out.items():
+        for other in conditions:
+            if other in out:
+                raise _fail(path, f"only_when.{name}.{other}",
+                            f"axes.{other} is itself limited by [only_when]; name an axis that always applies")
+    return out
+
+
 def _get(path: Path, doc: dict, key: str, kind, default, check=None, expected=""):
     value = doc.get(key, default)
     if isinstance(value, bool) and kind is not bool or not isinstance(value, kind):
@@ -230,6 +295,7 @@ def parse_spec(text: str, path: Path) -> ExperimentSpec:
         if axis.key in spec.overrides:
             raise _fail(path, f"axes.{axis.name}", f"{axis.key} is also in [set]; give it in one place")
     spec.when = _parse_when(path, doc.get("when", {}), spec.axes)
+    spec.only_when = _parse_only_when(path, doc.get("only_when", {}), spec.axes)
     return spec
 
 

@@ -20,6 +20,16 @@ COLUMNS = [
     ("efficiency", "scaling efficiency", 1.0, 2),
     ("staleness_mean", "mean staleness (updates)", 1.0, 2),
 ]
+# Shown (Markdown, HTML) only when some point runs mode "ssp"; always in the CSV.
+SSP_COLUMNS = [
+    ("staleness_max", "max staleness (updates)", 1.0, 0),
+    ("blocked_s_mean", "mean blocked time per worker (s)", 1.0, 2),
+    ("clock_gap_max", "clock gap max (steps)", 1.0, 0),
+]
+
+
+def _columns(results: list) -> list:
+    return COLUMNS + (SSP_COLUMNS if any(r.mode == "ssp" for r in results) else [])
 
 
 def compute_text(res) -> str:
@@ -62,12 +72,13 @@ def display_rows(results: list):
     """(header, rows) of the table as text cells, for Markdown and HTML; the
     point's label names its axis values (the CSV has a column per axis), the
     settings column what else this point sets ([when] tables)."""
-    header = ["point", "point's own settings", "compute", "runs ok", *(c[1] for c in COLUMNS), "runs used",
+    columns = _columns(results)
+    header = ["point", "point's own settings", "compute", "runs ok", *(c[1] for c in columns), "runs used",
               "status"]
     rows = []
     for res in results:
         rows.append([res.point.label, res.point.extra_text or "—", compute_text(res), _runs_text(res),
-                     *(_cell(_figure(res, c[0]), c[2], c[3]) for c in COLUMNS), used_text(res) or "—",
+                     *(_cell(_figure(res, c[0]), c[2], c[3]) for c in columns), used_text(res) or "—",
                      res.status])
     return header, rows
 
@@ -82,17 +93,19 @@ def markdown_table(results: list) -> str:
 
 def csv_table(results: list, axis_names: list) -> str:
     header = ["point_id", "label", *axis_names, "settings", "compute", "simulated", "runs_ok", "runs_total"]
-    for name, *_ in COLUMNS:
+    for name, *_ in COLUMNS + SSP_COLUMNS:
         header += [f"{name}_mean", f"{name}_min", f"{name}_max"]
     header += ["runs_used", "status"]
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(header)
     for res in results:
-        row = [res.point.id, res.point.label, *(format_value(res.point.values[a]) for a in axis_names),
+        # an axis left out of a point by [only_when] has an empty cell
+        row = [res.point.id, res.point.label,
+               *(format_value(res.point.values[a]) if a in res.point.values else "" for a in axis_names),
                res.point.extra_text, compute_text(res), "true" if compute_text(res) != "real" else "false",
                len(res.runs), len(res.runs) + len(res.failures) + res.missing]
-        for name, *_ in COLUMNS:
+        for name, *_ in COLUMNS + SSP_COLUMNS:
             s = _figure(res, name)
             row += ["", "", ""] if s is None else [f"{s.mean:.6g}", f"{s.lo:.6g}", f"{s.hi:.6g}"]
         row += [used_text(res), res.status]

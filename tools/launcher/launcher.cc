@@ -8,6 +8,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "common/errors.h"
 #include "common/job_clock.h"
@@ -56,11 +57,14 @@ std::string describe_exit(const ExitStatus& status) {
   std::string text = describe(status);
   if (!status.signaled && status.code == 2) text += " (aborted: a peer failed)";
   if (!status.signaled && status.code == 3) text += " (config error)";
+  if (!status.signaled && status.code == kExitDiverged) text += " (training diverged)";
   if (!status.signaled && status.code == 127) text += " (could not be executed)";
   return text;
 }
 
-bool failed_on_its_own(const NodeState& n) { return n.status && !n.status->ok() && !n.stopped_by_us; }
+bool failed_on_its_own(const NodeState& n) {
+  return n.status && !n.status->ok() && !n.stopped_by_us && !n.tolerated;
+}
 // Exit code 2: the node stopped because the scheduler aborted the job.
 bool aborted_by_peer(const ExitStatus& s) { return !s.signaled && s.code == 2; }
 
@@ -182,11 +186,16 @@ class Launch {
   // Waits for the scheduler to end the job, then for the rest to exit (at
   // most shutdown_timeout_s more); an exit code if something failed.
   std::optional<int> await_job_end() {
-    auto outcome = supervisor_.run_until(with_status([&] { return supervisor_.exited(0); }), deadline(), kRunTick);
+    Supervisor::Outcome outcome;
+    do {
+      outcome = supervisor_.run_until(with_status([&] { return supervisor_.exited(0); }), deadline(), kRunTick);
+    } while (tolerated_worker_failure(outcome));
     if (outcome.event != Supervisor::Event::kCondition) return abort_run(outcome, false);
     const auto limit = Clock::now() + to_ms(options_.shutdown_timeout_s);
-    outcome = supervisor_.run_until(with_status([&] { return supervisor_.all_exited(); }),
-                                    std::min(limit, deadline().value_or(limit)), kRunTick);
+    do {
+      outcome = supervisor_.run_until(with_status([&] { return supervisor_.all_exited(); }),
+                                      std::min(limit, deadline().value_or(limit)), kRunTick);
+    } while (tolerated_worker_failure(outcome));
     const bool overall_timeout = deadline() && Clock::now() >= *deadline();
     if (outcome.event == Supervisor::Event::kDeadline && !overall_timeout) {
       say("the scheduler ended the job, but these did not exit within --shutdown-timeout-s " +
@@ -195,6 +204,19 @@ class Launch {
     }
     if (outcome.event != Supervisor::Event::kCondition) return abort_run(outcome, false);
     return std::nullopt;
+  }
+
+  // cluster.on_worker_failure = "continue": a worker that fails is one the
+  // scheduler drops and the job goes on without; say so and keep waiting.
+  bool tolerated_worker_failure(const Supervisor::Outcome& outcome) {
+    if (outcome.event != Supervisor::Event::kFailure) return false;
+    if (plan_.config.cluster.on_worker_failure != "continue") return false;
+    const NodeState& n = supervisor_.states().at(outcome.node);
+    if (n.spec.name.rfind("worker ", 0) != 0) return false;
+    supervisor_.tolerate(outcome.node);
+    say(n.spec.name + " " + describe_exit(*n.status) +
+        ": the job goes on without it (cluster.on_worker_failure = \"continue\")");
+    return true;
   }
 
   void start(const NodeSpec& spec) {
@@ -250,6 +272,22 @@ class Launch {
     supervisor_.stop_all(to_ms(options_.grace_s));
     const std::vector<NodeState> nodes = supervisor_.states();
     const NodeState* cause = root_cause(nodes);
+    // Only "aborted" exits: the culprit is in the scheduler's reason (a node
+    // that went silent, e.g. stopped or cut off, exits last or never).
+    if (aborted_by_peer(*cause->status)) {
+      if (const std::optional<std::string> why = scheduler_abort_reason(nodes)) {
+        say("the scheduler aborted the job: " + *why);
+      }
+    }
+    if (!cause->status->signaled && cause->status->code == kExitDiverged) {
+      for (const std::string& line : cause->stderr_tail) {  // the worker's one line is the headline
+        const auto at = line.find("training diverged");
+        if (at == std::string::npos) continue;
+        const auto start = line.rfind("worker ", at);
+        say(line.substr(start == std::string::npos ? at : start));
+        break;
+      }
+    }
     say(cause->spec.name + " " + describe_exit(*cause->status));
     if (!cause->stderr_tail.empty()) say("last lines of " + cause->spec.name + "'s stderr:");
     for (const std::string& line : cause->stderr_tail) say("  " + line);
@@ -259,7 +297,21 @@ class Launch {
       }
     }
     say("stopped the other processes; run failed; logs in " + (plan_.run_dir / "logs").string());
-    return kExitFailed;
+    const bool diverged = !cause->status->signaled && cause->status->code == kExitDiverged;
+    return diverged ? kExitDiverged : kExitFailed;
+  }
+
+  // The scheduler's "aborting the job: <reason>" line, from its stderr tail or log.
+  std::optional<std::string> scheduler_abort_reason(const std::vector<NodeState>& nodes) const {
+    static constexpr std::string_view kMark = "aborting the job: ";
+    for (const NodeState& n : nodes) {
+      if (n.spec.name != "scheduler") continue;
+      for (auto it = n.stderr_tail.rbegin(); it != n.stderr_tail.rend(); ++it) {
+        const auto at = it->find(kMark);
+        if (at != std::string::npos) return it->substr(at + kMark.size());
+      }
+    }
+    return std::nullopt;
   }
 
   bool real_failure_seen() const {

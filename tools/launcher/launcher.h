@@ -9,6 +9,7 @@
 
 #include <optional>
 
+#include "common/errors.h"
 #include "tools/launcher/launch_plan.h"
 
 namespace pstrain::launcher {
@@ -25,12 +26,12 @@ struct LaunchOptions {
                                     // a terminal (on one: redrawn in place); 0 = no status
 };
 
-// Exit codes of run_launch() and of the launch program.
-inline constexpr int kExitOk = 0;
-inline constexpr int kExitFailed = 1;  // a node failed, a timeout, or the summary failed
-inline constexpr int kExitConfig = 3;  // config or usage error, or the run directory is in use
-                                       // by a live launch: nothing was started or changed
-// Stopped by signal N (SIGINT, SIGTERM): 128 + N.
+// Exit codes of run_launch() and of the launch program (common/errors.h):
+// kExitOk; kExitFailed (a node failed, a timeout, or the summary failed);
+// kExitConfig (config or usage error, or the run directory in use by a live
+// launch: nothing was started or changed); kExitDiverged
+// (a worker's training diverged: its line is the headline); stopped by
+// signal N (SIGINT, SIGTERM): 128 + N.
 
 int run_launch(const LaunchOptions& options);
 

@@ -168,11 +168,13 @@ std::optional<std::size_t> Supervisor::first_failure() const {
   std::optional<std::size_t> first;
   for (std::size_t i = 0; i < nodes_.size(); ++i) {
     const NodeState& s = nodes_[i]->state;
-    if (!s.status || s.status->ok() || s.stopped_by_us) continue;
+    if (!s.status || s.status->ok() || s.stopped_by_us || s.tolerated) continue;
     if (!first || s.exit_order < nodes_[*first]->state.exit_order) first = i;
   }
   return first;
 }
+
+void Supervisor::tolerate(std::size_t index) { nodes_.at(index)->state.tolerated = true; }
 
 Supervisor::Outcome Supervisor::run_until(const std::function<bool()>& condition,
                                           std::optional<Clock::time_point> deadline,

@@ -43,6 +43,7 @@ struct NodeState {
   std::optional<ExitStatus> status;  // set once reaped
   int exit_order = -1;               // 0 for the first node reaped, 1 next, ...
   bool stopped_by_us = false;        // signalled by stop_all() before it exited
+  bool tolerated = false;            // its failure is one the job goes on without (tolerate())
   std::deque<std::string> stderr_tail;
 };
 
@@ -72,6 +73,10 @@ class Supervisor {
 
   // Opens the node's log (truncating it) and starts it; returns its index.
   std::size_t start(const NodeSpec& spec);
+
+  // The failure of node `index` does not end run_until() any more (a worker
+  // the job's failure policy goes on without).
+  void tolerate(std::size_t index);
 
   // Pumps output and reaps exits until SIGINT/SIGTERM arrives, a node fails
   // (unless `stop_on_failure` is false), `condition()` holds (checked after

@@ -115,14 +115,23 @@ std::filesystem::path server_metrics_path(const std::filesystem::path& run_dir, 
   return run_dir / "metrics" / ("server-" + std::to_string(rank) + ".json");
 }
 
-WorkerMetrics read_worker_metrics(const std::filesystem::path& file, int rank) {
+WorkerMetrics read_worker_metrics(const std::filesystem::path& file, int rank, bool may_be_cut) {
   std::ifstream in = open_or_throw(file);
   WorkerMetrics m;
   m.rank = rank;
   std::string line;
   for (int line_no = 1; std::getline(in, line); ++line_no) {
     if (line.empty()) continue;
+    const bool last_unterminated = in.eof();  // getline hit the end without a newline
     const std::string where = file.string() + ":" + std::to_string(line_no);
+    if (may_be_cut && last_unterminated) {
+      try {
+        add_record(m, Fields(parse_json(line, where), where));
+      } catch (const DataError&) {
+        // the process was killed while writing this record: it never happened
+      }
+      continue;
+    }
     const JsonValue record = parse_json(line, where);
     add_record(m, Fields(record, where));
   }
@@ -164,12 +173,15 @@ ServerMetrics read_server_metrics(const std::filesystem::path& file, int rank) {
   return m;
 }
 
-RunMetrics read_run_metrics(const std::filesystem::path& run_dir, int num_workers, int num_servers) {
+RunMetrics read_run_metrics(const std::filesystem::path& run_dir, int num_workers, int num_servers,
+                            bool workers_may_be_lost) {
   RunMetrics run;
   for (int w = 0; w < num_workers; ++w) {
     const std::filesystem::path file = worker_metrics_path(run_dir, w);
-    run.workers.push_back(read_worker_metrics(file, w));
-    if (!run.workers.back().end) throw DataError(file.string() + ": no \"end\" record (did worker " + std::to_string(w) + " finish?)");
+    run.workers.push_back(read_worker_metrics(file, w, workers_may_be_lost));
+    if (!run.workers.back().end && !workers_may_be_lost) {
+      throw DataError(file.string() + ": no \"end\" record (did worker " + std::to_string(w) + " finish?)");
+    }
   }
   for (int s = 0; s < num_servers; ++s) run.servers.push_back(read_server_metrics(server_metrics_path(run_dir, s), s));
   return run;

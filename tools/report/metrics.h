@@ -80,12 +80,16 @@ struct RunMetrics {
 };
 
 // Reads one worker's file. At most one "end" record, and it must be last.
-WorkerMetrics read_worker_metrics(const std::filesystem::path& file, int rank);
+// `may_be_cut`: the worker may have been killed while writing its last
+// line; an unterminated last line that does not parse is left out.
+WorkerMetrics read_worker_metrics(const std::filesystem::path& file, int rank, bool may_be_cut = false);
 // Reads one server's file; its "rank" must equal `rank`.
 ServerMetrics read_server_metrics(const std::filesystem::path& file, int rank);
 // Reads metrics/worker-0..W-1.jsonl and metrics/server-0..S-1.json; a
-// missing file is a DataError naming it. Every worker must have its "end".
-RunMetrics read_run_metrics(const std::filesystem::path& run_dir, int num_workers, int num_servers);
+// missing file is a DataError naming it. Every worker must have its "end",
+// unless `workers_may_be_lost` (cluster.on_worker_failure = "continue").
+RunMetrics read_run_metrics(const std::filesystem::path& run_dir, int num_workers, int num_servers,
+                            bool workers_may_be_lost = false);
 
 std::filesystem::path worker_metrics_path(const std::filesystem::path& run_dir, int rank);
 std::filesystem::path server_metrics_path(const std::filesystem::path& run_dir, int rank);

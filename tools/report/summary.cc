@@ -20,6 +20,22 @@ constexpr std::array<Threshold, 3> kThresholds{{{"0.80", 0.80}, {"0.85", 0.85}, 
 // 0.799999999; a test set would need 10^8 samples for this to matter.
 constexpr double kAccuracySlack = 1e-8;
 
+// A worker the job went on without (no "end" record): what its step records say.
+WorkerSummary dropped_worker_summary(const WorkerMetrics& w) {
+  WorkerSummary s;
+  s.rank = w.rank;
+  s.dropped = true;
+  for (const StepRecord& r : w.steps) {
+    s.time_s = r.time_s;
+    s.images += r.batch;
+    s.compute_s += r.compute_ms / 1e3;
+    s.pull_s += r.pull_ms / 1e3;
+    s.push_s += r.push_ms / 1e3;
+  }
+  s.images_per_s = s.time_s > 0 ? static_cast<double>(s.images) / s.time_s : std::numeric_limits<double>::quiet_NaN();
+  return s;
+}
+
 WorkerSummary worker_summary(const WorkerMetrics& w) {
   if (!w.end) throw DataError("worker " + std::to_string(w.rank) + " has no \"end\" record");
   const EndRecord& e = *w.end;
@@ -79,7 +95,14 @@ std::string worker_json(const WorkerSummary& w) {
   return "{\"rank\": " + std::to_string(w.rank) + ", \"time_s\": " + json_number(w.time_s) +
          ", \"images\": " + json_number(w.images) + ", \"compute_s\": " + json_number(w.compute_s) +
          ", \"pull_s\": " + json_number(w.pull_s) + ", \"push_s\": " + json_number(w.push_s) +
-         ", \"blocked_s\": " + json_number(w.blocked_s) + ", \"images_per_s\": " + json_number(w.images_per_s) + "}";
+         ", \"blocked_s\": " + json_number(w.blocked_s) + ", \"images_per_s\": " + json_number(w.images_per_s) +
+         ", \"dropped\": " + (w.dropped ? "true" : "false") + "}";
+}
+
+std::string int_list_json(const std::vector<int>& values) {
+  std::string out = "[";
+  for (const int v : values) out += (out.size() > 1 ? ", " : "") + std::to_string(v);
+  return out + "]";
 }
 
 std::string ssp_json(const std::optional<SspSummary>& ssp) {
@@ -101,6 +124,18 @@ std::string staleness_json(const std::optional<StalenessSummary>& st) {
   return "{\"mean\": " + json_number(st->mean) + ", \"max\": " + max + ", \"histogram\": " + hist + "}";
 }
 
+std::string resources_json(const RunSummary& s) {
+  std::string items;
+  for (const ResourceSummary& r : s.resources) items += (items.empty() ? "\n    " : ",\n    ") + resource_summary_json(r);
+  return "[" + items + (items.empty() ? "]" : "\n  ]");
+}
+
+std::string warnings_json(const RunSummary& s) {
+  std::string items;
+  for (const std::string& w : s.warnings) items += (items.empty() ? "" : ", ") + json_quote(w);
+  return "[" + items + "]";
+}
+
 }  // namespace
 
 RunSummary summarize(const RunConfig& config, const RunMetrics& metrics) {
@@ -111,7 +146,14 @@ RunSummary summarize(const RunConfig& config, const RunMetrics& metrics) {
   s.model = config.workload.model;
   s.dataset = config.workload.dataset;
   std::int64_t images = 0;
+  const bool go_on = config.cluster.on_worker_failure == "continue";
   for (const WorkerMetrics& w : metrics.workers) {
+    if (!w.end && go_on) {
+      s.per_worker.push_back(dropped_worker_summary(w));
+      s.dropped_workers.push_back(w.rank);
+      images += s.per_worker.back().images;
+      continue;
+    }
     s.per_worker.push_back(worker_summary(w));
     s.wall_time_s = std::max(s.wall_time_s, s.per_worker.back().time_s);
     images += s.per_worker.back().images;
@@ -120,6 +162,7 @@ RunSummary summarize(const RunConfig& config, const RunMetrics& metrics) {
                                             : std::numeric_limits<double>::quiet_NaN();
   add_evaluations(s, metrics.workers.empty() ? std::vector<EvalRecord>{} : metrics.workers.front().evals);
   if (config.mode == Mode::kAsync || config.mode == Mode::kSsp) s.staleness = staleness_summary(metrics.servers);
+  for (const ServerMetrics& server : metrics.servers) s.partial_updates += server.partial_updates;
   if (config.mode == Mode::kSsp) {
     SspSummary ssp;
     ssp.staleness_bound = config.ps.staleness_bound;
@@ -142,14 +185,20 @@ std::string summary_json(const RunSummary& s) {
          ",\n  \"time_to_accuracy\": " + time_to_accuracy_json(s) +
          ",\n  \"global_images_per_s\": " + json_number(s.global_images_per_s) + ",\n  \"per_worker\": [" + workers +
          (workers.empty() ? "]" : "\n  ]") + ",\n  \"staleness\": " + staleness_json(s.staleness) +
-         ",\n  \"ssp\": " + ssp_json(s.ssp) + "\n}\n";
+         ",\n  \"ssp\": " + ssp_json(s.ssp) + ",\n  \"dropped_workers\": " + int_list_json(s.dropped_workers) +
+         ",\n  \"partial_updates\": " + std::to_string(s.partial_updates) + ",\n  \"resources\": " + resources_json(s) +
+         ",\n  \"warnings\": " + warnings_json(s) + "\n}\n";
 }
 
 RunSummary write_run_summary(const std::filesystem::path& run_dir) {
   const RunConfig config = load_config((run_dir / "config.toml").string());
   const int servers = config.mode == Mode::kAllreduce ? 0 : config.cluster.num_servers;
-  const RunMetrics metrics = read_run_metrics(run_dir, config.cluster.num_workers, servers);
-  const RunSummary s = summarize(config, metrics);
+  const RunMetrics metrics = read_run_metrics(run_dir, config.cluster.num_workers, servers,
+                                              config.cluster.on_worker_failure == "continue");
+  RunSummary s = summarize(config, metrics);
+  for (const ResourceSeries& series : read_run_resources(run_dir, s.warnings)) {
+    s.resources.push_back(summarize_resources(series));
+  }
   write_text_file_atomic(run_dir / "summary.json", summary_json(s));
   write_text_file_atomic(run_dir / "summary.md", summary_markdown(s, run_dir.string()));
   return s;

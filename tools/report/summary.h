@@ -12,6 +12,9 @@
 //   ssp                  ssp only: the bound, the largest clock gap any
 //                        server saw at an answered pull, and the mean time
 //                        workers' pulls were held by the bound
+//   resources            per process with a resources CSV: CPU, RSS, bytes
+//                        and GPU means and peaks (tools/report/resources.h)
+//   warnings             what was left out and why (e.g. a malformed resources CSV)
 #pragma once
 
 #include <cstdint>
@@ -23,6 +26,7 @@
 
 #include "common/config.h"
 #include "tools/report/metrics.h"
+#include "tools/report/resources.h"
 
 namespace pstrain::report {
 
@@ -35,6 +39,7 @@ struct WorkerSummary {
   double push_s = 0;
   double blocked_s = 0;
   double images_per_s = 0;
+  bool dropped = false;  // no "end" record: lost, and dropped under on_worker_failure "continue"
 };
 
 struct AccuracyTime {
@@ -67,6 +72,10 @@ struct RunSummary {
   std::vector<WorkerSummary> per_worker;
   std::optional<StalenessSummary> staleness;  // async and ssp
   std::optional<SspSummary> ssp;              // ssp only
+  std::vector<int> dropped_workers;           // on_worker_failure "continue": workers the job went on without
+  std::int64_t partial_updates = 0;           // sync: chunk updates made without a dropped worker
+  std::vector<ResourceSummary> resources;     // empty: resource sampling off
+  std::vector<std::string> warnings;
 };
 
 RunSummary summarize(const RunConfig& config, const RunMetrics& metrics);
@@ -74,12 +83,14 @@ RunSummary summarize(const RunConfig& config, const RunMetrics& metrics);
 // summary.json: an object with the keys above, in that order; empty
 // optionals are null.
 std::string summary_json(const RunSummary& summary);
-// summary.md: a headline table, time-to-accuracy, staleness (async) and a
-// per-worker table; units in the column headers.
+// summary.md: a headline table, time-to-accuracy, staleness (async), a
+// per-worker table, resource use and warnings (when there are any); units
+// in the column headers.
 std::string summary_markdown(const RunSummary& summary, const std::string& run_dir);
 
 // Reads <run_dir>/config.toml and the metrics, writes summary.json and
-// summary.md there, and returns the summary. Throws DataError/ConfigError.
+// summary.md there, and returns the summary. Throws DataError/ConfigError
+// (resource CSVs that cannot be used only add warnings).
 RunSummary write_run_summary(const std::filesystem::path& run_dir);
 
 }  // namespace pstrain::report

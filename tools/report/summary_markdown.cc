@@ -77,18 +77,69 @@ std::string per_worker(const RunSummary& s) {
                rows);
 }
 
+std::optional<double> mib(const std::optional<double>& bytes) {
+  if (!bytes) return std::nullopt;
+  return *bytes / (1024.0 * 1024.0);
+}
+
+std::string resources(const RunSummary& s) {
+  bool gpu = false, collective = false;
+  for (const ResourceSummary& r : s.resources) {
+    gpu = gpu || r.has_gpu();
+    collective = collective || r.collective_bytes.has_value();
+  }
+  std::vector<std::string> header{"process", "samples", "CPU mean (%)", "CPU peak (%)", "peak RSS (MiB)",
+                                  "sent (MiB)", "received (MiB)", "send rate (MiB/s)", "receive rate (MiB/s)"};
+  if (collective) header.push_back("allreduced (MiB)");
+  if (gpu) {
+    for (const char* h : {"GPU util mean (%)", "GPU util peak (%)", "GPU peak memory (MiB)", "GPU power mean (W)"}) {
+      header.push_back(h);
+    }
+  }
+  std::vector<std::vector<std::string>> rows;
+  for (const ResourceSummary& r : s.resources) {
+    std::vector<std::string> cells{r.role + " " + std::to_string(r.rank), std::to_string(r.samples),
+                                   fixed(r.cpu_percent_mean, 1), fixed(r.cpu_percent_peak, 1),
+                                   fixed(mib(r.rss_peak_bytes), 1), fixed(mib(r.bytes_sent), 2),
+                                   fixed(mib(r.bytes_received), 2), fixed(mib(r.send_bytes_per_s), 2),
+                                   fixed(mib(r.receive_bytes_per_s), 2)};
+    if (collective) cells.push_back(fixed(mib(r.collective_bytes), 2));
+    if (gpu) {
+      for (const std::string& c : {fixed(r.gpu_util_percent_mean, 1), fixed(r.gpu_util_percent_peak, 1),
+                                   fixed(mib(r.gpu_mem_used_peak_bytes), 0), fixed(r.gpu_power_w_mean, 1)}) {
+        cells.push_back(c);
+      }
+    }
+    rows.push_back(std::move(cells));
+  }
+  return table(header, rows);
+}
+
 }  // namespace
 
 std::string summary_markdown(const RunSummary& s, const std::string& run_dir) {
   std::string out = "# Run summary: " + run_dir + "\n\n" + headline(s) + "\n" + time_to_accuracy(s);
   if (s.staleness) out += "\n## Staleness\n\n" + staleness(*s.staleness);
+  if (!s.dropped_workers.empty()) {
+    std::string ranks;
+    for (const int r : s.dropped_workers) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+    out += "\n## Failures\n\nWorkers dropped (cluster.on_worker_failure = \"continue\"): " + ranks +
+           "; the job went on without them. Sync chunk updates made without them: " +
+           std::to_string(s.partial_updates) + ".\n";
+  }
   if (s.ssp) {
     out += "\n## Bounded staleness (ssp)\n\n" +
            table({"bound (steps)", "largest clock gap at a pull (steps)", "mean time blocked by the bound (s)"},
                  {{std::to_string(s.ssp->staleness_bound), std::to_string(s.ssp->clock_gap_max),
                    fixed(s.ssp->blocked_s_mean, 2)}});
   }
-  return out + "\n## Per worker\n\n" + per_worker(s);
+  out += "\n## Per worker\n\n" + per_worker(s);
+  if (!s.resources.empty()) out += "\n## Resource use\n\n" + resources(s);
+  if (!s.warnings.empty()) {
+    out += "\n## Warnings\n\n";
+    for (const std::string& w : s.warnings) out += "- " + w + "\n";
+  }
+  return out;
 }
 
 }  // namespace pstrain::report

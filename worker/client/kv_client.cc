@@ -21,6 +21,7 @@ KVClient::KVClient(zmq::context_t& ctx, const ShardMap& map, const std::vector<s
   for (const std::string& ep : server_endpoints) {
     sockets_.push_back(make_socket(ctx, zmq::socket_type::dealer,
                                    SocketOptions{options.max_message_bytes, milliseconds(2000)}));
+    if (!options.token.empty()) sockets_.back().set(zmq::sockopt::routing_id, "w" + options.token);
     connect_socket(sockets_.back(), ep);
   }
   trace_chunks_ = options.trace != nullptr && options.trace->enabled(TraceLevel::kAll);
@@ -77,7 +78,7 @@ KVClient::Ticket KVClient::start(MsgType type, std::span<const float> src, float
     h.lr = lr;
     const auto offset = static_cast<std::size_t>(c.offset), count = static_cast<std::size_t>(c.num_elems);
     Payload payload = type == MsgType::kPull ? Payload() : Payload::floats(src.subspan(offset, count));
-    send_message(sockets_[static_cast<std::size_t>(c.server)], nullptr, h, std::move(payload));
+    send_message(sockets_[static_cast<std::size_t>(c.server)], nullptr, h, std::move(payload), options_.traffic);
     const MsgType expect = type == MsgType::kPush   ? MsgType::kPushReply
                            : type == MsgType::kPull ? MsgType::kPullReply
                                                     : MsgType::kInitReply;
@@ -106,7 +107,14 @@ TicketResult KVClient::wait(Ticket ticket) {
     for (std::size_t s = 0; s < sockets_.size(); ++s) {
       if (items[s].revents & ZMQ_POLLIN) receive_from(s);
     }
-    if (scheduler_ != nullptr && (items.back().revents & ZMQ_POLLIN)) scheduler_->handle_incoming();
+    if (scheduler_ != nullptr && (items.back().revents & ZMQ_POLLIN) && scheduler_->handle_incoming()) {
+      // The job ended while this worker waited for the servers: waiting on is pointless.
+      throw AbortedError("worker " + std::to_string(options_.worker_rank) +
+                         ": the scheduler shut the job down while this worker waited for " +
+                         std::to_string(tickets_[ticket].outstanding) + " replies from the servers");
+    }
+    // After reading what was queued: silent means silent since the last message.
+    if (scheduler_ != nullptr && !(items.back().revents & ZMQ_POLLIN)) scheduler_->check_scheduler_alive();
   }
   TicketState state = std::move(tickets_[ticket]);
   tickets_.erase(ticket);
@@ -118,7 +126,8 @@ TicketResult KVClient::wait(Ticket ticket) {
 void KVClient::receive_from(std::size_t server) {
   // Drain everything that is ready on this socket.
   while (true) {
-    auto env = receive_message(sockets_[server], false, milliseconds(0), DecodeLimits{options_.max_message_bytes});
+    auto env = receive_message(sockets_[server], false, milliseconds(0), DecodeLimits{options_.max_message_bytes},
+                               nullptr, options_.traffic);
     if (!env) return;
     complete(env->message, server);
   }

@@ -8,8 +8,8 @@
 // handed to push()/init() are sent zero-copy: keep them alive and unchanged,
 // and the buffer given to pull() untouched, until wait() returns for that
 // ticket. An error reply from a server makes wait() throw TransportError with
-// the server's text; an abort from the scheduler (when a SchedulerClient is
-// attached) makes it throw AbortedError; no reply within timeout_ms throws
+// the server's text; an abort or a shutdown from the scheduler (when a
+// SchedulerClient is attached) makes it throw AbortedError; no reply within timeout_ms throws
 // TimeoutError naming the request. Not thread-safe: one thread owns it.
 #pragma once
 
@@ -26,14 +26,19 @@
 #include "common/protocol.h"
 #include "common/scheduler_client.h"
 #include "common/shard_map.h"
+#include "common/traffic_counters.h"
 #include "common/trace.h"
 
 namespace pstrain {
 
 struct KVClientOptions {
   int worker_rank = 0;
+  // The worker's session token (RegisterReply::token): each connection to a
+  // server names itself "w" + token, which binds its requests to this rank.
+  std::string token;
   std::chrono::milliseconds timeout{120000};
   std::int64_t max_message_bytes = std::int64_t{1} << 30;
+  TrafficCounters* traffic = nullptr;  // the node's byte counters (may be null; must outlive the client)
   // Level "all": one span per chunk request on a track per server ("push" /
   // "pull" / "init", chunk, server, bytes, latency_us); null = none.
   TraceRecorder* trace = nullptr;

@@ -7,7 +7,7 @@
 namespace pstrain {
 
 WorkerSession::WorkerSession(zmq::context_t& ctx, const WorkerSessionOptions& options, const ParamLayout& layout)
-    : scheduler_(ctx, options.scheduler_endpoint, Role::kWorker, options.cluster) {
+    : scheduler_(ctx, options.scheduler_endpoint, Role::kWorker, options.cluster, options.traffic) {
   RegisterRequest req;
   req.requested_rank = options.requested_rank;
   req.host = this_host();
@@ -21,8 +21,10 @@ WorkerSession::WorkerSession(zmq::context_t& ctx, const WorkerSessionOptions& op
     map_ = ShardMap(info.layout, info.num_servers, options.partition_bytes);
     KVClientOptions kv_options;
     kv_options.worker_rank = info.rank;
+    kv_options.token = info.token;
     kv_options.timeout = std::chrono::milliseconds(options.cluster.timeout_ms);
     kv_options.max_message_bytes = options.cluster.max_message_bytes;
+    kv_options.traffic = options.traffic;
     kv_options.trace = options.trace;
     kv_ = std::make_unique<KVClient>(ctx, map_, info.server_endpoints, kv_options, &scheduler_);
   }
@@ -32,6 +34,9 @@ void WorkerSession::run_reporting_failure(const std::function<void()>& body) {
   try {
     body();
   } catch (const AbortedError&) {
+    throw;
+  } catch (const DivergedError& e) {
+    report_failure(e.what());  // already names the worker
     throw;
   } catch (const std::exception& e) {
     report_failure("worker " + std::to_string(rank()) + ": " + e.what());

@@ -25,6 +25,7 @@ struct WorkerSessionOptions {
   std::int64_t partition_bytes = std::int64_t{1} << 20;
   int requested_rank = -1;
   std::string job_fingerprint;
+  TrafficCounters* traffic = nullptr;  // the node's byte counters (may be null; must outlive the session)
   TraceRecorder* trace = nullptr;  // the worker's timeline (per-chunk spans in the KV client); null = none
 };
 

@@ -6,6 +6,8 @@
 #include "common/errors.h"
 #include "common/job_fingerprint.h"
 #include "common/node_cli.h"
+#include "common/resource_sampler.h"
+#include "worker/collective/counting_collective.h"
 #include "worker/collective/collective_factory.h"
 #include "worker/collective/gpu_assignment.h"
 #include "worker/collective/scheduler_store.h"
@@ -75,9 +77,13 @@ int run_allreduce_node(const RunConfig& config, int requested_rank) {
   options.requested_rank = rank;
   options.job_fingerprint = job_fingerprint(config.mode, config.ps.partition_bytes, 0, workers) +
                             " collective=" + backend_name;
+  TrafficCounters traffic;
+  options.traffic = &traffic;
   WorkerSession session(ctx, options, workload.model->layout());
   log.set_name("worker " + std::to_string(session.rank()));
   trace.set_process("worker", session.rank());
+  const auto sampler = start_resource_sampler(config.output, "worker", session.rank(), &traffic, log,
+                                              cuda_device_index(backend), true);
   session.run_reporting_failure([&] {
     SchedulerStore store(session.scheduler());
     CollectiveOptions co;
@@ -87,7 +93,8 @@ int run_allreduce_node(const RunConfig& config, int requested_rank) {
     co.host = collective_host(config.cluster, session.rank());
     co.cuda_device = backend.is_cuda() ? cuda_index(device) : 0;
     co.trace = &trace;
-    std::unique_ptr<Collective> collective = make_collective(backend_name, co, store);
+    std::unique_ptr<Collective> collective =
+        std::make_unique<CountingCollective>(make_collective(backend_name, co, store), traffic);
     MetricsWriter metrics(config.output.run_dir, "worker-" + std::to_string(session.rank()) + ".jsonl");
     const TrainResult r = run_allreduce_worker(config, session, workload, *collective, metrics, log, &trace);
     collective.reset();

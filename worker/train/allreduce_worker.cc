@@ -10,6 +10,7 @@
 
 #include "common/errors.h"
 #include "worker/collective/gradient_buckets.h"
+#include "worker/train/divergence.h"
 #include "worker/nn/device_buffer.h"
 #include "worker/nn/device_optimizer.h"
 #include "worker/train/checkpoint.h"
@@ -170,12 +171,24 @@ double train_step(Loop& L, std::span<const std::int64_t> batch, std::int64_t ste
   GradientBuckets buckets(L.collective, staged(L) ? L.staging.data() : model.device_grads(), model.num_params(),
                           L.config.collective.bucket_bytes);
   const nn::StepStats s = compute_and_start(L, batch, buckets);
+  if (!simulated && !std::isfinite(s.loss)) {
+    wait_collective(L);  // every worker's loss is its own: finish this step's collective before leaving it
+    throw_diverged(L.session.rank(), step, lr, "loss " + std::to_string(s.loss));
+  }
   const auto t1 = Clock::now();
 
   {
     TraceSpan wait_span(L.trace, TraceLevel::kSteps, "allreduce wait", "worker");
     wait_span.arg("buckets", buckets.buckets_started());
     wait_collective(L);
+    // The averaged gradients are the same on every worker: all stop together
+    // (checked where they are on the host; on a GPU without staging, the next
+    // loss and the final weights are checked instead).
+    const float* host_grads = staged(L) ? L.staging.data() : model.backend().is_cuda() ? nullptr : model.device_grads();
+    if (host_grads != nullptr &&
+        !all_finite(std::span<const float>(host_grads, static_cast<std::size_t>(model.num_params())))) {
+      throw_diverged(L.session.rank(), step, lr, "non-finite averaged gradient");
+    }
     if (staged(L)) model.backend().copy_from_host(model.device_grads(), L.staging.data(), L.staging.size() * sizeof(float));
   }
   const auto t2 = Clock::now();

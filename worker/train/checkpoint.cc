@@ -1,5 +1,7 @@
 #include "worker/train/checkpoint.h"
 
+#include <cmath>
+
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
@@ -23,6 +25,13 @@ std::string weights_path(const std::string& run_dir) { return run_dir + "/weight
 
 void write_final_weights(const std::string& run_dir, std::span<const float> params) {
   if (run_dir.empty()) return;
+  std::size_t bad = 0;
+  for (const float x : params) bad += std::isfinite(x) ? 0 : 1;
+  if (bad > 0) {
+    throw DivergedError("the final weights have " + std::to_string(bad) + " non-finite values of " +
+                        std::to_string(params.size()) + ": training diverged; not written to " + weights_path(run_dir) +
+                        " (lower optimizer.lr, or lengthen schedule.warmup_epochs)");
+  }
   make_directories(run_dir);
   const std::string path = weights_path(run_dir);
   const std::string tmp = path + ".tmp";

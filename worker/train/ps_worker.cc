@@ -1,5 +1,9 @@
 #include "worker/train/ps_worker.h"
 
+#include <cmath>
+
+#include "worker/train/divergence.h"
+
 #include <algorithm>
 #include <chrono>
 #include <functional>
@@ -56,8 +60,10 @@ void pull_weights(Loop& L, std::int64_t step) {
 void push_range(Loop& L, std::int64_t offset, std::int64_t count, std::int64_t step, double lr,
                 std::vector<KVClient::Ticket>& tickets, std::vector<bool>& pushed) {
   if (!L.simulated) {
-    L.model.get_grads(offset, std::span<float>(L.grads).subspan(static_cast<std::size_t>(offset),
-                                                               static_cast<std::size_t>(count)));
+    const auto span = std::span<float>(L.grads).subspan(static_cast<std::size_t>(offset), static_cast<std::size_t>(count));
+    L.model.get_grads(offset, span);
+    // Nothing non-finite leaves this worker: the servers' own check is for bad peers.
+    if (!all_finite(span)) throw_diverged(L.session.rank(), step, lr, "non-finite gradient");
   }
   std::vector<std::int64_t> keys = L.session.shard_map().chunks_within(offset, offset + count);
   std::erase_if(keys, [&](std::int64_t k) { return pushed[static_cast<std::size_t>(k)]; });
@@ -132,6 +138,7 @@ double train_step(Loop& L, std::span<const std::int64_t> batch, std::int64_t ste
   write_step_record(L.metrics, StepRecord{step, epoch, n, L.simulated ? nullptr : &s, seconds_between(t0, t3),
                                           L.last_compute_s, seconds_between(t0, t1), seconds_between(t2, t3), lr,
                                           staleness});
+  if (!L.simulated && !std::isfinite(s.loss)) throw_diverged(L.session.rank(), step, lr, "loss " + std::to_string(s.loss));
   return L.simulated ? std::numeric_limits<double>::quiet_NaN() : s.loss;
 }
 

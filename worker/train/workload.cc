@@ -73,4 +73,13 @@ EvalResult evaluate(nn::Model& model, const data::Dataset& set) {
   return EvalResult{loss_sum / n, static_cast<double>(correct) / n};
 }
 
+int cuda_device_index(const nn::Backend& backend) {
+  if (!backend.is_cuda()) return -1;
+  const std::string name = backend.name();
+  if (name.rfind("cuda:", 0) != 0) return 0;
+  int index = 0;
+  for (std::size_t i = 5; i < name.size() && name[i] >= '0' && name[i] <= '9'; ++i) index = index * 10 + (name[i] - '0');
+  return index;
+}
+
 }  // namespace pstrain

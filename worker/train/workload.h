@@ -27,6 +27,10 @@ struct Workload {
 // loaded: the datasets carry only their shape and size.
 Workload make_workload(const RunConfig& config, int max_batch, Logger& log, int threads = 0);
 
+// The CUDA device `backend` computes on (its name starts "cuda:N"), -1 for
+// any other backend: the GPU a worker's resource sampler reads through NVML.
+int cuda_device_index(const nn::Backend& backend);
+
 struct EvalResult {
   double loss = 0.0;      // mean over the set
   double accuracy = 0.0;  // fraction correct

@@ -1,0 +1,120 @@
+// The failure policy for workers (cluster.on_worker_failure = "continue"),
+// in-process: a worker that stops heartbeating is dropped, the servers'
+// consistency policies stop waiting for it, and the others finish the job.
+#include <doctest/doctest.h>
+
+#include <thread>
+
+#include "common/errors.h"
+#include "common/transport.h"
+#include "tools/cluster/local_cluster.h"
+
+using namespace pstrain;
+
+namespace {
+
+LocalClusterOptions options(Mode mode, int workers, const std::string& policy) {
+  LocalClusterOptions o;
+  o.mode = mode;
+  o.staleness_bound = 1;
+  o.num_servers = 2;
+  o.num_workers = workers;
+  o.optimizer.momentum = 0.0;
+  o.partition_bytes = 64;  // several chunks on each server
+  o.cluster.timeout_ms = 10000;
+  o.cluster.heartbeat_interval_ms = 50;
+  o.cluster.heartbeat_timeout_ms = 500;
+  o.cluster.on_worker_failure = policy;
+  o.log_level = LogLevel::kError;
+  return o;
+}
+
+ParamLayout layout() {
+  ParamLayout l;
+  l.add("w", {40});
+  return l;
+}
+
+// Workers 0..W-2 train `steps` steps; worker W-1 takes the initial weights
+// and leaves without a word (its heartbeats stop). Returns worker 0's final weights.
+std::vector<float> run_with_a_worker_lost(LocalCluster& cluster, zmq::context_t& ctx, int workers, int steps,
+                                          Mode mode) {
+  std::vector<float> final0;
+  std::vector<std::thread> threads;
+  std::vector<std::exception_ptr> errors(static_cast<std::size_t>(workers));
+  for (int r = 0; r < workers; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        WorkerSession session(ctx, cluster.worker_options(r), layout());
+        std::vector<float> params(40, 10.0f);
+        session.broadcast_initial(params);
+        if (r == workers - 1) return;  // lost: no push, no heartbeat from here on
+        std::vector<float> grad(40, static_cast<float>(r + 1));
+        for (int step = 0; step < steps; ++step) {
+          session.kv().wait(session.kv().pull(params, step));
+          session.kv().wait(session.kv().push(grad, step, 0.5));
+        }
+        session.scheduler().barrier("all pushed");
+        session.kv().wait(session.kv().pull(params, mode == Mode::kSync ? steps : 0));
+        if (r == 0) final0 = params;
+        session.finish();
+      } catch (...) {
+        errors[static_cast<std::size_t>(r)] = std::current_exception();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (auto& e : errors) {
+    if (e) std::rethrow_exception(e);
+  }
+  return final0;
+}
+
+}  // namespace
+
+TEST_CASE("continue, sync: a lost worker is dropped and every step is the mean of those left") {
+  zmq::context_t ctx;
+  LocalCluster cluster(ctx, options(Mode::kSync, 3, "continue"));
+  const std::vector<float> w = run_with_a_worker_lost(cluster, ctx, 3, 4, Mode::kSync);
+  CHECK_NOTHROW(cluster.join());
+  // Worker 2 never pushed: each of the 4 updates is the mean of 1 and 2 at lr 0.5.
+  CHECK(w == std::vector<float>(40, 10.0f - 4 * 0.5f * 1.5f));
+}
+
+TEST_CASE("continue, ssp: the others are no longer held back by a lost worker's clock") {
+  zmq::context_t ctx;
+  LocalCluster cluster(ctx, options(Mode::kSsp, 3, "continue"));
+  const std::vector<float> w = run_with_a_worker_lost(cluster, ctx, 3, 5, Mode::kSsp);
+  CHECK_NOTHROW(cluster.join());
+  // Every push of workers 0 and 1 applied once: 5 x (1 + 2) x 0.5.
+  CHECK(w == std::vector<float>(40, 10.0f - 5 * 0.5f * 3.0f));
+}
+
+TEST_CASE("abort: a lost worker ends the job, naming it") {
+  zmq::context_t ctx;
+  LocalCluster cluster(ctx, options(Mode::kSync, 2, "abort"));
+  CHECK_THROWS_WITH_AS(run_with_a_worker_lost(cluster, ctx, 2, 3, Mode::kSync), doctest::Contains("worker 1"),
+                       AbortedError);
+  CHECK_THROWS_WITH_AS(cluster.join(), doctest::Contains("sent no heartbeat"), AbortedError);
+}
+
+TEST_CASE("a worker waiting for the servers stops at the scheduler's shutdown instead of waiting on") {
+  zmq::context_t ctx;
+  LocalClusterOptions o = options(Mode::kSync, 1, "abort");
+  o.cluster.timeout_ms = 20000;
+  LocalCluster cluster(ctx, o);
+  WorkerSession session(ctx, cluster.worker_options(0), layout());
+  std::vector<float> params(40, 1.0f);
+  session.broadcast_initial(params);
+  const KVClient::Ticket never = session.kv().pull(params, 5);  // a version that never comes
+  // "done" on the worker's own scheduler connection: every worker is done, so the job shuts down.
+  Header done;
+  done.type = MsgType::kDone;
+  done.role = Role::kWorker;
+  done.sender = session.rank();
+  send_message(session.scheduler().socket(), nullptr, done);
+  const auto start = std::chrono::steady_clock::now();
+  CHECK_THROWS_WITH_AS(session.kv().wait(never), doctest::Contains("the scheduler shut the job down"), AbortedError);
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(5));  // not the 20 s timeout
+  CHECK_NOTHROW(cluster.join());
+}
