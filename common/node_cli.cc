@@ -28,6 +28,18 @@ RunConfig load_node_config(const NodeArgs& args) {
   return config;
 }
 
+void check_scheduler_known(const RunConfig& config, const char* role) {
+  const std::string& endpoint = config.cluster.scheduler;
+  const auto colon = endpoint.rfind(':');
+  const std::string port = colon == std::string::npos ? "" : endpoint.substr(colon + 1);
+  if (port != "0" && port != "*") return;
+  throw ConfigError(std::string("a ") + role + " needs the scheduler's actual endpoint, but cluster.scheduler = '" +
+                    endpoint +
+                    "' has port " + port + " (the scheduler picks a free port when it starts): pass --scheduler "
+                    "tcp://HOST:PORT as the scheduler printed it (or wrote it with --endpoint-file), set "
+                    "MASTER_ADDR and MASTER_PORT, or give cluster.scheduler a fixed port");
+}
+
 namespace {
 
 // A non-negative integer that fits an int, or nullopt.

@@ -65,6 +65,12 @@ std::optional<int> launcher_rank();
 // Returns -1 when no launcher rank is set.
 int role_rank_from_launcher(int role_offset, int role_count, const char* role_name);
 
+// For a server or worker: ConfigError at once when config.cluster.scheduler
+// (after --scheduler and MASTER_ADDR/MASTER_PORT) has port 0 or '*', the
+// scheduler's "pick a free port" that only it and the launcher can resolve,
+// instead of a connection attempt that can only time out.
+void check_scheduler_known(const RunConfig& config, const char* role);
+
 // 1 + S + W: the processes of the job (S = 0 in allreduce mode).
 int job_world_size(const RunConfig& config);
 // ConfigError if WORLD_SIZE is set and is not `expected` (or not a number).

@@ -80,6 +80,7 @@ int main(int argc, char** argv) {
     if (config.mode == pstrain::Mode::kAllreduce) {
       throw pstrain::ConfigError(config.source_path + ": mode = \"allreduce\" runs no servers");
     }
+    pstrain::check_scheduler_known(config, "server");
     const int rank = args.rank >= 0 ? args.rank
                                     : pstrain::role_rank_from_launcher(1, config.cluster.num_servers, "server");
     pstrain::Logger log("server", pstrain::parse_log_level(config.output.log_level));

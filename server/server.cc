@@ -73,7 +73,7 @@ void Server::run() {
       expire_parked();
     }
     const StoreStats& s = store_->stats();
-    log_.info("shutdown: " + std::to_string(s.updates_applied) + " updates, " + std::to_string(s.pushes_accepted) +
+    log_.info("shutdown: " + std::to_string(s.updates_applied) + " chunk updates, " + std::to_string(s.pushes_accepted) +
               " pushes accepted, " + std::to_string(s.pushes_rejected) + " rejected, " +
               std::to_string(bad_requests_) + " malformed requests, " + std::to_string(expired_pulls_) +
               " expired pulls, " + std::to_string(unreachable_replies_) + " replies to peers that had gone");

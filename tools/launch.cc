@@ -1,11 +1,18 @@
 // launch: runs a whole pstrain job on this machine.
 //
 //   launch --config FILE [--set key=value]... [--run-dir DIR] [--bin-dir DIR]
-//          [--quiet] [--timeout-s S] [--startup-timeout-s S]
+//          [--check] [--quiet] [--timeout-s S] [--startup-timeout-s S]
 //          [--shutdown-timeout-s S] [--grace-s S] [--status-interval-s S]
+//   launch FILE [...]     the same: the config may also be the one positional argument
 //
-// Checks the config (nothing starts if it is wrong), writes the resolved
-// config to <run_dir>/config.toml, starts pstrain-scheduler, then the servers
+// An unknown option is named, with the closest known one ("--cofnig: unknown
+// option; did you mean --config?"). --check does every check, prints the
+// resolved config and exits, touching nothing.
+//
+// Checks the config (nothing starts or changes if it is wrong), locks the run
+// directory (RUN_DIR/launch.lock: a second launch on it is refused while the
+// first lives), moves a previous run's files aside to RUN_DIR.prev-<time>/,
+// writes the resolved config to <run_dir>/config.toml, starts pstrain-scheduler, then the servers
 // and workers (each told the scheduler's actual endpoint), streams their
 // output (one "[  12.345 worker 1] " prefix per line, job clock) and into
 // <run_dir>/logs/, shows a live status line (steps, recent steps/s, loss,
@@ -15,11 +22,16 @@
 // directory format: docs/run_directory.md.
 //
 // Exit codes: 0 ok; 1 a process failed, a timeout, or the summary failed;
-// 3 config or usage error (nothing started); 128+N stopped by signal N.
+// 3 config or usage error, or the run directory in use (nothing started);
+// 128+N stopped by signal N.
 #include <unistd.h>
 
+#include <algorithm>
 #include <climits>
+#include <cstdio>
 #include <filesystem>
+#include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -35,8 +47,42 @@ std::filesystem::path own_directory(const char* argv0) {
   return std::filesystem::absolute(argv0).parent_path();
 }
 
-void add_options(CLI::App& app, pstrain::launcher::LaunchOptions& o, double& timeout_s) {
-  app.add_option("--config", o.request.config_path, "run configuration (TOML)")->required();
+// Levenshtein distance, for "did you mean".
+std::size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diagonal = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const std::size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = up;
+    }
+  }
+  return row[b.size()];
+}
+
+// "--cofnig: unknown option; did you mean --config?"
+std::string unknown_option_message(const CLI::App& app, const std::string& given) {
+  const std::string name = given.substr(0, given.find('='));
+  std::string best;
+  std::size_t best_distance = 3;  // suggest only close ones
+  for (const CLI::Option* option : app.get_options()) {
+    for (const std::string& long_name : option->get_lnames()) {
+      const std::size_t d = edit_distance(name, "--" + long_name);
+      if (d < best_distance) best_distance = d, best = "--" + long_name;
+    }
+  }
+  return name + ": unknown option" + (best.empty() ? "; see --help" : "; did you mean " + best + "?");
+}
+
+void add_options(CLI::App& app, pstrain::launcher::LaunchOptions& o, double& timeout_s, std::string& positional) {
+  app.add_option("--config", o.request.config_path, "run configuration (TOML)");
+  app.add_option("config_file", positional, "the run configuration, as a positional argument (same as --config)");
+  app.add_flag("--check", o.check_only,
+               "check the config (every check a launch makes), print the resolved config and exit; starts and "
+               "changes nothing");
   app.add_option("--set", o.request.overrides, "override a config key: section.key=value (repeatable)");
   app.add_option("--run-dir", o.request.run_dir, "run directory (default: output.run_dir of the config)");
   app.add_option("--bin-dir", o.request.bin_dir, "directory of pstrain-scheduler/-server/-worker (default: ours)");
@@ -66,12 +112,30 @@ int main(int argc, char** argv) {
   CLI::App app{"launch: run a pstrain job (scheduler, servers, workers) on this machine"};
   pstrain::launcher::LaunchOptions options;
   double timeout_s = 0;
-  add_options(app, options, timeout_s);
+  std::string positional;
+  add_options(app, options, timeout_s, positional);
+  app.allow_extras();  // named below, with a suggestion
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     const int code = app.exit(e);
     return code == 0 ? 0 : pstrain::kExitConfig;
+  }
+  const auto usage_error = [](const std::string& message) {
+    std::fprintf(stderr, "launch: %s\n", message.c_str());
+    return pstrain::kExitConfig;
+  };
+  for (const std::string& extra : app.remaining()) {
+    if (extra.size() > 1 && extra[0] == '-') return usage_error(unknown_option_message(app, extra));
+    return usage_error("unexpected argument '" + extra + "' (the config is given once: --config FILE or FILE)");
+  }
+  if (!positional.empty() && !options.request.config_path.empty()) {
+    return usage_error("the config is given twice ('" + positional + "' and --config " +
+                       options.request.config_path + "); give it once");
+  }
+  if (!positional.empty()) options.request.config_path = positional;
+  if (options.request.config_path.empty()) {
+    return usage_error("no config: give it as --config FILE (or as the one positional argument); see --help");
   }
   if (timeout_s > 0) options.timeout_s = timeout_s;
   if (options.request.bin_dir.empty()) options.request.bin_dir = own_directory(argv[0]);

@@ -16,6 +16,7 @@ namespace {
 int run_worker(const pstrain::NodeArgs& args) {
   using namespace pstrain;
   const RunConfig config = load_node_config(args);
+  check_scheduler_known(config, "worker");
   if (config.mode == Mode::kAllreduce) return run_allreduce_node(config, args.rank);
   const int servers = config.cluster.num_servers, workers = config.cluster.num_workers;
   const int rank = args.rank >= 0 ? args.rank : role_rank_from_launcher(1 + servers, workers, "worker");

@@ -99,11 +99,11 @@ class AggregateTest(unittest.TestCase):
         results = aggregate(outcomes)
         csv_rows = csv_table(results, ["workers"]).strip().splitlines()
         self.assertEqual(len(csv_rows), 4)
-        self.assertTrue(csv_rows[1].startswith("workers-1,1 worker,1,real,false,2,2,0.9,0.9,0.9,"))
+        self.assertTrue(csv_rows[1].startswith("workers-1,1 worker,1,,real,false,2,2,0.9,0.9,0.9,"))  # no own settings
         md_rows = [ln for ln in markdown_table(results).splitlines() if ln.startswith("| ")]
         self.assertEqual(len(md_rows), 4)
         self.assertIn("1/2 failed: a / b; 1/2 not run", md_rows[2])
-        self.assertIn("| 1 worker | real | 2/2 | 90.00 |", md_rows[1])
+        self.assertIn("| 1 worker | — | real | 2/2 | 90.00 |", md_rows[1])
 
 
 class FailureReasonTest(unittest.TestCase):

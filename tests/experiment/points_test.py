@@ -4,6 +4,7 @@ import unittest
 from helpers import TempDir
 
 from experiment.points import axis_text, expand, launch_overrides, read_base, toml_value
+from experiment.spec import apply_set
 
 BASE = 'base_config = "base.toml"\n'
 
@@ -28,6 +29,18 @@ class PointsTest(unittest.TestCase):
         self.assertEqual(pts[4].label, "async, 2 workers")
         self.assertEqual(pts[0].label, "sync, 1 worker")
         self.assertEqual([p.index for p in pts], list(range(6)))
+
+    def test_command_line_set_has_the_last_word_and_own_settings_are_named(self):
+        spec = self.tmp.load(BASE + '[set]\noptimizer.momentum = 0.5\n[axes]\nmode = ["sync", "async", "allreduce"]\n'
+                             '[when.mode.async]\noptimizer.lr = 0.025\n')
+        base = read_base(spec.base_config)
+        pts = expand(spec, base)
+        self.assertEqual([p.extra_text for p in pts], ["", "optimizer.lr=0.025", "cluster.servers=0"])
+        apply_set(spec, "optimizer.lr=0.5")
+        pts = expand(spec, base)
+        self.assertEqual([p.settings["optimizer.lr"] for p in pts], [0.5, 0.5, 0.5])  # --set beats [when]
+        self.assertEqual(pts[1].extra_text, "")  # what every point gets is not a point's own setting
+        self.assertIn("optimizer.lr=0.5", launch_overrides(spec, pts[1], base, 0))
 
     def test_label_shows_only_varying_axes(self):
         _, _, pts = self.points('[axes]\nmode = ["sync"]\nstraggler_slowdown = [1, 2.5]\n')

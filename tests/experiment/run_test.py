@@ -3,6 +3,7 @@ points on synthetic data, seconds) with the built launcher and writes a
 complete report; a second invocation resumes; a failing point is recorded,
 reported and retried."""
 import csv
+import json
 import os
 import re
 import struct
@@ -78,14 +79,50 @@ class TinyExperimentTest(unittest.TestCase):
         self.assertEqual(set(re.findall(r'<img src="([^"]+)"', page)), EXPECTED_PNGS)
         self.assertEqual(page.count("<tr>"), 3)  # header + one row per point
         self.assertIn("tiny_sync.toml", page)
+        self.assertIn("<td>optimizer.lr=0.025</td>", page)  # async's own setting, from [when.mode.async]
+        self.assertIn("point&#x27;s own settings", page)
 
-    def test_second_invocation_resumes(self):
-        summary = self.out / "runs" / "mode-sync" / "rep-0" / "summary.json"
+    def test_second_invocation_resumes_and_a_changed_config_reruns(self):
+        tiny = SOURCE_DIR / "configs" / "experiments" / "tiny.toml"
+        runs = self.out / "runs"
+        summary = runs / "mode-sync" / "rep-0" / "summary.json"
         before = summary.stat().st_mtime_ns
-        again = run_tool(self.tmp, SOURCE_DIR / "configs" / "experiments" / "tiny.toml", "--output", self.out)
+        first_fp = json.loads((runs / "mode-sync" / "rep-0" / "fingerprint.json").read_text())["fingerprint"]
+        again = run_tool(self.tmp, tiny, "--output", self.out)
         self.assertEqual(again.returncode, 0, again.stdout + again.stderr)
+        self.assertEqual(again.stdout.count("done earlier, kept (same config and build, fingerprint "
+                                            f"{first_fp[:10]})"), 1, again.stdout)
         self.assertEqual(again.stdout.count("done earlier, kept"), 2, again.stdout)
         self.assertEqual(summary.stat().st_mtime_ns, before)
+
+        # A changed config reruns every point it changes (the command line's --set
+        # beats the [when] tables), keeps the earlier runs aside and says so.
+        old_summary = summary.read_text()
+        changed = run_tool(self.tmp, tiny, "--output", self.out, "--set", "optimizer.lr=0.5")
+        self.assertEqual(changed.returncode, 0, changed.stdout + changed.stderr)
+        self.assertNotIn("done earlier, kept", changed.stdout)
+        self.assertEqual(changed.stdout.count("done earlier with another config or build"), 2, changed.stdout)
+        self.assertEqual(changed.stdout.count("running ..."), 2, changed.stdout)
+        for point in ("mode-sync", "mode-async"):
+            kept = list((runs / point).glob("rep-0.prev-*"))
+            self.assertEqual(len(kept), 1, point)
+            self.assertTrue((kept[0] / "summary.json").is_file())
+            record = json.loads((runs / point / "rep-0" / "fingerprint.json").read_text())
+            self.assertIn("optimizer.lr=0.5", record["overrides"])
+            self.assertIn("lr = 0.5", (runs / point / "rep-0" / "config.toml").read_text())
+        self.assertEqual(next((runs / "mode-sync").glob("rep-0.prev-*")).joinpath("summary.json").read_text(),
+                         old_summary)
+        with open(self.report / "summary.csv", encoding="utf-8") as f:
+            used = [r["runs_used"] for r in csv.DictReader(f)]
+        self.assertTrue(all(u.startswith("rep 1: ran now (fingerprint ") for u in used), used)
+
+        # The same --set again: now those runs match.
+        same = run_tool(self.tmp, tiny, "--output", self.out, "--set", "optimizer.lr=0.5")
+        self.assertEqual(same.stdout.count("done earlier, kept"), 2, same.stdout)
+        # --report-only without the --set: the runs on disk no longer match the file; the report says so.
+        report_only = run_tool(self.tmp, tiny, "--output", self.out, "--report-only")
+        page = (self.report / "index.html").read_text(encoding="utf-8")
+        self.assertEqual(page.count("done earlier with ANOTHER config or build"), 2, report_only.stdout)
 
 
 @unittest.skipUnless(launch_expected(), f"no launch program in {bin_dir()} (build it first)")
@@ -98,11 +135,13 @@ class FailingPointTest(unittest.TestCase):
         out = tmp.path / "out"
         first = run_tool(tmp, spec, "--output", out)
         self.assertEqual(first.returncode, 1, first.stdout + first.stderr)
-        self.assertIn("FAILED: pstrain-worker: config error: model 'no_such_model': unknown", first.stdout)
+        # The launcher refuses it before anything starts (exit 3), naming the key and the known models.
+        self.assertIn("FAILED: config error: --set workload.model=\"no_such_model\": key 'workload.model': "
+                      "unknown model 'no_such_model'; known models: ", first.stdout)
         self.assertTrue((out / "runs" / "workload.model-no_such_model" / "rep-0" / "failed.json").is_file())
         page = (out / "report" / "index.html").read_text(encoding="utf-8")
         self.assertIn("Failed or missing runs", page)
-        self.assertIn("model &#x27;no_such_model&#x27;: unknown", page)
+        self.assertIn("unknown model &#x27;no_such_model&#x27;", page)
         rows = (out / "report" / "summary.csv").read_text(encoding="utf-8").strip().splitlines()
         self.assertEqual(len(rows), 2)
         self.assertIn("1/1 failed", rows[1])

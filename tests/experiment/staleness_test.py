@@ -189,7 +189,7 @@ class SspDataTest(unittest.TestCase):
         self.assertIsNone(self.by_label("no straggler, sync").stats["clock_gap_max"])
         md = markdown_table(self.results)
         self.assertIn("mean blocked time per worker (s)", md)
-        self.assertIn("| no straggler, ssp, s=1, plain lr | real | 1/1 | 80.00 |", md)
+        self.assertIn("| no straggler, ssp, s=1, plain lr | — | real | 1/1 | 80.00 |", md)
         rows = list(csv.reader(io.StringIO(csv_table(self.results, [a.name for a in self.spec.axes]))))
         self.assertIn("blocked_s_mean_mean", rows[0])
         self.assertEqual(rows[1][:6], ["straggler_slowdown-1_mode-sync", "no straggler, sync", "1", "sync", "", ""])

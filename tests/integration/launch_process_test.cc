@@ -76,15 +76,24 @@ TEST_CASE("a successful run: prefixed whole lines, logs, node flags, pids and th
   check_all_gone(run);
 }
 
-TEST_CASE("a run directory used before is cleared of the old run's files") {
+TEST_CASE("a run directory used before gets a fresh start; the old run's files are kept aside") {
   it::TempDir dir;
   it::write_fake_bin(dir.path() / "bin", it::scheduler_body("exit 0"), kServerMetrics, kWorkerMetrics);
   it::write_file(dir.path() / "run/metrics/worker-7.jsonl", "old");
   const auto r = launch_fake(dir);
   INFO(r.output);
   CHECK(r.exit.code == 0);
-  CHECK(it::contains(r.output, " launch] removed 1 file(s) of a previous run"));
+  CHECK(it::contains(r.output, " launch] kept the previous run's 1 file(s) and folder(s) in " +
+                                   (dir.path() / "run.prev-").string()));
   CHECK_FALSE(it::fs::exists(dir.path() / "run/metrics/worker-7.jsonl"));
+  int kept = 0;
+  for (const auto& e : it::fs::directory_iterator(dir.path())) {
+    if (e.path().filename().string().rfind("run.prev-", 0) == 0) {
+      ++kept;
+      CHECK(it::read_file(e.path() / "metrics/worker-7.jsonl") == "old");
+    }
+  }
+  CHECK(kept == 1);
 }
 
 TEST_CASE("a scheduler that fails before listening is reported with its stderr; nothing else starts") {

@@ -1,5 +1,5 @@
 // The launcher's parts on their own: line splitting, where a key was set,
-// exit descriptions, and the run directory's cleanup.
+// exit descriptions, and the run directory's lock and previous runs.
 #include <doctest/doctest.h>
 
 #include <csignal>
@@ -49,23 +49,60 @@ TEST_CASE("exit statuses are described as codes or signals") {
   CHECK_FALSE(ExitStatus{true, 0}.ok());
 }
 
-TEST_CASE("prepare_run_dir removes a previous run's files and nothing else") {
+TEST_CASE("keep_previous_run moves a previous run aside, whole, and keeps the caller's log in place") {
   it::TempDir dir;
   const auto run = dir.path() / "run";
-  for (const char* f : {"config.toml", "summary.json", "summary.md", "pids.txt", "logs/worker-0.log",
-                        "metrics/worker-0.jsonl", "metrics/server-1.json"}) {
-    it::write_file(run / f, "old");
+  for (const char* f : {"config.toml", "summary.json", "logs/worker-0.log", "metrics/worker-0.jsonl", "notes.txt",
+                        "weights.bin"}) {
+    it::write_file(run / f, std::string("old ") + f);
   }
-  for (const char* f : {"notes.txt", "metrics/other.csv", "logs/keep.txt"}) it::write_file(run / f, "mine");
-  CHECK(prepare_run_dir(run) == 7);
-  CHECK_FALSE(it::fs::exists(run / "metrics/worker-0.jsonl"));
-  CHECK_FALSE(it::fs::exists(run / "logs/worker-0.log"));
-  CHECK(it::fs::exists(run / "notes.txt"));
-  CHECK(it::fs::exists(run / "metrics/other.csv"));
-  CHECK(it::fs::exists(run / "logs/keep.txt"));
-  CHECK(prepare_run_dir(run) == 0);
-  CHECK(prepare_run_dir(dir.path() / "fresh/deeper") == 0);
+  it::write_file(run / "launch.log", "output of this launch");
+  const KeptRun kept = keep_previous_run(run);
+  CHECK(kept.entries == 6);  // config.toml, summary.json, logs, metrics, notes.txt, weights.bin
+  REQUIRE_FALSE(kept.moved_to.empty());
+  CHECK(kept.moved_to.parent_path() == dir.path());
+  CHECK(kept.moved_to.filename().string().rfind("run.prev-", 0) == 0);
+  CHECK(it::read_file(kept.moved_to / "metrics/worker-0.jsonl") == "old metrics/worker-0.jsonl");
+  CHECK(it::read_file(kept.moved_to / "summary.json") == "old summary.json");
+  CHECK(it::read_file(kept.moved_to / "notes.txt") == "old notes.txt");
+  CHECK_FALSE(it::fs::exists(run / "summary.json"));
+  CHECK(it::read_file(run / "launch.log") == "output of this launch");
+  CHECK(it::fs::is_directory(run / "logs"));
+  CHECK(it::fs::is_empty(run / "metrics"));
+
+  // Empty folders from the previous call count as a previous run; the second
+  // aside folder in the same second gets its own name.
+  const KeptRun again = keep_previous_run(run);
+  CHECK(again.entries == 2);
+  CHECK(again.moved_to != kept.moved_to);
+  CHECK(it::fs::exists(kept.moved_to / "summary.json"));
+  CHECK(keep_previous_run(dir.path() / "fresh/deeper").entries == 0);
   CHECK(it::fs::is_directory(dir.path() / "fresh/deeper/metrics"));
+}
+
+TEST_CASE("RunDirLock refuses a second owner, frees on release and names a stale owner") {
+  it::TempDir dir;
+  const auto run = dir.path() / "run";
+  {
+    RunDirLock first(run);
+    CHECK_FALSE(first.stale_pid().has_value());
+    CHECK(std::stol(it::read_file(RunDirLock::file(run))) == getpid());
+    try {
+      RunDirLock second(run);  // flock is per open file: a second open in one process conflicts too
+      FAIL("a second lock was granted");
+    } catch (const RunDirBusy& e) {
+      CHECK(e.owner_pid == getpid());
+      CHECK(it::contains(e.what(), "is in use by launch pid " + std::to_string(getpid())));
+    }
+  }
+  CHECK(it::read_file(RunDirLock::file(run)).empty());  // released cleanly
+  {
+    RunDirLock again(run);
+    CHECK_FALSE(again.stale_pid().has_value());
+  }
+  it::write_file(RunDirLock::file(run), "999999999\n");  // a launcher that died holding it
+  RunDirLock taken(run);
+  CHECK(taken.stale_pid() == 999999999L);
 }
 
 TEST_CASE("read_endpoint_file wants a whole line") {

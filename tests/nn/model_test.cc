@@ -7,7 +7,9 @@
 
 #include "common/errors.h"
 #include "nn_test_util.h"
+#include "common/model_names.h"
 #include "worker/nn/model.h"
+#include "worker/nn/model_spec.h"
 
 namespace pstrain::nn {
 namespace {
@@ -241,3 +243,13 @@ TEST_CASE("whole-model gradients match finite differences of the mean loss") {
 
 }  // namespace
 }  // namespace pstrain::nn
+
+TEST_CASE("the launcher's list of model names is exactly what model_spec builds") {
+  for (const std::string_view name : pstrain::kModelNames) {
+    CHECK(pstrain::is_known_model(name));
+    CHECK_NOTHROW(pstrain::nn::model_spec(name, 1, 28, 28, 10));
+  }
+  CHECK(pstrain::nn::known_models() == std::vector<std::string>(pstrain::kModelNames.begin(), pstrain::kModelNames.end()));
+  CHECK_FALSE(pstrain::is_known_model("resnet50"));
+  CHECK_THROWS_AS(pstrain::nn::model_spec("resnet50", 1, 28, 28, 10), pstrain::ConfigError);
+}

@@ -199,7 +199,7 @@ TEST_CASE("summary.md has the headline and per-worker tables with units") {
   m.servers = {server(0, {{0, 3}, {2, 1}}), server(1, {})};
   const std::string md = summary_markdown(summarize(config(Mode::kAsync), m), "runs/x");
   CHECK(md.find("# Run summary: runs/x") != std::string::npos);
-  CHECK(md.find("| mode | servers | workers | model | dataset | final test accuracy (%) | wall time (s) | "
+  CHECK(md.find("| mode | servers | workers | model | dataset | final test accuracy (%) | training wall time (s) | "
                 "throughput (images/s) |") != std::string::npos);
   CHECK(md.find("| async | 2 | 2 | small_cnn | synthetic | 84.00 | 5.00 | 200.0 |") != std::string::npos);
   CHECK(md.find("| time to 80% (s) | time to 85% (s) | time to 90% (s) |") != std::string::npos);
@@ -209,6 +209,14 @@ TEST_CASE("summary.md has the headline and per-worker tables with units") {
         std::string::npos);
   CHECK(md.find("| 1 | 5.00 | 600 | 120.0 | 2.00 | 0.50 | 0.25 |") != std::string::npos);
   CHECK(summary_markdown(summarize(config(Mode::kSync), m), "r").find("Staleness") == std::string::npos);
+}
+
+TEST_CASE("summary.md labels allreduce workers' times as update and allreduce wait, not pull and push") {
+  const std::string md = summary_markdown(summarize(config(Mode::kAllreduce), two_workers()), "runs/x");
+  CHECK(md.find("| worker | time (s) | images | throughput (images/s) | compute (s) | update (s) | "
+                "allreduce wait (s) |") != std::string::npos);
+  CHECK(md.find("pull (s)") == std::string::npos);
+  CHECK(md.find("push (s)") == std::string::npos);
 }
 
 TEST_CASE("write_run_summary reads a run directory and writes both files") {

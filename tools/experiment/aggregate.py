@@ -52,6 +52,7 @@ class PointResult:
     runs: list = field(default_factory=list)          # [RunData], successful repetitions
     failures: list = field(default_factory=list)      # [(repetition, reason)]
     missing: int = 0                                  # repetitions not run yet
+    used: list = field(default_factory=list)          # [(repetition, text)]: which run each repetition is
     stats: dict = field(default_factory=dict)         # figure name -> Stat or None
     efficiency: Stat | None = None
 
@@ -89,7 +90,8 @@ def aggregate(outcomes: list, load=load_run) -> list:
     by_point = {}
     for o in outcomes:
         res = by_point.setdefault(o.point.index, PointResult(o.point))
-        if o.status in ("done", "ran"):
+        if o.status in ("done", "ran", "stale", "unchecked"):
+            res.used.append((o.repetition, getattr(o, "used_text", o.status)))
             try:
                 res.runs.append(load(o.run_dir))
             except ResultError as e:

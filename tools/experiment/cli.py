@@ -70,8 +70,9 @@ def main(argv=None) -> int:
     if args.list:
         _list(spec, points, base)
         return EXIT_OK
-    if args.report_only:
-        outcomes = runner.collect(spec, points, output)
+    if args.report_only:  # with a launch program, runs are checked against what the points would run now
+        launch = (args.bin_dir or _default_bin_dir()) / "launch"
+        outcomes = runner.collect(spec, points, output, base, launch.resolve() if os.access(launch, os.X_OK) else None)
     else:
         launch = (args.bin_dir or _default_bin_dir()) / "launch"
         if not os.access(launch, os.X_OK):

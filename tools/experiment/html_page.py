@@ -57,6 +57,11 @@ def _machine() -> str:
     return f"{platform.node()}: {os.cpu_count()} CPU cores" + (f" ({model})" if model else "")
 
 
+def _settings_text(settings: dict) -> str:
+    from experiment.points import format_value
+    return "; ".join(f"{k}={format_value(v)}" for k, v in settings.items()) or "nothing"
+
+
 def _table_html(results: list) -> str:
     header, rows = table.display_rows(results)
     out = ["<table>", "<tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in header) + "</tr>"]
@@ -90,6 +95,8 @@ def render(spec, results: list, figures: list, sim_note: str, failures: list) ->
         f"<code>{html.escape(str(spec.base_config))}</code></li>",
         f"<li>axes (cartesian product): {html.escape(axes)}; {len(results)} points x "
         f"{spec.repetitions} repetition(s)</li>",
+        f"<li>set for every point ([set] and --set): {html.escape(_settings_text(spec.overrides))}; "
+        "a point's own settings ([when] tables) are in the table</li>",
         f"<li>machine: {html.escape(_machine())}; report written {html.escape(now)}</li>",
         "<li>table cells: mean over the repetitions, min–max in brackets; csv: "
         '<a href="summary.csv">summary.csv</a>, markdown: <a href="summary.md">summary.md</a></li>',

@@ -19,10 +19,14 @@ from matplotlib.ticker import MaxNLocator
 from experiment.plots_common import color_of, label_of, panel_grid, save
 
 _PARTS = (("compute_s", "compute (forward+backward)", "#4C72B0"),
-          ("pull_s", "pull (PS: waiting for weights; allreduce: optimizer step)", "#DD8452"),
-          ("push_s", "push (PS: until acknowledged; allreduce: the allreduce)", "#55A868"),
+          ("pull_s", "pull (PS: waiting for weights)", "#DD8452"),
+          ("push_s", "push (PS: until acknowledged)", "#55A868"),
           ("other", "other (start-up sync, data, evaluation)", "#BBBBBB"),
           ("idle", "done, waiting for the others", "#E8E8E8"))
+# Allreduce workers pull and push nothing: the same fields hold other times.
+_ALLREDUCE_LABELS = {"pull_s": "update (allreduce: local optimizer step)",
+                     "push_s": "allreduce wait (after backward)"}
+_ALLREDUCE_COLORS = {"pull_s": "#C44E52", "push_s": "#8172B2"}
 
 
 def _parts(run, w: dict) -> dict:
@@ -70,7 +74,10 @@ def _worker_panel(ax, res) -> None:
     ranks = [w["rank"] for w in workers]
     bottom = [0.0] * len(workers)
     parts = [_parts(res.runs[0], w) for w in workers]
+    allreduce = res.mode == "allreduce"
     for key, label, color in _PARTS:
+        if allreduce and key in _ALLREDUCE_LABELS:
+            label, color = _ALLREDUCE_LABELS[key], _ALLREDUCE_COLORS[key]
         values = [p[key] for p in parts]
         ax.bar(ranks, values, bottom=bottom, color=color, width=0.8, label=label,
                hatch="//" if key == "idle" else None, edgecolor="#999999" if key == "idle" else None,
@@ -98,7 +105,12 @@ def plot_time_breakdown(results: list, out_dir: Path) -> Path | None:
     for ax, res in zip(axes, chosen):
         _worker_panel(ax, res)
     fig.suptitle("Per-worker training time: compute vs communication (first repetition)")
-    handles, labels = axes[0].get_legend_handles_labels()
+    handles, labels = [], []
+    for ax in axes:  # every panel's parts, once each (allreduce panels have their own)
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            if lab not in labels:
+                handles.append(h)
+                labels.append(lab)
     fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=3, frameon=False)
     return save(fig, out_dir / "time_breakdown.png")
 

@@ -3,7 +3,8 @@ launcher overrides (--set) of one point and repetition.
 
 Rules beyond the plain product (docs/experiments.md):
 - a point's settings are [set], then its axis values, then the [when.AXIS.VALUE]
-  tables of its values (in the order of the axes; later ones win).
+  tables of its values (in the order of the axes; later ones win), then the
+  command line's --set.
 - mode "allreduce" has no servers: its points get cluster.servers = 0, and
   points that then coincide are run once.
 - an axis limited by [only_when] is left out of the points where its
@@ -19,7 +20,7 @@ import itertools
 import json
 import re
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from experiment.spec import ExperimentSpec, value_text
@@ -36,6 +37,14 @@ class Point:
     label: str         # legend text from the axes that vary: "sync, 4 workers"
     values: dict       # axis name -> value (after the rules above)
     settings: dict     # config key -> value for every key the point sets
+    # The settings of this point beyond its axis values and what every point
+    # gets ([set], --set): its [when.AXIS.VALUE] keys and the rules above.
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def extra_text(self) -> str:
+        """"optimizer.lr=0.025; cluster.servers=0", or "" when none."""
+        return "; ".join(f"{k}={format_value(v)}" for k, v in self.extra.items())
 
 
 format_value = value_text  # 2.0 -> "2", 0.5 -> "0.5", True -> "true", "sync" -> "sync"
@@ -109,6 +118,7 @@ def expand(spec: ExperimentSpec, base: dict) -> list:
             values[axis.name] = value
         for axis, value in applied:  # [when.AXIS.VALUE], in the order of the axes
             settings.update(spec.when.get(axis.name, {}).get(value_text(value), {}))
+        settings.update(spec.command_line)  # the command line's --set has the last word
         if settings.get("mode", base["mode"]) == "allreduce":
             settings["cluster.servers"] = 0
             values = {n: (0 if n == "servers" or n == "cluster.servers" else v) for n, v in values.items()}
@@ -120,7 +130,10 @@ def expand(spec: ExperimentSpec, base: dict) -> list:
     points = []
     for i, (values, settings) in enumerate(combos):
         label = ", ".join(axis_text(n, values[n]) for n in varying if n in values) or spec.name
-        points.append(Point(i, _point_id(values), label, values, settings))
+        axis_keys = {a.key for a in spec.axes}
+        extra = {k: v for k, v in settings.items()
+                 if k not in axis_keys and (k not in spec.overrides or spec.overrides[k] != v)}
+        points.append(Point(i, _point_id(values), label, values, settings, extra))
     return points
 
 

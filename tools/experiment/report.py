@@ -9,6 +9,7 @@ from pathlib import Path
 
 from experiment import (html_page, plots_curves, plots_resources, plots_scaling, plots_ssp, plots_trace,
                         plots_workers, ssp, table)
+from experiment.points import format_value
 from experiment.table import compute_text
 
 
@@ -50,7 +51,8 @@ def _figures(results: list, out: Path) -> list:
         Figure("Per-worker compute vs communication",
                "Each worker's training time split into compute, pull (waiting for weights; in sync this "
                "includes waiting for the slowest worker), push, the rest, and the wait after a worker's last step "
-               "for the others to finish.",
+               "for the others to finish. Allreduce workers neither pull nor push: their parts are the local "
+               "optimizer update and the allreduce wait after backward.",
                made(plots_workers.plot_time_breakdown(results, out)), "no point finished"),
         Figure("Resource use over time",
                "Each process's CPU use (100% = one core busy) and resident memory over the job's time, and "
@@ -130,6 +132,9 @@ def _markdown(spec, results: list, figures: list) -> str:
         parts.append(spec.description.strip() + "\n")
     parts.append(f"Base config: `{spec.base_config}`; {spec.repetitions} repetition(s) per point; "
                  "cells give the mean, with min–max over the repetitions in brackets.\n")
+    every = "; ".join(f"{k}={format_value(v)}" for k, v in spec.overrides.items()) or "nothing"
+    parts.append(f"Set for every point (`[set]` and `--set`): {every}. A point's own settings (`[when]`) "
+                 "are in the table, and which runs were used (fingerprints) in its last columns.\n")
     note = simulated_note(results)
     if note:
         parts.append(f"**{note}**\n")

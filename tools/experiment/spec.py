@@ -59,6 +59,9 @@ class ExperimentSpec:
     # [when.AXIS.VALUE]: axis name -> value text (format_value) -> overrides of the
     # points where that axis has that value, e.g. {"mode": {"async": {"optimizer.lr": 0.025}}}
     when: dict = field(default_factory=dict)
+    # The command line's --set KEY=VALUE (also in overrides): applied last, after
+    # the [when] tables (docs/experiments.md).
+    command_line: dict = field(default_factory=dict)
     # [only_when]: axis name -> {other axis name -> tuple of its values}: the axis
     # applies only at points where every named axis has one of the listed values;
     # elsewhere it is left out (the base config's value), e.g.
@@ -315,6 +318,7 @@ def apply_set(spec: ExperimentSpec, assignment: str) -> None:
         if axis.key == key:
             raise _fail(where, key, f"is swept by axes.{axis.name}; change the experiment file instead")
     spec.overrides[key] = value
+    spec.command_line[key] = value
 
 
 def load_spec(path) -> ExperimentSpec:

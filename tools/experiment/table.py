@@ -63,15 +63,23 @@ def _runs_text(res) -> str:
     return f"{len(res.runs)}/{len(res.runs) + len(res.failures) + res.missing}"
 
 
+def used_text(res) -> str:
+    """Which run each repetition is: "rep 1: ran now (fingerprint ...)"."""
+    return "; ".join(f"rep {rep + 1}: {text}" for rep, text in sorted(getattr(res, "used", [])))
+
+
 def display_rows(results: list):
     """(header, rows) of the table as text cells, for Markdown and HTML; the
-    point's label names its axis values (the CSV has a column per axis)."""
+    point's label names its axis values (the CSV has a column per axis), the
+    settings column what else this point sets ([when] tables)."""
     columns = _columns(results)
-    header = ["point", "compute", "runs ok", *(c[1] for c in columns), "status"]
+    header = ["point", "point's own settings", "compute", "runs ok", *(c[1] for c in columns), "runs used",
+              "status"]
     rows = []
     for res in results:
-        rows.append([res.point.label, compute_text(res), _runs_text(res),
-                     *(_cell(_figure(res, c[0]), c[2], c[3]) for c in columns), res.status])
+        rows.append([res.point.label, res.point.extra_text or "—", compute_text(res), _runs_text(res),
+                     *(_cell(_figure(res, c[0]), c[2], c[3]) for c in columns), used_text(res) or "—",
+                     res.status])
     return header, rows
 
 
@@ -84,10 +92,10 @@ def markdown_table(results: list) -> str:
 
 
 def csv_table(results: list, axis_names: list) -> str:
-    header = ["point_id", "label", *axis_names, "compute", "simulated", "runs_ok", "runs_total"]
+    header = ["point_id", "label", *axis_names, "settings", "compute", "simulated", "runs_ok", "runs_total"]
     for name, *_ in COLUMNS + SSP_COLUMNS:
         header += [f"{name}_mean", f"{name}_min", f"{name}_max"]
-    header.append("status")
+    header += ["runs_used", "status"]
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(header)
@@ -95,11 +103,11 @@ def csv_table(results: list, axis_names: list) -> str:
         # an axis left out of a point by [only_when] has an empty cell
         row = [res.point.id, res.point.label,
                *(format_value(res.point.values[a]) if a in res.point.values else "" for a in axis_names),
-               compute_text(res), "true" if compute_text(res) != "real" else "false",
+               res.point.extra_text, compute_text(res), "true" if compute_text(res) != "real" else "false",
                len(res.runs), len(res.runs) + len(res.failures) + res.missing]
         for name, *_ in COLUMNS + SSP_COLUMNS:
             s = _figure(res, name)
             row += ["", "", ""] if s is None else [f"{s.mean:.6g}", f"{s.lo:.6g}", f"{s.hi:.6g}"]
-        row.append(res.status)
+        row += [used_text(res), res.status]
         writer.writerow(row)
     return out.getvalue()

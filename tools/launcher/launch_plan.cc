@@ -5,7 +5,9 @@
 #include <system_error>
 
 #include "common/errors.h"
+#include "common/model_names.h"
 #include "tools/launcher/config_site.h"
+#include "worker/data/load_dataset.h"
 
 namespace pstrain::launcher {
 namespace {
@@ -41,6 +43,37 @@ void check_hosts(const LaunchRequest& request, const std::vector<std::string>& h
   }
 }
 
+void check_model(const LaunchRequest& request, const RunConfig& config) {
+  if (is_known_model(config.workload.model)) return;
+  throw ConfigError(key_site(request.config_path, request.overrides, "workload.model") +
+                    ": key 'workload.model': unknown model " + quoted(config.workload.model) +
+                    "; known models: " + known_model_list());
+}
+
+// Each worker trains on ceil(N / workers) samples an epoch (worker/data/shard_sampler.h);
+// a larger batch would silently become one short batch an epoch.
+void check_batch_fits_shard(const LaunchRequest& request, const RunConfig& config) {
+  const WorkloadConfig& w = config.workload;
+  data::LoadOptions options;
+  options.synthetic_train = w.synthetic_train;
+  std::int64_t samples = 0;
+  try {
+    samples = data::train_set_size(w.dataset, w.data_path, options);
+  } catch (const Error& e) {
+    throw ConfigError(key_site(request.config_path, request.overrides, "workload.data_path") +
+                      ": key 'workload.data_path': cannot read the training set's size: " + e.what());
+  }
+  const int workers = config.cluster.num_workers;
+  const std::int64_t shard = (samples + workers - 1) / workers;
+  if (w.batch_size <= shard) return;
+  throw ConfigError(key_site(request.config_path, request.overrides, "workload.batch_size") +
+                    ": key 'workload.batch_size': " + std::to_string(w.batch_size) +
+                    " is larger than a worker's shard: " + std::to_string(samples) + " training samples (" +
+                    w.dataset + ") / " + std::to_string(workers) + " workers = " + std::to_string(shard) +
+                    " per worker, so every epoch would be one batch of " + std::to_string(shard) +
+                    "; use workload.batch_size <= " + std::to_string(shard) + " or fewer workers");
+}
+
 void check_programs(const fs::path& bin_dir, bool with_servers) {
   for (const char* program : {"pstrain-scheduler", "pstrain-server", "pstrain-worker"}) {
     if (!with_servers && std::string_view(program) == "pstrain-server") continue;
@@ -70,7 +103,9 @@ LaunchPlan plan_launch(const LaunchRequest& request) {
   plan.bin_dir = fs::absolute(request.bin_dir).lexically_normal();
   plan.num_workers = plan.config.cluster.num_workers;
   plan.num_servers = plan.config.mode == Mode::kAllreduce ? 0 : plan.config.cluster.num_servers;
+  check_model(request, plan.config);
   check_dataset(request, plan.config);
+  check_batch_fits_shard(request, plan.config);
   check_hosts(request, plan.config.cluster.server_hosts, "cluster.server_hosts");
   check_hosts(request, plan.config.cluster.worker_hosts, "cluster.worker_hosts");
   check_programs(plan.bin_dir, plan.num_servers > 0);

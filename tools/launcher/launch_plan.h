@@ -32,7 +32,8 @@ struct LaunchPlan {
 
 // Loads and checks the config (ConfigError "FILE:LINE: key 'a.b': ...", or
 // "--set ...: key ..." for an override): the parser's rules, plus that the
-// dataset directory exists (unless synthetic), that every host in
+// model is known, that the dataset directory exists (unless synthetic), that
+// workload.batch_size fits a worker's shard of the training set, that every host in
 // cluster.server_hosts / worker_hosts is this machine, and that the node
 // programs exist in bin_dir.
 LaunchPlan plan_launch(const LaunchRequest& request);

@@ -356,9 +356,28 @@ int run_launch(const LaunchOptions& options) {
     say(std::string("config error: ") + e.what());
     return kExitConfig;
   }
+  if (options.check_only) {  // the resolved config, as config.toml would hold it; nothing touched
+    std::fputs(to_toml(plan.config).c_str(), stdout);
+    return kExitOk;
+  }
+  std::optional<RunDirLock> lock;
   try {
-    if (const int removed = prepare_run_dir(plan.run_dir); removed > 0) {
-      say("removed " + std::to_string(removed) + " file(s) of a previous run in " + plan.run_dir.string());
+    lock.emplace(plan.run_dir);
+  } catch (const RunDirBusy& e) {
+    say(std::string("refused: ") + e.what());
+    return kExitConfig;
+  } catch (const std::exception& e) {
+    say(std::string("error: ") + e.what());
+    return kExitFailed;
+  }
+  if (const auto pid = lock->stale_pid(); pid && *pid != getpid()) {
+    say("took over the lock of " + plan.run_dir.string() + " from launch pid " + std::to_string(*pid) +
+        ", which ended without releasing it");
+  }
+  try {
+    if (const KeptRun kept = keep_previous_run(plan.run_dir); kept.entries > 0) {
+      say("kept the previous run's " + std::to_string(kept.entries) + " file(s) and folder(s) in " +
+          kept.moved_to.string());
     }
     report::write_text_file_atomic(plan.config_file(), to_toml(plan.config));
     SignalWatch signals;

@@ -16,6 +16,7 @@ namespace pstrain::launcher {
 
 struct LaunchOptions {
   LaunchRequest request;
+  bool check_only = false;          // --check: all checks, print the resolved config, start nothing
   bool quiet = false;               // nodes' output only to their log files
   std::optional<double> timeout_s;  // the whole run; empty = no limit
   double startup_timeout_s = 30;    // for the scheduler's endpoint file
@@ -27,7 +28,8 @@ struct LaunchOptions {
 
 // Exit codes of run_launch() and of the launch program (common/errors.h):
 // kExitOk; kExitFailed (a node failed, a timeout, or the summary failed);
-// kExitConfig (config or usage error: nothing was started); kExitDiverged
+// kExitConfig (config or usage error, or the run directory in use by a live
+// launch: nothing was started or changed); kExitDiverged
 // (a worker's training diverged: its line is the headline); stopped by
 // signal N (SIGINT, SIGTERM): 128 + N.
 

@@ -36,7 +36,7 @@ std::optional<double> percent(const std::optional<double>& fraction) {
 }
 
 std::string headline(const RunSummary& s) {
-  return table({"mode", "servers", "workers", "model", "dataset", "final test accuracy (%)", "wall time (s)",
+  return table({"mode", "servers", "workers", "model", "dataset", "final test accuracy (%)", "training wall time (s)",
                 "throughput (images/s)"},
                {{s.mode, std::to_string(s.servers), std::to_string(s.workers), s.model, s.dataset,
                  fixed(percent(s.final_test_accuracy), 2), fixed(s.wall_time_s, 2),
@@ -69,7 +69,12 @@ std::string per_worker(const RunSummary& s) {
     rows.push_back({std::to_string(w.rank), fixed(w.time_s, 2), std::to_string(w.images), fixed(w.images_per_s, 1),
                     fixed(w.compute_s, 2), fixed(w.pull_s, 2), fixed(w.push_s, 2)});
   }
-  return table({"worker", "time (s)", "images", "throughput (images/s)", "compute (s)", "pull (s)", "push (s)"}, rows);
+  // Allreduce workers pull and push nothing: their records' pull and push
+  // fields hold the local optimizer update and the allreduce wait after backward.
+  const bool allreduce = s.mode == "allreduce";
+  return table({"worker", "time (s)", "images", "throughput (images/s)", "compute (s)",
+                allreduce ? "update (s)" : "pull (s)", allreduce ? "allreduce wait (s)" : "push (s)"},
+               rows);
 }
 
 std::optional<double> mib(const std::optional<double>& bytes) {

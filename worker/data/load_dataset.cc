@@ -85,4 +85,32 @@ DatasetPair load_dataset(std::string_view name, const std::string& path,
           load_idx_split(name, dir, "t10k", "test", options)};
 }
 
+std::int64_t train_set_size(std::string_view name, const std::string& path, const LoadOptions& options) {
+  if (name == "synthetic") return options.synthetic_train;
+  if (name != "fashion-mnist" && name != "mnist" && name != "cifar10") {
+    throw ConfigError("dataset '" + std::string(name) +
+                      "': unknown name (expected fashion-mnist, mnist, cifar10 or synthetic)");
+  }
+  const std::string dir = path.empty() ? default_data_path(name) : path;
+  if (dir.empty()) throw ConfigError("dataset '" + std::string(name) + "': no default path; set the data path");
+  check_directory(name, dir);
+  if (name != "cifar10") {
+    const std::string labels = find_idx_file(name, dir, "train-labels-idx1-ubyte");
+    return read_idx_u8(labels, 1, options.max_file_bytes).dims.at(0);
+  }
+  fs::path root(dir);
+  if (!fs::exists(root / "data_batch_1.bin") && fs::exists(root / "cifar-10-batches-bin" / "data_batch_1.bin")) {
+    root /= "cifar-10-batches-bin";
+  }
+  std::int64_t samples = 0;
+  for (int b = 1; b <= 5; ++b) {
+    const fs::path file = root / ("data_batch_" + std::to_string(b) + ".bin");
+    std::error_code ec;
+    const std::uintmax_t bytes = fs::file_size(file, ec);
+    if (ec) throw DataError("load of cifar10: " + file.string() + ": " + ec.message());
+    samples += static_cast<std::int64_t>(bytes) / kCifar10RecordBytes;
+  }
+  return samples;
+}
+
 }  // namespace pstrain::data

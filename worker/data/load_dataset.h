@@ -41,4 +41,11 @@ std::string default_data_path(std::string_view name);
 DatasetPair load_dataset(std::string_view name, const std::string& path,
                          const LoadOptions& options = {});
 
+// The number of training samples load_dataset would return, found cheaply
+// (synthetic: options.synthetic_train; IDX: the labels file's header count,
+// read whole, 60 KB; CIFAR-10: the batch files' sizes), for checks made
+// before any process starts (the batch against each worker's shard). The
+// same errors as load_dataset for a missing directory or file.
+std::int64_t train_set_size(std::string_view name, const std::string& path, const LoadOptions& options = {});
+
 }  // namespace pstrain::data

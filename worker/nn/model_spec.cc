@@ -1,6 +1,7 @@
 #include "worker/nn/model_spec.h"
 
 #include "common/errors.h"
+#include "common/model_names.h"
 
 namespace pstrain::nn {
 
@@ -44,7 +45,7 @@ LayerSpec dropout(float drop_p) {
   return LayerSpec{LayerKind::kDropout, "dropout", 0, 0, 1, 0, drop_p, WeightInit::kHe};
 }
 
-std::vector<std::string> known_models() { return {"fmnist_cnn", "small_cnn"}; }
+std::vector<std::string> known_models() { return {kModelNames.begin(), kModelNames.end()}; }
 
 ModelSpec model_spec(std::string_view name, int channels, int height, int width, int classes) {
   if (channels <= 0 || height <= 0 || width <= 0 || classes <= 0) {
@@ -63,9 +64,7 @@ ModelSpec model_spec(std::string_view name, int channels, int height, int width,
                    conv2d("conv2", 16, 3, 1, 1, WeightInit::kHe), relu(), maxpool2d(2, 2),
                    flatten(), linear("fc1", classes, WeightInit::kGlorot)};
   } else {
-    std::string known;
-    for (const auto& k : known_models()) known += (known.empty() ? "" : ", ") + k;
-    throw ConfigError("model '" + std::string(name) + "': unknown, known models: " + known);
+    throw ConfigError("model '" + std::string(name) + "': unknown, known models: " + known_model_list());
   }
   return spec;
 }

@@ -104,13 +104,14 @@ void broadcast_initial(Loop& L) {
   L.model.set_params(params);
 }
 
-void evaluate_and_record(Loop& L, std::int64_t step, int epoch) {
+// time_s: when training reached these weights (the record's time axis).
+void evaluate_and_record(Loop& L, std::int64_t step, int epoch, double time_s) {
   if (!L.simulated_grads.empty()) return;  // no test set under simulated compute
   TraceSpan span(L.trace, TraceLevel::kSteps, "eval", "worker");
   span.arg("step", step).arg("epoch", epoch);
   const EvalResult r = evaluate(L.model, L.data.test);
   L.result.final_test_accuracy = r.accuracy;
-  write_eval_record(L.metrics, L.log, step, epoch, r);
+  write_eval_record(L.metrics, L.log, step, epoch, r, time_s);
 }
 
 void log_buckets(Loop& L, const GradientBuckets& buckets) {
@@ -251,12 +252,12 @@ TrainResult run_allreduce_worker(const RunConfig& config, WorkerSession& session
       [&](std::span<const std::int64_t> batch, std::int64_t s, int epoch, double lr) { return train_step(L, batch, s, epoch, lr); },
       [&](std::int64_t s, int epoch, bool last) {
         check_replicas(L, ("after epoch " + std::to_string(epoch)).c_str());
-        if (session.rank() == 0 && !last) evaluate_and_record(L, s, epoch);
+        if (session.rank() == 0 && !last) evaluate_and_record(L, s, epoch, L.metrics.elapsed_s());
       });
   L.result.steps = step;
   L.result.time_s = metrics.elapsed_s();
   if (session.rank() == 0) {
-    evaluate_and_record(L, step, driver.epoch_after(step));
+    evaluate_and_record(L, step, driver.epoch_after(step), L.result.time_s);
     std::vector<float> params(static_cast<std::size_t>(model.num_params()));
     model.get_params(params);
     write_final_weights(config.output.run_dir, params);

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <vector>
 
+#include "common/errors.h"
 #include "worker/train/records.h"
 
 namespace pstrain {
@@ -33,7 +34,16 @@ EpochDriver::EpochDriver(const RunConfig& config, const data::Dataset& train, in
       per_epoch_(pstrain::steps_per_epoch(sampler_.num_samples_per_replica(), batch_size_)),
       total_(capped_total(per_epoch_, config.workload)),
       schedule_(config.optimizer, config.schedule, per_epoch_, std::max<std::int64_t>(total_, 1),
-                samples_per_update(config.mode, batch_size_, num_workers)) {}
+                samples_per_update(config.mode, batch_size_, num_workers)) {
+  // A larger batch would silently shrink to the shard: one short step an epoch.
+  const std::int64_t shard = sampler_.num_samples_per_replica();
+  if (batch_size_ > shard) {
+    throw ConfigError("workload.batch_size " + std::to_string(batch_size_) + " is larger than a worker's shard: " +
+                      std::to_string(train.num_samples) + " training samples / " + std::to_string(num_workers) +
+                      " workers = " + std::to_string(shard) + " per worker; use workload.batch_size <= " +
+                      std::to_string(shard) + " or fewer workers");
+  }
+}
 
 std::int64_t EpochDriver::run(Logger& log, MetricsWriter& metrics, const std::int64_t& images, const StepFn& step_fn,
                               const EpochEndFn& epoch_end) const {

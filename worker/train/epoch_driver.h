@@ -35,6 +35,7 @@ class EpochDriver {
   // `last` is true after the final step (the caller evaluates then itself).
   using EpochEndFn = std::function<void(std::int64_t steps_done, int epoch, bool last)>;
 
+  // ConfigError when workload.batch_size exceeds this worker's shard (ceil(N / workers)).
   EpochDriver(const RunConfig& config, const data::Dataset& train, int rank, int num_workers);
 
   std::int64_t steps_per_epoch() const { return per_epoch_; }

@@ -74,14 +74,15 @@ void push_range(Loop& L, std::int64_t offset, std::int64_t count, std::int64_t s
   tickets.push_back(L.session.kv().push(L.grads, step, lr, keys));
 }
 
-void evaluate_and_record(Loop& L, std::int64_t step, int epoch) {
+// time_s: when training reached these weights (the record's time axis).
+void evaluate_and_record(Loop& L, std::int64_t step, int epoch, double time_s) {
   if (L.simulated) return;  // no test set under simulated compute
   TraceSpan span(L.trace, TraceLevel::kSteps, "eval", "worker");
   span.arg("step", step).arg("epoch", epoch);
   pull_weights(L, step);
   const EvalResult r = evaluate(L.model, L.data.test);
   L.result.final_test_accuracy = r.accuracy;
-  write_eval_record(L.metrics, L.log, step, epoch, r);
+  write_eval_record(L.metrics, L.log, step, epoch, r, time_s);
 }
 
 // Returns the step's training loss (NaN under simulated compute).
@@ -182,7 +183,7 @@ TrainResult run_ps_worker(const RunConfig& config, WorkerSession& session, Workl
       log, metrics, L.result.images,
       [&](std::span<const std::int64_t> batch, std::int64_t s, int epoch, double lr) { return train_step(L, batch, s, epoch, lr); },
       [&](std::int64_t s, int epoch, bool last) {
-        if (session.rank() == 0 && !last) evaluate_and_record(L, s, epoch);
+        if (session.rank() == 0 && !last) evaluate_and_record(L, s, epoch, L.metrics.elapsed_s());
       });
   {
     TraceSpan span(trace, TraceLevel::kSteps, "final barrier", "worker");
@@ -191,7 +192,7 @@ TrainResult run_ps_worker(const RunConfig& config, WorkerSession& session, Workl
   }
   L.result.steps = step;
   L.result.time_s = metrics.elapsed_s();
-  if (session.rank() == 0) evaluate_and_record(L, step, driver.epoch_after(step));
+  if (session.rank() == 0) evaluate_and_record(L, step, driver.epoch_after(step), L.result.time_s);
   if (session.rank() == 0) write_final_weights(config.output.run_dir, L.params);  // the final pull's weights
   write_end_record(metrics, L.result);
   return L.result;

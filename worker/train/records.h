@@ -34,7 +34,11 @@ struct StepRecord {
 
 void write_step_record(MetricsWriter& metrics, const StepRecord& r);
 // Writes the eval record and logs the test loss and accuracy.
-void write_eval_record(MetricsWriter& metrics, Logger& log, std::int64_t step, int epoch, const EvalResult& r);
+// time_s: the training time at which the evaluated weights existed (the
+// evaluation's own duration goes into eval_s, not into the time axis, so a
+// run's time to an accuracy never exceeds its training wall time).
+void write_eval_record(MetricsWriter& metrics, Logger& log, std::int64_t step, int epoch, const EvalResult& r,
+                       double time_s);
 void write_end_record(MetricsWriter& metrics, const TrainResult& r);
 // "epoch E step S/N (global G): loss L, X images/s (last T s)": the mean loss
 // (left out when NaN) and the rate over the last `window_s` seconds.
