@@ -90,3 +90,9 @@ TEST_CASE("all_finite finds NaN and both infinities anywhere") {
   }
   CHECK(all_finite(std::vector<float>{std::numeric_limits<float>::max(), -0.0f, 1e-45f}));
 }
+
+TEST_CASE("describe_loss names NaN without a sign") {
+  CHECK(describe_loss(-std::numeric_limits<double>::quiet_NaN()) == "loss nan");
+  CHECK(describe_loss(std::numeric_limits<double>::infinity()) == "loss inf");
+  CHECK(describe_loss(-std::numeric_limits<double>::infinity()) == "loss -inf");
+}

@@ -189,7 +189,7 @@ double train_step(Loop& L, std::span<const std::int64_t> batch, std::int64_t ste
   const bool loss_bad = !simulated && !std::isfinite(s.loss);
   if (loss_bad && !L.guard.skipping()) {
     wait_collective(L);  // every worker's loss is its own: finish this step's collective before leaving it
-    L.guard.seen(step, lr, "loss " + std::to_string(s.loss));  // "stop": throws
+    L.guard.seen(step, lr, describe_loss(s.loss));  // "stop": throws
   }
   const auto t1 = Clock::now();
 
@@ -210,7 +210,7 @@ double train_step(Loop& L, std::span<const std::int64_t> batch, std::int64_t ste
       host_grads = L.check_grads.data();
     }
     if (host_grads != nullptr && !all_finite(std::span<const float>(host_grads, num))) {
-      L.guard.seen(step, lr, loss_bad ? "loss " + std::to_string(s.loss) : "non-finite averaged gradient");
+      L.guard.seen(step, lr, loss_bad ? describe_loss(s.loss) : "non-finite averaged gradient");
       skipped = true;  // "skip": no update this step, on every worker
     }
     if (staged(L) && !skipped) {

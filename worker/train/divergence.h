@@ -21,6 +21,13 @@ inline bool all_finite(std::span<const float> values) {
   return bad == 0;
 }
 
+// "loss nan", "loss inf", "loss -inf" (no sign on a NaN), "loss 2.5".
+inline std::string describe_loss(double loss) {
+  if (std::isnan(loss)) return "loss nan";
+  if (std::isinf(loss)) return loss > 0 ? "loss inf" : "loss -inf";
+  return "loss " + std::to_string(loss);
+}
+
 // "worker 3: training diverged at step 177 (loss nan, lr 0.05): lower
 // optimizer.lr, or lengthen schedule.warmup_epochs" (`what`: "loss nan",
 // "non-finite gradient", ...), plus `hint` when not empty (", or ...").

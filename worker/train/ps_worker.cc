@@ -70,7 +70,7 @@ void check_range(Loop& L, std::span<const float> grads, std::int64_t step, doubl
     L.loss_checked = true;
     const double loss = L.model.last_loss();
     if (!std::isfinite(loss)) {
-      L.guard.seen(step, lr, "loss " + std::to_string(loss));
+      L.guard.seen(step, lr, describe_loss(loss));
       L.skipping_step = true;
       return;
     }
