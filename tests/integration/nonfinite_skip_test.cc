@@ -3,7 +3,7 @@
 // and gradients are non-finite. Skipped steps are counted (step records, end
 // records, the summary) and the job finishes when the streak stays below
 // max_skipped_steps; at max_skipped_steps in a row it ends with the one line
-// and exit code 4. Sync and async (parameter servers) and allreduce.
+// and exit code 4. Sync, async and ssp (parameter servers) and allreduce.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -46,7 +46,7 @@ int count_of(const std::string& text, const std::string& part) {
 }  // namespace
 
 TEST_CASE("skip: non-finite steps are skipped and counted, and the job finishes with finite weights") {
-  for (const std::string mode : {"sync", "async", "allreduce"}) {
+  for (const std::string mode : {"sync", "async", "ssp", "allreduce"}) {
     CAPTURE(mode);
     it::TempDir dir;
     const auto run = dir.path() / "run";
@@ -58,7 +58,7 @@ TEST_CASE("skip: non-finite steps are skipped and counted, and the job finishes 
     INFO(summary);
     const std::string w0 = it::read_file(run / "metrics" / "worker-0.jsonl");
     const std::string w1 = it::read_file(run / "metrics" / "worker-1.jsonl");
-    if (mode == "async") {
+    if (mode == "async" || mode == "ssp") {
       // Step 0 is finite; the steps after the first updates are not (when
       // exactly depends on the arrival order).
       CHECK(json_int(summary, "skipped_steps", 2) >= 8);
@@ -88,7 +88,7 @@ TEST_CASE("skip: non-finite steps are skipped and counted, and the job finishes 
 }
 
 TEST_CASE("skip: max_skipped_steps in a row ends the job with the one line and exit code 4") {
-  for (const std::string mode : {"sync", "async", "allreduce"}) {
+  for (const std::string mode : {"sync", "async", "ssp", "allreduce"}) {
     CAPTURE(mode);
     it::TempDir dir;
     const auto run = dir.path() / "run";

@@ -81,19 +81,24 @@ void check_range(Loop& L, std::span<const float> grads, std::int64_t step, doubl
   }
 }
 
-// Pushes every chunk lying in [offset, offset + count) of the gradients (as
-// skip pushes once the step is skipped; chunks already sent stay sent).
+// Pushes every chunk lying in [offset, offset + count) of the gradients not
+// pushed yet, each copied from the model and checked just before (so the
+// final "anything not yet sent" call costs nothing when backward reported
+// every chunk). Once the step is skipped they go as skip pushes (chunks
+// already sent stay sent).
 void push_range(Loop& L, std::int64_t offset, std::int64_t count, std::int64_t step, double lr,
                 std::vector<KVClient::Ticket>& tickets, std::vector<bool>& pushed) {
-  if (!L.simulated && !L.skipping_step) {
-    const auto span = std::span<float>(L.grads).subspan(static_cast<std::size_t>(offset), static_cast<std::size_t>(count));
-    L.model.get_grads(offset, span);
-    check_range(L, span, step, lr);
-  }
-  std::vector<std::int64_t> keys = L.session.shard_map().chunks_within(offset, offset + count);
+  const ShardMap& map = L.session.shard_map();
+  std::vector<std::int64_t> keys = map.chunks_within(offset, offset + count);
   std::erase_if(keys, [&](std::int64_t k) { return pushed[static_cast<std::size_t>(k)]; });
   for (auto k : keys) pushed[static_cast<std::size_t>(k)] = true;
   if (keys.empty()) return;
+  for (std::size_t i = 0; i < keys.size() && !L.simulated && !L.skipping_step; ++i) {
+    const Chunk& c = map.chunk(keys[i]);
+    const auto span = std::span<float>(L.grads).subspan(static_cast<std::size_t>(c.offset), static_cast<std::size_t>(c.num_elems));
+    L.model.get_grads(c.offset, span);
+    check_range(L, span, step, lr);
+  }
   TraceSpan span(L.trace, TraceLevel::kAll, L.skipping_step ? "skip push send" : "push send", "worker");
   span.arg("first_chunk", keys.front()).arg("chunks", static_cast<std::int64_t>(keys.size()));
   tickets.push_back(L.skipping_step ? L.session.kv().push_skip(step, keys) : L.session.kv().push(L.grads, step, lr, keys));
