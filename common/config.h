@@ -89,6 +89,11 @@ struct WorkloadConfig {
   int straggler_rank = -1;
   double straggler_slowdown = 1.0;
   double simulated_step_ms = 0.0;         // > 0: simulated compute
+  // A non-finite loss or gradient (issue 10): "stop" ends the job (exit code
+  // 4); "skip" drops that step's update and stops after max_skipped_steps
+  // skipped steps in a row.
+  std::string on_nonfinite = "stop";      // "stop" | "skip"
+  int max_skipped_steps = 10;             // >= 1
 
   bool operator==(const WorkloadConfig&) const = default;
 };

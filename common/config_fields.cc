@@ -11,6 +11,7 @@ namespace {
 constexpr std::array<std::string_view, 4> kModes{"sync", "async", "ssp", "allreduce"};
 constexpr std::array<std::string_view, 2> kStalenessRules{"none", "inverse"};
 constexpr std::array<std::string_view, 2> kWorkerFailurePolicies{"abort", "continue"};
+constexpr std::array<std::string_view, 2> kNonFinitePolicies{"stop", "skip"};
 constexpr std::array<std::string_view, 2> kTransports{"tcp", "ipc"};
 constexpr std::array<std::string_view, 4> kDatasets{"fashion-mnist", "mnist", "cifar10", "synthetic"};
 constexpr std::array<std::string_view, 3> kDevices{"auto", "cpu", "cuda"};
@@ -104,6 +105,8 @@ void visit_table(C& c, const V& v) {
   v("workload", "straggler_rank", &wl.straggler_rank, at_least(-1));
   v("workload", "straggler_slowdown", &wl.straggler_slowdown, at_least(1));
   v("workload", "simulated_step_ms", &wl.simulated_step_ms, at_least(0));
+  v("workload", "on_nonfinite", &wl.on_nonfinite, one_of(kNonFinitePolicies));
+  v("workload", "max_skipped_steps", &wl.max_skipped_steps, at_least(1));
   auto& op = c.optimizer;
   v("optimizer", "name", &op.name, one_of(kOptimizers));
   v("optimizer", "lr", &op.lr, above(0));

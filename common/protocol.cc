@@ -103,7 +103,16 @@ std::string describe(const Header& h) {
 }
 
 void validate_payload(const Header& h, bool has_payload, std::size_t payload_bytes, const DecodeLimits& limits) {
-  const PayloadRule rule = payload_rule(h.type);
+  PayloadRule rule = payload_rule(h.type);
+  if (h.type == MsgType::kPush) {  // aux: kPushGradient (payload) or kPushSkip (none)
+    if (h.aux == kPushSkip) {
+      rule = PayloadRule::kNone;
+    } else if (h.aux != kPushGradient) {
+      throw ProtocolError(describe(h) + " (key " + std::to_string(h.key) + "): aux " + std::to_string(h.aux) +
+                          " is neither " + std::to_string(kPushGradient) + " (a gradient) nor " +
+                          std::to_string(kPushSkip) + " (a skip)");
+    }
+  }
   if (rule == PayloadRule::kNone && has_payload) {
     throw ProtocolError(describe(h) + ": carries no payload, got a " + std::to_string(payload_bytes) +
                         "-byte payload frame");

@@ -39,7 +39,8 @@ enum class MsgType : std::uint8_t {
   // worker <-> server, one chunk (key) per message
   kInit,              // key, payload = chunk's initial weights
   kInitReply,
-  kPush,              // key, step, lr, payload = chunk's gradient
+  kPush,              // key, step, lr, aux = kPushGradient, payload = chunk's gradient; or
+                      // aux = kPushSkip, no payload: the worker contributes nothing to this step
   kPushReply,         // key, step, version, aux = staleness (async)
   kPull,              // key, step = the worker's step (sync: the version it needs)
   kPullReply,         // key, version, aux = us parked at the server, payload = chunk's weights
@@ -52,6 +53,13 @@ enum class MsgType : std::uint8_t {
   kLast = kDropped,
 };
 std::string_view to_string(MsgType type);
+
+// kPush's aux: a gradient (the payload) or a skip (no payload): the worker
+// saw a non-finite loss or gradient (workload.on_nonfinite = "skip") and
+// contributes nothing to this step of this chunk; the servers count it as
+// its arrival (sync) or its clock (ssp) without an update from it.
+inline constexpr std::int64_t kPushGradient = 0;
+inline constexpr std::int64_t kPushSkip = 1;
 
 enum class Role : std::uint8_t { kScheduler = 0, kServer = 1, kWorker = 2 };
 std::string_view to_string(Role role);
@@ -80,7 +88,7 @@ struct Header {
   std::int64_t step = 0;              // push, pull: the worker's step
   std::int64_t version = 0;           // replies: chunk version
   std::int64_t num_elems = 0;         // float32 payload: element count
-  std::int64_t aux = 0;               // push reply: staleness; pull reply: us parked
+  std::int64_t aux = 0;               // push: kPushGradient/kPushSkip; push reply: staleness; pull reply: us parked
   double lr = 0.0;                    // push: learning rate for this update
 
   template <class Archive>

@@ -69,6 +69,7 @@ class SyncPolicy final : public ConsistencyPolicy {
       s.early.resize(static_cast<std::size_t>(num_workers));
       s.early_lr.assign(static_cast<std::size_t>(num_workers), 0.0);
       s.has_early.assign(static_cast<std::size_t>(num_workers), false);
+      s.skipped.assign(static_cast<std::size_t>(num_workers), false);
     }
   }
 
@@ -89,9 +90,11 @@ class SyncPolicy final : public ConsistencyPolicy {
     ++s.num_arrived;
     if (s.num_arrived == 1 && num_live() == 1) {  // the mean is this gradient: apply it from the message
       s.reset();
-      return Update{push.grad, push.lr, 1};
+      return push.skip ? Update{{}, 0.0, 0, 1} : Update{push.grad, push.lr, 1, 0};
     }
-    if (push.worker == s.next) {
+    if (push.skip) {
+      s.skipped[w] = true;  // its rank is passed over when its turn comes
+    } else if (push.worker == s.next) {
       add(s, push.grad, push.lr);
     } else {  // an early arrival waits for the ranks before it
       s.early[w].assign(push.grad.begin(), push.grad.end());
@@ -128,9 +131,11 @@ class SyncPolicy final : public ConsistencyPolicy {
     std::vector<std::vector<float>> early;  // per worker: a gradient waiting for lower ranks
     std::vector<double> early_lr;
     std::vector<bool> has_early;
+    std::vector<bool> skipped;             // per worker: arrived with a skip push
 
     void reset() {
       std::fill(arrived.begin(), arrived.end(), false);
+      std::fill(skipped.begin(), skipped.end(), false);
       num_arrived = 0;
       next = 0;
       num_added = 0;
@@ -159,7 +164,7 @@ class SyncPolicy final : public ConsistencyPolicy {
       if (s.has_early[n]) {
         add(s, s.early[n], s.early_lr[n]);
         s.has_early[n] = false;
-      } else if (!live(s.next)) {
+      } else if (s.skipped[n] || !live(s.next)) {
         ++s.next;
       } else {
         break;
@@ -170,10 +175,11 @@ class SyncPolicy final : public ConsistencyPolicy {
     }
     if (s.next < num_workers_) return std::nullopt;  // cannot happen: every rank is in or not live
     const int contributors = s.num_added;
-    divide(s.sum, contributors);
-    const double lr = s.lr;
+    const auto skips = static_cast<int>(std::count(s.skipped.begin(), s.skipped.end(), true));
     s.reset();
-    return Update{std::span<const float>(s.sum), lr, contributors};
+    if (contributors == 0) return Update{{}, 0.0, 0, skips};  // every arrival was a skip: an empty update
+    divide(s.sum, contributors);
+    return Update{std::span<const float>(s.sum), s.lr, contributors, skips};
   }
 
   static void divide(std::vector<float>& sum, int n) {
@@ -198,8 +204,9 @@ class AsyncPolicy : public ConsistencyPolicy {
 
   std::optional<Update> on_push(std::size_t chunk, std::int64_t, const PushRequest& push) override {
     check_step(chunk, push);
-    record_step(chunk, push);
-    return Update{push.grad, push.lr, 1};
+    record_step(chunk, push);  // a skip advances the worker's clock (ssp) and applies nothing
+    if (push.skip) return std::nullopt;
+    return Update{push.grad, push.lr, 1, 0};
   }
 
   bool pull_ready(std::size_t, std::int64_t, int, std::int64_t) const override { return true; }

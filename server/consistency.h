@@ -19,6 +19,13 @@
 // In every mode a worker's steps must increase per chunk (a repeat is a
 // duplicate, a lower step is stale). A worker dropped by the failure policy
 // is no longer waited for; its later pushes are refused.
+// A skip push (workload.on_nonfinite = "skip": the worker saw a non-finite
+// loss or gradient) is that worker's push for the step with no gradient:
+// sync counts it as an arrival without a contribution (the update is the
+// mean over the workers that contributed; if none did, the update is empty:
+// no optimizer step, but the version still advances so pulls for the next
+// step are answered); async and ssp record the step (the worker's clock)
+// and apply nothing.
 // Not thread-safe: owned by the ShardStore's thread.
 #pragma once
 
@@ -43,16 +50,19 @@ struct PushRequest {
   std::int64_t key = 0;  // for messages
   int worker = 0;
   std::int64_t step = 0;
-  std::span<const float> grad;
+  std::span<const float> grad;  // empty for a skip
   double lr = 0.0;
+  bool skip = false;             // a skip push: contributes nothing
 };
 
 // What to apply now: the gradient (mean over `contributors` workers in sync)
-// and the learning rate.
+// and the learning rate. contributors = 0 (sync, every worker skipped): an
+// empty update, no optimizer step, the version advances.
 struct Update {
   std::span<const float> grad;
   double lr = 0.0;
   int contributors = 1;
+  int skips = 0;  // sync: workers that arrived with a skip push
 };
 
 class ConsistencyPolicy {

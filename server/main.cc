@@ -52,6 +52,8 @@ void write_server_metrics(const std::string& run_dir, const pstrain::Server& ser
                                .add("pushes_accepted", s.pushes_accepted)
                                .add("pushes_rejected", s.pushes_rejected)
                                .add("partial_updates", s.partial_updates)
+                               .add("skip_pushes", s.skip_pushes)
+                               .add("empty_updates", s.empty_updates)
                                .add("clock_gap_max", s.clock_gap_max)
                                .raw("staleness_histogram", histogram)
                                .str();

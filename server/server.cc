@@ -214,13 +214,15 @@ void Server::serve(const zmq::message_t& from, const Message& msg) {
       return;
     }
     case MsgType::kPush: {
-      const PushOutcome out = store_->push(h.sender, h.key, h.step, msg.float_payload(scratch_), h.lr);
+      const bool skip = h.aux == kPushSkip;
+      const PushOutcome out = skip ? store_->skip(h.sender, h.key, h.step)
+                                   : store_->push(h.sender, h.key, h.step, msg.float_payload(scratch_), h.lr);
       Header r = h;
       r.type = MsgType::kPushReply;
       r.version = out.version;
       r.aux = out.staleness;
       reply(from, r);
-      if (out.applied) answer_parked(h.key);
+      if (out.applied || skip) answer_parked(h.key);  // a skip may advance an ssp clock
       return;
     }
     case MsgType::kPull:

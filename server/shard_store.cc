@@ -131,7 +131,35 @@ PushOutcome ShardStore::push(int worker, std::int64_t key, std::int64_t step, st
   }
 }
 
+PushOutcome ShardStore::skip(int worker, std::int64_t key, std::int64_t step) {
+  const std::size_t at = position(key, "push");
+  ChunkState& c = chunks_[at];
+  try {
+    if (worker < 0 || worker >= num_workers_) {
+      throw RequestError(Status::kBadRequest, "skip " + describe_push(key, worker, step) + ": worker rank outside [0, " +
+                                                  std::to_string(num_workers_) + ")");
+    }
+    if (!c.initialized) throw RequestError(Status::kRejected, "skip " + describe_push(key, worker, step) + ": chunk not initialized yet");
+    PushRequest request{key, worker, step, {}, 0.0};
+    request.skip = true;
+    const std::optional<Update> update = policy_->on_push(at, c.version, request);
+    ++stats_.pushes_accepted;
+    ++stats_.skip_pushes;
+    if (!update) return PushOutcome{false, c.version, 0};
+    apply(c, *update);  // sync: this skip completed the step
+    return PushOutcome{true, c.version, 0};
+  } catch (const RequestError&) {
+    ++stats_.pushes_rejected;
+    throw;
+  }
+}
+
 void ShardStore::apply(ChunkState& c, const Update& update) {
+  if (update.contributors == 0) {  // sync, every worker skipped (or the rest dropped): the weights stay, the step is done
+    ++c.version;
+    ++stats_.empty_updates;
+    return;
+  }
   TraceSpan span(trace_, TraceLevel::kAll, "update", "server");
   span.arg("chunk", c.key).arg("version", c.version + 1);
   if (c.weights.use_count() > 1) {  // a pull reply is still sending these: copy on write
@@ -140,7 +168,9 @@ void ShardStore::apply(ChunkState& c, const Update& update) {
   c.optimizer->step(*c.weights, update.grad, update.lr);
   ++c.version;
   ++stats_.updates_applied;
-  if (update.contributors < num_workers_ && options_.consistency.mode == Mode::kSync) ++stats_.partial_updates;
+  if (update.contributors + update.skips < num_workers_ && options_.consistency.mode == Mode::kSync) {
+    ++stats_.partial_updates;  // a dropped worker's gradient is missing (skips are counted as skip_pushes)
+  }
 }
 
 bool ShardStore::ready(std::int64_t key, int worker, std::int64_t step) const {

@@ -47,6 +47,8 @@ struct StoreStats {
   std::int64_t pushes_rejected = 0;
   std::int64_t updates_applied = 0;                          // chunk updates
   std::int64_t partial_updates = 0;                          // sync: with fewer than all workers (one dropped)
+  std::int64_t skip_pushes = 0;                              // accepted skip pushes (counted in pushes_accepted)
+  std::int64_t empty_updates = 0;                            // sync: every worker skipped; version advanced only
   std::int64_t clock_gap_max = 0;                            // ssp: largest pull step - slowest clock answered
   std::map<std::int64_t, std::int64_t> staleness_histogram;  // async, ssp: staleness -> pushes
 };
@@ -67,6 +69,10 @@ class ShardStore {
   // The initial weights of a chunk; a second init of the same chunk is rejected.
   void init(std::int64_t key, std::span<const float> weights);
   PushOutcome push(int worker, std::int64_t key, std::int64_t step, std::span<const float> grad, double lr);
+  // A skip push: `worker` contributes nothing to `step` of this chunk
+  // (server/consistency.h). Checked like a push (worker, step order).
+  // applied = the chunk's version advanced (sync: the step completed).
+  PushOutcome skip(int worker, std::int64_t key, std::int64_t step);
   // Whether a pull by `worker` about to compute step `step` can be answered
   // now: the chunk is initialized and the policy allows it (sync: version >=
   // step; ssp: within the staleness bound; async: always).

@@ -55,12 +55,13 @@ zmq::message_t patched_header(const Header& h, std::size_t offset, std::uint8_t 
 
 TEST_CASE("header round trip keeps every field") {
   Header h = push_header(1024);
+  h.type = MsgType::kPullReply;  // a push's aux is only kPushGradient or kPushSkip
   h.version = 9;
   h.aux = -4;
   h.status = Status::kRejected;
   std::vector<zmq::message_t> frames = frames_of(h, 4096);
   Message m = decode_message(frames, {});
-  CHECK(m.header.type == MsgType::kPush);
+  CHECK(m.header.type == MsgType::kPullReply);
   CHECK(m.header.role == Role::kWorker);
   CHECK(m.header.sender == 3);
   CHECK(m.header.request_id == 77);

@@ -44,7 +44,9 @@ RunConfig everything_set() {
                 .synthetic_test = 50,
                 .straggler_rank = 2,
                 .straggler_slowdown = 2.5,
-                .simulated_step_ms = 0.1 + 0.2};
+                .simulated_step_ms = 0.1 + 0.2,
+                .on_nonfinite = "skip",
+                .max_skipped_steps = 4};
   c.optimizer = {.name = "adam",
                  .lr = 1.0 / 3.0,
                  .momentum = 0.0,
@@ -103,6 +105,8 @@ synthetic_test = 5
 straggler_rank = 0
 straggler_slowdown = 3
 simulated_step_ms = 1.5
+on_nonfinite = "skip"
+max_skipped_steps = 3
 [optimizer]
 name = "sgd"
 lr = 0.05
@@ -156,6 +160,8 @@ log_level = "warn"
   CHECK(c.workload.straggler_rank == 0);
   CHECK(c.workload.straggler_slowdown == 3.0);
   CHECK(c.workload.simulated_step_ms == 1.5);
+  CHECK(c.workload.on_nonfinite == "skip");
+  CHECK(c.workload.max_skipped_steps == 3);
   CHECK(c.optimizer.name == "sgd");
   CHECK(c.optimizer.lr == 0.05);
   CHECK(c.optimizer.momentum == 0.5);

@@ -25,6 +25,7 @@ TEST_CASE("a forced divergence ends the job with the one clear line and exit cod
     const std::string line = r.output.substr(headline, r.output.find('\n', headline) - headline);
     CHECK(it::contains(line, ": training diverged at step "));
     CHECK(it::contains(line, "lr 1e+20): lower optimizer.lr"));
+    CHECK(it::contains(line, ", or set workload.on_nonfinite = \"skip\""));
     CHECK(it::contains(r.output, "exited with code 4 (training diverged)"));
     CHECK_FALSE(it::fs::exists(run / "weights.bin"));
     CHECK_FALSE(it::fs::exists(run / "summary.json"));

@@ -52,6 +52,26 @@ TEST_CASE("a worker's records are read in order") {
   CHECK(m.end->push_s == doctest::Approx(0.5));
 }
 
+TEST_CASE("skipped (step) and skipped_steps (end) are read; absent in older files they mean none") {
+  TempDir dir;
+  const auto file = dir.path() / "w.jsonl";
+  std::string skipped = report_test::step_line(1, 0.2, 2.1);
+  skipped.replace(skipped.find("\"simulated\":false"), std::string("\"simulated\":false").size(),
+                  "\"simulated\":false,\"skipped\":true");
+  std::string end = report_test::end_line(0.5, 2, 64);
+  end.replace(end.find("\"push_s\":0.5"), std::string("\"push_s\":0.5").size(), "\"push_s\":0.5,\"skipped_steps\":1");
+  report_test::write_file(file, report_test::step_line(0, 0.1, 2.3) + skipped + end);
+  WorkerMetrics m = read_worker_metrics(file, 0);
+  REQUIRE(m.steps.size() == 2);
+  CHECK_FALSE(m.steps[0].skipped);
+  CHECK(m.steps[1].skipped);
+  CHECK(m.end->skipped_steps == 1);
+  report_test::write_file(file, report_test::step_line(0, 0.1, 2.3) + report_test::end_line(0.5, 1, 32));
+  m = read_worker_metrics(file, 0);
+  CHECK_FALSE(m.steps[0].skipped);
+  CHECK(m.end->skipped_steps == 0);
+}
+
 TEST_CASE("the plan record gives the steps the worker will run") {
   TempDir dir;
   const auto file = dir.path() / "w.jsonl";

@@ -169,18 +169,19 @@ TEST_CASE("summary.json holds every documented key and reads back") {
   const JsonValue j = parse_json(summary_json(summarize(config(Mode::kAsync), m)), "summary.json");
   for (const char* key : {"mode", "workers", "servers", "model", "dataset", "final_test_accuracy", "wall_time_s",
                           "time_to_accuracy", "global_images_per_s", "per_worker", "staleness", "ssp",
-                          "dropped_workers", "partial_updates", "resources", "warnings"}) {
+                          "dropped_workers", "partial_updates", "skipped_steps", "resources", "warnings"}) {
     CAPTURE(key);
     CHECK(j.find(key) != nullptr);
   }
-  CHECK(j.keys().size() == 16);
+  CHECK(j.keys().size() == 17);
   CHECK(j.find("ssp")->is_null());
   CHECK(j.find("mode")->as_string("mode") == "async");
   CHECK(j.find("final_test_accuracy")->as_number("a") == doctest::Approx(0.84));
   CHECK(j.find("time_to_accuracy")->find("0.85")->as_number("t") == 3.0);
   CHECK(j.find("time_to_accuracy")->find("0.90")->is_null());
   const JsonValue& w1 = j.find("per_worker")->items().at(1);
-  for (const char* key : {"rank", "time_s", "images", "compute_s", "pull_s", "push_s", "blocked_s", "images_per_s"}) {
+  for (const char* key : {"rank", "time_s", "images", "compute_s", "pull_s", "push_s", "blocked_s", "images_per_s",
+                          "skipped_steps"}) {
     CAPTURE(key);
     CHECK(w1.find(key) != nullptr);
   }
@@ -238,4 +239,31 @@ TEST_CASE("write_run_summary reads a run directory and writes both files") {
   CHECK(j.find("global_images_per_s")->as_number("g") == doctest::Approx(32.0));
   CHECK(report_test::read_file(dir.path() / "summary.md").find("| 1 | 2.00 | 32 | 16.0 |") != std::string::npos);
   CHECK_FALSE(std::filesystem::exists(dir.path() / "summary.json.tmp"));
+}
+
+TEST_CASE("skipped steps (on_nonfinite \"skip\"): per worker from its end record, or its step records if dropped") {
+  RunMetrics m = two_workers();
+  m.workers[0].end->skipped_steps = 4;
+  m.workers[1].end.reset();
+  for (int i = 0; i < 3; ++i) {
+    StepRecord r;
+    r.time_s = 0.5 * (i + 1);
+    r.step = i;
+    r.batch = 32;
+    r.skipped = i > 0;
+    m.workers[1].steps.push_back(r);
+  }
+  RunConfig c = config(Mode::kSync);
+  c.cluster.on_worker_failure = "continue";
+  const RunSummary s = summarize(c, m);
+  REQUIRE(s.per_worker.size() == 2);
+  CHECK(s.per_worker[0].skipped_steps == 4);
+  CHECK(s.per_worker[1].skipped_steps == 2);
+  CHECK(s.skipped_steps == 6);
+  const JsonValue j = parse_json(summary_json(s), "summary.json");
+  CHECK(j.find("skipped_steps")->as_integer("s") == 6);
+  CHECK(j.find("per_worker")->items().at(0).find("skipped_steps")->as_integer("s") == 4);
+  CHECK(summary_markdown(s, "runs/x").find("## Skipped steps") != std::string::npos);
+  CHECK(summary_markdown(s, "runs/x").find(": 6 (worker 0: 4, worker 1: 2).") != std::string::npos);
+  CHECK(summary_markdown(summarize(config(Mode::kSync), two_workers()), "r").find("Skipped") == std::string::npos);
 }

@@ -58,6 +58,7 @@ StepRecord read_step(const Fields& f) {
   r.lr = f.number("lr");
   r.staleness = f.number("staleness");
   r.simulated = f.boolean("simulated");
+  if (f.has("skipped")) r.skipped = f.boolean("skipped");
   return r;
 }
 
@@ -80,6 +81,7 @@ EndRecord read_end(const Fields& f) {
   r.pull_s = f.number("pull_s");
   r.push_s = f.number("push_s");
   if (f.has("blocked_s")) r.blocked_s = f.number("blocked_s");
+  if (f.has("skipped_steps")) r.skipped_steps = f.integer("skipped_steps");
   return r;
 }
 

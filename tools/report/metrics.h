@@ -36,6 +36,7 @@ struct StepRecord {
   double lr = 0;
   double staleness = 0;
   bool simulated = false;
+  bool skipped = false;  // on_nonfinite "skip": this step's update dropped (absent in older files: false)
 };
 
 struct EvalRecord {
@@ -54,6 +55,7 @@ struct EndRecord {
   double pull_s = 0;
   double push_s = 0;
   double blocked_s = 0;  // pulls held at the servers by the consistency policy
+  std::int64_t skipped_steps = 0;  // on_nonfinite "skip" (absent in older files: 0)
 };
 
 struct WorkerMetrics {

@@ -31,6 +31,7 @@ WorkerSummary dropped_worker_summary(const WorkerMetrics& w) {
     s.compute_s += r.compute_ms / 1e3;
     s.pull_s += r.pull_ms / 1e3;
     s.push_s += r.push_ms / 1e3;
+    s.skipped_steps += r.skipped ? 1 : 0;
   }
   s.images_per_s = s.time_s > 0 ? static_cast<double>(s.images) / s.time_s : std::numeric_limits<double>::quiet_NaN();
   return s;
@@ -47,6 +48,7 @@ WorkerSummary worker_summary(const WorkerMetrics& w) {
   s.pull_s = e.pull_s;
   s.push_s = e.push_s;
   s.blocked_s = e.blocked_s;
+  s.skipped_steps = e.skipped_steps;
   s.images_per_s = e.time_s > 0 ? static_cast<double>(e.images) / e.time_s : std::numeric_limits<double>::quiet_NaN();
   return s;
 }
@@ -96,7 +98,8 @@ std::string worker_json(const WorkerSummary& w) {
          ", \"images\": " + json_number(w.images) + ", \"compute_s\": " + json_number(w.compute_s) +
          ", \"pull_s\": " + json_number(w.pull_s) + ", \"push_s\": " + json_number(w.push_s) +
          ", \"blocked_s\": " + json_number(w.blocked_s) + ", \"images_per_s\": " + json_number(w.images_per_s) +
-         ", \"dropped\": " + (w.dropped ? "true" : "false") + "}";
+         ", \"skipped_steps\": " + std::to_string(w.skipped_steps) + ", \"dropped\": " + (w.dropped ? "true" : "false") +
+         "}";
 }
 
 std::string int_list_json(const std::vector<int>& values) {
@@ -158,6 +161,7 @@ RunSummary summarize(const RunConfig& config, const RunMetrics& metrics) {
     s.wall_time_s = std::max(s.wall_time_s, s.per_worker.back().time_s);
     images += s.per_worker.back().images;
   }
+  for (const WorkerSummary& w : s.per_worker) s.skipped_steps += w.skipped_steps;
   s.global_images_per_s = s.wall_time_s > 0 ? static_cast<double>(images) / s.wall_time_s
                                             : std::numeric_limits<double>::quiet_NaN();
   add_evaluations(s, metrics.workers.empty() ? std::vector<EvalRecord>{} : metrics.workers.front().evals);
@@ -186,7 +190,8 @@ std::string summary_json(const RunSummary& s) {
          ",\n  \"global_images_per_s\": " + json_number(s.global_images_per_s) + ",\n  \"per_worker\": [" + workers +
          (workers.empty() ? "]" : "\n  ]") + ",\n  \"staleness\": " + staleness_json(s.staleness) +
          ",\n  \"ssp\": " + ssp_json(s.ssp) + ",\n  \"dropped_workers\": " + int_list_json(s.dropped_workers) +
-         ",\n  \"partial_updates\": " + std::to_string(s.partial_updates) + ",\n  \"resources\": " + resources_json(s) +
+         ",\n  \"partial_updates\": " + std::to_string(s.partial_updates) +
+         ",\n  \"skipped_steps\": " + std::to_string(s.skipped_steps) + ",\n  \"resources\": " + resources_json(s) +
          ",\n  \"warnings\": " + warnings_json(s) + "\n}\n";
 }
 

@@ -39,6 +39,7 @@ struct WorkerSummary {
   double push_s = 0;
   double blocked_s = 0;
   double images_per_s = 0;
+  std::int64_t skipped_steps = 0;  // workload.on_nonfinite "skip": steps whose update it dropped
   bool dropped = false;  // no "end" record: lost, and dropped under on_worker_failure "continue"
 };
 
@@ -74,6 +75,7 @@ struct RunSummary {
   std::optional<SspSummary> ssp;              // ssp only
   std::vector<int> dropped_workers;           // on_worker_failure "continue": workers the job went on without
   std::int64_t partial_updates = 0;           // sync: chunk updates made without a dropped worker
+  std::int64_t skipped_steps = 0;             // on_nonfinite "skip": summed over workers
   std::vector<ResourceSummary> resources;     // empty: resource sampling off
   std::vector<std::string> warnings;
 };

@@ -127,6 +127,14 @@ std::string summary_markdown(const RunSummary& s, const std::string& run_dir) {
            "; the job went on without them. Sync chunk updates made without them: " +
            std::to_string(s.partial_updates) + ".\n";
   }
+  if (s.skipped_steps > 0) {
+    std::string each;
+    for (const WorkerSummary& w : s.per_worker) {
+      each += (each.empty() ? "" : ", ") + ("worker " + std::to_string(w.rank) + ": " + std::to_string(w.skipped_steps));
+    }
+    out += "\n## Skipped steps\n\nSteps whose update a worker dropped for a non-finite loss or gradient "
+           "(workload.on_nonfinite = \"skip\"): " + std::to_string(s.skipped_steps) + " (" + each + ").\n";
+  }
   if (s.ssp) {
     out += "\n## Bounded staleness (ssp)\n\n" +
            table({"bound (steps)", "largest clock gap at a pull (steps)", "mean time blocked by the bound (s)"},

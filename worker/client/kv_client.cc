@@ -46,6 +46,10 @@ KVClient::Ticket KVClient::push(std::span<const float> flat, std::int64_t step, 
   return start(MsgType::kPush, flat, nullptr, step, lr, keys);
 }
 
+KVClient::Ticket KVClient::push_skip(std::int64_t step, std::span<const std::int64_t> keys) {
+  return start(MsgType::kPush, {}, nullptr, step, 0.0, keys, true);
+}
+
 KVClient::Ticket KVClient::pull(std::span<float> flat, std::int64_t step, std::span<const std::int64_t> keys) {
   check_flat(flat.size(), "pull");
   return start(MsgType::kPull, {}, flat.data(), step, 0.0, keys);
@@ -57,7 +61,7 @@ KVClient::Ticket KVClient::init(std::span<const float> flat, std::span<const std
 }
 
 KVClient::Ticket KVClient::start(MsgType type, std::span<const float> src, float* dest, std::int64_t step, double lr,
-                                 std::span<const std::int64_t> keys) {
+                                 std::span<const std::int64_t> keys, bool skip) {
   const Ticket ticket = next_ticket_++;
   TicketState& state = tickets_[ticket];
   const auto num_keys = keys.empty() ? map_.chunks().size() : keys.size();
@@ -76,14 +80,15 @@ KVClient::Ticket KVClient::start(MsgType type, std::span<const float> src, float
     h.key = key;
     h.step = step;
     h.lr = lr;
+    if (skip) h.aux = kPushSkip;
     const auto offset = static_cast<std::size_t>(c.offset), count = static_cast<std::size_t>(c.num_elems);
-    Payload payload = type == MsgType::kPull ? Payload() : Payload::floats(src.subspan(offset, count));
+    Payload payload = type == MsgType::kPull || skip ? Payload() : Payload::floats(src.subspan(offset, count));
     send_message(sockets_[static_cast<std::size_t>(c.server)], nullptr, h, std::move(payload), options_.traffic);
     const MsgType expect = type == MsgType::kPush   ? MsgType::kPushReply
                            : type == MsgType::kPull ? MsgType::kPullReply
                                                     : MsgType::kInitReply;
     pending_[h.request_id] = Pending{ticket, expect, key, dest == nullptr ? nullptr : dest + offset,
-                                     trace_chunks_ ? options_.trace->now_us() : 0};
+                                     trace_chunks_ ? options_.trace->now_us() : 0, skip};
     ++state.outstanding;
   }
   return ticket;
@@ -166,7 +171,7 @@ void KVClient::complete(const Message& msg, std::size_t server) {
     if (state.first_version || h.version < state.result.min_version) state.result.min_version = h.version;
     state.result.max_parked_us = std::max(state.result.max_parked_us, h.aux);
     state.first_version = false;
-  } else if (h.type == MsgType::kPushReply) {
+  } else if (h.type == MsgType::kPushReply && !p.skip) {
     state.result.max_staleness = std::max(state.result.max_staleness, h.aux);
     state.staleness_sum += h.aux;
     ++state.replies;
@@ -182,11 +187,13 @@ void KVClient::trace_reply(const Pending& p, std::size_t server) {
   const std::int64_t end = options_.trace->now_us();
   const std::int64_t begin = std::max(p.sent_us, trace_track_end_[server]);
   trace_track_end_[server] = std::max(end, begin);
-  const char* name = p.expect == MsgType::kPushReply ? "push" : p.expect == MsgType::kPullReply ? "pull" : "init";
+  const char* name = p.skip ? "skip push"
+                     : p.expect == MsgType::kPushReply ? "push"
+                     : p.expect == MsgType::kPullReply ? "pull" : "init";
   options_.trace->record(trace_tracks_[server], name, "chunk", begin, end - begin,
                          {{"chunk", p.key},
                           {"server", static_cast<std::int64_t>(server)},
-                          {"bytes", map_.chunk(p.key).num_elems * static_cast<std::int64_t>(sizeof(float))},
+                          {"bytes", p.skip ? 0 : map_.chunk(p.key).num_elems * static_cast<std::int64_t>(sizeof(float))},
                           {"latency_us", end - p.sent_us}});
 }
 

@@ -62,6 +62,10 @@ class KVClient {
   // `flat` is the whole flat buffer (map.total_elems() floats); the request
   // covers the given chunk ids, or all chunks when `keys` is empty.
   Ticket push(std::span<const float> flat, std::int64_t step, double lr, std::span<const std::int64_t> keys = {});
+  // Skip pushes (no payload): this worker contributes nothing to `step` of
+  // these chunks (workload.on_nonfinite = "skip"; server/consistency.h).
+  // Their replies count in no staleness.
+  Ticket push_skip(std::int64_t step, std::span<const std::int64_t> keys = {});
   // `step`: the step the weights are for (the servers' policy decides when
   // they may answer: sync, version >= step; ssp, within the bound).
   Ticket pull(std::span<float> flat, std::int64_t step, std::span<const std::int64_t> keys = {});
@@ -77,6 +81,7 @@ class KVClient {
     std::int64_t key;
     float* pull_dest = nullptr;  // pulls: where the chunk goes
     std::int64_t sent_us = 0;    // traced: when the request was sent
+    bool skip = false;           // a skip push
   };
   struct TicketState {
     std::size_t outstanding = 0;
@@ -88,7 +93,7 @@ class KVClient {
   };
 
   Ticket start(MsgType type, std::span<const float> src, float* dest, std::int64_t step, double lr,
-               std::span<const std::int64_t> keys);
+               std::span<const std::int64_t> keys, bool skip = false);
   void check_flat(std::size_t num_elems, const char* op) const;
   void receive_from(std::size_t server);
   void complete(const Message& msg, std::size_t server);

@@ -162,6 +162,7 @@ StepStats Model::train_step(const float* images, const std::int32_t* labels, int
   const std::size_t num_layers = layers_.size();
   const LossResult loss = loss_->forward_backward(batch, acts_[num_layers], labels_.as<std::int32_t>(),
                                                   dacts_[num_layers]);
+  last_loss_ = loss.loss_sum / batch;
   for (std::size_t i = num_layers; i-- > first_param_layer_;) {
     float* dx = i > first_param_layer_ ? dacts_[i] : nullptr;
     layers_[i]->backward(batch, acts_[i], acts_[i + 1], dacts_[i + 1], dx);
@@ -171,7 +172,7 @@ StepStats Model::train_step(const float* images, const std::int32_t* labels, int
     }
   }
   ++step_;
-  return {loss.loss_sum / batch, loss.correct, batch};
+  return {last_loss_, loss.correct, batch};
 }
 
 EvalStats Model::evaluate(const float* images, const std::int32_t* labels, int batch) {

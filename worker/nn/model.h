@@ -80,6 +80,10 @@ class Model {
   // outside [1, max_batch] or a label outside [0, classes).
   StepStats train_step(const float* images, const std::int32_t* labels, int batch,
                        const GradsReadyFn& on_grads_ready = {});
+  // The mean loss of the current train_step, known before backward starts:
+  // an on_grads_ready callback may read it (e.g. to skip a non-finite step
+  // before sending anything).
+  double last_loss() const { return last_loss_; }
   // Forward only, dropout off; no gradients are touched.
   EvalStats evaluate(const float* images, const std::int32_t* labels, int batch);
 
@@ -107,6 +111,7 @@ class Model {
   std::size_t first_param_layer_ = 0;      // backward stops here
   std::uint64_t dropout_seed_ = 0;
   std::uint64_t step_ = 0;
+  double last_loss_ = 0.0;
 };
 
 }  // namespace pstrain::nn

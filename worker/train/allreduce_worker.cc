@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <functional>
 #include <limits>
@@ -10,10 +11,10 @@
 
 #include "common/errors.h"
 #include "worker/collective/gradient_buckets.h"
-#include "worker/train/divergence.h"
 #include "worker/nn/device_buffer.h"
 #include "worker/nn/device_optimizer.h"
 #include "worker/train/checkpoint.h"
+#include "worker/train/divergence.h"
 #include "worker/train/epoch_driver.h"
 #include "worker/train/simulated_compute.h"
 #include "worker/train/straggler.h"
@@ -44,6 +45,8 @@ struct Loop {
   bool buckets_logged = false;
   std::vector<float> simulated_grads;  // simulated compute: the gradients every step (empty otherwise)
   TraceRecorder* trace = nullptr;
+  NonFiniteGuard guard;
+  std::vector<float> check_grads;      // "skip" on a GPU without staging: the averaged gradients, to check
 };
 
 bool staged(const Loop& L) { return L.collective.device_memory() != L.model.backend().is_cuda(); }
@@ -128,10 +131,23 @@ void log_buckets(Loop& L, const GradientBuckets& buckets) {
 nn::StepStats compute_and_start(Loop& L, std::span<const std::int64_t> batch, GradientBuckets& buckets) {
   nn::Model& model = L.model;
   const bool via_host = staged(L);
+  // "skip": a worker whose own loss is non-finite puts a NaN into the first
+  // range it contributes, so the averaged gradients carry it and every worker
+  // skips the step alike (the loss is known before the first range is ready).
+  bool first_range = true;
   auto ready = [&](std::int64_t off, std::int64_t cnt) {
     if (via_host) {
       model.get_grads(off, std::span<float>(L.staging).subspan(static_cast<std::size_t>(off), static_cast<std::size_t>(cnt)));
     }
+    if (first_range && L.simulated_grads.empty() && L.guard.skipping() && !std::isfinite(model.last_loss())) {
+      const float nan = std::numeric_limits<float>::quiet_NaN();
+      if (via_host) {
+        L.staging[static_cast<std::size_t>(off)] = nan;
+      } else {
+        model.backend().copy_from_host(model.device_grads() + off, &nan, sizeof(float));
+      }
+    }
+    first_range = false;
     buckets.ready(off, cnt);
   };
   nn::StepStats s;
@@ -171,28 +187,39 @@ double train_step(Loop& L, std::span<const std::int64_t> batch, std::int64_t ste
   GradientBuckets buckets(L.collective, staged(L) ? L.staging.data() : model.device_grads(), model.num_params(),
                           L.config.collective.bucket_bytes);
   const nn::StepStats s = compute_and_start(L, batch, buckets);
-  if (!simulated && !std::isfinite(s.loss)) {
+  const bool loss_bad = !simulated && !std::isfinite(s.loss);
+  if (loss_bad && !L.guard.skipping()) {
     wait_collective(L);  // every worker's loss is its own: finish this step's collective before leaving it
-    throw_diverged(L.session.rank(), step, lr, "loss " + std::to_string(s.loss));
+    L.guard.seen(step, lr, describe_loss(s.loss));  // "stop": throws
   }
   const auto t1 = Clock::now();
 
+  bool skipped = false;
   {
     TraceSpan wait_span(L.trace, TraceLevel::kSteps, "allreduce wait", "worker");
     wait_span.arg("buckets", buckets.buckets_started());
     wait_collective(L);
-    // The averaged gradients are the same on every worker: all stop together
-    // (checked where they are on the host; on a GPU without staging, the next
-    // loss and the final weights are checked instead).
+    // The averaged gradients are the same on every worker: all stop, or all
+    // skip the step, together (checked where they are on the host; on a GPU
+    // without staging, under "skip" they are copied to the host for it, under
+    // "stop" the next loss and the final weights are checked instead).
+    const auto num = static_cast<std::size_t>(model.num_params());
     const float* host_grads = staged(L) ? L.staging.data() : model.backend().is_cuda() ? nullptr : model.device_grads();
-    if (host_grads != nullptr &&
-        !all_finite(std::span<const float>(host_grads, static_cast<std::size_t>(model.num_params())))) {
-      throw_diverged(L.session.rank(), step, lr, "non-finite averaged gradient");
+    if (host_grads == nullptr && L.guard.skipping()) {
+      L.check_grads.resize(num);
+      model.get_grads(L.check_grads);
+      host_grads = L.check_grads.data();
     }
-    if (staged(L)) model.backend().copy_from_host(model.device_grads(), L.staging.data(), L.staging.size() * sizeof(float));
+    if (host_grads != nullptr && !all_finite(std::span<const float>(host_grads, num))) {
+      L.guard.seen(step, lr, loss_bad ? describe_loss(s.loss) : "non-finite averaged gradient");
+      skipped = true;  // "skip": no update this step, on every worker
+    }
+    if (staged(L) && !skipped) {
+      model.backend().copy_from_host(model.device_grads(), L.staging.data(), L.staging.size() * sizeof(float));
+    }
   }
   const auto t2 = Clock::now();
-  {
+  if (!skipped) {
     TraceSpan update_span(L.trace, TraceLevel::kSteps, "update", "worker");
     L.optimizer.step(model.device_params(), model.device_grads(), lr);
     model.backend().synchronize();
@@ -207,7 +234,10 @@ double train_step(Loop& L, std::span<const std::int64_t> batch, std::int64_t ste
   L.result.push_s += seconds_between(t1, t2);
   L.result.images += n;
   write_step_record(L.metrics, StepRecord{step, epoch, n, simulated ? nullptr : &s, seconds_between(t0, t3),
-                                          L.last_compute_s, seconds_between(t2, t3), seconds_between(t1, t2), lr, 0.0});
+                                          L.last_compute_s, seconds_between(t2, t3), seconds_between(t1, t2), lr, 0.0,
+                                          skipped});
+  L.guard.end_step(step, lr, skipped);  // throws after max_skipped_steps in a row
+  L.result.skipped_steps = L.guard.skipped_steps();
   return simulated ? std::numeric_limits<double>::quiet_NaN() : s.loss;
 }
 
@@ -227,7 +257,8 @@ TrainResult run_allreduce_worker(const RunConfig& config, WorkerSession& session
   nn::Model& model = *workload.model;
   nn::DeviceOptimizer optimizer(config.optimizer, model.backend(), model.num_params());
   Loop L{config, session, model, workload.data, collective, optimizer, metrics, log, {}, {}, {}, {}, 0.0,
-         Straggler(session.rank() == w.straggler_rank, w.straggler_slowdown), false, {}};
+         Straggler(session.rank() == w.straggler_rank, w.straggler_slowdown), false, {}, nullptr,
+         NonFiniteGuard(w, session.rank()), {}};
   L.trace = trace;
   if (staged(L)) L.staging.resize(static_cast<std::size_t>(model.num_params()));
   if (w.simulated_step_ms > 0.0) L.simulated_grads = simulated_gradients(model.num_params());

@@ -1,10 +1,7 @@
 #include "worker/train/ps_worker.h"
 
-#include <cmath>
-
-#include "worker/train/divergence.h"
-
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <functional>
 #include <limits>
@@ -13,6 +10,7 @@
 
 #include "common/errors.h"
 #include "worker/train/checkpoint.h"
+#include "worker/train/divergence.h"
 #include "worker/train/epoch_driver.h"
 #include "worker/train/simulated_compute.h"
 #include "worker/train/straggler.h"
@@ -40,6 +38,12 @@ struct Loop {
   std::optional<KVClient::Ticket> prefetch;  // pull of the next step's weights, already sent
   bool simulated = false;                    // simulated compute: grads hold simulated_gradients()
   TraceRecorder* trace = nullptr;
+  NonFiniteGuard guard;
+  // This step: whether the loss was checked, and whether it is skipped (a
+  // non-finite loss or gradient under on_nonfinite "skip": the chunks not
+  // yet sent go as skip pushes).
+  bool loss_checked = false;
+  bool skipping_step = false;
 };
 
 // The weights for `step`: waits for the pull sent at the end of the previous
@@ -56,22 +60,48 @@ void pull_weights(Loop& L, std::int64_t step) {
   L.model.set_params(L.params);
 }
 
-// Pushes every chunk lying in [offset, offset + count) of the gradients.
+// Checks the step's loss (known before the first gradients are ready) and
+// the gradients of [offset, offset + count): nothing non-finite leaves this
+// worker (the servers' own check is for bad peers). On the first non-finite
+// value: "stop" throws, "skip" marks the step skipped.
+void check_range(Loop& L, std::span<const float> grads, std::int64_t step, double lr) {
+  if (L.simulated || L.skipping_step) return;
+  if (!L.loss_checked) {
+    L.loss_checked = true;
+    const double loss = L.model.last_loss();
+    if (!std::isfinite(loss)) {
+      L.guard.seen(step, lr, describe_loss(loss));
+      L.skipping_step = true;
+      return;
+    }
+  }
+  if (!all_finite(grads)) {
+    L.guard.seen(step, lr, "non-finite gradient");
+    L.skipping_step = true;
+  }
+}
+
+// Pushes every chunk lying in [offset, offset + count) of the gradients not
+// pushed yet, each copied from the model and checked just before (so the
+// final "anything not yet sent" call costs nothing when backward reported
+// every chunk). Once the step is skipped they go as skip pushes (chunks
+// already sent stay sent).
 void push_range(Loop& L, std::int64_t offset, std::int64_t count, std::int64_t step, double lr,
                 std::vector<KVClient::Ticket>& tickets, std::vector<bool>& pushed) {
-  if (!L.simulated) {
-    const auto span = std::span<float>(L.grads).subspan(static_cast<std::size_t>(offset), static_cast<std::size_t>(count));
-    L.model.get_grads(offset, span);
-    // Nothing non-finite leaves this worker: the servers' own check is for bad peers.
-    if (!all_finite(span)) throw_diverged(L.session.rank(), step, lr, "non-finite gradient");
-  }
-  std::vector<std::int64_t> keys = L.session.shard_map().chunks_within(offset, offset + count);
+  const ShardMap& map = L.session.shard_map();
+  std::vector<std::int64_t> keys = map.chunks_within(offset, offset + count);
   std::erase_if(keys, [&](std::int64_t k) { return pushed[static_cast<std::size_t>(k)]; });
   for (auto k : keys) pushed[static_cast<std::size_t>(k)] = true;
   if (keys.empty()) return;
-  TraceSpan span(L.trace, TraceLevel::kAll, "push send", "worker");
+  for (std::size_t i = 0; i < keys.size() && !L.simulated && !L.skipping_step; ++i) {
+    const Chunk& c = map.chunk(keys[i]);
+    const auto span = std::span<float>(L.grads).subspan(static_cast<std::size_t>(c.offset), static_cast<std::size_t>(c.num_elems));
+    L.model.get_grads(c.offset, span);
+    check_range(L, span, step, lr);
+  }
+  TraceSpan span(L.trace, TraceLevel::kAll, L.skipping_step ? "skip push send" : "push send", "worker");
   span.arg("first_chunk", keys.front()).arg("chunks", static_cast<std::int64_t>(keys.size()));
-  tickets.push_back(L.session.kv().push(L.grads, step, lr, keys));
+  tickets.push_back(L.skipping_step ? L.session.kv().push_skip(step, keys) : L.session.kv().push(L.grads, step, lr, keys));
 }
 
 // time_s: when training reached these weights (the record's time axis).
@@ -93,6 +123,8 @@ double train_step(Loop& L, std::span<const std::int64_t> batch, std::int64_t ste
   const auto t0 = Clock::now();
   pull_weights(L, step);
   const auto t1 = Clock::now();
+  L.loss_checked = false;
+  L.skipping_step = false;
 
   const WorkloadConfig& w = L.config.workload;
   const double injected_s = L.simulated ? 0.0 : L.straggler.delay();
@@ -137,8 +169,9 @@ double train_step(Loop& L, std::span<const std::int64_t> batch, std::int64_t ste
   L.result.images += n;
   write_step_record(L.metrics, StepRecord{step, epoch, n, L.simulated ? nullptr : &s, seconds_between(t0, t3),
                                           L.last_compute_s, seconds_between(t0, t1), seconds_between(t2, t3), lr,
-                                          staleness});
-  if (!L.simulated && !std::isfinite(s.loss)) throw_diverged(L.session.rank(), step, lr, "loss " + std::to_string(s.loss));
+                                          staleness, L.skipping_step});
+  L.guard.end_step(step, lr, L.skipping_step);  // throws after max_skipped_steps in a row
+  L.result.skipped_steps = L.guard.skipped_steps();
   return L.simulated ? std::numeric_limits<double>::quiet_NaN() : s.loss;
 }
 
@@ -159,7 +192,8 @@ TrainResult run_ps_worker(const RunConfig& config, WorkerSession& session, Workl
   const auto num_params = static_cast<std::size_t>(model.num_params());
   Loop L{config, session, model, workload.data, metrics, log, std::vector<float>(num_params),
          std::vector<float>(num_params), {}, {}, {}, 0.0,
-         Straggler(session.rank() == w.straggler_rank, w.straggler_slowdown), std::nullopt, w.simulated_step_ms > 0.0};
+         Straggler(session.rank() == w.straggler_rank, w.straggler_slowdown), std::nullopt, w.simulated_step_ms > 0.0,
+         nullptr, NonFiniteGuard(w, session.rank())};
   L.trace = trace;
   if (L.simulated) L.grads = simulated_gradients(model.num_params());
   const data::Dataset& train = workload.data.train;

@@ -16,7 +16,7 @@ void write_step_record(MetricsWriter& metrics, const StepRecord& r) {
   }
   metrics.write(line.add("images_per_s", r.batch / r.total_s).add("compute_ms", 1e3 * r.compute_s)
                     .add("pull_ms", 1e3 * r.pull_s).add("push_ms", 1e3 * r.push_s).add("lr", r.lr)
-                    .add("staleness", r.staleness).add("simulated", r.stats == nullptr));
+                    .add("staleness", r.staleness).add("simulated", r.stats == nullptr).add("skipped", r.skipped));
 }
 
 void write_eval_record(MetricsWriter& metrics, Logger& log, std::int64_t step, int epoch, const EvalResult& r,
@@ -33,7 +33,7 @@ void write_eval_record(MetricsWriter& metrics, Logger& log, std::int64_t step, i
 void write_end_record(MetricsWriter& metrics, const TrainResult& r) {
   metrics.write(JsonLine().add("type", "end").add("time_s", r.time_s).add("steps", r.steps).add("images", r.images)
                     .add("compute_s", r.compute_s).add("pull_s", r.pull_s).add("push_s", r.push_s)
-                    .add("blocked_s", r.blocked_s));
+                    .add("blocked_s", r.blocked_s).add("skipped_steps", r.skipped_steps));
 }
 
 void log_progress(Logger& log, int epoch, std::int64_t step_in_epoch, std::int64_t steps_in_epoch, std::int64_t step,

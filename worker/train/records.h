@@ -20,6 +20,7 @@ struct TrainResult {
   double push_s = 0.0;   // PS: waiting for push acks; allreduce: the exposed allreduce wait
   double blocked_s = 0.0;  // PS: pulls held at the servers by the consistency policy (sync, ssp)
   double final_test_accuracy = -1.0;  // worker 0 only; -1 elsewhere
+  std::int64_t skipped_steps = 0;     // workload.on_nonfinite "skip": steps whose update this worker dropped
 };
 
 struct StepRecord {
@@ -30,6 +31,7 @@ struct StepRecord {
   double total_s = 0.0, compute_s = 0.0, pull_s = 0.0, push_s = 0.0;
   double lr = 0.0;
   double staleness = 0.0;
+  bool skipped = false;  // a non-finite loss or gradient: this worker's update dropped (on_nonfinite "skip")
 };
 
 void write_step_record(MetricsWriter& metrics, const StepRecord& r);
