@@ -291,7 +291,7 @@ TrainResult run_allreduce_worker(const RunConfig& config, WorkerSession& session
     evaluate_and_record(L, step, driver.epoch_after(step), L.result.time_s);
     std::vector<float> params(static_cast<std::size_t>(model.num_params()));
     model.get_params(params);
-    write_final_weights(config.output.run_dir, params);
+    write_final_weights(config.output.run_dir, model.layout(), params);
   }
   write_end_record(metrics, L.result);
   return L.result;

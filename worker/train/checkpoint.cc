@@ -10,6 +10,7 @@
 #include <iterator>
 
 #include "common/errors.h"
+#include "common/npz.h"
 #include "worker/train/metrics.h"
 
 namespace pstrain {
@@ -48,6 +49,13 @@ void write_final_weights(const std::string& run_dir, std::span<const float> para
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
     throw Error("cannot rename " + tmp + " to " + path + ": " + std::strerror(errno));
   }
+}
+
+std::string weights_npz_path(const std::string& run_dir) { return run_dir + "/weights.npz"; }
+
+void write_final_weights(const std::string& run_dir, const ParamLayout& layout, std::span<const float> params) {
+  write_final_weights(run_dir, params);  // checks the values are finite first
+  if (!run_dir.empty()) write_npz(weights_npz_path(run_dir), layout, params);
 }
 
 std::vector<float> read_weights(const std::string& path) {

@@ -227,7 +227,7 @@ TrainResult run_ps_worker(const RunConfig& config, WorkerSession& session, Workl
   L.result.steps = step;
   L.result.time_s = metrics.elapsed_s();
   if (session.rank() == 0) evaluate_and_record(L, step, driver.epoch_after(step), L.result.time_s);
-  if (session.rank() == 0) write_final_weights(config.output.run_dir, L.params);  // the final pull's weights
+  if (session.rank() == 0) write_final_weights(config.output.run_dir, L.model.layout(), L.params);  // the final pull's weights
   write_end_record(metrics, L.result);
   return L.result;
 }
