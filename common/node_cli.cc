@@ -53,6 +53,11 @@ std::optional<long> parse_count(const char* text) {
 
 }  // namespace
 
+bool started_by_launcher() {
+  const char* value = std::getenv(kLauncherEnv);
+  return value != nullptr && *value != '\0';
+}
+
 std::optional<int> launcher_rank() {
   for (const char* name : kRankEnvVars) {
     if (const char* value = std::getenv(name)) {

@@ -71,6 +71,12 @@ int role_rank_from_launcher(int role_offset, int role_count, const char* role_na
 // instead of a connection attempt that can only time out.
 void check_scheduler_known(const RunConfig& config, const char* role);
 
+// Set by `launch` in the environment of every process it starts (its pid).
+// A scheduler without it was started by hand, SLURM or mpirun, and writes
+// the run directory's config.toml itself (scheduler/main.cc).
+inline constexpr const char* kLauncherEnv = "PSTRAIN_LAUNCHER_PID";
+bool started_by_launcher();
+
 // 1 + S + W: the processes of the job (S = 0 in allreduce mode).
 int job_world_size(const RunConfig& config);
 // ConfigError if WORLD_SIZE is set and is not `expected` (or not a number).

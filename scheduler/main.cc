@@ -1,4 +1,7 @@
 // pstrain-scheduler: the rendezvous of one job. See scheduler/scheduler.h.
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 
 #include "common/errors.h"
@@ -24,6 +27,26 @@ std::string bind_endpoint_for(const std::string& endpoint) {
   return "tcp://" + host + ":" + port;
 }
 
+// A job started without `launch` (by hand, SLURM or mpirun: tools/pstrain-node.sh)
+// still gets the run directory's config.toml, the resolved config every node
+// read, so that pstrain-summary and the experiment tool can read the run.
+void write_resolved_config(const pstrain::RunConfig& config, pstrain::Logger& log) {
+  if (config.output.run_dir.empty() || pstrain::started_by_launcher()) return;
+  const std::filesystem::path dir(config.output.run_dir);
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  const std::filesystem::path file = dir / "config.toml";
+  const std::filesystem::path tmp = dir / "config.toml.tmp";
+  {
+    std::ofstream out(tmp);
+    out << pstrain::to_toml(config);
+    if (!out.flush()) throw pstrain::Error("cannot write " + tmp.string() + ": " + std::strerror(errno));
+  }
+  std::filesystem::rename(tmp, file, ec);
+  if (ec) throw pstrain::Error("cannot rename " + tmp.string() + " to " + file.string() + ": " + ec.message());
+  log.info("not started by launch: wrote the resolved config to " + file.string());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -36,6 +59,7 @@ int main(int argc, char** argv) {
   return pstrain::guarded_main("pstrain-scheduler", [&] {
     const pstrain::RunConfig config = pstrain::load_node_config(args);
     pstrain::Logger log("scheduler", pstrain::parse_log_level(config.output.log_level));
+    write_resolved_config(config, log);
     pstrain::TraceRecorder trace(pstrain::parse_trace_level(config.output.trace), log.clock());
     trace.set_process("scheduler", -1);
     trace.name_this_thread("scheduler");

@@ -70,11 +70,17 @@ int main(int argc, char** argv) {
   CLI::App app{"pstrain server: holds a shard of the model and applies updates"};
   pstrain::NodeArgs args;
   bool print_servers = false;
+  bool print_run_dir = false;
   pstrain::add_node_options(app, args);
   app.add_flag("--print-servers", print_servers, "print how many servers the config runs (0 for allreduce) and exit");
+  app.add_flag("--print-run-dir", print_run_dir, "print the config's output.run_dir and exit");
   CLI11_PARSE(app, argc, argv);
   return pstrain::guarded_main("pstrain-server", [&] {
     const pstrain::RunConfig config = pstrain::load_node_config(args);
+    if (print_run_dir) {
+      std::printf("%s\n", config.output.run_dir.c_str());
+      return 0;
+    }
     if (print_servers) {
       std::printf("%d\n", config.mode == pstrain::Mode::kAllreduce ? 0 : config.cluster.num_servers);
       return 0;

@@ -5,7 +5,11 @@
 # the first set of RANK (torchrun style), OMPI_COMM_WORLD_RANK, PMIX_RANK,
 # PMI_RANK, SLURM_PROCID -- the same variables, in the same order, that the
 # programs read (common/node_cli.h); MASTER_ADDR/MASTER_PORT, if set, name
-# the scheduler and WORLD_SIZE, if set, must be 1+S+W.
+# the scheduler and WORLD_SIZE, if set, must be 1+S+W. The run directory
+# gets what `launch` writes: config.toml (the scheduler), logs/ (this
+# script), metrics/, weights and, from rank 0 once the job ends well,
+# summary.json and summary.md (pstrain-summary). It needs a file system
+# every host shares, as the metrics already do.
 #   srun --ntasks=$((1+S+W)) tools/pstrain-node.sh CONFIG [--set key=value ...]
 #   RANK=0 WORLD_SIZE=5 MASTER_ADDR=node1 MASTER_PORT=29500 tools/pstrain-node.sh CONFIG
 set -euo pipefail
@@ -23,10 +27,30 @@ case "$rank" in
     echo "pstrain-node.sh: launcher rank '$rank' is not a non-negative integer" >&2
     exit 3 ;;
 esac
-# Read the server count and mode the same way the programs will (overrides included).
+# Read the server count, mode and run directory the same way the programs will (overrides included).
 servers=$("$bin/pstrain-server" --config "$config" "$@" --print-servers)
+run_dir=$("$bin/pstrain-server" --config "$config" "$@" --print-run-dir)
+# Each process's output also goes to RUN_DIR/logs/<role>[-<rank>].log, the names `launch` uses.
 if [ "$rank" -eq 0 ]; then
-  exec "$bin/pstrain-scheduler" --config "$config" "$@"
+  log=scheduler.log
+elif [ "$rank" -le "$servers" ]; then
+  log="server-$((rank - 1)).log"
+else
+  log="worker-$((rank - 1 - servers)).log"
+fi
+if [ -n "$run_dir" ]; then
+  mkdir -p "$run_dir/logs"
+  exec > >(tee -a "$run_dir/logs/$log") 2>&1
+fi
+if [ "$rank" -eq 0 ]; then
+  # The scheduler writes config.toml (not started by launch); once the job
+  # ended well, rank 0 writes the summary from every worker's metrics.
+  status=0
+  "$bin/pstrain-scheduler" --config "$config" "$@" || status=$?
+  if [ "$status" -eq 0 ] && [ -n "$run_dir" ]; then
+    "$bin/pstrain-summary" "$run_dir" || status=$?
+  fi
+  exit "$status"
 elif [ "$rank" -le "$servers" ]; then
   exec "$bin/pstrain-server" --config "$config" "$@"
 else

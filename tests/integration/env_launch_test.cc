@@ -1,8 +1,10 @@
 // A job started by hand the torchrun way: every process gets only RANK,
 // WORLD_SIZE, MASTER_ADDR and MASTER_PORT (no --rank, no --scheduler), and
-// tools/pstrain-node.sh picks its program from RANK.
+// tools/pstrain-node.sh picks its program from RANK. Such a run directory
+// gets what `launch` writes: config.toml, logs/, metrics/ and the summary.
 #include <doctest/doctest.h>
 
+#include "common/config.h"
 #include "tests/integration/launch_test_util.h"
 #include "tools/report/metrics.h"
 
@@ -59,6 +61,39 @@ TEST_CASE("a job started by hand with RANK, WORLD_SIZE, MASTER_ADDR and MASTER_P
     CHECK(m.end.has_value());
     CHECK(static_cast<std::int64_t>(m.steps.size()) == m.plan->total_steps);
   }
+  // The scheduler wrote the resolved config (with the overrides), the script
+  // each process's log under launch's names, rank 0 the summary.
+  REQUIRE(it::fs::exists(run / "config.toml"));
+  const pstrain::RunConfig resolved = pstrain::load_config((run / "config.toml").string());
+  CHECK(resolved.output.run_dir == run.string());
+  CHECK(resolved.workload.epochs == 1);
+  for (const char* log : {"scheduler", "server-0", "server-1", "worker-0", "worker-1"}) {
+    CAPTURE(log);
+    CHECK(it::count_lines(run / "logs" / (std::string(log) + ".log")) > 0);
+  }
+  CHECK(it::contains(it::read_file(run / "logs/worker-1.log"), " worker 1] "));
+  CHECK(it::fs::exists(run / "summary.json"));
+  CHECK(it::fs::exists(run / "summary.md"));
+  CHECK(it::contains(it::read_file(dir.path() / "rank-0.txt"), "Run directory: " + run.string()));
+
+  // pstrain-summary rebuilds a lost summary from the same files.
+  it::fs::remove(run / "summary.json");
+  const pid_t again = it::spawn({(it::kBinDir / "pstrain-summary").string(), run.string(), "--quiet"}, {},
+                                dir.path() / "summary.txt");
+  CHECK(it::wait_exit(again, std::chrono::seconds(30)) == std::optional<int>(0));
+  CHECK(it::contains(it::read_file(run / "summary.json"), "\"mode\": \"sync\""));
+}
+
+TEST_CASE("pstrain-summary refuses what is not a run directory, saying why") {
+  it::TempDir dir;
+  const auto summary = (it::kBinDir / "pstrain-summary").string();
+  const pid_t missing = it::spawn({summary, (dir.path() / "nope").string()}, {}, dir.path() / "missing.txt");
+  CHECK(it::wait_exit(missing, std::chrono::seconds(30)) == std::optional<int>(3));
+  CHECK(it::contains(it::read_file(dir.path() / "missing.txt"), "nope: no such directory"));
+  it::fs::create_directories(dir.path() / "empty");
+  const pid_t empty = it::spawn({summary, (dir.path() / "empty").string()}, {}, dir.path() / "empty.txt");
+  CHECK(it::wait_exit(empty, std::chrono::seconds(30)) == std::optional<int>(3));
+  CHECK(it::contains(it::read_file(dir.path() / "empty.txt"), "has no config.toml: not a run directory"));
 }
 
 TEST_CASE("a WORLD_SIZE that does not match the config stops the process with a config error") {

@@ -13,6 +13,7 @@
 #include "common/errors.h"
 #include "common/job_clock.h"
 #include "common/log.h"
+#include "common/node_cli.h"
 #include "tools/launcher/live_status.h"
 #include "tools/launcher/run_dir.h"
 #include "tools/launcher/supervisor.h"
@@ -96,6 +97,7 @@ class Launch {
     // Every process of the job measures time from this origin (common/job_clock.h).
     setenv(kJobStartEnv, std::to_string(job_clock_.origin_unix_us()).c_str(), 1);
     for (const char* name : kEnclosingJobEnv) unsetenv(name);
+    setenv(kLauncherEnv, std::to_string(getpid()).c_str(), 1);  // it writes config.toml, not the scheduler
   }
 
   // The job, then its timeline (also after a failure: it shows where it stopped).
