@@ -2,6 +2,8 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -61,7 +63,7 @@ void write_server_metrics(const std::string& run_dir, const pstrain::Server& ser
   const std::string path = run_dir + "/metrics/server-" + std::to_string(server.rank()) + ".json";
   std::ofstream out(path);
   out << line << "\n";
-  if (!out) throw pstrain::Error("cannot write " + path);
+  if (!out.flush()) throw pstrain::Error("cannot write " + path + ": " + std::strerror(errno));  // a full disk shows here
 }
 
 }  // namespace

@@ -49,6 +49,7 @@ int run_worker(const pstrain::NodeArgs& args) {
                                               cuda_device_index(*workload.backend));
   session.run_reporting_failure([&] {
     MetricsWriter metrics(config.output.run_dir, "worker-" + std::to_string(session.rank()) + ".jsonl");
+    metrics.set_log(&log);
     const TrainResult r = run_ps_worker(config, session, workload, metrics, log, &trace);
     char line[200];
     std::snprintf(line, sizeof(line), "done: %lld steps, %lld images in %.1f s (compute %.1f s, pull %.1f s, push %.1f s)",

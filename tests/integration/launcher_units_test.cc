@@ -1,5 +1,6 @@
 // The launcher's parts on their own: line splitting, where a key was set,
-// exit descriptions, and the run directory's lock and previous runs.
+// exit descriptions, the run directory's lock and previous runs, and a log
+// that cannot be written.
 #include <doctest/doctest.h>
 
 #include <csignal>
@@ -9,6 +10,8 @@
 #include "tools/launcher/config_site.h"
 #include "tools/launcher/line_splitter.h"
 #include "tools/launcher/run_dir.h"
+#include "tools/launcher/signal_watch.h"
+#include "tools/launcher/supervisor.h"
 
 using namespace pstrain::launcher;
 
@@ -113,4 +116,30 @@ TEST_CASE("read_endpoint_file wants a whole line") {
   CHECK_FALSE(read_endpoint_file(file).has_value());
   it::write_file(file, "tcp://127.0.0.1:45\n");
   CHECK(read_endpoint_file(file) == "tcp://127.0.0.1:45");
+}
+
+TEST_CASE("a node's log that cannot be written (a full disk) ends the wait, naming the file and the reason") {
+  it::TempDir dir;
+  const it::fs::path logs = dir.path() / "logs";
+  it::fs::create_directories(logs);
+  // /dev/full: every write fails with ENOSPC, as on a full disk.
+  it::fs::create_symlink("/dev/full", logs / "worker-0.log");
+  pstrain::launcher::SignalWatch signals;
+  std::FILE* echo = std::tmpfile();
+  REQUIRE(echo != nullptr);
+  SupervisorOptions options;
+  options.log_dir = logs;
+  options.echo_to = echo;
+  pstrain::launcher::Supervisor supervisor(options, signals);
+  supervisor.start({"worker 0", "worker-0", {"/bin/sh", "-c", "echo first; sleep 30"}});
+  const auto outcome = supervisor.run_until([] { return false; }, std::chrono::steady_clock::now() + std::chrono::seconds(20),
+                                            std::chrono::milliseconds(50));
+  CHECK(outcome.event == pstrain::launcher::Supervisor::Event::kWriteFailure);
+  CHECK(outcome.node == 0);
+  CHECK(supervisor.write_failure() == "cannot write " + (logs / "worker-0.log").string() + ": No space left on device");
+  // Reported once: the next wait goes on (e.g. while the job is stopped) and ends on its own terms.
+  const auto again = supervisor.run_until([] { return true; }, std::nullopt, std::chrono::milliseconds(50));
+  CHECK(again.event == pstrain::launcher::Supervisor::Event::kCondition);
+  supervisor.stop_all(std::chrono::milliseconds(500));
+  std::fclose(echo);
 }

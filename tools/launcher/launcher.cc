@@ -252,6 +252,10 @@ class Launch {
         return fail_after_stop();
       case Supervisor::Event::kFailure:
         return report_failure(outcome.node);
+      case Supervisor::Event::kWriteFailure:
+        say(supervisor_.write_failure() + ": stopping " + running_names() +
+            " (a run whose logs are cut is not a result; free space and run again)");
+        return fail_after_stop();
       case Supervisor::Event::kCondition:
         break;
     }

@@ -39,6 +39,7 @@ struct Supervisor::Node {
   Stream out;
   Stream err;
   std::FILE* log = nullptr;  // closed when the node exits
+  std::filesystem::path log_path;
 
   Node() = default;
   Node(const Node&) = delete;
@@ -71,6 +72,8 @@ std::size_t Supervisor::start(const NodeSpec& spec) {
   const std::filesystem::path log_path = options_.log_dir / (spec.log_stem + ".log");
   node->log = std::fopen(log_path.c_str(), "we");
   if (node->log == nullptr) throw Error("cannot write " + log_path.string() + ": " + std::strerror(errno));
+  std::setvbuf(node->log, nullptr, _IOLBF, 0);  // each line reaches the file (or fails) as it comes
+  node->log_path = log_path;
   Node* raw = node.get();
   node->out.splitter = std::make_unique<LineSplitter>([this, raw](std::string_view l) { on_line(*raw, false, l); });
   node->err.splitter = std::make_unique<LineSplitter>([this, raw](std::string_view l) { on_line(*raw, true, l); });
@@ -91,8 +94,19 @@ void Supervisor::on_line(Node& node, bool is_stderr, std::string_view line) {
     std::fwrite(text.data(), 1, text.size(), options_.echo_to);
   }
   if (node.log != nullptr) {
-    std::fwrite(line.data(), 1, line.size(), node.log);
-    std::fputc('\n', node.log);
+    const bool ok = std::fwrite(line.data(), 1, line.size(), node.log) == line.size() &&
+                    std::fputc('\n', node.log) != EOF && std::fflush(node.log) == 0;
+    if (!ok) {
+      const int err = errno;
+      std::fclose(node.log);
+      node.log = nullptr;
+      if (write_failure_.empty()) {
+        write_failure_ = "cannot write " + node.log_path.string() + ": " + std::strerror(err);
+        for (std::size_t i = 0; i < nodes_.size(); ++i) {
+          if (nodes_[i].get() == &node) write_failure_node_ = i;
+        }
+      }
+    }
   }
   if (is_stderr) {
     node.state.stderr_tail.emplace_back(line);
@@ -187,6 +201,10 @@ Supervisor::Outcome Supervisor::run_until(const std::function<bool()>& condition
     }
     const auto failed = first_failure();
     if (failed && stop_on_failure) return Outcome{Event::kFailure, 0, *failed};
+    if (!write_failure_.empty() && !write_failure_reported_) {
+      write_failure_reported_ = true;  // once: stopping the job must not end on it again
+      return Outcome{Event::kWriteFailure, 0, write_failure_node_};
+    }
     if (condition()) return Outcome{Event::kCondition, 0, 0};
     auto timeout = tick;
     if (deadline) {

@@ -59,11 +59,14 @@ struct SupervisorOptions {
 class Supervisor {
  public:
   using Clock = std::chrono::steady_clock;
-  enum class Event { kCondition, kFailure, kSignal, kDeadline };
+  // kWriteFailure: a node's log could not be written (a full disk): every
+  // line is written and flushed as it comes, and the first failed write
+  // ends run_until(); write_failure() says which file and why.
+  enum class Event { kCondition, kFailure, kSignal, kDeadline, kWriteFailure };
   struct Outcome {
     Event event = Event::kCondition;
     int signal = 0;         // kSignal: which
-    std::size_t node = 0;   // kFailure: index of the first node that failed
+    std::size_t node = 0;   // kFailure, kWriteFailure: index of the node
   };
 
   Supervisor(SupervisorOptions options, SignalWatch& signals);
@@ -79,7 +82,7 @@ class Supervisor {
   void tolerate(std::size_t index);
 
   // Pumps output and reaps exits until SIGINT/SIGTERM arrives, a node fails
-  // (unless `stop_on_failure` is false), `condition()` holds (checked after
+  // (unless `stop_on_failure` is false), a log cannot be written, `condition()` holds (checked after
   // every wake-up, at least every `tick`), or `deadline` passes, in that
   // order of precedence.
   Outcome run_until(const std::function<bool()>& condition, std::optional<Clock::time_point> deadline,
@@ -89,6 +92,10 @@ class Supervisor {
   // after `grace` (at once if SIGINT/SIGTERM arrives meanwhile); returns
   // when all are reaped, or at most max(grace, 5 s) after the SIGKILL.
   void stop_all(std::chrono::milliseconds grace);
+
+  // "cannot write LOG: <reason>" once a node's log failed (that log is
+  // closed, its later lines only echoed); empty otherwise.
+  const std::string& write_failure() const { return write_failure_; }
 
   bool all_exited() const;
   bool exited(std::size_t node) const;
@@ -116,6 +123,9 @@ class Supervisor {
   std::vector<std::unique_ptr<Node>> nodes_;
   std::optional<int> pending_signal_;
   int exits_ = 0;
+  std::string write_failure_;
+  std::size_t write_failure_node_ = 0;
+  bool write_failure_reported_ = false;
 };
 
 }  // namespace pstrain::launcher

@@ -1,5 +1,7 @@
 #include "tools/report/text_file.h"
 
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <system_error>
 
@@ -12,7 +14,7 @@ void write_text_file_atomic(const std::filesystem::path& file, const std::string
   {
     std::ofstream out(tmp);
     out << text;
-    if (!out.flush()) throw Error("cannot write " + tmp.string());
+    if (!out.flush()) throw Error("cannot write " + tmp.string() + ": " + std::strerror(errno));
   }
   std::error_code ec;
   std::filesystem::rename(tmp, file, ec);

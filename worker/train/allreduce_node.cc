@@ -96,6 +96,7 @@ int run_allreduce_node(const RunConfig& config, int requested_rank) {
     std::unique_ptr<Collective> collective =
         std::make_unique<CountingCollective>(make_collective(backend_name, co, store), traffic);
     MetricsWriter metrics(config.output.run_dir, "worker-" + std::to_string(session.rank()) + ".jsonl");
+    metrics.set_log(&log);
     const TrainResult r = run_allreduce_worker(config, session, workload, *collective, metrics, log, &trace);
     collective.reset();
     char line[200];

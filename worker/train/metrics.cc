@@ -33,8 +33,18 @@ double MetricsWriter::elapsed_s() const {
 void MetricsWriter::write(const JsonLine& line) {
   if (file_ == nullptr) return;
   const std::string text = line.str();
-  std::fprintf(file_, "%s\n", text.c_str());
-  std::fflush(file_);
+  if (std::fprintf(file_, "%s\n", text.c_str()) >= 0 && std::fflush(file_) == 0) return;
+  const std::string why = std::strerror(errno);
+  std::fclose(file_);
+  file_ = nullptr;
+  incomplete_ = true;
+  const std::string message = "cannot write " + path_ + ": " + why +
+                              "; the metrics are incomplete from here on (nothing more is written to it)";
+  if (log_ != nullptr) {
+    log_->warn(message);
+  } else {
+    std::fprintf(stderr, "warning: %s\n", message.c_str());
+  }
 }
 
 }  // namespace pstrain
