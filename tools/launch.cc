@@ -86,6 +86,9 @@ void add_options(CLI::App& app, pstrain::launcher::LaunchOptions& o, double& tim
   app.add_option("--set", o.request.overrides, "override a config key: section.key=value (repeatable)");
   app.add_option("--run-dir", o.request.run_dir, "run directory (default: output.run_dir of the config)");
   app.add_option("--bin-dir", o.request.bin_dir, "directory of pstrain-scheduler/-server/-worker (default: ours)");
+  app.add_option("--ssh", o.request.ssh_command,
+                 "how to reach the hosts in cluster.server_hosts/worker_hosts that are not this machine "
+                 "(default: \"ssh -o BatchMode=yes\"; the same paths must exist there)");
   app.add_flag("--quiet", o.quiet, "do not echo the processes' output (it still goes to the run's logs/)");
   app.add_option("--timeout-s", timeout_s, "stop the run if it takes longer than this (default: no limit)")
       ->check(CLI::PositiveNumber);

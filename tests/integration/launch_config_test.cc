@@ -74,12 +74,22 @@ TEST_CASE("a bad --set override names the flag and key") {
   CHECK(it::contains(r.output, "--set workload.batch_size=abc: key 'workload.batch_size': expected an integer"));
 }
 
-TEST_CASE("a host that is not this machine is refused by the local launcher") {
+TEST_CASE("nodes on other hosts need a scheduler and servers the other hosts can dial") {
   it::TempDir dir;
-  const auto r = launch_bad(dir, "[cluster]\nservers = 2\nserver_hosts = [\"localhost\", \"node-that-is-not-here\"]\n");
+  // The default scheduler is on loopback: hosts elsewhere could never reach it.
+  auto r = launch_bad(dir, "[cluster]\nservers = 2\nserver_hosts = [\"localhost\", \"node-that-is-not-here\"]\n");
   INFO(r.output);
   CHECK(r.exit.code == 3);
-  CHECK(it::contains(r.output, ":3: key 'cluster.server_hosts': host 'node-that-is-not-here' is not this machine"));
+  CHECK(it::contains(r.output, "key 'cluster.scheduler': 'tcp://127.0.0.1:0' cannot be dialed from the other hosts"));
+  // Workers elsewhere with servers on this machine's loopback.
+  r = launch_bad(dir, "[cluster]\nscheduler = \"tcp://10.1.2.3:0\"\nworkers = 2\nworker_hosts = [\"localhost\", \"elsewhere\"]\n");
+  CHECK(r.exit.code == 3);
+  CHECK(it::contains(r.output, ":4: key 'cluster.worker_hosts': workers on other hosts need cluster.server_hosts too"));
+  // An ssh program that is not there.
+  r = launch_bad(dir, "[cluster]\nscheduler = \"tcp://10.1.2.3:0\"\nservers = 2\nserver_hosts = [\"localhost\", \"elsewhere\"]\n",
+                 {"--ssh", "no-such-ssh-program -p 22"});
+  CHECK(r.exit.code == 3);
+  CHECK(it::contains(r.output, "--ssh: 'no-such-ssh-program' is not in PATH"));
 }
 
 TEST_CASE("a missing config file or node program is an error before anything starts") {

@@ -46,7 +46,7 @@ void make_pipe(int fds[2]) {
 
 }  // namespace
 
-Child spawn_child(const std::vector<std::string>& argv, const SignalWatch& signals) {
+Child spawn_child(const std::vector<std::string>& argv, const SignalWatch& signals, bool stdin_pipe) {
   std::vector<char*> args;
   for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
@@ -57,9 +57,15 @@ Child spawn_child(const std::vector<std::string>& argv, const SignalWatch& signa
   FdGuard guard{{out[0], out[1]}};
   make_pipe(err);
   guard.fds.insert(guard.fds.end(), {err[0], err[1]});
-  const int null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-  if (null_fd < 0) throw Error(std::string("open /dev/null failed: ") + std::strerror(errno));
-  guard.fds.push_back(null_fd);
+  int in[2] = {-1, -1};
+  if (stdin_pipe) {
+    make_pipe(in);
+  } else {
+    in[0] = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (in[0] < 0) throw Error(std::string("open /dev/null failed: ") + std::strerror(errno));
+  }
+  const int null_fd = in[0];
+  guard.fds.insert(guard.fds.end(), {in[0], in[1]});
   const pid_t parent = getpid();
   const pid_t pid = fork();
   if (pid < 0) throw Error("fork of " + argv[0] + " failed: " + std::strerror(errno));
@@ -67,8 +73,8 @@ Child spawn_child(const std::vector<std::string>& argv, const SignalWatch& signa
   setpgid(pid, pid);  // also here, so it holds before we might signal the group
   fcntl(out[0], F_SETFL, O_NONBLOCK);
   fcntl(err[0], F_SETFL, O_NONBLOCK);
-  guard.fds = {out[1], err[1], null_fd};  // keep the read ends
-  return Child{pid, out[0], err[0]};
+  guard.fds = {out[1], err[1], null_fd};  // keep the read ends (and stdin's write end)
+  return Child{pid, out[0], err[0], in[1]};
 }
 
 bool signal_group(pid_t pid, int signal) {

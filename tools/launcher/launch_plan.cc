@@ -1,12 +1,18 @@
 #include "tools/launcher/launch_plan.h"
 
+#include <cstdlib>
+#include <map>
+
 #include <unistd.h>
 
 #include <system_error>
 
 #include "common/errors.h"
+#include "common/job_clock.h"
 #include "common/model_names.h"
+#include "common/node_cli.h"
 #include "tools/launcher/config_site.h"
+#include "tools/launcher/remote.h"
 #include "worker/data/load_dataset.h"
 
 namespace pstrain::launcher {
@@ -27,20 +33,32 @@ void check_dataset(const LaunchRequest& request, const RunConfig& config) {
                     " (workload.dataset = \"" + config.workload.dataset + "\")");
 }
 
-bool is_this_machine(const std::string& host) {
-  if (host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0) return true;
-  char name[256] = {};
-  return gethostname(name, sizeof(name) - 1) == 0 && host == name;
-}
-
-void check_hosts(const LaunchRequest& request, const std::vector<std::string>& hosts, const char* key) {
-  for (const std::string& host : hosts) {
-    if (is_this_machine(host)) continue;
-    throw ConfigError(key_site(request.config_path, request.overrides, key) + ": key '" + key + "': host " +
-                      quoted(host) +
-                      " is not this machine; the local launcher starts every process here (use SLURM or "
-                      "mpirun for runs over several machines)");
+// Hosts that are not this machine are started over ssh (remote.h); they
+// must then dial the scheduler by a name other hosts can reach.
+std::string check_hosts(const LaunchRequest& request, const RunConfig& config) {
+  bool any_remote = false;
+  for (const auto* hosts : {&config.cluster.server_hosts, &config.cluster.worker_hosts}) {
+    for (const std::string& host : *hosts) any_remote = any_remote || !is_this_machine(host);
   }
+  if (!any_remote) return "";
+  if (config.mode != Mode::kAllreduce && config.cluster.server_hosts.empty()) {
+    throw ConfigError(key_site(request.config_path, request.overrides, "cluster.worker_hosts") +
+                      ": key 'cluster.worker_hosts': workers on other hosts need cluster.server_hosts too (without "
+                      "it the servers listen on this machine's loopback only)");
+  }
+  const std::string& endpoint = config.cluster.scheduler;
+  const auto colon = endpoint.rfind(':');
+  const std::string host = endpoint.rfind("tcp://", 0) == 0 && colon != std::string::npos && colon > 6
+                               ? endpoint.substr(6, colon - 6)
+                               : std::string();
+  if (host.empty() || host == "localhost" || host.rfind("127.", 0) == 0 || host == "*" || host == "0.0.0.0") {
+    throw ConfigError(key_site(request.config_path, request.overrides, "cluster.scheduler") +
+                      ": key 'cluster.scheduler': " + quoted(endpoint) +
+                      " cannot be dialed from the other hosts in cluster.server_hosts/worker_hosts; name this "
+                      "machine as they reach it (tcp://HOST:PORT, port 0 for any free port)");
+  }
+  ssh_argv(request.ssh_command, "", "");  // the ssh program is there (ConfigError otherwise), before anything starts
+  return host;
 }
 
 void check_model(const LaunchRequest& request, const RunConfig& config) {
@@ -106,8 +124,9 @@ LaunchPlan plan_launch(const LaunchRequest& request) {
   check_model(request, plan.config);
   check_dataset(request, plan.config);
   check_batch_fits_shard(request, plan.config);
-  check_hosts(request, plan.config.cluster.server_hosts, "cluster.server_hosts");
-  check_hosts(request, plan.config.cluster.worker_hosts, "cluster.worker_hosts");
+  plan.scheduler_host = check_hosts(request, plan.config);
+  plan.ssh_command = request.ssh_command;
+  plan.work_dir = fs::current_path();
   check_programs(plan.bin_dir, plan.num_servers > 0);
   return plan;
 }
@@ -118,15 +137,36 @@ NodeSpec scheduler_spec(const LaunchPlan& plan) {
                    "--endpoint-file", plan.endpoint_file().string()}};
 }
 
+bool LaunchPlan::remote(const std::string& host) const { return !host.empty() && !is_this_machine(host); }
+
 std::vector<NodeSpec> node_specs(const LaunchPlan& plan, const std::string& scheduler_endpoint) {
+  // Other hosts dial the scheduler by the configured name and the port it got.
+  std::string remote_endpoint = scheduler_endpoint;
+  if (const auto colon = scheduler_endpoint.rfind(':'); !plan.scheduler_host.empty() && colon != std::string::npos) {
+    remote_endpoint = "tcp://" + plan.scheduler_host + scheduler_endpoint.substr(colon);
+  }
+  std::map<std::string, std::string> env;
+  for (const char* name : {kJobStartEnv, kLauncherEnv}) {
+    if (const char* value = std::getenv(name)) env[name] = value;
+  }
+  const auto spec = [&](const std::string& role, int rank, const std::vector<std::string>& hosts, const char* program) {
+    const std::string host = hosts.empty() ? "" : hosts.at(static_cast<std::size_t>(rank));
+    NodeSpec n{role + " " + std::to_string(rank), role + "-" + std::to_string(rank), {}};
+    if (!plan.remote(host)) {
+      n.argv = node_argv(plan, program, scheduler_endpoint, rank);
+    } else {
+      n.argv = ssh_argv(plan.ssh_command, host,
+                        remote_command(plan.work_dir.string(), env, node_argv(plan, program, remote_endpoint, rank)));
+      n.stdin_pipe = true;
+    }
+    return n;
+  };
   std::vector<NodeSpec> specs;
   for (int s = 0; s < plan.num_servers; ++s) {
-    specs.push_back({"server " + std::to_string(s), "server-" + std::to_string(s),
-                     node_argv(plan, "pstrain-server", scheduler_endpoint, s)});
+    specs.push_back(spec("server", s, plan.config.cluster.server_hosts, "pstrain-server"));
   }
   for (int w = 0; w < plan.num_workers; ++w) {
-    specs.push_back({"worker " + std::to_string(w), "worker-" + std::to_string(w),
-                     node_argv(plan, "pstrain-worker", scheduler_endpoint, w)});
+    specs.push_back(spec("worker", w, plan.config.cluster.worker_hosts, "pstrain-worker"));
   }
   return specs;
 }

@@ -17,6 +17,7 @@ struct LaunchRequest {
   std::vector<std::string> overrides;  // "section.key=value", applied in order
   std::string run_dir;                 // empty: output.run_dir of the config
   std::filesystem::path bin_dir;       // holds pstrain-scheduler, -server, -worker
+  std::string ssh_command = "ssh -o BatchMode=yes";  // starts nodes on other hosts (remote.h)
 };
 
 struct LaunchPlan {
@@ -25,7 +26,13 @@ struct LaunchPlan {
   std::filesystem::path bin_dir;  // absolute
   int num_servers = 0;            // 0 with mode = "allreduce"
   int num_workers = 0;
+  std::string ssh_command;        // from the request
+  std::filesystem::path work_dir; // the launcher's current directory: remote nodes start there
+  // The scheduler's host as the other hosts dial it (cluster.scheduler's);
+  // set when some node is on another host.
+  std::string scheduler_host;
 
+  bool remote(const std::string& host) const;
   std::filesystem::path config_file() const { return run_dir / "config.toml"; }
   std::filesystem::path endpoint_file() const { return run_dir / "scheduler.endpoint"; }
 };

@@ -40,11 +40,18 @@ struct Supervisor::Node {
   Stream err;
   std::FILE* log = nullptr;  // closed when the node exits
   std::filesystem::path log_path;
+  int stdin_fd = -1;  // NodeSpec::stdin_pipe: its write end
+
+  void close_stdin() {
+    if (stdin_fd >= 0) close(stdin_fd);
+    stdin_fd = -1;
+  }
 
   Node() = default;
   Node(const Node&) = delete;
   Node& operator=(const Node&) = delete;
   ~Node() {
+    close_stdin();
     if (log != nullptr) std::fclose(log);
   }
 };
@@ -78,8 +85,9 @@ std::size_t Supervisor::start(const NodeSpec& spec) {
   node->out.splitter = std::make_unique<LineSplitter>([this, raw](std::string_view l) { on_line(*raw, false, l); });
   node->err.splitter = std::make_unique<LineSplitter>([this, raw](std::string_view l) { on_line(*raw, true, l); });
   nodes_.reserve(nodes_.size() + 1);  // so that adding it after the fork cannot fail
-  const Child child = spawn_child(spec.argv, signals_);
+  const Child child = spawn_child(spec.argv, signals_, spec.stdin_pipe);
   node->state.pid = child.pid;
+  node->stdin_fd = child.stdin_fd;
   node->out.fd = child.stdout_fd;
   node->err.fd = child.stderr_fd;
   nodes_.push_back(std::move(node));  // from here on the destructor reaps it
@@ -139,6 +147,7 @@ void Supervisor::mark_exited(Node& node, int wait_status) {
     }
     s->close_fd();
   }
+  node.close_stdin();
   node.state.status = decode_wait_status(wait_status);
   node.state.exit_order = exits_++;
   if (node.log != nullptr) std::fclose(node.log);
@@ -220,6 +229,7 @@ void Supervisor::signal_running(int signal) {
   for (auto& node : nodes_) {
     if (node->state.status) continue;
     node->state.stopped_by_us = true;
+    node->close_stdin();  // a node on another host stops when its input ends (remote.h)
     signal_group(node->state.pid, signal);
   }
 }

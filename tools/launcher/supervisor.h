@@ -35,6 +35,7 @@ struct NodeSpec {
   std::string name;      // "worker 1": output prefix and messages
   std::string log_stem;  // "worker-1": logs/<log_stem>.log, pids.txt
   std::vector<std::string> argv;
+  bool stdin_pipe = false;  // stdin on a pipe held open until the node is stopped or exits (tools/launcher/remote.h)
 };
 
 struct NodeState {
