@@ -227,7 +227,9 @@ TEST_CASE("the sampler writes a row about every interval, a last one at stop, an
   }
   CHECK(num(rows.front(), kTime) >= 0.04);  // job clock: the origin was the sampler's start
   CHECK(num(rows.front(), kTime) < 0.5);
-  CHECK(busiest > 25);  // one thread spinning: about 100 on an idle machine; an idle process: about 0
+  // One thread spinning: about 100 on an idle machine, 20 with five runnable
+  // threads per core; an idle process: about 0.
+  CHECK(busiest > 5);
   const double last_cpu = num(rows.back(), kUser) + num(rows.back(), kSystem);
   CHECK(last_cpu > num(rows.front(), kUser) + num(rows.front(), kSystem));
   CHECK(last_cpu > cpu_at_start);
