@@ -140,11 +140,6 @@ void check_consistency(const RunConfig& c, const WhereFn& where) {
          "expected more than cluster.heartbeat_interval_ms (" + std::to_string(cl.heartbeat_interval_ms) +
              "), got " + std::to_string(cl.heartbeat_timeout_ms));
   }
-  if (cl.on_worker_failure == "continue" && c.mode == Mode::kAllreduce) {
-    fail("cluster.on_worker_failure", "mode",
-         "expected \"abort\" when mode is \"allreduce\" (the collective cannot re-form without a worker yet), "
-         "got \"continue\"");
-  }
   if (c.ps.partition_bytes > cl.max_message_bytes) {
     fail("ps.partition_bytes", "cluster.max_message_bytes",
          "expected at most cluster.max_message_bytes (" + std::to_string(cl.max_message_bytes) + "), got " +

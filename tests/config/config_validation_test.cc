@@ -238,9 +238,6 @@ TEST_CASE("rules between keys name the key and where it was set") {
        "momentum), got true"},
       {"[optimizer]\nlr = 0.1\n[schedule]\nmin_lr = 0.5",
        "bad.toml:4: key 'schedule.min_lr': expected at most optimizer.lr (0.1), got 0.5"},
-      {"mode = \"allreduce\"\n[cluster]\nservers = 0\non_worker_failure = \"continue\"",
-       "bad.toml:4: key 'cluster.on_worker_failure': expected \"abort\" when mode is \"allreduce\" (the collective "
-       "cannot re-form without a worker yet), got \"continue\""},
       {"mode = \"sync\"\n[optimizer]\nstaleness_rule = \"inverse\"",
        "bad.toml:3: key 'optimizer.staleness_rule': expected \"none\" when mode is \"sync\" (pushes are stale "
        "only in \"async\" and \"ssp\"), got \"inverse\""},

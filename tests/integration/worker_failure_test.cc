@@ -2,6 +2,7 @@
 // killed with SIGKILL in the middle of a run is dropped after the heartbeat
 // timeout, the others finish the training, the launcher exits 0 and the
 // summary says who was dropped and how many updates were made without it.
+// In allreduce the survivors re-form the collective among themselves.
 #include <doctest/doctest.h>
 
 #include "tests/integration/launch_test_util.h"
@@ -11,7 +12,7 @@ namespace {
 void kill_worker_mid_run(const std::string& mode) {
   it::TempDir dir;
   const auto run = dir.path() / "run";
-  auto args = it::launch_args(it::kSourceDir / "configs/tiny_sync.toml", run);
+  auto args = it::launch_args(it::kSourceDir / (mode == "allreduce" ? "configs/tiny_allreduce.toml" : "configs/tiny_sync.toml"), run);
   args.insert(args.end(), {"--set", "mode=" + mode, "--set", "cluster.workers=3", "--set",
                            "cluster.on_worker_failure=continue", "--set", "cluster.heartbeat_timeout_ms=1500",
                            "--set", "workload.epochs=3", "--set", "output.trace=off", "--quiet"});
@@ -41,6 +42,14 @@ void kill_worker_mid_run(const std::string& mode) {
   CHECK(it::contains(it::read_file(run / "metrics/worker-0.jsonl"), "\"type\":\"end\""));
   CHECK(it::contains(it::read_file(run / "metrics/worker-2.jsonl"), "\"type\":\"end\""));
   CHECK(it::fs::exists(run / "weights.bin"));
+  if (mode == "allreduce") {
+    // Both survivors re-formed the collective as 2 workers and took worker 0's state; the
+    // replica check after each later epoch (an allreduce of weight fingerprints) passed.
+    for (const char* log : {"logs/worker-0.log", "logs/worker-2.log"}) {
+      CAPTURE(log);
+      CHECK(it::contains(it::read_file(run / log), "re-formed the collective without the dropped worker(s): 2 workers (0, 2)"));
+    }
+  }
 }
 
 }  // namespace
@@ -51,6 +60,10 @@ TEST_CASE("continue: a worker killed mid-run in sync is dropped and the job fini
 
 TEST_CASE("continue: a worker killed mid-run in async is dropped and the job finishes without it") {
   kill_worker_mid_run("async");
+}
+
+TEST_CASE("continue: a worker killed mid-run in allreduce is dropped; the others re-form the collective and finish") {
+  kill_worker_mid_run("allreduce");
 }
 
 TEST_CASE("continue: a worker stopped (SIGSTOP) past the heartbeat timeout is dropped; woken, it learns it and exits") {

@@ -48,4 +48,12 @@ void DeviceOptimizer::step(float* w, const float* g, double lr) {
   }
 }
 
+std::vector<float*> DeviceOptimizer::state_buffers() {
+  std::vector<float*> out;
+  for (DeviceBuffer* b : {&state1_, &state2_}) {
+    if (b->num_bytes() > 0) out.push_back(b->f32());
+  }
+  return out;
+}
+
 }  // namespace pstrain::nn

@@ -97,7 +97,18 @@ int run_allreduce_node(const RunConfig& config, int requested_rank) {
         std::make_unique<CountingCollective>(make_collective(backend_name, co, store), traffic);
     MetricsWriter metrics(config.output.run_dir, "worker-" + std::to_string(session.rank()) + ".jsonl");
     metrics.set_log(&log);
-    const TrainResult r = run_allreduce_worker(config, session, workload, *collective, metrics, log, &trace);
+    // cluster.on_worker_failure = "continue": the collective re-formed among the workers left.
+    const ReformCollective reform = [&](int new_rank, int new_size, int generation) {
+      CollectiveOptions again = co;
+      again.rank = new_rank;
+      again.size = new_size;
+      again.key_prefix = co.key_prefix + "gen-" + std::to_string(generation) + "/";
+      return std::unique_ptr<Collective>(
+          std::make_unique<CountingCollective>(make_collective(backend_name, again, store), traffic));
+    };
+    const bool can_reform = config.cluster.on_worker_failure == "continue";
+    const TrainResult r = run_allreduce_worker(config, session, workload, *collective, metrics, log, &trace,
+                                               can_reform ? &reform : nullptr);
     collective.reset();
     char line[200];
     std::snprintf(line, sizeof(line),

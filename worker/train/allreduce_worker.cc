@@ -7,6 +7,8 @@
 #include <cstdio>
 #include <functional>
 #include <limits>
+#include <memory>
+#include <thread>
 #include <vector>
 
 #include "common/errors.h"
@@ -32,7 +34,7 @@ struct Loop {
   WorkerSession& session;
   nn::Model& model;
   const data::DatasetPair& data;
-  Collective& collective;
+  Collective* collective;  // the job's, or `owned` once re-formed
   nn::DeviceOptimizer& optimizer;
   MetricsWriter& metrics;
   Logger& log;
@@ -47,13 +49,17 @@ struct Loop {
   TraceRecorder* trace = nullptr;
   NonFiniteGuard guard;
   std::vector<float> check_grads;      // "skip" on a GPU without staging: the averaged gradients, to check
+  const ReformCollective* reform = nullptr;
+  std::unique_ptr<Collective> owned;   // the collective re-formed without dropped workers
+  std::vector<int> live;               // workers' ranks still in the job, ascending
+  int generation = 0;
 };
 
-bool staged(const Loop& L) { return L.collective.device_memory() != L.model.backend().is_cuda(); }
+bool staged(const Loop& L) { return L.collective->device_memory() != L.model.backend().is_cuda(); }
 
 // Runs `op` on a copy of `host` in the collective's memory space, then copies back.
 void on_collective_memory(Loop& L, std::span<float> host, const std::function<void(float*)>& op) {
-  if (!L.collective.device_memory()) {
+  if (!L.collective->device_memory()) {
     op(host.data());
     return;
   }
@@ -66,11 +72,20 @@ void on_collective_memory(Loop& L, std::span<float> host, const std::function<vo
 
 // Waits for every started collective operation, handling the scheduler's
 // messages meanwhile so an abort of the job reaches this worker promptly.
+// A peer the scheduler dropped meanwhile ends the wait at once (when the
+// collective may be re-formed), not at the collective's timeout.
 void wait_collective(Loop& L) {
-  while (!L.collective.wait_all(std::chrono::milliseconds(200))) {
+  while (!L.collective->wait_all(std::chrono::milliseconds(200))) {
     if (L.session.scheduler().handle_incoming()) {
       throw AbortedError("the scheduler ended the job while worker " + std::to_string(L.session.rank()) +
                          " was training");
+    }
+    if (L.reform != nullptr) {
+      bool dropped = false;
+      for (const int r : L.session.scheduler().take_dropped()) {
+        dropped = dropped || std::erase(L.live, r) > 0;
+      }
+      if (dropped) throw TransportError("a worker of the collective was dropped from the job");
     }
   }
 }
@@ -91,7 +106,7 @@ void check_replicas(Loop& L, const char* when) {
   L.model.get_params(params);
   const std::array<float, 3> mine = weights_fingerprint(params);
   std::array<float, 3> mean = mine;
-  on_collective_memory(L, mean, [&](float* data) { L.collective.allreduce_mean(data, mean.size()); });
+  on_collective_memory(L, mean, [&](float* data) { L.collective->allreduce_mean(data, mean.size()); });
   if (mean != mine) {
     throw ComputeError(std::string("replica check ") + when + ": worker " + std::to_string(L.session.rank()) +
                        "'s weights differ from another worker's (fingerprint " + std::to_string(mine[0]) + "/" +
@@ -103,7 +118,7 @@ void check_replicas(Loop& L, const char* when) {
 void broadcast_initial(Loop& L) {
   std::vector<float> params(static_cast<std::size_t>(L.model.num_params()));
   L.model.get_params(params);
-  on_collective_memory(L, params, [&](float* data) { L.collective.broadcast(data, params.size(), 0); });
+  on_collective_memory(L, params, [&](float* data) { L.collective->broadcast(data, params.size(), 0); });
   L.model.set_params(params);
 }
 
@@ -184,7 +199,7 @@ double train_step(Loop& L, std::span<const std::int64_t> batch, std::int64_t ste
   const auto t0 = Clock::now();
   const double injected_s = simulated ? 0.0 : L.straggler.delay();
   const auto n = static_cast<int>(batch.size());
-  GradientBuckets buckets(L.collective, staged(L) ? L.staging.data() : model.device_grads(), model.num_params(),
+  GradientBuckets buckets(*L.collective, staged(L) ? L.staging.data() : model.device_grads(), model.num_params(),
                           L.config.collective.bucket_bytes);
   const nn::StepStats s = compute_and_start(L, batch, buckets);
   const bool loss_bad = !simulated && !std::isfinite(s.loss);
@@ -241,10 +256,65 @@ double train_step(Loop& L, std::span<const std::int64_t> batch, std::int64_t ste
   return simulated ? std::numeric_limits<double>::quiet_NaN() : s.loss;
 }
 
+// The weights and optimizer state of the new rank 0 on every replica.
+void resync_replicas(Loop& L) {
+  broadcast_initial(L);
+  const auto n = static_cast<std::size_t>(L.model.num_params());
+  std::vector<float> host(n);
+  for (float* state : L.optimizer.state_buffers()) {
+    L.model.backend().copy_to_host(host.data(), state, n * sizeof(float));
+    on_collective_memory(L, host, [&](float* data) { L.collective->broadcast(data, n, 0); });
+    L.model.backend().copy_from_host(state, host.data(), n * sizeof(float));
+  }
+  std::vector<float> steps{static_cast<float>(L.optimizer.steps_taken())};  // exact below 2^24
+  on_collective_memory(L, steps, [&](float* data) { L.collective->broadcast(data, 1, 0); });
+  L.optimizer.set_steps_taken(static_cast<std::int64_t>(steps[0]));
+  L.model.backend().synchronize();
+}
+
+// After the collective failed with `why`: true once it has been re-formed
+// among the workers the scheduler has not dropped (see allreduce_worker.h);
+// false when it cannot be (no reform, or nobody was dropped in time).
+bool reform_collective(Loop& L, const std::string& why) {
+  if (L.reform == nullptr) return false;
+  L.log.warn("the collective failed: " + why + "; waiting for the scheduler to drop the failed worker");
+  const std::size_t before = static_cast<std::size_t>(L.collective->size());
+  const auto limit = Clock::now() + std::chrono::milliseconds(L.config.cluster.heartbeat_timeout_ms) +
+                     std::chrono::milliseconds(L.config.cluster.timeout_ms);
+  for (;;) {
+    for (const int r : L.session.scheduler().take_dropped()) std::erase(L.live, r);
+    if (L.live.size() < before) break;
+    if (Clock::now() >= limit) return false;
+    if (L.session.scheduler().handle_incoming()) {
+      throw AbortedError("the scheduler ended the job while worker " + std::to_string(L.session.rank()) +
+                         " was re-forming the collective");
+    }
+    L.session.scheduler().check_scheduler_alive();
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  const auto me = std::find(L.live.begin(), L.live.end(), L.session.rank());
+  if (me == L.live.end()) throw AbortedError("worker " + std::to_string(L.session.rank()) + " was dropped from the job");
+  const int rank = static_cast<int>(me - L.live.begin());
+  const int size = static_cast<int>(L.live.size());
+  L.collective = nullptr;
+  L.owned.reset();  // the failed one goes first (its communication thread with it)
+  ++L.generation;
+  L.owned = (*L.reform)(rank, size, L.generation);
+  L.collective = L.owned.get();
+  std::string ranks;
+  for (const int r : L.live) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+  L.log.warn("re-formed the collective without the dropped worker(s): " + std::to_string(size) + " workers (" + ranks +
+             "), this one rank " + std::to_string(rank) + ", generation " + std::to_string(L.generation) +
+             "; replicas take worker " + std::to_string(L.live.front()) + "'s weights and optimizer state");
+  resync_replicas(L);
+  return true;
+}
+
 }  // namespace
 
 TrainResult run_allreduce_worker(const RunConfig& config, WorkerSession& session, Workload& workload,
-                                 Collective& collective, MetricsWriter& metrics, Logger& log, TraceRecorder* trace) {
+                                 Collective& collective, MetricsWriter& metrics, Logger& log, TraceRecorder* trace,
+                                 const ReformCollective* reform) {
   if (config.mode != Mode::kAllreduce) {
     throw ConfigError("run_allreduce_worker: mode " + std::string(to_string(config.mode)) + " needs the servers");
   }
@@ -256,10 +326,12 @@ TrainResult run_allreduce_worker(const RunConfig& config, WorkerSession& session
   const WorkloadConfig& w = config.workload;
   nn::Model& model = *workload.model;
   nn::DeviceOptimizer optimizer(config.optimizer, model.backend(), model.num_params());
-  Loop L{config, session, model, workload.data, collective, optimizer, metrics, log, {}, {}, {}, {}, 0.0,
+  Loop L{config, session, model, workload.data, &collective, optimizer, metrics, log, {}, {}, {}, {}, 0.0,
          Straggler(session.rank() == w.straggler_rank, w.straggler_slowdown), false, {}, nullptr,
-         NonFiniteGuard(w, session.rank()), {}};
+         NonFiniteGuard(w, session.rank()), {}, nullptr, nullptr, {}, 0};
   L.trace = trace;
+  L.reform = reform;
+  for (int r = 0; r < session.num_workers(); ++r) L.live.push_back(r);
   if (staged(L)) L.staging.resize(static_cast<std::size_t>(model.num_params()));
   if (w.simulated_step_ms > 0.0) L.simulated_grads = simulated_gradients(model.num_params());
   const data::Dataset& train = workload.data.train;
@@ -280,9 +352,28 @@ TrainResult run_allreduce_worker(const RunConfig& config, WorkerSession& session
            std::to_string(config.collective.bucket_bytes) + " bytes");
   const std::int64_t step = driver.run(
       log, metrics, L.result.images,
-      [&](std::span<const std::int64_t> batch, std::int64_t s, int epoch, double lr) { return train_step(L, batch, s, epoch, lr); },
+      [&](std::span<const std::int64_t> batch, std::int64_t s, int epoch, double lr) {
+        for (;;) {  // a step the collective failed in is repeated once it is re-formed
+          try {
+            return train_step(L, batch, s, epoch, lr);
+          } catch (const TransportError& e) {
+            if (!reform_collective(L, e.what())) throw;
+          } catch (const TimeoutError& e) {
+            if (!reform_collective(L, e.what())) throw;
+          }
+        }
+      },
       [&](std::int64_t s, int epoch, bool last) {
-        check_replicas(L, ("after epoch " + std::to_string(epoch)).c_str());
+        for (;;) {
+          try {
+            check_replicas(L, ("after epoch " + std::to_string(epoch)).c_str());
+            break;
+          } catch (const TransportError& e) {
+            if (!reform_collective(L, e.what())) throw;
+          } catch (const TimeoutError& e) {
+            if (!reform_collective(L, e.what())) throw;
+          }
+        }
         if (session.rank() == 0 && !last) evaluate_and_record(L, s, epoch, L.metrics.elapsed_s());
       });
   L.result.steps = step;

@@ -17,6 +17,9 @@
 // covers backward and the buckets started during it); see docs/allreduce.md.
 #pragma once
 
+#include <functional>
+#include <memory>
+
 #include "common/config.h"
 #include "common/log.h"
 #include "common/trace.h"
@@ -33,9 +36,20 @@ namespace pstrain {
 // with a model on a GPU: gradients go through host memory).
 // Spans of each step (step > data, forward+backward, allreduce wait, update;
 // eval) go to `trace` when given.
+//
+// `reform` (cluster.on_worker_failure = "continue"): makes a collective of
+// `size` ranks with this worker as `rank`, its rendezvous keys apart by
+// `generation` (1, 2, ...). When the collective fails (a peer gone), the
+// worker waits for the scheduler to drop the failed worker(s), re-forms the
+// collective among those left (ranks in the order of the workers' ranks),
+// makes every replica worker-0-of-the-survivors' weights and optimizer state
+// (a worker may have completed the failed step where another did not), and
+// repeats the step. Without it, or with no worker dropped within
+// heartbeat_timeout_ms + timeout_ms, the failure ends this worker.
+using ReformCollective = std::function<std::unique_ptr<Collective>(int rank, int size, int generation)>;
 TrainResult run_allreduce_worker(const RunConfig& config, WorkerSession& session, Workload& workload,
                                  Collective& collective, MetricsWriter& metrics, Logger& log,
-                                 TraceRecorder* trace = nullptr);
+                                 TraceRecorder* trace = nullptr, const ReformCollective* reform = nullptr);
 
 // A pstrain-worker process in allreduce mode, from start to exit code: the
 // workload on this worker's device (one GPU per worker by local rank), the
