@@ -9,7 +9,7 @@
 
 namespace {
 
-void kill_worker_mid_run(const std::string& mode) {
+void kill_worker_mid_run(const std::string& mode, int victim = 1) {
   it::TempDir dir;
   const auto run = dir.path() / "run";
   auto args = it::launch_args(it::kSourceDir / (mode == "allreduce" ? "configs/tiny_allreduce.toml" : "configs/tiny_sync.toml"), run);
@@ -17,13 +17,14 @@ void kill_worker_mid_run(const std::string& mode) {
                            "cluster.on_worker_failure=continue", "--set", "cluster.heartbeat_timeout_ms=1500",
                            "--set", "workload.epochs=3", "--set", "output.trace=off", "--quiet"});
   it::LaunchProcess p(args, dir.path() / "out.txt");
-  const auto metrics = run / "metrics/worker-1.jsonl";
+  const auto metrics = run / ("metrics/worker-" + std::to_string(victim) + ".jsonl");
   const bool training = it::wait_until([&] { return it::count_lines(metrics) >= 4; }, std::chrono::seconds(180));
   INFO(p.output());
   REQUIRE(training);
   const auto pids = it::read_pids(run);
-  REQUIRE(pids.count("worker-1") == 1);
-  REQUIRE(kill(pids.at("worker-1"), SIGKILL) == 0);
+  const std::string name = "worker-" + std::to_string(victim);
+  REQUIRE(pids.count(name) == 1);
+  REQUIRE(kill(pids.at(name), SIGKILL) == 0);
 
   const auto exit = p.wait(std::chrono::seconds(240));
   const std::string output = p.output();
@@ -31,23 +32,32 @@ void kill_worker_mid_run(const std::string& mode) {
   REQUIRE(exit.has_value());
   CHECK_FALSE(exit->signaled);
   CHECK(exit->code == 0);
-  CHECK(it::contains(output, "worker 1 was killed by signal 9 (Killed): the job goes on without it"));
+  CHECK(it::contains(output, "worker " + std::to_string(victim) + " was killed by signal 9 (Killed): the job goes on without it"));
   const std::string scheduler_log = it::read_file(run / "logs/scheduler.log");
-  CHECK(it::contains(scheduler_log, "worker 1"));
+  CHECK(it::contains(scheduler_log, "worker " + std::to_string(victim)));
   CHECK(it::contains(scheduler_log, "dropped from the job"));
   const std::string summary = it::read_file(run / "summary.json");
-  CHECK(it::contains(summary, "\"dropped_workers\": [1]"));
+  CHECK(it::contains(summary, "\"dropped_workers\": [" + std::to_string(victim) + "]"));
   if (mode == "sync") CHECK_FALSE(it::contains(summary, "\"partial_updates\": 0,"));
-  // Workers 0 and 2 trained to the end and worker 0 evaluated the final weights.
-  CHECK(it::contains(it::read_file(run / "metrics/worker-0.jsonl"), "\"type\":\"end\""));
-  CHECK(it::contains(it::read_file(run / "metrics/worker-2.jsonl"), "\"type\":\"end\""));
+  // The others trained to the end; worker 0, or the lowest one left, evaluated the final weights.
+  std::vector<int> survivors;
+  for (int w = 0; w < 3; ++w) {
+    if (w != victim) survivors.push_back(w);
+  }
+  for (const int w : survivors) {
+    CAPTURE(w);
+    CHECK(it::contains(it::read_file(run / ("metrics/worker-" + std::to_string(w) + ".jsonl")), "\"type\":\"end\""));
+  }
   CHECK(it::fs::exists(run / "weights.bin"));
+  CHECK_FALSE(it::contains(summary, "\"final_test_accuracy\": null"));
   if (mode == "allreduce") {
-    // Both survivors re-formed the collective as 2 workers and took worker 0's state; the
+    // Both survivors re-formed the collective as 2 workers and took the lowest one's state; the
     // replica check after each later epoch (an allreduce of weight fingerprints) passed.
-    for (const char* log : {"logs/worker-0.log", "logs/worker-2.log"}) {
-      CAPTURE(log);
-      CHECK(it::contains(it::read_file(run / log), "re-formed the collective without the dropped worker(s): 2 workers (0, 2)"));
+    const std::string ranks = std::to_string(survivors[0]) + ", " + std::to_string(survivors[1]);
+    for (const int w : survivors) {
+      const std::string log = it::read_file(run / ("logs/worker-" + std::to_string(w) + ".log"));
+      CAPTURE(w);
+      CHECK(it::contains(log, "re-formed the collective without the dropped worker(s): 2 workers (" + ranks + ")"));
     }
   }
 }
@@ -64,6 +74,10 @@ TEST_CASE("continue: a worker killed mid-run in async is dropped and the job fin
 
 TEST_CASE("continue: a worker killed mid-run in allreduce is dropped; the others re-form the collective and finish") {
   kill_worker_mid_run("allreduce");
+}
+
+TEST_CASE("continue: worker 0 killed mid-run in allreduce: worker 1 leads the others, evaluates and writes the weights") {
+  kill_worker_mid_run("allreduce", 0);
 }
 
 TEST_CASE("continue: a worker stopped (SIGSTOP) past the heartbeat timeout is dropped; woken, it learns it and exits") {

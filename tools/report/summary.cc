@@ -164,7 +164,12 @@ RunSummary summarize(const RunConfig& config, const RunMetrics& metrics) {
   for (const WorkerSummary& w : s.per_worker) s.skipped_steps += w.skipped_steps;
   s.global_images_per_s = s.wall_time_s > 0 ? static_cast<double>(images) / s.wall_time_s
                                             : std::numeric_limits<double>::quiet_NaN();
-  add_evaluations(s, metrics.workers.empty() ? std::vector<EvalRecord>{} : metrics.workers.front().evals);
+  // Worker 0 evaluates; if it was dropped (allreduce, "continue"), the lowest
+  // worker left goes on: their records, in step order, are one series.
+  std::vector<EvalRecord> evals;
+  for (const WorkerMetrics& w : metrics.workers) evals.insert(evals.end(), w.evals.begin(), w.evals.end());
+  std::stable_sort(evals.begin(), evals.end(), [](const EvalRecord& a, const EvalRecord& b) { return a.step < b.step; });
+  add_evaluations(s, evals);
   if (config.mode == Mode::kAsync || config.mode == Mode::kSsp) s.staleness = staleness_summary(metrics.servers);
   for (const ServerMetrics& server : metrics.servers) s.partial_updates += server.partial_updates;
   if (config.mode == Mode::kSsp) {

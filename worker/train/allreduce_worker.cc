@@ -55,6 +55,10 @@ struct Loop {
   int generation = 0;
 };
 
+// Whether this worker evaluates and writes the final weights: worker 0, or
+// the lowest worker left once it has been dropped.
+bool leads(const Loop& L) { return !L.live.empty() && L.live.front() == L.session.rank(); }
+
 bool staged(const Loop& L) { return L.collective->device_memory() != L.model.backend().is_cuda(); }
 
 // Runs `op` on a copy of `host` in the collective's memory space, then copies back.
@@ -374,11 +378,11 @@ TrainResult run_allreduce_worker(const RunConfig& config, WorkerSession& session
             if (!reform_collective(L, e.what())) throw;
           }
         }
-        if (session.rank() == 0 && !last) evaluate_and_record(L, s, epoch, L.metrics.elapsed_s());
+        if (leads(L) && !last) evaluate_and_record(L, s, epoch, L.metrics.elapsed_s());
       });
   L.result.steps = step;
   L.result.time_s = metrics.elapsed_s();
-  if (session.rank() == 0) {
+  if (leads(L)) {
     evaluate_and_record(L, step, driver.epoch_after(step), L.result.time_s);
     std::vector<float> params(static_cast<std::size_t>(model.num_params()));
     model.get_params(params);
