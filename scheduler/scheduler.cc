@@ -15,7 +15,9 @@ using std::chrono::milliseconds;
 
 Scheduler::Scheduler(zmq::context_t& ctx, SchedulerOptions options, Logger& log)
     : ctx_(ctx), options_(std::move(options)), log_(log),
-      router_(make_socket(ctx, zmq::socket_type::router, SocketOptions{std::int64_t{16} << 20, milliseconds(2000)})),
+      zap_(start_zap_handler(ctx, options_.security, log)),
+      router_(make_socket(ctx, zmq::socket_type::router,
+                          SocketOptions{std::int64_t{16} << 20, milliseconds(2000), options_.security})),
       warnings_(log) {
   if (options_.num_servers < 0 || options_.num_workers < 1) {
     throw ConfigError("scheduler: need at least 1 worker and 0 or more servers, got " +

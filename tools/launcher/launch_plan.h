@@ -25,6 +25,9 @@ struct LaunchPlan {
   std::filesystem::path bin_dir;  // absolute
   int num_servers = 0;            // 0 with mode = "allreduce"
   int num_workers = 0;
+  // security.mode = "curve" without a key_dir: the launcher writes fresh keys
+  // here (RUN_DIR/keys, also config.security.key_dir) before starting anyone.
+  std::filesystem::path generate_keys_in;
 
   std::filesystem::path config_file() const { return run_dir / "config.toml"; }
   std::filesystem::path endpoint_file() const { return run_dir / "scheduler.endpoint"; }
@@ -35,7 +38,8 @@ struct LaunchPlan {
 // model is known, that the dataset directory exists (unless synthetic), that
 // workload.batch_size fits a worker's shard of the training set, that every host in
 // cluster.server_hosts / worker_hosts is this machine, and that the node
-// programs exist in bin_dir.
+// programs exist in bin_dir; with security.mode = "curve" and a key_dir,
+// that every role's key files are there and readable.
 LaunchPlan plan_launch(const LaunchRequest& request);
 
 NodeSpec scheduler_spec(const LaunchPlan& plan);

@@ -19,8 +19,9 @@ KVClient::KVClient(zmq::context_t& ctx, const ShardMap& map, const std::vector<s
                       std::to_string(map.num_servers()) + " servers");
   }
   for (const std::string& ep : server_endpoints) {
-    sockets_.push_back(make_socket(ctx, zmq::socket_type::dealer,
-                                   SocketOptions{options.max_message_bytes, milliseconds(2000)}));
+    SocketOptions socket_options{options.max_message_bytes, milliseconds(2000), options.security};
+    socket_options.send_timeout = options.timeout;
+    sockets_.push_back(make_socket(ctx, zmq::socket_type::dealer, socket_options));
     if (!options.token.empty()) sockets_.back().set(zmq::sockopt::routing_id, "w" + options.token);
     connect_socket(sockets_.back(), ep);
   }
