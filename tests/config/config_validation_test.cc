@@ -271,3 +271,14 @@ TEST_CASE("the exceptions of the rules between keys are accepted") {
 
 }  // namespace
 }  // namespace pstrain
+
+TEST_CASE("a config with a NUL byte is refused at its line, before the TOML parser sees it") {
+  const std::string text = std::string("mode = \"sync\"\n[<") + '\0' + "ps]\n";
+  std::string what;
+  try {
+    pstrain::parse_config(text, "nul.toml");
+  } catch (const pstrain::ConfigError& e) {
+    what = e.what();
+  }
+  CHECK(what == "nul.toml:2: invalid TOML: a NUL byte (not a text file?)");
+}
