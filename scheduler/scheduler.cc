@@ -103,6 +103,15 @@ void Scheduler::on_register(zmq::message_t& from, const Message& msg) {
   if (req.role == Role::kScheduler || req.role != msg.header.role) {
     throw ProtocolError("register: role " + std::string(to_string(req.role)) + " cannot register");
   }
+  if (options_.security != nullptr && options_.security->curve) {
+    // CURVE: the role is bound to the key (the ZAP handler's user id): a
+    // worker's key cannot take a server's slot, nor a server's a worker's.
+    const char* key_role = msg.has_payload ? zmq_msg_gets(msg.payload.handle(), "User-Id") : nullptr;
+    if (key_role == nullptr || to_string(req.role) != key_role) {
+      throw ProtocolError("register: a " + std::string(key_role == nullptr ? "unknown" : key_role) +
+                          " key cannot register as a " + std::string(to_string(req.role)));
+    }
+  }
   const int limit = req.role == Role::kServer ? options_.num_servers : options_.num_workers;
   int count = 0;
   for (const Node& n : nodes_) count += n.role == req.role ? 1 : 0;

@@ -12,7 +12,9 @@
 
 #include "common/config.h"
 #include "common/errors.h"
+#include "common/job_fingerprint.h"
 #include "common/security.h"
+#include "common/wire_archive.h"
 #include "common/transport.h"
 #include "tools/cluster/local_cluster.h"
 
@@ -232,6 +234,39 @@ TEST_CASE("with curve on, a forged abort from a peer without a job key never rea
     CHECK_FALSE(receive_message(s, false, milliseconds(800), DecodeLimits{}).has_value());
   }
   session.kv().wait(session.kv().pull(params, 0));
+  session.finish();
+  CHECK_NOTHROW(cluster.join());
+}
+
+TEST_CASE("with curve on, a role is bound to its key: a worker's key cannot register as a server") {
+  KeyDir keys;
+  write_job_keys(keys.path(), false);
+  const std::string bind_public = read_key_file(keys.path() / "bind.pub", false).public_z85;
+  const CurveKeyPair worker_client = read_key_file(keys.path() / "worker.key", true);
+  LocalClusterOptions o = curve_options(keys.path());
+  zmq::context_t ctx;
+  LocalCluster cluster(ctx, o);
+  std::this_thread::sleep_for(milliseconds(200));
+  zmq::socket_t s = outsider(ctx, cluster.scheduler_endpoint(), bind_public, &worker_client, "");
+  RegisterRequest req;
+  req.role = Role::kServer;
+  req.requested_rank = 0;
+  req.endpoint = "tcp://127.0.0.1:1";
+  req.host = "impostor";
+  req.job_fingerprint = job_fingerprint(Mode::kSync, o.partition_bytes, 1, 1);
+  Header h;
+  h.type = MsgType::kRegister;
+  h.role = Role::kServer;
+  h.sender = -1;
+  send_message(s, nullptr, h, Payload::bytes(wire_encode(req)));
+  const auto reply = receive_message(s, false, milliseconds(3000), DecodeLimits{});
+  REQUIRE(reply.has_value());
+  CHECK(reply->message.header.type == MsgType::kError);
+  CHECK(reply->message.text_payload().find("a worker key cannot register as a server") != std::string::npos);
+  // Refused, not fatal: the real job runs and ends normally.
+  WorkerSession session(ctx, cluster.worker_options(0), layout_of(16));
+  std::vector<float> params(16, 1.0f);
+  session.broadcast_initial(params);
   session.finish();
   CHECK_NOTHROW(cluster.join());
 }
