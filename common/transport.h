@@ -36,9 +36,10 @@ namespace pstrain {
 struct SecurityContext;  // common/security.h
 
 // Default queue bounds, in whole messages per peer connection. ZeroMQ's own
-// default (1000) for receiving; replies get more room (a worker pipelines one
-// request per chunk and reads its replies as they come) so a legitimate
-// worker's burst never fills it.
+// default (1000) for receiving; replies get more room. A worker's KV client
+// raises both on its sockets to 4 x its chunks on that server (+64), so the
+// replies of its whole pipeline always fit in its own receive queue and never
+// back up into the server's bounded send queue (where they would be dropped).
 inline constexpr int kDefaultReceiveHwm = 1000;
 inline constexpr int kDefaultSendHwm = 4000;
 

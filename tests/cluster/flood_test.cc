@@ -107,3 +107,36 @@ TEST_CASE("a flood of pushes from unpaced peers that never read their replies st
   session.finish();
   CHECK_NOTHROW(cluster.join());
 }
+
+TEST_CASE("a worker with more chunks per server than the default queue bounds gets every reply") {
+  // 12000 chunks of 4 KiB on one server: one ticket's pull replies (48 MB)
+  // exceed the default HWMs (1000 received, 4000 unsent) and what TCP holds;
+  // the KV client sizes its queues by its chunks, so no reply is dropped at
+  // the server's bounded send queue.
+  LocalClusterOptions o;
+  o.num_servers = 1;
+  o.num_workers = 1;
+  o.optimizer.momentum = 0.0;
+  o.transport = "tcp";
+  o.partition_bytes = 4096;
+  o.cluster.timeout_ms = 30000;
+  o.log_level = LogLevel::kError;
+  zmq::context_t ctx;
+  LocalCluster cluster(ctx, o);
+  ParamLayout layout;
+  layout.add("w", {12000 * 1024});
+  WorkerSession session(ctx, cluster.worker_options(0), layout);
+  REQUIRE(session.shard_map().chunks().size() == 12000);
+  std::vector<float> params(12000 * 1024, 1.0f);
+  session.broadcast_initial(params);
+  std::vector<float> grad(12000 * 1024, 1.0f);
+  for (int step = 0; step < 2; ++step) {
+    const auto push = session.kv().push(grad, step, 0.5);
+    const auto pull = session.kv().pull(params, step + 1);
+    session.kv().wait(push);
+    session.kv().wait(pull);
+  }
+  for (float x : params) REQUIRE(x == 0.0f);
+  session.finish();
+  CHECK_NOTHROW(cluster.join());
+}
