@@ -198,6 +198,12 @@ std::string_view to_string(Mode mode) {
 }
 
 RunConfig parse_config(std::string_view toml_text, const std::string& source_name) {
+  // TOML allows no NUL byte anywhere; refuse it with its line before the
+  // parser (whose debug build asserts on one inside a key: fuzz/config.cc).
+  if (const auto nul = toml_text.find('\0'); nul != std::string_view::npos) {
+    const auto line = 1 + std::count(toml_text.begin(), toml_text.begin() + static_cast<std::ptrdiff_t>(nul), '\n');
+    throw ConfigError(source_name + ":" + std::to_string(line) + ": invalid TOML: a NUL byte (not a text file?)");
+  }
   toml::table root;
   try {
     root = toml::parse(toml_text, source_name);

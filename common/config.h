@@ -114,6 +114,16 @@ struct OutputConfig {
   bool operator==(const OutputConfig&) const = default;
 };
 
+// Transport security (README "Security", common/security.h).
+struct SecurityConfig {
+  std::string mode = "off";               // "off" | "curve": CURVE on every ZeroMQ socket
+  // The job's key files (pstrain-keygen DIR). Empty with curve: the launcher
+  // generates keys into RUN_DIR/keys and sets this for the nodes.
+  std::string key_dir;
+
+  bool operator==(const SecurityConfig&) const = default;
+};
+
 struct RunConfig {
   std::string source_path;                // file it was read from ("" if built in code)
   Mode mode = Mode::kSync;
@@ -124,6 +134,7 @@ struct RunConfig {
   ScheduleConfig schedule;
   CollectiveConfig collective;
   OutputConfig output;
+  SecurityConfig security;
 
   bool operator==(const RunConfig&) const = default;
 };

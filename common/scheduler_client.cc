@@ -19,10 +19,20 @@ std::string this_host() {
   return name;
 }
 
+namespace {
+SocketOptions socket_options(const ClusterConfig& cluster, const SecurityContext* security) {
+  SocketOptions o;
+  o.security = security;
+  o.send_timeout = std::chrono::milliseconds(cluster.timeout_ms);
+  return o;
+}
+}  // namespace
+
 SchedulerClient::SchedulerClient(zmq::context_t& ctx, std::string scheduler_endpoint, Role role,
-                                 const ClusterConfig& cluster, TrafficCounters* traffic)
+                                 const ClusterConfig& cluster, TrafficCounters* traffic,
+                                 const SecurityContext* security)
     : ctx_(ctx), endpoint_(std::move(scheduler_endpoint)), role_(role), cluster_(cluster), traffic_(traffic),
-      socket_(make_socket(ctx, zmq::socket_type::dealer)) {
+      security_(security), socket_(make_socket(ctx, zmq::socket_type::dealer, socket_options(cluster, security))) {
   connect_socket(socket_, endpoint_);
 }
 
@@ -181,14 +191,20 @@ void SchedulerClient::report_failure(const std::string& reason) noexcept {
 
 void SchedulerClient::heartbeat_loop(std::string endpoint) {
   try {
-    zmq::socket_t hb = make_socket(ctx_, zmq::socket_type::dealer, SocketOptions{std::int64_t{1} << 20, milliseconds(0)});
+    SocketOptions options{std::int64_t{1} << 20, milliseconds(0), security_};
+    options.send_timeout = milliseconds(0);  // a beat that finds the queue full is skipped, never waited for
+    zmq::socket_t hb = make_socket(ctx_, zmq::socket_type::dealer, options);
     // The scheduler takes heartbeats for this node's rank only from here.
     hb.set(zmq::sockopt::routing_id, "h" + token_);
     connect_socket(hb, endpoint);
     std::unique_lock lock(hb_mutex_);
     while (!hb_stop_) {
       lock.unlock();
-      send_message(hb, nullptr, make_header(MsgType::kHeartbeat), {}, traffic_);
+      try {
+        send_message(hb, nullptr, make_header(MsgType::kHeartbeat), {}, traffic_);
+      } catch (const TransportError&) {
+        // The queue is full (the scheduler is not reading): skip this beat.
+      }
       lock.lock();
       hb_cv_.wait_for(lock, milliseconds(cluster_.heartbeat_interval_ms), [this] { return hb_stop_; });
     }

@@ -35,8 +35,10 @@ class SchedulerClient {
  public:
   // `traffic` (may be null, else outliving the client) counts the bytes of
   // both sockets: requests, replies and heartbeats.
+  // `security` (may be null = plain; else outliving the client): CURVE keys
+  // for both sockets (common/security.h).
   SchedulerClient(zmq::context_t& ctx, std::string scheduler_endpoint, Role role, const ClusterConfig& cluster,
-                  TrafficCounters* traffic = nullptr);
+                  TrafficCounters* traffic = nullptr, const SecurityContext* security = nullptr);
   ~SchedulerClient();
   SchedulerClient(const SchedulerClient&) = delete;
   SchedulerClient& operator=(const SchedulerClient&) = delete;
@@ -95,6 +97,7 @@ class SchedulerClient {
   Role role_;
   ClusterConfig cluster_;
   TrafficCounters* traffic_;
+  const SecurityContext* security_;
   zmq::socket_t socket_;
   int rank_ = -1;
   std::int64_t barrier_seq_ = 0;

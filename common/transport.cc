@@ -1,18 +1,25 @@
 #include "common/transport.h"
 
 #include "common/errors.h"
+#include "common/security.h"
 
 namespace pstrain {
 
 zmq::socket_t make_socket(zmq::context_t& ctx, zmq::socket_type type, const SocketOptions& options) {
   try {
     zmq::socket_t socket(ctx, type);
-    socket.set(zmq::sockopt::sndhwm, 0);
-    socket.set(zmq::sockopt::rcvhwm, 0);
+    socket.set(zmq::sockopt::sndhwm, options.send_hwm);
+    socket.set(zmq::sockopt::rcvhwm, options.receive_hwm);
     socket.set(zmq::sockopt::linger, static_cast<int>(options.linger.count()));
     // Each frame is capped; a peer sending more is disconnected by ZeroMQ.
     socket.set(zmq::sockopt::maxmsgsize, options.max_message_bytes + 4096);
-    if (type == zmq::socket_type::router) socket.set(zmq::sockopt::router_mandatory, 1);
+    const bool router = type == zmq::socket_type::router;
+    if (router) {
+      socket.set(zmq::sockopt::router_mandatory, 1);
+    } else {
+      socket.set(zmq::sockopt::sndtimeo, static_cast<int>(options.send_timeout.count()));
+    }
+    if (options.security != nullptr) options.security->apply(socket, router);
     return socket;
   } catch (const zmq::error_t& e) {
     throw TransportError(std::string("creating a socket: ") + e.what());
@@ -76,21 +83,35 @@ zmq::message_t Payload::to_frame() && {
   return zmq::message_t(data, num_bytes, &release_nothing, nullptr);
 }
 
+namespace {
+// A DEALER's send found its queue full for send_timeout (ZMQ_SNDTIMEO).
+[[noreturn]] void throw_send_timeout(const Header& header) {
+  throw TransportError("send of " + std::string(to_string(header.type)) + " (key " + std::to_string(header.key) +
+                       "): the send queue stayed full (the peer does not read)");
+}
+}  // namespace
+
 void send_message(zmq::socket_t& socket, const zmq::message_t* routing_id, Header header, Payload payload,
                   TrafficCounters* traffic) {
   header.dtype = payload.dtype();
   header.num_elems = payload.num_elems();
   try {
     if (routing_id != nullptr) {
+      // ROUTER: never wait for a peer. A full queue (a peer that does not
+      // read) is EAGAIN, reported like a vanished peer. HWMs count whole
+      // messages, so once the first frame is taken the rest are too.
       zmq::message_t id = copy_frame(*routing_id);
-      socket.send(id, zmq::send_flags::sndmore);
+      if (!socket.send(id, zmq::send_flags::sndmore | zmq::send_flags::dontwait)) {
+        throw TransportError("send of " + std::string(to_string(header.type)) + " (key " +
+                             std::to_string(header.key) + "): the peer's queue is full (it does not read)");
+      }
     }
     zmq::message_t head = encode_header(header);
     std::size_t bytes = head.size();
     if (payload.empty()) {
-      socket.send(head, zmq::send_flags::none);
+      if (!socket.send(head, zmq::send_flags::none)) throw_send_timeout(header);
     } else {
-      socket.send(head, zmq::send_flags::sndmore);
+      if (!socket.send(head, zmq::send_flags::sndmore)) throw_send_timeout(header);
       zmq::message_t body = std::move(payload).to_frame();
       bytes += body.size();
       socket.send(body, zmq::send_flags::none);

@@ -2,9 +2,20 @@
 // (inproc needs the peers to share one zmq::context_t, which the caller owns:
 // there is no process-wide context).
 //
-// Sockets are not thread-safe: each belongs to one thread. Sends never drop:
-// high-water marks are unlimited and ROUTER sockets are "mandatory", so a
-// reply to a vanished peer raises TransportError instead of vanishing.
+// Sockets are not thread-safe: each belongs to one thread.
+//
+// Queues are bounded (SocketOptions::send_hwm / receive_hwm, in messages per
+// peer connection), so no peer can make a node buffer without limit: a peer
+// that sends faster than the node reads is slowed by TCP (ZeroMQ stops
+// reading its connection once the receive queue is full; nothing is dropped),
+// and a node's memory for one peer's queued messages is at most
+// receive_hwm x max_message_bytes. Sends never drop silently: ROUTER sockets
+// are "mandatory" and send_message does not wait on them, so a reply to a
+// vanished peer (EHOSTUNREACH) or to a peer whose send queue is full because
+// it does not read (EAGAIN) raises TransportError, which the scheduler and
+// the servers count and drop for that peer (send_quietly), never blocking
+// their loop. A DEALER (worker, heartbeat) waits at most send_timeout for
+// room in its queue, then raises TransportError.
 #pragma once
 
 #include <chrono>
@@ -22,9 +33,26 @@
 
 namespace pstrain {
 
+struct SecurityContext;  // common/security.h
+
+// Default queue bounds, in whole messages per peer connection. ZeroMQ's own
+// default (1000) for receiving; replies get more room. A worker's KV client
+// raises both on its sockets to 4 x its chunks on that server (+64), so the
+// replies of its whole pipeline always fit in its own receive queue and never
+// back up into the server's bounded send queue (where they would be dropped).
+inline constexpr int kDefaultReceiveHwm = 1000;
+inline constexpr int kDefaultSendHwm = 4000;
+
 struct SocketOptions {
   std::int64_t max_message_bytes = std::int64_t{1} << 30;  // ZMQ_MAXMSGSIZE on receiving sockets
   std::chrono::milliseconds linger{2000};                 // how long close() may flush
+  // CURVE (common/security.h): ROUTER sockets become CURVE servers, the
+  // others CURVE clients. Null or curve off: plain TCP. Must outlive the call.
+  const SecurityContext* security = nullptr;
+  int send_hwm = kDefaultSendHwm;
+  int receive_hwm = kDefaultReceiveHwm;
+  // Non-ROUTER sockets: the longest a send waits for room in a full queue.
+  std::chrono::milliseconds send_timeout{120000};
 };
 
 // A socket with pstrain's options applied.

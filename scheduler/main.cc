@@ -73,6 +73,8 @@ int main(int argc, char** argv) {
     options.traffic = &traffic;
     const auto sampler = pstrain::start_resource_sampler(config.output, "scheduler", 0, &traffic, log);
     options.trace = &trace;
+    const auto security = pstrain::SecurityContext::load(config.security, pstrain::Role::kScheduler);
+    options.security = &security;
     zmq::context_t ctx;
     pstrain::Scheduler scheduler(ctx, options, log);
     if (!endpoint_file.empty()) {

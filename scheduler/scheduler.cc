@@ -15,7 +15,9 @@ using std::chrono::milliseconds;
 
 Scheduler::Scheduler(zmq::context_t& ctx, SchedulerOptions options, Logger& log)
     : ctx_(ctx), options_(std::move(options)), log_(log),
-      router_(make_socket(ctx, zmq::socket_type::router, SocketOptions{std::int64_t{16} << 20, milliseconds(2000)})),
+      zap_(start_zap_handler(ctx, options_.security, log)),
+      router_(make_socket(ctx, zmq::socket_type::router,
+                          SocketOptions{std::int64_t{16} << 20, milliseconds(2000), options_.security})),
       warnings_(log) {
   if (options_.num_servers < 0 || options_.num_workers < 1) {
     throw ConfigError("scheduler: need at least 1 worker and 0 or more servers, got " +
@@ -100,6 +102,15 @@ void Scheduler::on_register(zmq::message_t& from, const Message& msg) {
   RegisterRequest req = wire_decode<RegisterRequest>(std::as_bytes(std::span(body.data(), body.size())), "register body");
   if (req.role == Role::kScheduler || req.role != msg.header.role) {
     throw ProtocolError("register: role " + std::string(to_string(req.role)) + " cannot register");
+  }
+  if (options_.security != nullptr && options_.security->curve) {
+    // CURVE: the role is bound to the key (the ZAP handler's user id): a
+    // worker's key cannot take a server's slot, nor a server's a worker's.
+    const char* key_role = msg.has_payload ? zmq_msg_gets(msg.payload.handle(), "User-Id") : nullptr;
+    if (key_role == nullptr || to_string(req.role) != key_role) {
+      throw ProtocolError("register: a " + std::string(key_role == nullptr ? "unknown" : key_role) +
+                          " key cannot register as a " + std::string(to_string(req.role)));
+    }
   }
   const int limit = req.role == Role::kServer ? options_.num_servers : options_.num_workers;
   int count = 0;

@@ -42,6 +42,7 @@
 #include "common/config.h"
 #include "common/log.h"
 #include "common/protocol.h"
+#include "common/security.h"
 #include "common/traffic_counters.h"
 #include "common/trace.h"
 #include "common/transport.h"
@@ -55,6 +56,9 @@ struct SchedulerOptions {
   std::string bind_endpoint = "tcp://127.0.0.1:*";
   TrafficCounters* traffic = nullptr;  // the node's byte counters (may be null; must outlive the scheduler)
   TraceRecorder* trace = nullptr;  // spans "registration" and "job" (level steps); null = none
+  // CURVE on (common/security.h): the socket is a CURVE server and a ZAP
+  // handler of the scheduler's admits the job's keys only. Null = off.
+  const SecurityContext* security = nullptr;
 };
 
 class Scheduler {
@@ -109,6 +113,7 @@ class Scheduler {
   zmq::context_t& ctx_;
   SchedulerOptions options_;
   Logger& log_;
+  std::unique_ptr<ZapHandler> zap_;  // before router_: authenticates its connections
   zmq::socket_t router_;
   PeerWarnings warnings_;
   std::int64_t unreachable_replies_ = 0;

@@ -118,6 +118,8 @@ int main(int argc, char** argv) {
     o.job_fingerprint = pstrain::job_fingerprint(config.mode, config.ps.partition_bytes, config.cluster.num_servers,
                                                  config.cluster.num_workers);
     o.trace = &trace;
+    const auto security = pstrain::SecurityContext::load(config.security, pstrain::Role::kServer);
+    o.security = &security;
     choose_endpoint(config, rank, o);
     pstrain::TrafficCounters traffic;
     std::unique_ptr<pstrain::ResourceSampler> sampler;  // from registration, when the rank is known

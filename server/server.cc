@@ -19,8 +19,9 @@ std::string advertised_endpoint(const std::string& bound, const std::string& hos
 
 Server::Server(zmq::context_t& ctx, ServerOptions options, Logger& log)
     : ctx_(ctx), options_(std::move(options)), log_(log),
+      zap_(start_zap_handler(ctx, options_.security, log)),
       router_(make_socket(ctx, zmq::socket_type::router,
-                          SocketOptions{options_.cluster.max_message_bytes, milliseconds(2000)})),
+                          SocketOptions{options_.cluster.max_message_bytes, milliseconds(2000), options_.security})),
       warnings_(log) {
   endpoint_ = advertised_endpoint(bind_socket(router_, options_.bind_endpoint), options_.advertise_host);
 }
@@ -28,7 +29,8 @@ Server::Server(zmq::context_t& ctx, ServerOptions options, Logger& log)
 const StoreStats& Server::stats() const { return store_ ? store_->stats() : no_stats_; }
 
 void Server::run() {
-  SchedulerClient scheduler(ctx_, options_.scheduler_endpoint, Role::kServer, options_.cluster, options_.traffic);
+  SchedulerClient scheduler(ctx_, options_.scheduler_endpoint, Role::kServer, options_.cluster, options_.traffic,
+                            options_.security);
   try {
     RegisterRequest req;
     req.requested_rank = options_.requested_rank;

@@ -38,6 +38,7 @@
 #include "common/log.h"
 #include "common/protocol.h"
 #include "common/scheduler_client.h"
+#include "common/security.h"
 #include "common/shard_map.h"
 #include "common/traffic_counters.h"
 #include "common/trace.h"
@@ -66,6 +67,9 @@ struct ServerOptions {
   // Level "all": a span per request (receive, finite check, sum, update,
   // reply inside it); null = none.
   TraceRecorder* trace = nullptr;
+  // CURVE on (common/security.h): the socket is a CURVE server admitting the
+  // workers' key only, the link to the scheduler a CURVE client. Null = off.
+  const SecurityContext* security = nullptr;
 };
 
 class Server {
@@ -100,6 +104,7 @@ class Server {
   zmq::context_t& ctx_;
   ServerOptions options_;
   Logger& log_;
+  std::unique_ptr<ZapHandler> zap_;  // before router_: authenticates its connections
   zmq::socket_t router_;
   std::string endpoint_;
   int rank_ = -1;

@@ -235,7 +235,7 @@ int main(int argc, char** argv) {
       r.size_mib = mib;
       allreduce_round(num_bytes, rounds, a, r);
       if (a.with_ps) {
-        const bench::PsRound ps = bench::ps_pushpull_round(num_bytes, rounds, bench::PsBenchOptions{a.workers, a.servers});
+        const bench::PsRound ps = bench::ps_pushpull_round(num_bytes, rounds, bench::PsBenchOptions{a.workers, a.servers, 0, "tcp", ""});
         r.ps_ms = 1e3 * ps.seconds;
         r.ps_algbw = static_cast<double>(num_bytes) / ps.seconds / 1e9;
         r.ps_wrong = ps.wrong;

@@ -9,6 +9,8 @@
 //   raw ZeroMQ      = 2 * SIZE / round time of a DEALER->ROUTER echo of SIZE
 //                     bytes each way in messages of the same chunk size, all in
 //                     flight at once, zero-copy, no processing
+// --security curve: each trial also runs the PS round with CURVE on (fresh
+// keys, security.mode = "curve"), reported beside the plain one as curve/plain.
 // Each figure is the median over --trials alternating raw/PS measurements,
 // each itself the median round of many.
 // Correctness is checked outside the timed loop (#wrong column).
@@ -16,6 +18,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -24,6 +27,7 @@
 #include <CLI/CLI.hpp>
 
 #include "common/json_line.h"
+#include "common/security.h"
 #include "common/transport.h"
 #include "tools/bench/processes.h"
 #include "tools/bench/ps_pushpull.h"
@@ -39,10 +43,12 @@ struct Args {
   std::int64_t partition_bytes = 0;  // 0: size / servers (one chunk per server, like ps-lite's one key per server)
   int trials = 3;  // alternating raw/PS measurements per size; medians reported
   std::string transport = "tcp", json;
+  std::string security = "off";  // "curve": the PS round again with CURVE on, beside the plain one
 };
 
 struct Result {
   double size_mib = 0, round_ms = 0, gbps_per_worker = 0, total_gbps = 0, raw_gbps = 0;
+  double curve_gbps_per_worker = 0;  // --security curve
   int wrong = 0;
 };
 
@@ -98,11 +104,18 @@ double raw_round_s(std::size_t num_bytes, std::size_t chunk_bytes, int rounds, c
 void print_table(const Args& a, const std::vector<Result>& results) {
   std::printf("# push+pull, %d worker(s) x %d server(s), %s, sync, plain SGD; GB = 1e9 bytes\n", a.workers, a.servers,
               a.transport.c_str());
-  std::printf("%10s %12s %16s %14s %16s %10s %7s\n", "size(MiB)", "round(ms)", "GB/s/worker", "total(GB/s)",
+  const bool curve = a.security == "curve";
+  std::printf("%10s %12s %16s %14s %16s %10s %7s", "size(MiB)", "round(ms)", "GB/s/worker", "total(GB/s)",
               "raw zmq(GB/s)", "vs raw", "#wrong");
+  std::printf(curve ? " %18s %13s\n" : "\n", "curve GB/s/worker", "curve/plain");
   for (const Result& r : results) {
-    std::printf("%10.1f %12.3f %16.3f %14.3f %16.3f %9.1f%% %7d\n", r.size_mib, r.round_ms, r.gbps_per_worker,
+    std::printf("%10.1f %12.3f %16.3f %14.3f %16.3f %9.1f%% %7d", r.size_mib, r.round_ms, r.gbps_per_worker,
                 r.total_gbps, r.raw_gbps, 100.0 * r.gbps_per_worker / r.raw_gbps, r.wrong);
+    if (curve) {
+      std::printf(" %18.3f %12.2fx\n", r.curve_gbps_per_worker, r.curve_gbps_per_worker / r.gbps_per_worker);
+    } else {
+      std::printf("\n");
+    }
   }
 }
 
@@ -115,7 +128,8 @@ void write_json(const Args& a, const std::vector<Result>& results) {
                        .add("transport", a.transport).add("size_mib", r.size_mib).add("round_ms", r.round_ms)
                        .add("gbps_per_worker", r.gbps_per_worker).add("total_gbps", r.total_gbps)
                        .add("raw_zmq_gbps", r.raw_gbps).add("ratio_vs_raw", r.gbps_per_worker / r.raw_gbps)
-                       .add("wrong", r.wrong).str()
+                       .add("wrong", r.wrong).add("security", a.security)
+                       .add("curve_gbps_per_worker", r.curve_gbps_per_worker).str()
         << (i + 1 < results.size() ? ",\n" : "\n");
   }
   out << "]\n";
@@ -134,7 +148,16 @@ int main(int argc, char** argv) {
   app.add_option("--partition-bytes", a.partition_bytes, "chunk size (default: size / servers)");
   app.add_option("--transport", a.transport, "tcp or ipc")->check(CLI::IsMember({"tcp", "ipc"}));
   app.add_option("--json", a.json, "also write results to this JSON file");
+  app.add_option("--security", a.security, "off, or curve: also the PS round with CURVE on (fresh keys)")
+      ->check(CLI::IsMember({"off", "curve"}));
   CLI11_PARSE(app, argc, argv);
+  std::string key_dir;
+  if (a.security == "curve") {
+    char pattern[] = "/tmp/pstrain-bench-keys-XXXXXX";
+    if (mkdtemp(pattern) == nullptr) return 1;
+    key_dir = pattern;
+    write_job_keys(key_dir, true);
+  }
   std::vector<Result> results;
   for (double mib : a.sizes_mib) {
     const auto num_bytes = static_cast<std::size_t>(mib * 1048576.0) / 4 * 4;
@@ -142,14 +165,20 @@ int main(int argc, char** argv) {
     const std::size_t chunk = a.partition_bytes > 0 ? static_cast<std::size_t>(a.partition_bytes)
                                                     : (num_bytes + static_cast<std::size_t>(a.servers) - 1) / static_cast<std::size_t>(a.servers);
     // Raw and PS alternate, so that drift in this shared machine's load hits both alike.
-    std::vector<double> raws, pss;
+    std::vector<double> raws, pss, curves;
     int wrong = 0;
     for (int t = 0; t < a.trials; ++t) {
       raws.push_back(raw_round_s(num_bytes, chunk, rounds, a.transport));
       const bench::PsRound round = bench::ps_pushpull_round(
-          num_bytes, rounds, bench::PsBenchOptions{a.workers, a.servers, a.partition_bytes, a.transport});
+          num_bytes, rounds, bench::PsBenchOptions{a.workers, a.servers, a.partition_bytes, a.transport, ""});
       pss.push_back(round.seconds);
       wrong += round.wrong;
+      if (!key_dir.empty()) {
+        bench::PsBenchOptions o{a.workers, a.servers, a.partition_bytes, a.transport, key_dir};
+        const bench::PsRound c = bench::ps_pushpull_round(num_bytes, rounds, o);
+        curves.push_back(c.seconds);
+        wrong += c.wrong;
+      }
     }
     const double raw = bench::median(raws), ps = bench::median(pss);
     Result r;
@@ -159,8 +188,10 @@ int main(int argc, char** argv) {
     r.total_gbps = r.gbps_per_worker * a.workers;
     r.raw_gbps = 2.0 * static_cast<double>(num_bytes) / raw / 1e9;
     r.wrong = wrong;
+    if (!curves.empty()) r.curve_gbps_per_worker = 2.0 * static_cast<double>(num_bytes) / bench::median(curves) / 1e9;
     results.push_back(r);
   }
+  if (!key_dir.empty()) std::filesystem::remove_all(key_dir);
   print_table(a, results);
   if (!a.json.empty()) write_json(a, results);
   return 0;

@@ -201,7 +201,7 @@ TEST_CASE("unknown keys and sections are rejected with the closest known name") 
        "straggler_slowdown, simulated_step_ms, on_nonfinite, max_skipped_steps in [workload]"},
       {"zzz = 1",
        "bad.toml:1: key 'zzz': unknown top-level key; expected one of mode, [cluster], [ps], [workload], "
-       "[optimizer], [schedule], [collective], [output] at the top level"},
+       "[optimizer], [schedule], [collective], [output], [security] at the top level"},
   });
 }
 
@@ -268,3 +268,14 @@ TEST_CASE("the exceptions of the rules between keys are accepted") {
 
 }  // namespace
 }  // namespace pstrain
+
+TEST_CASE("a config with a NUL byte is refused at its line, before the TOML parser sees it") {
+  const std::string text = std::string("mode = \"sync\"\n[<") + '\0' + "ps]\n";
+  std::string what;
+  try {
+    pstrain::parse_config(text, "nul.toml");
+  } catch (const pstrain::ConfigError& e) {
+    what = e.what();
+  }
+  CHECK(what == "nul.toml:2: invalid TOML: a NUL byte (not a text file?)");
+}

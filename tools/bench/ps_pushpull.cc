@@ -20,10 +20,17 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 // A worker's rounds; returns "median_seconds wrong".
+SecurityContext security_for(const std::string& key_dir, Role role) {
+  return SecurityContext::load(SecurityConfig{key_dir.empty() ? "off" : "curve", key_dir}, role);
+}
+
 std::string worker_rounds(const std::string& sched, const ClusterConfig& cluster, std::int64_t partition, int rank,
-                          const std::string& fp, const ParamLayout& layout, int rounds) {
+                          const std::string& fp, const ParamLayout& layout, int rounds, const std::string& key_dir) {
   zmq::context_t ctx;
-  WorkerSession session(ctx, WorkerSessionOptions{sched, cluster, partition, rank, fp}, layout);
+  const SecurityContext security = security_for(key_dir, Role::kWorker);
+  WorkerSessionOptions options{sched, cluster, partition, rank, fp};
+  options.security = &security;
+  WorkerSession session(ctx, options, layout);
   const auto num_elems = static_cast<std::size_t>(layout.total_elems());
   std::vector<float> params(num_elems, 0.0f), grads(num_elems, 1.0f);
   session.broadcast_initial(params);
@@ -59,9 +66,12 @@ PsRound ps_pushpull_round(std::size_t num_bytes, int rounds, const PsBenchOption
   LinePipe endpoint_pipe, result_pipe;
   std::vector<pid_t> pids;
   pids.push_back(spawn([&] {
+    const SecurityContext security = security_for(a.key_dir, Role::kScheduler);
     zmq::context_t ctx;
     Logger log("scheduler", LogLevel::kWarn);
-    Scheduler s(ctx, SchedulerOptions{a.servers, a.workers, cluster, "tcp://127.0.0.1:*"}, log);
+    SchedulerOptions so{a.servers, a.workers, cluster, "tcp://127.0.0.1:*"};
+    so.security = &security;
+    Scheduler s(ctx, so, log);
     if (!endpoint_pipe.write_line(s.endpoint())) return 1;
     s.run();
     return 0;
@@ -70,9 +80,11 @@ PsRound ps_pushpull_round(std::size_t num_bytes, int rounds, const PsBenchOption
   const std::string sched = endpoint_pipe.read_line();
   for (int s = 0; s < a.servers; ++s) {
     pids.push_back(spawn([&, s] {
+      const SecurityContext security = security_for(a.key_dir, Role::kServer);
       zmq::context_t ctx;
       Logger log("server", LogLevel::kWarn);
       ServerOptions o;
+      o.security = &security;
       o.optimizer.momentum = 0.0;
       o.partition_bytes = partition;
       o.cluster = cluster;
@@ -87,7 +99,7 @@ PsRound ps_pushpull_round(std::size_t num_bytes, int rounds, const PsBenchOption
   }
   for (int w = 0; w < a.workers; ++w) {
     pids.push_back(spawn([&, w] {
-      const std::string line = worker_rounds(sched, cluster, partition, w, fp, layout, rounds);
+      const std::string line = worker_rounds(sched, cluster, partition, w, fp, layout, rounds, a.key_dir);
       return w != 0 || result_pipe.write_line(line) ? 0 : 1;
     }));
   }

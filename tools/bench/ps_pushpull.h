@@ -18,6 +18,7 @@ struct PsBenchOptions {
   int servers = 1;
   std::int64_t partition_bytes = 0;  // 0: size / servers (one chunk per server, like ps-lite's one key per server)
   std::string transport = "tcp";     // "tcp" | "ipc" (the servers' endpoints)
+  std::string key_dir;               // non-empty: security.mode = "curve" with these keys (pstrain-keygen)
 };
 
 struct PsRound {

@@ -1,8 +1,11 @@
 #include "tools/cluster/local_cluster.h"
 
+#include "common/errors.h"
+
 #include <unistd.h>
 
 #include <cstdio>
+#include <optional>
 #include <utility>
 
 namespace pstrain {
@@ -20,12 +23,21 @@ LocalCluster::LocalCluster(zmq::context_t& ctx, LocalClusterOptions options)
     : ctx_(ctx), options_(std::move(options)),
       tag_(unique_tag(this)),
       log_("local", options_.log_level) {
+  if (!options_.key_dir.empty()) {
+    if (options_.transport == "inproc") throw ConfigError("local cluster: CURVE needs transport tcp or ipc");
+    const SecurityConfig sec{"curve", options_.key_dir};
+    scheduler_security_ = SecurityContext::load(sec, Role::kScheduler);
+    server_security_ = SecurityContext::load(sec, Role::kServer);
+    worker_security_ = SecurityContext::load(sec, Role::kWorker);
+    scheduler_ctx_ = std::make_unique<zmq::context_t>();
+  }
   SchedulerOptions so;
+  so.security = &scheduler_security_;
   so.num_servers = options_.num_servers;
   so.num_workers = options_.num_workers;
   so.cluster = options_.cluster;
   so.bind_endpoint = endpoint_for("scheduler");
-  scheduler_ = std::make_unique<Scheduler>(ctx_, so, log_);
+  scheduler_ = std::make_unique<Scheduler>(scheduler_ctx_ ? *scheduler_ctx_ : ctx_, so, log_);
   scheduler_endpoint_ = scheduler_->endpoint();
   threads_.emplace_back([this] { run_guarded([this] { scheduler_->run(); }); });
   for (int s = 0; s < options_.num_servers; ++s) {
@@ -40,10 +52,13 @@ LocalCluster::LocalCluster(zmq::context_t& ctx, LocalClusterOptions options)
         opt.scheduler_endpoint = scheduler_endpoint_;
         opt.bind_endpoint = endpoint_for("server" + std::to_string(s));
         opt.requested_rank = s;
+        opt.security = &server_security_;
         opt.job_fingerprint =
             job_fingerprint(options_.mode, options_.partition_bytes, options_.num_servers, options_.num_workers);
         Logger log("server", options_.log_level);
-        Server server(ctx_, opt, log);
+        std::optional<zmq::context_t> own_ctx;  // curve: one ZAP handler per context
+        if (server_security_.curve) own_ctx.emplace();
+        Server server(own_ctx ? *own_ctx : ctx_, opt, log);
         server.run();
       });
     });
@@ -79,6 +94,7 @@ WorkerSessionOptions LocalCluster::worker_options(int requested_rank) const {
   w.cluster = options_.cluster;
   w.partition_bytes = options_.partition_bytes;
   w.requested_rank = requested_rank;
+  w.security = &worker_security_;
   w.job_fingerprint = job_fingerprint(options_.mode, options_.partition_bytes, options_.num_servers, options_.num_workers);
   return w;
 }

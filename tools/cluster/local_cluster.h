@@ -32,6 +32,10 @@ struct LocalClusterOptions {
   ClusterConfig cluster;
   std::string transport = "inproc";  // "inproc" | "ipc" | "tcp"
   LogLevel log_level = LogLevel::kWarn;
+  // Non-empty: CURVE on with the job keys in this directory (pstrain-keygen).
+  // The scheduler and each server then get a zmq context of their own (one
+  // ZAP handler per context), so transport must be "tcp" or "ipc".
+  std::string key_dir;
 };
 
 class LocalCluster {
@@ -55,6 +59,10 @@ class LocalCluster {
   LocalClusterOptions options_;
   std::string tag_;
   Logger log_;
+  SecurityContext scheduler_security_;
+  SecurityContext server_security_;
+  SecurityContext worker_security_;
+  std::unique_ptr<zmq::context_t> scheduler_ctx_;  // curve: the scheduler's own context
   std::unique_ptr<Scheduler> scheduler_;
   std::string scheduler_endpoint_;
   std::vector<std::thread> threads_;

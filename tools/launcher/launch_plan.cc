@@ -11,6 +11,7 @@
 #include "common/job_clock.h"
 #include "common/model_names.h"
 #include "common/node_cli.h"
+#include "common/security.h"
 #include "tools/launcher/config_site.h"
 #include "tools/launcher/remote.h"
 #include "worker/data/load_dataset.h"
@@ -92,6 +93,25 @@ void check_batch_fits_shard(const LaunchRequest& request, const RunConfig& confi
                     "; use workload.batch_size <= " + std::to_string(shard) + " or fewer workers");
 }
 
+// Curve: keys from security.key_dir (each role's files must be readable),
+// or, when it is empty, fresh ones the launcher writes into RUN_DIR/keys.
+void plan_keys(const LaunchRequest& request, LaunchPlan& plan) {
+  SecurityConfig& sec = plan.config.security;
+  if (sec.mode != "curve") return;
+  if (sec.key_dir.empty()) {
+    plan.generate_keys_in = plan.run_dir / "keys";
+    sec.key_dir = plan.generate_keys_in.string();
+    return;
+  }
+  sec.key_dir = fs::absolute(sec.key_dir).lexically_normal().string();
+  try {
+    for (const Role role : {Role::kScheduler, Role::kServer, Role::kWorker}) SecurityContext::load(sec, role);
+  } catch (const ConfigError& e) {
+    throw ConfigError(key_site(request.config_path, request.overrides, "security.key_dir") +
+                      ": key 'security.key_dir': " + e.what());
+  }
+}
+
 void check_programs(const fs::path& bin_dir, bool with_servers) {
   for (const char* program : {"pstrain-scheduler", "pstrain-server", "pstrain-worker"}) {
     if (!with_servers && std::string_view(program) == "pstrain-server") continue;
@@ -128,6 +148,7 @@ LaunchPlan plan_launch(const LaunchRequest& request) {
   plan.ssh_command = request.ssh_command;
   plan.work_dir = fs::current_path();
   check_programs(plan.bin_dir, plan.num_servers > 0);
+  plan_keys(request, plan);
   return plan;
 }
 

@@ -31,6 +31,9 @@ struct LaunchPlan {
   // The scheduler's host as the other hosts dial it (cluster.scheduler's);
   // set when some node is on another host.
   std::string scheduler_host;
+  // security.mode = "curve" without a key_dir: the launcher writes fresh keys
+  // here (RUN_DIR/keys, also config.security.key_dir) before starting anyone.
+  std::filesystem::path generate_keys_in;
 
   bool remote(const std::string& host) const;
   std::filesystem::path config_file() const { return run_dir / "config.toml"; }
@@ -42,7 +45,8 @@ struct LaunchPlan {
 // model is known, that the dataset directory exists (unless synthetic), that
 // workload.batch_size fits a worker's shard of the training set, that every host in
 // cluster.server_hosts / worker_hosts is this machine, and that the node
-// programs exist in bin_dir.
+// programs exist in bin_dir; with security.mode = "curve" and a key_dir,
+// that every role's key files are there and readable.
 LaunchPlan plan_launch(const LaunchRequest& request);
 
 NodeSpec scheduler_spec(const LaunchPlan& plan);

@@ -14,6 +14,7 @@
 #include "common/job_clock.h"
 #include "common/log.h"
 #include "common/node_cli.h"
+#include "common/security.h"
 #include "tools/launcher/live_status.h"
 #include "tools/launcher/run_dir.h"
 #include "tools/launcher/supervisor.h"
@@ -384,6 +385,10 @@ int run_launch(const LaunchOptions& options) {
     if (const KeptRun kept = keep_previous_run(plan.run_dir); kept.entries > 0) {
       say("kept the previous run's " + std::to_string(kept.entries) + " file(s) and folder(s) in " +
           kept.moved_to.string());
+    }
+    if (!plan.generate_keys_in.empty()) {
+      write_job_keys(plan.generate_keys_in, true);
+      say("security.mode = \"curve\": wrote this run's keys to " + plan.generate_keys_in.string());
     }
     report::write_text_file_atomic(plan.config_file(), to_toml(plan.config));
     SignalWatch signals;

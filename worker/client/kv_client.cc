@@ -19,8 +19,16 @@ KVClient::KVClient(zmq::context_t& ctx, const ShardMap& map, const std::vector<s
                       std::to_string(map.num_servers()) + " servers");
   }
   for (const std::string& ep : server_endpoints) {
-    sockets_.push_back(make_socket(ctx, zmq::socket_type::dealer,
-                                   SocketOptions{options.max_message_bytes, milliseconds(2000)}));
+    SocketOptions socket_options{options.max_message_bytes, milliseconds(2000), options.security};
+    socket_options.send_timeout = options.timeout;
+    // Room for the replies of a whole pipeline to this server (a few tickets
+    // of one request per chunk), so that the server's bounded send queue
+    // never fills with this worker's replies however many chunks it holds.
+    const auto chunks = map.chunks_of(static_cast<int>(sockets_.size())).size();
+    const int room = static_cast<int>(std::min<std::size_t>(4 * chunks + 64, std::size_t{1} << 24));
+    socket_options.receive_hwm = std::max(kDefaultReceiveHwm, room);
+    socket_options.send_hwm = std::max(kDefaultSendHwm, room);
+    sockets_.push_back(make_socket(ctx, zmq::socket_type::dealer, socket_options));
     if (!options.token.empty()) sockets_.back().set(zmq::sockopt::routing_id, "w" + options.token);
     connect_socket(sockets_.back(), ep);
   }

@@ -42,6 +42,7 @@ struct KVClientOptions {
   // Level "all": one span per chunk request on a track per server ("push" /
   // "pull" / "init", chunk, server, bytes, latency_us); null = none.
   TraceRecorder* trace = nullptr;
+  const SecurityContext* security = nullptr;  // CURVE client keys (common/security.h); null = plain
 };
 
 // Per-ticket results: for pushes, the staleness the servers reported (async).

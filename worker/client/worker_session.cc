@@ -7,7 +7,7 @@
 namespace pstrain {
 
 WorkerSession::WorkerSession(zmq::context_t& ctx, const WorkerSessionOptions& options, const ParamLayout& layout)
-    : scheduler_(ctx, options.scheduler_endpoint, Role::kWorker, options.cluster, options.traffic) {
+    : scheduler_(ctx, options.scheduler_endpoint, Role::kWorker, options.cluster, options.traffic, options.security) {
   RegisterRequest req;
   req.requested_rank = options.requested_rank;
   req.host = this_host();
@@ -26,6 +26,7 @@ WorkerSession::WorkerSession(zmq::context_t& ctx, const WorkerSessionOptions& op
     kv_options.max_message_bytes = options.cluster.max_message_bytes;
     kv_options.traffic = options.traffic;
     kv_options.trace = options.trace;
+    kv_options.security = options.security;
     kv_ = std::make_unique<KVClient>(ctx, map_, info.server_endpoints, kv_options, &scheduler_);
   }
 }

@@ -14,6 +14,7 @@
 #include "common/job_fingerprint.h"
 #include "common/param_layout.h"
 #include "common/scheduler_client.h"
+#include "common/security.h"
 #include "common/shard_map.h"
 #include "worker/client/kv_client.h"
 
@@ -27,6 +28,7 @@ struct WorkerSessionOptions {
   std::string job_fingerprint;
   TrafficCounters* traffic = nullptr;  // the node's byte counters (may be null; must outlive the session)
   TraceRecorder* trace = nullptr;  // the worker's timeline (per-chunk spans in the KV client); null = none
+  const SecurityContext* security = nullptr;  // CURVE keys (common/security.h); null = plain; must outlive the session
 };
 
 class WorkerSession {

@@ -79,6 +79,8 @@ int run_allreduce_node(const RunConfig& config, int requested_rank) {
                             " collective=" + backend_name;
   TrafficCounters traffic;
   options.traffic = &traffic;
+  const auto security = SecurityContext::load(config.security, Role::kWorker);
+  options.security = &security;
   WorkerSession session(ctx, options, workload.model->layout());
   log.set_name("worker " + std::to_string(session.rank()));
   trace.set_process("worker", session.rank());

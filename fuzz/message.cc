@@ -1,0 +1,33 @@
+// libFuzzer target: decode_message (common/protocol.h) on 1-4 frames.
+// Input: a byte with the frame count (1 + b % 4), then per frame but the
+// last a 2-byte little-endian length; the last frame takes the rest.
+#include <vector>
+
+#include "common/errors.h"
+#include "common/protocol.h"
+#include "fuzz/fuzz_input.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  pstrain::fuzz::Input in(data, size);
+  const int count = 1 + in.byte() % 4;
+  std::vector<zmq::message_t> frames;
+  for (int i = 0; i < count; ++i) {
+    std::span<const std::byte> bytes;
+    if (i + 1 < count) {
+      const std::size_t n = in.byte() | (static_cast<std::size_t>(in.byte()) << 8);
+      bytes = in.take(n);
+    } else {
+      bytes = in.rest();
+    }
+    frames.emplace_back(bytes.data(), bytes.size());
+  }
+  try {
+    const pstrain::Message m = pstrain::decode_message(frames, pstrain::DecodeLimits{std::int64_t{1} << 16});
+    std::vector<float> scratch;
+    if (m.header.dtype == pstrain::DType::kFloat32) (void)m.float_payload(scratch);
+    if (m.header.dtype == pstrain::DType::kBytes) (void)m.text_payload();
+  } catch (const pstrain::ProtocolError&) {
+    // refused: what a node answers with an error reply
+  }
+  return 0;
+}
