@@ -13,7 +13,7 @@ from pathlib import Path
 
 from matplotlib import colormaps
 
-from experiment.plots_common import label_of, panel_grid, save
+from experiment.plots_common import label_of, panel_grid, save, title_in_mode_color
 
 _NAME = re.compile(r"resources-(scheduler|server|worker)-(\d+)\.csv")
 _ROLE_ORDER = {"scheduler": 0, "server": 1, "worker": 2}
@@ -142,11 +142,11 @@ def plot_resources(results: list, out_dir: Path) -> Path | None:
         cpu_ax, rss_ax = axes[row * cols], axes[row * cols + 1]
         _draw(cpu_ax, processes, "cpu_percent")
         cpu_ax.set_ylabel("CPU (%; 100 = one core)")
-        cpu_ax.set_title(f"{label_of(res)}: CPU", fontsize=9.5)
+        title_in_mode_color(cpu_ax, f"{label_of(res)}: CPU", res.mode, fontsize=9.5)
         cpu_ax.legend(loc="best", fontsize=7, ncol=2 if len(processes) > 5 else 1)
         _draw(rss_ax, processes, "rss_bytes", 1.0 / (1024 * 1024))
         rss_ax.set_ylabel("resident memory (MiB)")
-        rss_ax.set_title(f"{label_of(res)}: memory", fontsize=9.5)
+        title_in_mode_color(rss_ax, f"{label_of(res)}: memory", res.mode, fontsize=9.5)
         if gpu:
             gpu_ax = axes[row * cols + 2]
             with_gpu = [p for p in processes if p.has("gpu_util_percent")]
@@ -157,6 +157,6 @@ def plot_resources(results: list, out_dir: Path) -> Path | None:
             else:
                 gpu_ax.text(0.5, 0.5, "no GPU samples", ha="center", va="center", transform=gpu_ax.transAxes)
             gpu_ax.set_ylabel("GPU utilization (%)")
-            gpu_ax.set_title(f"{label_of(res)}: GPU", fontsize=9.5)
+            title_in_mode_color(gpu_ax, f"{label_of(res)}: GPU", res.mode, fontsize=9.5)
     fig.suptitle("Resource use per process over time (first repetition)")
     return save(fig, out_dir / "resources.png")

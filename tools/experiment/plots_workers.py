@@ -16,7 +16,7 @@ from pathlib import Path
 
 from matplotlib.ticker import MaxNLocator
 
-from experiment.plots_common import color_of, label_of, panel_grid, save
+from experiment.plots_common import PointStyles, label_of, panel_grid, save, title_in_mode_color
 
 _PARTS = (("compute_s", "compute (forward+backward)", "#4C72B0"),
           ("pull_s", "pull (PS: waiting for weights)", "#DD8452"),
@@ -49,6 +49,7 @@ def plot_staleness(results: list, out_dir: Path) -> Path | None:
         return None
     fig, (ax,) = panel_grid(1, 1, 7.5, 4.2)
     width = 0.8 / len(chosen)
+    styles = PointStyles([res for res, _ in chosen])  # all async: shades of async's colour
     for i, (res, hist) in enumerate(chosen):
         total = sum(hist.values())
         keys = sorted(hist)
@@ -57,9 +58,10 @@ def plot_staleness(results: list, out_dir: Path) -> Path | None:
         label = f"{label_of(res)} (mean {mean:.2f})"
         if len(chosen) <= 3:  # side by side bars
             xs = [k - 0.4 + width * (i + 0.5) for k in keys]
-            ax.bar(xs, shares, width=width, color=color_of(res.point.index), label=label)
+            ax.bar(xs, shares, width=width, color=styles.bar_color(res), label=label, edgecolor="white")
         else:  # too many for bars: one line each
-            ax.plot(keys, shares, "o-", markersize=2.5, linewidth=1.2, color=color_of(res.point.index), label=label)
+            ax.plot(keys, shares, marker=styles.marker(res), linestyle=styles.linestyle(res), markersize=2.5,
+                    linewidth=1.2, color=styles.color(res), label=label)
     ax.set_xlabel("staleness (updates applied to the chunk between the worker's pull and its push)")
     ax.set_ylabel("share of chunk pushes (%)")
     ax.set_title("Async staleness (all servers and repetitions)")
@@ -94,7 +96,7 @@ def _worker_panel(ax, res) -> None:
     ax.set_xticks(ranks[::step])
     ax.set_xlabel("worker rank")
     ax.set_ylabel("time (s)")
-    ax.set_title(label_of(res), fontsize=9.5)
+    title_in_mode_color(ax, label_of(res), res.mode, fontsize=9.5)
 
 
 def plot_time_breakdown(results: list, out_dir: Path) -> Path | None:

@@ -7,8 +7,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from experiment import (html_page, plots_curves, plots_resources, plots_scaling, plots_ssp, plots_trace,
-                        plots_workers, ssp, table)
+from experiment import (curves, html_page, plots_curves, plots_resources, plots_scaling, plots_ssp, plots_trace,
+                        plots_tta, plots_workers, ssp, table)
 from experiment.points import format_value
 from experiment.table import compute_text
 
@@ -25,16 +25,61 @@ def made(path):
     return path.name if path is not None else None
 
 
-def _figures(results: list, out: Path) -> list:
+def findings(spec, results: list) -> list:
+    """The report's answer in sentences: time to the accuracy threshold per
+    point, series that lie on each other, a zoomed accuracy axis."""
+    out = []
+    threshold, how = plots_tta.threshold_of(spec, results)
+    if threshold is not None:
+        reach = plots_tta.reaches(results, threshold)
+        if reach:
+            done = [b for b in reach if b.stat is not None]
+            fastest = min(done, key=lambda b: b.stat.mean) if done else None
+            text = "; ".join(f"{b.res.point.label}: {b.text}" for b in reach)
+            out.append(f"Time to {100 * threshold:g}% test accuracy ({how}): {text}."
+                       + (f" Fastest: {fastest.res.point.label}." if fastest and len(reach) > 1 else ""))
+    for c in curves.coincidences(results):
+        out.append(f"Coincident series: {c.text}.")
+    note = plots_curves.accuracy_axis_of(results).note
+    if note:
+        out.append(note)
+    return out
+
+
+def _axis_note(results: list) -> str:
+    note = plots_curves.accuracy_axis_of(results).note
+    return f" {note}" if note else ""
+
+
+def _coincidence_note(results: list) -> str:
+    found = curves.coincidences(results)
+    if not found:
+        return ""
+    return " Drawn hollow and dashed on the curve it lies on: " + "; ".join(c.text for c in found) + "."
+
+
+def _figures(spec, results: list, out: Path) -> list:
     real = "no point with real (not simulated) compute finished"
+    threshold, how = plots_tta.threshold_of(spec, results)
+    axis, same = _axis_note(results), _coincidence_note(results)
     return [
+        Figure("Time to accuracy",
+               f"Training time until worker 0's test accuracy first reached the threshold ({how}), a bar per "
+               "point in its mode's colour. A hatched, empty bar: never reached; its height is how long the "
+               "point trained, so its time to accuracy is longer than that (not zero).",
+               made(plots_tta.plot_time_to_accuracy(results, out, threshold)),
+               real if threshold is not None else how),
         Figure("Test accuracy vs wall time",
                "Worker 0 evaluates the model after every epoch and at the end. At equal wall time, the "
-               "faster mode is ahead unless its staleness costs more accuracy than its speed gains.",
+               "faster mode is ahead unless its staleness costs more accuracy than its speed gains." + axis,
                made(plots_curves.plot_accuracy(results, out, "time")), real),
+        Figure("Test accuracy vs samples seen",
+               "The same evaluations against the images all workers together had trained on by then: "
+               "comparable across worker counts (an epoch of 4 workers is as many samples as one of 1). "
+               "What each mode costs in accuracy for the same data." + axis + same,
+               made(plots_curves.plot_accuracy(results, out, "samples")), real),
         Figure("Test accuracy vs epoch",
-               "The same evaluations against epochs completed (worker 0's steps / steps per epoch): "
-               "what each mode costs in accuracy for the same data seen.",
+               "The same evaluations against epochs completed (worker 0's steps / steps per epoch)." + axis + same,
                made(plots_curves.plot_accuracy(results, out, "epoch")), real),
         Figure("Training loss vs step",
                "Worker 0's training loss per step (first repetition), log scale.",
@@ -126,7 +171,7 @@ def failure_notes(results: list) -> list:
     return notes
 
 
-def _markdown(spec, results: list, figures: list) -> str:
+def _markdown(spec, results: list, figures: list, found: list = ()) -> str:
     parts = [f"# Experiment: {spec.name}\n"]
     if spec.description:
         parts.append(spec.description.strip() + "\n")
@@ -141,6 +186,8 @@ def _markdown(spec, results: list, figures: list) -> str:
     fails = failure_notes(results)
     if fails:
         parts.append("**Failed or missing runs:**\n\n" + "\n".join(f"- {f}" for f in fails) + "\n")
+    if found:
+        parts.append("**Findings:**\n\n" + "\n".join(f"- {f}" for f in found) + "\n")
     parts.append(table.markdown_table(results))
     for f in figures:
         parts.append(f"## {f.title}\n\n" + (f"![{f.title}]({f.file})\n" if f.file else f"(no plot: {f.missing})\n"))
@@ -154,8 +201,9 @@ def write_report(spec, results: list, out: Path) -> Path:
         os.remove(stale)
     axis_names = [a.name for a in spec.axes]
     (out / "summary.csv").write_text(table.csv_table(results, axis_names), encoding="utf-8")
-    figures = _figures(results, out)
-    (out / "summary.md").write_text(_markdown(spec, results, figures), encoding="utf-8")
-    page = html_page.render(spec, results, figures, simulated_note(results), failure_notes(results))
+    figures = _figures(spec, results, out)
+    found = findings(spec, results)
+    (out / "summary.md").write_text(_markdown(spec, results, figures, found), encoding="utf-8")
+    page = html_page.render(spec, results, figures, simulated_note(results), failure_notes(results), found)
     (out / "index.html").write_text(page, encoding="utf-8")
     return out / "index.html"
