@@ -186,6 +186,13 @@ class SamplesAndAxesTest(unittest.TestCase):
         self.assertEqual(two.samples_at(0.0), 0)
         self.assertEqual(two.samples_at(0.25), 2 * 2 * 32)  # steps that ended at 0.1 and 0.2
 
+    def test_lockstep_modes_count_by_step_drifting_ones_by_time(self):
+        run = fake_run([0.5, 0.6], workers=2, batch=32)
+        run.images_by_time[1] = [(t + 0.001, n) for t, n in run.images_by_time[1]]  # logged a moment later
+        self.assertEqual(curves.series(run, "samples")[0][0], 2 * 32 * SPE)  # sync: both did SPE steps
+        run.config["mode"] = "async"
+        self.assertEqual(curves.series(run, "samples")[0][0], 32 * SPE + 32 * (SPE - 1))
+
     def test_accuracy_axis_starts_at_zero_or_says_where(self):
         full = curves.accuracy_axis([40.0, 90.0], 10000)
         self.assertEqual((full.bottom, full.note), (0.0, ""))

@@ -30,7 +30,7 @@ def series(run, versus: str) -> tuple:
     elif versus == "epoch":
         xs = [step / run.steps_per_epoch for step, _, _ in run.evals]
     elif versus == "samples":
-        xs = [run.samples_at(t) for _, t, _ in run.evals]
+        xs = [run.samples_at_eval(step, t) for step, t, _ in run.evals]
     else:
         raise ValueError(f"versus: expected time, epoch or samples, got {versus!r}")
     return xs, [100.0 * acc for _, _, acc in run.evals]
@@ -79,7 +79,8 @@ def _tolerance(run) -> float:
 
 def coincidences(results: list) -> list:
     """Pairs of points whose first repetitions' accuracy curves coincide: the
-    same evaluation steps and samples seen, and accuracies within half a test image."""
+    same evaluation steps and samples seen (results.RunData.samples_at_eval),
+    and accuracies within half a test image."""
     out, taken = [], set()
     chosen = [r for r in results if r.runs and r.runs[0].evals and not r.simulated]
     for i, a in enumerate(chosen):
@@ -89,7 +90,7 @@ def coincidences(results: list) -> list:
             ra, rb = a.runs[0], b.runs[0]
             if [s for s, _, _ in ra.evals] != [s for s, _, _ in rb.evals]:
                 continue
-            if [ra.samples_at(t) for _, t, _ in ra.evals] != [rb.samples_at(t) for _, t, _ in rb.evals]:
+            if series(ra, "samples")[0] != series(rb, "samples")[0]:
                 continue
             diff = max(abs(100.0 * (x - y)) for (_, _, x), (_, _, y) in zip(ra.evals, rb.evals))
             if diff < min(_tolerance(ra), _tolerance(rb)):

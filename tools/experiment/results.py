@@ -36,6 +36,20 @@ class RunData:
     # rank -> [(time_s, images trained by this worker up to and including the step)]
     images_by_time: dict = field(default_factory=dict)
 
+    def samples_at_eval(self, step: int, time_s: float) -> int:
+        """Samples seen when worker 0 evaluated after its step `step` at time_s:
+        in sync and allreduce every worker has then done the same steps (they
+        go in lockstep; counting by time could miss a step another worker
+        logged a moment later), so each worker's images of its first `step`
+        steps; in async and ssp, where workers drift apart, samples_at(time_s)."""
+        if self.config.get("mode", "sync") not in ("sync", "allreduce"):
+            return self.samples_at(time_s)
+        total = 0
+        for steps in self.images_by_time.values():
+            done = min(step, len(steps))
+            total += steps[done - 1][1] if done > 0 else 0
+        return total
+
     def samples_at(self, time_s: float) -> int:
         """Images trained by all workers together up to time_s of the training
         clock (each worker's steps that ended by then): samples seen, the same
