@@ -265,9 +265,17 @@ class FindingsTest(unittest.TestCase):
                    fake_result(1, {"mode": "allreduce"}, [fake_run([0.5, 0.7])]),
                    fake_result(2, {"mode": "async"}, [fake_run([0.4, 0.6])])]
         found = report.findings(spec, results)
-        self.assertTrue(found[0].startswith("Time to 65% test accuracy (set in the experiment file"), found)
-        self.assertIn("async: not reached in 0.80 s", found[0])
-        self.assertIn("Coincident series: allreduce lies on sync", found[1])
+        # In mode order; a point that never reached it says so with how long it trained.
+        self.assertTrue(found[0].startswith("Time to 65% test accuracy: sync: 0.80 s; async: not reached in 0.80 s; "
+                                            "allreduce: 0.80 s. Fastest: sync."), found)
+        self.assertIn("Threshold: set in the experiment file", found[0])
+        self.assertIn("Final test accuracy: sync: 70.00%; allreduce: 70.00%; async: 60.00%; sync and allreduce are "
+                      "equal.", found)
+        results[2].stats["final_test_accuracy"] = stat_of([0.75])
+        self.assertIn("Final test accuracy: sync: 70.00%; allreduce: 70.00%; async: 75.00%. Highest: async, 5.00 "
+                      "points ahead of sync, 12.8 of 256 test images (one run per point: no spread to judge the gap "
+                      "by).", report.findings(spec, results))
+        self.assertIn("Coincident series: allreduce lies on sync", "\n".join(found))
 
 
 if __name__ == "__main__":

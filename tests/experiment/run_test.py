@@ -88,10 +88,12 @@ class TinyExperimentTest(unittest.TestCase):
         findings = re.search(r'<div class="note find"><strong>Findings</strong><ul>(.*?)</ul></div>', page)
         self.assertIsNotNone(findings, page[:2000])
         text = findings.group(1)
-        threshold = re.search(r"Time to (\d+)% test accuracy \(set in the experiment file", text)
+        threshold = re.search(r"Time to 75% test accuracy: .*Threshold: set in the experiment file", text)
         self.assertIsNotNone(threshold, text)
         for mode in ("sync", "async", "allreduce"):
             self.assertIn(f"{mode}: ", text)
+        self.assertIn("Final test accuracy: sync: ", text)
+        self.assertIn("Throughput: sync: ", text)
         # allreduce computes sync's updates: the same accuracies, step for step.
         self.assertIn("Coincident series: allreduce lies on sync", text)
         self.assertIn("allreduce lies on sync", (self.report / "summary.md").read_text(encoding="utf-8"))

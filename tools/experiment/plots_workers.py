@@ -8,25 +8,37 @@
   push (until every push was acknowledged), the rest (start-up sync, data,
   evaluation) and, after its last step, waiting for the others to finish.
   Allreduce workers record the optimizer step as pull and the wait for the
-  allreduce as push.
+  allreduce as push. Bars are in the point's mode colour; the parts differ in
+  shade and hatch.
 """
 from __future__ import annotations
 
 from pathlib import Path
 
+import matplotlib
+from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
-from experiment.plots_common import PointStyles, label_of, panel_grid, save, title_in_mode_color
+from experiment.plots_common import PointStyles, label_of, mode_color, panel_grid, save, title_in_mode_color
 
-_PARTS = (("compute_s", "compute (forward+backward)", "#4C72B0"),
-          ("pull_s", "pull (PS: waiting for weights)", "#DD8452"),
-          ("push_s", "push (PS: until acknowledged)", "#55A868"),
-          ("other", "other (start-up sync, data, evaluation)", "#BBBBBB"),
-          ("idle", "done, waiting for the others", "#E8E8E8"))
+# (field, label, lightness, hatch): a part is a shade of its point's mode
+# colour (0: the colour, 1: white) and a hatch, so hue still means mode; the
+# legend shows the parts in grey.
+_PARTS = (("compute_s", "compute (forward+backward)", 0.0, ""),
+          ("pull_s", "pull (PS: waiting for weights)", 0.45, "////"),
+          ("push_s", "push (PS: until acknowledged)", 0.45, "...."),
+          ("other", "other (start-up sync, data, evaluation)", 0.75, ""),
+          ("idle", "done, waiting for the others", 1.0, "xx"))
 # Allreduce workers pull and push nothing: the same fields hold other times.
 _ALLREDUCE_LABELS = {"pull_s": "update (allreduce: local optimizer step)",
                      "push_s": "allreduce wait (after backward)"}
-_ALLREDUCE_COLORS = {"pull_s": "#C44E52", "push_s": "#8172B2"}
+_ALLREDUCE_HATCHES = {"pull_s": "\\\\\\\\", "push_s": "oo"}
+_LEGEND_GREY = "#666666"
+
+
+def _lighten(color, f: float):
+    r, g, b, _ = matplotlib.colors.to_rgba(color)
+    return (r + (1 - r) * f, g + (1 - g) * f, b + (1 - b) * f, 1.0)
 
 
 def _parts(run, w: dict) -> dict:
@@ -77,13 +89,13 @@ def _worker_panel(ax, res) -> None:
     bottom = [0.0] * len(workers)
     parts = [_parts(res.runs[0], w) for w in workers]
     allreduce = res.mode == "allreduce"
-    for key, label, color in _PARTS:
+    base = mode_color(res.mode)
+    for key, label, light, hatch in _PARTS:
         if allreduce and key in _ALLREDUCE_LABELS:
-            label, color = _ALLREDUCE_LABELS[key], _ALLREDUCE_COLORS[key]
+            label, hatch = _ALLREDUCE_LABELS[key], _ALLREDUCE_HATCHES[key]
         values = [p[key] for p in parts]
-        ax.bar(ranks, values, bottom=bottom, color=color, width=0.8, label=label,
-               hatch="//" if key == "idle" else None, edgecolor="#999999" if key == "idle" else None,
-               linewidth=0)
+        ax.bar(ranks, values, bottom=bottom, color=_lighten(base, light), width=0.8, label=label, hatch=hatch or None,
+               edgecolor=_lighten(base, 0.2 if key != "idle" else 0.6), linewidth=0.4)
         bottom = [b + v for b, v in zip(bottom, values)]
     straggler = res.runs[0].straggler_rank
     if straggler >= 0:
@@ -107,12 +119,14 @@ def plot_time_breakdown(results: list, out_dir: Path) -> Path | None:
     for ax, res in zip(axes, chosen):
         _worker_panel(ax, res)
     fig.suptitle("Per-worker training time: compute vs communication (first repetition)")
-    handles, labels = [], []
+    labels = []
     for ax in axes:  # every panel's parts, once each (allreduce panels have their own)
-        for h, lab in zip(*ax.get_legend_handles_labels()):
-            if lab not in labels:
-                handles.append(h)
-                labels.append(lab)
-    fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=3, frameon=False)
+        labels += [lab for lab in ax.get_legend_handles_labels()[1] if lab not in labels]
+    style = {label: (light, hatch) for _, label, light, hatch in _PARTS}
+    style.update({_ALLREDUCE_LABELS[k]: (0.45, h) for k, h in _ALLREDUCE_HATCHES.items()})
+    handles = [Patch(facecolor=_lighten(_LEGEND_GREY, style[lab][0]), hatch=style[lab][1] or None,
+                     edgecolor=_lighten(_LEGEND_GREY, 0.2)) for lab in labels]
+    fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=3, frameon=False,
+               title="parts (shade and hatch; colour: the point's mode, as in every plot)")
     return save(fig, out_dir / "time_breakdown.png")
 

@@ -36,14 +36,45 @@ def findings(spec, results: list) -> list:
             done = [b for b in reach if b.stat is not None]
             fastest = min(done, key=lambda b: b.stat.mean) if done else None
             text = "; ".join(f"{b.res.point.label}: {b.text}" for b in reach)
-            out.append(f"Time to {100 * threshold:g}% test accuracy ({how}): {text}."
-                       + (f" Fastest: {fastest.res.point.label}." if fastest and len(reach) > 1 else ""))
+            out.append(f"Time to {100 * threshold:g}% test accuracy: {text}."
+                       + (f" Fastest: {fastest.res.point.label}." if fastest and len(reach) > 1 else "")
+                       + f" Threshold: {how}.")
+    out += _compare(results, "final_test_accuracy", "Final test accuracy", lambda v: f"{100 * v:.2f}%", _gap_text)
+    out += _compare(results, "global_images_per_s", "Throughput", lambda v: f"{v:,.0f} images/s", _ratio_text)
     for c in curves.coincidences(results):
         out.append(f"Coincident series: {c.text}.")
     note = plots_curves.accuracy_axis_of(results).note
     if note:
         out.append(note)
     return out
+
+
+def _gap_text(best, second) -> str:
+    test = max((run.test_samples for run in best.runs), default=0)
+    gap = best.stats["final_test_accuracy"].mean - second.stats["final_test_accuracy"].mean
+    images = f", {gap * test:.3g} of {test} test images" if test > 0 else ""
+    return f"{100 * gap:.2f} points ahead of {second.point.label}{images}"
+
+
+def _ratio_text(best, second) -> str:
+    ratio = best.stats["global_images_per_s"].mean / second.stats["global_images_per_s"].mean
+    return f"{ratio:.2f}x {second.point.label}"
+
+
+def _compare(results: list, figure: str, title: str, fmt, versus) -> list:
+    """One sentence: every point's mean of a figure and the best, against the
+    runner-up; [] with fewer than two points that have it."""
+    have = [r for r in results if r.stats.get(figure) is not None
+            and not (figure == "final_test_accuracy" and r.simulated)]
+    if len(have) < 2:
+        return []
+    ranked = sorted(have, key=lambda r: r.stats[figure].mean, reverse=True)
+    best, second = ranked[0], ranked[1]
+    values = "; ".join(f"{r.point.label}: {fmt(r.stats[figure].mean)}" for r in have)
+    if best.stats[figure].mean == second.stats[figure].mean:
+        return [f"{title}: {values}; {best.point.label} and {second.point.label} are equal."]
+    spread = "" if max(r.stats[figure].n for r in have) > 1 else " (one run per point: no spread to judge the gap by)"
+    return [f"{title}: {values}. Highest: {best.point.label}, {versus(best, second)}{spread}."]
 
 
 def _axis_note(results: list) -> str:
@@ -97,7 +128,8 @@ def _figures(spec, results: list, out: Path) -> list:
                "Each worker's training time split into compute, pull (waiting for weights; in sync this "
                "includes waiting for the slowest worker), push, the rest, and the wait after a worker's last step "
                "for the others to finish. Allreduce workers neither pull nor push: their parts are the local "
-               "optimizer update and the allreduce wait after backward.",
+               "optimizer update and the allreduce wait after backward. Bars are in the point's mode colour, the parts "
+               "told apart by shade and hatch.",
                made(plots_workers.plot_time_breakdown(results, out)), "no point finished"),
         Figure("Resource use over time",
                "Each process's CPU use (100% = one core busy) and resident memory over the job's time, and "
