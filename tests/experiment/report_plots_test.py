@@ -267,7 +267,7 @@ class FindingsTest(unittest.TestCase):
         found = report.findings(spec, results)
         # In mode order; a point that never reached it says so with how long it trained.
         self.assertTrue(found[0].startswith("Time to 65% test accuracy: sync: 0.80 s; async: not reached in 0.80 s; "
-                                            "allreduce: 0.80 s. Fastest: sync."), found)
+                                            "allreduce: 0.80 s. Fastest: sync (one run per point: no spread"), found)
         self.assertIn("Threshold: set in the experiment file", found[0])
         self.assertIn("Final test accuracy: sync: 70.00%; allreduce: 70.00%; async: 60.00%; sync and allreduce are "
                       "equal.", found)

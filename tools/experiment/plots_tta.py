@@ -56,7 +56,7 @@ def reaches(results: list, threshold: float) -> list:
 def threshold_of(spec, results: list) -> tuple:
     """(threshold, how it was chosen) or (None, why not)."""
     if spec.accuracy_threshold is not None:
-        return spec.accuracy_threshold, "set in the experiment file ([report] accuracy_threshold)"
+        return spec.accuracy_threshold, "set in the experiment file: [report] accuracy_threshold"
     t = curves.default_threshold(results)
     if t is None:
         return None, "no point with real compute has evaluations"

@@ -37,7 +37,9 @@ def findings(spec, results: list) -> list:
             fastest = min(done, key=lambda b: b.stat.mean) if done else None
             text = "; ".join(f"{b.res.point.label}: {b.text}" for b in reach)
             out.append(f"Time to {100 * threshold:g}% test accuracy: {text}."
-                       + (f" Fastest: {fastest.res.point.label}." if fastest and len(reach) > 1 else "")
+                       + (f" Fastest: {fastest.res.point.label}" + (
+                           " (one run per point: no spread to judge the gap by)."
+                           if max(b.runs for b in reach) == 1 else ".") if fastest and len(reach) > 1 else "")
                        + f" Threshold: {how}.")
     out += _compare(results, "final_test_accuracy", "Final test accuracy", lambda v: f"{100 * v:.2f}%", _gap_text)
     out += _compare(results, "global_images_per_s", "Throughput", lambda v: f"{v:,.0f} images/s", _ratio_text)
