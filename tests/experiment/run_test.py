@@ -97,11 +97,14 @@ class TinyExperimentTest(unittest.TestCase):
         # allreduce computes sync's updates: the same accuracies, step for step.
         self.assertIn("Coincident series: allreduce lies on sync", text)
         self.assertIn("allreduce lies on sync", (self.report / "summary.md").read_text(encoding="utf-8"))
-        # The modes differ: the task does not saturate, so async ends elsewhere than sync.
+        # The modes differ: the task does not saturate (sync ends below 97%) and
+        # async's curve is its own (its updates come in another order).
         with open(self.report / "summary.csv", encoding="utf-8") as f:
             acc = {r["point_id"]: float(r["final_test_accuracy_mean"]) for r in csv.DictReader(f)}
         self.assertLess(acc["mode-sync"], 0.97, acc)
-        self.assertNotEqual(acc["mode-sync"], acc["mode-async"], acc)
+        self.assertGreater(acc["mode-sync"], 0.5, acc)  # but it does learn
+        self.assertNotIn("async lies on", text)
+        self.assertNotIn("lies on async", text)
 
     def test_second_invocation_resumes_and_a_changed_config_reruns(self):
         tiny = SOURCE_DIR / "configs" / "experiments" / "tiny.toml"
