@@ -127,6 +127,25 @@ class ModeColourTest(unittest.TestCase):
         self.assertNotEqual(colors[Level(1, 1)], colors[Level(1, 4)])
 
 
+class AccuracyVsBoundTest(unittest.TestCase):
+    def test_final_accuracy_and_time_to_accuracy_per_level(self):
+        cap = Capture(self)
+        results = [fake_result(0, {"mode": "sync"}, [fake_run([0.5, 0.8])]),
+                   fake_result(1, {"mode": "ssp", "staleness_bound": 1}, [fake_run([0.6, 0.85])]),
+                   fake_result(2, {"mode": "ssp", "staleness_bound": 4}, [fake_run([0.5, 0.7])]),
+                   fake_result(3, {"mode": "async"}, [fake_run([0.4, 0.65])])]
+        plots_ssp.plot_accuracy_vs_bound(results, Path(tempfile.mkdtemp()), 0.75)
+        fig = cap.figures["ssp_accuracy_vs_bound.png"]
+        left, right = fig.axes
+        self.assertEqual([t.get_text() for t in left.get_xticklabels()], ["sync", "ssp s=1", "ssp s=4", "async"])
+        self.assertEqual(left.get_ylim()[0], 60.0)  # all of 65..85%: zoomed, and the label says so
+        self.assertIn("axis from 60%, not 0", left.get_ylabel())
+        # ssp s=4 and async never reached 75%: marked so, not drawn at 0 s
+        self.assertEqual([t.get_text() for t in right.texts], ["not reached", "not reached"])
+        self.assertEqual([t.xy[0] for t in right.texts], [2, 3])
+        self.assertIn("Time to 75% test accuracy", right.get_title())
+
+
 class TimeToAccuracyTest(unittest.TestCase):
     def setUp(self):
         self.tmp = helpers.TempDir()

@@ -7,6 +7,8 @@ their own, ssp's bounds shades of ssp's colour (darkest: the smallest bound).
 
 - ssp_accuracy_vs_time.png: worker 0's test accuracy vs wall time, a panel
   per variant (e.g. straggler x staleness rule), a colour per level.
+- ssp_accuracy_vs_bound.png: final test accuracy and the time to the
+  report's accuracy threshold vs level, a line per variant.
 - ssp_throughput_blocked.png: throughput and the workers' mean blocked time
   (pulls parked at the servers by the consistency policy) vs level, a line
   per variant.
@@ -20,6 +22,7 @@ from pathlib import Path
 from matplotlib.ticker import MaxNLocator
 
 from experiment import curves, ssp
+from experiment.aggregate import Stat
 from experiment.plots_common import LINESTYLES, MARKERS, mode_color, panel_grid, save, shade
 
 _VARIANT_GREYS = ("#222222", "#666666", "#999999", "#444444", "#777777", "#AAAAAA")
@@ -115,6 +118,72 @@ def plot_throughput_blocked(results: list, out_dir: Path) -> Path | None:
                 for s in [r.stats.get("global_images_per_s")] if s), default=1)
     fig.suptitle("Error bars: min..max over repetitions" if runs > 1 else "One run per point (no error bars)")
     return save(fig, out_dir / "ssp_throughput_blocked.png")
+
+
+def plot_accuracy_vs_bound(results: list, out_dir: Path, threshold: float | None) -> Path | None:
+    """ssp_accuracy_vs_bound.png: final test accuracy (left) and the time to
+    the report's accuracy threshold (right) against the consistency level, a
+    line per variant; mean with min..max over the repetitions. A level that
+    never reached the threshold is an open marker at the top, marked "not
+    reached". Points with simulated compute are left out."""
+    variants = [v for v in ssp.variants(results)
+                if any(not r.simulated and r.stats.get("final_test_accuracy") for r in v.points.values())]
+    if not variants:
+        return None
+    levels = ssp.levels(results)
+    position = {lv: i for i, lv in enumerate(levels)}
+    colors = level_colors(levels)
+    fig, (left, right) = panel_grid(2, 2, 5.8, 4.3)
+    values, test, top = [], 0, 0.0
+    for i, variant in enumerate(variants):
+        color, marker = _VARIANT_GREYS[i % len(_VARIANT_GREYS)], MARKERS[i % len(MARKERS)]
+        style = LINESTYLES[i % len(LINESTYLES)]
+        real = [(lv, r) for lv, r in variant.points.items() if not r.simulated and r.stats.get("final_test_accuracy")]
+        pct = [(lv, _percent(r.stats["final_test_accuracy"])) for lv, r in real]
+        values += [v for _, st in pct for v in (st.lo, st.hi)]
+        test = max([test] + [run.test_samples for _, r in real for run in r.runs])
+        _line(left, [position[lv] for lv, _ in pct], [st for _, st in pct], color, marker, variant.label, style,
+              [colors[lv] for lv, _ in pct])
+        if threshold is None:
+            continue
+        reached, missed = [], []
+        for lv, r in real:
+            times = [t for t in (curves.reach_time(run, threshold) for run in r.runs) if t is not None]
+            if times:
+                reached.append((lv, Stat(sum(times) / len(times), min(times), max(times), len(times))))
+            else:
+                missed.append(lv)
+            top = max([top] + times + [run.evals[-1][1] for run in r.runs if run.evals])
+        if reached:
+            _line(right, [position[lv] for lv, _ in reached], [st for _, st in reached], color, marker,
+                  variant.label, style, [colors[lv] for lv, _ in reached])
+        for lv in missed:
+            right.plot([position[lv]], [top * 1.05 if top > 0 else 1], marker=marker, markerfacecolor="white",
+                       markeredgecolor=colors[lv], markersize=8, linestyle="none")
+            right.annotate("not reached", (position[lv], top * 1.05 if top > 0 else 1), xytext=(0, 6),
+                           textcoords="offset points", ha="center", fontsize=7.5, color=colors[lv])
+    axis = curves.accuracy_axis(values, test)
+    left.set_ylim(axis.bottom, axis.top)
+    left.set_ylabel(axis.label.replace("test accuracy", "final test accuracy"))
+    left.set_title("Final test accuracy vs staleness bound")
+    right.set_ylabel("training time to reach it (s)")
+    right.set_title(f"Time to {100 * threshold:g}% test accuracy" if threshold is not None else
+                    "Time to accuracy (no threshold: no evaluations)")
+    right.set_ylim(0, top * 1.2 if top > 0 else 1)
+    for ax in (left, right):
+        ax.set_xticks(range(len(levels)), [lv.text for lv in levels])
+        ax.set_xlabel("consistency (sync, then ssp's bound s, then async: no bound)")
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(loc="best")
+        for tick, lv in zip(ax.get_xticklabels(), levels):
+            tick.set_color(colors[lv])
+    fig.suptitle("Accuracy vs staleness bound: mean, error bars min..max over repetitions"
+                 + (f"\n{axis.note}" if axis.note else ""))
+    return save(fig, out_dir / "ssp_accuracy_vs_bound.png")
+
+
+def _percent(stat) -> Stat:
+    return Stat(100 * stat.mean, 100 * stat.lo, 100 * stat.hi, stat.n)
 
 
 def plot_staleness(results: list, out_dir: Path) -> Path | None:

@@ -140,14 +140,22 @@ def _figures(spec, results: list, out: Path) -> list:
                "servers, grey dashed: the scheduler.",
                made(plots_resources.plot_resources(results, out)),
                "no run wrote resource samples (output.resource_interval_ms = 0)"),
-    ] + _ssp_figures(results, out) + _timeline_figure(results, out)
+    ] + _ssp_figures(spec, results, out) + _timeline_figure(results, out)
 
 
-def _ssp_figures(results: list, out: Path) -> list:
+def _ssp_figures(spec, results: list, out: Path) -> list:
     """The bounded-staleness figures, when some ssp point finished."""
     if not ssp.has_ssp(results):
         return []
+    threshold, how = plots_tta.threshold_of(spec, results)
     return [
+        Figure("Bounded staleness: accuracy vs bound",
+               "Left: worker 0's final test accuracy per consistency level (sync; ssp with bound s; async: no "
+               "bound), a line per variant of the other axes. Right: the training time until it first reached "
+               f"the threshold ({how}); an open marker at the top: not reached. Which bound is fastest to a "
+               "given accuracy, and what a larger bound costs in accuracy.",
+               made(plots_ssp.plot_accuracy_vs_bound(results, out, threshold)),
+               "no ssp or PS point with real compute finished"),
         Figure("Bounded staleness: test accuracy vs wall time per bound",
                "Worker 0's test accuracy against wall time, a panel per variant of the other axes, a colour "
                "per consistency level (sync; ssp with bound s: a worker may run s steps ahead of the slowest; "
