@@ -136,8 +136,9 @@ def _figures(spec, results: list, out: Path) -> list:
         Figure("Resource use over time",
                "Each process's CPU use (100% = one core busy) and resident memory over the job's time, and "
                "GPU utilization where a worker sampled its GPU through NVML, every output.resource_interval_ms "
-               f"(first repetition; at most {plots_resources.MAX_POINTS} points). Blue: workers, orange: "
-               "servers, grey dashed: the scheduler.",
+               f"(first repetition; at most {plots_resources.MAX_POINTS} points). Lines in the point's mode "
+               "colour, shades per rank: workers solid with circles, servers dashed with squares; the scheduler "
+               "grey and dotted.",
                made(plots_resources.plot_resources(results, out)),
                "no run wrote resource samples (output.resource_interval_ms = 0)"),
     ] + _ssp_figures(spec, results, out) + _timeline_figure(results, out)
