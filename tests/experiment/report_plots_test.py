@@ -183,6 +183,21 @@ class TimeToAccuracyTest(unittest.TestCase):
         self.assertIn("not reached", texts(fig))
         self.assertIn("Time to 80% test accuracy", texts(fig))
 
+    def test_table_and_csv_have_the_time_to_accuracy(self):
+        import csv
+        import io
+        from experiment import table
+        results = [fake_result(0, {"mode": "sync"}, [fake_run([0.5, 0.9]), fake_run([0.85, 0.92])]),
+                   fake_result(1, {"mode": "async"}, [fake_run([0.3, 0.6], step_s=0.2)])]
+        for b in plots_tta.reaches(results, 0.8):
+            b.res.reach = b
+        header, rows = table.display_rows(results)
+        column = header.index("time to 80% accuracy (s)")
+        self.assertEqual([r[column] for r in rows], ["0.60 (0.40–0.80)", "not reached (> 1.60)"])
+        rows = list(csv.DictReader(io.StringIO(table.csv_table(results, ["mode"]))))
+        self.assertEqual([(r["time_to_accuracy_threshold"], r["time_to_accuracy_s_mean"],
+                           r["time_to_accuracy_reached"]) for r in rows], [("0.8", "0.6", "2/2"), ("0.8", "", "0/1")])
+
     def test_default_threshold_is_the_highest_every_mode_reaches(self):
         results = [fake_result(0, {"mode": "sync"}, [fake_run([0.5, 0.93])]),
                    fake_result(1, {"mode": "async"}, [fake_run([0.5, 0.87]), fake_run([0.5, 0.86])]),

@@ -62,6 +62,7 @@ class PointResult:
     used: list = field(default_factory=list)          # [(repetition, text)]: which run each repetition is
     stats: dict = field(default_factory=dict)         # figure name -> Stat or None
     efficiency: Stat | None = None
+    reach: object = None    # plots_tta.Reach: time to the report's accuracy threshold (set by the report)
 
     @property
     def simulated(self) -> bool:

@@ -25,6 +25,7 @@ class Reach:
     reached: int              # repetitions that reached it
     runs: int                 # repetitions with evaluations
     longest_s: float          # the longest of its runs' last evaluation time (s)
+    threshold: float = 0.0    # the test accuracy (fraction) it is the time to
 
     @property
     def text(self) -> str:
@@ -49,7 +50,7 @@ def reaches(results: list, threshold: float) -> list:
             times = [curves.reach_time(run, threshold) for run in runs]
             hit = [t for t in times if t is not None]
             longest = max(run.evals[-1][1] for run in runs)
-            out.append(Reach(r, stat_of(hit), len(hit), len(runs), longest))
+            out.append(Reach(r, stat_of(hit), len(hit), len(runs), longest, threshold))
     return out
 
 

@@ -243,6 +243,12 @@ def write_report(spec, results: list, out: Path) -> Path:
     for stale in out.glob("*.png"):  # a figure without data this time must not linger
         os.remove(stale)
     axis_names = [a.name for a in spec.axes]
+    threshold, _ = plots_tta.threshold_of(spec, results)
+    for r in results:
+        r.reach = None
+    if threshold is not None:
+        for b in plots_tta.reaches(results, threshold):
+            b.res.reach = b
     (out / "summary.csv").write_text(table.csv_table(results, axis_names), encoding="utf-8")
     figures = _figures(spec, results, out)
     found = findings(spec, results)
