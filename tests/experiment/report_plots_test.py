@@ -283,6 +283,12 @@ class WorkersAxisTest(unittest.TestCase):
         self.assertIn("Scaling efficiency (1 = ideal)", titles)
         self.assertEqual(cap.figures["throughput.png"].axes[0].get_xlabel(), "workers")
 
+    def test_the_struct_name_num_workers_gets_a_hint(self):
+        with self.assertRaises(SpecError) as ctx:
+            self.tmp.load('base_config = "base.toml"\n[axes]\n"cluster.num_workers" = [1, 2]\n')
+        self.assertIn("key 'axes.cluster.num_workers': not a run-config key; did you mean 'cluster.workers'?",
+                      str(ctx.exception))
+
     def test_cluster_workers_values_are_checked_as_workers(self):
         with self.assertRaises(SpecError) as ctx:
             self.tmp.load('base_config = "base.toml"\n[axes]\n"cluster.workers" = [0, 2]\n')

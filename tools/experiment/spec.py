@@ -25,6 +25,8 @@ AXIS_ALIASES = {
 }
 # The short name of an axis written as its config key: "cluster.workers" -> "workers".
 _SHORT_NAMES = {key: short for short, key in AXIS_ALIASES.items()}
+# Names of common/config.h's fields that differ from the config file's keys.
+_STRUCT_NAMES = {"cluster.num_workers": "cluster.workers", "cluster.num_servers": "cluster.servers"}
 STALENESS_RULES = ("none", "inverse")
 # Sections of the run config (docs/config.md) an override or axis may name.
 CONFIG_SECTIONS = ("cluster", "ps", "workload", "optimizer", "schedule", "collective")
@@ -112,6 +114,9 @@ def _config_key(path: Path, where: str, key: str) -> str:
     if section == "output":
         raise _fail(path, where, "output.* is set by the experiment tool (each point has its own run directory); "
                     "only " + ", ".join(OUTPUT_KEYS_ALLOWED) + " may be set")
+    if key in _STRUCT_NAMES:  # the C++ field's name, not the config file's key
+        raise _fail(path, where, f"not a run-config key; did you mean '{_STRUCT_NAMES[key]}'? "
+                    f"(the axis '{canonical_axis(_STRUCT_NAMES[key])}' is the same)")
     if section not in CONFIG_SECTIONS or not rest or "." in rest:
         hint = difflib.get_close_matches(section, CONFIG_SECTIONS, n=1)
         extra = f"; did you mean '{hint[0]}.{rest}'?" if hint and rest else ""
