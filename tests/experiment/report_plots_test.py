@@ -281,6 +281,11 @@ class WorkersAxisTest(unittest.TestCase):
         plots_scaling.plot_throughput(results, Path(tempfile.mkdtemp()))
         titles = [ax.get_title() for ax in cap.figures["throughput.png"].axes]
         self.assertIn("Scaling efficiency (1 = ideal)", titles)
+        self.assertIn("Speedup (dashed: ideal, linear)", titles)
+        speedup = cap.figures["throughput.png"].axes[1]
+        sync = next(c for c in speedup.containers if c.get_label() == "sync")
+        self.assertEqual([round(y, 6) for y in sync.lines[0].get_ydata()],
+                         [1.0, round(2 ** 0.8, 6), round(4 ** 0.8, 6)])
         self.assertEqual(cap.figures["throughput.png"].axes[0].get_xlabel(), "workers")
 
     def test_the_struct_name_num_workers_gets_a_hint(self):

@@ -1,7 +1,8 @@
 """throughput.png: how fast each point trains, against the swept axis.
 
 - workers vary: throughput vs workers (wide faint lines: ideal linear scaling
-  from the group's smallest worker count) and scaling efficiency vs workers.
+  from the group's smallest worker count), speedup T(N) / T(n0) over that
+  count, and scaling efficiency vs workers.
 - else, another numeric axis varies (straggler slowdown, batch size, ...):
   throughput and the rate of one non-straggling worker against it, which
   shows sync's workers waiting for a straggler and async's not.
@@ -92,6 +93,10 @@ def _group_style(members: list, per_mode: dict) -> tuple:
     return mode_color(mode), LINESTYLES[n % len(LINESTYLES)], MARKERS[n % len(MARKERS)]
 
 
+def _scaled(stat, factor: float):
+    return type(stat)(stat.mean * factor, stat.lo * factor, stat.hi * factor, stat.n)
+
+
 def _set_x(ax, x: str, values: list) -> None:
     ax.set_xlabel(_X_LABELS.get(canonical_axis(x), x))
     if canonical_axis(x) == "workers" and min(values) > 0:
@@ -107,9 +112,11 @@ def plot_throughput(results: list, out_dir: Path) -> Path | None:
     x = choose_x(ok)
     if x is None:
         return _bars(ok, out_dir)
-    fig, (left, right) = panel_grid(2, 2, 5.6, 4.2)
     xs_all = sorted({r.point.values[x] for r in ok})
     workers = canonical_axis(x) == "workers"
+    fig, axes = panel_grid(3 if workers else 2, 3, 5.0 if workers else 5.6, 4.2)
+    left, right = axes[0], axes[-1]
+    middle = axes[1] if workers else None
     per_mode = {}
     for label, members in _groups(ok, x).items():
         color, style, marker = _group_style(members, per_mode)
@@ -122,6 +129,10 @@ def plot_throughput(results: list, out_dir: Path) -> Path | None:
             eff = [(r.point.values[x], r.efficiency) for r in members if r.efficiency is not None]
             if eff:
                 _errorbar(right, [e[0] for e in eff], [e[1] for e in eff], color, label, style, marker)
+                # speedup over the group's smallest worker count n0: efficiency x N / n0
+                n0 = min(r.workers for r in members)
+                _errorbar(middle, [e[0] for e in eff], [_scaled(e[1], e[0] / n0) for e in eff], color, label,
+                          style, marker)
         else:
             rated = [(r.point.values[x], r.stats.get("worker_rate")) for r in members]
             rated = [(v, s) for v, s in rated if s is not None]
@@ -130,6 +141,9 @@ def plot_throughput(results: list, out_dir: Path) -> Path | None:
     left.set_ylabel("throughput (images/s, all workers)")
     left.set_title("Throughput" + (" (wide faint lines: ideal linear scaling)" if workers else ""))
     if workers:
+        middle.plot(xs_all, [v / xs_all[0] for v in xs_all], "--", color="gray", linewidth=1, label="ideal")
+        middle.set_ylabel("speedup = T(N) / T(smallest N)")
+        middle.set_title("Speedup (dashed: ideal, linear)")
         right.axhline(1.0, color="gray", linestyle="--", linewidth=1)
         right.set_ylabel("scaling efficiency = T(N) / (N x T(1))")
         right.set_title("Scaling efficiency (1 = ideal)")
@@ -137,7 +151,7 @@ def plot_throughput(results: list, out_dir: Path) -> Path | None:
     else:
         right.set_ylabel("images/s of one worker (straggler excluded)")
         right.set_title("Per-worker rate: do fast workers wait?")
-    for ax in (left, right):
+    for ax in axes:
         _set_x(ax, x, xs_all)
         ax.set_ylim(bottom=0)
         ax.legend(loc="best")

@@ -119,8 +119,8 @@ def _figures(spec, results: list, out: Path) -> list:
                made(plots_curves.plot_loss(results, out)), real),
         Figure("Throughput and scaling",
                "Images per second of the whole job (images of all workers / the slowest worker's time). "
-               "With a workers sweep: scaling efficiency T(N) / (N x T(1)); otherwise the rate of one "
-               "non-straggling worker, which drops in sync when the others must wait.",
+               "With a workers sweep: speedup T(N) / T(smallest N) and scaling efficiency T(N) / (N x T(1)); "
+               "otherwise the rate of one non-straggling worker, which drops in sync when the others must wait.",
                made(plots_scaling.plot_throughput(results, out)), "no point finished"),
         Figure("Async staleness",
                "How many updates a parameter chunk received between a worker's pull and its push; 0 = "
