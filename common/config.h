@@ -85,6 +85,7 @@ struct WorkloadConfig {
   int threads = 0;                        // CPU threads per worker; 0 = all cores / workers
   int synthetic_train = 2048;             // "synthetic": sizes of the sets
   int synthetic_test = 512;
+  double synthetic_noise = 1.5;           // "synthetic": noise std per pixel; more is harder
   // Experiments (issue 6): slow one worker; replace compute by a fixed time.
   int straggler_rank = -1;
   double straggler_slowdown = 1.0;

@@ -103,6 +103,7 @@ void visit_table(C& c, const V& v) {
   v("workload", "threads", &wl.threads, at_least(0));
   v("workload", "synthetic_train", &wl.synthetic_train, at_least(1));
   v("workload", "synthetic_test", &wl.synthetic_test, at_least(1));
+  v("workload", "synthetic_noise", &wl.synthetic_noise, at_least(0));
   v("workload", "straggler_rank", &wl.straggler_rank, at_least(-1));
   v("workload", "straggler_slowdown", &wl.straggler_slowdown, at_least(1));
   v("workload", "simulated_step_ms", &wl.simulated_step_ms, at_least(0));

@@ -197,7 +197,7 @@ TEST_CASE("unknown keys and sections are rejected with the closest known name") 
       {"[workload.extra]\nx = 1",
        "bad.toml:1: key 'workload.extra': unknown key; expected one of model, dataset, data_path, "
        "batch_size, "
-       "epochs, max_steps, seed, device, threads, synthetic_train, synthetic_test, straggler_rank, "
+       "epochs, max_steps, seed, device, threads, synthetic_train, synthetic_test, synthetic_noise, straggler_rank, "
        "straggler_slowdown, simulated_step_ms, on_nonfinite, max_skipped_steps in [workload]"},
       {"zzz = 1",
        "bad.toml:1: key 'zzz': unknown top-level key; expected one of mode, [cluster], [ps], [workload], "

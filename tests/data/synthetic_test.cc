@@ -103,7 +103,31 @@ TEST_CASE("synthetic: learnable, and the test split shares the train prototypes"
   CHECK(nearest_mean_accuracy(other, pair.test) < 0.3);
 }
 
+TEST_CASE("synthetic: noise_std sets the difficulty") {
+  // Same prototypes and seed; only the noise differs. Less noise: the classes
+  // separate better; the default is kSyntheticNoiseStd.
+  const DatasetPair clean = make_synthetic_pair(1000, 300, 5, 0.5);
+  const DatasetPair usual = make_synthetic_pair(1000, 300, 5);
+  const DatasetPair noisy = make_synthetic_pair(1000, 300, 5, 6.0);
+  CHECK(usual.train.images == make_synthetic_pair(1000, 300, 5, kSyntheticNoiseStd).train.images);
+  const double a_clean = nearest_mean_accuracy(clean.train, clean.test);
+  const double a_usual = nearest_mean_accuracy(usual.train, usual.test);
+  const double a_noisy = nearest_mean_accuracy(noisy.train, noisy.test);
+  MESSAGE("nearest-class-mean accuracy at noise 0.5 / 1.5 / 6: " << a_clean << " / " << a_usual << " / "
+                                                                 << a_noisy);
+  CHECK(a_clean > a_usual);
+  CHECK(a_usual > a_noisy + 0.2);
+  CHECK(a_noisy > 0.12);  // still above chance (0.1)
+  // Values stay at normalized scale whatever the noise.
+  double sum_sq = 0;
+  for (const float v : noisy.train.images) sum_sq += double{v} * v;
+  CHECK(std::sqrt(sum_sq / static_cast<double>(noisy.train.images.size())) ==
+        doctest::Approx(1.0).epsilon(0.1));
+}
+
 TEST_CASE("synthetic: argument validation") {
+  CHECK_HAS(thrown_message<ConfigError>([] { make_synthetic(5, 1, 1, 28, 28, 10, SyntheticSplit::kTrain, -1.0); }),
+            "noise_std must be a finite number >= 0, got -1");
   CHECK_HAS(thrown_message<ConfigError>([] { make_synthetic(0, 1); }),
                  "make_synthetic(num_samples=0, shape=1x28x28, num_classes=10): num_samples must be >= 1");
   CHECK_HAS(thrown_message<ConfigError>([] { make_synthetic(5, 1, 1, 0, 28); }),

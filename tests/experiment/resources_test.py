@@ -29,7 +29,7 @@ def rows(n, gpu=False):
 
 def fake_result(run_dir, label="mode=sync"):
     run = SimpleNamespace(run_dir=run_dir)
-    return SimpleNamespace(runs=[run], point=SimpleNamespace(label=label, index=0), simulated=False)
+    return SimpleNamespace(runs=[run], point=SimpleNamespace(label=label, index=0), simulated=False, mode="sync")
 
 
 class ResourcesTest(unittest.TestCase):

@@ -1,5 +1,5 @@
-"""End to end: tools/experiment.py runs configs/experiments/tiny.toml (two
-points on synthetic data, seconds) with the built launcher and writes a
+"""End to end: tools/experiment.py runs configs/experiments/tiny.toml (three
+points, sync, async and allreduce, on synthetic data, seconds) with the built launcher and writes a
 complete report; a second invocation resumes; a failing point is recorded,
 reported and retried."""
 import csv
@@ -15,7 +15,8 @@ from helpers import SOURCE_DIR, TempDir, bin_dir, launch_expected
 
 TOOL = SOURCE_DIR / "tools" / "experiment.py"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-EXPECTED_PNGS = {"accuracy_vs_time.png", "accuracy_vs_epoch.png", "loss_vs_step.png", "throughput.png",
+EXPECTED_PNGS = {"accuracy_vs_time.png", "accuracy_vs_epoch.png", "accuracy_vs_samples.png", "time_to_accuracy.png",
+                 "loss_vs_step.png", "throughput.png",
                  "staleness.png", "time_breakdown.png", "resources.png",
                  "trace_step.png"}  # trace_step: output.trace defaults to "steps"
 
@@ -49,20 +50,20 @@ class TinyExperimentTest(unittest.TestCase):
 
     def test_runs_every_point(self):
         self.assertEqual(self.first.returncode, 0, self.first.stdout + self.first.stderr)
-        for point in ("mode-sync", "mode-async"):
+        for point in ("mode-sync", "mode-async", "mode-allreduce"):
             self.assertTrue((self.out / "runs" / point / "rep-0" / "summary.json").is_file())
 
     def test_table_has_a_row_per_point(self):
         with open(self.report / "summary.csv", encoding="utf-8") as f:
             rows = list(csv.DictReader(f))
-        self.assertEqual([r["point_id"] for r in rows], ["mode-sync", "mode-async"])
+        self.assertEqual([r["point_id"] for r in rows], ["mode-sync", "mode-async", "mode-allreduce"])
         for r in rows:
             self.assertEqual((r["runs_ok"], r["status"], r["compute"]), ("1", "ok", "real"))
             self.assertGreater(float(r["global_images_per_s_mean"]), 0)
             self.assertGreater(float(r["final_test_accuracy_mean"]), 0)
         self.assertNotEqual(rows[1]["staleness_mean_mean"], "")  # async has staleness
         md = (self.report / "summary.md").read_text(encoding="utf-8")
-        self.assertEqual(len([ln for ln in md.splitlines() if re.match(r"\| (sync|async) \|", ln)]), 2)
+        self.assertEqual(len([ln for ln in md.splitlines() if re.match(r"\| (sync|async|allreduce) \|", ln)]), 3)
 
     def test_every_png_is_a_real_image(self):
         pngs = {p.name for p in self.report.glob("*.png")}
@@ -77,10 +78,33 @@ class TinyExperimentTest(unittest.TestCase):
     def test_html_shows_every_png_and_the_table(self):
         page = (self.report / "index.html").read_text(encoding="utf-8")
         self.assertEqual(set(re.findall(r'<img src="([^"]+)"', page)), EXPECTED_PNGS)
-        self.assertEqual(page.count("<tr>"), 3)  # header + one row per point
+        self.assertEqual(page.count("<tr>"), 4)  # header + one row per point
         self.assertIn("tiny_sync.toml", page)
         self.assertIn("<td>optimizer.lr=0.025</td>", page)  # async's own setting, from [when.mode.async]
         self.assertIn("point&#x27;s own settings", page)
+
+    def test_report_answers_which_mode_when(self):
+        page = (self.report / "index.html").read_text(encoding="utf-8")
+        findings = re.search(r'<div class="note find"><strong>Findings</strong><ul>(.*?)</ul></div>', page)
+        self.assertIsNotNone(findings, page[:2000])
+        text = findings.group(1)
+        threshold = re.search(r"Time to 75% test accuracy: .*Threshold: set in the experiment file", text)
+        self.assertIsNotNone(threshold, text)
+        for mode in ("sync", "async", "allreduce"):
+            self.assertIn(f"{mode}: ", text)
+        self.assertIn("Final test accuracy: sync: ", text)
+        self.assertIn("Throughput: sync: ", text)
+        # allreduce computes sync's updates: the same accuracies, step for step.
+        self.assertIn("Coincident series: allreduce lies on sync", text)
+        self.assertIn("allreduce lies on sync", (self.report / "summary.md").read_text(encoding="utf-8"))
+        # The modes differ: the task does not saturate (sync ends below 97%) and
+        # async's curve is its own (its updates come in another order).
+        with open(self.report / "summary.csv", encoding="utf-8") as f:
+            acc = {r["point_id"]: float(r["final_test_accuracy_mean"]) for r in csv.DictReader(f)}
+        self.assertLess(acc["mode-sync"], 0.97, acc)
+        self.assertGreater(acc["mode-sync"], 0.5, acc)  # but it does learn
+        self.assertNotIn("async lies on", text)
+        self.assertNotIn("lies on async", text)
 
     def test_second_invocation_resumes_and_a_changed_config_reruns(self):
         tiny = SOURCE_DIR / "configs" / "experiments" / "tiny.toml"
@@ -92,7 +116,7 @@ class TinyExperimentTest(unittest.TestCase):
         self.assertEqual(again.returncode, 0, again.stdout + again.stderr)
         self.assertEqual(again.stdout.count("done earlier, kept (same config and build, fingerprint "
                                             f"{first_fp[:10]})"), 1, again.stdout)
-        self.assertEqual(again.stdout.count("done earlier, kept"), 2, again.stdout)
+        self.assertEqual(again.stdout.count("done earlier, kept"), 3, again.stdout)
         self.assertEqual(summary.stat().st_mtime_ns, before)
 
         # A changed config reruns every point it changes (the command line's --set
@@ -101,9 +125,9 @@ class TinyExperimentTest(unittest.TestCase):
         changed = run_tool(self.tmp, tiny, "--output", self.out, "--set", "optimizer.lr=0.5")
         self.assertEqual(changed.returncode, 0, changed.stdout + changed.stderr)
         self.assertNotIn("done earlier, kept", changed.stdout)
-        self.assertEqual(changed.stdout.count("done earlier with another config or build"), 2, changed.stdout)
-        self.assertEqual(changed.stdout.count("running ..."), 2, changed.stdout)
-        for point in ("mode-sync", "mode-async"):
+        self.assertEqual(changed.stdout.count("done earlier with another config or build"), 3, changed.stdout)
+        self.assertEqual(changed.stdout.count("running ..."), 3, changed.stdout)
+        for point in ("mode-sync", "mode-async", "mode-allreduce"):
             kept = list((runs / point).glob("rep-0.prev-*"))
             self.assertEqual(len(kept), 1, point)
             self.assertTrue((kept[0] / "summary.json").is_file())
@@ -118,11 +142,11 @@ class TinyExperimentTest(unittest.TestCase):
 
         # The same --set again: now those runs match.
         same = run_tool(self.tmp, tiny, "--output", self.out, "--set", "optimizer.lr=0.5")
-        self.assertEqual(same.stdout.count("done earlier, kept"), 2, same.stdout)
+        self.assertEqual(same.stdout.count("done earlier, kept"), 3, same.stdout)
         # --report-only without the --set: the runs on disk no longer match the file; the report says so.
         report_only = run_tool(self.tmp, tiny, "--output", self.out, "--report-only")
         page = (self.report / "index.html").read_text(encoding="utf-8")
-        self.assertEqual(page.count("done earlier with ANOTHER config or build"), 2, report_only.stdout)
+        self.assertEqual(page.count("done earlier with ANOTHER config or build"), 3, report_only.stdout)
 
 
 @unittest.skipUnless(launch_expected(), f"no launch program in {bin_dir()} (build it first)")

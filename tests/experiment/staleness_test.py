@@ -199,7 +199,8 @@ class SspDataTest(unittest.TestCase):
     def test_report_has_the_ssp_figures(self):
         out = self.tmp.path / "report"
         write_report(self.spec, self.results, out)
-        for name in ("ssp_accuracy_vs_time.png", "ssp_throughput_blocked.png", "ssp_staleness.png",
+        for name in ("ssp_accuracy_vs_time.png", "ssp_accuracy_vs_bound.png", "ssp_throughput_blocked.png",
+                     "ssp_staleness.png",
                      "throughput.png", "staleness.png"):
             self.assertTrue((out / name).is_file(), name)
         page = (out / "index.html").read_text()

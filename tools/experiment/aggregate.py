@@ -15,6 +15,13 @@ import math
 from dataclasses import dataclass, field
 
 from experiment.results import ResultError, load_run
+from experiment.spec import canonical_axis
+
+
+def workers_axis(values: dict) -> str | None:
+    """The name under which a point's values hold its worker count ("workers"
+    or "cluster.workers"), or None."""
+    return next((n for n in values if canonical_axis(n) == "workers"), None)
 
 # Figure name -> how to get it from one run.
 FIGURES = {
@@ -55,6 +62,7 @@ class PointResult:
     used: list = field(default_factory=list)          # [(repetition, text)]: which run each repetition is
     stats: dict = field(default_factory=dict)         # figure name -> Stat or None
     efficiency: Stat | None = None
+    reach: object = None    # plots_tta.Reach: time to the report's accuracy threshold (set by the report)
 
     @property
     def simulated(self) -> bool:
@@ -62,8 +70,9 @@ class PointResult:
 
     @property
     def workers(self) -> int | None:
-        if "workers" in self.point.values:
-            return int(self.point.values["workers"])
+        name = workers_axis(self.point.values)
+        if name is not None:
+            return int(self.point.values[name])
         return int(self.runs[0].config["cluster"]["workers"]) if self.runs else None
 
     @property
@@ -111,9 +120,10 @@ def add_efficiency(results: list) -> None:
     """Sets .efficiency of every point that has a worker count and a baseline."""
     groups = {}
     for res in results:
-        if "workers" not in res.point.values or res.stats.get("global_images_per_s") is None:
+        name = workers_axis(res.point.values)
+        if name is None or res.stats.get("global_images_per_s") is None:
             continue
-        others = tuple((k, repr(v)) for k, v in res.point.values.items() if k != "workers")
+        others = tuple((k, repr(v)) for k, v in res.point.values.items() if k != name)
         groups.setdefault(others, []).append(res)
     for members in groups.values():
         if len(members) < 2:  # nothing to compare with

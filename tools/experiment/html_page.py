@@ -20,6 +20,7 @@ td.status { text-align: left; max-width: 28em; }
 .note { padding: 0.6em 1em; border-radius: 4px; margin: 1em 0; }
 .sim { background: #fff6d5; border: 1px solid #e0c060; }
 .fail { background: #fde2e2; border: 1px solid #d08080; }
+.find { background: #e8f1fb; border: 1px solid #7aa7d8; }
 figure { margin: 2em 0; } figure img { max-width: 100%; border: 1px solid #ddd; }
 figcaption { color: #444; margin-top: 0.4em; max-width: 60em; }
 dt { font-weight: bold; margin-top: 0.5em; }
@@ -81,7 +82,7 @@ def _figure_html(fig) -> str:
             f"<figcaption>{html.escape(fig.caption)}</figcaption></figure>")
 
 
-def render(spec, results: list, figures: list, sim_note: str, failures: list) -> str:
+def render(spec, results: list, figures: list, sim_note: str, failures: list, findings: list = ()) -> str:
     name = html.escape(spec.name)
     axes = "; ".join(f"{a.name} = {', '.join(str(v) for v in a.values)}" for a in spec.axes)
     now = datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
@@ -107,6 +108,9 @@ def render(spec, results: list, figures: list, sim_note: str, failures: list) ->
     if failures:
         items = "".join(f"<li>{html.escape(f)}</li>" for f in failures)
         parts.append(f'<div class="note fail"><strong>Failed or missing runs</strong><ul>{items}</ul></div>')
+    if findings:  # the answer first: time to accuracy, coincident series, a zoomed axis
+        items = "".join(f"<li>{html.escape(f)}</li>" for f in findings)
+        parts.append(f'<div class="note find"><strong>Findings</strong><ul>{items}</ul></div>')
     parts.append("<h2>Summary</h2>")
     parts.append(_table_html(results))
     parts += [_figure_html(f) for f in figures]

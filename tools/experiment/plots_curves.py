@@ -1,6 +1,7 @@
-"""Curves over a run: test accuracy against wall time and against epochs,
-training loss against steps. One colour per point; every repetition of the
-accuracy is drawn (the first one labelled). Points with simulated
+"""Curves over a run: test accuracy against wall time, epochs and samples
+seen, training loss against steps. One colour per mode (plots_common); every
+repetition of the accuracy is drawn (the first one labelled). The accuracy
+axis starts at 0 or says where it starts (curves.accuracy_axis). Points with simulated
 compute are left out: their gradients are synthetic, so their accuracy and
 loss mean nothing.
 """
@@ -8,7 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from experiment.plots_common import MODE_TITLES, color_of, linestyle_of, modes_of, panel_grid, save
+from experiment import curves
+from experiment.plots_common import MODE_TITLES, PointStyles, modes_of, panel_grid, save
 
 
 def curve_results(results: list) -> list:
@@ -37,31 +39,62 @@ def _finish_x(axes, right: float) -> None:
         ax.set_xlim(0, right * 1.06 if right > 0 else 1)
 
 
+_XLABELS = {"time": "wall time since training started (s)", "epoch": "epochs completed (worker 0)",
+            "samples": "samples seen (images trained by all workers together)"}
+_FILES = {"time": "accuracy_vs_time.png", "epoch": "accuracy_vs_epoch.png", "samples": "accuracy_vs_samples.png"}
+
+
+def accuracy_results(results: list) -> list:
+    """The points drawn in the accuracy plots: real compute, some evaluation."""
+    return [r for r in curve_results(results) if any(run.evals for run in r.runs)]
+
+
+def accuracy_axis_of(results: list) -> curves.AccuracyAxis:
+    """The accuracy axis every accuracy plot of these results uses."""
+    chosen = accuracy_results(results)
+    values = [100.0 * acc for r in chosen for run in r.runs for _, _, acc in run.evals]
+    test = max((run.test_samples for r in chosen for run in r.runs), default=0)
+    return curves.accuracy_axis(values, test)
+
+
 def plot_accuracy(results: list, out_dir: Path, versus: str) -> Path | None:
-    """accuracy_vs_time.png (versus="time") or accuracy_vs_epoch.png ("epoch").
-    Up to 6 points share one panel, so modes compare directly; more get a panel per mode."""
-    chosen = [r for r in curve_results(results) if any(run.evals for run in r.runs)]
+    """accuracy_vs_time.png, accuracy_vs_epoch.png or accuracy_vs_samples.png
+    (versus = "time", "epoch", "samples"). Up to 6 points share one panel, so
+    modes compare directly; more get a panel per mode. Colour: the mode;
+    linestyle and marker: the other axes. A point that lies on another
+    (curves.coincidences) is drawn hollow and dashed and says so in the legend
+    (not against time: there the runs' clocks differ)."""
+    chosen = accuracy_results(results)
     if not chosen:
         return None
-    xlabel = "wall time since training started (s)" if versus == "time" else "epochs completed"
-    fig, by_mode = _panels(chosen, "test accuracy (%)", xlabel, per_mode=len(chosen) > 6)
+    axis = accuracy_axis_of(results)
+    fig, by_mode = _panels(chosen, axis.label, _XLABELS[versus], per_mode=len(chosen) > 6)
+    styles = PointStyles(chosen)
+    lies_on = {} if versus == "time" else {c.second.point.index: c for c in curves.coincidences(chosen)}
     right = 0.0
     for res in chosen:
         ax = by_mode[res.mode]
+        on = lies_on.get(res.point.index)
+        label = res.point.label + (f" (lies on {on.first.point.label})" if on else "")
         for i, run in enumerate(res.runs):
-            xs = [t if versus == "time" else step / run.steps_per_epoch for step, t, _ in run.evals]
-            ys = [100.0 * acc for _, _, acc in run.evals]
+            xs, ys = curves.series(run, versus)
             right = max([right, *xs])
-            ax.plot(xs, ys, marker="o", linestyle=linestyle_of(res), color=color_of(res.point.index),
-                    alpha=1.0 if i == 0 else 0.4,
-                    markersize=5, linewidth=1.6, label=res.point.label if i == 0 else None)
+            ax.plot(xs, ys, marker=styles.marker(res), linestyle="--" if on else styles.linestyle(res),
+                    color=styles.color(res), alpha=1.0 if i == 0 else 0.4,
+                    markerfacecolor="white" if on else styles.color(res),
+                    markersize=9 if on else 5, linewidth=1.6, label=label if i == 0 else None, zorder=3 if on else 2)
     _finish_x(by_mode.values(), right)
     for ax in set(by_mode.values()):
+        ax.set_ylim(axis.bottom, axis.top)
         ax.legend(loc="lower right")
+        if versus == "samples":
+            ax.ticklabel_format(axis="x", style="sci", scilimits=(-3, 4))
     reps = " (faint: further repetitions)" if any(len(r.runs) > 1 for r in chosen) else ""
-    fig.suptitle(f"Test accuracy of worker 0's evaluations, after each epoch and at the end{reps}")
-    name = "accuracy_vs_time.png" if versus == "time" else "accuracy_vs_epoch.png"
-    return save(fig, out_dir / name)
+    title = f"Test accuracy of worker 0's evaluations, after each epoch and at the end{reps}"
+    if axis.note:
+        title += "\n" + axis.note
+    fig.suptitle(title)
+    return save(fig, out_dir / _FILES[versus])
 
 
 def _smooth(values: list, window: int) -> list:
@@ -85,6 +118,7 @@ def plot_loss(results: list, out_dir: Path) -> Path | None:
     ylabel = "training loss (cross-entropy" + (", log scale)" if log_scale else ")")
     fig, by_mode = _panels(chosen, ylabel, "step of worker 0", per_mode=True)
     windows, right = set(), 0
+    styles = PointStyles(chosen)
     for res in chosen:
         steps = [(s, loss) for s, _, loss in res.runs[0].steps if loss is not None and loss > 0]
         xs = [s for s, _ in steps]
@@ -93,10 +127,11 @@ def plot_loss(results: list, out_dir: Path) -> Path | None:
         windows.add(window)
         right = max([right, *xs])
         ax = by_mode[res.mode]
-        color = color_of(res.point.index)
+        color = styles.color(res)
         if window > 1:
-            ax.plot(xs, ys, color=color, alpha=0.2, linewidth=0.8)
-        ax.plot(xs, _smooth(ys, window), color=color, linewidth=1.6, label=res.point.label)
+            ax.plot(xs, ys, color=color, alpha=0.2, linewidth=0.8, linestyle=styles.linestyle(res))
+        ax.plot(xs, _smooth(ys, window), color=color, linewidth=1.6, linestyle=styles.linestyle(res),
+                label=res.point.label)
     _finish_x(by_mode.values(), right)
     for ax in by_mode.values():
         if log_scale:

@@ -11,13 +11,14 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from matplotlib import colormaps
-
-from experiment.plots_common import label_of, panel_grid, save
+from experiment.plots_common import label_of, mode_color, panel_grid, save, shade, title_in_mode_color
 
 _NAME = re.compile(r"resources-(scheduler|server|worker)-(\d+)\.csv")
 _ROLE_ORDER = {"scheduler": 0, "server": 1, "worker": 2}
-_ROLE_COLORS = {"scheduler": "Greys", "server": "Oranges", "worker": "Blues"}
+# Colour is the point's mode (as in every plot); the role is the line's style:
+# workers solid with circles, servers dashed with squares, the scheduler grey
+# and dotted. Ranks of a role are shades of the mode's colour.
+_ROLE_STYLES = {"worker": ("-", "o"), "server": ("--", "s"), "scheduler": (":", "^")}
 MAX_POINTS = 8  # rows of panels; further points are left out of the figure
 
 
@@ -86,12 +87,13 @@ def load_resources(run_dir: Path, warnings: list | None = None) -> list:
     return sorted(found, key=lambda s: (_ROLE_ORDER[s.role], s.rank))
 
 
-def _color(series: ProcessSeries, index_in_role: int, count_in_role: int):
-    shade = 0.45 + 0.45 * (index_in_role / max(count_in_role - 1, 1)) if count_in_role > 1 else 0.7
-    return colormaps[_ROLE_COLORS[series.role]](shade)
+def _color(series: ProcessSeries, index_in_role: int, count_in_role: int, mode: str):
+    if series.role == "scheduler":
+        return "#555555"
+    return shade(mode_color(mode), index_in_role, count_in_role)
 
 
-def _draw(ax, processes: list, column: str, scale: float = 1.0) -> None:
+def _draw(ax, processes: list, column: str, scale: float = 1.0, mode: str = "") -> None:
     per_role = {}
     for p in processes:
         per_role.setdefault(p.role, []).append(p)
@@ -106,9 +108,9 @@ def _draw(ax, processes: list, column: str, scale: float = 1.0) -> None:
         same = per_role[p.role]
         xs, ys = zip(*points)
         # Markers on every line of the panel or on none, so the lines look alike.
-        ax.plot(xs, ys, marker="o" if longest < 25 else None, markersize=3, linewidth=1.3,
-                linestyle="--" if p.role == "scheduler" else "-",
-                color=_color(p, same.index(p), len(same)), label=p.name)
+        linestyle, marker = _ROLE_STYLES[p.role]
+        ax.plot(xs, ys, marker=marker if longest < 25 else None, markersize=3, linewidth=1.3, linestyle=linestyle,
+                color=_color(p, same.index(p), len(same), mode), label=p.name)
     if series and longest == 1:
         ax.text(0.03, 0.5, "one sample per process:\nthe run was shorter than\noutput.resource_interval_ms",
                 transform=ax.transAxes, fontsize=8, va="center", color="0.35")
@@ -140,23 +142,23 @@ def plot_resources(results: list, out_dir: Path) -> Path | None:
     fig, axes = panel_grid(len(chosen) * cols, cols, 5.0, 3.1)
     for row, (res, processes) in enumerate(chosen):
         cpu_ax, rss_ax = axes[row * cols], axes[row * cols + 1]
-        _draw(cpu_ax, processes, "cpu_percent")
+        _draw(cpu_ax, processes, "cpu_percent", mode=res.mode)
         cpu_ax.set_ylabel("CPU (%; 100 = one core)")
-        cpu_ax.set_title(f"{label_of(res)}: CPU", fontsize=9.5)
+        title_in_mode_color(cpu_ax, f"{label_of(res)}: CPU", res.mode, fontsize=9.5)
         cpu_ax.legend(loc="best", fontsize=7, ncol=2 if len(processes) > 5 else 1)
-        _draw(rss_ax, processes, "rss_bytes", 1.0 / (1024 * 1024))
+        _draw(rss_ax, processes, "rss_bytes", 1.0 / (1024 * 1024), mode=res.mode)
         rss_ax.set_ylabel("resident memory (MiB)")
-        rss_ax.set_title(f"{label_of(res)}: memory", fontsize=9.5)
+        title_in_mode_color(rss_ax, f"{label_of(res)}: memory", res.mode, fontsize=9.5)
         if gpu:
             gpu_ax = axes[row * cols + 2]
             with_gpu = [p for p in processes if p.has("gpu_util_percent")]
             if with_gpu:
-                _draw(gpu_ax, with_gpu, "gpu_util_percent")
+                _draw(gpu_ax, with_gpu, "gpu_util_percent", mode=res.mode)
                 gpu_ax.set_ylim(0, 105)
                 gpu_ax.legend(loc="upper right", fontsize=7)
             else:
                 gpu_ax.text(0.5, 0.5, "no GPU samples", ha="center", va="center", transform=gpu_ax.transAxes)
             gpu_ax.set_ylabel("GPU utilization (%)")
-            gpu_ax.set_title(f"{label_of(res)}: GPU", fontsize=9.5)
+            title_in_mode_color(gpu_ax, f"{label_of(res)}: GPU", res.mode, fontsize=9.5)
     fig.suptitle("Resource use per process over time (first repetition)")
     return save(fig, out_dir / "resources.png")

@@ -23,7 +23,7 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from experiment.spec import ExperimentSpec, value_text
+from experiment.spec import ExperimentSpec, canonical_axis, value_text
 
 # Defaults of the run config (common/config.h) for the keys read here.
 _DEFAULTS = {"mode": "sync", "cluster.workers": 2, "cluster.servers": 2, "workload.seed": 1,
@@ -54,6 +54,7 @@ def axis_text(name: str, value) -> str:
     """Human text of one axis value, for labels: ("workers", 4) -> "4 workers"."""
     v = format_value(value)
     plural = "" if v == "1" else "s"
+    name = canonical_axis(name)  # "cluster.workers" reads as "workers"
     if name == "mode":
         return v
     if name in ("workers", "servers"):

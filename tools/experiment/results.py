@@ -10,8 +10,9 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-# Training-set sizes of the datasets with files (docs/config.md).
+# Training- and test-set sizes of the datasets with files (docs/config.md).
 _TRAIN_SAMPLES = {"fashion-mnist": 60000, "mnist": 60000, "cifar10": 50000}
+_TEST_SAMPLES = {"fashion-mnist": 10000, "mnist": 10000, "cifar10": 10000}
 
 
 class ResultError(Exception):
@@ -31,6 +32,37 @@ class RunData:
     # rank -> time_s of the worker's last step: its own training time, without
     # the wait at the end for the others ("end".time_s includes that wait).
     last_step_s: dict = field(default_factory=dict)
+    test_samples: int = 0         # images in the test set worker 0 evaluates on
+    # rank -> [(time_s, images trained by this worker up to and including the step)]
+    images_by_time: dict = field(default_factory=dict)
+
+    def samples_at_eval(self, step: int, time_s: float) -> int:
+        """Samples seen when worker 0 evaluated after its step `step` at time_s:
+        in sync and allreduce every worker has then done the same steps (they
+        go in lockstep; counting by time could miss a step another worker
+        logged a moment later), so each worker's images of its first `step`
+        steps; in async and ssp, where workers drift apart, samples_at(time_s)."""
+        if self.config.get("mode", "sync") not in ("sync", "allreduce"):
+            return self.samples_at(time_s)
+        total = 0
+        for steps in self.images_by_time.values():
+            done = min(step, len(steps))
+            total += steps[done - 1][1] if done > 0 else 0
+        return total
+
+    def samples_at(self, time_s: float) -> int:
+        """Images trained by all workers together up to time_s of the training
+        clock (each worker's steps that ended by then): samples seen, the same
+        measure for any number of workers."""
+        total = 0
+        for steps in self.images_by_time.values():
+            seen = 0
+            for t, images in steps:
+                if t > time_s + 1e-9:
+                    break
+                seen = images
+            total += seen
+        return total
 
     @property
     def epoch_time_s(self) -> float:
@@ -101,21 +133,31 @@ def _read_worker0(path: Path):
     return steps, evals, simulated, (epoch0_steps if later_epochs else 0)
 
 
-def last_step_time(path: Path) -> float | None:
-    """time_s of the last "step" record in a worker's metrics file, or None."""
+def worker_steps(path: Path) -> list:
+    """[(time_s, images so far)] of the "step" records in a worker's metrics
+    file (a missing file or a bad line gives what could be read)."""
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except OSError:
-        return None
-    for line in reversed(lines):
-        if '"step"' in line:
-            try:
-                rec = json.loads(line)
-            except ValueError:
-                continue
-            if rec.get("type") == "step":
-                return float(rec["time_s"])
-    return None
+        return []
+    out, images = [], 0
+    for line in lines:
+        if '"step"' not in line:
+            continue
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if rec.get("type") == "step":
+            images += int(rec.get("batch") or 0)
+            out.append((float(rec["time_s"]), images))
+    return out
+
+
+def last_step_time(path: Path) -> float | None:
+    """time_s of the last "step" record in a worker's metrics file, or None."""
+    steps = worker_steps(path)
+    return steps[-1][0] if steps else None
 
 
 def train_samples_of(config: dict) -> int:
@@ -124,6 +166,14 @@ def train_samples_of(config: dict) -> int:
     if dataset == "synthetic":
         return int(workload.get("synthetic_train", 2048))
     return _TRAIN_SAMPLES.get(dataset, 0)
+
+
+def test_samples_of(config: dict) -> int:
+    workload = config.get("workload", {})
+    dataset = workload.get("dataset", "fashion-mnist")
+    if dataset == "synthetic":
+        return int(workload.get("synthetic_test", 512))
+    return _TEST_SAMPLES.get(dataset, 0)
 
 
 def load_run(run_dir: Path) -> RunData:
@@ -138,12 +188,14 @@ def load_run(run_dir: Path) -> RunData:
     if worker0.is_file():
         run.steps, run.evals, run.simulated, run.steps_per_epoch = _read_worker0(worker0)
     for w in summary.get("per_worker", []):
-        t = last_step_time(run_dir / "metrics" / f"worker-{w.get('rank')}.jsonl")
-        if t is not None:
-            run.last_step_s[w.get("rank")] = t
+        steps = worker_steps(run_dir / "metrics" / f"worker-{w.get('rank')}.jsonl")
+        if steps:
+            run.last_step_s[w.get("rank")] = steps[-1][0]
+            run.images_by_time[w.get("rank")] = steps
     workload = config.get("workload", {})
     run.simulated = run.simulated or float(workload.get("simulated_step_ms", 0)) > 0
     run.train_samples = train_samples_of(config)
+    run.test_samples = test_samples_of(config)
     if run.steps_per_epoch == 0:  # first epoch not completed: from the sizes
         workers = max(int(config.get("cluster", {}).get("workers", 1)), 1)
         batch = max(int(workload.get("batch_size", 1)), 1)

@@ -23,6 +23,10 @@ AXIS_ALIASES = {
     "staleness_bound": "ps.staleness_bound",
     "staleness_rule": "optimizer.staleness_rule",
 }
+# The short name of an axis written as its config key: "cluster.workers" -> "workers".
+_SHORT_NAMES = {key: short for short, key in AXIS_ALIASES.items()}
+# Names of common/config.h's fields that differ from the config file's keys.
+_STRUCT_NAMES = {"cluster.num_workers": "cluster.workers", "cluster.num_servers": "cluster.servers"}
 STALENESS_RULES = ("none", "inverse")
 # Sections of the run config (docs/config.md) an override or axis may name.
 CONFIG_SECTIONS = ("cluster", "ps", "workload", "optimizer", "schedule", "collective")
@@ -30,7 +34,9 @@ MODES = ("sync", "async", "ssp", "allreduce")
 # The output keys an experiment may set (they do not choose where a run writes).
 OUTPUT_KEYS_ALLOWED = ("output.resource_interval_ms",)
 TOP_KEYS = ("name", "description", "base_config", "repetitions", "vary_seed", "output_dir",
-            "timeout_s", "set", "axes", "when", "only_when")
+            "timeout_s", "set", "axes", "when", "only_when", "report")
+# Keys of the [report] table: how the report is drawn (no effect on the runs).
+REPORT_KEYS = ("accuracy_threshold",)
 
 
 class SpecError(Exception):
@@ -67,6 +73,16 @@ class ExperimentSpec:
     # elsewhere it is left out (the base config's value), e.g.
     # {"ps.staleness_bound": {"mode": ("ssp",)}}
     only_when: dict = field(default_factory=dict)
+    # [report] accuracy_threshold: the test accuracy (a fraction) of the
+    # time-to-accuracy bars; None: chosen from the results (curves.default_threshold).
+    accuracy_threshold: float | None = None
+
+
+def canonical_axis(name: str) -> str:
+    """An axis' short name, whichever way it is written: "workers" and
+    "cluster.workers" are both "workers" (the scaling plots and efficiency
+    look for that name); other names are returned as they are."""
+    return _SHORT_NAMES.get(name, name)
 
 
 def _fail(path: Path, key: str, what: str) -> SpecError:
@@ -98,6 +114,9 @@ def _config_key(path: Path, where: str, key: str) -> str:
     if section == "output":
         raise _fail(path, where, "output.* is set by the experiment tool (each point has its own run directory); "
                     "only " + ", ".join(OUTPUT_KEYS_ALLOWED) + " may be set")
+    if key in _STRUCT_NAMES:  # the C++ field's name, not the config file's key
+        raise _fail(path, where, f"not a run-config key; did you mean '{_STRUCT_NAMES[key]}'? "
+                    f"(the axis '{canonical_axis(_STRUCT_NAMES[key])}' is the same)")
     if section not in CONFIG_SECTIONS or not rest or "." in rest:
         hint = difflib.get_close_matches(section, CONFIG_SECTIONS, n=1)
         extra = f"; did you mean '{hint[0]}.{rest}'?" if hint and rest else ""
@@ -111,6 +130,7 @@ def _is_scalar(v) -> bool:
 
 
 def _check_axis_values(path: Path, where: str, axis_name: str, values) -> tuple:
+    axis_name = canonical_axis(axis_name)  # "cluster.workers" is checked as "workers"
     if not isinstance(values, list) or not values:
         raise _fail(path, where, f"expected a non-empty array of values, got {_describe(values)}")
     for v in values:
@@ -248,6 +268,29 @@ def _parse_only_when(path: Path, table, axes: list) -> dict:
     return out
 
 
+def _parse_report(path: Path, table) -> float | None:
+    """[report]: returns accuracy_threshold (None when not given)."""
+    if not isinstance(table, dict):
+        raise _fail(path, "report", f"expected a table [report], got {_describe(table)}")
+    for key in table:
+        if key not in REPORT_KEYS:
+            hint = difflib.get_close_matches(key, REPORT_KEYS, n=1)
+            raise _fail(path, f"report.{key}", "unknown key" + (f"; did you mean '{hint[0]}'?" if hint else
+                                                              "; expected one of " + ", ".join(REPORT_KEYS)))
+    if "accuracy_threshold" not in table:
+        return None
+    value = table["accuracy_threshold"]
+    where = "report.accuracy_threshold"
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise _fail(path, where, f"expected a test accuracy between 0 and 1, e.g. 0.85, got {_describe(value)}")
+    if 1 < value <= 100:
+        raise _fail(path, where, f"expected a fraction between 0 and 1, got {value!r}; for {value:g}% write "
+                    f"{value / 100:g}")
+    if not 0 < value <= 1:
+        raise _fail(path, where, f"expected a test accuracy > 0 and <= 1, e.g. 0.85, got {value!r}")
+    return float(value)
+
+
 def _get(path: Path, doc: dict, key: str, kind, default, check=None, expected=""):
     value = doc.get(key, default)
     if isinstance(value, bool) and kind is not bool or not isinstance(value, kind):
@@ -296,6 +339,7 @@ def parse_spec(text: str, path: Path) -> ExperimentSpec:
             raise _fail(path, f"axes.{axis.name}", f"{axis.key} is also in [set]; give it in one place")
     spec.when = _parse_when(path, doc.get("when", {}), spec.axes)
     spec.only_when = _parse_only_when(path, doc.get("only_when", {}), spec.axes)
+    spec.accuracy_threshold = _parse_report(path, doc.get("report", {}))
     return spec
 
 

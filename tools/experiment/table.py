@@ -68,16 +68,38 @@ def used_text(res) -> str:
     return "; ".join(f"rep {rep + 1}: {text}" for rep, text in sorted(getattr(res, "used", [])))
 
 
+def _reach_of(res):
+    """The point's time to the report's accuracy threshold (plots_tta.Reach), or None."""
+    return getattr(res, "reach", None)
+
+
+def _tta_header(results: list) -> list:
+    reach = next((_reach_of(r) for r in results if _reach_of(r) is not None), None)
+    return [] if reach is None else [f"time to {100 * reach.threshold:g}% accuracy (s)"]
+
+
+def _tta_cell(res) -> str:
+    b = _reach_of(res)
+    if b is None:
+        return "—"
+    if b.stat is None:
+        return f"not reached (> {b.longest_s:.2f})"
+    text = _cell(b.stat, 1.0, 2)
+    return text + (f", {b.reached}/{b.runs} runs" if b.reached < b.runs else "")
+
+
 def display_rows(results: list):
     """(header, rows) of the table as text cells, for Markdown and HTML; the
     point's label names its axis values (the CSV has a column per axis), the
     settings column what else this point sets ([when] tables)."""
     columns = _columns(results)
-    header = ["point", "point's own settings", "compute", "runs ok", *(c[1] for c in columns), "runs used",
+    tta = _tta_header(results)
+    header = ["point", "point's own settings", "compute", "runs ok", *tta, *(c[1] for c in columns), "runs used",
               "status"]
     rows = []
     for res in results:
         rows.append([res.point.label, res.point.extra_text or "—", compute_text(res), _runs_text(res),
+                     *([_tta_cell(res)] if tta else []),
                      *(_cell(_figure(res, c[0]), c[2], c[3]) for c in columns), used_text(res) or "—",
                      res.status])
     return header, rows
@@ -95,7 +117,8 @@ def csv_table(results: list, axis_names: list) -> str:
     header = ["point_id", "label", *axis_names, "settings", "compute", "simulated", "runs_ok", "runs_total"]
     for name, *_ in COLUMNS + SSP_COLUMNS:
         header += [f"{name}_mean", f"{name}_min", f"{name}_max"]
-    header += ["runs_used", "status"]
+    header += ["time_to_accuracy_threshold", "time_to_accuracy_s_mean", "time_to_accuracy_s_min",
+               "time_to_accuracy_s_max", "time_to_accuracy_reached", "runs_used", "status"]
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(header)
@@ -108,6 +131,13 @@ def csv_table(results: list, axis_names: list) -> str:
         for name, *_ in COLUMNS + SSP_COLUMNS:
             s = _figure(res, name)
             row += ["", "", ""] if s is None else [f"{s.mean:.6g}", f"{s.lo:.6g}", f"{s.hi:.6g}"]
+        b = _reach_of(res)
+        if b is None:
+            row += ["", "", "", "", ""]
+        else:
+            row += [f"{b.threshold:g}", *(["", "", ""] if b.stat is None else
+                                         [f"{b.stat.mean:.6g}", f"{b.stat.lo:.6g}", f"{b.stat.hi:.6g}"]),
+                    f"{b.reached}/{b.runs}"]
         row += [used_text(res), res.status]
         writer.writerow(row)
     return out.getvalue()

@@ -68,7 +68,8 @@ std::string default_data_path(std::string_view name) {
 DatasetPair load_dataset(std::string_view name, const std::string& path,
                          const LoadOptions& options) {
   if (name == "synthetic") {
-    return make_synthetic_pair(options.synthetic_train, options.synthetic_test, options.seed);
+    return make_synthetic_pair(options.synthetic_train, options.synthetic_test, options.seed,
+                               options.synthetic_noise);
   }
   if (name != "fashion-mnist" && name != "mnist" && name != "cifar10") {
     throw ConfigError("load of dataset '" + std::string(name) +

@@ -31,6 +31,7 @@ struct LoadOptions {
   std::uint64_t seed = 1;                // "synthetic" only
   std::int64_t synthetic_train = 2048;   // "synthetic" only
   std::int64_t synthetic_test = 512;     // "synthetic" only
+  double synthetic_noise = 1.5;          // "synthetic" only: noise std (synthetic.h)
   std::int64_t max_file_bytes = kDefaultMaxFileBytes;  // per file, decompressed
 };
 

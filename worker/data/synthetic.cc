@@ -21,7 +21,7 @@ struct Shape {
   int channels, height, width;
 };
 
-void check_args(std::int64_t num_samples, const Shape& shape, int num_classes) {
+void check_args(std::int64_t num_samples, const Shape& shape, int num_classes, double noise_std) {
   const std::string args = "make_synthetic(num_samples=" + std::to_string(num_samples) +
                            ", shape=" + std::to_string(shape.channels) + "x" +
                            std::to_string(shape.height) + "x" + std::to_string(shape.width) +
@@ -31,6 +31,9 @@ void check_args(std::int64_t num_samples, const Shape& shape, int num_classes) {
     throw ConfigError(args + ": every dim must be >= 1");
   }
   if (num_classes < 1) throw ConfigError(args + ": num_classes must be >= 1");
+  if (!(noise_std >= 0) || !std::isfinite(noise_std)) {
+    throw ConfigError(args + ": noise_std must be a finite number >= 0, got " + std::to_string(noise_std));
+  }
   const std::int64_t sample_floats = std::int64_t{shape.channels} * shape.height * shape.width;
   if (sample_floats > kMaxFloats || num_samples > kMaxFloats / sample_floats) {
     throw ConfigError(args + ": more than the limit of " + std::to_string(kMaxFloats) + " floats");
@@ -86,11 +89,11 @@ std::vector<std::vector<double>> make_prototypes(std::uint64_t seed, const Shape
 
 // Writes one sample (all channels) of class `label` to `out`.
 void make_sample(std::mt19937_64& engine, const std::vector<std::vector<double>>& prototypes,
-                 const Shape& shape, int label, float* out) {
+                 const Shape& shape, int label, double noise_std, float* out) {
   const double amplitude = 0.6 + 0.8 * uniform01(engine);
   const int dy = static_cast<int>(uniform_below(engine, 2 * kMaxShift + 1)) - kMaxShift;
   const int dx = static_cast<int>(uniform_below(engine, 2 * kMaxShift + 1)) - kMaxShift;
-  const double scale = 1.0 / std::sqrt(1.0 + kSyntheticNoiseStd * kSyntheticNoiseStd);
+  const double scale = 1.0 / std::sqrt(1.0 + noise_std * noise_std);
   for (int c = 0; c < shape.channels; ++c) {
     const auto& proto = prototypes[static_cast<std::size_t>(label * shape.channels + c)];
     for (int r = 0; r < shape.height; ++r) {
@@ -100,7 +103,7 @@ void make_sample(std::mt19937_64& engine, const std::vector<std::vector<double>>
         const bool inside = src_r >= 0 && src_r < shape.height && src_c >= 0 && src_c < shape.width;
         const double signal =
             inside ? amplitude * proto[static_cast<std::size_t>(src_r * shape.width + src_c)] : 0.0;
-        const double value = (signal + kSyntheticNoiseStd * standard_normal(engine)) * scale;
+        const double value = (signal + noise_std * standard_normal(engine)) * scale;
         *out++ = static_cast<float>(value);
       }
     }
@@ -110,9 +113,9 @@ void make_sample(std::mt19937_64& engine, const std::vector<std::vector<double>>
 }  // namespace
 
 Dataset make_synthetic(std::int64_t num_samples, std::uint64_t seed, int channels, int height,
-                       int width, int num_classes, SyntheticSplit split) {
+                       int width, int num_classes, SyntheticSplit split, double noise_std) {
   const Shape shape{channels, height, width};
-  check_args(num_samples, shape, num_classes);
+  check_args(num_samples, shape, num_classes, noise_std);
   const auto prototypes = make_prototypes(seed, shape, num_classes);
   const bool is_train = split == SyntheticSplit::kTrain;
   std::mt19937_64 engine(mix_seed(seed, is_train ? 1 : 2));
@@ -129,16 +132,17 @@ Dataset make_synthetic(std::int64_t num_samples, std::uint64_t seed, int channel
   for (std::int64_t i = 0; i < num_samples; ++i) {
     const auto label = static_cast<int>(i % num_classes);
     dataset.labels[static_cast<std::size_t>(i)] = label;
-    make_sample(engine, prototypes, shape, label,
+    make_sample(engine, prototypes, shape, label, noise_std,
                 dataset.images.data() + i * dataset.sample_num_elems());
   }
   dataset.validate();
   return dataset;
 }
 
-DatasetPair make_synthetic_pair(std::int64_t num_train, std::int64_t num_test, std::uint64_t seed) {
-  return {make_synthetic(num_train, seed, 1, 28, 28, 10, SyntheticSplit::kTrain),
-          make_synthetic(num_test, seed, 1, 28, 28, 10, SyntheticSplit::kTest)};
+DatasetPair make_synthetic_pair(std::int64_t num_train, std::int64_t num_test, std::uint64_t seed,
+                                double noise_std) {
+  return {make_synthetic(num_train, seed, 1, 28, 28, 10, SyntheticSplit::kTrain, noise_std),
+          make_synthetic(num_test, seed, 1, 28, 28, 10, SyntheticSplit::kTest, noise_std)};
 }
 
 }  // namespace pstrain::data

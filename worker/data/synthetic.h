@@ -8,7 +8,8 @@
 // sample) and image
 //     (a * shift(prototype[label], dx, dy) + noise) / sqrt(1 + sigma^2)
 // with a ~ U(0.6, 1.4), dx, dy uniform in [-2, 2] pixels (zero fill), noise
-// i.i.d. N(0, sigma^2), sigma = kSyntheticNoiseStd; so values are already
+// i.i.d. N(0, sigma^2), sigma = noise_std (default kSyntheticNoiseStd; the
+// task's difficulty: more noise, lower reachable accuracy); so values are already
 // at normalized scale (mean ~0, std ~1) and Dataset::normalization is
 // {mean 0, std 1} per channel. The noise comes from a stream derived from
 // (seed, split): the train and test splits share prototypes, not noise.
@@ -26,13 +27,15 @@ inline constexpr double kSyntheticNoiseStd = 1.5;
 
 enum class SyntheticSplit { kTrain, kTest };
 
-// Throws ConfigError for num_samples < 1, a dim or num_classes < 1, or more
-// than 2^28 floats in all.
+// Throws ConfigError for num_samples < 1, a dim or num_classes < 1, more
+// than 2^28 floats in all, or a noise_std that is negative or not finite.
 Dataset make_synthetic(std::int64_t num_samples, std::uint64_t seed, int channels = 1,
                        int height = 28, int width = 28, int num_classes = 10,
-                       SyntheticSplit split = SyntheticSplit::kTrain);
+                       SyntheticSplit split = SyntheticSplit::kTrain,
+                       double noise_std = kSyntheticNoiseStd);
 
 // Train and test splits of the same synthetic task, 1x28x28, 10 classes.
-DatasetPair make_synthetic_pair(std::int64_t num_train, std::int64_t num_test, std::uint64_t seed);
+DatasetPair make_synthetic_pair(std::int64_t num_train, std::int64_t num_test, std::uint64_t seed,
+                                double noise_std = kSyntheticNoiseStd);
 
 }  // namespace pstrain::data

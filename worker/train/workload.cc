@@ -34,6 +34,7 @@ Workload make_workload(const RunConfig& config, int max_batch, Logger& log, int 
   load.seed = w.seed;
   load.synthetic_train = w.synthetic_train;
   load.synthetic_test = w.synthetic_test;
+  load.synthetic_noise = w.synthetic_noise;
   Workload out;
   const bool simulated = w.simulated_step_ms > 0.0;
   out.data = simulated ? shape_only(w) : data::load_dataset(w.dataset, w.data_path, load);
