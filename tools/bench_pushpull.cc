@@ -9,6 +9,8 @@
 //   raw ZeroMQ      = 2 * SIZE / round time of a DEALER->ROUTER echo of SIZE
 //                     bytes each way in messages of the same chunk size, all in
 //                     flight at once, zero-copy, no processing
+//   memcpy          = SIZE / time of one memcpy of SIZE bytes between two
+//                     warm buffers in this process (the host's copy bandwidth)
 // Each figure is the median over --trials alternating raw/PS measurements,
 // each itself the median round of many.
 // Correctness is checked outside the timed loop (#wrong column).
@@ -17,6 +19,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -42,7 +46,7 @@ struct Args {
 };
 
 struct Result {
-  double size_mib = 0, round_ms = 0, gbps_per_worker = 0, total_gbps = 0, raw_gbps = 0;
+  double size_mib = 0, round_ms = 0, gbps_per_worker = 0, total_gbps = 0, raw_gbps = 0, memcpy_gbps = 0;
   int wrong = 0;
 };
 
@@ -95,14 +99,31 @@ double raw_round_s(std::size_t num_bytes, std::size_t chunk_bytes, int rounds, c
   return bench::median(times);
 }
 
+// Median seconds of one memcpy of `num_bytes` between two buffers already
+// touched (no page faults in the timed copies).
+double memcpy_s(std::size_t num_bytes, int rounds) {
+  std::vector<char> from(num_bytes, 3), to(num_bytes, 0);
+  std::vector<double> times;
+  for (int r = 0; r < rounds + 2; ++r) {
+    from[static_cast<std::size_t>(r) % num_bytes] = static_cast<char>(r);  // a store the copy cannot be hoisted past
+    const auto t0 = Clock::now();
+    std::memcpy(to.data(), from.data(), num_bytes);
+    const auto t1 = Clock::now();
+    if (to[static_cast<std::size_t>(r) % num_bytes] != static_cast<char>(r)) std::abort();
+    if (r >= 2) times.push_back(std::chrono::duration<double>(t1 - t0).count());
+  }
+  return bench::median(times);
+}
+
 void print_table(const Args& a, const std::vector<Result>& results) {
   std::printf("# push+pull, %d worker(s) x %d server(s), %s, sync, plain SGD; GB = 1e9 bytes\n", a.workers, a.servers,
               a.transport.c_str());
-  std::printf("%10s %12s %16s %14s %16s %10s %7s\n", "size(MiB)", "round(ms)", "GB/s/worker", "total(GB/s)",
-              "raw zmq(GB/s)", "vs raw", "#wrong");
+  std::printf("%10s %12s %16s %14s %16s %10s %14s %10s %7s\n", "size(MiB)", "round(ms)", "GB/s/worker",
+              "total(GB/s)", "raw zmq(GB/s)", "vs raw", "memcpy(GB/s)", "vs memcpy", "#wrong");
   for (const Result& r : results) {
-    std::printf("%10.1f %12.3f %16.3f %14.3f %16.3f %9.1f%% %7d\n", r.size_mib, r.round_ms, r.gbps_per_worker,
-                r.total_gbps, r.raw_gbps, 100.0 * r.gbps_per_worker / r.raw_gbps, r.wrong);
+    std::printf("%10.1f %12.3f %16.3f %14.3f %16.3f %9.1f%% %14.3f %9.1f%% %7d\n", r.size_mib, r.round_ms,
+                r.gbps_per_worker, r.total_gbps, r.raw_gbps, 100.0 * r.gbps_per_worker / r.raw_gbps, r.memcpy_gbps,
+                100.0 * r.gbps_per_worker / r.memcpy_gbps, r.wrong);
   }
 }
 
@@ -115,6 +136,7 @@ void write_json(const Args& a, const std::vector<Result>& results) {
                        .add("transport", a.transport).add("size_mib", r.size_mib).add("round_ms", r.round_ms)
                        .add("gbps_per_worker", r.gbps_per_worker).add("total_gbps", r.total_gbps)
                        .add("raw_zmq_gbps", r.raw_gbps).add("ratio_vs_raw", r.gbps_per_worker / r.raw_gbps)
+                       .add("memcpy_gbps", r.memcpy_gbps).add("ratio_vs_memcpy", r.gbps_per_worker / r.memcpy_gbps)
                        .add("wrong", r.wrong).str()
         << (i + 1 < results.size() ? ",\n" : "\n");
   }
@@ -142,9 +164,10 @@ int main(int argc, char** argv) {
     const std::size_t chunk = a.partition_bytes > 0 ? static_cast<std::size_t>(a.partition_bytes)
                                                     : (num_bytes + static_cast<std::size_t>(a.servers) - 1) / static_cast<std::size_t>(a.servers);
     // Raw and PS alternate, so that drift in this shared machine's load hits both alike.
-    std::vector<double> raws, pss;
+    std::vector<double> raws, pss, copies;
     int wrong = 0;
     for (int t = 0; t < a.trials; ++t) {
+      copies.push_back(memcpy_s(num_bytes, rounds));
       raws.push_back(raw_round_s(num_bytes, chunk, rounds, a.transport));
       const bench::PsRound round = bench::ps_pushpull_round(
           num_bytes, rounds, bench::PsBenchOptions{a.workers, a.servers, a.partition_bytes, a.transport});
@@ -158,6 +181,7 @@ int main(int argc, char** argv) {
     r.gbps_per_worker = 2.0 * static_cast<double>(num_bytes) / ps / 1e9;
     r.total_gbps = r.gbps_per_worker * a.workers;
     r.raw_gbps = 2.0 * static_cast<double>(num_bytes) / raw / 1e9;
+    r.memcpy_gbps = static_cast<double>(num_bytes) / bench::median(copies) / 1e9;
     r.wrong = wrong;
     results.push_back(r);
   }
