@@ -11,6 +11,8 @@
 //                     flight at once, zero-copy, no processing
 //   memcpy          = SIZE / time of one memcpy of SIZE bytes between two
 //                     warm buffers in this process (the host's copy bandwidth)
+// With --wire-dtype bfloat16 the PS moves half the bytes; GB/s still counts
+// the float32 tensor (2 * SIZE), so it is the rate the caller sees.
 // Each figure is the median over --trials alternating raw/PS measurements,
 // each itself the median round of many.
 // Correctness is checked outside the timed loop (#wrong column).
@@ -42,7 +44,7 @@ struct Args {
   int workers = 1, servers = 1, rounds = 0;
   std::int64_t partition_bytes = 0;  // 0: size / servers (one chunk per server, like ps-lite's one key per server)
   int trials = 3;  // alternating raw/PS measurements per size; medians reported
-  std::string transport = "tcp", json;
+  std::string transport = "tcp", json, wire_dtype = "float32";
 };
 
 struct Result {
@@ -116,8 +118,8 @@ double memcpy_s(std::size_t num_bytes, int rounds) {
 }
 
 void print_table(const Args& a, const std::vector<Result>& results) {
-  std::printf("# push+pull, %d worker(s) x %d server(s), %s, sync, plain SGD; GB = 1e9 bytes\n", a.workers, a.servers,
-              a.transport.c_str());
+  std::printf("# push+pull, %d worker(s) x %d server(s), %s, sync, plain SGD, wire %s; GB = 1e9 bytes of float32\n",
+              a.workers, a.servers, a.transport.c_str(), a.wire_dtype.c_str());
   std::printf("%10s %12s %16s %14s %16s %10s %14s %10s %7s\n", "size(MiB)", "round(ms)", "GB/s/worker",
               "total(GB/s)", "raw zmq(GB/s)", "vs raw", "memcpy(GB/s)", "vs memcpy", "#wrong");
   for (const Result& r : results) {
@@ -133,7 +135,7 @@ void write_json(const Args& a, const std::vector<Result>& results) {
   for (std::size_t i = 0; i < results.size(); ++i) {
     const Result& r = results[i];
     out << "  " << JsonLine().add("bench", "pushpull").add("workers", a.workers).add("servers", a.servers)
-                       .add("transport", a.transport).add("size_mib", r.size_mib).add("round_ms", r.round_ms)
+                       .add("transport", a.transport).add("wire_dtype", a.wire_dtype).add("size_mib", r.size_mib).add("round_ms", r.round_ms)
                        .add("gbps_per_worker", r.gbps_per_worker).add("total_gbps", r.total_gbps)
                        .add("raw_zmq_gbps", r.raw_gbps).add("ratio_vs_raw", r.gbps_per_worker / r.raw_gbps)
                        .add("memcpy_gbps", r.memcpy_gbps).add("ratio_vs_memcpy", r.gbps_per_worker / r.memcpy_gbps)
@@ -156,6 +158,8 @@ int main(int argc, char** argv) {
   app.add_option("--partition-bytes", a.partition_bytes, "chunk size (default: size / servers)");
   app.add_option("--transport", a.transport, "tcp or ipc")->check(CLI::IsMember({"tcp", "ipc"}));
   app.add_option("--json", a.json, "also write results to this JSON file");
+  app.add_option("--wire-dtype", a.wire_dtype, "ps.wire_dtype of the PS rounds (raw ZeroMQ always moves SIZE bytes)")
+      ->check(CLI::IsMember({"float32", "bfloat16"}));
   CLI11_PARSE(app, argc, argv);
   std::vector<Result> results;
   for (double mib : a.sizes_mib) {
@@ -170,7 +174,7 @@ int main(int argc, char** argv) {
       copies.push_back(memcpy_s(num_bytes, rounds));
       raws.push_back(raw_round_s(num_bytes, chunk, rounds, a.transport));
       const bench::PsRound round = bench::ps_pushpull_round(
-          num_bytes, rounds, bench::PsBenchOptions{a.workers, a.servers, a.partition_bytes, a.transport});
+          num_bytes, rounds, bench::PsBenchOptions{a.workers, a.servers, a.partition_bytes, a.transport, a.wire_dtype});
       pss.push_back(round.seconds);
       wrong += round.wrong;
     }

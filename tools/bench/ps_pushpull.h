@@ -18,6 +18,7 @@ struct PsBenchOptions {
   int servers = 1;
   std::int64_t partition_bytes = 0;  // 0: size / servers (one chunk per server, like ps-lite's one key per server)
   std::string transport = "tcp";     // "tcp" | "ipc" (the servers' endpoints)
+  std::string wire_dtype = "float32";  // ps.wire_dtype: "float32" | "bfloat16"
 };
 
 struct PsRound {

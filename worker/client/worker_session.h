@@ -27,7 +27,11 @@ struct WorkerSessionOptions {
   std::string job_fingerprint;
   TrafficCounters* traffic = nullptr;  // the node's byte counters (may be null; must outlive the session)
   TraceRecorder* trace = nullptr;  // the worker's timeline (per-chunk spans in the KV client); null = none
+  DType wire_dtype = DType::kFloat32;  // ps.wire_dtype (wire_dtype_of below)
 };
+
+// ps.wire_dtype as the protocol's dtype; ConfigError for another name.
+DType wire_dtype_of(const std::string& name);
 
 class WorkerSession {
  public:
