@@ -212,15 +212,16 @@ void KVClient::trace_reply(const Pending& p, std::size_t server) {
   const std::int64_t end = options_.trace->now_us();
   const std::int64_t begin = std::max(p.sent_us, trace_track_end_[server]);
   trace_track_end_[server] = std::max(end, begin);
+  // Tensor bytes on the wire: init is always float32, pushes and pulls go in the wire dtype.
+  const auto element_bytes =
+      static_cast<std::int64_t>(p.expect == MsgType::kInitReply ? sizeof(float) : dtype_bytes(options_.wire_dtype));
   const char* name = p.skip ? "skip push"
                      : p.expect == MsgType::kPushReply ? "push"
                      : p.expect == MsgType::kPullReply ? "pull" : "init";
   options_.trace->record(trace_tracks_[server], name, "chunk", begin, end - begin,
                          {{"chunk", p.key},
                           {"server", static_cast<std::int64_t>(server)},
-                          {"bytes", p.skip || p.expect == MsgType::kInitReply
-                                        ? (p.skip ? 0 : map_.chunk(p.key).num_elems * static_cast<std::int64_t>(sizeof(float)))
-                                        : map_.chunk(p.key).num_elems * static_cast<std::int64_t>(dtype_bytes(options_.wire_dtype))},
+                          {"bytes", p.skip ? 0 : map_.chunk(p.key).num_elems * element_bytes},
                           {"latency_us", end - p.sent_us}});
 }
 
