@@ -42,6 +42,7 @@ struct ClusterConfig {
 struct PsConfig {
   std::int64_t partition_bytes = std::int64_t{1} << 20;  // chunk size for sharding
   int staleness_bound = 2;      // mode "ssp": how many steps a worker may lead the slowest
+  std::string wire_dtype = "float32";  // "float32" | "bfloat16": pushes and pull replies on the wire
 
   bool operator==(const PsConfig&) const = default;
 };

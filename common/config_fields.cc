@@ -13,6 +13,7 @@ constexpr std::array<std::string_view, 2> kStalenessRules{"none", "inverse"};
 constexpr std::array<std::string_view, 2> kWorkerFailurePolicies{"abort", "continue"};
 constexpr std::array<std::string_view, 2> kNonFinitePolicies{"stop", "skip"};
 constexpr std::array<std::string_view, 2> kTransports{"tcp", "ipc"};
+constexpr std::array<std::string_view, 2> kWireDtypes{"float32", "bfloat16"};
 constexpr std::array<std::string_view, 4> kDatasets{"fashion-mnist", "mnist", "cifar10", "synthetic"};
 constexpr std::array<std::string_view, 3> kDevices{"auto", "cpu", "cuda"};
 constexpr std::array<std::string_view, 2> kOptimizers{"sgd", "adam"};
@@ -91,6 +92,7 @@ void visit_table(C& c, const V& v) {
   v("cluster", "max_message_bytes", &cl.max_message_bytes, at_least(1));
   v("ps", "partition_bytes", &c.ps.partition_bytes, positive_multiple_of(4));
   v("ps", "staleness_bound", &c.ps.staleness_bound, between(0, 1000000));
+  v("ps", "wire_dtype", &c.ps.wire_dtype, one_of(kWireDtypes));
   auto& wl = c.workload;
   v("workload", "model", &wl.model, non_empty());
   v("workload", "dataset", &wl.dataset, one_of(kDatasets));

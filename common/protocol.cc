@@ -3,6 +3,7 @@
 #include <cereal/types/common.hpp>
 #include <cstring>
 
+#include "common/bfloat16.h"
 #include "common/errors.h"
 #include "common/wire_archive.h"
 
@@ -51,6 +52,33 @@ std::string_view to_string(Status status) {
     case Status::kAborted: return "aborted";
   }
   return "unknown";
+}
+
+std::string_view to_string(DType dtype) {
+  switch (dtype) {
+    case DType::kNone: return "none";
+    case DType::kFloat32: return "float32";
+    case DType::kBytes: return "bytes";
+    case DType::kBFloat16: return "bfloat16";
+  }
+  return "unknown";
+}
+
+std::size_t dtype_bytes(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32: return 4;
+    case DType::kBFloat16: return 2;
+    default: return 0;
+  }
+}
+
+DType pull_reply_dtype(const Header& pull) {
+  if (pull.aux == static_cast<std::int64_t>(DType::kNone) || pull.aux == static_cast<std::int64_t>(DType::kFloat32)) {
+    return DType::kFloat32;
+  }
+  if (pull.aux == static_cast<std::int64_t>(DType::kBFloat16)) return DType::kBFloat16;
+  throw ProtocolError("pull of chunk " + std::to_string(pull.key) + " from worker " + std::to_string(pull.sender) +
+                      ": aux " + std::to_string(pull.aux) + " asks for no known reply dtype (0 or 1: float32, 3: bfloat16)");
 }
 
 std::size_t header_wire_bytes() {
@@ -127,18 +155,22 @@ void validate_payload(const Header& h, bool has_payload, std::size_t payload_byt
     return;
   }
   if (rule == PayloadRule::kFloats) {
-    if (h.dtype != DType::kFloat32) {
-      throw ProtocolError(describe(h) + ": expected dtype float32, got code " +
-                          std::to_string(static_cast<int>(h.dtype)));
+    // bfloat16 only where ps.wire_dtype applies: gradients pushed and weights
+    // pulled (initial weights are always float32: exact).
+    const bool bf16_allowed = h.type == MsgType::kPush || h.type == MsgType::kPullReply;
+    if (h.dtype != DType::kFloat32 && !(bf16_allowed && h.dtype == DType::kBFloat16)) {
+      throw ProtocolError(describe(h) + ": expected dtype float32" + std::string(bf16_allowed ? " or bfloat16" : "") +
+                          ", got code " + std::to_string(static_cast<int>(h.dtype)));
     }
-    if (h.num_elems < 0 || static_cast<std::uint64_t>(h.num_elems) > static_cast<std::uint64_t>(limits.max_payload_bytes) / 4) {
+    const auto elem = static_cast<std::int64_t>(dtype_bytes(h.dtype));
+    if (h.num_elems < 0 || h.num_elems > limits.max_payload_bytes / elem) {
       throw ProtocolError(describe(h) + ": num_elems " + std::to_string(h.num_elems) + " outside [0, " +
-                          std::to_string(limits.max_payload_bytes / 4) + "]");
+                          std::to_string(limits.max_payload_bytes / elem) + "]");
     }
-    if (payload_bytes != static_cast<std::size_t>(h.num_elems) * sizeof(float)) {
+    if (payload_bytes != static_cast<std::size_t>(h.num_elems * elem)) {
       throw ProtocolError(describe(h) + " (key " + std::to_string(h.key) + "): expected " +
-                          std::to_string(h.num_elems * 4) + " payload bytes for " + std::to_string(h.num_elems) +
-                          " float32 elements, got " + std::to_string(payload_bytes));
+                          std::to_string(h.num_elems * elem) + " payload bytes for " + std::to_string(h.num_elems) +
+                          " " + std::string(to_string(h.dtype)) + " elements, got " + std::to_string(payload_bytes));
     }
   } else {
     if (h.dtype != DType::kBytes) {
@@ -185,12 +217,13 @@ Message decode_message(std::vector<zmq::message_t>& frames, const DecodeLimits& 
   if (static_cast<int>(h.role) > static_cast<int>(Role::kWorker)) {
     throw ProtocolError("unknown role " + std::to_string(static_cast<int>(h.role)));
   }
-  if (static_cast<int>(h.dtype) > static_cast<int>(DType::kBytes)) {
+  if (static_cast<int>(h.dtype) > static_cast<int>(DType::kBFloat16)) {
     throw ProtocolError(describe(h) + ": unknown dtype code " + std::to_string(static_cast<int>(h.dtype)));
   }
   if (static_cast<int>(h.status) > static_cast<int>(Status::kAborted)) {
     throw ProtocolError(describe(h) + ": unknown status code " + std::to_string(static_cast<int>(h.status)));
   }
+  if (h.type == MsgType::kPull) (void)pull_reply_dtype(h);  // an unknown reply dtype is malformed
   msg.has_payload = frames.size() == 2;
   validate_payload(h, msg.has_payload, msg.has_payload ? frames[1].size() : 0, limits);
   if (msg.has_payload) msg.payload = std::move(frames[1]);
@@ -200,12 +233,44 @@ Message decode_message(std::vector<zmq::message_t>& frames, const DecodeLimits& 
 std::span<const float> Message::float_payload(std::vector<float>& scratch) const {
   const auto n = static_cast<std::size_t>(header.num_elems);
   const void* data = payload.data();
+  if (header.dtype == DType::kBFloat16) {
+    scratch.resize(n);
+    copy_floats_to(scratch);
+    return {scratch.data(), n};
+  }
   if (reinterpret_cast<std::uintptr_t>(data) % alignof(float) == 0) {
     return {static_cast<const float*>(data), n};
   }
   scratch.resize(n);
   std::memcpy(scratch.data(), data, n * sizeof(float));
   return {scratch.data(), n};
+}
+
+void Message::copy_floats_to(std::span<float> dest) const {
+  const auto n = static_cast<std::size_t>(header.num_elems);
+  if (dest.size() != n) {
+    throw ProtocolError(std::string(to_string(header.type)) + " of chunk " + std::to_string(header.key) + ": " +
+                        std::to_string(n) + " elements for a destination of " + std::to_string(dest.size()));
+  }
+  if (n == 0) return;
+  if (header.dtype == DType::kBFloat16) {
+    const void* data = payload.data();
+    if (reinterpret_cast<std::uintptr_t>(data) % alignof(std::uint16_t) == 0) {
+      from_bfloat16(std::span<const std::uint16_t>(static_cast<const std::uint16_t*>(data), n), dest);
+    } else {
+      for (std::size_t i = 0; i < n; ++i) {
+        std::uint16_t v;
+        std::memcpy(&v, static_cast<const char*>(data) + 2 * i, 2);
+        dest[i] = from_bfloat16(v);
+      }
+    }
+    return;
+  }
+  if (header.dtype != DType::kFloat32) {
+    throw ProtocolError(std::string(to_string(header.type)) + " of chunk " + std::to_string(header.key) +
+                        ": no tensor payload (dtype " + std::string(to_string(header.dtype)) + ")");
+  }
+  std::memcpy(dest.data(), payload.data(), n * sizeof(float));
 }
 
 std::string Message::text_payload() const {

@@ -1,6 +1,7 @@
 // The wire protocol. Every message is one or two ZeroMQ frames:
 //   frame 0: Header, fixed size, cereal-encoded (kHeaderBytes bytes);
-//   frame 1: optional payload: raw float32 tensor bytes for data messages
+//   frame 1: optional payload: raw float32 (or, for pushes and pull replies,
+//            bfloat16: ps.wire_dtype) tensor bytes for data messages
 //            (never through cereal, sent zero-copy) or a cereal-encoded body /
 //            UTF-8 text for control and error messages.
 // A ROUTER socket sees the peer's routing id as an extra leading frame.
@@ -23,7 +24,7 @@
 namespace pstrain {
 
 inline constexpr std::uint32_t kProtocolMagic = 0x50535452;  // "PSTR"
-inline constexpr std::uint16_t kProtocolVersion = 3;
+inline constexpr std::uint16_t kProtocolVersion = 4;  // 4: bfloat16 payloads
 inline constexpr std::size_t kMaxBodyBytes = std::size_t{1} << 20;  // control bodies and error text
 
 enum class MsgType : std::uint8_t {
@@ -39,11 +40,12 @@ enum class MsgType : std::uint8_t {
   // worker <-> server, one chunk (key) per message
   kInit,              // key, payload = chunk's initial weights
   kInitReply,
-  kPush,              // key, step, lr, aux = kPushGradient, payload = chunk's gradient; or
+  kPush,              // key, step, lr, aux = kPushGradient, payload = chunk's gradient (float32 or bfloat16); or
                       // aux = kPushSkip, no payload: the worker contributes nothing to this step
   kPushReply,         // key, step, version, aux = staleness (async)
-  kPull,              // key, step = the worker's step (sync: the version it needs)
-  kPullReply,         // key, version, aux = us parked at the server, payload = chunk's weights
+  kPull,              // key, step = the worker's step (sync: the version it needs), aux = the reply's dtype
+                      // (DType code: kNone or kFloat32 = float32, kBFloat16 = bfloat16)
+  kPullReply,         // key, version, aux = us parked at the server, payload = chunk's weights (as asked)
   // node <-> scheduler: the rendezvous store (allreduce: Gloo's addresses, NCCL's id)
   kStoreSet,          // body StoreEntry (key, value); replied kStoreReply
   kStoreGet,          // body StoreEntry (key), aux = wait limit in ms; replied kStoreReply once the key is set
@@ -64,7 +66,12 @@ inline constexpr std::int64_t kPushSkip = 1;
 enum class Role : std::uint8_t { kScheduler = 0, kServer = 1, kWorker = 2 };
 std::string_view to_string(Role role);
 
-enum class DType : std::uint8_t { kNone = 0, kFloat32 = 1, kBytes = 2 };
+// kBFloat16 (common/bfloat16.h) only on kPush and kPullReply payloads.
+enum class DType : std::uint8_t { kNone = 0, kFloat32 = 1, kBytes = 2, kBFloat16 = 3 };
+std::string_view to_string(DType dtype);
+// Bytes per element of a tensor dtype (float32 4, bfloat16 2; 0 otherwise).
+std::size_t dtype_bytes(DType dtype);
+
 
 enum class Status : std::uint8_t {
   kOk = 0,
@@ -87,7 +94,7 @@ struct Header {
   std::int64_t key = -1;              // chunk id, or barrier sequence number
   std::int64_t step = 0;              // push, pull: the worker's step
   std::int64_t version = 0;           // replies: chunk version
-  std::int64_t num_elems = 0;         // float32 payload: element count
+  std::int64_t num_elems = 0;         // tensor payload (float32, bfloat16): element count
   std::int64_t aux = 0;               // push: kPushGradient/kPushSkip; push reply: staleness; pull reply: us parked
   double lr = 0.0;                    // push: learning rate for this update
 
@@ -96,6 +103,10 @@ struct Header {
     ar(magic, proto_version, type, role, dtype, status, sender, request_id, key, step, version, num_elems, aux, lr);
   }
 };
+
+// The dtype a kPull asks its reply in (its aux: kNone or kFloat32 = float32,
+// kBFloat16); throws ProtocolError for any other code.
+DType pull_reply_dtype(const Header& pull);
 
 // Encoded size of every header (all fields are fixed size).
 std::size_t header_wire_bytes();
@@ -152,13 +163,18 @@ void validate_store_entry(const StoreEntry& entry, std::string_view op);
 
 // A decoded, validated message. The payload frame is kept as received
 // (no copy); float_payload() views it as floats (copying into `scratch`
-// only when ZeroMQ handed out an unaligned buffer).
+// only when ZeroMQ handed out an unaligned buffer or the payload is
+// bfloat16, which is widened there).
 struct Message {
   Header header;
   zmq::message_t payload;
   bool has_payload = false;
 
   std::span<const float> float_payload(std::vector<float>& scratch) const;
+  // Writes the tensor payload as float32 straight into `dest` (one copy, or
+  // one widening pass for bfloat16): receive into place. dest.size() must be
+  // header.num_elems (ProtocolError otherwise).
+  void copy_floats_to(std::span<float> dest) const;
   std::string text_payload() const;
 };
 

@@ -58,10 +58,19 @@ Payload Payload::floats(std::span<const float> data, std::shared_ptr<const void>
   return p;
 }
 
+Payload Payload::bfloat16(std::span<const std::uint16_t> data, std::shared_ptr<const void> keep_alive) {
+  Payload p;
+  p.kind_ = Kind::kBFloat16;
+  p.bf16_ = data;
+  p.keep_alive_ = std::move(keep_alive);
+  return p;
+}
+
 DType Payload::dtype() const {
   switch (kind_) {
     case Kind::kBytes: return DType::kBytes;
     case Kind::kFloats: return DType::kFloat32;
+    case Kind::kBFloat16: return DType::kBFloat16;
     default: return DType::kNone;
   }
 }
@@ -73,8 +82,9 @@ void release_nothing(void* /*data*/, void* /*hint*/) {}
 
 zmq::message_t Payload::to_frame() && {
   if (kind_ == Kind::kBytes) return zmq::message_t(bytes_.data(), bytes_.size());
-  void* data = const_cast<float*>(floats_.data());
-  const std::size_t num_bytes = floats_.size_bytes();
+  void* data = kind_ == Kind::kBFloat16 ? static_cast<void*>(const_cast<std::uint16_t*>(bf16_.data()))
+                                        : static_cast<void*>(const_cast<float*>(floats_.data()));
+  const std::size_t num_bytes = kind_ == Kind::kBFloat16 ? bf16_.size_bytes() : floats_.size_bytes();
   if (num_bytes == 0) return zmq::message_t();
   if (keep_alive_) {
     auto* hint = new std::shared_ptr<const void>(std::move(keep_alive_));

@@ -73,17 +73,23 @@ class Payload {
   // sent the frame. Without one, the caller keeps `data` alive and unchanged
   // until the request's reply has arrived.
   static Payload floats(std::span<const float> data, std::shared_ptr<const void> keep_alive = nullptr);
+  // Zero-copy bfloat16 data (common/bfloat16.h), kept alive as for floats().
+  static Payload bfloat16(std::span<const std::uint16_t> data, std::shared_ptr<const void> keep_alive = nullptr);
 
   bool empty() const { return kind_ == Kind::kNone; }
   DType dtype() const;
-  std::int64_t num_elems() const { return kind_ == Kind::kFloats ? static_cast<std::int64_t>(floats_.size()) : 0; }
+  std::int64_t num_elems() const {
+    return kind_ == Kind::kFloats ? static_cast<std::int64_t>(floats_.size())
+           : kind_ == Kind::kBFloat16 ? static_cast<std::int64_t>(bf16_.size()) : 0;
+  }
   zmq::message_t to_frame() &&;
 
  private:
-  enum class Kind { kNone, kBytes, kFloats };
+  enum class Kind { kNone, kBytes, kFloats, kBFloat16 };
   Kind kind_ = Kind::kNone;
   std::string bytes_;
   std::span<const float> floats_;
+  std::span<const std::uint16_t> bf16_;
   std::shared_ptr<const void> keep_alive_;
 };
 

@@ -4,6 +4,7 @@
 
 #include <chrono>
 
+#include "common/bfloat16.h"
 #include "common/errors.h"
 #include "common/transport.h"
 
@@ -111,7 +112,7 @@ void Server::handle_request() {
     env = receive_message(router_, true, milliseconds(0), DecodeLimits{options_.cluster.max_message_bytes}, &from,
                           options_.traffic);
     if (env) {
-      receive.arg("bytes", env->message.header.num_elems * static_cast<std::int64_t>(sizeof(float)));
+      receive.arg("bytes", env->message.header.num_elems * static_cast<std::int64_t>(dtype_bytes(env->message.header.dtype)));
     } else {
       receive.cancel();  // nothing came: no request span either (below)
     }
@@ -247,7 +248,24 @@ void Server::reply_pull(const zmq::message_t& to, const Header& request, std::in
   r.type = MsgType::kPullReply;
   r.version = snap.version;
   r.aux = parked_us;
+  if (pull_reply_dtype(request) == DType::kBFloat16) {
+    std::shared_ptr<const std::vector<std::uint16_t>> values = narrowed(request.key, snap);
+    reply(to, r, Payload::bfloat16(std::span<const std::uint16_t>(*values), values));
+    return;
+  }
   reply(to, r, Payload::floats(std::span<const float>(*snap.weights), snap.weights));
+}
+
+std::shared_ptr<const std::vector<std::uint16_t>> Server::narrowed(std::int64_t key, const WeightsSnapshot& snap) {
+  NarrowedWeights& n = narrowed_[key];
+  if (n.values && n.version == snap.version) return n.values;  // this version is already narrowed
+  if (!n.values || n.values.use_count() > 1) {  // a reply still sends the old one: a new buffer
+    n.values = std::make_shared<std::vector<std::uint16_t>>(snap.weights->size());
+  }
+  n.values->resize(snap.weights->size());
+  to_bfloat16(*snap.weights, *n.values);
+  n.version = snap.version;
+  return n.values;
 }
 
 void Server::answer_parked(std::int64_t key) {

@@ -112,6 +112,15 @@ class Server {
   std::unique_ptr<ShardStore> store_;
   std::map<std::int64_t, std::vector<ParkedPull>> parked_;
   std::vector<float> scratch_;
+  // Pull replies in bfloat16 (ps.wire_dtype): per chunk, the weights of
+  // `version` narrowed once and shared by every reply of that version; the
+  // buffer is reused for a later version once no reply holds it.
+  struct NarrowedWeights {
+    std::int64_t version = -1;
+    std::shared_ptr<std::vector<std::uint16_t>> values;
+  };
+  std::map<std::int64_t, NarrowedWeights> narrowed_;
+  std::shared_ptr<const std::vector<std::uint16_t>> narrowed(std::int64_t key, const WeightsSnapshot& snap);
   std::int64_t bad_requests_ = 0;
   std::int64_t unreachable_replies_ = 0;
   std::int64_t expired_pulls_ = 0;

@@ -11,6 +11,10 @@
 //                     flight at once, zero-copy, no processing
 // --security curve: each trial also runs the PS round with CURVE on (fresh
 // keys, security.mode = "curve"), reported beside the plain one as curve/plain.
+//   memcpy          = SIZE / time of one memcpy of SIZE bytes between two
+//                     warm buffers in this process (the host's copy bandwidth)
+// With --wire-dtype bfloat16 the PS moves half the bytes; GB/s still counts
+// the float32 tensor (2 * SIZE), so it is the rate the caller sees.
 // Each figure is the median over --trials alternating raw/PS measurements,
 // each itself the median round of many.
 // Correctness is checked outside the timed loop (#wrong column).
@@ -20,6 +24,8 @@
 #include <chrono>
 #include <filesystem>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -42,12 +48,12 @@ struct Args {
   int workers = 1, servers = 1, rounds = 0;
   std::int64_t partition_bytes = 0;  // 0: size / servers (one chunk per server, like ps-lite's one key per server)
   int trials = 3;  // alternating raw/PS measurements per size; medians reported
-  std::string transport = "tcp", json;
+  std::string transport = "tcp", json, wire_dtype = "float32";
   std::string security = "off";  // "curve": the PS round again with CURVE on, beside the plain one
 };
 
 struct Result {
-  double size_mib = 0, round_ms = 0, gbps_per_worker = 0, total_gbps = 0, raw_gbps = 0;
+  double size_mib = 0, round_ms = 0, gbps_per_worker = 0, total_gbps = 0, raw_gbps = 0, memcpy_gbps = 0;
   double curve_gbps_per_worker = 0;  // --security curve
   int wrong = 0;
 };
@@ -101,16 +107,33 @@ double raw_round_s(std::size_t num_bytes, std::size_t chunk_bytes, int rounds, c
   return bench::median(times);
 }
 
+// Median seconds of one memcpy of `num_bytes` between two buffers already
+// touched (no page faults in the timed copies).
+double memcpy_s(std::size_t num_bytes, int rounds) {
+  std::vector<char> from(num_bytes, 3), to(num_bytes, 0);
+  std::vector<double> times;
+  for (int r = 0; r < rounds + 2; ++r) {
+    from[static_cast<std::size_t>(r) % num_bytes] = static_cast<char>(r);  // a store the copy cannot be hoisted past
+    const auto t0 = Clock::now();
+    std::memcpy(to.data(), from.data(), num_bytes);
+    const auto t1 = Clock::now();
+    if (to[static_cast<std::size_t>(r) % num_bytes] != static_cast<char>(r)) std::abort();
+    if (r >= 2) times.push_back(std::chrono::duration<double>(t1 - t0).count());
+  }
+  return bench::median(times);
+}
+
 void print_table(const Args& a, const std::vector<Result>& results) {
-  std::printf("# push+pull, %d worker(s) x %d server(s), %s, sync, plain SGD; GB = 1e9 bytes\n", a.workers, a.servers,
-              a.transport.c_str());
+  std::printf("# push+pull, %d worker(s) x %d server(s), %s, sync, plain SGD, wire %s; GB = 1e9 bytes of float32\n",
+              a.workers, a.servers, a.transport.c_str(), a.wire_dtype.c_str());
   const bool curve = a.security == "curve";
-  std::printf("%10s %12s %16s %14s %16s %10s %7s", "size(MiB)", "round(ms)", "GB/s/worker", "total(GB/s)",
-              "raw zmq(GB/s)", "vs raw", "#wrong");
+  std::printf("%10s %12s %16s %14s %16s %10s %14s %10s %7s", "size(MiB)", "round(ms)", "GB/s/worker", "total(GB/s)",
+              "raw zmq(GB/s)", "vs raw", "memcpy(GB/s)", "vs memcpy", "#wrong");
   std::printf(curve ? " %18s %13s\n" : "\n", "curve GB/s/worker", "curve/plain");
   for (const Result& r : results) {
-    std::printf("%10.1f %12.3f %16.3f %14.3f %16.3f %9.1f%% %7d", r.size_mib, r.round_ms, r.gbps_per_worker,
-                r.total_gbps, r.raw_gbps, 100.0 * r.gbps_per_worker / r.raw_gbps, r.wrong);
+    std::printf("%10.1f %12.3f %16.3f %14.3f %16.3f %9.1f%% %14.3f %9.1f%% %7d", r.size_mib, r.round_ms,
+                r.gbps_per_worker, r.total_gbps, r.raw_gbps, 100.0 * r.gbps_per_worker / r.raw_gbps, r.memcpy_gbps,
+                100.0 * r.gbps_per_worker / r.memcpy_gbps, r.wrong);
     if (curve) {
       std::printf(" %18.3f %12.2fx\n", r.curve_gbps_per_worker, r.curve_gbps_per_worker / r.gbps_per_worker);
     } else {
@@ -125,9 +148,10 @@ void write_json(const Args& a, const std::vector<Result>& results) {
   for (std::size_t i = 0; i < results.size(); ++i) {
     const Result& r = results[i];
     out << "  " << JsonLine().add("bench", "pushpull").add("workers", a.workers).add("servers", a.servers)
-                       .add("transport", a.transport).add("size_mib", r.size_mib).add("round_ms", r.round_ms)
+                       .add("transport", a.transport).add("wire_dtype", a.wire_dtype).add("size_mib", r.size_mib).add("round_ms", r.round_ms)
                        .add("gbps_per_worker", r.gbps_per_worker).add("total_gbps", r.total_gbps)
                        .add("raw_zmq_gbps", r.raw_gbps).add("ratio_vs_raw", r.gbps_per_worker / r.raw_gbps)
+                       .add("memcpy_gbps", r.memcpy_gbps).add("ratio_vs_memcpy", r.gbps_per_worker / r.memcpy_gbps)
                        .add("wrong", r.wrong).add("security", a.security)
                        .add("curve_gbps_per_worker", r.curve_gbps_per_worker).str()
         << (i + 1 < results.size() ? ",\n" : "\n");
@@ -150,6 +174,8 @@ int main(int argc, char** argv) {
   app.add_option("--json", a.json, "also write results to this JSON file");
   app.add_option("--security", a.security, "off, or curve: also the PS round with CURVE on (fresh keys)")
       ->check(CLI::IsMember({"off", "curve"}));
+  app.add_option("--wire-dtype", a.wire_dtype, "ps.wire_dtype of the PS rounds (raw ZeroMQ always moves SIZE bytes)")
+      ->check(CLI::IsMember({"float32", "bfloat16"}));
   CLI11_PARSE(app, argc, argv);
   std::string key_dir;
   if (a.security == "curve") {
@@ -165,16 +191,17 @@ int main(int argc, char** argv) {
     const std::size_t chunk = a.partition_bytes > 0 ? static_cast<std::size_t>(a.partition_bytes)
                                                     : (num_bytes + static_cast<std::size_t>(a.servers) - 1) / static_cast<std::size_t>(a.servers);
     // Raw and PS alternate, so that drift in this shared machine's load hits both alike.
-    std::vector<double> raws, pss, curves;
+    std::vector<double> raws, pss, curves, copies;
     int wrong = 0;
     for (int t = 0; t < a.trials; ++t) {
+      copies.push_back(memcpy_s(num_bytes, rounds));
       raws.push_back(raw_round_s(num_bytes, chunk, rounds, a.transport));
       const bench::PsRound round = bench::ps_pushpull_round(
-          num_bytes, rounds, bench::PsBenchOptions{a.workers, a.servers, a.partition_bytes, a.transport, ""});
+          num_bytes, rounds, bench::PsBenchOptions{a.workers, a.servers, a.partition_bytes, a.transport, "", a.wire_dtype});
       pss.push_back(round.seconds);
       wrong += round.wrong;
       if (!key_dir.empty()) {
-        bench::PsBenchOptions o{a.workers, a.servers, a.partition_bytes, a.transport, key_dir};
+        bench::PsBenchOptions o{a.workers, a.servers, a.partition_bytes, a.transport, key_dir, a.wire_dtype};
         const bench::PsRound c = bench::ps_pushpull_round(num_bytes, rounds, o);
         curves.push_back(c.seconds);
         wrong += c.wrong;
@@ -187,6 +214,7 @@ int main(int argc, char** argv) {
     r.gbps_per_worker = 2.0 * static_cast<double>(num_bytes) / ps / 1e9;
     r.total_gbps = r.gbps_per_worker * a.workers;
     r.raw_gbps = 2.0 * static_cast<double>(num_bytes) / raw / 1e9;
+    r.memcpy_gbps = static_cast<double>(num_bytes) / bench::median(copies) / 1e9;
     r.wrong = wrong;
     if (!curves.empty()) r.curve_gbps_per_worker = 2.0 * static_cast<double>(num_bytes) / bench::median(curves) / 1e9;
     results.push_back(r);

@@ -37,6 +37,7 @@ int run_worker(const pstrain::NodeArgs& args) {
   options.scheduler_endpoint = config.cluster.scheduler;
   options.cluster = config.cluster;
   options.partition_bytes = config.ps.partition_bytes;
+  options.wire_dtype = wire_dtype_of(config.ps.wire_dtype);
   options.requested_rank = rank;
   options.job_fingerprint = job_fingerprint(config.mode, config.ps.partition_bytes, servers, workers);
   TrafficCounters traffic;

@@ -25,11 +25,13 @@ SecurityContext security_for(const std::string& key_dir, Role role) {
 }
 
 std::string worker_rounds(const std::string& sched, const ClusterConfig& cluster, std::int64_t partition, int rank,
-                          const std::string& fp, const ParamLayout& layout, int rounds, const std::string& key_dir) {
+                          const std::string& fp, const ParamLayout& layout, int rounds, const std::string& key_dir,
+                          DType wire_dtype) {
   zmq::context_t ctx;
   const SecurityContext security = security_for(key_dir, Role::kWorker);
   WorkerSessionOptions options{sched, cluster, partition, rank, fp};
   options.security = &security;
+  options.wire_dtype = wire_dtype;
   WorkerSession session(ctx, options, layout);
   const auto num_elems = static_cast<std::size_t>(layout.total_elems());
   std::vector<float> params(num_elems, 0.0f), grads(num_elems, 1.0f);
@@ -99,7 +101,8 @@ PsRound ps_pushpull_round(std::size_t num_bytes, int rounds, const PsBenchOption
   }
   for (int w = 0; w < a.workers; ++w) {
     pids.push_back(spawn([&, w] {
-      const std::string line = worker_rounds(sched, cluster, partition, w, fp, layout, rounds, a.key_dir);
+      const std::string line =
+          worker_rounds(sched, cluster, partition, w, fp, layout, rounds, a.key_dir, wire_dtype_of(a.wire_dtype));
       return w != 0 || result_pipe.write_line(line) ? 0 : 1;
     }));
   }

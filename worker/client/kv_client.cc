@@ -1,8 +1,8 @@
 #include "worker/client/kv_client.h"
 
 #include <algorithm>
-#include <cstring>
 
+#include "common/bfloat16.h"
 #include "common/errors.h"
 #include "common/transport.h"
 
@@ -32,6 +32,11 @@ KVClient::KVClient(zmq::context_t& ctx, const ShardMap& map, const std::vector<s
     if (!options.token.empty()) sockets_.back().set(zmq::sockopt::routing_id, "w" + options.token);
     connect_socket(sockets_.back(), ep);
   }
+  if (options.wire_dtype != DType::kFloat32 && options.wire_dtype != DType::kBFloat16) {
+    throw ConfigError("kv client: wire dtype " + std::string(to_string(options.wire_dtype)) +
+                      " is not a tensor dtype (float32 or bfloat16)");
+  }
+  narrowed_.resize(map.chunks().size());
   trace_chunks_ = options.trace != nullptr && options.trace->enabled(TraceLevel::kAll);
   if (trace_chunks_) {
     for (std::size_t s = 0; s < server_endpoints.size(); ++s) {
@@ -89,8 +94,14 @@ KVClient::Ticket KVClient::start(MsgType type, std::span<const float> src, float
     h.step = step;
     h.lr = lr;
     if (skip) h.aux = kPushSkip;
+    if (type == MsgType::kPull) h.aux = static_cast<std::int64_t>(options_.wire_dtype);
     const auto offset = static_cast<std::size_t>(c.offset), count = static_cast<std::size_t>(c.num_elems);
-    Payload payload = type == MsgType::kPull || skip ? Payload() : Payload::floats(src.subspan(offset, count));
+    Payload payload;
+    if (type == MsgType::kPush && !skip && options_.wire_dtype == DType::kBFloat16) {
+      payload = narrow(key, src.subspan(offset, count));
+    } else if (type != MsgType::kPull && !skip) {
+      payload = Payload::floats(src.subspan(offset, count));
+    }
     send_message(sockets_[static_cast<std::size_t>(c.server)], nullptr, h, std::move(payload), options_.traffic);
     const MsgType expect = type == MsgType::kPush   ? MsgType::kPushReply
                            : type == MsgType::kPull ? MsgType::kPullReply
@@ -100,6 +111,14 @@ KVClient::Ticket KVClient::start(MsgType type, std::span<const float> src, float
     ++state.outstanding;
   }
   return ticket;
+}
+
+Payload KVClient::narrow(std::int64_t key, std::span<const float> values) {
+  std::shared_ptr<std::vector<std::uint16_t>>& buffer = narrowed_[static_cast<std::size_t>(key)];
+  if (!buffer || buffer.use_count() > 1) buffer = std::make_shared<std::vector<std::uint16_t>>(values.size());
+  buffer->resize(values.size());
+  to_bfloat16(values, *buffer);
+  return Payload::bfloat16(std::span<const std::uint16_t>(*buffer), buffer);
 }
 
 TicketResult KVClient::wait(Ticket ticket) {
@@ -175,7 +194,13 @@ void KVClient::complete(const Message& msg, std::size_t server) {
       throw ProtocolError("server " + std::to_string(server) + ": pull of chunk " + std::to_string(p.key) + " returned " +
                           std::to_string(h.num_elems) + " elements, expected " + std::to_string(c.num_elems));
     }
-    std::memcpy(p.pull_dest, msg.payload.data(), static_cast<std::size_t>(c.num_elems) * sizeof(float));
+    if (h.dtype != options_.wire_dtype) {
+      throw ProtocolError("server " + std::to_string(server) + ": pull of chunk " + std::to_string(p.key) +
+                          " answered in " + std::string(to_string(h.dtype)) + ", asked for " +
+                          std::string(to_string(options_.wire_dtype)));
+    }
+    // Straight into the caller's buffer (bfloat16: widened on the way).
+    msg.copy_floats_to(std::span<float>(p.pull_dest, static_cast<std::size_t>(c.num_elems)));
     if (state.first_version || h.version < state.result.min_version) state.result.min_version = h.version;
     state.result.max_parked_us = std::max(state.result.max_parked_us, h.aux);
     state.first_version = false;
@@ -195,13 +220,16 @@ void KVClient::trace_reply(const Pending& p, std::size_t server) {
   const std::int64_t end = options_.trace->now_us();
   const std::int64_t begin = std::max(p.sent_us, trace_track_end_[server]);
   trace_track_end_[server] = std::max(end, begin);
+  // Tensor bytes on the wire: init is always float32, pushes and pulls go in the wire dtype.
+  const auto element_bytes =
+      static_cast<std::int64_t>(p.expect == MsgType::kInitReply ? sizeof(float) : dtype_bytes(options_.wire_dtype));
   const char* name = p.skip ? "skip push"
                      : p.expect == MsgType::kPushReply ? "push"
                      : p.expect == MsgType::kPullReply ? "pull" : "init";
   options_.trace->record(trace_tracks_[server], name, "chunk", begin, end - begin,
                          {{"chunk", p.key},
                           {"server", static_cast<std::int64_t>(server)},
-                          {"bytes", p.skip ? 0 : map_.chunk(p.key).num_elems * static_cast<std::int64_t>(sizeof(float))},
+                          {"bytes", p.skip ? 0 : map_.chunk(p.key).num_elems * element_bytes},
                           {"latency_us", end - p.sent_us}});
 }
 

@@ -15,6 +15,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <unordered_map>
@@ -26,6 +27,7 @@
 #include "common/protocol.h"
 #include "common/scheduler_client.h"
 #include "common/shard_map.h"
+#include "common/transport.h"
 #include "common/traffic_counters.h"
 #include "common/trace.h"
 
@@ -43,6 +45,9 @@ struct KVClientOptions {
   // "pull" / "init", chunk, server, bytes, latency_us); null = none.
   TraceRecorder* trace = nullptr;
   const SecurityContext* security = nullptr;  // CURVE client keys (common/security.h); null = plain
+  // ps.wire_dtype: kFloat32, or kBFloat16 (pushes narrowed here, pull replies
+  // asked in bfloat16 and widened into the caller's buffer; init stays float32).
+  DType wire_dtype = DType::kFloat32;
 };
 
 // Per-ticket results: for pushes, the staleness the servers reported (async).
@@ -96,6 +101,7 @@ class KVClient {
   Ticket start(MsgType type, std::span<const float> src, float* dest, std::int64_t step, double lr,
                std::span<const std::int64_t> keys, bool skip = false);
   void check_flat(std::size_t num_elems, const char* op) const;
+  Payload narrow(std::int64_t key, std::span<const float> values);
   void receive_from(std::size_t server);
   void complete(const Message& msg, std::size_t server);
   void trace_reply(const Pending& p, std::size_t server);
@@ -110,6 +116,9 @@ class KVClient {
   std::unordered_map<std::uint64_t, Pending> pending_;      // request id -> request
   std::unordered_map<Ticket, TicketState> tickets_;
   std::vector<float> scratch_;
+  // bfloat16 pushes: per chunk, the narrowed gradient ZeroMQ sends zero-copy
+  // (reused once ZeroMQ has let go of it).
+  std::vector<std::shared_ptr<std::vector<std::uint16_t>>> narrowed_;
   bool trace_chunks_ = false;
   std::vector<std::uint32_t> trace_tracks_;     // per server
   std::vector<std::int64_t> trace_track_end_;   // per server: end of its last span

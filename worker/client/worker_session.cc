@@ -27,8 +27,15 @@ WorkerSession::WorkerSession(zmq::context_t& ctx, const WorkerSessionOptions& op
     kv_options.traffic = options.traffic;
     kv_options.trace = options.trace;
     kv_options.security = options.security;
+    kv_options.wire_dtype = options.wire_dtype;
     kv_ = std::make_unique<KVClient>(ctx, map_, info.server_endpoints, kv_options, &scheduler_);
   }
+}
+
+DType wire_dtype_of(const std::string& name) {
+  if (name == "float32") return DType::kFloat32;
+  if (name == "bfloat16") return DType::kBFloat16;
+  throw ConfigError("ps.wire_dtype: '" + name + "' is neither \"float32\" nor \"bfloat16\"");
 }
 
 void WorkerSession::run_reporting_failure(const std::function<void()>& body) {

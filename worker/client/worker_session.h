@@ -29,7 +29,11 @@ struct WorkerSessionOptions {
   TrafficCounters* traffic = nullptr;  // the node's byte counters (may be null; must outlive the session)
   TraceRecorder* trace = nullptr;  // the worker's timeline (per-chunk spans in the KV client); null = none
   const SecurityContext* security = nullptr;  // CURVE keys (common/security.h); null = plain; must outlive the session
+  DType wire_dtype = DType::kFloat32;  // ps.wire_dtype (wire_dtype_of below)
 };
+
+// ps.wire_dtype as the protocol's dtype; ConfigError for another name.
+DType wire_dtype_of(const std::string& name);
 
 class WorkerSession {
  public:
