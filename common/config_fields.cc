@@ -20,8 +20,8 @@ constexpr std::array<std::string_view, 3> kDecays{"none", "step", "cosine"};
 constexpr std::array<std::string_view, 3> kBackends{"auto", "gloo", "nccl"};
 constexpr std::array<std::string_view, 4> kLogLevels{"debug", "info", "warn", "error"};
 constexpr std::array<std::string_view, 3> kTraceLevels{"off", "steps", "all"};
-constexpr std::array<std::string_view, 7> kSections{"cluster",  "ps",         "workload", "optimizer",
-                                                    "schedule", "collective", "output"};
+constexpr std::array<std::string_view, 8> kSections{"cluster",  "ps",         "workload", "optimizer",
+                                                    "schedule", "collective", "output",   "checkpoint"};
 
 constexpr Rule any() { return Rule{}; }
 constexpr Rule at_least(double min) {
@@ -132,6 +132,9 @@ void visit_table(C& c, const V& v) {
   v("output", "log_level", &c.output.log_level, one_of(kLogLevels));
   v("output", "trace", &c.output.trace, one_of(kTraceLevels));
   v("output", "resource_interval_ms", &c.output.resource_interval_ms, between(0, 3600000));
+  v("checkpoint", "interval_steps", &c.checkpoint.interval_steps, at_least(0));
+  v("checkpoint", "keep", &c.checkpoint.keep, at_least(1));
+  v("checkpoint", "dir", &c.checkpoint.dir, any());
 }
 
 }  // namespace

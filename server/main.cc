@@ -6,6 +6,7 @@
 #include <fstream>
 #include <memory>
 
+#include "common/checkpoint.h"
 #include "common/errors.h"
 #include "common/log.h"
 #include "common/node_cli.h"
@@ -110,6 +111,10 @@ int main(int argc, char** argv) {
     o.job_fingerprint = pstrain::job_fingerprint(config.mode, config.ps.partition_bytes, config.cluster.num_servers,
                                                  config.cluster.num_workers);
     o.trace = &trace;
+    o.checkpoint_interval = config.checkpoint.interval_steps;
+    o.checkpoint_root = pstrain::checkpoint_root(config).string();
+    o.fingerprint = pstrain::checkpoint_fingerprint(config);
+    o.resume_dir = pstrain::resume_checkpoint(args, config, [&log](const std::string& m) { log.warn(m); });
     choose_endpoint(config, rank, o);
     pstrain::TrafficCounters traffic;
     std::unique_ptr<pstrain::ResourceSampler> sampler;  // from registration, when the rank is known

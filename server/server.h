@@ -41,6 +41,7 @@
 #include "common/shard_map.h"
 #include "common/traffic_counters.h"
 #include "common/trace.h"
+#include "server/checkpointing.h"
 #include "server/shard_store.h"
 
 namespace pstrain {
@@ -66,6 +67,14 @@ struct ServerOptions {
   // Level "all": a span per request (receive, finite check, sum, update,
   // reply inside it); null = none.
   TraceRecorder* trace = nullptr;
+  // Checkpoints (server/checkpointing.h): a part every checkpoint_interval
+  // steps under checkpoint_root (0 = none); resume_dir non-empty: the
+  // chunks start from that checkpoint, which must match `fingerprint` (the
+  // config's, the layout is added here).
+  std::int64_t checkpoint_interval = 0;
+  std::string checkpoint_root;
+  std::string resume_dir;
+  CheckpointFingerprint fingerprint;
 };
 
 class Server {
@@ -87,6 +96,7 @@ class Server {
   };
 
   void handle_request();
+  void start_checkpoints();  // server/checkpointing.h: the saver, and the restore on resume
   void serve(const zmq::message_t& from, const Message& msg);
   void reply_pull(const zmq::message_t& to, const Header& request, std::int64_t parked_us = 0);
   void answer_parked(std::int64_t key);
@@ -105,6 +115,7 @@ class Server {
   int rank_ = -1;
   ShardMap map_;
   std::unique_ptr<ShardStore> store_;
+  std::unique_ptr<ServerCheckpointer> checkpointer_;
   std::map<std::int64_t, std::vector<ParkedPull>> parked_;
   std::vector<float> scratch_;
   std::int64_t bad_requests_ = 0;

@@ -17,6 +17,7 @@ struct LaunchRequest {
   std::vector<std::string> overrides;  // "section.key=value", applied in order
   std::string run_dir;                 // empty: output.run_dir of the config
   std::filesystem::path bin_dir;       // holds pstrain-scheduler, -server, -worker
+  std::string resume;                  // --resume RUN_DIR (or a checkpoint); empty = a fresh run
 };
 
 struct LaunchPlan {
@@ -25,6 +26,11 @@ struct LaunchPlan {
   std::filesystem::path bin_dir;  // absolute
   int num_servers = 0;            // 0 with mode = "allreduce"
   int num_workers = 0;
+  // --resume: the checkpoint every node starts from, its step, and why newer
+  // ones were passed over ("step-N: why").
+  std::filesystem::path resume_dir;
+  std::int64_t resume_step = 0;
+  std::vector<std::string> resume_skipped;
 
   std::filesystem::path config_file() const { return run_dir / "config.toml"; }
   std::filesystem::path endpoint_file() const { return run_dir / "scheduler.endpoint"; }
@@ -36,6 +42,10 @@ struct LaunchPlan {
 // workload.batch_size fits a worker's shard of the training set, that every host in
 // cluster.server_hosts / worker_hosts is this machine, and that the node
 // programs exist in bin_dir.
+// With request.resume: the config defaults to RESUME/config.toml and the run
+// directory to RESUME; the newest complete checkpoint is chosen and must
+// match the config (ConfigError naming the differences, or saying that
+// there is no checkpoint).
 LaunchPlan plan_launch(const LaunchRequest& request);
 
 NodeSpec scheduler_spec(const LaunchPlan& plan);

@@ -90,7 +90,7 @@ class Launch {
         job_clock_(clock),
         status_(status_options(options_, plan_, job_clock_)),
         supervisor_(SupervisorOptions{plan_.run_dir / "logs", !options.quiet, stdout, 5, job_clock_,
-                                      [this] { status_.hide(); }},
+                                      [this] { status_.hide(); }, !plan_.resume_dir.empty()},
                     signals),
         start_(Clock::now()) {
     // Every process of the job measures time from this origin (common/job_clock.h).
@@ -375,7 +375,10 @@ int run_launch(const LaunchOptions& options) {
         ", which ended without releasing it");
   }
   try {
-    if (const KeptRun kept = keep_previous_run(plan.run_dir); kept.entries > 0) {
+    if (!plan.resume_dir.empty()) {  // resume: the run's files stay; metrics and logs go on
+      for (const std::string& skipped : plan.resume_skipped) say("passed over checkpoint " + skipped);
+      say("resuming from " + plan.resume_dir.string() + " (step " + std::to_string(plan.resume_step) + ")");
+    } else if (const KeptRun kept = keep_previous_run(plan.run_dir); kept.entries > 0) {
       say("kept the previous run's " + std::to_string(kept.entries) + " file(s) and folder(s) in " +
           kept.moved_to.string());
     }

@@ -17,6 +17,11 @@ class MetricsWriter {
  public:
   // An empty run_dir writes nothing (tests, benchmarks).
   MetricsWriter(const std::string& run_dir, const std::string& file_name);
+  // Resume (a checkpoint's worker part): the file is cut back to `keep_bytes`
+  // (its size when the checkpoint was taken: the records of steps after it
+  // are taken again) and appended to; elapsed_s() goes on from `time_offset_s`.
+  MetricsWriter(const std::string& run_dir, const std::string& file_name, std::int64_t keep_bytes,
+                double time_offset_s);
   ~MetricsWriter();
   MetricsWriter(const MetricsWriter&) = delete;
   MetricsWriter& operator=(const MetricsWriter&) = delete;
@@ -25,11 +30,14 @@ class MetricsWriter {
   double elapsed_s() const;
   void write(const JsonLine& line);
   const std::string& path() const { return path_; }
+  // Bytes in the file so far (0 when writing nothing).
+  std::int64_t size() const;
 
  private:
   std::string path_;
   std::FILE* file_ = nullptr;
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+  double time_offset_s_ = 0.0;
 };
 
 // Creates a directory and its parents; throws Error naming it on failure.
