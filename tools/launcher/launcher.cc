@@ -378,6 +378,11 @@ int run_launch(const LaunchOptions& options) {
     if (!plan.resume_dir.empty()) {  // resume: the run's files stay; metrics and logs go on
       for (const std::string& skipped : plan.resume_skipped) say("passed over checkpoint " + skipped);
       say("resuming from " + plan.resume_dir.string() + " (step " + std::to_string(plan.resume_step) + ")");
+      // What the interrupted run's end (or its scheduler) left: not this run's.
+      for (const std::filesystem::path& stale : {plan.endpoint_file(), plan.run_dir / "weights.bin", plan.run_dir / "summary.json",
+                                   plan.run_dir / "summary.md"}) {
+        std::filesystem::remove(stale);
+      }
     } else if (const KeptRun kept = keep_previous_run(plan.run_dir); kept.entries > 0) {
       say("kept the previous run's " + std::to_string(kept.entries) + " file(s) and folder(s) in " +
           kept.moved_to.string());

@@ -244,7 +244,7 @@ TrainResult run_ps_worker(const RunConfig& config, WorkerSession& session, Workl
       log, metrics, L.result.images,
       [&](std::span<const std::int64_t> batch, std::int64_t s, int epoch, double lr) {
         const double loss = train_step(L, batch, s, epoch, lr);
-        if (checkpoint_due(config, s + 1, driver.total_steps())) take_checkpoint(L, s + 1);
+        if (checkpoint_due(config, s + 1)) take_checkpoint(L, s + 1);
         return loss;
       },
       [&](std::int64_t s, int epoch, bool last) {

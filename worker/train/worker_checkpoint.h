@@ -53,10 +53,13 @@ std::string complete_checkpoint(const RunConfig& config, std::int64_t step, std:
 WorkerCheckpoint read_worker_part(const std::filesystem::path& dir, int rank, const RunConfig& config,
                                   std::int64_t num_params);
 
-// Whether a checkpoint is due after `steps_done` steps (not after the last).
-inline bool checkpoint_due(const RunConfig& config, std::int64_t steps_done, std::int64_t total_steps) {
+// Whether a checkpoint is due after `steps_done` steps. Also after the last
+// step when it falls on the interval (a run stopped by max_steps can then go
+// on with a larger one; the servers, which do not know the run's length,
+// save that step anyway).
+inline bool checkpoint_due(const RunConfig& config, std::int64_t steps_done) {
   const std::int64_t every = config.checkpoint.interval_steps;
-  return every > 0 && steps_done > 0 && steps_done < total_steps && steps_done % every == 0;
+  return every > 0 && steps_done > 0 && steps_done % every == 0;
 }
 
 }  // namespace pstrain
