@@ -19,7 +19,10 @@ int run_worker(const pstrain::NodeArgs& args) {
   using namespace pstrain;
   const RunConfig config = load_node_config(args);
   check_scheduler_known(config, "worker");
-  if (config.mode == Mode::kAllreduce) return run_allreduce_node(config, args.rank);
+  const std::string resume_dir = resume_checkpoint(args, config, [](const std::string& m) {
+    std::fprintf(stderr, "pstrain-worker: %s\n", m.c_str());
+  });
+  if (config.mode == Mode::kAllreduce) return run_allreduce_node(config, args.rank, resume_dir);
   const int servers = config.cluster.num_servers, workers = config.cluster.num_workers;
   const int rank = args.rank >= 0 ? args.rank : role_rank_from_launcher(1 + servers, workers, "worker");
   Logger log(rank >= 0 ? "worker " + std::to_string(rank) : "worker", parse_log_level(config.output.log_level));
@@ -50,7 +53,6 @@ int run_worker(const pstrain::NodeArgs& args) {
   const auto sampler = start_resource_sampler(config.output, "worker", session.rank(), &traffic, log,
                                               cuda_device_index(*workload.backend));
   session.run_reporting_failure([&] {
-    const std::string resume_dir = resume_checkpoint(args, config, [&log](const std::string& m) { log.warn(m); });
     std::optional<WorkerCheckpoint> resume;
     if (!resume_dir.empty()) {
       resume = read_worker_part(resume_dir, session.rank(), config, workload.model->num_params());

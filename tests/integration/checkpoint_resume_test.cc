@@ -173,3 +173,38 @@ TEST_CASE("async: a resumed run goes on to its end and exits 0") {
   REQUIRE(steps.size() == 20);
   CHECK(steps.back() == 19);
 }
+
+TEST_CASE("allreduce: stopped after 10 steps and resumed to 16 == 16 steps at once (worker 0's model and optimizer)") {
+  it::TempDir dir;
+  const auto config = it::kSourceDir / "configs" / "tiny_allreduce.toml";
+  const auto run_with = [&](const it::fs::path& run, const char* max_steps) {
+    auto args = it::launch_args(config, run);
+    const std::vector<std::string> sets{"workload.seed=3", "checkpoint.interval_steps=4",
+                                        std::string("workload.max_steps=") + max_steps};
+    for (const std::string& s : sets) args.insert(args.end(), {"--set", s});
+    args.push_back("--quiet");
+    return it::run_launch(args, dir.path());
+  };
+  const auto whole = dir.path() / "whole";
+  const it::Result a = run_with(whole, "16");
+  INFO(a.output);
+  REQUIRE(a.exit.code == 0);
+  const auto run = dir.path() / "stopped";
+  const it::Result b = run_with(run, "10");
+  INFO(b.output);
+  REQUIRE(b.exit.code == 0);
+  REQUIRE(it::fs::exists(run / "checkpoints/step-00000008/worker-0.ckpt"));
+  CHECK(it::fs::file_size(run / "checkpoints/step-00000008/worker-0.ckpt") >
+        10 * it::fs::file_size(run / "checkpoints/step-00000008/worker-1.ckpt"));  // the model is in worker 0's
+  const it::Result c = it::run_launch(resume_args(run, {"workload.max_steps=16"}), dir.path());
+  INFO(c.output);
+  REQUIRE(c.exit.code == 0);
+  CHECK(it::contains(c.output, "(step 8)"));
+  const double diff = relative_difference(pstrain::read_weights(pstrain::weights_path(whole.string())),
+                                          pstrain::read_weights(pstrain::weights_path(run.string())));
+  MESSAGE("max relative difference, resumed vs at once: " << diff);
+  CHECK(diff < 1e-5);
+  const std::vector<long> steps = step_records(run / "metrics/worker-1.jsonl");
+  REQUIRE(steps.size() == 16);
+  CHECK(steps.back() == 15);
+}

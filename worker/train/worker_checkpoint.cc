@@ -22,10 +22,10 @@ fs::path write_worker_part(const RunConfig& config, int rank, const WorkerCheckp
   part.put_f64("pull_s", r.pull_s);
   part.put_f64("push_s", r.push_s);
   part.put_f64("blocked_s", r.blocked_s);
+  part.put_i64("optimizer_steps", s.optimizer_steps);
   if (!s.params.empty()) {
     part.put_f32s("params", s.params);
     part.put_f32s("optimizer", s.optimizer_state);
-    part.put_i64("optimizer_steps", s.optimizer_steps);
   }
   const fs::path dir = checkpoint_root(config) / checkpoint_dir_name(s.step);
   write_checkpoint_part(dir, worker_part_name(rank), part);
@@ -74,10 +74,10 @@ WorkerCheckpoint read_worker_part(const fs::path& dir, int rank, const RunConfig
   s.result.pull_s = part.f64("pull_s");
   s.result.push_s = part.f64("push_s");
   s.result.blocked_s = part.f64("blocked_s");
+  s.optimizer_steps = part.i64("optimizer_steps");
   if (part.has("params")) {
     s.params = part.f32s("params");
     s.optimizer_state = part.f32s("optimizer");
-    s.optimizer_steps = part.i64("optimizer_steps");
   }
   return s;
 }

@@ -31,10 +31,10 @@ struct WorkerCheckpoint {
   double time_s = 0.0;             // the metrics clock then
   std::int64_t metrics_bytes = 0;  // the metrics file's size then
   TrainResult result;              // counters so far
-  // Allreduce, worker 0: the model and the optimizer (empty otherwise).
+  std::int64_t optimizer_steps = 0;  // allreduce: the local optimizer's steps (every worker)
+  // Allreduce, worker 0: the replicated model and optimizer state (empty otherwise).
   std::vector<float> params;
   std::vector<float> optimizer_state;
-  std::int64_t optimizer_steps = 0;
 };
 
 // "worker-2.ckpt".
