@@ -537,6 +537,18 @@ std::vector<fs::path> prune_checkpoints(const fs::path& root, int keep) {
   return removed;
 }
 
+std::vector<fs::path> remove_checkpoints_after(const fs::path& root, std::int64_t step) {
+  std::vector<fs::path> removed;
+  for (const auto& [s, dir] : step_dirs(root)) {
+    if (s <= step) continue;
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+    if (ec) throw Error("cannot remove " + dir.string() + ": " + ec.message());
+    removed.push_back(dir);
+  }
+  return removed;
+}
+
 FoundCheckpoint resolve_resume(const fs::path& path, const RunConfig& config, std::vector<std::string>* skipped) {
   std::error_code ec;
   if (!fs::is_directory(path, ec)) throw CheckpointError("--resume " + path.string() + ": no such directory");

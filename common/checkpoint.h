@@ -138,6 +138,10 @@ std::optional<FoundCheckpoint> find_newest_checkpoint(const std::filesystem::pat
 // the directories removed.
 std::vector<std::filesystem::path> prune_checkpoints(const std::filesystem::path& root, int keep);
 
+// Removes every step-* directory under `root` newer than `step` (resume: a
+// timeline that was abandoned). Returns the directories removed.
+std::vector<std::filesystem::path> remove_checkpoints_after(const std::filesystem::path& root, std::int64_t step);
+
 // What `--resume PATH` names: a checkpoint directory (has manifest.json or is
 // called step-*), a checkpoint root (holds step-*), or a run directory
 // (PATH/checkpoints, else `config`'s checkpoint root). Returns the checkpoint

@@ -188,6 +188,18 @@ TEST_CASE("pruning keeps the newest `keep` complete checkpoints and anything new
   CHECK(fs::exists(unfinished));
 }
 
+TEST_CASE("resume removes the checkpoints newer than the one it starts from") {
+  TempDir tmp;
+  const RunConfig config = tiny_config(tmp.path);
+  const fs::path root = checkpoint_root(config);
+  for (const std::int64_t step : {4, 8, 12}) make_checkpoint(config, step);
+  const auto removed = remove_checkpoints_after(root, 4);
+  CHECK(removed.size() == 2);
+  CHECK(fs::exists(root / "step-00000004"));
+  CHECK_FALSE(fs::exists(root / "step-00000008"));
+  CHECK_FALSE(fs::exists(root / "step-00000012"));
+}
+
 TEST_CASE("the fingerprint names every difference") {
   RunConfig a;
   RunConfig b = a;

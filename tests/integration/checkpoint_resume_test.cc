@@ -111,6 +111,8 @@ TEST_CASE("sync: killed with kill -9 and resumed == never interrupted (newest ch
   CHECK(it::contains(b.output, "resuming from " + (run / "checkpoints" / pstrain::checkpoint_dir_name(newest_step - 4)).string() +
                                    " (step " + std::to_string(newest_step - 4) + ")"));
   CHECK_FALSE(it::contains(b.output, ".prev-"));  // the run was not moved away
+  CHECK(it::contains(b.output, "removed " + (run / "checkpoints" / skipped_name).string() +
+                                   " (newer than the checkpoint resumed from)"));
 
   const auto expected = pstrain::read_weights(pstrain::weights_path(whole.string()));
   const auto resumed = pstrain::read_weights(pstrain::weights_path(run.string()));

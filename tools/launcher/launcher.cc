@@ -10,6 +10,7 @@
 #include <string>
 #include <string_view>
 
+#include "common/checkpoint.h"
 #include "common/errors.h"
 #include "common/job_clock.h"
 #include "common/log.h"
@@ -378,6 +379,11 @@ int run_launch(const LaunchOptions& options) {
     if (!plan.resume_dir.empty()) {  // resume: the run's files stay; metrics and logs go on
       for (const std::string& skipped : plan.resume_skipped) say("passed over checkpoint " + skipped);
       say("resuming from " + plan.resume_dir.string() + " (step " + std::to_string(plan.resume_step) + ")");
+      // Newer checkpoints (unusable ones, or one the resumed run will write again) belong to
+      // the interrupted timeline: gone, so that no later resume can mix the two.
+      for (const std::filesystem::path& dir : remove_checkpoints_after(plan.resume_dir.parent_path(), plan.resume_step)) {
+        say("removed " + dir.string() + " (newer than the checkpoint resumed from)");
+      }
       // What the interrupted run's end (or its scheduler) left: not this run's.
       for (const std::filesystem::path& stale : {plan.endpoint_file(), plan.run_dir / "weights.bin", plan.run_dir / "summary.json",
                                    plan.run_dir / "summary.md"}) {
