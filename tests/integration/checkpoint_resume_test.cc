@@ -210,3 +210,34 @@ TEST_CASE("allreduce: stopped after 10 steps and resumed to 16 == 16 steps at on
   REQUIRE(steps.size() == 16);
   CHECK(steps.back() == 15);
 }
+
+TEST_CASE("continue: checkpoints go on without a dropped worker; resumed, it rejoins at the checkpoint's step") {
+  it::TempDir dir;
+  const auto run = dir.path() / "run";
+  // 3 workers: 1024 / 3 samples each, 11 steps an epoch, 33 in 3 epochs; a checkpoint every 4.
+  it::LaunchProcess p(ckpt_args(run, {"cluster.workers=3", "cluster.on_worker_failure=continue",
+                                      "cluster.heartbeat_timeout_ms=1500", "workload.straggler_rank=2",
+                                      "workload.straggler_slowdown=3"}),
+                      dir.path() / "out.txt");
+  const bool reached = it::wait_until(
+      [&] { return it::fs::exists(run / "checkpoints/step-00000004/manifest.json"); }, 180s);
+  INFO(p.output());
+  REQUIRE(reached);
+  REQUIRE(kill(it::read_pids(run).at("worker-1"), SIGKILL) == 0);
+  const auto exit = p.wait(240s);
+  REQUIRE(exit.has_value());
+  CHECK(exit->code == 0);
+  const auto last = pstrain::find_newest_checkpoint(run / "checkpoints");
+  REQUIRE(last.has_value());
+  CHECK(last->manifest.step == 32);
+  CHECK_FALSE(it::fs::exists(last->dir / "worker-1.ckpt"));
+  CHECK(it::contains(it::read_file(run / "logs/worker-0.log"), "no part of dropped worker(s) 1"));
+
+  const it::Result b = it::run_launch(resume_args(run, {"workload.epochs=4"}), dir.path());
+  INFO(b.output);
+  CHECK(b.exit.code == 0);
+  CHECK(it::contains(b.output, "(step 32)"));
+  const std::vector<long> steps = step_records(run / "metrics/worker-1.jsonl");
+  REQUIRE_FALSE(steps.empty());
+  CHECK(steps.back() == 43);
+}

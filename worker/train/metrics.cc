@@ -29,7 +29,7 @@ MetricsWriter::MetricsWriter(const std::string& run_dir, const std::string& file
   make_directories(run_dir + "/metrics");
   path_ = run_dir + "/metrics/" + file_name;
   std::error_code ec;
-  if (std::filesystem::exists(path_, ec) &&
+  if (keep_bytes >= 0 && std::filesystem::exists(path_, ec) &&
       static_cast<std::int64_t>(std::filesystem::file_size(path_, ec)) > keep_bytes) {
     std::filesystem::resize_file(path_, static_cast<std::uintmax_t>(keep_bytes), ec);
     if (ec) throw Error("cannot cut " + path_ + " back to its checkpoint's size: " + ec.message());

@@ -19,7 +19,7 @@ class MetricsWriter {
   MetricsWriter(const std::string& run_dir, const std::string& file_name);
   // Resume (a checkpoint's worker part): the file is cut back to `keep_bytes`
   // (its size when the checkpoint was taken: the records of steps after it
-  // are taken again) and appended to; elapsed_s() goes on from `time_offset_s`.
+  // are taken again; -1 = not cut) and appended to; elapsed_s() goes on from `time_offset_s`.
   MetricsWriter(const std::string& run_dir, const std::string& file_name, std::int64_t keep_bytes,
                 double time_offset_s);
   ~MetricsWriter();

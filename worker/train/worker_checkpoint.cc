@@ -1,5 +1,6 @@
 #include "worker/train/worker_checkpoint.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 
@@ -38,7 +39,15 @@ std::string complete_checkpoint(const RunConfig& config, std::int64_t step, std:
   const fs::path dir = root / checkpoint_dir_name(step);
   std::vector<std::string> parts;
   for (int s = 0; s < num_servers; ++s) parts.push_back("server-" + std::to_string(s) + ".ckpt");
-  for (int w = 0; w < config.cluster.num_workers; ++w) parts.push_back(worker_part_name(w));
+  std::string missing;  // workers dropped by the failure policy write no part
+  for (int w = 0; w < config.cluster.num_workers; ++w) {
+    std::error_code ec;
+    if (fs::exists(dir / worker_part_name(w), ec)) {
+      parts.push_back(worker_part_name(w));
+    } else {
+      missing += (missing.empty() ? "" : ", ") + std::to_string(w);
+    }
+  }
   const CheckpointManifest m = write_checkpoint_manifest(dir, step, checkpoint_fingerprint(config, num_params), parts);
   const std::vector<fs::path> removed = prune_checkpoints(root, config.checkpoint.keep);
   std::int64_t bytes = 0;
@@ -48,7 +57,9 @@ std::string complete_checkpoint(const RunConfig& config, std::int64_t step, std:
   std::snprintf(line, sizeof(line), "checkpoint %s complete: %zu parts, %.1f MB, manifest in %.1f ms%s",
                 dir.string().c_str(), m.parts.size(), static_cast<double>(bytes) / 1e6, ms,
                 removed.empty() ? "" : ("; pruned " + std::to_string(removed.size()) + " older").c_str());
-  return line;
+  std::string text = line;
+  if (!missing.empty()) text += "; no part of dropped worker(s) " + missing;
+  return text;
 }
 
 WorkerCheckpoint read_worker_part(const fs::path& dir, int rank, const RunConfig& config, std::int64_t num_params) {
@@ -57,8 +68,16 @@ WorkerCheckpoint read_worker_part(const fs::path& dir, int rank, const RunConfig
       !diff.empty()) {
     throw ConfigError("cannot resume from " + dir.string() + ": it was written for another job: " + diff);
   }
-  const CheckpointPart part = read_checkpoint_part(dir, worker_part_name(rank));
   WorkerCheckpoint s;
+  const bool listed = std::any_of(m.parts.begin(), m.parts.end(),
+                                  [&](const CheckpointPartInfo& p) { return p.name == worker_part_name(rank); });
+  if (!listed) {  // dropped before the checkpoint: it starts at the checkpoint's step with fresh counters
+    s.step = m.step;
+    s.dropout_step = static_cast<std::uint64_t>(m.step);
+    s.metrics_bytes = -1;
+    return s;
+  }
+  const CheckpointPart part = read_checkpoint_part(dir, worker_part_name(rank));
   s.step = part.i64("step");
   if (s.step != m.step) {
     throw CheckpointError(part.what + ": step " + std::to_string(s.step) + ", the manifest's is " + std::to_string(m.step));

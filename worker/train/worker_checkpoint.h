@@ -29,7 +29,7 @@ struct WorkerCheckpoint {
   std::int64_t step = 0;           // steps completed by every worker
   std::uint64_t dropout_step = 0;  // nn::Model::dropout_step()
   double time_s = 0.0;             // the metrics clock then
-  std::int64_t metrics_bytes = 0;  // the metrics file's size then
+  std::int64_t metrics_bytes = 0;  // the metrics file's size then; -1: unknown (keep the file whole)
   TrainResult result;              // counters so far
   std::int64_t optimizer_steps = 0;  // allreduce: the local optimizer's steps (every worker)
   // Allreduce, worker 0: the replicated model and optimizer state (empty otherwise).
@@ -49,7 +49,9 @@ std::string complete_checkpoint(const RunConfig& config, std::int64_t step, std:
 
 // Reads worker `rank`'s part of checkpoint `dir` after checking the
 // manifest's fingerprint against the config's (ConfigError naming the
-// differences) and the part's size and CRC-32 (CheckpointError).
+// differences) and the part's size and CRC-32 (CheckpointError). A worker
+// the failure policy had dropped has no part: it starts at the checkpoint's
+// step with fresh counters (metrics_bytes -1).
 WorkerCheckpoint read_worker_part(const std::filesystem::path& dir, int rank, const RunConfig& config,
                                   std::int64_t num_params);
 
