@@ -126,6 +126,15 @@ struct SecurityConfig {
   bool operator==(const SecurityConfig&) const = default;
 };
 
+// Periodic checkpoints (common/checkpoint.h; docs/architecture.md "Checkpoints").
+struct CheckpointConfig {
+  std::int64_t interval_steps = 0;        // a checkpoint after every this many steps; 0 = off
+  int keep = 2;                           // complete checkpoints kept (older ones pruned)
+  std::string dir;                        // empty = RUN_DIR/checkpoints
+
+  bool operator==(const CheckpointConfig&) const = default;
+};
+
 struct RunConfig {
   std::string source_path;                // file it was read from ("" if built in code)
   Mode mode = Mode::kSync;
@@ -137,6 +146,7 @@ struct RunConfig {
   CollectiveConfig collective;
   OutputConfig output;
   SecurityConfig security;
+  CheckpointConfig checkpoint;
 
   bool operator==(const RunConfig&) const = default;
 };

@@ -22,8 +22,8 @@ constexpr std::array<std::string_view, 3> kBackends{"auto", "gloo", "nccl"};
 constexpr std::array<std::string_view, 4> kLogLevels{"debug", "info", "warn", "error"};
 constexpr std::array<std::string_view, 3> kTraceLevels{"off", "steps", "all"};
 constexpr std::array<std::string_view, 2> kSecurityModes{"off", "curve"};
-constexpr std::array<std::string_view, 8> kSections{"cluster",  "ps",         "workload", "optimizer",
-                                                    "schedule", "collective", "output",   "security"};
+constexpr std::array<std::string_view, 9> kSections{"cluster",  "ps",     "workload", "optimizer", "schedule",
+                                                    "collective", "output", "security", "checkpoint"};
 
 constexpr Rule any() { return Rule{}; }
 constexpr Rule at_least(double min) {
@@ -138,6 +138,9 @@ void visit_table(C& c, const V& v) {
   v("output", "resource_interval_ms", &c.output.resource_interval_ms, between(0, 3600000));
   v("security", "mode", &c.security.mode, one_of(kSecurityModes));
   v("security", "key_dir", &c.security.key_dir, any());
+  v("checkpoint", "interval_steps", &c.checkpoint.interval_steps, at_least(0));
+  v("checkpoint", "keep", &c.checkpoint.keep, at_least(1));
+  v("checkpoint", "dir", &c.checkpoint.dir, any());
 }
 
 }  // namespace

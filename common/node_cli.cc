@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "common/checkpoint.h"
 #include "common/errors.h"
 
 namespace pstrain {
@@ -14,6 +15,23 @@ void add_node_options(CLI::App& app, NodeArgs& args) {
   app.add_option("--set", args.overrides, "override a config key: section.key=value (repeatable)");
   app.add_option("--rank", args.rank, "this node's rank within its role (default: from the launcher or assigned)");
   app.add_option("--scheduler", args.scheduler, "scheduler endpoint (overrides cluster.scheduler)");
+  app.add_option("--resume", args.resume,
+                 "start from a checkpoint: a step-N directory, or a run directory / checkpoint root (its newest "
+                 "complete checkpoint)");
+}
+
+std::string resume_checkpoint(const NodeArgs& args, const RunConfig& config,
+                              const std::function<void(const std::string&)>& say) {
+  if (args.resume.empty()) return "";
+  std::vector<std::string> skipped;
+  try {
+    const FoundCheckpoint found = resolve_resume(args.resume, config, &skipped);
+    for (const std::string& s : skipped) say("passed over checkpoint " + s);
+    return found.dir.string();
+  } catch (const CheckpointError& e) {
+    for (const std::string& s : skipped) say("passed over checkpoint " + s);
+    throw ConfigError(e.what());
+  }
 }
 
 RunConfig load_node_config(const NodeArgs& args) {

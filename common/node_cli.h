@@ -8,6 +8,10 @@
 //                         else assigned by the scheduler
 //   --scheduler ENDPOINT  overrides cluster.scheduler (the launcher passes the
 //                         scheduler's actual port when the config says port 0)
+//   --resume PATH         (servers, workers) start from a checkpoint: PATH is
+//                         a checkpoint directory (step-N), a checkpoint root or
+//                         a run directory (its newest complete checkpoint);
+//                         every node of the job must be given the same one
 //
 // The launchers' environment (torchrun, SLURM, Open MPI, MPICH/PMI, PMIx):
 //
@@ -46,6 +50,7 @@ struct NodeArgs {
   std::vector<std::string> overrides;
   int rank = -1;
   std::string scheduler;
+  std::string resume;  // --resume PATH; empty = a fresh start
 };
 
 void add_node_options(CLI::App& app, NodeArgs& args);
@@ -53,6 +58,12 @@ void add_node_options(CLI::App& app, NodeArgs& args);
 // (--scheduler, else MASTER_ADDR/MASTER_PORT) and, when the rank comes from
 // the environment, the WORLD_SIZE check.
 RunConfig load_node_config(const NodeArgs& args);
+
+// The checkpoint directory --resume names (common/checkpoint.h,
+// resolve_resume), or "" without --resume; each newer checkpoint passed over
+// is told to `say` with the reason. ConfigError when there is none to use.
+std::string resume_checkpoint(const NodeArgs& args, const RunConfig& config,
+                              const std::function<void(const std::string&)>& say);
 
 // The environment variables holding a launcher's global rank, in precedence order.
 inline constexpr const char* kRankEnvVars[] = {"RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK",

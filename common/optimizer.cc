@@ -42,6 +42,14 @@ void check_step_args(std::int64_t num_elems, std::span<float> w, std::span<const
   }
 }
 
+void check_state_size(const char* name, std::size_t given, std::size_t expected) {
+  if (given != expected) {
+    throw ConfigError(std::string("optimizer ") + name + ": saved state has " + std::to_string(given) +
+                      " values, this optimizer keeps " + std::to_string(expected) +
+                      " (was the checkpoint written with other optimizer settings?)");
+  }
+}
+
 class Sgd final : public Optimizer {
  public:
   Sgd(const OptimizerConfig& config, std::int64_t num_elems)
@@ -59,6 +67,12 @@ class Sgd final : public Optimizer {
 
   std::int64_t num_elems() const override { return num_elems_; }
   std::int64_t steps_taken() const override { return steps_taken_; }
+  std::vector<float> state() const override { return velocity_; }
+  void set_state(std::span<const float> state, std::int64_t steps_taken) override {
+    check_state_size("sgd", state.size(), velocity_.size());
+    velocity_.assign(state.begin(), state.end());
+    steps_taken_ = steps_taken;
+  }
 
  private:
   OptimizerConfig config_;
@@ -85,6 +99,17 @@ class Adam final : public Optimizer {
 
   std::int64_t num_elems() const override { return num_elems_; }
   std::int64_t steps_taken() const override { return steps_taken_; }
+  std::vector<float> state() const override {
+    std::vector<float> s(m_);
+    s.insert(s.end(), v_.begin(), v_.end());
+    return s;
+  }
+  void set_state(std::span<const float> state, std::int64_t steps_taken) override {
+    check_state_size("adam", state.size(), m_.size() + v_.size());
+    std::copy(state.begin(), state.begin() + static_cast<std::ptrdiff_t>(m_.size()), m_.begin());
+    std::copy(state.begin() + static_cast<std::ptrdiff_t>(m_.size()), state.end(), v_.begin());
+    steps_taken_ = steps_taken;
+  }
 
  private:
   OptimizerConfig config_;

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <vector>
 
 #include "common/config.h"
 
@@ -21,6 +22,11 @@ class Optimizer {
   virtual void step(std::span<float> w, std::span<const float> g, double lr) = 0;
   virtual std::int64_t num_elems() const = 0;
   virtual std::int64_t steps_taken() const = 0;
+  // The optimizer's state for a checkpoint (sgd: the velocity, empty without
+  // momentum; adam: the first then the second moments), and its restore:
+  // ConfigError when `state` has another size than state() would.
+  virtual std::vector<float> state() const = 0;
+  virtual void set_state(std::span<const float> state, std::int64_t steps_taken) = 0;
 };
 
 // The optimizer the servers run for `config`: as configured, except in async

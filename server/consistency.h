@@ -85,6 +85,14 @@ class ConsistencyPolicy {
   virtual std::int64_t clock_gap(std::size_t chunk, std::int64_t step) const = 0;
 
   bool live(int worker) const { return live_.at(static_cast<std::size_t>(worker)); }
+  // Checkpoints: the slowest live worker's clock of a chunk (sync: its
+  // version), each worker's clock, and setting them back on resume (only at
+  // a cut: no push of a later step may be buffered).
+  std::int64_t slowest_clock(std::size_t chunk) const { return min_live_clock(chunk); }
+  std::int64_t worker_clock(std::size_t chunk, int worker) const { return clock(chunk, worker); }
+  void restore_clock(std::size_t chunk, int worker, std::int64_t clock_value) {
+    last_step_.at(chunk).at(static_cast<std::size_t>(worker)) = clock_value - 1;
+  }
   int num_live() const { return num_live_; }
 
  protected:

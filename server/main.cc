@@ -8,6 +8,7 @@
 #include <fstream>
 #include <memory>
 
+#include "common/checkpoint.h"
 #include "common/errors.h"
 #include "common/log.h"
 #include "common/node_cli.h"
@@ -120,6 +121,10 @@ int main(int argc, char** argv) {
     o.trace = &trace;
     const auto security = pstrain::SecurityContext::load(config.security, pstrain::Role::kServer);
     o.security = &security;
+    o.checkpoint_interval = config.checkpoint.interval_steps;
+    o.checkpoint_root = pstrain::checkpoint_root(config).string();
+    o.fingerprint = pstrain::checkpoint_fingerprint(config);
+    o.resume_dir = pstrain::resume_checkpoint(args, config, [&log](const std::string& m) { log.warn(m); });
     choose_endpoint(config, rank, o);
     pstrain::TrafficCounters traffic;
     std::unique_ptr<pstrain::ResourceSampler> sampler;  // from registration, when the rank is known

@@ -52,6 +52,7 @@ void Server::run() {
       worker_of_connection_["w" + info.worker_tokens[w]] = static_cast<int>(w);
     }
     store_->set_trace(options_.trace);
+    start_checkpoints();
     if (options_.trace != nullptr) options_.trace->set_process("server", rank_);
     log_.info("listening on " + endpoint_ + "; holds " + std::to_string(map_.chunks_of(rank_).size()) + " chunks (" +
               std::to_string(map_.bytes_of(rank_)) + " bytes); " + map_.summary());
@@ -86,6 +87,15 @@ void Server::run() {
     scheduler.report_failure("server " + std::to_string(rank_) + ": " + e.what());
     throw;
   }
+}
+
+void Server::start_checkpoints() {
+  checkpointer_ = std::make_unique<ServerCheckpointer>(options_.checkpoint_interval, options_.checkpoint_root, log_);
+  checkpointer_->set_rank(rank_);
+  if (options_.resume_dir.empty()) return;
+  CheckpointFingerprint fingerprint = options_.fingerprint;
+  fingerprint.fields.emplace_back("parameters", std::to_string(map_.total_elems()));
+  restore_server(*store_, options_.resume_dir, rank_, fingerprint, log_);
 }
 
 namespace {
@@ -220,6 +230,7 @@ void Server::serve(const zmq::message_t& from, const Message& msg) {
       const bool skip = h.aux == kPushSkip;
       const PushOutcome out = skip ? store_->skip(h.sender, h.key, h.step)
                                    : store_->push(h.sender, h.key, h.step, msg.float_payload(scratch_), h.lr);
+      checkpointer_->after_push(*store_, h.key);  // before the reply: see server/checkpointing.h
       Header r = h;
       r.type = MsgType::kPushReply;
       r.version = out.version;

@@ -42,6 +42,7 @@
 #include "common/shard_map.h"
 #include "common/traffic_counters.h"
 #include "common/trace.h"
+#include "server/checkpointing.h"
 #include "server/shard_store.h"
 
 namespace pstrain {
@@ -70,6 +71,14 @@ struct ServerOptions {
   // CURVE on (common/security.h): the socket is a CURVE server admitting the
   // workers' key only, the link to the scheduler a CURVE client. Null = off.
   const SecurityContext* security = nullptr;
+  // Checkpoints (server/checkpointing.h): a part every checkpoint_interval
+  // steps under checkpoint_root (0 = none); resume_dir non-empty: the
+  // chunks start from that checkpoint, which must match `fingerprint` (the
+  // config's, the layout is added here).
+  std::int64_t checkpoint_interval = 0;
+  std::string checkpoint_root;
+  std::string resume_dir;
+  CheckpointFingerprint fingerprint;
 };
 
 class Server {
@@ -91,6 +100,7 @@ class Server {
   };
 
   void handle_request();
+  void start_checkpoints();  // server/checkpointing.h: the saver, and the restore on resume
   void serve(const zmq::message_t& from, const Message& msg);
   void reply_pull(const zmq::message_t& to, const Header& request, std::int64_t parked_us = 0);
   void answer_parked(std::int64_t key);
@@ -110,6 +120,7 @@ class Server {
   int rank_ = -1;
   ShardMap map_;
   std::unique_ptr<ShardStore> store_;
+  std::unique_ptr<ServerCheckpointer> checkpointer_;
   std::map<std::int64_t, std::vector<ParkedPull>> parked_;
   std::vector<float> scratch_;
   // Pull replies in bfloat16 (ps.wire_dtype): per chunk, the weights of

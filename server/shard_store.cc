@@ -198,4 +198,50 @@ std::vector<std::int64_t> ShardStore::drop_worker(int worker) {
   return advanced;
 }
 
+std::int64_t ShardStore::slowest_clock(std::int64_t key) const {
+  return policy_->slowest_clock(position(key, "checkpoint"));
+}
+
+std::vector<std::int64_t> ShardStore::keys() const {
+  std::vector<std::int64_t> out;
+  for (const ChunkState& c : chunks_) out.push_back(c.key);
+  return out;
+}
+
+ChunkCheckpoint ShardStore::save_chunk(std::int64_t key) const {
+  const std::size_t at = position(key, "checkpoint");
+  const ChunkState& c = chunks_[at];
+  ChunkCheckpoint out;
+  out.key = key;
+  out.version = c.version;
+  out.weights = *c.weights;
+  out.optimizer_state = c.optimizer->state();
+  out.optimizer_steps = c.optimizer->steps_taken();
+  for (int w = 0; w < num_workers_; ++w) out.clocks.push_back(policy_->worker_clock(at, w));
+  return out;
+}
+
+void ShardStore::restore_chunk(const ChunkCheckpoint& saved) {
+  const std::size_t at = position(saved.key, "restore");
+  ChunkState& c = chunks_[at];
+  const std::string what = "restore of chunk " + std::to_string(saved.key);
+  if (static_cast<std::int64_t>(saved.weights.size()) != c.num_elems) {
+    throw ConfigError(what + ": the checkpoint holds " + std::to_string(saved.weights.size()) +
+                      " weights, the shard map " + std::to_string(c.num_elems));
+  }
+  if (saved.clocks.size() != static_cast<std::size_t>(num_workers_)) {
+    throw ConfigError(what + ": the checkpoint has clocks of " + std::to_string(saved.clocks.size()) +
+                      " workers, the job has " + std::to_string(num_workers_));
+  }
+  c.optimizer->set_state(saved.optimizer_state, saved.optimizer_steps);
+  c.weights = std::make_shared<std::vector<float>>(saved.weights);
+  c.version = saved.version;
+  for (int w = 0; w < num_workers_; ++w) {
+    policy_->restore_clock(at, w, saved.clocks[static_cast<std::size_t>(w)]);
+    c.pulled_version[static_cast<std::size_t>(w)] = saved.version;
+  }
+  if (!c.initialized) ++num_initialized_;
+  c.initialized = true;
+}
+
 }  // namespace pstrain

@@ -53,6 +53,16 @@ struct StoreStats {
   std::map<std::int64_t, std::int64_t> staleness_histogram;  // async, ssp: staleness -> pushes
 };
 
+// One chunk's state in a checkpoint (server/checkpointing.h).
+struct ChunkCheckpoint {
+  std::int64_t key = 0;
+  std::int64_t version = 0;
+  std::vector<float> weights;
+  std::vector<float> optimizer_state;
+  std::int64_t optimizer_steps = 0;
+  std::vector<std::int64_t> clocks;  // per worker: steps pushed
+};
+
 struct StoreOptions {
   ConsistencyOptions consistency;
   OptimizerConfig optimizer;
@@ -85,6 +95,16 @@ class ShardStore {
   // later pushes are refused. Returns the keys whose version advanced
   // (sync: the others had all pushed), so their parked pulls can be answered.
   std::vector<std::int64_t> drop_worker(int worker);
+
+  // Checkpoints: the slowest live worker's clock of a chunk (every live
+  // worker has pushed the steps below it; sync: the version), a copy of the
+  // chunk's state, and its restore on resume (the chunk counts as
+  // initialized; RequestError/ConfigError when the sizes do not fit).
+  std::int64_t slowest_clock(std::int64_t key) const;
+  ChunkCheckpoint save_chunk(std::int64_t key) const;
+  void restore_chunk(const ChunkCheckpoint& saved);
+  void restore_stats(const StoreStats& stats) { stats_ = stats; }
+  std::vector<std::int64_t> keys() const;
 
   const StoreStats& stats() const { return stats_; }
   // Level "all": spans "finite check", "sum" (sync) and "update" inside the

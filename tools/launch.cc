@@ -4,6 +4,12 @@
 //          [--check] [--quiet] [--timeout-s S] [--startup-timeout-s S]
 //          [--shutdown-timeout-s S] [--grace-s S] [--status-interval-s S]
 //   launch FILE [...]     the same: the config may also be the one positional argument
+//   launch --resume RUN_DIR [--set key=value]...
+//                         goes on from the run's newest complete checkpoint
+//                         (config: RUN_DIR/config.toml unless --config is
+//                         given; it must match the checkpoint's mode, model,
+//                         shard map and node counts, else exit 3). The run's
+//                         files are kept: metrics and logs are appended to.
 //
 // An unknown option is named, with the closest known one ("--cofnig: unknown
 // option; did you mean --config?"). --check does every check, prints the
@@ -84,6 +90,9 @@ void add_options(CLI::App& app, pstrain::launcher::LaunchOptions& o, double& tim
                "check the config (every check a launch makes), print the resolved config and exit; starts and "
                "changes nothing");
   app.add_option("--set", o.request.overrides, "override a config key: section.key=value (repeatable)");
+  app.add_option("--resume", o.request.resume,
+                 "go on from the newest complete checkpoint of this run directory (config: its config.toml unless "
+                 "--config is given)");
   app.add_option("--run-dir", o.request.run_dir, "run directory (default: output.run_dir of the config)");
   app.add_option("--bin-dir", o.request.bin_dir, "directory of pstrain-scheduler/-server/-worker (default: ours)");
   app.add_option("--ssh", o.request.ssh_command,
@@ -137,7 +146,7 @@ int main(int argc, char** argv) {
                        options.request.config_path + "); give it once");
   }
   if (!positional.empty()) options.request.config_path = positional;
-  if (options.request.config_path.empty()) {
+  if (options.request.config_path.empty() && options.request.resume.empty()) {
     return usage_error("no config: give it as --config FILE (or as the one positional argument); see --help");
   }
   if (timeout_s > 0) options.timeout_s = timeout_s;

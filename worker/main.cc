@@ -1,6 +1,8 @@
 // pstrain-worker: trains on its shard of the data against the parameter
 // servers (sync, async; worker/train/ps_worker.h) or with its peers by
 // allreduce (worker/train/allreduce_worker.h).
+#include <optional>
+
 #include "common/errors.h"
 #include "common/log.h"
 #include "common/node_cli.h"
@@ -17,7 +19,10 @@ int run_worker(const pstrain::NodeArgs& args) {
   using namespace pstrain;
   const RunConfig config = load_node_config(args);
   check_scheduler_known(config, "worker");
-  if (config.mode == Mode::kAllreduce) return run_allreduce_node(config, args.rank);
+  const std::string resume_dir = resume_checkpoint(args, config, [](const std::string& m) {
+    std::fprintf(stderr, "pstrain-worker: %s\n", m.c_str());
+  });
+  if (config.mode == Mode::kAllreduce) return run_allreduce_node(config, args.rank, resume_dir);
   const int servers = config.cluster.num_servers, workers = config.cluster.num_workers;
   const int rank = args.rank >= 0 ? args.rank : role_rank_from_launcher(1 + servers, workers, "worker");
   Logger log(rank >= 0 ? "worker " + std::to_string(rank) : "worker", parse_log_level(config.output.log_level));
@@ -51,9 +56,20 @@ int run_worker(const pstrain::NodeArgs& args) {
   const auto sampler = start_resource_sampler(config.output, "worker", session.rank(), &traffic, log,
                                               cuda_device_index(*workload.backend));
   session.run_reporting_failure([&] {
-    MetricsWriter metrics(config.output.run_dir, "worker-" + std::to_string(session.rank()) + ".jsonl");
-    metrics.set_log(&log);
-    const TrainResult r = run_ps_worker(config, session, workload, metrics, log, &trace);
+    std::optional<WorkerCheckpoint> resume;
+    if (!resume_dir.empty()) {
+      resume = read_worker_part(resume_dir, session.rank(), config, workload.model->num_params());
+      log.info("resuming from " + resume_dir + " at step " + std::to_string(resume->step));
+    }
+    const std::string metrics_file = "worker-" + std::to_string(session.rank()) + ".jsonl";
+    std::optional<MetricsWriter> metrics;
+    if (resume) {
+      metrics.emplace(config.output.run_dir, metrics_file, resume->metrics_bytes, resume->time_s);
+    } else {
+      metrics.emplace(config.output.run_dir, metrics_file);
+    }
+    metrics->set_log(&log);
+    const TrainResult r = run_ps_worker(config, session, workload, *metrics, log, &trace, resume ? &*resume : nullptr);
     char line[200];
     std::snprintf(line, sizeof(line), "done: %lld steps, %lld images in %.1f s (compute %.1f s, pull %.1f s, push %.1f s)",
                   static_cast<long long>(r.steps), static_cast<long long>(r.images), r.time_s, r.compute_s, r.pull_s,

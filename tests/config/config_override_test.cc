@@ -91,7 +91,7 @@ TEST_CASE("bad overrides are rejected naming the override, and leave the config 
   CHECK(
       override_error(c, "zzz.batch_size=3") ==
       "--set zzz.batch_size=3: key 'zzz.batch_size': unknown top-level key; expected one of mode, [cluster], "
-      "[ps], [workload], [optimizer], [schedule], [collective], [output], [security] at the top level");
+      "[ps], [workload], [optimizer], [schedule], [collective], [output], [security], [checkpoint] at the top level");
   CHECK(c == before);
 }
 

@@ -201,7 +201,7 @@ TEST_CASE("unknown keys and sections are rejected with the closest known name") 
        "straggler_slowdown, simulated_step_ms, on_nonfinite, max_skipped_steps in [workload]"},
       {"zzz = 1",
        "bad.toml:1: key 'zzz': unknown top-level key; expected one of mode, [cluster], [ps], [workload], "
-       "[optimizer], [schedule], [collective], [output], [security] at the top level"},
+       "[optimizer], [schedule], [collective], [output], [security], [checkpoint] at the top level"},
   });
 }
 

@@ -7,6 +7,7 @@
 
 #include <system_error>
 
+#include "common/checkpoint.h"
 #include "common/errors.h"
 #include "common/job_clock.h"
 #include "common/model_names.h"
@@ -125,17 +126,42 @@ void check_programs(const fs::path& bin_dir, bool with_servers) {
 
 std::vector<std::string> node_argv(const LaunchPlan& plan, const char* program, const std::string& endpoint,
                                    int rank) {
-  return {(plan.bin_dir / program).string(), "--config", plan.config_file().string(), "--scheduler", endpoint,
-          "--rank", std::to_string(rank)};
+  std::vector<std::string> argv{(plan.bin_dir / program).string(), "--config", plan.config_file().string(),
+                                "--scheduler", endpoint, "--rank", std::to_string(rank)};
+  if (!plan.resume_dir.empty()) argv.insert(argv.end(), {"--resume", plan.resume_dir.string()});
+  return argv;
+}
+
+// --resume: the checkpoint to start from, checked against the config.
+void choose_checkpoint(const LaunchRequest& request, LaunchPlan& plan) {
+  try {
+    const FoundCheckpoint found = resolve_resume(fs::absolute(request.resume), plan.config, &plan.resume_skipped);
+    plan.resume_dir = found.dir;
+    plan.resume_step = found.manifest.step;
+    const std::string diff = fingerprint_mismatch(found.manifest.fingerprint, checkpoint_fingerprint(plan.config));
+    if (!diff.empty()) {
+      throw ConfigError("--resume " + request.resume + ": " + found.dir.filename().string() +
+                        " was written by another job and cannot be resumed with this config: " + diff);
+    }
+  } catch (const CheckpointError& e) {
+    std::string why = e.what();
+    for (const std::string& s : plan.resume_skipped) why += "; passed over " + s;
+    throw ConfigError(why);
+  }
 }
 
 }  // namespace
 
 LaunchPlan plan_launch(const LaunchRequest& request) {
   LaunchPlan plan;
-  plan.config = load_config(request.config_path);
+  const std::string config_path = !request.config_path.empty() || request.resume.empty()
+                                      ? request.config_path
+                                      : (fs::path(request.resume) / "config.toml").string();
+  plan.config = load_config(config_path);
   for (const std::string& o : request.overrides) apply_override(plan.config, o);
-  const std::string run_dir = request.run_dir.empty() ? plan.config.output.run_dir : request.run_dir;
+  const std::string run_dir = !request.run_dir.empty() ? request.run_dir
+                              : !request.resume.empty() ? request.resume
+                                                        : plan.config.output.run_dir;
   plan.run_dir = fs::absolute(run_dir).lexically_normal();
   plan.config.output.run_dir = plan.run_dir.string();
   plan.bin_dir = fs::absolute(request.bin_dir).lexically_normal();
@@ -149,6 +175,7 @@ LaunchPlan plan_launch(const LaunchRequest& request) {
   plan.work_dir = fs::current_path();
   check_programs(plan.bin_dir, plan.num_servers > 0);
   plan_keys(request, plan);
+  if (!request.resume.empty()) choose_checkpoint(request, plan);
   return plan;
 }
 

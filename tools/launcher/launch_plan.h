@@ -18,6 +18,7 @@ struct LaunchRequest {
   std::string run_dir;                 // empty: output.run_dir of the config
   std::filesystem::path bin_dir;       // holds pstrain-scheduler, -server, -worker
   std::string ssh_command = "ssh -o BatchMode=yes";  // starts nodes on other hosts (remote.h)
+  std::string resume;                  // --resume RUN_DIR (or a checkpoint); empty = a fresh run
 };
 
 struct LaunchPlan {
@@ -34,6 +35,11 @@ struct LaunchPlan {
   // security.mode = "curve" without a key_dir: the launcher writes fresh keys
   // here (RUN_DIR/keys, also config.security.key_dir) before starting anyone.
   std::filesystem::path generate_keys_in;
+  // --resume: the checkpoint every node starts from, its step, and why newer
+  // ones were passed over ("step-N: why").
+  std::filesystem::path resume_dir;
+  std::int64_t resume_step = 0;
+  std::vector<std::string> resume_skipped;
 
   bool remote(const std::string& host) const;
   std::filesystem::path config_file() const { return run_dir / "config.toml"; }
@@ -47,6 +53,10 @@ struct LaunchPlan {
 // cluster.server_hosts / worker_hosts is this machine, and that the node
 // programs exist in bin_dir; with security.mode = "curve" and a key_dir,
 // that every role's key files are there and readable.
+// With request.resume: the config defaults to RESUME/config.toml and the run
+// directory to RESUME; the newest complete checkpoint is chosen and must
+// match the config (ConfigError naming the differences, or saying that
+// there is no checkpoint).
 LaunchPlan plan_launch(const LaunchRequest& request);
 
 NodeSpec scheduler_spec(const LaunchPlan& plan);

@@ -10,6 +10,7 @@
 #include <string>
 #include <string_view>
 
+#include "common/checkpoint.h"
 #include "common/errors.h"
 #include "common/job_clock.h"
 #include "common/log.h"
@@ -92,7 +93,7 @@ class Launch {
         job_clock_(clock),
         status_(status_options(options_, plan_, job_clock_)),
         supervisor_(SupervisorOptions{plan_.run_dir / "logs", !options.quiet, stdout, 5, job_clock_,
-                                      [this] { status_.hide(); }},
+                                      [this] { status_.hide(); }, !plan_.resume_dir.empty()},
                     signals),
         start_(Clock::now()) {
     // Every process of the job measures time from this origin (common/job_clock.h).
@@ -382,7 +383,20 @@ int run_launch(const LaunchOptions& options) {
         ", which ended without releasing it");
   }
   try {
-    if (const KeptRun kept = keep_previous_run(plan.run_dir); kept.entries > 0) {
+    if (!plan.resume_dir.empty()) {  // resume: the run's files stay; metrics and logs go on
+      for (const std::string& skipped : plan.resume_skipped) say("passed over checkpoint " + skipped);
+      say("resuming from " + plan.resume_dir.string() + " (step " + std::to_string(plan.resume_step) + ")");
+      // Newer checkpoints (unusable ones, or one the resumed run will write again) belong to
+      // the interrupted timeline: gone, so that no later resume can mix the two.
+      for (const std::filesystem::path& dir : remove_checkpoints_after(plan.resume_dir.parent_path(), plan.resume_step)) {
+        say("removed " + dir.string() + " (newer than the checkpoint resumed from)");
+      }
+      // What the interrupted run's end (or its scheduler) left: not this run's.
+      for (const std::filesystem::path& stale : {plan.endpoint_file(), plan.run_dir / "weights.bin", plan.run_dir / "summary.json",
+                                   plan.run_dir / "summary.md"}) {
+        std::filesystem::remove(stale);
+      }
+    } else if (const KeptRun kept = keep_previous_run(plan.run_dir); kept.entries > 0) {
       say("kept the previous run's " + std::to_string(kept.entries) + " file(s) and folder(s) in " +
           kept.moved_to.string());
     }

@@ -55,6 +55,7 @@ struct SupervisorOptions {
   std::size_t tail_lines = 5;
   JobClock clock = JobClock::from_environment();  // the time of a line without a prefix
   std::function<void()> before_echo;              // if set, called before a line is echoed
+  bool append_logs = false;                       // resume: add to the logs instead of starting them anew
 };
 
 class Supervisor {

@@ -48,12 +48,24 @@ void DeviceOptimizer::step(float* w, const float* g, double lr) {
   }
 }
 
-std::vector<float*> DeviceOptimizer::state_buffers() {
-  std::vector<float*> out;
-  for (DeviceBuffer* b : {&state1_, &state2_}) {
-    if (b->num_bytes() > 0) out.push_back(b->f32());
-  }
+std::vector<float> DeviceOptimizer::state() const {
+  const std::size_t n1 = state1_.num_elems<float>(), n2 = state2_.num_elems<float>();
+  std::vector<float> out(n1 + n2);
+  if (n1 > 0) state1_.download(std::span<float>(out).first(n1));
+  if (n2 > 0) state2_.download(std::span<float>(out).subspan(n1));
   return out;
+}
+
+void DeviceOptimizer::set_state(std::span<const float> state, std::int64_t steps_taken) {
+  const std::size_t n1 = state1_.num_elems<float>(), n2 = state2_.num_elems<float>();
+  if (state.size() != n1 + n2) {
+    throw ConfigError("optimizer " + config_.name + ": saved state has " + std::to_string(state.size()) +
+                      " values, this optimizer keeps " + std::to_string(n1 + n2) +
+                      " (was the checkpoint written with other optimizer settings?)");
+  }
+  if (n1 > 0) state1_.upload(state.first(n1));
+  if (n2 > 0) state2_.upload(state.subspan(n1));
+  steps_taken_ = steps_taken;
 }
 
 }  // namespace pstrain::nn

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "common/config.h"
@@ -27,11 +28,11 @@ class DeviceOptimizer {
   void step(float* w, const float* g, double lr);
   std::int64_t steps_taken() const { return steps_taken_; }
   std::int64_t num_elems() const { return num_elems_; }
-  // The state buffers (backend memory, num_elems() floats each; none for
-  // SGD without momentum) and the step count: what replicas must agree on
-  // besides the weights, e.g. after a collective is re-formed without a peer.
-  std::vector<float*> state_buffers();
-  void set_steps_taken(std::int64_t steps) { steps_taken_ = steps; }
+  // The state for a checkpoint, copied to the host (sgd: the velocity, empty
+  // without momentum; adam: m then v), and its restore (ConfigError when the
+  // size differs from what state() gives).
+  std::vector<float> state() const;
+  void set_state(std::span<const float> state, std::int64_t steps_taken);
 
  private:
   OptimizerConfig config_;

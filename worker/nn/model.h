@@ -61,6 +61,10 @@ class Model {
   // dropout seed to one derived from `seed` and resets the step counter.
   void init_params(std::uint64_t seed);
   void set_dropout_seed(std::uint64_t seed) { dropout_seed_ = seed; }
+  // The training-step counter that, with the seed, draws the dropout masks
+  // (the model's only random state): saved in checkpoints, set on resume.
+  std::uint64_t dropout_step() const { return step_; }
+  void set_dropout_step(std::uint64_t step) { step_ = step; }
 
   // Whole flat buffers; sizes must equal num_params() (ComputeError otherwise).
   void set_params(std::span<const float> host_flat);

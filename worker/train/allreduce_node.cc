@@ -2,6 +2,7 @@
 // allreduce mode, from the config to the exit code.
 #include <algorithm>
 #include <cstdio>
+#include <optional>
 
 #include "common/errors.h"
 #include "common/job_fingerprint.h"
@@ -55,7 +56,7 @@ Workload make_local_workload(const RunConfig& config, int rank, Logger& log, std
 
 }  // namespace
 
-int run_allreduce_node(const RunConfig& config, int requested_rank) {
+int run_allreduce_node(const RunConfig& config, int requested_rank, const std::string& resume_dir) {
   const int workers = config.cluster.num_workers;
   const int rank = requested_rank >= 0 ? requested_rank : role_rank_from_launcher(1, workers, "worker");
   Logger log(rank >= 0 ? "worker " + std::to_string(rank) : "worker", parse_log_level(config.output.log_level));
@@ -97,8 +98,19 @@ int run_allreduce_node(const RunConfig& config, int requested_rank) {
     co.trace = &trace;
     std::unique_ptr<Collective> collective =
         std::make_unique<CountingCollective>(make_collective(backend_name, co, store), traffic);
-    MetricsWriter metrics(config.output.run_dir, "worker-" + std::to_string(session.rank()) + ".jsonl");
-    metrics.set_log(&log);
+    std::optional<WorkerCheckpoint> resume;
+    if (!resume_dir.empty()) {
+      resume = read_worker_part(resume_dir, session.rank(), config, workload.model->num_params());
+      log.info("resuming from " + resume_dir + " at step " + std::to_string(resume->step));
+    }
+    const std::string metrics_file = "worker-" + std::to_string(session.rank()) + ".jsonl";
+    std::optional<MetricsWriter> metrics;
+    if (resume) {
+      metrics.emplace(config.output.run_dir, metrics_file, resume->metrics_bytes, resume->time_s);
+    } else {
+      metrics.emplace(config.output.run_dir, metrics_file);
+    }
+    metrics->set_log(&log);
     // cluster.on_worker_failure = "continue": the collective re-formed among the workers left.
     const ReformCollective reform = [&](int new_rank, int new_size, int generation) {
       CollectiveOptions again = co;
@@ -109,8 +121,8 @@ int run_allreduce_node(const RunConfig& config, int requested_rank) {
           std::make_unique<CountingCollective>(make_collective(backend_name, again, store), traffic));
     };
     const bool can_reform = config.cluster.on_worker_failure == "continue";
-    const TrainResult r = run_allreduce_worker(config, session, workload, *collective, metrics, log, &trace,
-                                               can_reform ? &reform : nullptr);
+    const TrainResult r = run_allreduce_worker(config, session, workload, *collective, *metrics, log, &trace,
+                                               resume ? &*resume : nullptr, can_reform ? &reform : nullptr);
     collective.reset();
     char line[200];
     std::snprintf(line, sizeof(line),

@@ -126,6 +126,50 @@ void broadcast_initial(Loop& L) {
   L.model.set_params(params);
 }
 
+// Resume: worker 0's saved model and optimizer state to every replica (the
+// others' own parts hold only their position and optimizer step count).
+void broadcast_resumed(Loop& L, const WorkerCheckpoint& resume) {
+  std::vector<float> params(static_cast<std::size_t>(L.model.num_params()));
+  std::vector<float> state = L.optimizer.state();
+  if (L.session.rank() == 0) {
+    if (resume.params.size() != params.size() || resume.optimizer_state.size() != state.size()) {
+      throw ConfigError("resume: worker-0.ckpt holds " + std::to_string(resume.params.size()) + " parameters and " +
+                        std::to_string(resume.optimizer_state.size()) + " optimizer values; this model and optimizer "
+                        "need " + std::to_string(params.size()) + " and " + std::to_string(state.size()));
+    }
+    params = resume.params;
+    state = resume.optimizer_state;
+  }
+  on_collective_memory(L, params, [&](float* data) { L.collective->broadcast(data, params.size(), 0); });
+  if (!state.empty()) {
+    on_collective_memory(L, state, [&](float* data) { L.collective->broadcast(data, state.size(), 0); });
+  }
+  L.model.set_params(params);
+  L.optimizer.set_state(state, resume.optimizer_steps);
+}
+
+// A checkpoint after `steps_done` steps: every worker its part (worker 0 with
+// the replicated model and optimizer state), the barrier, worker 0 the manifest.
+void take_checkpoint(Loop& L, std::int64_t steps_done) {
+  TraceSpan span(L.trace, TraceLevel::kSteps, "checkpoint", "worker");
+  span.arg("step", steps_done);
+  WorkerCheckpoint c;
+  c.step = steps_done;
+  c.dropout_step = L.model.dropout_step();
+  c.time_s = L.metrics.elapsed_s();
+  c.metrics_bytes = L.metrics.size();
+  c.result = L.result;
+  c.optimizer_steps = L.optimizer.steps_taken();
+  if (L.session.rank() == 0) {
+    c.params.resize(static_cast<std::size_t>(L.model.num_params()));
+    L.model.get_params(c.params);
+    c.optimizer_state = L.optimizer.state();
+  }
+  write_worker_part(L.config, L.session.rank(), c);
+  L.session.scheduler().barrier("checkpoint " + std::to_string(steps_done));
+  if (L.session.rank() == 0) L.log.info(complete_checkpoint(L.config, steps_done, L.model.num_params(), 0));
+}
+
 // time_s: when training reached these weights (the record's time axis).
 void evaluate_and_record(Loop& L, std::int64_t step, int epoch, double time_s) {
   if (!L.simulated_grads.empty()) return;  // no test set under simulated compute
@@ -263,16 +307,13 @@ double train_step(Loop& L, std::span<const std::int64_t> batch, std::int64_t ste
 // The weights and optimizer state of the new rank 0 on every replica.
 void resync_replicas(Loop& L) {
   broadcast_initial(L);
-  const auto n = static_cast<std::size_t>(L.model.num_params());
-  std::vector<float> host(n);
-  for (float* state : L.optimizer.state_buffers()) {
-    L.model.backend().copy_to_host(host.data(), state, n * sizeof(float));
-    on_collective_memory(L, host, [&](float* data) { L.collective->broadcast(data, n, 0); });
-    L.model.backend().copy_from_host(state, host.data(), n * sizeof(float));
+  std::vector<float> state = L.optimizer.state();
+  if (!state.empty()) {
+    on_collective_memory(L, state, [&](float* data) { L.collective->broadcast(data, state.size(), 0); });
   }
   std::vector<float> steps{static_cast<float>(L.optimizer.steps_taken())};  // exact below 2^24
   on_collective_memory(L, steps, [&](float* data) { L.collective->broadcast(data, 1, 0); });
-  L.optimizer.set_steps_taken(static_cast<std::int64_t>(steps[0]));
+  L.optimizer.set_state(state, static_cast<std::int64_t>(steps[0]));
   L.model.backend().synchronize();
 }
 
@@ -318,7 +359,7 @@ bool reform_collective(Loop& L, const std::string& why) {
 
 TrainResult run_allreduce_worker(const RunConfig& config, WorkerSession& session, Workload& workload,
                                  Collective& collective, MetricsWriter& metrics, Logger& log, TraceRecorder* trace,
-                                 const ReformCollective* reform) {
+                                 const WorkerCheckpoint* resume, const ReformCollective* reform) {
   if (config.mode != Mode::kAllreduce) {
     throw ConfigError("run_allreduce_worker: mode " + std::string(to_string(config.mode)) + " needs the servers");
   }
@@ -344,9 +385,17 @@ TrainResult run_allreduce_worker(const RunConfig& config, WorkerSession& session
 
   {
     TraceSpan span(trace, TraceLevel::kSteps, "initial weights", "worker");
-    broadcast_initial(L);  // worker 0's initial weights everywhere
+    if (resume != nullptr) {
+      broadcast_resumed(L, *resume);
+      const double time_s = L.result.time_s;
+      L.result = resume->result;
+      L.result.time_s = time_s;
+    } else {
+      broadcast_initial(L);  // worker 0's initial weights everywhere
+    }
   }
   model.set_dropout_seed(w.seed * 1000003ULL + static_cast<std::uint64_t>(session.rank()));
+  if (resume != nullptr) model.set_dropout_step(resume->dropout_step);
 
   const EpochDriver driver(config, train, session.rank(), session.num_workers());
   log.info("training " + std::to_string(driver.total_steps()) + " steps (" + std::to_string(driver.steps_per_epoch()) +
@@ -359,7 +408,9 @@ TrainResult run_allreduce_worker(const RunConfig& config, WorkerSession& session
       [&](std::span<const std::int64_t> batch, std::int64_t s, int epoch, double lr) {
         for (;;) {  // a step the collective failed in is repeated once it is re-formed
           try {
-            return train_step(L, batch, s, epoch, lr);
+            const double loss = train_step(L, batch, s, epoch, lr);
+            if (checkpoint_due(config, s + 1)) take_checkpoint(L, s + 1);
+            return loss;
           } catch (const TransportError& e) {
             if (!reform_collective(L, e.what())) throw;
           } catch (const TimeoutError& e) {
@@ -379,7 +430,8 @@ TrainResult run_allreduce_worker(const RunConfig& config, WorkerSession& session
           }
         }
         if (leads(L) && !last) evaluate_and_record(L, s, epoch, L.metrics.elapsed_s());
-      });
+      },
+      resume != nullptr ? resume->step : 0);
   L.result.steps = step;
   L.result.time_s = metrics.elapsed_s();
   if (leads(L)) {

@@ -36,6 +36,10 @@ namespace pstrain {
 // with a model on a GPU: gradients go through host memory).
 // Spans of each step (step > data, forward+backward, allreduce wait, update;
 // eval) go to `trace` when given.
+// Checkpoints (worker/train/worker_checkpoint.h): worker 0's part holds the
+// replicated model and optimizer state, every worker's its position.
+// `resume`: this worker's part of the checkpoint resumed from; worker 0
+// broadcasts the saved model and optimizer state to all.
 //
 // `reform` (cluster.on_worker_failure = "continue"): makes a collective of
 // `size` ranks with this worker as `rank`, its rendezvous keys apart by
@@ -49,13 +53,15 @@ namespace pstrain {
 using ReformCollective = std::function<std::unique_ptr<Collective>(int rank, int size, int generation)>;
 TrainResult run_allreduce_worker(const RunConfig& config, WorkerSession& session, Workload& workload,
                                  Collective& collective, MetricsWriter& metrics, Logger& log,
-                                 TraceRecorder* trace = nullptr, const ReformCollective* reform = nullptr);
+                                 TraceRecorder* trace = nullptr, const WorkerCheckpoint* resume = nullptr,
+                                 const ReformCollective* reform = nullptr);
 
 // A pstrain-worker process in allreduce mode, from start to exit code: the
 // workload on this worker's device (one GPU per worker by local rank), the
 // registration, the collective (collective.backend) with its rendezvous
 // through the scheduler, training, the end of the job. `requested_rank` -1:
 // from the launcher's environment, else assigned by the scheduler.
-int run_allreduce_node(const RunConfig& config, int requested_rank);
+// `resume_dir`: the checkpoint to start from ("" = a fresh start).
+int run_allreduce_node(const RunConfig& config, int requested_rank, const std::string& resume_dir = "");
 
 }  // namespace pstrain

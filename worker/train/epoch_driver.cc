@@ -46,15 +46,19 @@ EpochDriver::EpochDriver(const RunConfig& config, const data::Dataset& train, in
 }
 
 std::int64_t EpochDriver::run(Logger& log, MetricsWriter& metrics, const std::int64_t& images, const StepFn& step_fn,
-                              const EpochEndFn& epoch_end) const {
+                              const EpochEndFn& epoch_end, std::int64_t first_step) const {
   const std::int64_t progress_every = std::max<std::int64_t>(per_epoch_ / 5, 1);
-  metrics.write(JsonLine().add("type", "plan").add("time_s", metrics.elapsed_s()).add("total_steps", total_)
-                    .add("steps_per_epoch", per_epoch_).add("epochs", epochs_));
+  if (first_step <= 0) {
+    metrics.write(JsonLine().add("type", "plan").add("time_s", metrics.elapsed_s()).add("total_steps", total_)
+                      .add("steps_per_epoch", per_epoch_).add("epochs", epochs_));
+  }
   ProgressWindow window{images, metrics.elapsed_s(), 0.0, 0};
-  std::int64_t step = 0;
-  for (int epoch = 0; epoch < epochs_ && step < total_; ++epoch) {
+  std::int64_t step = std::max<std::int64_t>(first_step, 0);
+  const int first_epoch = static_cast<int>(step / per_epoch_);
+  if (step > 0 && step % per_epoch_ == 0 && step < total_) epoch_end(step, first_epoch - 1, false);
+  for (int epoch = first_epoch; epoch < epochs_ && step < total_; ++epoch) {
     const std::vector<std::int64_t> indices = sampler_.indices(epoch);
-    for (std::int64_t b = 0; b < per_epoch_ && step < total_; ++b, ++step) {
+    for (std::int64_t b = epoch == first_epoch ? step % per_epoch_ : 0; b < per_epoch_ && step < total_; ++b, ++step) {
       const auto begin = static_cast<std::size_t>(b * batch_size_);
       const auto end = std::min(indices.size(), begin + static_cast<std::size_t>(batch_size_));
       const double loss = step_fn(std::span(indices).subspan(begin, end - begin), step, epoch, schedule_.lr_at(step));

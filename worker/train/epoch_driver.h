@@ -46,10 +46,14 @@ class EpochDriver {
     return steps_done <= 0 ? 0 : static_cast<int>((steps_done - 1) / per_epoch_);
   }
 
-  // Runs every step; returns how many were taken. `images` is read for the
-  // progress lines (images trained so far by this worker).
+  // Runs every step; returns how many were taken (in all). `images` is read
+  // for the progress lines (images trained so far by this worker).
+  // first_step > 0 (resume from a checkpoint): starts there, at its epoch and
+  // position in the epoch's order, without a second "plan" record; at an
+  // epoch boundary the previous epoch's end hook runs first (the checkpoint
+  // was taken before it).
   std::int64_t run(Logger& log, MetricsWriter& metrics, const std::int64_t& images, const StepFn& step,
-                   const EpochEndFn& epoch_end) const;
+                   const EpochEndFn& epoch_end, std::int64_t first_step = 0) const;
 
  private:
   int batch_size_;

@@ -22,19 +22,43 @@ MetricsWriter::MetricsWriter(const std::string& run_dir, const std::string& file
   if (file_ == nullptr) throw Error("cannot write " + path_ + ": " + std::strerror(errno));
 }
 
+MetricsWriter::MetricsWriter(const std::string& run_dir, const std::string& file_name, std::int64_t keep_bytes,
+                             double time_offset_s)
+    : time_offset_s_(time_offset_s) {
+  if (run_dir.empty()) return;
+  make_directories(run_dir + "/metrics");
+  path_ = run_dir + "/metrics/" + file_name;
+  std::error_code ec;
+  if (keep_bytes >= 0 && std::filesystem::exists(path_, ec) &&
+      static_cast<std::int64_t>(std::filesystem::file_size(path_, ec)) > keep_bytes) {
+    std::filesystem::resize_file(path_, static_cast<std::uintmax_t>(keep_bytes), ec);
+    if (ec) throw Error("cannot cut " + path_ + " back to its checkpoint's size: " + ec.message());
+  }
+  file_ = std::fopen(path_.c_str(), "a");
+  if (file_ == nullptr) throw Error("cannot append to " + path_ + ": " + std::strerror(errno));
+  std::fseek(file_, 0, SEEK_END);
+}
+
+std::int64_t MetricsWriter::size() const {
+  if (incomplete_) return written_bytes_;  // what reached the file before the failed write
+  return file_ == nullptr ? 0 : static_cast<std::int64_t>(std::ftell(file_));
+}
+
 MetricsWriter::~MetricsWriter() {
   if (file_ != nullptr) std::fclose(file_);
 }
 
 double MetricsWriter::elapsed_s() const {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  return time_offset_s_ + std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
 }
 
 void MetricsWriter::write(const JsonLine& line) {
   if (file_ == nullptr) return;
   const std::string text = line.str();
+  const std::int64_t before = static_cast<std::int64_t>(std::ftell(file_));
   if (std::fprintf(file_, "%s\n", text.c_str()) >= 0 && std::fflush(file_) == 0) return;
   const std::string why = std::strerror(errno);
+  written_bytes_ = before;
   std::fclose(file_);
   file_ = nullptr;
   incomplete_ = true;

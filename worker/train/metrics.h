@@ -21,6 +21,11 @@ class MetricsWriter {
  public:
   // An empty run_dir writes nothing (tests, benchmarks).
   MetricsWriter(const std::string& run_dir, const std::string& file_name);
+  // Resume (a checkpoint's worker part): the file is cut back to `keep_bytes`
+  // (its size when the checkpoint was taken: the records of steps after it
+  // are taken again; -1 = not cut) and appended to; elapsed_s() goes on from `time_offset_s`.
+  MetricsWriter(const std::string& run_dir, const std::string& file_name, std::int64_t keep_bytes,
+                double time_offset_s);
   ~MetricsWriter();
   MetricsWriter(const MetricsWriter&) = delete;
   MetricsWriter& operator=(const MetricsWriter&) = delete;
@@ -33,13 +38,17 @@ class MetricsWriter {
   void set_log(Logger* log) { log_ = log; }
   // Whether a write failed (the file ends before the run did).
   bool incomplete() const { return incomplete_; }
+  // Bytes in the file so far (0 when writing nothing).
+  std::int64_t size() const;
 
  private:
   std::string path_;
   std::FILE* file_ = nullptr;
   Logger* log_ = nullptr;
   bool incomplete_ = false;
+  std::int64_t written_bytes_ = 0;  // once incomplete: the size before the failed write
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+  double time_offset_s_ = 0.0;
 };
 
 // Creates a directory and its parents; throws Error naming it on failure.

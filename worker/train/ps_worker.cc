@@ -175,6 +175,25 @@ double train_step(Loop& L, std::span<const std::int64_t> batch, std::int64_t ste
   return L.simulated ? std::numeric_limits<double>::quiet_NaN() : s.loss;
 }
 
+// A checkpoint after `steps_done` steps (worker/train/worker_checkpoint.h):
+// this worker's part, the barrier (every push of the steps before is then
+// applied and every server's part written), then worker 0 the manifest.
+void take_checkpoint(Loop& L, std::int64_t steps_done) {
+  TraceSpan span(L.trace, TraceLevel::kSteps, "checkpoint", "worker");
+  span.arg("step", steps_done);
+  WorkerCheckpoint c;
+  c.step = steps_done;
+  c.dropout_step = L.model.dropout_step();
+  c.time_s = L.metrics.elapsed_s();
+  c.metrics_bytes = L.metrics.size();
+  c.result = L.result;
+  write_worker_part(L.config, L.session.rank(), c);
+  L.session.scheduler().barrier("checkpoint " + std::to_string(steps_done));
+  if (L.session.rank() == 0) {
+    L.log.info(complete_checkpoint(L.config, steps_done, L.model.num_params(), L.session.num_servers()));
+  }
+}
+
 // Completes the last prefetch (its weights are not needed).
 void kv_wait_quietly(Loop& L) {
   L.session.kv().wait(*L.prefetch);
@@ -185,7 +204,7 @@ void kv_wait_quietly(Loop& L) {
 
 
 TrainResult run_ps_worker(const RunConfig& config, WorkerSession& session, Workload& workload, MetricsWriter& metrics,
-                          Logger& log, TraceRecorder* trace) {
+                          Logger& log, TraceRecorder* trace, const WorkerCheckpoint* resume) {
   if (config.mode == Mode::kAllreduce) throw ConfigError("run_ps_worker: mode allreduce has no servers");
   const WorkloadConfig& w = config.workload;
   nn::Model& model = *workload.model;
@@ -201,12 +220,20 @@ TrainResult run_ps_worker(const RunConfig& config, WorkerSession& session, Workl
   L.labels.resize(static_cast<std::size_t>(w.batch_size));
 
   model.get_params(L.params);
-  {
+  if (resume != nullptr) {  // the servers hold the checkpoint's weights: pull them
+    TraceSpan span(trace, TraceLevel::kSteps, "initial weights", "worker");
+    session.kv().wait(session.kv().pull(L.params, resume->step));
+    session.scheduler().barrier("initial weights");
+    const double time_s = L.result.time_s;
+    L.result = resume->result;
+    L.result.time_s = time_s;
+  } else {
     TraceSpan span(trace, TraceLevel::kSteps, "initial weights", "worker");
     session.broadcast_initial(L.params);  // worker 0's initial weights everywhere
   }
   model.set_params(L.params);
   model.set_dropout_seed(w.seed * 1000003ULL + static_cast<std::uint64_t>(session.rank()));
+  if (resume != nullptr) model.set_dropout_step(resume->dropout_step);
 
   const EpochDriver driver(config, train, session.rank(), session.num_workers());
   log.info("training " + std::to_string(driver.total_steps()) + " steps (" + std::to_string(driver.steps_per_epoch()) +
@@ -215,10 +242,15 @@ TrainResult run_ps_worker(const RunConfig& config, WorkerSession& session, Workl
            " servers; " + session.shard_map().summary());
   const std::int64_t step = driver.run(
       log, metrics, L.result.images,
-      [&](std::span<const std::int64_t> batch, std::int64_t s, int epoch, double lr) { return train_step(L, batch, s, epoch, lr); },
+      [&](std::span<const std::int64_t> batch, std::int64_t s, int epoch, double lr) {
+        const double loss = train_step(L, batch, s, epoch, lr);
+        if (checkpoint_due(config, s + 1)) take_checkpoint(L, s + 1);
+        return loss;
+      },
       [&](std::int64_t s, int epoch, bool last) {
         if (session.rank() == 0 && !last) evaluate_and_record(L, s, epoch, L.metrics.elapsed_s());
-      });
+      },
+      resume != nullptr ? resume->step : 0);
   {
     TraceSpan span(trace, TraceLevel::kSteps, "final barrier", "worker");
     if (L.prefetch) kv_wait_quietly(L);

@@ -19,12 +19,18 @@
 #include "worker/client/worker_session.h"
 #include "worker/train/metrics.h"
 #include "worker/train/records.h"
+#include "worker/train/worker_checkpoint.h"
 #include "worker/train/workload.h"
 
 namespace pstrain {
 
 
+// Checkpoints (config [checkpoint], worker/train/worker_checkpoint.h): every
+// interval_steps steps this worker writes its part and meets the others at
+// the barrier "checkpoint S"; worker 0 then completes the checkpoint.
+// `resume` (this worker's part of the checkpoint resumed from): training goes
+// on from its step on the servers' restored weights (pulled, not sent).
 TrainResult run_ps_worker(const RunConfig& config, WorkerSession& session, Workload& workload, MetricsWriter& metrics,
-                          Logger& log, TraceRecorder* trace = nullptr);
+                          Logger& log, TraceRecorder* trace = nullptr, const WorkerCheckpoint* resume = nullptr);
 
 }  // namespace pstrain

@@ -1,0 +1,67 @@
+// A server's side of checkpoints (common/checkpoint.h; the protocol is in
+// docs/architecture.md, "Checkpoints and resume").
+//
+// Saving: a checkpoint at step S (S a multiple of checkpoint.interval_steps)
+// holds each chunk as it is when every live worker has pushed its steps
+// 0..S-1 and none has pushed step S. The server checks after each accepted
+// push (or skip) of a chunk whether the slowest live worker's clock of that
+// chunk has just reached S; if so it copies the chunk (weights, optimizer
+// state, version, per-worker clocks). Sync: that is the moment the step S-1
+// update is applied, before any pull for step S is answered. Async and ssp:
+// the workers meet at the scheduler's barrier "checkpoint S" before pushing
+// step S, so no step-S push can come before the copy. Once every chunk of the
+// server has its copy for S, the part server-R.ckpt is written (atomically),
+// still before the reply to the push that completed it, so a worker that has
+// its replies knows the part is on disk.
+//
+// Restoring: the part of the server's rank is read from the checkpoint
+// (checked against the manifest: size, CRC-32) and every chunk is set back;
+// the chunks count as initialized, so workers pull instead of init.
+// Not thread-safe: called from the server's event loop.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <string>
+
+#include "common/checkpoint.h"
+#include "common/log.h"
+#include "server/shard_store.h"
+
+namespace pstrain {
+
+// "server-3.ckpt".
+std::string server_part_name(int rank);
+
+class ServerCheckpointer {
+ public:
+  // interval_steps 0: never saves.
+  ServerCheckpointer(std::int64_t interval_steps, std::filesystem::path root, Logger& log)
+      : interval_(interval_steps), root_(std::move(root)), log_(log) {}
+
+  void set_rank(int rank) { rank_ = rank; }
+  // After a push or skip of chunk `key` was accepted by `store`.
+  void after_push(const ShardStore& store, std::int64_t key);
+  std::int64_t parts_written() const { return parts_written_; }
+
+ private:
+  void write_part(const ShardStore& store, std::int64_t step);
+
+  std::int64_t interval_;
+  std::filesystem::path root_;
+  Logger& log_;
+  int rank_ = 0;
+  std::map<std::int64_t, std::int64_t> saved_step_;                            // key -> last step copied
+  std::map<std::int64_t, std::map<std::int64_t, ChunkCheckpoint>> pending_;    // step -> key -> copy
+  std::int64_t parts_written_ = 0;
+};
+
+// Restores `store` (server `rank`) from checkpoint `dir`; `fingerprint` is
+// the config's (with the number of parameters). ConfigError when the
+// checkpoint was written for another config; CheckpointError when the part
+// is missing or corrupt. Returns the checkpoint's step.
+std::int64_t restore_server(ShardStore& store, const std::filesystem::path& dir, int rank,
+                            const CheckpointFingerprint& fingerprint, Logger& log);
+
+}  // namespace pstrain

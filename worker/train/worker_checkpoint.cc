@@ -1,0 +1,104 @@
+#include "worker/train/worker_checkpoint.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+
+namespace pstrain {
+
+namespace fs = std::filesystem;
+
+std::string worker_part_name(int rank) { return "worker-" + std::to_string(rank) + ".ckpt"; }
+
+fs::path write_worker_part(const RunConfig& config, int rank, const WorkerCheckpoint& s) {
+  CheckpointPart part;
+  part.put_i64("step", s.step);
+  part.put_i64("rank", rank);
+  part.put_i64("dropout_step", static_cast<std::int64_t>(s.dropout_step));
+  part.put_f64("time_s", s.time_s);
+  part.put_i64("metrics_bytes", s.metrics_bytes);
+  const TrainResult& r = s.result;
+  part.put_i64s("counters", {r.images, r.skipped_steps});
+  part.put_f64("compute_s", r.compute_s);
+  part.put_f64("pull_s", r.pull_s);
+  part.put_f64("push_s", r.push_s);
+  part.put_f64("blocked_s", r.blocked_s);
+  part.put_i64("optimizer_steps", s.optimizer_steps);
+  if (!s.params.empty()) {
+    part.put_f32s("params", s.params);
+    part.put_f32s("optimizer", s.optimizer_state);
+  }
+  const fs::path dir = checkpoint_root(config) / checkpoint_dir_name(s.step);
+  write_checkpoint_part(dir, worker_part_name(rank), part);
+  return dir;
+}
+
+std::string complete_checkpoint(const RunConfig& config, std::int64_t step, std::int64_t num_params, int num_servers) {
+  const auto start = std::chrono::steady_clock::now();
+  const fs::path root = checkpoint_root(config);
+  const fs::path dir = root / checkpoint_dir_name(step);
+  std::vector<std::string> parts;
+  for (int s = 0; s < num_servers; ++s) parts.push_back("server-" + std::to_string(s) + ".ckpt");
+  std::string missing;  // workers dropped by the failure policy write no part
+  for (int w = 0; w < config.cluster.num_workers; ++w) {
+    std::error_code ec;
+    if (fs::exists(dir / worker_part_name(w), ec)) {
+      parts.push_back(worker_part_name(w));
+    } else {
+      missing += (missing.empty() ? "" : ", ") + std::to_string(w);
+    }
+  }
+  const CheckpointManifest m = write_checkpoint_manifest(dir, step, checkpoint_fingerprint(config, num_params), parts);
+  const std::vector<fs::path> removed = prune_checkpoints(root, config.checkpoint.keep);
+  std::int64_t bytes = 0;
+  for (const auto& p : m.parts) bytes += p.bytes;
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  char line[300];
+  std::snprintf(line, sizeof(line), "checkpoint %s complete: %zu parts, %.1f MB, manifest in %.1f ms%s",
+                dir.string().c_str(), m.parts.size(), static_cast<double>(bytes) / 1e6, ms,
+                removed.empty() ? "" : ("; pruned " + std::to_string(removed.size()) + " older").c_str());
+  std::string text = line;
+  if (!missing.empty()) text += "; no part of dropped worker(s) " + missing;
+  return text;
+}
+
+WorkerCheckpoint read_worker_part(const fs::path& dir, int rank, const RunConfig& config, std::int64_t num_params) {
+  const CheckpointManifest m = read_checkpoint_manifest(dir);
+  if (const std::string diff = fingerprint_mismatch(m.fingerprint, checkpoint_fingerprint(config, num_params));
+      !diff.empty()) {
+    throw ConfigError("cannot resume from " + dir.string() + ": it was written for another job: " + diff);
+  }
+  WorkerCheckpoint s;
+  const bool listed = std::any_of(m.parts.begin(), m.parts.end(),
+                                  [&](const CheckpointPartInfo& p) { return p.name == worker_part_name(rank); });
+  if (!listed) {  // dropped before the checkpoint: it starts at the checkpoint's step with fresh counters
+    s.step = m.step;
+    s.dropout_step = static_cast<std::uint64_t>(m.step);
+    s.metrics_bytes = -1;
+    return s;
+  }
+  const CheckpointPart part = read_checkpoint_part(dir, worker_part_name(rank));
+  s.step = part.i64("step");
+  if (s.step != m.step) {
+    throw CheckpointError(part.what + ": step " + std::to_string(s.step) + ", the manifest's is " + std::to_string(m.step));
+  }
+  s.dropout_step = static_cast<std::uint64_t>(part.i64("dropout_step"));
+  s.time_s = part.f64("time_s");
+  s.metrics_bytes = part.i64("metrics_bytes");
+  const auto& counters = part.i64s("counters");
+  if (counters.size() != 2) throw CheckpointError(part.what + ": field 'counters' holds " + std::to_string(counters.size()) + " values");
+  s.result.images = counters[0];
+  s.result.skipped_steps = counters[1];
+  s.result.compute_s = part.f64("compute_s");
+  s.result.pull_s = part.f64("pull_s");
+  s.result.push_s = part.f64("push_s");
+  s.result.blocked_s = part.f64("blocked_s");
+  s.optimizer_steps = part.i64("optimizer_steps");
+  if (part.has("params")) {
+    s.params = part.f32s("params");
+    s.optimizer_state = part.f32s("optimizer");
+  }
+  return s;
+}
+
+}  // namespace pstrain

@@ -1,0 +1,67 @@
+// A worker's side of checkpoints (common/checkpoint.h; protocol in
+// docs/architecture.md, "Checkpoints and resume").
+//
+// Every worker writes worker-R.ckpt when it has finished step S-1 (S a
+// multiple of checkpoint.interval_steps): S (the steps done; the epoch and
+// the position in the shard order follow from it, as the shard order is a
+// function of the seed and epoch, and the learning rate from the schedule),
+// the model's dropout step counter (its only random state), its metric
+// counters, the metrics file's size and clock. In allreduce mode worker 0's
+// part also holds the replicated model and optimizer state. Then all meet
+// at the scheduler's barrier "checkpoint S"; worker 0 writes the manifest
+// (checking every part's size and CRC-32), which makes the checkpoint
+// complete, and prunes old ones to checkpoint.keep.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "common/checkpoint.h"
+#include "common/config.h"
+#include "common/log.h"
+#include "worker/train/records.h"
+
+namespace pstrain {
+
+struct WorkerCheckpoint {
+  std::int64_t step = 0;           // steps completed by every worker
+  std::uint64_t dropout_step = 0;  // nn::Model::dropout_step()
+  double time_s = 0.0;             // the metrics clock then
+  std::int64_t metrics_bytes = 0;  // the metrics file's size then; -1: unknown (keep the file whole)
+  TrainResult result;              // counters so far
+  std::int64_t optimizer_steps = 0;  // allreduce: the local optimizer's steps (every worker)
+  // Allreduce, worker 0: the replicated model and optimizer state (empty otherwise).
+  std::vector<float> params;
+  std::vector<float> optimizer_state;
+};
+
+// "worker-2.ckpt".
+std::string worker_part_name(int rank);
+
+// Writes this worker's part of the checkpoint at `state.step`; returns its directory.
+std::filesystem::path write_worker_part(const RunConfig& config, int rank, const WorkerCheckpoint& state);
+
+// Worker 0, after the barrier: the manifest over every server's and worker's
+// part, then pruning. Returns a log line (what was written, how long).
+std::string complete_checkpoint(const RunConfig& config, std::int64_t step, std::int64_t num_params, int num_servers);
+
+// Reads worker `rank`'s part of checkpoint `dir` after checking the
+// manifest's fingerprint against the config's (ConfigError naming the
+// differences) and the part's size and CRC-32 (CheckpointError). A worker
+// the failure policy had dropped has no part: it starts at the checkpoint's
+// step with fresh counters (metrics_bytes -1).
+WorkerCheckpoint read_worker_part(const std::filesystem::path& dir, int rank, const RunConfig& config,
+                                  std::int64_t num_params);
+
+// Whether a checkpoint is due after `steps_done` steps. Also after the last
+// step when it falls on the interval (a run stopped by max_steps can then go
+// on with a larger one; the servers, which do not know the run's length,
+// save that step anyway).
+inline bool checkpoint_due(const RunConfig& config, std::int64_t steps_done) {
+  const std::int64_t every = config.checkpoint.interval_steps;
+  return every > 0 && steps_done > 0 && steps_done % every == 0;
+}
+
+}  // namespace pstrain
