@@ -216,7 +216,7 @@ TEST_CASE("continue: checkpoints go on without a dropped worker; resumed, it rej
   const auto run = dir.path() / "run";
   // 3 workers: 1024 / 3 samples each, 11 steps an epoch, 33 in 3 epochs; a checkpoint every 4.
   it::LaunchProcess p(ckpt_args(run, {"cluster.workers=3", "cluster.on_worker_failure=continue",
-                                      "cluster.heartbeat_timeout_ms=1500", "workload.straggler_rank=2",
+                                      "cluster.heartbeat_timeout_ms=3000", "workload.straggler_rank=2",
                                       "workload.straggler_slowdown=3"}),
                       dir.path() / "out.txt");
   const bool reached = it::wait_until(

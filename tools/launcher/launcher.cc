@@ -220,6 +220,9 @@ class Launch {
     supervisor_.tolerate(outcome.node);
     say(n.spec.name + " " + describe_exit(*n.status) +
         ": the job goes on without it (cluster.on_worker_failure = \"continue\")");
+    if (!n.status->signaled) {  // it failed on its own: say why, as for a failure that ends the job
+      for (const std::string& line : n.stderr_tail) say("  " + line);
+    }
     return true;
   }
 
