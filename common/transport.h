@@ -42,6 +42,10 @@ struct SecurityContext;  // common/security.h
 // back up into the server's bounded send queue (where they would be dropped).
 inline constexpr int kDefaultReceiveHwm = 1000;
 inline constexpr int kDefaultSendHwm = 4000;
+// A server's send queue per connection (server/server.cc): room for the
+// replies of a worker pipelining a request for each of up to 16,000 chunks
+// held by that server (16 GB at the default 1 MiB partition).
+inline constexpr int kServerSendHwm = 1 << 16;
 
 struct SocketOptions {
   std::int64_t max_message_bytes = std::int64_t{1} << 30;  // ZMQ_MAXMSGSIZE on receiving sockets

@@ -18,11 +18,23 @@ std::string advertised_endpoint(const std::string& bound, const std::string& hos
   return "tcp://" + host + bound.substr(colon);
 }
 
+// The ROUTER's send queue per connection holds kServerSendHwm replies: a
+// worker's whole pipeline (a request per chunk this server holds, a push and
+// a pull ticket in flight) even when a loaded machine's I/O thread falls
+// behind, so a legitimate reply is never dropped (the KV client makes the
+// same room to receive, kv_client.cc). A peer that is not one of the job's
+// workers gets only error replies of a few hundred bytes, so its share is
+// bounded at about kServerSendHwm x 300 bytes.
+static SocketOptions server_socket_options(const ServerOptions& options) {
+  SocketOptions o{options.cluster.max_message_bytes, milliseconds(2000), options.security};
+  o.send_hwm = kServerSendHwm;
+  return o;
+}
+
 Server::Server(zmq::context_t& ctx, ServerOptions options, Logger& log)
     : ctx_(ctx), options_(std::move(options)), log_(log),
       zap_(start_zap_handler(ctx, options_.security, log)),
-      router_(make_socket(ctx, zmq::socket_type::router,
-                          SocketOptions{options_.cluster.max_message_bytes, milliseconds(2000), options_.security})),
+      router_(make_socket(ctx, zmq::socket_type::router, server_socket_options(options_))),
       warnings_(log) {
   endpoint_ = advertised_endpoint(bind_socket(router_, options_.bind_endpoint), options_.advertise_host);
 }

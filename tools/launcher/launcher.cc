@@ -215,7 +215,7 @@ class Launch {
   bool tolerated_worker_failure(const Supervisor::Outcome& outcome) {
     if (outcome.event != Supervisor::Event::kFailure) return false;
     if (plan_.config.cluster.on_worker_failure != "continue") return false;
-    const NodeState& n = supervisor_.states().at(outcome.node);
+    const NodeState n = supervisor_.states().at(outcome.node);  // states() is a copy: keep the node, not a reference
     if (n.spec.name.rfind("worker ", 0) != 0) return false;
     supervisor_.tolerate(outcome.node);
     say(n.spec.name + " " + describe_exit(*n.status) +
