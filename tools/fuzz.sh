@@ -34,7 +34,7 @@ compile() {  # SRC... -> appends their objects to objs
   done
 }
 objs=()
-compile common/protocol.cc common/param_layout.cc common/shard_map.cc
+compile common/protocol.cc common/bfloat16.cc common/param_layout.cc common/shard_map.cc
 config_objs() {  # only the config target (and the seeds) need the TOML parser
   compile common/config.cc common/config_values.cc common/config_fields.cc
 }
