@@ -56,20 +56,10 @@ int run_worker(const pstrain::NodeArgs& args) {
   const auto sampler = start_resource_sampler(config.output, "worker", session.rank(), &traffic, log,
                                               cuda_device_index(*workload.backend));
   session.run_reporting_failure([&] {
-    std::optional<WorkerCheckpoint> resume;
-    if (!resume_dir.empty()) {
-      resume = read_worker_part(resume_dir, session.rank(), config, workload.model->num_params());
-      log.info("resuming from " + resume_dir + " at step " + std::to_string(resume->step));
-    }
-    const std::string metrics_file = "worker-" + std::to_string(session.rank()) + ".jsonl";
-    std::optional<MetricsWriter> metrics;
-    if (resume) {
-      metrics.emplace(config.output.run_dir, metrics_file, resume->metrics_bytes, resume->time_s);
-    } else {
-      metrics.emplace(config.output.run_dir, metrics_file);
-    }
-    metrics->set_log(&log);
-    const TrainResult r = run_ps_worker(config, session, workload, *metrics, log, &trace, resume ? &*resume : nullptr);
+    WorkerStart start = start_worker(resume_dir, session.rank(), config, workload.model->num_params(), log);
+    const std::optional<WorkerCheckpoint>& resume = start.resume;
+    MetricsWriter& metrics = *start.metrics;
+    const TrainResult r = run_ps_worker(config, session, workload, metrics, log, &trace, resume ? &*resume : nullptr);
     char line[200];
     std::snprintf(line, sizeof(line), "done: %lld steps, %lld images in %.1f s (compute %.1f s, pull %.1f s, push %.1f s)",
                   static_cast<long long>(r.steps), static_cast<long long>(r.images), r.time_s, r.compute_s, r.pull_s,

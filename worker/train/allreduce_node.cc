@@ -98,19 +98,9 @@ int run_allreduce_node(const RunConfig& config, int requested_rank, const std::s
     co.trace = &trace;
     std::unique_ptr<Collective> collective =
         std::make_unique<CountingCollective>(make_collective(backend_name, co, store), traffic);
-    std::optional<WorkerCheckpoint> resume;
-    if (!resume_dir.empty()) {
-      resume = read_worker_part(resume_dir, session.rank(), config, workload.model->num_params());
-      log.info("resuming from " + resume_dir + " at step " + std::to_string(resume->step));
-    }
-    const std::string metrics_file = "worker-" + std::to_string(session.rank()) + ".jsonl";
-    std::optional<MetricsWriter> metrics;
-    if (resume) {
-      metrics.emplace(config.output.run_dir, metrics_file, resume->metrics_bytes, resume->time_s);
-    } else {
-      metrics.emplace(config.output.run_dir, metrics_file);
-    }
-    metrics->set_log(&log);
+    WorkerStart start = start_worker(resume_dir, session.rank(), config, workload.model->num_params(), log);
+    const std::optional<WorkerCheckpoint>& resume = start.resume;
+    MetricsWriter& metrics = *start.metrics;
     // cluster.on_worker_failure = "continue": the collective re-formed among the workers left.
     const ReformCollective reform = [&](int new_rank, int new_size, int generation) {
       CollectiveOptions again = co;
@@ -121,7 +111,7 @@ int run_allreduce_node(const RunConfig& config, int requested_rank, const std::s
           std::make_unique<CountingCollective>(make_collective(backend_name, again, store), traffic));
     };
     const bool can_reform = config.cluster.on_worker_failure == "continue";
-    const TrainResult r = run_allreduce_worker(config, session, workload, *collective, *metrics, log, &trace,
+    const TrainResult r = run_allreduce_worker(config, session, workload, *collective, metrics, log, &trace,
                                                resume ? &*resume : nullptr, can_reform ? &reform : nullptr);
     collective.reset();
     char line[200];

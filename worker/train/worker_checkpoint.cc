@@ -101,4 +101,20 @@ WorkerCheckpoint read_worker_part(const fs::path& dir, int rank, const RunConfig
   return s;
 }
 
+WorkerStart start_worker(const std::string& resume_dir, int rank, const RunConfig& config, std::int64_t num_params,
+                         Logger& log) {
+  WorkerStart start;
+  const std::string metrics_file = "worker-" + std::to_string(rank) + ".jsonl";
+  if (!resume_dir.empty()) {
+    start.resume = read_worker_part(resume_dir, rank, config, num_params);
+    log.info("resuming from " + resume_dir + " at step " + std::to_string(start.resume->step));
+    start.metrics = std::make_unique<MetricsWriter>(config.output.run_dir, metrics_file, start.resume->metrics_bytes,
+                                                    start.resume->time_s);
+  } else {
+    start.metrics = std::make_unique<MetricsWriter>(config.output.run_dir, metrics_file);
+  }
+  start.metrics->set_log(&log);
+  return start;
+}
+
 }  // namespace pstrain

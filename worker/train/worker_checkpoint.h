@@ -15,12 +15,15 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "common/checkpoint.h"
 #include "common/config.h"
 #include "common/log.h"
+#include "worker/train/metrics.h"
 #include "worker/train/records.h"
 
 namespace pstrain {
@@ -63,5 +66,15 @@ inline bool checkpoint_due(const RunConfig& config, std::int64_t steps_done) {
   const std::int64_t every = config.checkpoint.interval_steps;
   return every > 0 && steps_done > 0 && steps_done % every == 0;
 }
+
+// A worker's start: its part of the checkpoint in `resume_dir` (none when
+// empty), and its metrics file, cut back to the checkpoint and appended to
+// when resuming, else new; incomplete writes are said on `log`.
+struct WorkerStart {
+  std::optional<WorkerCheckpoint> resume;
+  std::unique_ptr<MetricsWriter> metrics;
+};
+WorkerStart start_worker(const std::string& resume_dir, int rank, const RunConfig& config, std::int64_t num_params,
+                         Logger& log);
 
 }  // namespace pstrain
