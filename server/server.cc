@@ -80,6 +80,8 @@ void Server::run() {
       }
       for (const int worker : scheduler.take_dropped()) {
         const std::vector<std::int64_t> advanced = store_->drop_worker(worker);
+        // Its drop may complete a checkpoint's step on chunks no push will complete.
+        for (const std::int64_t key : store_->keys()) checkpointer_->after_push(*store_, key);
         log_.info("worker " + std::to_string(worker) + " was dropped from the job: no longer waited for (" +
                   std::to_string(advanced.size()) + " chunks completed their step without it)");
         std::vector<std::int64_t> waiting;  // any parked pull may be answerable now (ssp: a slowest clock left)

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <thread>
 #include <cstdio>
 
 namespace pstrain {
@@ -39,6 +40,19 @@ std::string complete_checkpoint(const RunConfig& config, std::int64_t step, std:
   const fs::path dir = root / checkpoint_dir_name(step);
   std::vector<std::string> parts;
   for (int s = 0; s < num_servers; ++s) parts.push_back("server-" + std::to_string(s) + ".ckpt");
+  // A server writes its part before the reply to the push that completes the
+  // step, except when a dropped worker completes it: then it is written when
+  // the server hears of the drop, which may be after this barrier. Wait for
+  // the servers' parts (at most timeout_ms; a part still missing then is the
+  // manifest's error).
+  const auto limit = start + std::chrono::milliseconds(config.cluster.timeout_ms);
+  const auto all_there = [&] {
+    std::error_code ec;
+    return std::all_of(parts.begin(), parts.end(), [&](const std::string& p) { return fs::exists(dir / p, ec); });
+  };
+  while (!all_there() && std::chrono::steady_clock::now() < limit) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
   std::string missing;  // workers dropped by the failure policy write no part
   for (int w = 0; w < config.cluster.num_workers; ++w) {
     std::error_code ec;
