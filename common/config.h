@@ -32,8 +32,16 @@ struct ClusterConfig {
   int timeout_ms = 120000;                 // any single blocking wait
   // A worker that fails (silent past heartbeat_timeout_ms, or reports a
   // failure): "abort" ends the job; "continue" drops it and the job goes on
-  // with the others (parameter-server modes).
+  // with the others; "restart" drops it as "continue" does, and the launcher
+  // starts a new process with the same rank (at most max_restarts times per
+  // rank), which rejoins at the current step.
   std::string on_worker_failure = "abort";
+  // A server that fails: "abort" ends the job; "restart" has the launcher
+  // start it again (at most max_restarts times per rank): it reloads its
+  // shards from the newest complete checkpoint and takes back its rank, and
+  // the workers retry their requests. Needs checkpoint.interval_steps > 0.
+  std::string on_server_failure = "abort";
+  int max_restarts = 3;  // per rank, for the "restart" policies
   std::int64_t max_message_bytes = std::int64_t{1} << 30;
 
   bool operator==(const ClusterConfig&) const = default;

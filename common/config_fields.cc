@@ -10,7 +10,8 @@ namespace {
 
 constexpr std::array<std::string_view, 4> kModes{"sync", "async", "ssp", "allreduce"};
 constexpr std::array<std::string_view, 2> kStalenessRules{"none", "inverse"};
-constexpr std::array<std::string_view, 2> kWorkerFailurePolicies{"abort", "continue"};
+constexpr std::array<std::string_view, 3> kWorkerFailurePolicies{"abort", "continue", "restart"};
+constexpr std::array<std::string_view, 2> kServerFailurePolicies{"abort", "restart"};
 constexpr std::array<std::string_view, 2> kNonFinitePolicies{"stop", "skip"};
 constexpr std::array<std::string_view, 2> kTransports{"tcp", "ipc"};
 constexpr std::array<std::string_view, 2> kWireDtypes{"float32", "bfloat16"};
@@ -89,6 +90,8 @@ void visit_table(C& c, const V& v) {
   v("cluster", "heartbeat_timeout_ms", &cl.heartbeat_timeout_ms, at_least(1));
   v("cluster", "timeout_ms", &cl.timeout_ms, at_least(1));
   v("cluster", "on_worker_failure", &cl.on_worker_failure, one_of(kWorkerFailurePolicies));
+  v("cluster", "on_server_failure", &cl.on_server_failure, one_of(kServerFailurePolicies));
+  v("cluster", "max_restarts", &cl.max_restarts, between(0, 1000));
   v("cluster", "max_message_bytes", &cl.max_message_bytes, at_least(1));
   v("ps", "partition_bytes", &c.ps.partition_bytes, positive_multiple_of(4));
   v("ps", "staleness_bound", &c.ps.staleness_bound, between(0, 1000000));

@@ -114,8 +114,11 @@ TEST_CASE("per-key ranges, enums and shapes are enforced with file:line and key"
        "bad.toml:2: key 'workload.on_nonfinite': expected one of \"stop\", \"skip\", got \"ignore\""},
       {"[workload]\nmax_skipped_steps = 0",
        "bad.toml:2: key 'workload.max_skipped_steps': expected an integer >= 1, got 0"},
-      {"[cluster]\non_worker_failure = \"restart\"",
-       "bad.toml:2: key 'cluster.on_worker_failure': expected one of \"abort\", \"continue\", got \"restart\""},
+      {"[cluster]\non_worker_failure = \"later\"",
+       "bad.toml:2: key 'cluster.on_worker_failure': expected one of \"abort\", \"continue\", \"restart\", got \"later\""},
+      {"[cluster]\non_server_failure = \"continue\"",
+       "bad.toml:2: key 'cluster.on_server_failure': expected one of \"abort\", \"restart\", got \"continue\""},
+      {"[cluster]\nmax_restarts = -1", "bad.toml:2: key 'cluster.max_restarts': expected an integer in [0, 1000], got -1"},
       {"[ps]\nstaleness_bound = -1",
        "bad.toml:2: key 'ps.staleness_bound': expected an integer in [0, 1000000], got -1"},
       {"[optimizer]\nstaleness_rule = \"sqrt\"",
@@ -241,6 +244,12 @@ TEST_CASE("rules between keys name the key and where it was set") {
       {"mode = \"sync\"\n[optimizer]\nstaleness_rule = \"inverse\"",
        "bad.toml:3: key 'optimizer.staleness_rule': expected \"none\" when mode is \"sync\" (pushes are stale "
        "only in \"async\" and \"ssp\"), got \"inverse\""},
+      {"[cluster]\non_server_failure = \"restart\"",
+       "bad.toml:2: key 'cluster.on_server_failure': expected \"abort\" when checkpoint.interval_steps is 0 (a "
+       "restarted server reloads its shards from the newest checkpoint), got \"restart\""},
+      {"mode = \"allreduce\"\n[cluster]\non_server_failure = \"restart\"\n[checkpoint]\ninterval_steps = 5",
+       "bad.toml:3: key 'cluster.on_server_failure': expected \"abort\" when mode is \"allreduce\" (no servers), "
+       "got \"restart\""},
       {"[workload]\ndevice = \"cpu\"\n[collective]\nbackend = \"nccl\"",
        "bad.toml:4: key 'collective.backend': expected \"auto\" or \"gloo\" when workload.device is \"cpu\", "
        "got \"nccl\""},
