@@ -18,6 +18,9 @@ void add_node_options(CLI::App& app, NodeArgs& args) {
   app.add_option("--resume", args.resume,
                  "start from a checkpoint: a step-N directory, or a run directory / checkpoint root (its newest "
                  "complete checkpoint)");
+  app.add_flag("--rejoin", args.rejoin,
+               "replace a failed node of the same rank in a running job (cluster.on_worker_failure / "
+               "on_server_failure = \"restart\"; the launcher passes it); needs --rank");
 }
 
 std::string resume_checkpoint(const NodeArgs& args, const RunConfig& config,

@@ -12,6 +12,9 @@
 //                         a checkpoint directory (step-N), a checkpoint root or
 //                         a run directory (its newest complete checkpoint);
 //                         every node of the job must be given the same one
+//   --rejoin              (servers, workers) this process replaces a failed
+//                         one of the same --rank in a running job (the
+//                         "restart" failure policies; the launcher passes it)
 //
 // The launchers' environment (torchrun, SLURM, Open MPI, MPICH/PMI, PMIx):
 //
@@ -51,6 +54,7 @@ struct NodeArgs {
   int rank = -1;
   std::string scheduler;
   std::string resume;  // --resume PATH; empty = a fresh start
+  bool rejoin = false;  // --rejoin: replaces a failed node of rank `rank` in a running job
 };
 
 void add_node_options(CLI::App& app, NodeArgs& args);
