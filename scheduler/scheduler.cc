@@ -386,7 +386,7 @@ void Scheduler::on_store(zmq::message_t& from, const Message& msg) {
     validate_store_entry(entry, is_set ? "store set" : "store get");
     if (!is_set) {
       auto it = store_.find(entry.key);
-      if (it == store_.end() && entry.key.starts_with(kEpochMembersPrefix) && store_.size() < kMaxStoreEntries) {
+      if (it == store_.end() && entry.key.starts_with(kEpochMembersPrefix)) {  // answered even when the store is full
         // The first ask for an epoch's workers fixes them: the live ones now
         // (worker/train/epoch_members.h). Every later ask gets the same answer.
         std::vector<int> ranks;
