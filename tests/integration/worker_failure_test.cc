@@ -251,7 +251,9 @@ TEST_CASE("continue: a worker stopped (SIGSTOP) past the heartbeat timeout is dr
                            "output.trace=off", "--quiet"});
   it::LaunchProcess p(args, dir.path() / "out.txt");
   const auto metrics = run / "metrics/worker-1.jsonl";
-  REQUIRE(it::wait_until([&] { return it::count_lines(metrics) >= 4; }, std::chrono::seconds(180)));
+  const int stop_after = kill_after_steps("sync, SIGSTOP", 1);
+  MESSAGE("stopping worker 1 after its step " << stop_after - 1 << " (seed " << fault_seed() << ")");
+  REQUIRE(it::wait_until([&] { return it::count_lines(metrics) >= 1 + stop_after; }, std::chrono::seconds(180)));
   const auto pids = it::read_pids(run);
   const pid_t w1 = pids.at("worker-1");
   REQUIRE(kill(w1, SIGSTOP) == 0);
