@@ -150,6 +150,10 @@ struct RegisterReply {
 inline constexpr std::size_t kMaxStoreKeyBytes = 256;
 inline constexpr std::size_t kMaxStoreValueBytes = std::size_t{64} << 10;
 inline constexpr std::size_t kMaxStoreEntries = 4096;  // per job
+// Store keys the scheduler answers itself: the first get of
+// kEpochMembersPrefix + "<epoch>" fixes that epoch's workers as the live ones
+// ("0,2,3"; worker/train/epoch_members.h).
+inline constexpr std::string_view kEpochMembersPrefix = "pstrain/epoch-members/";
 struct StoreEntry {
   std::string key;
   std::string value;

@@ -92,7 +92,7 @@ Message SchedulerClient::wait_for(MsgType type, const std::string& what, int ext
     }
     auto env = receive_message(socket_, false, std::min(left, milliseconds(200)), DecodeLimits{}, nullptr, traffic_);
     if (!env) {
-      if (while_alive) check_scheduler_alive();  // nothing queued: silent since the last message
+      check_scheduler_alive();  // nothing queued: silent since the last message (a dead scheduler answers nothing)
       continue;
     }
     last_heard_ = Clock::now();

@@ -82,7 +82,8 @@ class SchedulerClient {
  private:
   Header make_header(MsgType type) const;
   // Waits for a message of `type` (handling aborts); throws TimeoutError naming `what`.
-  // `while_alive`: no time limit while the scheduler's heartbeats come.
+  // `while_alive`: no time limit while the scheduler's heartbeats come. Either way, after the
+  // rendezvous, a scheduler silent for heartbeat_timeout_ms ends the wait (TransportError).
   Message wait_for(MsgType type, const std::string& what, int extra_ms = 0, bool while_alive = false);
   // Sends a store request and returns the reply's entry (checked against the request).
   StoreEntry store_request(MsgType type, const StoreEntry& entry, int timeout_ms, const std::string& what);

@@ -386,6 +386,22 @@ void Scheduler::on_store(zmq::message_t& from, const Message& msg) {
     validate_store_entry(entry, is_set ? "store set" : "store get");
     if (!is_set) {
       auto it = store_.find(entry.key);
+      if (it == store_.end() && entry.key.starts_with(kEpochMembersPrefix)) {  // answered even when the store is full
+        // The first ask for an epoch's workers fixes them: the live ones now
+        // (worker/train/epoch_members.h). Every later ask gets the same answer.
+        std::vector<int> ranks;
+        for (const Node& n : nodes_) {
+          if (n.role == Role::kWorker && !n.dropped) ranks.push_back(n.rank);
+        }
+        std::sort(ranks.begin(), ranks.end());
+        std::string live;
+        for (const int r : ranks) {
+          if (!live.empty()) live += ',';
+          live += std::to_string(r);
+        }
+        log_.info("epoch " + entry.key.substr(kEpochMembersPrefix.size()) + " is shared by workers " + live);
+        it = store_.emplace(entry.key, live).first;
+      }
       if (it != store_.end()) {
         reply_store(from, h, StoreEntry{entry.key, it->second});
         return;

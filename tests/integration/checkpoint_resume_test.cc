@@ -214,7 +214,8 @@ TEST_CASE("allreduce: stopped after 10 steps and resumed to 16 == 16 steps at on
 TEST_CASE("continue: checkpoints go on without a dropped worker; resumed, it rejoins at the checkpoint's step") {
   it::TempDir dir;
   const auto run = dir.path() / "run";
-  // 3 workers: 1024 / 3 samples each, 11 steps an epoch, 33 in 3 epochs; a checkpoint every 4.
+  // 3 workers: 1024 / 3 samples each, 11 steps an epoch; a checkpoint every 4. Worker 1 is killed
+  // in epoch 0; epochs 1 and 2 belong to the two left (512 samples each, 16 steps): 43 steps.
   it::LaunchProcess p(ckpt_args(run, {"cluster.workers=3", "cluster.on_worker_failure=continue",
                                       "cluster.heartbeat_timeout_ms=3000", "workload.straggler_rank=2",
                                       "workload.straggler_slowdown=3"}),
@@ -229,15 +230,21 @@ TEST_CASE("continue: checkpoints go on without a dropped worker; resumed, it rej
   CHECK(exit->code == 0);
   const auto last = pstrain::find_newest_checkpoint(run / "checkpoints");
   REQUIRE(last.has_value());
-  CHECK(last->manifest.step == 32);
+  CHECK(last->manifest.step == 40);
   CHECK_FALSE(it::fs::exists(last->dir / "worker-1.ckpt"));
   CHECK(it::contains(it::read_file(run / "logs/worker-0.log"), "no part of dropped worker(s) 1"));
 
   const it::Result b = it::run_launch(resume_args(run, {"workload.epochs=4"}), dir.path());
   INFO(b.output);
   CHECK(b.exit.code == 0);
-  CHECK(it::contains(b.output, "(step 32)"));
-  const std::vector<long> steps = step_records(run / "metrics/worker-1.jsonl");
-  REQUIRE_FALSE(steps.empty());
-  CHECK(steps.back() == 43);
+  CHECK(it::contains(b.output, "(step 40)"));
+  // Epoch 2 (steps 27..42) stays the two survivors' (the checkpoint's epoch members); worker 1, back,
+  // walks one of their shards to its end; epoch 3 is split three ways again: 11 steps, 43..53.
+  CHECK(it::contains(it::read_file(run / "logs/worker-1.log"), "epoch 2 was begun by workers 0,2 before this worker was back"));
+  for (const int w : {0, 1, 2}) {
+    CAPTURE(w);
+    const std::vector<long> steps = step_records(run / ("metrics/worker-" + std::to_string(w) + ".jsonl"));
+    REQUIRE_FALSE(steps.empty());
+    CHECK(steps.back() == 53);
+  }
 }

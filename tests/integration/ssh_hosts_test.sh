@@ -5,7 +5,13 @@
 # namespace's address), the scheduler, server 0 and worker 1 here.
 #   1. the run trains to its end, exit 0, with the summary and every log;
 #   2. a launcher killed with SIGKILL mid-run leaves no process behind on the
-#      other host (its ssh sessions end, the remote side stops the programs).
+#      other host (its ssh sessions end, the remote side stops the programs);
+#   3. with cluster.on_worker_failure = "continue", the link to the other host
+#      cut (ip link set down) past heartbeat_timeout_ms while worker 1 trains
+#      there (the servers and worker 0, which evaluates, here): the job goes
+#      on without it and exits 0; the link back, worker 1 exits on its own,
+#      with its reason in its log (told it was dropped, or the scheduler
+#      silent), and its exit is reported as the dropped worker's.
 # Skipped (exit 77, reason printed) where the machine cannot make the host:
 # not root, no `ip netns`, no sshd.
 #   tests/integration/ssh_hosts_test.sh BIN_DIR SOURCE_DIR
@@ -118,4 +124,51 @@ for _ in $(seq 100); do
 done
 [ "$gone" = 1 ] || fail "pstrain processes left on $there 20 s after the launcher was killed: $left"
 pgrep -f "pstrain-(scheduler|server|worker).*$run2" >/dev/null && fail "processes of the killed run left here"
+
+echo "--- 3. the link to the other host cut mid-run (on_worker_failure = continue)"
+run3="$tmp/run3"
+hosts3=(--set "cluster.scheduler=\"tcp://$here:0\""
+        --set "cluster.server_hosts=[\"$here\", \"$here\"]"
+        --set "cluster.worker_hosts=[\"$here\", \"$there\"]")
+"$bin/launch" --config "$src/configs/tiny_sync.toml" --run-dir "$run3" --bin-dir "$bin" --ssh "$ssh_cmd" \
+  --timeout-s 120 "${hosts3[@]}" --set cluster.on_worker_failure=continue --set cluster.heartbeat_timeout_ms=1500 \
+  --set workload.epochs=8 --set output.trace=off >"$tmp/launch3.txt" 2>&1 &
+launch_pid=$!
+steps() { grep -c '"type":"step"' "$1" 2>/dev/null || true; }
+for _ in $(seq 300); do
+  [ "$(steps "$run3/metrics/worker-1.jsonl")" -ge 3 ] && break
+  sleep 0.1
+done
+[ "$(steps "$run3/metrics/worker-1.jsonl")" -ge 3 ] || { cat "$tmp/launch3.txt"; fail "worker 1 on $there never trained"; }
+ip link set "$here_if" down
+echo "link $here_if down after worker 1's step $(steps "$run3/metrics/worker-1.jsonl")"
+dropped=0
+for _ in $(seq 200); do  # 20 s
+  grep -q "worker 1 .*dropped from the job" "$run3/logs/scheduler.log" 2>/dev/null && { dropped=1; break; }
+  sleep 0.1
+done
+# Training goes on here meanwhile: worker 0 takes steps after the drop.
+before=$(steps "$run3/metrics/worker-0.jsonl")
+sleep 1
+after=$(steps "$run3/metrics/worker-0.jsonl")
+ip link set "$here_if" up
+echo "link $here_if up again"
+[ "$dropped" = 1 ] || { cat "$tmp/launch3.txt"; fail "the scheduler did not drop worker 1 within 20 s of the cut"; }
+status=0
+wait "$launch_pid" || status=$?
+launch_pid=""
+cat "$tmp/launch3.txt"
+[ "$after" -gt "$before" ] || fail "worker 0 took no step in the second after the drop ($before -> $after)"
+[ "$status" = 0 ] || fail "launch exited $status after the cut (expected 0: the job goes on without worker 1)"
+grep -q "worker 1 .*the job goes on without it" "$tmp/launch3.txt" || fail "the launcher did not say worker 1's exit was let pass"
+code=$(grep -o "worker 1 exited with code [0-9]*" "$tmp/launch3.txt" | grep -o "[0-9]*$" | head -1)
+[ -n "$code" ] || fail "no exit code of worker 1 in the launcher's output"
+[ "$code" != 0 ] || fail "worker 1 exited 0, as if it had trained to the end"
+grep -Eq "was dropped from the job|sent nothing for .* ms" "$run3/logs/worker-1.log" ||
+  fail "worker 1's log does not say why it stopped: $(tail -3 "$run3/logs/worker-1.log")"
+echo "worker 1 exited with code $code: $(grep -Eo "(was dropped from the job|the scheduler at [^ ]* sent nothing for [0-9]* ms)" "$run3/logs/worker-1.log" | head -1)"
+grep -q '"dropped_workers": \[1\]' "$run3/summary.json" || fail "the summary does not list worker 1 as dropped"
+grep -q '"type":"end"' "$run3/metrics/worker-0.jsonl" || fail "worker 0 did not train to the end"
+left=$(ip netns pids "$ns" | while read -r p; do c=$(cat /proc/$p/comm 2>/dev/null); case "$c" in pstrain-*) echo "$p";; esac; done)
+[ -z "$left" ] || fail "pstrain processes left on $there after the run: $left"
 echo "PASS"

@@ -18,6 +18,7 @@
 #include "worker/train/checkpoint.h"
 #include "worker/train/divergence.h"
 #include "worker/train/epoch_driver.h"
+#include "worker/train/epoch_members.h"
 #include "worker/train/simulated_compute.h"
 #include "worker/train/straggler.h"
 
@@ -53,6 +54,7 @@ struct Loop {
   std::unique_ptr<Collective> owned;   // the collective re-formed without dropped workers
   std::vector<int> live;               // workers' ranks still in the job, ascending
   int generation = 0;
+  EpochMembers* members = nullptr;  // each epoch's workers (recorded in checkpoints)
 };
 
 // Whether this worker evaluates and writes the final weights: worker 0, or
@@ -159,6 +161,7 @@ void take_checkpoint(Loop& L, std::int64_t steps_done) {
   c.time_s = L.metrics.elapsed_s();
   c.metrics_bytes = L.metrics.size();
   c.result = L.result;
+  if (L.members != nullptr) c.epoch_members = L.members->history();
   c.optimizer_steps = L.optimizer.steps_taken();
   if (L.session.rank() == 0) {
     c.params.resize(static_cast<std::size_t>(L.model.num_params()));
@@ -397,7 +400,11 @@ TrainResult run_allreduce_worker(const RunConfig& config, WorkerSession& session
   model.set_dropout_seed(w.seed * 1000003ULL + static_cast<std::uint64_t>(session.rank()));
   if (resume != nullptr) model.set_dropout_step(resume->dropout_step);
 
-  const EpochDriver driver(config, train, session.rank(), session.num_workers());
+  EpochDriver driver(config, train, session.rank(), session.num_workers());
+  // Each epoch's workers: the scheduler's answer (the survivors after a drop), the checkpoint's for epochs begun before it.
+  EpochMembers members(EpochMembers::from_scheduler(session.scheduler(), config.cluster.timeout_ms),
+                       resume != nullptr ? resume->epoch_members : std::vector<std::int64_t>{});
+  L.members = &members;
   log.info("training " + std::to_string(driver.total_steps()) + " steps (" + std::to_string(driver.steps_per_epoch()) +
            " per epoch) in allreduce mode with " + std::to_string(session.num_workers()) + " workers over " +
            collective.name() + (staged(L) ? " (gradients through host memory)" : "") + "; " +
@@ -431,7 +438,7 @@ TrainResult run_allreduce_worker(const RunConfig& config, WorkerSession& session
         }
         if (leads(L) && !last) evaluate_and_record(L, s, epoch, L.metrics.elapsed_s());
       },
-      resume != nullptr ? resume->step : 0);
+      resume != nullptr ? resume->step : 0, &members);
   L.result.steps = step;
   L.result.time_s = metrics.elapsed_s();
   if (leads(L)) {

@@ -10,6 +10,14 @@
 // the first step it writes the metrics file's "plan" record (total_steps,
 // steps_per_epoch, epochs), which the launcher's status line reads. Not
 // thread-safe.
+//
+// The workers that share an epoch come from EpochMembers (epoch_members.h):
+// with all N workers it is the fixed (rank, N) split; after a drop
+// (on_worker_failure = "continue") the survivors split the whole training set
+// from the next epoch, which changes the steps of that epoch and so the
+// total: the driver then writes another "plan" record (with the epoch and the
+// number of workers), and readers take the latest. The learning-rate schedule
+// keeps the job's first plan (a cosine schedule stays at min_lr past it).
 #pragma once
 
 #include <cstdint>
@@ -21,6 +29,7 @@
 #include "common/lr_schedule.h"
 #include "worker/data/dataset.h"
 #include "worker/data/shard_sampler.h"
+#include "worker/train/epoch_members.h"
 #include "worker/train/metrics.h"
 
 namespace pstrain {
@@ -38,13 +47,13 @@ class EpochDriver {
   // ConfigError when workload.batch_size exceeds this worker's shard (ceil(N / workers)).
   EpochDriver(const RunConfig& config, const data::Dataset& train, int rank, int num_workers);
 
+  // The plan with every worker (before any drop).
   std::int64_t steps_per_epoch() const { return per_epoch_; }
   std::int64_t total_steps() const { return total_; }
   // The epoch the last of `steps_done` steps ran in (0 before any step): with
-  // workload.max_steps a run can end before the config's last epoch.
-  int epoch_after(std::int64_t steps_done) const {
-    return steps_done <= 0 ? 0 : static_cast<int>((steps_done - 1) / per_epoch_);
-  }
+  // workload.max_steps a run can end before the config's last epoch. After
+  // run(), from the epochs it took (their lengths may differ after a drop).
+  int epoch_after(std::int64_t steps_done) const;
 
   // Runs every step; returns how many were taken (in all). `images` is read
   // for the progress lines (images trained so far by this worker).
@@ -52,17 +61,24 @@ class EpochDriver {
   // position in the epoch's order, without a second "plan" record; at an
   // epoch boundary the previous epoch's end hook runs first (the checkpoint
   // was taken before it).
+  // `members` (may be null: every worker, every epoch) gives each epoch's
+  // workers; it must be the same answers on every worker.
   std::int64_t run(Logger& log, MetricsWriter& metrics, const std::int64_t& images, const StepFn& step,
-                   const EpochEndFn& epoch_end, std::int64_t first_step = 0) const;
+                   const EpochEndFn& epoch_end, std::int64_t first_step = 0, EpochMembers* members = nullptr);
 
  private:
   int batch_size_;
   int epochs_;
   int rank_;
+  int num_workers_;
+  std::int64_t num_samples_;
+  std::uint64_t seed_;
+  std::int64_t max_steps_;
   data::ShardSampler sampler_;
   std::int64_t per_epoch_;
   std::int64_t total_;
   LrSchedule schedule_;
+  std::vector<std::int64_t> epoch_starts_;  // first step of each epoch run() reached
 };
 
 }  // namespace pstrain

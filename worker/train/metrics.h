@@ -12,6 +12,7 @@
 #include <memory>
 #include <string>
 
+#include "common/job_clock.h"
 #include "common/json_line.h"
 #include "common/log.h"
 
@@ -32,6 +33,8 @@ class MetricsWriter {
 
   // Seconds since construction (the time base of every record).
   double elapsed_s() const;
+  // Seconds on the job clock (PSTRAIN_JOB_START_US; common/job_clock.h).
+  double job_s() const { return clock_.now_s(); }
   void write(const JsonLine& line);
   const std::string& path() const { return path_; }
   // Where the one "incomplete" warning goes (default: stderr, unprefixed).
@@ -49,6 +52,7 @@ class MetricsWriter {
   std::int64_t written_bytes_ = 0;  // once incomplete: the size before the failed write
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
   double time_offset_s_ = 0.0;
+  JobClock clock_ = JobClock::from_environment();
 };
 
 // Creates a directory and its parents; throws Error naming it on failure.

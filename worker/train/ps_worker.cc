@@ -12,6 +12,7 @@
 #include "worker/train/checkpoint.h"
 #include "worker/train/divergence.h"
 #include "worker/train/epoch_driver.h"
+#include "worker/train/epoch_members.h"
 #include "worker/train/simulated_compute.h"
 #include "worker/train/straggler.h"
 
@@ -44,6 +45,7 @@ struct Loop {
   // yet sent go as skip pushes).
   bool loss_checked = false;
   bool skipping_step = false;
+  EpochMembers* members = nullptr;  // each epoch's workers (recorded in checkpoints)
 };
 
 // The weights for `step`: waits for the pull sent at the end of the previous
@@ -187,6 +189,7 @@ void take_checkpoint(Loop& L, std::int64_t steps_done) {
   c.time_s = L.metrics.elapsed_s();
   c.metrics_bytes = L.metrics.size();
   c.result = L.result;
+  if (L.members != nullptr) c.epoch_members = L.members->history();
   write_worker_part(L.config, L.session.rank(), c);
   L.session.scheduler().barrier("checkpoint " + std::to_string(steps_done));
   if (L.session.rank() == 0) {
@@ -235,7 +238,11 @@ TrainResult run_ps_worker(const RunConfig& config, WorkerSession& session, Workl
   model.set_dropout_seed(w.seed * 1000003ULL + static_cast<std::uint64_t>(session.rank()));
   if (resume != nullptr) model.set_dropout_step(resume->dropout_step);
 
-  const EpochDriver driver(config, train, session.rank(), session.num_workers());
+  EpochDriver driver(config, train, session.rank(), session.num_workers());
+  // Each epoch's workers: the scheduler's answer (the survivors after a drop), the checkpoint's for epochs begun before it.
+  EpochMembers members(EpochMembers::from_scheduler(session.scheduler(), config.cluster.timeout_ms),
+                       resume != nullptr ? resume->epoch_members : std::vector<std::int64_t>{});
+  L.members = &members;
   log.info("training " + std::to_string(driver.total_steps()) + " steps (" + std::to_string(driver.steps_per_epoch()) +
            " per epoch) in " + std::string(to_string(config.mode)) + " mode with " +
            std::to_string(session.num_workers()) + " workers, " + std::to_string(session.num_servers()) +
@@ -250,7 +257,7 @@ TrainResult run_ps_worker(const RunConfig& config, WorkerSession& session, Workl
       [&](std::int64_t s, int epoch, bool last) {
         if (session.rank() == 0 && !last) evaluate_and_record(L, s, epoch, L.metrics.elapsed_s());
       },
-      resume != nullptr ? resume->step : 0);
+      resume != nullptr ? resume->step : 0, &members);
   {
     TraceSpan span(trace, TraceLevel::kSteps, "final barrier", "worker");
     if (L.prefetch) kv_wait_quietly(L);

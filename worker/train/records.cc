@@ -16,7 +16,8 @@ void write_step_record(MetricsWriter& metrics, const StepRecord& r) {
   }
   metrics.write(line.add("images_per_s", r.batch / r.total_s).add("compute_ms", 1e3 * r.compute_s)
                     .add("pull_ms", 1e3 * r.pull_s).add("push_ms", 1e3 * r.push_s).add("lr", r.lr)
-                    .add("staleness", r.staleness).add("simulated", r.stats == nullptr).add("skipped", r.skipped));
+                    .add("staleness", r.staleness).add("simulated", r.stats == nullptr).add("skipped", r.skipped)
+                    .add("job_s", metrics.job_s()));
 }
 
 void write_eval_record(MetricsWriter& metrics, Logger& log, std::int64_t step, int epoch, const EvalResult& r,

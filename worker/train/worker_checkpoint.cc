@@ -25,6 +25,7 @@ fs::path write_worker_part(const RunConfig& config, int rank, const WorkerCheckp
   part.put_f64("push_s", r.push_s);
   part.put_f64("blocked_s", r.blocked_s);
   part.put_i64("optimizer_steps", s.optimizer_steps);
+  if (!s.epoch_members.empty()) part.put_i64s("epoch_members", s.epoch_members);
   if (!s.params.empty()) {
     part.put_f32s("params", s.params);
     part.put_f32s("optimizer", s.optimizer_state);
@@ -89,6 +90,12 @@ WorkerCheckpoint read_worker_part(const fs::path& dir, int rank, const RunConfig
     s.step = m.step;
     s.dropout_step = static_cast<std::uint64_t>(m.step);
     s.metrics_bytes = -1;
+    for (const CheckpointPartInfo& p : m.parts) {  // the epochs' workers, from a worker that has a part
+      if (!p.name.starts_with("worker-")) continue;
+      const CheckpointPart other = read_checkpoint_part(dir, p.name);
+      if (other.has("epoch_members")) s.epoch_members = other.i64s("epoch_members");
+      break;
+    }
     return s;
   }
   const CheckpointPart part = read_checkpoint_part(dir, worker_part_name(rank));
@@ -108,6 +115,7 @@ WorkerCheckpoint read_worker_part(const fs::path& dir, int rank, const RunConfig
   s.result.push_s = part.f64("push_s");
   s.result.blocked_s = part.f64("blocked_s");
   s.optimizer_steps = part.i64("optimizer_steps");
+  if (part.has("epoch_members")) s.epoch_members = part.i64s("epoch_members");
   if (part.has("params")) {
     s.params = part.f32s("params");
     s.optimizer_state = part.f32s("optimizer");

@@ -35,6 +35,8 @@ struct WorkerCheckpoint {
   std::int64_t metrics_bytes = 0;  // the metrics file's size then; -1: unknown (keep the file whole)
   TrainResult result;              // counters so far
   std::int64_t optimizer_steps = 0;  // allreduce: the local optimizer's steps (every worker)
+  // Each epoch's workers so far (EpochMembers::history(); empty: all, every epoch).
+  std::vector<std::int64_t> epoch_members;
   // Allreduce, worker 0: the replicated model and optimizer state (empty otherwise).
   std::vector<float> params;
   std::vector<float> optimizer_state;

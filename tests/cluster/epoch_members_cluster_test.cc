@@ -1,0 +1,58 @@
+// The scheduler's answer to "which workers share epoch E" (the reserved
+// store key of worker/train/epoch_members.h), in-process: the first ask fixes
+// it, later asks get the same even after a drop, and an epoch first asked
+// after the drop is the survivors'.
+#include <doctest/doctest.h>
+
+#include <mutex>
+
+#include "tests/cluster/run_workers.h"
+#include "tools/cluster/local_cluster.h"
+#include "worker/train/epoch_members.h"
+
+using namespace pstrain;
+
+TEST_CASE("epoch members: fixed by the first ask; after a drop the next epoch is the survivors'") {
+  zmq::context_t ctx;
+  LocalClusterOptions o;
+  o.mode = Mode::kAsync;
+  o.num_servers = 1;
+  o.num_workers = 3;
+  o.cluster.timeout_ms = 10000;
+  o.cluster.heartbeat_interval_ms = 50;
+  o.cluster.heartbeat_timeout_ms = 500;
+  o.cluster.on_worker_failure = "continue";
+  o.log_level = LogLevel::kError;
+  LocalCluster cluster(ctx, o);
+  ParamLayout layout;
+  layout.add("w", {8});
+  std::mutex mutex;
+  std::vector<std::vector<int>> before, again, after;
+  test::run_workers(3, [&](int r) {
+    WorkerSession session(ctx, cluster.worker_options(r), layout);
+    std::vector<float> params(8, 1.0f);
+    session.broadcast_initial(params);
+    const auto ask = EpochMembers::from_scheduler(session.scheduler(), 5000);
+    const std::vector<int> e0 = ask(0);
+    {
+      std::lock_guard lock(mutex);
+      before.push_back(e0);
+    }
+    if (r == 2) return;  // lost: its heartbeats stop
+    session.scheduler().barrier("after the drop");  // passes once worker 2 is dropped
+    const std::vector<int> e0_again = ask(0);
+    const std::vector<int> e1 = ask(1);
+    {
+      std::lock_guard lock(mutex);
+      again.push_back(e0_again);
+      after.push_back(e1);
+    }
+    session.finish();
+  });
+  CHECK_NOTHROW(cluster.join());
+  REQUIRE(before.size() == 3);
+  for (const auto& m : before) CHECK(m == std::vector<int>{0, 1, 2});
+  REQUIRE(after.size() == 2);
+  for (const auto& m : again) CHECK(m == std::vector<int>{0, 1, 2});  // fixed by the first ask
+  for (const auto& m : after) CHECK(m == std::vector<int>{0, 1});
+}
