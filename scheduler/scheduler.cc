@@ -484,6 +484,7 @@ void Scheduler::tell_workers(MsgType type, std::int64_t key, const std::string& 
 
 void Scheduler::server_failed(Node& node, const std::string& reason) {
   if (options_.cluster.on_server_failure != "restart") fail(reason);
+  if (node.restarting) return;  // the failed process spoke again before its replacement came: already handled
   if (node.restarts >= options_.cluster.max_restarts) {
     fail(reason + "; not restarted again: it was restarted " + std::to_string(node.restarts) +
          " times already (cluster.max_restarts = " + std::to_string(options_.cluster.max_restarts) + ")");

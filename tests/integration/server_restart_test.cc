@@ -30,9 +30,9 @@ struct Job {
   pid_t scheduler = -1;
   std::vector<std::pair<std::string, pid_t>> nodes;  // "server-0", "worker-1", ...
 
-  Job(const std::string& mode, int timeout_ms) {
+  Job(const std::string& mode, int timeout_ms, int epochs = 3) {
     common = {"--config", (it::kSourceDir / "configs/tiny_sync.toml").string(), "--set",
-              "output.run_dir=" + run.string(), "--set", "mode=" + mode, "--set", "workload.epochs=3", "--set",
+              "output.run_dir=" + run.string(), "--set", "mode=" + mode, "--set", "workload.epochs=" + std::to_string(epochs), "--set",
               "checkpoint.interval_steps=4", "--set", "cluster.on_server_failure=restart", "--set",
               "cluster.heartbeat_interval_ms=100", "--set", "cluster.heartbeat_timeout_ms=2000", "--set",
               "cluster.timeout_ms=" + std::to_string(timeout_ms), "--set", "output.trace=off"};
@@ -219,11 +219,15 @@ TEST_CASE("a killed server rejoins from the last checkpoint; sync and async go o
 
 TEST_CASE("a rejoin for a live server rank is refused and the job goes on; a server that never comes back ends it") {
   SUBCASE("live rank refused") {
-    Job job("sync", 30000);
+    Job job("sync", 30000, 12);  // long enough to outlast the intruder's retries (one heartbeat timeout)
     job.start();
     REQUIRE(it::wait_until([&] { return job.steps_done(1) >= 6 && job.has_checkpoint(); }, std::chrono::seconds(120)));
     const pid_t intruder = it::spawn(job.role("pstrain-server", 1, true), {}, job.out("server-1-rejoin"));
     const std::optional<int> code = it::wait_exit(intruder, std::chrono::seconds(30));
+    if (!code) {
+      kill(intruder, SIGKILL);
+      waitpid(intruder, nullptr, 0);
+    }
     const std::string said = it::read_file(job.out("server-1-rejoin"));
     INFO(said);
     REQUIRE(code.has_value());
