@@ -31,6 +31,7 @@ KVClient::KVClient(zmq::context_t& ctx, const ShardMap& map, const std::vector<s
                       " is not a tensor dtype (float32 or bfloat16)");
   }
   narrowed_.resize(map.chunks().size());
+  last_pushed_.assign(map.chunks().size(), -1);
   trace_chunks_ = options.trace != nullptr && options.trace->enabled(TraceLevel::kAll);
   if (trace_chunks_) {
     for (std::size_t s = 0; s < server_endpoints.size(); ++s) {
@@ -87,6 +88,22 @@ bool KVClient::reconnect_restarted() {
       send_message(sockets_[s], nullptr, p.header, payload_of(p), options_.traffic);
     }
     resent_ += static_cast<std::int64_t>(ids.size());
+    // Probes, after the resends (the order on the connection is the order of
+    // the steps): a pull for the step after the last pushed one, per chunk.
+    for (const std::int64_t key : map_.chunks_of(server)) {
+      const std::int64_t last = last_pushed_[static_cast<std::size_t>(key)];
+      if (last < 0) continue;
+      Header h;
+      h.type = MsgType::kPull;
+      h.role = Role::kWorker;
+      h.sender = options_.worker_rank;
+      h.request_id = next_request_id_++;
+      h.key = key;
+      h.step = last + 1;
+      h.aux = static_cast<std::int64_t>(options_.wire_dtype);
+      pending_[h.request_id] = Pending{0, MsgType::kPullReply, key, nullptr, 0, false, h, nullptr};
+      send_message(sockets_[s], nullptr, h, {}, options_.traffic);
+    }
   }
   return !back.empty();
 }
@@ -130,6 +147,10 @@ KVClient::Ticket KVClient::start(MsgType type, std::span<const float> src, float
                         std::to_string(map_.chunks().size()) + ")");
     }
     const Chunk& c = map_.chunk(key);
+    if (type == MsgType::kPush) {
+      std::int64_t& last = last_pushed_[static_cast<std::size_t>(key)];
+      last = std::max(last, step);
+    }
     Header h;
     h.type = type;
     h.role = Role::kWorker;
@@ -225,6 +246,7 @@ void KVClient::complete(const Message& msg, std::size_t server) {
   }
   const Pending p = it->second;
   pending_.erase(it);
+  if (p.ticket == 0) return;  // a probe after a server restart: its answer is not needed
   if (trace_chunks_) trace_reply(p, server);
   TicketState& state = tickets_[p.ticket];
   --state.outstanding;

@@ -144,6 +144,11 @@ class KVClient {
   std::vector<std::uint32_t> trace_tracks_;     // per server
   std::vector<std::int64_t> trace_track_end_;   // per server: end of its last span
   std::int64_t resent_ = 0;                     // requests sent again after server restarts
+  // Per chunk: the highest step this worker pushed (-1: none). After a
+  // server restart, a probe pull for the step after it tells the rejoined
+  // server this worker's clock of the chunk even when no request to it was
+  // unanswered (its reply, ticket 0, is dropped).
+  std::vector<std::int64_t> last_pushed_;
 };
 
 // Throws what an error reply of `server` with `status` means at the worker:
