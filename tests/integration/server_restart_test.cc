@@ -223,7 +223,11 @@ TEST_CASE("a rejoin for a live server rank is refused and the job goes on; a ser
     Job job("sync", 30000, 12);  // long enough to outlast the intruder's retries (one heartbeat timeout)
     job.start();
     REQUIRE(it::wait_until([&] { return job.steps_done(1) >= 6 && job.has_checkpoint(); }, std::chrono::seconds(120)));
-    const pid_t intruder = it::spawn(job.role("pstrain-server", 1, true), {}, job.out("server-1-rejoin"));
+    // Its own timeout_ms short (not in the job's fingerprint): if the job ends while it asks again, its
+    // last registration attempt gives up in seconds.
+    std::vector<std::string> argv = job.role("pstrain-server", 1, true);
+    argv.insert(argv.end(), {"--set", "cluster.timeout_ms=3000"});
+    const pid_t intruder = it::spawn(argv, {}, job.out("server-1-rejoin"));
     const std::optional<int> code = it::wait_exit(intruder, std::chrono::seconds(30));
     if (!code) {
       kill(intruder, SIGKILL);
