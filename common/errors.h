@@ -3,6 +3,7 @@
 // Only main() turns an exception into an exit code; libraries throw.
 #pragma once
 
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 
@@ -19,6 +20,23 @@ class ConfigError : public Error { using Error::Error; };
 class ProtocolError : public Error { using Error::Error; };
 // A socket or peer failed (connect, send, receive, peer reported failure).
 class TransportError : public Error { using Error::Error; };
+// A server answered a request with an error status (common/protocol.h
+// Status: rejected, not owner, bad request, aborted): the status and the
+// server's rank travel with it, so the worker decides retry, drop or abort on
+// what happened, not on the text. A TransportError, so code that only cares
+// that a request failed still catches it.
+enum class Status : std::uint8_t;  // common/protocol.h
+class ServerError : public TransportError {
+ public:
+  ServerError(Status status, int server_rank, const std::string& what)
+      : TransportError(what), status_(status), server_(server_rank) {}
+  Status status() const { return status_; }
+  int server() const { return server_; }
+
+ private:
+  Status status_;
+  int server_;
+};
 // A blocking wait ran past its timeout; the message says what it waited for.
 class TimeoutError : public Error { using Error::Error; };
 // A compute backend or numeric check failed (shape mismatch, NaN, CUDA error).

@@ -30,6 +30,8 @@ std::string_view to_string(MsgType type) {
     case MsgType::kStoreReply: return "store-reply";
     case MsgType::kError: return "error";
     case MsgType::kDropped: return "dropped";
+    case MsgType::kServerRestarting: return "server restarting";
+    case MsgType::kServerBack: return "server back";
   }
   return "unknown";
 }
@@ -119,7 +121,9 @@ PayloadRule payload_rule(MsgType type) {
     case MsgType::kStoreGet:
     case MsgType::kStoreReply:
     case MsgType::kError:
-    case MsgType::kDropped: return PayloadRule::kBytes;
+    case MsgType::kDropped:
+    case MsgType::kServerRestarting:
+    case MsgType::kServerBack: return PayloadRule::kBytes;
     case MsgType::kBarrier: return PayloadRule::kOptionalBytes;
     default: return PayloadRule::kNone;
   }

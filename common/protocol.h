@@ -24,7 +24,7 @@
 namespace pstrain {
 
 inline constexpr std::uint32_t kProtocolMagic = 0x50535452;  // "PSTR"
-inline constexpr std::uint16_t kProtocolVersion = 4;  // 4: bfloat16 payloads
+inline constexpr std::uint16_t kProtocolVersion = 5;  // 4: bfloat16 payloads; 5: server restart messages
 inline constexpr std::size_t kMaxBodyBytes = std::size_t{1} << 20;  // control bodies and error text
 
 enum class MsgType : std::uint8_t {
@@ -52,7 +52,11 @@ enum class MsgType : std::uint8_t {
   kStoreReply,        // body StoreEntry (key; get: its value)
   kError,             // reply to any request: status, body = message text
   kDropped,           // scheduler -> nodes: worker `key` left the job (on_worker_failure "continue"); body = why
-  kLast = kDropped,
+  // scheduler -> workers (on_server_failure "restart"): server `key` failed and is being restarted (body = why):
+  // requests to it wait instead of timing out; then it is back at the endpoint in the body: reconnect, resend.
+  kServerRestarting,
+  kServerBack,
+  kLast = kServerBack,
 };
 std::string_view to_string(MsgType type);
 

@@ -56,6 +56,16 @@ void SchedulerClient::check_scheduler_alive() const {
   }
 }
 
+void SchedulerClient::note_server_news(const Message& m) {
+  const int server = static_cast<int>(m.header.key);
+  if (m.header.type == MsgType::kServerRestarting) {
+    restarting_servers_.insert(server);
+    return;
+  }
+  restarting_servers_.erase(server);
+  servers_back_.emplace_back(server, m.text_payload());
+}
+
 bool SchedulerClient::handle_incoming() {
   auto env = receive_message(socket_, false, milliseconds(0), DecodeLimits{}, nullptr, traffic_);
   if (!env) return shutdown_;
@@ -73,6 +83,10 @@ bool SchedulerClient::handle_incoming() {
       throw TransportError("scheduler refused a request: " + m.text_payload());
     case MsgType::kDropped:
       dropped_.push_back(static_cast<int>(m.header.key));
+      return shutdown_;
+    case MsgType::kServerRestarting:
+    case MsgType::kServerBack:
+      note_server_news(m);
       return shutdown_;
     default:
       throw ProtocolError("unexpected " + std::string(to_string(m.header.type)) + " from the scheduler");
@@ -101,6 +115,10 @@ Message SchedulerClient::wait_for(MsgType type, const std::string& what, int ext
     if (m.header.type == MsgType::kHeartbeat) continue;
     if (m.header.type == MsgType::kDropped) {  // news for the caller, not an answer
       dropped_.push_back(static_cast<int>(m.header.key));
+      continue;
+    }
+    if (m.header.type == MsgType::kServerRestarting || m.header.type == MsgType::kServerBack) {
+      note_server_news(m);
       continue;
     }
     if (m.header.type == MsgType::kAbort) throw AbortedError("job aborted by the scheduler: " + m.text_payload());

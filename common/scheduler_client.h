@@ -19,9 +19,11 @@
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include <zmq.hpp>
 
@@ -73,6 +75,13 @@ class SchedulerClient {
   // Workers the scheduler dropped from the job (failure policy "continue")
   // since the last call, as they were announced.
   std::vector<int> take_dropped() { return std::exchange(dropped_, {}); }
+  // Server restarts (cluster.on_server_failure = "restart"; workers only):
+  // whether a server failed and has not come back yet (requests to it wait
+  // without a time limit), and the servers that came back since the last
+  // call, with their new endpoints, in the order announced.
+  bool server_restarting() const { return !restarting_servers_.empty(); }
+  bool server_restarting(int server) const { return restarting_servers_.count(server) != 0; }
+  std::vector<std::pair<int, std::string>> take_servers_back() { return std::exchange(servers_back_, {}); }
   int rank() const { return rank_; }
   // This node's session token from the register reply (empty before).
   const std::string& token() const { return token_; }
@@ -88,12 +97,15 @@ class SchedulerClient {
   // Sends a store request and returns the reply's entry (checked against the request).
   StoreEntry store_request(MsgType type, const StoreEntry& entry, int timeout_ms, const std::string& what);
   void heartbeat_loop(std::string endpoint);
+  void note_server_news(const Message& m);  // kServerRestarting, kServerBack
   void stop_heartbeats();
 
   zmq::context_t& ctx_;
   std::string endpoint_;
   std::string token_;
   std::vector<int> dropped_;
+  std::set<int> restarting_servers_;
+  std::vector<std::pair<int, std::string>> servers_back_;
   std::chrono::steady_clock::time_point last_heard_;  // last message from the scheduler (main socket)  // from the register reply: names the heartbeat connection
   Role role_;
   ClusterConfig cluster_;

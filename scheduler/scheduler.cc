@@ -248,6 +248,14 @@ void Scheduler::serve_until_done() {
 void Scheduler::handle(zmq::message_t& from, const Message& msg, bool registering) {
   const Header& h = msg.header;
   if (h.type == MsgType::kRegister) {
+    if (!registering && h.role == Role::kServer) {
+      try {
+        on_server_rejoin(from, msg);
+      } catch (const ProtocolError& e) {
+        refuse(from, h, e.what());
+      }
+      return;
+    }
     if (!registering) throw ProtocolError("register after the rendezvous: the job is already running");
     try {
       on_register(from, msg);
@@ -310,6 +318,10 @@ void Scheduler::handle(zmq::message_t& from, const Message& msg, bool registerin
     case MsgType::kAbort:
       if (node->role == Role::kWorker) {
         worker_failed(*node, "worker " + std::to_string(node->rank) + " failed: " + msg.text_payload());
+        return;
+      }
+      if (node->role == Role::kServer) {
+        server_failed(*node, "server " + std::to_string(node->rank) + " failed: " + msg.text_payload());
         return;
       }
       fail(std::string(to_string(node->role)) + " " + std::to_string(node->rank) + " failed: " + msg.text_payload());
@@ -471,14 +483,120 @@ void Scheduler::send_heartbeats() {
   h.role = Role::kScheduler;
   h.sender = 0;
   for (Node& n : nodes_) {
-    if (!n.dropped) send_quietly(n.routing_id, h);
+    if (!n.dropped && !n.restarting) send_quietly(n.routing_id, h);
   }
+}
+
+void Scheduler::tell_workers(MsgType type, std::int64_t key, const std::string& text) {
+  Header h;
+  h.type = type;
+  h.role = Role::kScheduler;
+  h.sender = 0;
+  h.key = key;
+  for (Node& n : nodes_) {
+    if (n.role == Role::kWorker && !n.dropped && !n.done) send_quietly(n.routing_id, h, Payload::bytes(text));
+  }
+}
+
+void Scheduler::server_failed(Node& node, const std::string& reason) {
+  if (options_.cluster.on_server_failure != "restart") fail(reason);
+  if (node.restarting) return;  // the failed process spoke again before its replacement came: already handled
+  if (node.restarts >= options_.cluster.max_restarts) {
+    fail(reason + "; not restarted again: it was restarted " + std::to_string(node.restarts) +
+         " times already (cluster.max_restarts = " + std::to_string(options_.cluster.max_restarts) + ")");
+  }
+  node.restarting = true;
+  node.failed_at = Clock::now();
+  node.restart_deadline = node.failed_at + milliseconds(options_.cluster.timeout_ms);
+  node.failure = reason;
+  log_.warn(reason + ": waiting up to " + std::to_string(options_.cluster.timeout_ms) + " ms for server " +
+            std::to_string(node.rank) + " to rejoin (cluster.on_server_failure = \"restart\"); its updates since the "
+            "last checkpoint are lost");
+  tell_workers(MsgType::kServerRestarting, node.rank, reason);
+}
+
+void Scheduler::on_server_rejoin(zmq::message_t& from, const Message& msg) {
+  const std::string body = msg.text_payload();
+  RegisterRequest req = wire_decode<RegisterRequest>(std::as_bytes(std::span(body.data(), body.size())), "register body");
+  if (req.role != Role::kServer || msg.header.role != Role::kServer) {
+    throw ProtocolError("register after the rendezvous: the job is already running");
+  }
+  if (options_.security != nullptr && options_.security->curve) {
+    const char* key_role = msg.has_payload ? zmq_msg_gets(msg.payload.handle(), "User-Id") : nullptr;
+    if (key_role == nullptr || std::string_view(key_role) != "server") {
+      throw ProtocolError("rejoin: a " + std::string(key_role == nullptr ? "unknown" : key_role) +
+                          " key cannot register as a server");
+    }
+  }
+  const std::string who = "rejoin of a server from " + req.host + " (pid " + std::to_string(req.pid) + ")";
+  if (req.requested_rank < 0 || req.requested_rank >= options_.num_servers) {
+    throw ProtocolError(who + ": refused: the job is running, a server can only take back a failed rank (--rank R "
+                        "--rejoin, R in [0, " + std::to_string(options_.num_servers) + "))");
+  }
+  Node* node = find(Role::kServer, req.requested_rank);
+  if (node == nullptr) throw ProtocolError(who + ": refused: no server of rank " + std::to_string(req.requested_rank));
+  if (node->request.job_fingerprint != req.job_fingerprint) {
+    throw ProtocolError(who + ": refused: it runs a different job: '" + req.job_fingerprint + "' vs '" +
+                        node->request.job_fingerprint + "' (the same config?)");
+  }
+  if (!node->restarting) {
+    const auto silent = std::chrono::duration_cast<milliseconds>(Clock::now() - node->last_seen).count();
+    throw ProtocolError(who + " as rank " + std::to_string(node->rank) + ": refused: server " +
+                        std::to_string(node->rank) + " is alive (pid " + std::to_string(node->request.pid) +
+                        ", heard " + std::to_string(silent) + " ms ago); only a failed server's rank can be taken back" +
+                        (options_.cluster.on_server_failure == "restart" ? "" : " (and cluster.on_server_failure is \"abort\")"));
+  }
+  std::random_device entropy;
+  node->token.clear();
+  for (int i = 0; i < 8; ++i) {
+    static constexpr char kHex[] = "0123456789abcdef";
+    const unsigned v = entropy();
+    for (int k = 0; k < 4; ++k) node->token += kHex[(v >> (4 * k)) & 15u];
+  }
+  node->routing_id = copy_frame(from);
+  node->request = std::move(req);
+  node->restarting = false;
+  node->last_seen = Clock::now();
+  ++node->restarts;
+  RegisterReply reply;
+  reply.rank = node->rank;
+  reply.num_servers = options_.num_servers;
+  reply.num_workers = options_.num_workers;
+  reply.server_endpoints.resize(static_cast<std::size_t>(options_.num_servers));
+  reply.worker_tokens.resize(static_cast<std::size_t>(options_.num_workers));
+  reply.token = node->token;
+  for (const Node& n : nodes_) {
+    if (n.role == Role::kServer) reply.server_endpoints[static_cast<std::size_t>(n.rank)] = n.request.endpoint;
+    if (n.role == Role::kWorker) {
+      reply.worker_tokens[static_cast<std::size_t>(n.rank)] = n.token;
+      if (reply.layout.tensors().empty()) reply.layout = n.request.layout;
+    }
+  }
+  Header h;
+  h.type = MsgType::kRegisterReply;
+  h.role = Role::kScheduler;
+  h.sender = 0;
+  send_quietly(node->routing_id, h, Payload::bytes(wire_encode(reply)));
+  const auto down_ms = std::chrono::duration_cast<milliseconds>(Clock::now() - node->failed_at).count();
+  log_.info("server " + std::to_string(node->rank) + " rejoined from " + node->request.host + " (pid " +
+            std::to_string(node->request.pid) + ") at " + node->request.endpoint + ", " + std::to_string(down_ms) +
+            " ms after it failed (restart " + std::to_string(node->restarts) + " of at most " +
+            std::to_string(options_.cluster.max_restarts) + "); workers reconnect");
+  tell_workers(MsgType::kServerBack, node->rank, node->request.endpoint);
 }
 
 void Scheduler::check_liveness() {
   const auto now = Clock::now();
   for (Node& n : nodes_) {
     if (n.done || n.dropped) continue;
+    if (n.restarting) {
+      if (now > n.restart_deadline) {
+        fail("server " + std::to_string(n.rank) + " did not come back within " +
+             std::to_string(options_.cluster.timeout_ms) + " ms (cluster.timeout_ms) after it failed (" + n.failure +
+             "); no rejoin registration of rank " + std::to_string(n.rank) + " arrived");
+      }
+      continue;
+    }
     const auto silent = std::chrono::duration_cast<milliseconds>(now - n.last_seen).count();
     if (silent > options_.cluster.heartbeat_timeout_ms) {
       const std::string reason = std::string(to_string(n.role)) + " " + std::to_string(n.rank) + " (" +
@@ -488,7 +606,7 @@ void Scheduler::check_liveness() {
       if (n.role == Role::kWorker) {
         worker_failed(n, reason);
       } else {
-        fail(reason);
+        server_failed(n, reason);
       }
     }
   }

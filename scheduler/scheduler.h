@@ -17,6 +17,16 @@
 //     consistency policies stop waiting for it), barriers and the end count
 //     only the workers left, and if the dropped worker speaks again it is
 //     told to exit. The job fails only when no worker is left.
+//     A server under cluster.on_server_failure = "restart" that fails (silent
+//     past the heartbeat timeout, or reporting a failure) does not end the
+//     job: its rank is marked restarting and the workers are told
+//     (kServerRestarting: their requests to it wait). A registration of that
+//     rank after the rendezvous (a server started with --rejoin) takes it
+//     back: it gets the job's layout and worker tokens, and the workers its
+//     new endpoint (kServerBack: they reconnect and resend). It must come
+//     within timeout_ms of the failure, at most max_restarts times per rank,
+//     else the job is aborted naming the server. A rejoin for a rank that is
+//     alive is refused with the reason; it never ends the job.
 //  3. End: when every worker is done, tells every node to shut down and
 //     returns normally.
 // Every message after registration must come from the connection its
@@ -84,6 +94,12 @@ class Scheduler {
     bool dropped = false;  // failure policy "continue": left the job
     bool told_dropped = false;
     std::string token;  // RegisterReply::token; the heartbeat connection is "h" + token
+    // Servers under on_server_failure "restart": failed, waiting for a rejoin until restart_deadline.
+    bool restarting = false;
+    Clock::time_point restart_deadline{};
+    Clock::time_point failed_at{};
+    std::string failure;
+    int restarts = 0;
   };
 
   void registration();
@@ -105,6 +121,11 @@ class Scheduler {
   // A worker failed: drop it (on_worker_failure "continue") or fail the job.
   void worker_failed(Node& node, const std::string& reason);
   void release_barriers();
+  // A server failed: restart it (on_server_failure "restart") or fail the job.
+  void server_failed(Node& node, const std::string& reason);
+  // A server's registration after the rendezvous: takes back a restarting rank, else refused.
+  void on_server_rejoin(zmq::message_t& from, const Message& msg);
+  void tell_workers(MsgType type, std::int64_t key, const std::string& text);
   int live_workers() const;
   [[noreturn]] void fail(const std::string& reason);
   void broadcast(MsgType type, const std::string& text, bool include_done = true);

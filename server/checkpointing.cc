@@ -69,6 +69,11 @@ void ServerCheckpointer::write_part(const ShardStore& store, std::int64_t step) 
   part.put_i64s("staleness_histogram", histogram);
   pending_.erase(step);
   const fs::path dir = root_ / checkpoint_dir_name(step);
+  if (keep_existing_ && fs::exists(dir / server_part_name(rank_))) {
+    log_.info("checkpoint " + checkpoint_dir_name(step) + ": kept the " + server_part_name(rank_) +
+              " the failed server wrote");
+    return;
+  }
   write_checkpoint_part(dir, server_part_name(rank_), part);
   ++parts_written_;
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();

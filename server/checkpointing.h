@@ -44,6 +44,10 @@ class ServerCheckpointer {
   // After a push or skip of chunk `key` was accepted by `store`.
   void after_push(const ShardStore& store, std::int64_t key);
   std::int64_t parts_written() const { return parts_written_; }
+  // A rejoined server (ServerOptions::rejoin): a part already on disk for a
+  // step was written by the server it replaces and may be in a complete
+  // checkpoint's manifest: it is kept, not overwritten.
+  void keep_existing_parts() { keep_existing_ = true; }
 
  private:
   void write_part(const ShardStore& store, std::int64_t step);
@@ -55,6 +59,7 @@ class ServerCheckpointer {
   std::map<std::int64_t, std::int64_t> saved_step_;                            // key -> last step copied
   std::map<std::int64_t, std::map<std::int64_t, ChunkCheckpoint>> pending_;    // step -> key -> copy
   std::int64_t parts_written_ = 0;
+  bool keep_existing_ = false;
 };
 
 // Restores `store` (server `rank`) from checkpoint `dir`; `fingerprint` is

@@ -119,6 +119,12 @@ class SyncPolicy final : public ConsistencyPolicy {
 
   std::int64_t clock_gap(std::size_t, std::int64_t) const override { return 0; }
 
+  void forget_step(std::size_t chunk) override {
+    Step& s = steps_.at(chunk);
+    s.reset();
+    std::fill(s.has_early.begin(), s.has_early.end(), false);
+  }
+
  private:
   struct Step {
     std::size_t num_elems = 0;

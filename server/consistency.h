@@ -29,6 +29,7 @@
 // Not thread-safe: owned by the ShardStore's thread.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -94,6 +95,15 @@ class ConsistencyPolicy {
     last_step_.at(chunk).at(static_cast<std::size_t>(worker)) = clock_value - 1;
   }
   int num_live() const { return num_live_; }
+  // A server that rejoined after a failure (server/shard_store.h, "catch
+  // up"): raises `worker`'s clock of a chunk to `clock_value` (no-op when it
+  // is already there), and (sync) forgets the arrivals of the step being
+  // collected, whose update will not come.
+  void raise_clock(std::size_t chunk, int worker, std::int64_t clock_value) {
+    std::int64_t& last = last_step_.at(chunk).at(static_cast<std::size_t>(worker));
+    last = std::max(last, clock_value - 1);
+  }
+  virtual void forget_step(std::size_t /*chunk*/) {}
 
  protected:
   ConsistencyPolicy(std::size_t num_chunks, int num_workers);

@@ -49,6 +49,11 @@ void write_server_metrics(const std::string& run_dir, const pstrain::Server& ser
     histogram += (histogram.size() > 1 ? "," : "") + ("\"" + std::to_string(staleness) + "\":" + std::to_string(count));
   }
   histogram += "}";
+  std::string lost_by_chunk = "{";
+  for (const auto& [chunk, count] : s.lost_updates_by_chunk) {
+    lost_by_chunk += (lost_by_chunk.size() > 1 ? "," : "") + ("\"" + std::to_string(chunk) + "\":" + std::to_string(count));
+  }
+  lost_by_chunk += "}";
   const std::string line = pstrain::JsonLine()
                                .add("rank", server.rank())
                                .add("updates", s.updates_applied)
@@ -58,6 +63,11 @@ void write_server_metrics(const std::string& run_dir, const pstrain::Server& ser
                                .add("skip_pushes", s.skip_pushes)
                                .add("empty_updates", s.empty_updates)
                                .add("clock_gap_max", s.clock_gap_max)
+                               .add("duplicate_pushes", s.duplicate_pushes)
+                               .add("rejoined_from_step", s.rejoined_from_step)
+                               .add("lost_updates", s.lost_updates)
+                               .add("lost_pushes", s.lost_pushes)
+                               .raw("lost_updates_by_chunk", lost_by_chunk)
                                .raw("staleness_histogram", histogram)
                                .str();
   std::filesystem::create_directories(run_dir + "/metrics");
@@ -65,6 +75,27 @@ void write_server_metrics(const std::string& run_dir, const pstrain::Server& ser
   std::ofstream out(path);
   out << line << "\n";
   if (!out.flush()) throw pstrain::Error("cannot write " + path + ": " + std::strerror(errno));  // a full disk shows here
+}
+
+// --rejoin: the newest complete checkpoint of the run, whose part for this
+// rank the server reloads before it takes its rank back.
+std::string rejoin_checkpoint(const pstrain::RunConfig& config, int rank, pstrain::Logger& log,
+                              pstrain::ServerOptions& o) {
+  if (rank < 0) throw pstrain::ConfigError("--rejoin needs --rank: the rank of the failed server to replace");
+  if (config.checkpoint.interval_steps <= 0) {
+    throw pstrain::ConfigError(config.source_path + ": --rejoin reloads the newest checkpoint, and "
+                               "checkpoint.interval_steps is 0 (no checkpoints are written)");
+  }
+  std::vector<std::string> skipped;
+  const std::filesystem::path root = pstrain::checkpoint_root(config);
+  const auto found = pstrain::find_newest_checkpoint(root, &skipped);
+  for (const std::string& why : skipped) log.warn("passed over checkpoint " + why);
+  if (!found) {
+    throw pstrain::Error("--rejoin: no complete checkpoint under " + root.string() +
+                         " to reload server " + std::to_string(rank) + "'s shards from (it failed before the first one)");
+  }
+  o.rejoin = true;
+  return found->dir.string();
 }
 
 }  // namespace
@@ -125,6 +156,7 @@ int main(int argc, char** argv) {
     o.checkpoint_root = pstrain::checkpoint_root(config).string();
     o.fingerprint = pstrain::checkpoint_fingerprint(config);
     o.resume_dir = pstrain::resume_checkpoint(args, config, [&log](const std::string& m) { log.warn(m); });
+    if (args.rejoin) o.resume_dir = rejoin_checkpoint(config, rank, log, o);
     choose_endpoint(config, rank, o);
     pstrain::TrafficCounters traffic;
     std::unique_ptr<pstrain::ResourceSampler> sampler;  // from registration, when the rank is known

@@ -3,6 +3,8 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <string_view>
+#include <thread>
 
 #include "common/bfloat16.h"
 #include "common/errors.h"
@@ -51,7 +53,7 @@ void Server::run() {
     req.host = this_host();
     req.pid = static_cast<std::int64_t>(getpid());
     req.job_fingerprint = options_.job_fingerprint;
-    const RegisterReply info = scheduler.register_node(req);
+    const RegisterReply info = register_with(scheduler, req);
     rank_ = info.rank;
     log_.set_name("server " + std::to_string(rank_));
     if (options_.on_registered) options_.on_registered(rank_);
@@ -91,6 +93,12 @@ void Server::run() {
       expire_parked();
     }
     const StoreStats& s = store_->stats();
+    if (s.rejoined_from_step >= 0) {
+      log_.info("rejoined from checkpoint step " + std::to_string(s.rejoined_from_step) + ": " +
+                std::to_string(s.lost_updates) + " chunk updates lost over " +
+                std::to_string(s.lost_updates_by_chunk.size()) + " chunks, " + std::to_string(s.lost_pushes) +
+                " pushes lost");
+    }
     log_.info("shutdown: " + std::to_string(s.updates_applied) + " chunk updates, " + std::to_string(s.pushes_accepted) +
               " pushes accepted, " + std::to_string(s.pushes_rejected) + " rejected, " +
               std::to_string(bad_requests_) + " malformed requests, " + std::to_string(expired_pulls_) +
@@ -103,13 +111,41 @@ void Server::run() {
   }
 }
 
+RegisterReply Server::register_with(SchedulerClient& scheduler, const RegisterRequest& request) {
+  // A rejoin can reach the scheduler before it has noticed the failure (a
+  // respawn is quicker than the heartbeat timeout): it refuses, saying the
+  // rank is alive. Asked again until it has noticed, at most for one
+  // heartbeat timeout and a few intervals; a rank that really is alive is
+  // still refused then.
+  const auto give_up = std::chrono::steady_clock::now() +
+                       milliseconds(options_.cluster.heartbeat_timeout_ms + 4 * options_.cluster.heartbeat_interval_ms);
+  bool told = false;
+  while (true) {
+    try {
+      return scheduler.register_node(request);
+    } catch (const TransportError& e) {
+      const bool alive = std::string_view(e.what()).find(" is alive (") != std::string_view::npos;
+      if (!options_.rejoin || !alive || std::chrono::steady_clock::now() > give_up) throw;
+      if (!told) log_.info(std::string("rejoin: ") + e.what() + "; asking again until the scheduler has noticed the failure");
+      told = true;
+      std::this_thread::sleep_for(milliseconds(200));
+    }
+  }
+}
+
 void Server::start_checkpoints() {
   checkpointer_ = std::make_unique<ServerCheckpointer>(options_.checkpoint_interval, options_.checkpoint_root, log_);
   checkpointer_->set_rank(rank_);
   if (options_.resume_dir.empty()) return;
   CheckpointFingerprint fingerprint = options_.fingerprint;
   fingerprint.fields.emplace_back("parameters", std::to_string(map_.total_elems()));
-  restore_server(*store_, options_.resume_dir, rank_, fingerprint, log_);
+  const std::int64_t step = restore_server(*store_, options_.resume_dir, rank_, fingerprint, log_);
+  if (options_.rejoin) {
+    store_->begin_catch_up(step);
+    checkpointer_->keep_existing_parts();  // those the failed server wrote belong to complete checkpoints
+    log_.info("rejoined the running job from checkpoint step " + std::to_string(step) +
+              ": the updates the failed server applied after it are lost; chunks catch up to the workers' step");
+  }
 }
 
 namespace {
@@ -242,6 +278,7 @@ void Server::serve(const zmq::message_t& from, const Message& msg) {
     }
     case MsgType::kPush: {
       const bool skip = h.aux == kPushSkip;
+      const std::int64_t version_before = store_->owns(h.key) ? store_->version(h.key) : -1;
       const PushOutcome out = skip ? store_->skip(h.sender, h.key, h.step)
                                    : store_->push(h.sender, h.key, h.step, msg.float_payload(scratch_), h.lr);
       checkpointer_->after_push(*store_, h.key);  // before the reply: see server/checkpointing.h
@@ -250,11 +287,16 @@ void Server::serve(const zmq::message_t& from, const Message& msg) {
       r.version = out.version;
       r.aux = out.staleness;
       reply(from, r);
-      if (out.applied || skip) answer_parked(h.key);  // a skip may advance an ssp clock
+      // A skip may advance an ssp clock; a rejoined server's catch-up may move the version.
+      if (out.applied || skip || out.version != version_before) answer_parked(h.key);
       return;
     }
     case MsgType::kPull:
       store_->num_elems(h.key);  // ownership check before parking
+      if (store_->catch_up(h.sender, h.key, h.step, true)) {  // a rejoined server: the pull says how far it got
+        checkpointer_->after_push(*store_, h.key);
+        answer_parked(h.key);
+      }
       if (store_->ready(h.key, h.sender, h.step)) {
         reply_pull(from, h);
       } else {

@@ -79,6 +79,11 @@ struct ServerOptions {
   std::string checkpoint_root;
   std::string resume_dir;
   CheckpointFingerprint fingerprint;
+  // --rejoin (cluster.on_server_failure = "restart"): this server replaces a
+  // failed one of its rank in a running job. resume_dir is then the newest
+  // complete checkpoint; the chunks catch up to the workers' step
+  // (ShardStore::catch_up) and the lost updates are counted.
+  bool rejoin = false;
 };
 
 class Server {
@@ -100,6 +105,8 @@ class Server {
   };
 
   void handle_request();
+  // Registration; a rejoin refused because the scheduler has not yet noticed the failure is asked again.
+  RegisterReply register_with(SchedulerClient& scheduler, const RegisterRequest& request);
   void start_checkpoints();  // server/checkpointing.h: the saver, and the restore on resume
   void serve(const zmq::message_t& from, const Message& msg);
   void reply_pull(const zmq::message_t& to, const Header& request, std::int64_t parked_us = 0);

@@ -88,6 +88,8 @@ PushOutcome ShardStore::push(int worker, std::int64_t key, std::int64_t step, st
       throw RequestError(Status::kBadRequest, what + ": worker rank outside [0, " + std::to_string(num_workers_) + ")");
     }
     if (!c.initialized) throw RequestError(Status::kRejected, what + ": chunk not initialized yet");
+    catch_up(worker, key, step, false);
+    if (auto dup = duplicate(c, at, worker, step)) return *dup;
     if (static_cast<std::int64_t>(grad.size()) != c.num_elems) {
       throw RequestError(Status::kBadRequest, what + ": expected " + std::to_string(c.num_elems) + " elements, got " +
                                                   std::to_string(grad.size()));
@@ -140,6 +142,8 @@ PushOutcome ShardStore::skip(int worker, std::int64_t key, std::int64_t step) {
                                                   std::to_string(num_workers_) + ")");
     }
     if (!c.initialized) throw RequestError(Status::kRejected, "skip " + describe_push(key, worker, step) + ": chunk not initialized yet");
+    catch_up(worker, key, step, false);
+    if (auto dup = duplicate(c, at, worker, step)) return *dup;
     PushRequest request{key, worker, step, {}, 0.0};
     request.skip = true;
     const std::optional<Update> update = policy_->on_push(at, c.version, request);
@@ -154,7 +158,66 @@ PushOutcome ShardStore::skip(int worker, std::int64_t key, std::int64_t step) {
   }
 }
 
+std::optional<PushOutcome> ShardStore::duplicate(ChunkState& c, std::size_t at, int worker, std::int64_t step) {
+  if (!policy_->live(worker)) return std::nullopt;  // the policy refuses a dropped worker's push
+  if (step >= policy_->worker_clock(at, worker)) return std::nullopt;
+  // Pushed before (worker steps increase per chunk): a resend after a lost
+  // reply or a reconnect. Catching up, it is one the failed server took.
+  ++(c.catching_up ? stats_.lost_pushes : stats_.duplicate_pushes);
+  return PushOutcome{false, c.version, 0};
+}
+
+void ShardStore::count_lost(ChunkState& c, std::int64_t updates) {
+  if (updates <= 0) return;
+  stats_.lost_updates += updates;
+  stats_.lost_updates_by_chunk[c.key] += updates;
+}
+
+void ShardStore::begin_catch_up(std::int64_t restored_step) {
+  stats_.rejoined_from_step = restored_step;
+  for (ChunkState& c : chunks_) {
+    c.catching_up = true;
+    c.unseen.assign(static_cast<std::size_t>(num_workers_), true);
+  }
+}
+
+bool ShardStore::catch_up(int worker, std::int64_t key, std::int64_t step, bool pull) {
+  const std::size_t at = position(key, pull ? "pull" : "push");
+  ChunkState& c = chunks_[at];
+  if (!c.catching_up || !c.initialized || worker < 0 || worker >= num_workers_ || !policy_->live(worker)) return false;
+  const std::int64_t version_before = c.version;
+  const std::int64_t clock_before = policy_->worker_clock(at, worker);
+  if (options_.consistency.mode == Mode::kSync) {
+    const std::int64_t target = pull ? step - 1 : step;  // every worker pushed the steps below it
+    if (target > c.version) {
+      count_lost(c, target - c.version);
+      c.version = target;
+      policy_->forget_step(at);
+      for (int w = 0; w < num_workers_; ++w) {
+        policy_->raise_clock(at, w, target);
+        c.pulled_version[static_cast<std::size_t>(w)] = target;
+      }
+    }
+    if (pull && step == c.version + 1 && policy_->worker_clock(at, worker) <= c.version) {
+      // It pushed this step to the server that failed: its contribution is lost.
+      PushRequest lost{key, worker, c.version, {}, 0.0};
+      lost.skip = true;
+      ++stats_.lost_pushes;
+      if (const std::optional<Update> update = policy_->on_push(at, c.version, lost)) apply(c, *update);
+    }
+  } else {
+    if (step > clock_before) {
+      count_lost(c, step - clock_before);
+      policy_->raise_clock(at, worker, step);
+    }
+    c.unseen[static_cast<std::size_t>(worker)] = false;
+    c.catching_up = std::find(c.unseen.begin(), c.unseen.end(), true) != c.unseen.end();
+  }
+  return c.version != version_before || policy_->worker_clock(at, worker) != clock_before;
+}
+
 void ShardStore::apply(ChunkState& c, const Update& update) {
+  if (options_.consistency.mode == Mode::kSync) c.catching_up = false;  // its first update after a rejoin
   if (update.contributors == 0) {  // sync, every worker skipped (or the rest dropped): the weights stay, the step is done
     ++c.version;
     ++stats_.empty_updates;

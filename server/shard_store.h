@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -50,6 +51,17 @@ struct StoreStats {
   std::int64_t skip_pushes = 0;                              // accepted skip pushes (counted in pushes_accepted)
   std::int64_t empty_updates = 0;                            // sync: every worker skipped; version advanced only
   std::int64_t clock_gap_max = 0;                            // ssp: largest pull step - slowest clock answered
+  // Idempotence: pushes of a (worker, step, chunk) already accepted, acknowledged and not applied again.
+  std::int64_t duplicate_pushes = 0;
+  // A server that rejoined after a failure (catch_up): the checkpoint step it
+  // restarted from (-1: never rejoined), the chunk updates the failed server
+  // had applied past it (lost: the workers' requests show how far it got),
+  // per chunk, and (sync) workers' contributions to the step in progress
+  // that went with it.
+  std::int64_t rejoined_from_step = -1;
+  std::int64_t lost_updates = 0;
+  std::int64_t lost_pushes = 0;
+  std::map<std::int64_t, std::int64_t> lost_updates_by_chunk;
   std::map<std::int64_t, std::int64_t> staleness_histogram;  // async, ssp: staleness -> pushes
 };
 
@@ -104,6 +116,26 @@ class ShardStore {
   ChunkCheckpoint save_chunk(std::int64_t key) const;
   void restore_chunk(const ChunkCheckpoint& saved);
   void restore_stats(const StoreStats& stats) { stats_ = stats; }
+
+  // Catching up after a rejoin. The store was restored from checkpoint step
+  // C, the workers are at some step S > C. begin_catch_up() marks every
+  // chunk; then each worker's first request to a chunk says how far the
+  // failed server had got, and the chunk jumps there instead of waiting for
+  // steps that will not come:
+  //  - sync: a push of step t, or a pull for step t+1, means every worker
+  //    pushed the steps before t: the version jumps to t (the updates between
+  //    are lost and counted) and the step being collected is started afresh.
+  //    A pull for step version+1 from a worker that has not pushed the
+  //    current step here means its push went to the failed server: it counts
+  //    as a lost contribution (the update is the mean of the others). The
+  //    chunk leaves catch-up at its first update.
+  //  - async, ssp: the worker's clock jumps to the request's step (the pushes
+  //    between are lost and counted); nothing waits.
+  // push() and skip() call it themselves; the server calls it for a pull
+  // before ready(). Returns whether the chunk's version or a clock moved
+  // (parked pulls may be answerable).
+  void begin_catch_up(std::int64_t restored_step);
+  bool catch_up(int worker, std::int64_t key, std::int64_t step, bool pull);
   std::vector<std::int64_t> keys() const;
 
   const StoreStats& stats() const { return stats_; }
@@ -120,7 +152,13 @@ class ShardStore {
     std::shared_ptr<std::vector<float>> weights;
     std::unique_ptr<Optimizer> optimizer;
     std::vector<std::int64_t> pulled_version;  // per worker: version last pulled
+    bool catching_up = false;                  // begin_catch_up(): see above
+    std::vector<bool> unseen;                  // catching up: workers not heard from yet
   };
+  // Idempotence: a push of a step below the worker's clock of the chunk was
+  // accepted before (worker steps increase): acknowledged, not applied.
+  std::optional<PushOutcome> duplicate(ChunkState& c, std::size_t at, int worker, std::int64_t step);
+  void count_lost(ChunkState& c, std::int64_t updates);
 
   std::size_t position(std::int64_t key, const char* op) const;  // throws RequestError if not owned
   void apply(ChunkState& c, const Update& update);

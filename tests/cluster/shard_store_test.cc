@@ -1,5 +1,6 @@
 // The server's update logic without sockets: sync aggregation is the exact
-// mean, async applies each push once, duplicates/stale/NaN are rejected.
+// mean, async applies each push once, a repeated push is acknowledged and
+// not applied again, early pushes and NaN are rejected.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -72,19 +73,27 @@ TEST_CASE("sync: one update per step with the exact mean of integer gradients") 
   }
 }
 
-TEST_CASE("sync: duplicate, stale and early pushes are rejected, not counted") {
+TEST_CASE("sync: a repeated push is acknowledged, not applied; an early push is rejected") {
   Fixture f;
   ShardStore store(f.map, 0, 2, options(Mode::kSync, f.sgd));
   store.init(0, constant(6, 0.0f));
   store.push(0, 0, 0, constant(6, 2.0f), 1.0);
-  CHECK(rejection([&] { store.push(0, 0, 0, constant(6, 2.0f), 1.0); }).find("duplicate") != std::string::npos);
+  // The same (worker, step, chunk) again, even with another gradient: counted once.
+  const PushOutcome again = store.push(0, 0, 0, constant(6, 100.0f), 1.0);
+  CHECK_FALSE(again.applied);
+  CHECK(again.version == 0);
   CHECK(rejection([&] { store.push(1, 0, 1, constant(6, 2.0f), 1.0); }).find("ahead of the chunk's version 0") !=
         std::string::npos);
-  store.push(1, 0, 0, constant(6, 4.0f), 1.0);  // completes step 0: mean 3
-  CHECK(rejection([&] { store.push(1, 0, 0, constant(6, 4.0f), 1.0); }).find("stale, the chunk is at version 1") !=
-        std::string::npos);
+  CHECK(store.push(1, 0, 0, constant(6, 4.0f), 1.0).applied);  // completes step 0: mean 3
+  // After the update, a resend of either step-0 push is still acknowledged only.
+  CHECK(store.push(1, 0, 0, constant(6, 4.0f), 1.0).version == 1);
+  CHECK_FALSE(store.skip(0, 0, 0).applied);
   CHECK(*store.snapshot(0, 0).weights == constant(6, -3.0f));
-  CHECK(store.stats().pushes_rejected == 3);
+  CHECK(store.stats().pushes_rejected == 1);
+  CHECK(store.stats().duplicate_pushes == 3);
+  CHECK(store.stats().pushes_accepted == 2);
+  CHECK(store.stats().updates_applied == 1);
+  CHECK(store.version(0) == 1);
 }
 
 TEST_CASE("async: every push applied once, staleness recorded") {
@@ -96,10 +105,10 @@ TEST_CASE("async: every push applied once, staleness recorded") {
   CHECK(store.push(0, 0, 0, constant(6, 1.0f), 1.0).staleness == 0);
   CHECK(store.push(1, 0, 0, constant(6, 2.0f), 1.0).staleness == 1);  // one update since worker 1 pulled
   CHECK(store.push(1, 0, 1, constant(6, 4.0f), 0.5).staleness == 2);
-  CHECK(rejection([&] { store.push(1, 0, 1, constant(6, 4.0f), 1.0); }).find("duplicate, already counted") !=
-        std::string::npos);
-  CHECK(rejection([&] { store.push(1, 0, 0, constant(6, 4.0f), 1.0); }).find("stale, worker already pushed step 1") !=
-        std::string::npos);
+  // Repeats of pushes already applied: acknowledged, not applied again.
+  CHECK_FALSE(store.push(1, 0, 1, constant(6, 4.0f), 1.0).applied);
+  CHECK_FALSE(store.push(1, 0, 0, constant(6, 4.0f), 1.0).applied);
+  CHECK(store.stats().duplicate_pushes == 2);
   CHECK(*store.snapshot(0, 0).weights == constant(6, -5.0f));  // -1 -2 -0.5*4
   CHECK(store.version(0) == 3);
   CHECK(store.stats().staleness_histogram.at(0) == 1);

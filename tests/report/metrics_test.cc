@@ -137,6 +137,16 @@ TEST_CASE("a server's counts and staleness histogram are read") {
   CHECK(m.pushes_accepted == 20);
   CHECK(m.pushes_rejected == 1);
   CHECK(m.staleness_histogram == std::map<std::int64_t, std::int64_t>{{0, 5}, {2, 7}});
+  CHECK(m.rejoined_from_step == -1);  // an older file, or a server that never failed
+  // A server that rejoined after a failure says what was lost.
+  report_test::write_file(file, R"({"rank": 0, "updates": 10, "pushes_accepted": 20, "pushes_rejected": 1, )"
+                                R"("duplicate_pushes": 2, "rejoined_from_step": 12, "lost_updates": 7, "lost_pushes": 1, )"
+                                R"("lost_updates_by_chunk": {"3": 7}, "staleness_histogram": {}})");
+  const ServerMetrics r = read_server_metrics(file, 0);
+  CHECK(r.rejoined_from_step == 12);
+  CHECK(r.lost_updates == 7);
+  CHECK(r.lost_pushes == 1);
+  CHECK(r.duplicate_pushes == 2);
 }
 
 TEST_CASE("server files that break the format are errors naming the file and key") {

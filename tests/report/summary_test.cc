@@ -169,11 +169,12 @@ TEST_CASE("summary.json holds every documented key and reads back") {
   const JsonValue j = parse_json(summary_json(summarize(config(Mode::kAsync), m)), "summary.json");
   for (const char* key : {"mode", "workers", "servers", "model", "dataset", "final_test_accuracy", "wall_time_s",
                           "time_to_accuracy", "global_images_per_s", "per_worker", "staleness", "ssp",
-                          "dropped_workers", "partial_updates", "skipped_steps", "resources", "warnings"}) {
+                          "dropped_workers", "partial_updates", "server_restarts", "skipped_steps", "resources",
+                          "warnings"}) {
     CAPTURE(key);
     CHECK(j.find(key) != nullptr);
   }
-  CHECK(j.keys().size() == 17);
+  CHECK(j.keys().size() == 18);
   CHECK(j.find("ssp")->is_null());
   CHECK(j.find("mode")->as_string("mode") == "async");
   CHECK(j.find("final_test_accuracy")->as_number("a") == doctest::Approx(0.84));
@@ -266,4 +267,28 @@ TEST_CASE("skipped steps (on_nonfinite \"skip\"): per worker from its end record
   CHECK(summary_markdown(s, "runs/x").find("## Skipped steps") != std::string::npos);
   CHECK(summary_markdown(s, "runs/x").find(": 6 (worker 0: 4, worker 1: 2).") != std::string::npos);
   CHECK(summary_markdown(summarize(config(Mode::kSync), two_workers()), "r").find("Skipped") == std::string::npos);
+}
+
+TEST_CASE("a server that rejoined: the summary says which shard lost how many updates") {
+  RunMetrics m = two_workers();
+  m.servers = {server(0, {}), server(1, {})};
+  m.servers[1].rejoined_from_step = 8;
+  m.servers[1].lost_updates = 6;
+  m.servers[1].lost_pushes = 1;
+  const RunSummary s = summarize(config(Mode::kSync), m);
+  REQUIRE(s.server_restarts.size() == 1);
+  CHECK(s.server_restarts[0].rank == 1);
+  const JsonValue j = parse_json(summary_json(s), "summary.json");
+  const JsonValue& restarts = *j.find("server_restarts");
+  REQUIRE(restarts.items().size() == 1);
+  CHECK(restarts.items()[0].find("server")->as_integer("server") == 1);
+  CHECK(restarts.items()[0].find("from_step")->as_integer("from_step") == 8);
+  CHECK(restarts.items()[0].find("lost_updates")->as_integer("lost_updates") == 6);
+  CHECK(restarts.items()[0].find("lost_pushes")->as_integer("lost_pushes") == 1);
+  const std::string md = summary_markdown(s, "runs/x");
+  CHECK(md.find("Server 1 failed and rejoined from the checkpoint at step 8") != std::string::npos);
+  CHECK(md.find("6 chunk updates of its shard were lost") != std::string::npos);
+  // A run without a restart says nothing about it.
+  m.servers[1].rejoined_from_step = -1;
+  CHECK(summarize(config(Mode::kSync), m).server_restarts.empty());
 }

@@ -157,6 +157,10 @@ ServerMetrics read_server_metrics(const std::filesystem::path& file, int rank) {
   m.pushes_rejected = f.integer("pushes_rejected");
   if (f.has("partial_updates")) m.partial_updates = f.integer("partial_updates");
   if (f.has("clock_gap_max")) m.clock_gap_max = f.integer("clock_gap_max");
+  if (f.has("rejoined_from_step")) m.rejoined_from_step = f.integer("rejoined_from_step");
+  if (f.has("lost_updates")) m.lost_updates = f.integer("lost_updates");
+  if (f.has("lost_pushes")) m.lost_pushes = f.integer("lost_pushes");
+  if (f.has("duplicate_pushes")) m.duplicate_pushes = f.integer("duplicate_pushes");
   const JsonValue& hist = f.get("staleness_histogram");
   const Fields h(hist, f.what("staleness_histogram"));
   for (const std::string& key : hist.keys()) {

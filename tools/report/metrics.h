@@ -74,6 +74,12 @@ struct ServerMetrics {
   std::int64_t partial_updates = 0;  // sync: updates with fewer than all workers' gradients
   std::int64_t clock_gap_max = 0;    // ssp: largest lead over the slowest worker at an answered pull
   std::map<std::int64_t, std::int64_t> staleness_histogram;  // staleness -> count
+  // on_server_failure "restart": a server that rejoined says from which
+  // checkpoint step (-1: it never failed) and what its predecessor's failure lost.
+  std::int64_t rejoined_from_step = -1;
+  std::int64_t lost_updates = 0;   // chunk updates
+  std::int64_t lost_pushes = 0;    // sync: contributions to the step in progress
+  std::int64_t duplicate_pushes = 0;  // resends acknowledged, not applied again
 };
 
 struct RunMetrics {

@@ -102,6 +102,17 @@ std::string worker_json(const WorkerSummary& w) {
          "}";
 }
 
+// [{"server": 1, "from_step": 20, "lost_updates": 12, "lost_pushes": 1}, ...]
+std::string server_restarts_json(const RunSummary& s) {
+  std::string out;
+  for (const RunSummary::ServerRestart& r : s.server_restarts) {
+    out += std::string(out.empty() ? "" : ", ") + "{\"server\": " + std::to_string(r.rank) +
+           ", \"from_step\": " + std::to_string(r.from_step) + ", \"lost_updates\": " + std::to_string(r.lost_updates) +
+           ", \"lost_pushes\": " + std::to_string(r.lost_pushes) + "}";
+  }
+  return "[" + out + "]";
+}
+
 std::string int_list_json(const std::vector<int>& values) {
   std::string out = "[";
   for (const int v : values) out += (out.size() > 1 ? ", " : "") + std::to_string(v);
@@ -172,6 +183,11 @@ RunSummary summarize(const RunConfig& config, const RunMetrics& metrics) {
   add_evaluations(s, evals);
   if (config.mode == Mode::kAsync || config.mode == Mode::kSsp) s.staleness = staleness_summary(metrics.servers);
   for (const ServerMetrics& server : metrics.servers) s.partial_updates += server.partial_updates;
+  for (const ServerMetrics& server : metrics.servers) {
+    if (server.rejoined_from_step >= 0) {
+      s.server_restarts.push_back({server.rank, server.rejoined_from_step, server.lost_updates, server.lost_pushes});
+    }
+  }
   if (config.mode == Mode::kSsp) {
     SspSummary ssp;
     ssp.staleness_bound = config.ps.staleness_bound;
@@ -196,6 +212,7 @@ std::string summary_json(const RunSummary& s) {
          (workers.empty() ? "]" : "\n  ]") + ",\n  \"staleness\": " + staleness_json(s.staleness) +
          ",\n  \"ssp\": " + ssp_json(s.ssp) + ",\n  \"dropped_workers\": " + int_list_json(s.dropped_workers) +
          ",\n  \"partial_updates\": " + std::to_string(s.partial_updates) +
+         ",\n  \"server_restarts\": " + server_restarts_json(s) +
          ",\n  \"skipped_steps\": " + std::to_string(s.skipped_steps) + ",\n  \"resources\": " + resources_json(s) +
          ",\n  \"warnings\": " + warnings_json(s) + "\n}\n";
 }

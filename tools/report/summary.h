@@ -75,6 +75,14 @@ struct RunSummary {
   std::optional<SspSummary> ssp;              // ssp only
   std::vector<int> dropped_workers;           // on_worker_failure "continue": workers the job went on without
   std::int64_t partial_updates = 0;           // sync: chunk updates made without a dropped worker
+  // on_server_failure "restart": each server that rejoined, and what was lost (ServerMetrics).
+  struct ServerRestart {
+    int rank = 0;
+    std::int64_t from_step = 0;
+    std::int64_t lost_updates = 0;
+    std::int64_t lost_pushes = 0;
+  };
+  std::vector<ServerRestart> server_restarts;
   std::int64_t skipped_steps = 0;             // on_nonfinite "skip": summed over workers
   std::vector<ResourceSummary> resources;     // empty: resource sampling off
   std::vector<std::string> warnings;

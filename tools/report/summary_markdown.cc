@@ -127,6 +127,14 @@ std::string summary_markdown(const RunSummary& s, const std::string& run_dir) {
            "; the job went on without them. Sync chunk updates made without them: " +
            std::to_string(s.partial_updates) + ".\n";
   }
+  if (!s.server_restarts.empty() && s.dropped_workers.empty()) out += "\n## Failures\n";
+  for (const RunSummary::ServerRestart& r : s.server_restarts) {
+    out += "\nServer " + std::to_string(r.rank) + " failed and rejoined from the checkpoint at step " +
+           std::to_string(r.from_step) + " (cluster.on_server_failure = \"restart\"): " +
+           std::to_string(r.lost_updates) + " chunk updates of its shard were lost" +
+           (r.lost_pushes > 0 ? ", and " + std::to_string(r.lost_pushes) + " workers' pushes of the step in progress" : "") +
+           ".\n";
+  }
   if (s.skipped_steps > 0) {
     std::string each;
     for (const WorkerSummary& w : s.per_worker) {

@@ -11,32 +11,27 @@ namespace pstrain {
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
+void throw_server_error(Status status, int server, const std::string& text) {
+  // kOk in an error reply breaks the protocol; kAborted means the job ends.
+  if (status == Status::kOk) throw ProtocolError(text + " (an error reply with status ok)");
+  if (status == Status::kAborted) throw AbortedError(text);
+  throw ServerError(status, server, text + " [" + std::string(to_string(status)) + "]");
+}
+
 KVClient::KVClient(zmq::context_t& ctx, const ShardMap& map, const std::vector<std::string>& server_endpoints,
                    KVClientOptions options, SchedulerClient* scheduler)
-    : map_(map), options_(options), scheduler_(scheduler), endpoints_(server_endpoints) {
+    : ctx_(ctx), map_(map), options_(options), scheduler_(scheduler), endpoints_(server_endpoints) {
   if (static_cast<int>(server_endpoints.size()) != map.num_servers()) {
     throw ConfigError("kv client: " + std::to_string(server_endpoints.size()) + " server endpoints for a shard map of " +
                       std::to_string(map.num_servers()) + " servers");
   }
-  for (const std::string& ep : server_endpoints) {
-    SocketOptions socket_options{options.max_message_bytes, milliseconds(2000), options.security};
-    socket_options.send_timeout = options.timeout;
-    // Room for the replies of a whole pipeline to this server (a few tickets
-    // of one request per chunk), so that the server's bounded send queue
-    // never fills with this worker's replies however many chunks it holds.
-    const auto chunks = map.chunks_of(static_cast<int>(sockets_.size())).size();
-    const int room = static_cast<int>(std::min<std::size_t>(4 * chunks + 64, std::size_t{1} << 24));
-    socket_options.receive_hwm = std::max(kDefaultReceiveHwm, room);
-    socket_options.send_hwm = std::max(kDefaultSendHwm, room);
-    sockets_.push_back(make_socket(ctx, zmq::socket_type::dealer, socket_options));
-    if (!options.token.empty()) sockets_.back().set(zmq::sockopt::routing_id, "w" + options.token);
-    connect_socket(sockets_.back(), ep);
-  }
+  for (std::size_t s = 0; s < server_endpoints.size(); ++s) sockets_.push_back(make_server_socket(s, server_endpoints[s]));
   if (options.wire_dtype != DType::kFloat32 && options.wire_dtype != DType::kBFloat16) {
     throw ConfigError("kv client: wire dtype " + std::string(to_string(options.wire_dtype)) +
                       " is not a tensor dtype (float32 or bfloat16)");
   }
   narrowed_.resize(map.chunks().size());
+  last_pushed_.assign(map.chunks().size(), -1);
   trace_chunks_ = options.trace != nullptr && options.trace->enabled(TraceLevel::kAll);
   if (trace_chunks_) {
     for (std::size_t s = 0; s < server_endpoints.size(); ++s) {
@@ -44,6 +39,73 @@ KVClient::KVClient(zmq::context_t& ctx, const ShardMap& map, const std::vector<s
     }
     trace_track_end_.assign(server_endpoints.size(), 0);
   }
+}
+
+zmq::socket_t KVClient::make_server_socket(std::size_t server, const std::string& endpoint) {
+  SocketOptions socket_options{options_.max_message_bytes, milliseconds(2000), options_.security};
+  socket_options.send_timeout = options_.timeout;
+  // Room for the replies of a whole pipeline to this server (a few tickets
+  // of one request per chunk), so that the server's bounded send queue
+  // never fills with this worker's replies however many chunks it holds.
+  const auto chunks = map_.chunks_of(static_cast<int>(server)).size();
+  const int room = static_cast<int>(std::min<std::size_t>(4 * chunks + 64, std::size_t{1} << 24));
+  socket_options.receive_hwm = std::max(kDefaultReceiveHwm, room);
+  socket_options.send_hwm = std::max(kDefaultSendHwm, room);
+  zmq::socket_t socket = make_socket(ctx_, zmq::socket_type::dealer, socket_options);
+  if (!options_.token.empty()) socket.set(zmq::sockopt::routing_id, "w" + options_.token);
+  connect_socket(socket, endpoint);
+  return socket;
+}
+
+Payload KVClient::payload_of(const Pending& p) {
+  if (p.src == nullptr) return {};
+  const Chunk& c = map_.chunk(p.key);
+  const std::span<const float> values(p.src, static_cast<std::size_t>(c.num_elems));
+  if (p.expect == MsgType::kPushReply && options_.wire_dtype == DType::kBFloat16) return narrow(p.key, values);
+  return Payload::floats(values);
+}
+
+bool KVClient::reconnect_restarted() {
+  if (scheduler_ == nullptr) return false;
+  const std::vector<std::pair<int, std::string>> back = scheduler_->take_servers_back();
+  for (const auto& [server, endpoint] : back) {
+    if (server < 0 || static_cast<std::size_t>(server) >= sockets_.size()) {
+      throw ProtocolError("the scheduler announced server " + std::to_string(server) + " back; the job has " +
+                          std::to_string(sockets_.size()) + " servers");
+    }
+    const auto s = static_cast<std::size_t>(server);
+    sockets_[s].set(zmq::sockopt::linger, 0);  // what is queued for the failed one goes with it
+    sockets_[s].close();
+    sockets_[s] = make_server_socket(s, endpoint);
+    endpoints_[s] = endpoint;
+    std::vector<std::uint64_t> ids;
+    for (const auto& [id, p] : pending_) {
+      if (map_.chunk(p.key).server == server) ids.push_back(id);
+    }
+    std::sort(ids.begin(), ids.end());  // in the order first sent
+    for (const std::uint64_t id : ids) {
+      const Pending& p = pending_.at(id);
+      send_message(sockets_[s], nullptr, p.header, payload_of(p), options_.traffic);
+    }
+    resent_ += static_cast<std::int64_t>(ids.size());
+    // Probes, after the resends (the order on the connection is the order of
+    // the steps): a pull for the step after the last pushed one, per chunk.
+    for (const std::int64_t key : map_.chunks_of(server)) {
+      const std::int64_t last = last_pushed_[static_cast<std::size_t>(key)];
+      if (last < 0) continue;
+      Header h;
+      h.type = MsgType::kPull;
+      h.role = Role::kWorker;
+      h.sender = options_.worker_rank;
+      h.request_id = next_request_id_++;
+      h.key = key;
+      h.step = last + 1;
+      h.aux = static_cast<std::int64_t>(options_.wire_dtype);
+      pending_[h.request_id] = Pending{0, MsgType::kPullReply, key, nullptr, 0, false, h, nullptr};
+      send_message(sockets_[s], nullptr, h, {}, options_.traffic);
+    }
+  }
+  return !back.empty();
 }
 
 void KVClient::check_flat(std::size_t num_elems, const char* op) const {
@@ -85,6 +147,10 @@ KVClient::Ticket KVClient::start(MsgType type, std::span<const float> src, float
                         std::to_string(map_.chunks().size()) + ")");
     }
     const Chunk& c = map_.chunk(key);
+    if (type == MsgType::kPush) {
+      std::int64_t& last = last_pushed_[static_cast<std::size_t>(key)];
+      last = std::max(last, step);
+    }
     Header h;
     h.type = type;
     h.role = Role::kWorker;
@@ -95,19 +161,14 @@ KVClient::Ticket KVClient::start(MsgType type, std::span<const float> src, float
     h.lr = lr;
     if (skip) h.aux = kPushSkip;
     if (type == MsgType::kPull) h.aux = static_cast<std::int64_t>(options_.wire_dtype);
-    const auto offset = static_cast<std::size_t>(c.offset), count = static_cast<std::size_t>(c.num_elems);
-    Payload payload;
-    if (type == MsgType::kPush && !skip && options_.wire_dtype == DType::kBFloat16) {
-      payload = narrow(key, src.subspan(offset, count));
-    } else if (type != MsgType::kPull && !skip) {
-      payload = Payload::floats(src.subspan(offset, count));
-    }
-    send_message(sockets_[static_cast<std::size_t>(c.server)], nullptr, h, std::move(payload), options_.traffic);
+    const auto offset = static_cast<std::size_t>(c.offset);
     const MsgType expect = type == MsgType::kPush   ? MsgType::kPushReply
                            : type == MsgType::kPull ? MsgType::kPullReply
                                                     : MsgType::kInitReply;
-    pending_[h.request_id] = Pending{ticket, expect, key, dest == nullptr ? nullptr : dest + offset,
-                                     trace_chunks_ ? options_.trace->now_us() : 0, skip};
+    const Pending& p = pending_[h.request_id] =
+        Pending{ticket, expect, key, dest == nullptr ? nullptr : dest + offset, trace_chunks_ ? options_.trace->now_us() : 0,
+                skip, h, type != MsgType::kPull && !skip ? src.data() + offset : nullptr};
+    send_message(sockets_[static_cast<std::size_t>(c.server)], nullptr, h, payload_of(p), options_.traffic);
     ++state.outstanding;
   }
   return ticket;
@@ -124,11 +185,19 @@ Payload KVClient::narrow(std::int64_t key, std::span<const float> values) {
 TicketResult KVClient::wait(Ticket ticket) {
   auto it = tickets_.find(ticket);
   if (it == tickets_.end()) throw ConfigError("wait: unknown ticket " + std::to_string(ticket));
-  const auto deadline = Clock::now() + options_.timeout;
+  auto deadline = Clock::now() + options_.timeout;
   std::vector<zmq::pollitem_t> items;
-  for (auto& s : sockets_) items.push_back({s.handle(), 0, ZMQ_POLLIN, 0});
-  if (scheduler_ != nullptr) items.push_back({scheduler_->socket().handle(), 0, ZMQ_POLLIN, 0});
+  auto poll_items = [&] {
+    items.clear();
+    for (auto& s : sockets_) items.push_back({s.handle(), 0, ZMQ_POLLIN, 0});
+    if (scheduler_ != nullptr) items.push_back({scheduler_->socket().handle(), 0, ZMQ_POLLIN, 0});
+  };
+  poll_items();
   while (tickets_[ticket].outstanding > 0) {
+    if (reconnect_restarted()) poll_items();
+    // A server the scheduler says is coming back is waited for, not timed out
+    // (the scheduler bounds the restart and aborts the job if it never comes).
+    if (scheduler_ != nullptr && scheduler_->server_restarting()) deadline = Clock::now() + options_.timeout;
     const auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
     if (left.count() <= 0) {
       throw TimeoutError("worker " + std::to_string(options_.worker_rank) + ": " +
@@ -150,7 +219,7 @@ TicketResult KVClient::wait(Ticket ticket) {
   }
   TicketState state = std::move(tickets_[ticket]);
   tickets_.erase(ticket);
-  if (!state.error.empty()) throw TransportError(state.error);
+  if (!state.error.empty()) throw_server_error(state.error_status, state.error_server, state.error);
   if (state.replies > 0) state.result.mean_staleness = static_cast<double>(state.staleness_sum) / static_cast<double>(state.replies);
   return state.result;
 }
@@ -170,17 +239,23 @@ void KVClient::complete(const Message& msg, std::size_t server) {
   auto it = pending_.find(h.request_id);
   if (it == pending_.end()) {
     if (h.type == MsgType::kError) {
-      throw TransportError("server " + std::to_string(server) + " (" + endpoints_[server] + ") reported: " + msg.text_payload());
+      throw_server_error(h.status, static_cast<int>(server),
+                         "server " + std::to_string(server) + " (" + endpoints_[server] + ") reported: " + msg.text_payload());
     }
     throw ProtocolError("server " + std::to_string(server) + ": reply to unknown request " + std::to_string(h.request_id));
   }
   const Pending p = it->second;
   pending_.erase(it);
+  if (p.ticket == 0) return;  // a probe after a server restart: its answer is not needed
   if (trace_chunks_) trace_reply(p, server);
   TicketState& state = tickets_[p.ticket];
   --state.outstanding;
   if (h.type == MsgType::kError) {
-    if (state.error.empty()) state.error = "server " + std::to_string(server) + ": " + msg.text_payload();
+    if (state.error.empty()) {
+      state.error = "server " + std::to_string(server) + ": " + msg.text_payload();
+      state.error_status = h.status;
+      state.error_server = static_cast<int>(server);
+    }
     return;
   }
   if (h.type != p.expect || h.key != p.key) {

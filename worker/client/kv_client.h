@@ -7,10 +7,19 @@
 // replies are copied into the caller's buffer as they arrive). The buffers
 // handed to push()/init() are sent zero-copy: keep them alive and unchanged,
 // and the buffer given to pull() untouched, until wait() returns for that
-// ticket. An error reply from a server makes wait() throw TransportError with
-// the server's text; an abort or a shutdown from the scheduler (when a
+// ticket. An error reply from a server makes wait() throw ServerError
+// (common/errors.h) with the server's status, rank and text (the first
+// error of the ticket), except status kAborted (the server is shutting the
+// job down), which throws AbortedError; an abort or a shutdown from the scheduler (when a
 // SchedulerClient is attached) makes it throw AbortedError; no reply within timeout_ms throws
-// TimeoutError naming the request. Not thread-safe: one thread owns it.
+// TimeoutError naming the request.
+// A server restart (cluster.on_server_failure = "restart"): while the
+// scheduler says a server is restarting, waits do not time out; when it says
+// the server is back at a new endpoint, the client reconnects to it and
+// resends every request to it still unanswered, in the order first sent (the
+// server takes a push of a (worker, step, chunk) once: a resend of one it
+// already took is acknowledged, not applied again). Not thread-safe: one
+// thread owns it.
 #pragma once
 
 #include <chrono>
@@ -79,6 +88,8 @@ class KVClient {
   TicketResult wait(Ticket ticket);
 
   const ShardMap& shard_map() const { return map_; }
+  // Requests sent again to servers that came back after a restart.
+  std::int64_t resent_requests() const { return resent_; }
 
  private:
   struct Pending {
@@ -88,10 +99,14 @@ class KVClient {
     float* pull_dest = nullptr;  // pulls: where the chunk goes
     std::int64_t sent_us = 0;    // traced: when the request was sent
     bool skip = false;           // a skip push
+    Header header;               // as sent: a server restart resends it
+    const float* src = nullptr;  // push, init: the chunk's values (the caller keeps them until wait())
   };
   struct TicketState {
     std::size_t outstanding = 0;
     std::string error;
+    Status error_status = Status::kOk;
+    int error_server = -1;
     TicketResult result;
     std::int64_t staleness_sum = 0;
     std::size_t replies = 0;
@@ -103,9 +118,15 @@ class KVClient {
   void check_flat(std::size_t num_elems, const char* op) const;
   Payload narrow(std::int64_t key, std::span<const float> values);
   void receive_from(std::size_t server);
+  zmq::socket_t make_server_socket(std::size_t server, const std::string& endpoint);
+  Payload payload_of(const Pending& p);
+  // The servers the scheduler announced back since the last call: new
+  // socket, every unanswered request to it sent again. Returns whether any.
+  bool reconnect_restarted();
   void complete(const Message& msg, std::size_t server);
   void trace_reply(const Pending& p, std::size_t server);
 
+  zmq::context_t& ctx_;
   ShardMap map_;
   KVClientOptions options_;
   SchedulerClient* scheduler_;
@@ -122,6 +143,17 @@ class KVClient {
   bool trace_chunks_ = false;
   std::vector<std::uint32_t> trace_tracks_;     // per server
   std::vector<std::int64_t> trace_track_end_;   // per server: end of its last span
+  std::int64_t resent_ = 0;                     // requests sent again after server restarts
+  // Per chunk: the highest step this worker pushed (-1: none). After a
+  // server restart, a probe pull for the step after it tells the rejoined
+  // server this worker's clock of the chunk even when no request to it was
+  // unanswered (its reply, ticket 0, is dropped).
+  std::vector<std::int64_t> last_pushed_;
 };
+
+// Throws what an error reply of `server` with `status` means at the worker:
+// ServerError (rejected, not owner, bad request), AbortedError (aborted),
+// ProtocolError (an error reply claiming status ok).
+[[noreturn]] void throw_server_error(Status status, int server, const std::string& text);
 
 }  // namespace pstrain
