@@ -30,6 +30,7 @@ std::string_view to_string(MsgType type) {
     case MsgType::kStoreReply: return "store-reply";
     case MsgType::kError: return "error";
     case MsgType::kDropped: return "dropped";
+    case MsgType::kRejoined: return "rejoined";
   }
   return "unknown";
 }
@@ -119,7 +120,8 @@ PayloadRule payload_rule(MsgType type) {
     case MsgType::kStoreGet:
     case MsgType::kStoreReply:
     case MsgType::kError:
-    case MsgType::kDropped: return PayloadRule::kBytes;
+    case MsgType::kDropped:
+    case MsgType::kRejoined: return PayloadRule::kBytes;
     case MsgType::kBarrier: return PayloadRule::kOptionalBytes;
     default: return PayloadRule::kNone;
   }

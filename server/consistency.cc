@@ -46,6 +46,27 @@ void ConsistencyPolicy::mark_dropped(int worker) {
   }
 }
 
+std::vector<std::int64_t> ConsistencyPolicy::rejoin_worker(int worker, std::span<const std::int64_t> versions) {
+  if (worker < 0 || worker >= num_workers_) {
+    throw Error("rejoin of worker " + std::to_string(worker) + ": outside [0, " + std::to_string(num_workers_) + ")");
+  }
+  if (live_[static_cast<std::size_t>(worker)]) {
+    throw Error("rejoin of worker " + std::to_string(worker) + ": it was never dropped");
+  }
+  if (versions.size() != last_step_.size()) {
+    throw Error("rejoin of worker " + std::to_string(worker) + ": " + std::to_string(versions.size()) +
+                " versions for " + std::to_string(last_step_.size()) + " chunks");
+  }
+  std::vector<std::int64_t> start(last_step_.size());
+  for (std::size_t c = 0; c < last_step_.size(); ++c) {
+    start[c] = std::max(rejoin_floor(c, versions[c]), clock(c, worker));
+  }
+  live_[static_cast<std::size_t>(worker)] = true;
+  ++num_live_;
+  for (std::size_t c = 0; c < last_step_.size(); ++c) last_step_[c][static_cast<std::size_t>(worker)] = start[c] - 1;
+  return start;
+}
+
 std::int64_t ConsistencyPolicy::min_live_clock(std::size_t chunk) const {
   std::int64_t lowest = std::numeric_limits<std::int64_t>::max();
   for (int w = 0; w < num_workers_; ++w) {
@@ -118,6 +139,14 @@ class SyncPolicy final : public ConsistencyPolicy {
   }
 
   std::int64_t clock_gap(std::size_t, std::int64_t) const override { return 0; }
+
+ protected:
+  // The step not yet applied, unless some worker has already pushed it: then
+  // the next (a rank's turn in the ordered sum may have passed, and that
+  // step does not wait for the rejoiner).
+  std::int64_t rejoin_floor(std::size_t chunk, std::int64_t version) const override {
+    return steps_[chunk].num_arrived > 0 ? version + 1 : version;
+  }
 
  private:
   struct Step {
@@ -220,6 +249,9 @@ class AsyncPolicy : public ConsistencyPolicy {
 
  protected:
   std::size_t num_chunks() const { return chunks_; }
+  std::int64_t rejoin_floor(std::size_t chunk, std::int64_t) const override {
+    return num_live() > 0 ? min_live_clock(chunk) : 0;  // none live: its own clock decides
+  }
 
  private:
   std::size_t chunks_ = 0;

@@ -19,6 +19,7 @@
 #include <span>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include <zmq.hpp>
@@ -56,6 +57,9 @@ struct TicketResult {
   double mean_staleness = 0.0;
   std::int64_t min_version = 0;  // pulls: lowest chunk version received
   std::int64_t max_parked_us = 0;  // pulls: longest a chunk's pull was held at its server
+  // Pulls with step kPullRejoinProbe: (chunk, the step the server expects
+  // this worker to push next for it), as the replies came.
+  std::vector<std::pair<std::int64_t, std::int64_t>> next_steps;
 };
 
 class KVClient {
@@ -88,6 +92,7 @@ class KVClient {
     float* pull_dest = nullptr;  // pulls: where the chunk goes
     std::int64_t sent_us = 0;    // traced: when the request was sent
     bool skip = false;           // a skip push
+    bool probe = false;          // a rejoin probe (pull at kPullRejoinProbe)
   };
   struct TicketState {
     std::size_t outstanding = 0;
