@@ -392,7 +392,9 @@ void Scheduler::worker_failed(Node& node, const std::string& reason) {
 }
 
 bool Scheduler::may_rejoin(const Node& n) const {
+  // Allreduce workers (their fingerprint names the collective) do not rejoin yet.
   return options_.cluster.on_worker_failure == "restart" && n.rejoins < options_.cluster.max_restarts &&
+         n.request.job_fingerprint.find(" collective=") == std::string::npos &&
          Clock::now() - n.dropped_at < milliseconds(options_.cluster.timeout_ms);
 }
 

@@ -63,7 +63,10 @@ std::vector<std::int64_t> ConsistencyPolicy::rejoin_worker(int worker, std::span
   }
   live_[static_cast<std::size_t>(worker)] = true;
   ++num_live_;
-  for (std::size_t c = 0; c < last_step_.size(); ++c) last_step_[c][static_cast<std::size_t>(worker)] = start[c] - 1;
+  for (std::size_t c = 0; c < last_step_.size(); ++c) {
+    last_step_[c][static_cast<std::size_t>(worker)] = start[c] - 1;
+    on_rejoined(c, worker, start[c], versions[c]);
+  }
   return start;
 }
 
@@ -91,6 +94,7 @@ class SyncPolicy final : public ConsistencyPolicy {
       s.early_lr.assign(static_cast<std::size_t>(num_workers), 0.0);
       s.has_early.assign(static_cast<std::size_t>(num_workers), false);
       s.skipped.assign(static_cast<std::size_t>(num_workers), false);
+      s.excused.assign(static_cast<std::size_t>(num_workers), false);
     }
   }
 
@@ -147,6 +151,10 @@ class SyncPolicy final : public ConsistencyPolicy {
   std::int64_t rejoin_floor(std::size_t chunk, std::int64_t version) const override {
     return steps_[chunk].num_arrived > 0 ? version + 1 : version;
   }
+  // A rejoiner that starts after the step in progress is not waited for in it.
+  void on_rejoined(std::size_t chunk, int worker, std::int64_t start, std::int64_t version) override {
+    if (start > version) steps_[chunk].excused[static_cast<std::size_t>(worker)] = true;
+  }
 
  private:
   struct Step {
@@ -161,9 +169,11 @@ class SyncPolicy final : public ConsistencyPolicy {
     std::vector<double> early_lr;
     std::vector<bool> has_early;
     std::vector<bool> skipped;             // per worker: arrived with a skip push
+    std::vector<bool> excused;             // per worker: rejoined after this step began (not in it)
 
     void reset() {
       std::fill(arrived.begin(), arrived.end(), false);
+      std::fill(excused.begin(), excused.end(), false);
       std::fill(skipped.begin(), skipped.end(), false);
       num_arrived = 0;
       next = 0;
@@ -193,14 +203,15 @@ class SyncPolicy final : public ConsistencyPolicy {
       if (s.has_early[n]) {
         add(s, s.early[n], s.early_lr[n]);
         s.has_early[n] = false;
-      } else if (s.skipped[n] || !live(s.next)) {
+      } else if (s.skipped[n] || s.excused[n] || !live(s.next)) {
         ++s.next;
       } else {
         break;
       }
     }
     for (int w = 0; w < num_workers_; ++w) {
-      if (live(w) && !s.arrived[static_cast<std::size_t>(w)]) return std::nullopt;
+      const auto i = static_cast<std::size_t>(w);
+      if (live(w) && !s.arrived[i] && !s.excused[i]) return std::nullopt;
     }
     if (s.next < num_workers_) return std::nullopt;  // cannot happen: every rank is in or not live
     const int contributors = s.num_added;

@@ -118,6 +118,8 @@ class ConsistencyPolicy {
   // The step the job is at on `chunk` for a rejoining worker (before it is
   // live again; see rejoin_worker), without its own clock.
   virtual std::int64_t rejoin_floor(std::size_t chunk, std::int64_t version) const = 0;
+  // After a rejoin: `worker` starts chunk `chunk` at `start` (the chunk is at `version`).
+  virtual void on_rejoined(std::size_t /*chunk*/, int /*worker*/, std::int64_t /*start*/, std::int64_t /*version*/) {}
   // Steps each worker pushed per chunk, as a clock (last step + 1; 0 = none).
   std::int64_t clock(std::size_t chunk, int worker) const {
     return last_step_[chunk][static_cast<std::size_t>(worker)] + 1;
