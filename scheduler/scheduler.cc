@@ -363,7 +363,7 @@ void Scheduler::release_barriers() {
     r.sender = 0;
     r.key = it->first;
     for (Node& n : nodes_) {
-      if (n.role == Role::kWorker && !n.dropped) send_quietly(n.routing_id, r);
+      if (n.role == Role::kWorker && !n.dropped && !n.done) send_quietly(n.routing_id, r);  // done: waits for shutdown
     }
     next_barrier_seq_ = std::max(next_barrier_seq_, it->first + 1);
     it = barriers_.erase(it);
