@@ -169,11 +169,11 @@ TEST_CASE("summary.json holds every documented key and reads back") {
   const JsonValue j = parse_json(summary_json(summarize(config(Mode::kAsync), m)), "summary.json");
   for (const char* key : {"mode", "workers", "servers", "model", "dataset", "final_test_accuracy", "wall_time_s",
                           "time_to_accuracy", "global_images_per_s", "per_worker", "staleness", "ssp",
-                          "dropped_workers", "partial_updates", "skipped_steps", "resources", "warnings"}) {
+                          "dropped_workers", "restarts", "partial_updates", "skipped_steps", "resources", "warnings"}) {
     CAPTURE(key);
     CHECK(j.find(key) != nullptr);
   }
-  CHECK(j.keys().size() == 17);
+  CHECK(j.keys().size() == 18);
   CHECK(j.find("ssp")->is_null());
   CHECK(j.find("mode")->as_string("mode") == "async");
   CHECK(j.find("final_test_accuracy")->as_number("a") == doctest::Approx(0.84));
@@ -266,4 +266,21 @@ TEST_CASE("skipped steps (on_nonfinite \"skip\"): per worker from its end record
   CHECK(summary_markdown(s, "runs/x").find("## Skipped steps") != std::string::npos);
   CHECK(summary_markdown(s, "runs/x").find(": 6 (worker 0: 4, worker 1: 2).") != std::string::npos);
   CHECK(summary_markdown(summarize(config(Mode::kSync), two_workers()), "r").find("Skipped") == std::string::npos);
+}
+
+TEST_CASE("restart: each rejoin record is a restart in the summary (rank, time, step); the worker counts as finished") {
+  RunMetrics m = two_workers();
+  m.workers[1].rejoins = {RejoinRecord{4.5, 12}};
+  RunConfig c = config(Mode::kSync);
+  c.cluster.on_worker_failure = "restart";
+  const RunSummary s = summarize(c, m);
+  REQUIRE(s.restarts.size() == 1);
+  CHECK(s.restarts[0].rank == 1);
+  CHECK(s.restarts[0].time_s == 4.5);
+  CHECK(s.restarts[0].step == 12);
+  CHECK(s.dropped_workers.empty());
+  const JsonValue j = parse_json(summary_json(s), "summary.json");
+  const JsonValue& r = j.find("restarts")->items().at(0);
+  CHECK(r.find("step")->as_number("step") == 12.0);
+  CHECK(summary_markdown(s, "run").find("worker 1 rejoined at step 12, 4.5 s into the job") != std::string::npos);
 }
