@@ -32,6 +32,7 @@ std::string_view to_string(MsgType type) {
     case MsgType::kDropped: return "dropped";
     case MsgType::kServerRestarting: return "server restarting";
     case MsgType::kServerBack: return "server back";
+    case MsgType::kRejoined: return "rejoined";
   }
   return "unknown";
 }
@@ -124,6 +125,7 @@ PayloadRule payload_rule(MsgType type) {
     case MsgType::kDropped:
     case MsgType::kServerRestarting:
     case MsgType::kServerBack: return PayloadRule::kBytes;
+    case MsgType::kRejoined: return PayloadRule::kBytes;
     case MsgType::kBarrier: return PayloadRule::kOptionalBytes;
     default: return PayloadRule::kNone;
   }

@@ -24,7 +24,7 @@
 namespace pstrain {
 
 inline constexpr std::uint32_t kProtocolMagic = 0x50535452;  // "PSTR"
-inline constexpr std::uint16_t kProtocolVersion = 5;  // 4: bfloat16 payloads; 5: server restart messages
+inline constexpr std::uint16_t kProtocolVersion = 5;  // 4: bfloat16 payloads; 5: server restart messages, rejoin (kRejoined)
 inline constexpr std::size_t kMaxBodyBytes = std::size_t{1} << 20;  // control bodies and error text
 
 enum class MsgType : std::uint8_t {
@@ -56,7 +56,9 @@ enum class MsgType : std::uint8_t {
   // requests to it wait instead of timing out; then it is back at the endpoint in the body: reconnect, resend.
   kServerRestarting,
   kServerBack,
-  kLast = kServerBack,
+  kRejoined,          // scheduler -> nodes: a new process took back worker rank `key` (on_worker_failure
+                      // "restart"); step = how many times it has rejoined; body = its new session token
+  kLast = kRejoined,
 };
 std::string_view to_string(MsgType type);
 
@@ -66,6 +68,16 @@ std::string_view to_string(MsgType type);
 // its arrival (sync) or its clock (ssp) without an update from it.
 inline constexpr std::int64_t kPushGradient = 0;
 inline constexpr std::int64_t kPushSkip = 1;
+
+// kRegister's aux: a first registration, or a process replacing a dropped
+// node of the same rank (--rejoin; the scheduler's reply then carries in its
+// key the barrier sequence number the node's next barrier takes).
+inline constexpr std::int64_t kRegisterFirst = 0;
+inline constexpr std::int64_t kRegisterRejoin = 1;
+// kPull's step for a rejoined worker's probe: answered at once with the
+// current weights, the reply's step = the step the server expects this
+// worker to push next for the chunk (its clock there; server/consistency.h).
+inline constexpr std::int64_t kPullRejoinProbe = -1;
 
 enum class Role : std::uint8_t { kScheduler = 0, kServer = 1, kWorker = 2 };
 std::string_view to_string(Role role);

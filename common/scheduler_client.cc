@@ -88,6 +88,9 @@ bool SchedulerClient::handle_incoming() {
     case MsgType::kServerBack:
       note_server_news(m);
       return shutdown_;
+    case MsgType::kRejoined:
+      rejoined_.push_back(Rejoined{static_cast<int>(m.header.key), m.text_payload(), m.header.step});
+      return shutdown_;
     default:
       throw ProtocolError("unexpected " + std::string(to_string(m.header.type)) + " from the scheduler");
   }
@@ -121,6 +124,10 @@ Message SchedulerClient::wait_for(MsgType type, const std::string& what, int ext
       note_server_news(m);
       continue;
     }
+    if (m.header.type == MsgType::kRejoined) {
+      rejoined_.push_back(Rejoined{static_cast<int>(m.header.key), m.text_payload(), m.header.step});
+      continue;
+    }
     if (m.header.type == MsgType::kAbort) throw AbortedError("job aborted by the scheduler: " + m.text_payload());
     if (m.header.type == MsgType::kError) throw TransportError(what + ": scheduler answered: " + m.text_payload());
     if (m.header.type == MsgType::kShutdown) {
@@ -132,9 +139,18 @@ Message SchedulerClient::wait_for(MsgType type, const std::string& what, int ext
 }
 
 RegisterReply SchedulerClient::register_node(RegisterRequest request) {
+  return register_as(std::move(request), kRegisterFirst);
+}
+
+RegisterReply SchedulerClient::rejoin_node(RegisterRequest request) {
+  return register_as(std::move(request), kRegisterRejoin);
+}
+
+RegisterReply SchedulerClient::register_as(RegisterRequest request, std::int64_t kind) {
   request.role = role_;
   Header h = make_header(MsgType::kRegister);
   h.request_id = next_request_id_++;
+  h.aux = kind;
   send_message(socket_, nullptr, h, Payload::bytes(wire_encode(request)), traffic_);
   // Waits longer than the scheduler's own registration timeout, so that when
   // some node is missing, the scheduler's reason (who is missing) arrives first.
@@ -145,6 +161,10 @@ RegisterReply SchedulerClient::register_node(RegisterRequest request) {
   reply.layout.validate();
   rank_ = reply.rank;
   token_ = reply.token;
+  if (kind == kRegisterRejoin) {
+    barrier_seq_ = m.header.key;  // the others' next barrier
+    rejoin_take_ = m.header.step;
+  }
   last_heard_ = Clock::now();
   hb_thread_ = std::thread([this] { heartbeat_loop(endpoint_); });
   return reply;

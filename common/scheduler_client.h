@@ -48,6 +48,12 @@ class SchedulerClient {
   // Registers and waits until every node has: returns this node's rank, the
   // servers' endpoints and the model layout. Starts the heartbeats.
   RegisterReply register_node(RegisterRequest request);
+  // The same for a process replacing a dropped node of its rank
+  // (--rejoin, cluster.on_worker_failure = "restart"): the scheduler checks
+  // the rank was dropped, and its reply sets where this node's barriers
+  // continue the others' sequence. Refused (TransportError with the
+  // scheduler's reason) for a rank that is alive or never existed.
+  RegisterReply rejoin_node(RegisterRequest request);
   // Blocks until every worker (group = workers) has reached the barrier.
   void barrier(const std::string& name);
   // The scheduler's key-value store, kept for the job's lifetime (the
@@ -82,6 +88,16 @@ class SchedulerClient {
   bool server_restarting() const { return !restarting_servers_.empty(); }
   bool server_restarting(int server) const { return restarting_servers_.count(server) != 0; }
   std::vector<std::pair<int, std::string>> take_servers_back() { return std::exchange(servers_back_, {}); }
+  // Workers that a new process took back (kRejoined) since the last call:
+  // rank and the new session token, as they were announced.
+  struct Rejoined {
+    int rank = -1;
+    std::string token;
+    std::int64_t take = 0;  // which take back of that rank (1, 2, ...)
+  };
+  std::vector<Rejoined> take_rejoined() { return std::exchange(rejoined_, {}); }
+  // After rejoin_node(): which take back of this rank it was (1, 2, ...).
+  std::int64_t rejoin_take() const { return rejoin_take_; }
   int rank() const { return rank_; }
   // This node's session token from the register reply (empty before).
   const std::string& token() const { return token_; }
@@ -106,6 +122,9 @@ class SchedulerClient {
   std::vector<int> dropped_;
   std::set<int> restarting_servers_;
   std::vector<std::pair<int, std::string>> servers_back_;
+  std::vector<Rejoined> rejoined_;
+  std::int64_t rejoin_take_ = 0;
+  RegisterReply register_as(RegisterRequest request, std::int64_t kind);
   std::chrono::steady_clock::time_point last_heard_;  // last message from the scheduler (main socket)  // from the register reply: names the heartbeat connection
   Role role_;
   ClusterConfig cluster_;

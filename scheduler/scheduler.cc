@@ -227,8 +227,9 @@ Scheduler::Node* Scheduler::find(Role role, int rank) {
 
 void Scheduler::serve_until_done() {
   auto workers_done = [&] {
-    return std::all_of(nodes_.begin(), nodes_.end(),
-                       [](const Node& n) { return n.role != Role::kWorker || n.done || n.dropped; });
+    return std::all_of(nodes_.begin(), nodes_.end(), [&](const Node& n) {
+      return n.role != Role::kWorker || n.done || (n.dropped && !may_rejoin(n));
+    });
   };
   while (!workers_done()) {
     zmq::message_t from;
@@ -256,8 +257,15 @@ void Scheduler::handle(zmq::message_t& from, const Message& msg, bool registerin
       }
       return;
     }
-    if (!registering) throw ProtocolError("register after the rendezvous: the job is already running");
+    if (!registering && h.aux != kRegisterRejoin) {
+      throw ProtocolError("register after the rendezvous: the job is already running");
+    }
     try {
+      if (!registering) {
+        on_rejoin(from, msg);
+        return;
+      }
+      if (h.aux == kRegisterRejoin) throw ProtocolError("rejoin before the rendezvous completed: nothing to rejoin");
       on_register(from, msg);
     } catch (const ProtocolError& e) {
       refuse(from, h, e.what());
@@ -300,8 +308,8 @@ void Scheduler::handle(zmq::message_t& from, const Message& msg, bool registerin
       log_.info("worker " + std::to_string(node->rank) + " speaks again after it was dropped: told to exit");
       send_quietly(node->routing_id, r,
                    Payload::bytes("worker " + std::to_string(node->rank) +
-                                  " was dropped from the job (cluster.on_worker_failure = \"continue\"); the others "
-                                  "went on without it: exit"));
+                                  " was dropped from the job (cluster.on_worker_failure = \"" +
+                                  options_.cluster.on_worker_failure + "\"); the others went on without it: exit"));
     }
     return;
   }
@@ -355,7 +363,9 @@ void Scheduler::release_barriers() {
       const Node* n = find(Role::kWorker, rank);
       arrived_live += n != nullptr && !n->dropped ? 1 : 0;
     }
-    if (arrived_live < live_workers()) {
+    int members = 0;  // a worker that is done has passed every barrier (a rejoiner may come after it)
+    for (const Node& n : nodes_) members += n.role == Role::kWorker && !n.dropped && !n.done ? 1 : 0;
+    if (arrived_live < members) {
       ++it;
       continue;
     }
@@ -365,18 +375,22 @@ void Scheduler::release_barriers() {
     r.sender = 0;
     r.key = it->first;
     for (Node& n : nodes_) {
-      if (n.role == Role::kWorker && !n.dropped) send_quietly(n.routing_id, r);
+      if (n.role == Role::kWorker && !n.dropped && !n.done) send_quietly(n.routing_id, r);  // done: waits for shutdown
     }
+    next_barrier_seq_ = std::max(next_barrier_seq_, it->first + 1);
     it = barriers_.erase(it);
   }
 }
 
 void Scheduler::worker_failed(Node& node, const std::string& reason) {
-  if (options_.cluster.on_worker_failure != "continue") fail(reason);
+  const std::string& policy = options_.cluster.on_worker_failure;
+  if (policy != "continue" && policy != "restart") fail(reason);
   node.dropped = true;
-  if (live_workers() == 0) fail(reason + "; no worker is left");
-  log_.warn(reason + ": dropped from the job (cluster.on_worker_failure = \"continue\"); " +
-            std::to_string(live_workers()) + " workers go on");
+  node.dropped_at = Clock::now();
+  if (live_workers() == 0 && policy != "restart") fail(reason + "; no worker is left");
+  log_.warn(reason + ": dropped from the job (cluster.on_worker_failure = \"" + policy + "\"); " +
+            std::to_string(live_workers()) + " workers go on" +
+            (policy == "restart" ? " until a new process takes its rank back" : ""));
   Header h;
   h.type = MsgType::kDropped;
   h.role = Role::kScheduler;
@@ -387,6 +401,13 @@ void Scheduler::worker_failed(Node& node, const std::string& reason) {
     send_quietly(n.routing_id, h, Payload::bytes(reason));
   }
   release_barriers();
+}
+
+bool Scheduler::may_rejoin(const Node& n) const {
+  // Allreduce workers (their fingerprint names the collective) do not rejoin yet.
+  return options_.cluster.on_worker_failure == "restart" && n.rejoins < options_.cluster.max_restarts &&
+         n.request.job_fingerprint.find(" collective=") == std::string::npos &&
+         Clock::now() - n.dropped_at < milliseconds(options_.cluster.timeout_ms);
 }
 
 void Scheduler::on_store(zmq::message_t& from, const Message& msg) {

@@ -27,6 +27,12 @@
 //     within timeout_ms of the failure, at most max_restarts times per rank,
 //     else the job is aborted naming the server. A rejoin for a rank that is
 //     alive is refused with the reason; it never ends the job.
+//     Under "restart" the worker is dropped the same way, and a new process
+//     registering with --rejoin (kRegister, aux kRegisterRejoin) for that
+//     rank takes it back (scheduler/rejoin.cc): a new session token (the old
+//     process stays refused), every other node told (kRejoined), and it
+//     counts again in barriers and the end. A rejoin for a rank that is
+//     alive, out of range or of another job is refused with the reason.
 //  3. End: when every worker is done, tells every node to shut down and
 //     returns normally.
 // Every message after registration must come from the connection its
@@ -100,7 +106,13 @@ class Scheduler {
     Clock::time_point failed_at{};
     std::string failure;
     int restarts = 0;
+    int rejoins = 0;    // new processes that took this rank back (on_worker_failure "restart")
+    Clock::time_point dropped_at{};
   };
+  // Under "restart", whether the end still waits for dropped worker `n`: a
+  // new process may take its rank back (fewer than max_restarts so far, and
+  // dropped less than timeout_ms ago).
+  bool may_rejoin(const Node& n) const;
 
   void registration();
   void assign_ranks();
@@ -112,6 +124,9 @@ class Scheduler {
   void send_quietly(const zmq::message_t& to, const Header& header, Payload payload = {});
   void on_register(zmq::message_t& from, const Message& msg);
   void on_barrier(const Message& msg);
+  // A --rejoin registration after the rendezvous (scheduler/rejoin.cc);
+  // throws ProtocolError with the reason to refuse it.
+  void on_rejoin(zmq::message_t& from, const Message& msg);
   void on_store(zmq::message_t& from, const Message& msg);
   void reply_store(const zmq::message_t& to, const Header& request, const StoreEntry& entry);
   void expire_store_gets();
@@ -142,6 +157,7 @@ class Scheduler {
   std::string endpoint_;
   std::vector<Node> nodes_;
   std::map<std::int64_t, std::vector<int>> barriers_;  // sequence -> worker ranks arrived
+  std::int64_t next_barrier_seq_ = 0;  // one past the highest barrier released (a rejoiner's next)
   struct ParkedGet {
     zmq::message_t routing_id;
     Header request;

@@ -46,6 +46,30 @@ void ConsistencyPolicy::mark_dropped(int worker) {
   }
 }
 
+std::vector<std::int64_t> ConsistencyPolicy::rejoin_worker(int worker, std::span<const std::int64_t> versions) {
+  if (worker < 0 || worker >= num_workers_) {
+    throw Error("rejoin of worker " + std::to_string(worker) + ": outside [0, " + std::to_string(num_workers_) + ")");
+  }
+  if (live_[static_cast<std::size_t>(worker)]) {
+    throw Error("rejoin of worker " + std::to_string(worker) + ": it was never dropped");
+  }
+  if (versions.size() != last_step_.size()) {
+    throw Error("rejoin of worker " + std::to_string(worker) + ": " + std::to_string(versions.size()) +
+                " versions for " + std::to_string(last_step_.size()) + " chunks");
+  }
+  std::vector<std::int64_t> start(last_step_.size());
+  for (std::size_t c = 0; c < last_step_.size(); ++c) {
+    start[c] = std::max(rejoin_floor(c, versions[c]), clock(c, worker));
+  }
+  live_[static_cast<std::size_t>(worker)] = true;
+  ++num_live_;
+  for (std::size_t c = 0; c < last_step_.size(); ++c) {
+    last_step_[c][static_cast<std::size_t>(worker)] = start[c] - 1;
+    on_rejoined(c, worker, start[c], versions[c]);
+  }
+  return start;
+}
+
 std::int64_t ConsistencyPolicy::min_live_clock(std::size_t chunk) const {
   std::int64_t lowest = std::numeric_limits<std::int64_t>::max();
   for (int w = 0; w < num_workers_; ++w) {
@@ -70,6 +94,7 @@ class SyncPolicy final : public ConsistencyPolicy {
       s.early_lr.assign(static_cast<std::size_t>(num_workers), 0.0);
       s.has_early.assign(static_cast<std::size_t>(num_workers), false);
       s.skipped.assign(static_cast<std::size_t>(num_workers), false);
+      s.excused.assign(static_cast<std::size_t>(num_workers), false);
     }
   }
 
@@ -125,6 +150,18 @@ class SyncPolicy final : public ConsistencyPolicy {
     std::fill(s.has_early.begin(), s.has_early.end(), false);
   }
 
+ protected:
+  // The step not yet applied, unless some worker has already pushed it: then
+  // the next (a rank's turn in the ordered sum may have passed, and that
+  // step does not wait for the rejoiner).
+  std::int64_t rejoin_floor(std::size_t chunk, std::int64_t version) const override {
+    return steps_[chunk].num_arrived > 0 ? version + 1 : version;
+  }
+  // A rejoiner that starts after the step in progress is not waited for in it.
+  void on_rejoined(std::size_t chunk, int worker, std::int64_t start, std::int64_t version) override {
+    if (start > version) steps_[chunk].excused[static_cast<std::size_t>(worker)] = true;
+  }
+
  private:
   struct Step {
     std::size_t num_elems = 0;
@@ -138,9 +175,11 @@ class SyncPolicy final : public ConsistencyPolicy {
     std::vector<double> early_lr;
     std::vector<bool> has_early;
     std::vector<bool> skipped;             // per worker: arrived with a skip push
+    std::vector<bool> excused;             // per worker: rejoined after this step began (not in it)
 
     void reset() {
       std::fill(arrived.begin(), arrived.end(), false);
+      std::fill(excused.begin(), excused.end(), false);
       std::fill(skipped.begin(), skipped.end(), false);
       num_arrived = 0;
       next = 0;
@@ -170,14 +209,15 @@ class SyncPolicy final : public ConsistencyPolicy {
       if (s.has_early[n]) {
         add(s, s.early[n], s.early_lr[n]);
         s.has_early[n] = false;
-      } else if (s.skipped[n] || !live(s.next)) {
+      } else if (s.skipped[n] || s.excused[n] || !live(s.next)) {
         ++s.next;
       } else {
         break;
       }
     }
     for (int w = 0; w < num_workers_; ++w) {
-      if (live(w) && !s.arrived[static_cast<std::size_t>(w)]) return std::nullopt;
+      const auto i = static_cast<std::size_t>(w);
+      if (live(w) && !s.arrived[i] && !s.excused[i]) return std::nullopt;
     }
     if (s.next < num_workers_) return std::nullopt;  // cannot happen: every rank is in or not live
     const int contributors = s.num_added;
@@ -226,6 +266,9 @@ class AsyncPolicy : public ConsistencyPolicy {
 
  protected:
   std::size_t num_chunks() const { return chunks_; }
+  std::int64_t rejoin_floor(std::size_t chunk, std::int64_t) const override {
+    return num_live() > 0 ? min_live_clock(chunk) : 0;  // none live: its own clock decides
+  }
 
  private:
   std::size_t chunks_ = 0;

@@ -81,6 +81,17 @@ class ConsistencyPolicy {
   // chunk, an update that the drop completes (sync: every other live worker
   // had already pushed), else nothing.
   virtual std::vector<std::optional<Update>> drop_worker(int worker) = 0;
+  // Takes `worker` back after a drop (failure policy "restart": a new
+  // process has its rank). Per chunk, its clock starts at the step the job is
+  // at there, never below its own (a step it pushed before it was dropped
+  // stays counted once): sync, the chunk's version (the step not yet
+  // applied: that step and every later one wait for it, none before), or the
+  // step after it when some worker has already pushed that one;
+  // async and ssp, the slowest live worker's clock (so the ssp bound and the
+  // slowest clock are unchanged). `versions` holds each chunk's version.
+  // Returns each chunk's start step (the step it must push next there).
+  // Throws Error for a rank out of range or a worker that is live.
+  std::vector<std::int64_t> rejoin_worker(int worker, std::span<const std::int64_t> versions);
   // Ssp: how far a pull's step led the slowest live worker's clock when it
   // was answered (0 in the other modes).
   virtual std::int64_t clock_gap(std::size_t chunk, std::int64_t step) const = 0;
@@ -114,6 +125,11 @@ class ConsistencyPolicy {
     last_step_[chunk][static_cast<std::size_t>(push.worker)] = push.step;
   }
   void mark_dropped(int worker);
+  // The step the job is at on `chunk` for a rejoining worker (before it is
+  // live again; see rejoin_worker), without its own clock.
+  virtual std::int64_t rejoin_floor(std::size_t chunk, std::int64_t version) const = 0;
+  // After a rejoin: `worker` starts chunk `chunk` at `start` (the chunk is at `version`).
+  virtual void on_rejoined(std::size_t /*chunk*/, int /*worker*/, std::int64_t /*start*/, std::int64_t /*version*/) {}
   // Steps each worker pushed per chunk, as a clock (last step + 1; 0 = none).
   std::int64_t clock(std::size_t chunk, int worker) const {
     return last_step_[chunk][static_cast<std::size_t>(worker)] + 1;

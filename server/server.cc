@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <string_view>
 #include <thread>
@@ -90,6 +91,7 @@ void Server::run() {
         for (const auto& entry : parked_) waiting.push_back(entry.first);
         for (const std::int64_t key : waiting) answer_parked(key);
       }
+      for (const SchedulerClient::Rejoined& r : scheduler.take_rejoined()) on_worker_rejoined(r.rank, r.token);
       expire_parked();
     }
     const StoreStats& s = store_->stats();
@@ -131,6 +133,24 @@ RegisterReply Server::register_with(SchedulerClient& scheduler, const RegisterRe
       std::this_thread::sleep_for(milliseconds(200));
     }
   }
+}
+
+// A new process took back worker `worker`'s rank (on_worker_failure
+// "restart"): its connection is the one named by its new token (the old
+// one's requests are refused from now on) and the consistency policy
+// re-admits it at the step the job is at (server/consistency.h).
+void Server::on_worker_rejoined(int worker, const std::string& token) {
+  std::erase_if(worker_of_connection_, [&](const auto& entry) { return entry.second == worker; });
+  worker_of_connection_["w" + token] = worker;
+  const std::vector<std::int64_t> start = store_->rejoin_worker(worker);
+  std::int64_t lowest = 0, highest = 0;
+  if (!start.empty()) {
+    lowest = *std::min_element(start.begin(), start.end());
+    highest = *std::max_element(start.begin(), start.end());
+  }
+  log_.info("worker " + std::to_string(worker) + " rejoined the job: re-admitted at step " + std::to_string(lowest) +
+            (highest != lowest ? " to " + std::to_string(highest) : std::string()) + " of its " +
+            std::to_string(start.size()) + " chunks here");
 }
 
 void Server::start_checkpoints() {
@@ -314,6 +334,7 @@ void Server::reply_pull(const zmq::message_t& to, const Header& request, std::in
   Header r = request;
   r.type = MsgType::kPullReply;
   r.version = snap.version;
+  if (request.step == kPullRejoinProbe) r.step = store_->next_step(request.sender, request.key);
   r.aux = parked_us;
   if (pull_reply_dtype(request) == DType::kBFloat16) {
     std::shared_ptr<const std::vector<std::uint16_t>> values = narrowed(request.key, snap);

@@ -107,6 +107,7 @@ class Server {
   void handle_request();
   // Registration; a rejoin refused because the scheduler has not yet noticed the failure is asked again.
   RegisterReply register_with(SchedulerClient& scheduler, const RegisterRequest& request);
+  void on_worker_rejoined(int worker, const std::string& token);
   void start_checkpoints();  // server/checkpointing.h: the saver, and the restore on resume
   void serve(const zmq::message_t& from, const Message& msg);
   void reply_pull(const zmq::message_t& to, const Header& request, std::int64_t parked_us = 0);

@@ -261,6 +261,22 @@ std::vector<std::int64_t> ShardStore::drop_worker(int worker) {
   return advanced;
 }
 
+std::vector<std::int64_t> ShardStore::rejoin_worker(int worker) {
+  std::vector<std::int64_t> versions;
+  versions.reserve(chunks_.size());
+  for (const ChunkState& c : chunks_) versions.push_back(c.version);
+  return policy_->rejoin_worker(worker, versions);
+}
+
+std::int64_t ShardStore::next_step(int worker, std::int64_t key) const {
+  const std::size_t at = position(key, "pull");
+  if (worker < 0 || worker >= num_workers_) {
+    throw RequestError(Status::kBadRequest, "worker rank " + std::to_string(worker) + " outside [0, " +
+                                                std::to_string(num_workers_) + ")");
+  }
+  return policy_->worker_clock(at, worker);
+}
+
 std::int64_t ShardStore::slowest_clock(std::int64_t key) const {
   return policy_->slowest_clock(position(key, "checkpoint"));
 }

@@ -107,6 +107,12 @@ class ShardStore {
   // later pushes are refused. Returns the keys whose version advanced
   // (sync: the others had all pushed), so their parked pulls can be answered.
   std::vector<std::int64_t> drop_worker(int worker);
+  // A new process took back dropped `worker`'s rank (on_worker_failure
+  // "restart"): the policy re-admits it (ConsistencyPolicy::rejoin_worker);
+  // returns, per chunk in keys() order, the step it must push next.
+  std::vector<std::int64_t> rejoin_worker(int worker);
+  // The step `worker` must push next for chunk `key` (its clock there).
+  std::int64_t next_step(int worker, std::int64_t key) const;
 
   // Checkpoints: the slowest live worker's clock of a chunk (every live
   // worker has pushed the steps below it; sync: the version), a copy of the

@@ -11,6 +11,7 @@
 #include "worker/client/worker_session.h"
 #include "worker/collective/gpu_assignment.h"
 #include "worker/train/allreduce_worker.h"
+#include "worker/train/ps_rejoin.h"
 #include "worker/train/ps_worker.h"
 
 namespace {
@@ -19,7 +20,8 @@ int run_worker(const pstrain::NodeArgs& args) {
   using namespace pstrain;
   const RunConfig config = load_node_config(args);
   check_scheduler_known(config, "worker");
-  const std::string resume_dir = resume_checkpoint(args, config, [](const std::string& m) {
+  // A rejoin takes the job's current state from the servers (or its peers), never a checkpoint.
+  const std::string resume_dir = args.rejoin ? std::string() : resume_checkpoint(args, config, [](const std::string& m) {
     std::fprintf(stderr, "pstrain-worker: %s\n", m.c_str());
   });
   if (config.mode == Mode::kAllreduce) return run_allreduce_node(config, args.rank, resume_dir);
@@ -45,6 +47,7 @@ int run_worker(const pstrain::NodeArgs& args) {
   options.wire_dtype = wire_dtype_of(config.ps.wire_dtype);
   options.requested_rank = rank;
   options.job_fingerprint = job_fingerprint(config.mode, config.ps.partition_bytes, servers, workers);
+  options.rejoin = args.rejoin;
   TrafficCounters traffic;
   options.traffic = &traffic;
   options.trace = &trace;
@@ -56,10 +59,12 @@ int run_worker(const pstrain::NodeArgs& args) {
   const auto sampler = start_resource_sampler(config.output, "worker", session.rank(), &traffic, log,
                                               cuda_device_index(*workload.backend));
   session.run_reporting_failure([&] {
-    WorkerStart start = start_worker(resume_dir, session.rank(), config, workload.model->num_params(), log);
+    WorkerStart start = args.rejoin ? start_rejoined_worker(session.rank(), config, log)
+                                    : start_worker(resume_dir, session.rank(), config, workload.model->num_params(), log);
     const std::optional<WorkerCheckpoint>& resume = start.resume;
     MetricsWriter& metrics = *start.metrics;
-    const TrainResult r = run_ps_worker(config, session, workload, metrics, log, &trace, resume ? &*resume : nullptr);
+    const TrainResult r =
+        run_ps_worker(config, session, workload, metrics, log, &trace, resume ? &*resume : nullptr, args.rejoin);
     char line[200];
     std::snprintf(line, sizeof(line), "done: %lld steps, %lld images in %.1f s (compute %.1f s, pull %.1f s, push %.1f s)",
                   static_cast<long long>(r.steps), static_cast<long long>(r.images), r.time_s, r.compute_s, r.pull_s,

@@ -169,8 +169,8 @@ TEST_CASE("summary.json holds every documented key and reads back") {
   const JsonValue j = parse_json(summary_json(summarize(config(Mode::kAsync), m)), "summary.json");
   for (const char* key : {"mode", "workers", "servers", "model", "dataset", "final_test_accuracy", "wall_time_s",
                           "time_to_accuracy", "global_images_per_s", "per_worker", "staleness", "ssp",
-                          "dropped_workers", "partial_updates", "server_restarts", "skipped_steps", "resources",
-                          "warnings"}) {
+                          "dropped_workers", "restarts", "partial_updates", "server_restarts", "skipped_steps",
+                          "resources", "warnings"}) {
     CAPTURE(key);
     CHECK(j.find(key) != nullptr);
   }
@@ -291,4 +291,21 @@ TEST_CASE("a server that rejoined: the summary says which shard lost how many up
   // A run without a restart says nothing about it.
   m.servers[1].rejoined_from_step = -1;
   CHECK(summarize(config(Mode::kSync), m).server_restarts.empty());
+}
+
+TEST_CASE("restart: each rejoin record is a restart in the summary (rank, time, step); the worker counts as finished") {
+  RunMetrics m = two_workers();
+  m.workers[1].rejoins = {RejoinRecord{4.5, 12}};
+  RunConfig c = config(Mode::kSync);
+  c.cluster.on_worker_failure = "restart";
+  const RunSummary s = summarize(c, m);
+  REQUIRE(s.restarts.size() == 1);
+  CHECK(s.restarts[0].rank == 1);
+  CHECK(s.restarts[0].time_s == 4.5);
+  CHECK(s.restarts[0].step == 12);
+  CHECK(s.dropped_workers.empty());
+  const JsonValue j = parse_json(summary_json(s), "summary.json");
+  const JsonValue& r = j.find("restarts")->items().at(0);
+  CHECK(r.find("step")->as_number("step") == 12.0);
+  CHECK(summary_markdown(s, "run").find("worker 1 rejoined at step 12, 4.5 s into the job") != std::string::npos);
 }

@@ -187,7 +187,8 @@ NodeSpec scheduler_spec(const LaunchPlan& plan) {
 
 bool LaunchPlan::remote(const std::string& host) const { return !host.empty() && !is_this_machine(host); }
 
-std::vector<NodeSpec> node_specs(const LaunchPlan& plan, const std::string& scheduler_endpoint) {
+std::vector<NodeSpec> node_specs(const LaunchPlan& plan, const std::string& scheduler_endpoint,
+                                 const std::vector<std::string>& extra_args) {
   // Other hosts dial the scheduler by the configured name and the port it got.
   std::string remote_endpoint = scheduler_endpoint;
   if (const auto colon = scheduler_endpoint.rfind(':'); !plan.scheduler_host.empty() && colon != std::string::npos) {
@@ -200,11 +201,16 @@ std::vector<NodeSpec> node_specs(const LaunchPlan& plan, const std::string& sche
   const auto spec = [&](const std::string& role, int rank, const std::vector<std::string>& hosts, const char* program) {
     const std::string host = hosts.empty() ? "" : hosts.at(static_cast<std::size_t>(rank));
     NodeSpec n{role + " " + std::to_string(rank), role + "-" + std::to_string(rank), {}};
+    const auto with_extra = [&](std::vector<std::string> argv) {
+      argv.insert(argv.end(), extra_args.begin(), extra_args.end());
+      return argv;
+    };
     if (!plan.remote(host)) {
-      n.argv = node_argv(plan, program, scheduler_endpoint, rank);
+      n.argv = with_extra(node_argv(plan, program, scheduler_endpoint, rank));
     } else {
       n.argv = ssh_argv(plan.ssh_command, host,
-                        remote_command(plan.work_dir.string(), env, node_argv(plan, program, remote_endpoint, rank)));
+                        remote_command(plan.work_dir.string(), env,
+                                       with_extra(node_argv(plan, program, remote_endpoint, rank))));
       n.stdin_pipe = true;
     }
     return n;

@@ -61,6 +61,8 @@ LaunchPlan plan_launch(const LaunchRequest& request);
 
 NodeSpec scheduler_spec(const LaunchPlan& plan);
 // Servers (none with allreduce), then workers, each told the scheduler's endpoint.
-std::vector<NodeSpec> node_specs(const LaunchPlan& plan, const std::string& scheduler_endpoint);
+// `extra_args` go after each node's own (a restart's "--rejoin").
+std::vector<NodeSpec> node_specs(const LaunchPlan& plan, const std::string& scheduler_endpoint,
+                                 const std::vector<std::string>& extra_args = {});
 
 }  // namespace pstrain::launcher

@@ -17,6 +17,7 @@
 #include "common/node_cli.h"
 #include "common/security.h"
 #include "tools/launcher/live_status.h"
+#include "tools/launcher/restart_policy.h"
 #include "tools/launcher/run_dir.h"
 #include "tools/launcher/supervisor.h"
 #include "tools/report/summary.h"
@@ -117,6 +118,7 @@ class Launch {
     std::string endpoint;
     if (const auto code = await_endpoint(endpoint)) return *code;
     say("scheduler is at " + endpoint);
+    endpoint_ = endpoint;
     for (const NodeSpec& spec : node_specs(plan_, endpoint)) start(spec);
     if (const auto code = await_job_end()) return *code;
     return summarize();
@@ -212,14 +214,34 @@ class Launch {
 
   // cluster.on_worker_failure = "continue": a worker that fails is one the
   // scheduler drops and the job goes on without; say so and keep waiting.
+  // "restart" (tools/launcher/restart_policy.h): a new process of that rank
+  // with --rejoin, at most max_restarts times; past that a worker is let go
+  // as under "continue" and a server ends the job.
   bool tolerated_worker_failure(const Supervisor::Outcome& outcome) {
     if (outcome.event != Supervisor::Event::kFailure) return false;
-    if (plan_.config.cluster.on_worker_failure != "continue") return false;
     const NodeState n = supervisor_.states().at(outcome.node);  // states() is a copy: keep the node, not a reference
+    const std::string policy = failure_policy(plan_.config, n.spec.name);
+    // Allreduce workers do not rejoin yet: "restart" goes on without them, as "continue".
+    const bool can_restart = !(plan_.config.mode == Mode::kAllreduce && n.spec.name.rfind("worker ", 0) == 0);
+    if (policy == "restart" && can_restart) {
+      if (const std::optional<int> take = restarts_.take(n.spec.name)) {
+        supervisor_.tolerate(outcome.node);
+        say(restart_line(n.spec.name, describe_exit(*n.status), *take, restarts_.max()));
+        start(rejoin_spec(plan_, endpoint_, n.spec.name));
+        return true;
+      }
+    }
+    if (policy != "continue" && policy != "restart") return false;
     if (n.spec.name.rfind("worker ", 0) != 0) return false;
     supervisor_.tolerate(outcome.node);
     say(n.spec.name + " " + describe_exit(*n.status) +
-        ": the job goes on without it (cluster.on_worker_failure = \"continue\")");
+        (policy == "restart" && !can_restart
+             ? std::string(": the job goes on without it (cluster.on_worker_failure = \"restart\" does not restart "
+                           "allreduce workers yet: as under \"continue\")")
+         : policy == "restart" ? ": restarted " + std::to_string(restarts_.used(n.spec.name)) +
+                                   " times already (cluster.max_restarts = " + std::to_string(restarts_.max()) +
+                                   "): the job goes on without it, as under \"continue\""
+                             : std::string(": the job goes on without it (cluster.on_worker_failure = \"continue\")")));
     if (!n.status->signaled) {  // it failed on its own: say why, as for a failure that ends the job
       for (const std::string& line : n.stderr_tail) say("  " + line);
     }
@@ -353,6 +375,8 @@ class Launch {
   LiveStatus status_;  // before supervisor_, whose echo hides it
   Supervisor supervisor_;
   Clock::time_point start_;
+  std::string endpoint_;  // the scheduler's, once known (restarts dial it)
+  RestartBudget restarts_{plan_.config.cluster.max_restarts};
 };
 
 }  // namespace

@@ -77,7 +77,7 @@ std::size_t Supervisor::start(const NodeSpec& spec) {
   auto node = std::make_unique<Node>();
   node->state.spec = spec;
   const std::filesystem::path log_path = options_.log_dir / (spec.log_stem + ".log");
-  node->log = std::fopen(log_path.c_str(), options_.append_logs ? "ae" : "we");
+  node->log = std::fopen(log_path.c_str(), options_.append_logs || spec.append_log ? "ae" : "we");
   if (node->log == nullptr) throw Error("cannot write " + log_path.string() + ": " + std::strerror(errno));
   std::setvbuf(node->log, nullptr, _IOLBF, 0);  // each line reaches the file (or fails) as it comes
   node->log_path = log_path;

@@ -36,6 +36,7 @@ struct NodeSpec {
   std::string log_stem;  // "worker-1": logs/<log_stem>.log, pids.txt
   std::vector<std::string> argv;
   bool stdin_pipe = false;  // stdin on a pipe held open until the node is stopped or exits (tools/launcher/remote.h)
+  bool append_log = false;  // a restarted node: add to its log instead of starting it anew
 };
 
 struct NodeState {

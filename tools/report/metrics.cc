@@ -96,8 +96,11 @@ void add_record(WorkerMetrics& m, const Fields& f) {
     m.evals.push_back(read_eval(f));
   } else if (type == "end") {
     m.end = read_end(f);
+  } else if (type == "rejoin") {
+    m.rejoins.push_back(RejoinRecord{f.number("time_s"), f.integer("step")});
   } else {
-    throw DataError(f.what("type") + ": expected \"plan\", \"step\", \"eval\" or \"end\", got \"" + type + "\"");
+    throw DataError(f.what("type") + ": expected \"plan\", \"step\", \"eval\", \"rejoin\" or \"end\", got \"" + type +
+                    "\"");
   }
 }
 

@@ -1,5 +1,5 @@
 // Readers for a run directory's metrics files (docs/run_directory.md):
-// metrics/worker-<w>.jsonl (one JSON object per line: "plan", "step", "eval", "end")
+// metrics/worker-<w>.jsonl (one JSON object per line: "plan", "step", "eval", "rejoin", "end")
 // and metrics/server-<s>.json (update counts and the staleness histogram).
 //
 // Every documented field must be present with its type; a JSON null stands
@@ -58,8 +58,16 @@ struct EndRecord {
   std::int64_t skipped_steps = 0;  // on_nonfinite "skip" (absent in older files: 0)
 };
 
+// A new process took this worker's rank back (cluster.on_worker_failure =
+// "restart") and continued from `step`; its records follow in the same file.
+struct RejoinRecord {
+  double time_s = 0;  // job clock: seconds since the job started
+  std::int64_t step = 0;
+};
+
 struct WorkerMetrics {
   int rank = -1;
+  std::vector<RejoinRecord> rejoins;
   std::optional<PlanRecord> plan;  // absent in files of older runs
   std::vector<StepRecord> steps;
   std::vector<EvalRecord> evals;

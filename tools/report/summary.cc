@@ -113,6 +113,15 @@ std::string server_restarts_json(const RunSummary& s) {
   return "[" + out + "]";
 }
 
+std::string restarts_json(const std::vector<RestartSummary>& restarts) {
+  std::string out;
+  for (const RestartSummary& r : restarts) {
+    out += (out.empty() ? "" : ", ") + ("{\"rank\": " + std::to_string(r.rank) + ", \"time_s\": " + json_number(r.time_s) +
+                                        ", \"step\": " + std::to_string(r.step) + "}");
+  }
+  return "[" + out + "]";
+}
+
 std::string int_list_json(const std::vector<int>& values) {
   std::string out = "[";
   for (const int v : values) out += (out.size() > 1 ? ", " : "") + std::to_string(v);
@@ -160,8 +169,9 @@ RunSummary summarize(const RunConfig& config, const RunMetrics& metrics) {
   s.model = config.workload.model;
   s.dataset = config.workload.dataset;
   std::int64_t images = 0;
-  const bool go_on = config.cluster.on_worker_failure == "continue";
+  const bool go_on = config.cluster.on_worker_failure == "continue" || config.cluster.on_worker_failure == "restart";
   for (const WorkerMetrics& w : metrics.workers) {
+    for (const RejoinRecord& r : w.rejoins) s.restarts.push_back(RestartSummary{w.rank, r.time_s, r.step});
     if (!w.end && go_on) {
       s.per_worker.push_back(dropped_worker_summary(w));
       s.dropped_workers.push_back(w.rank);
@@ -211,6 +221,7 @@ std::string summary_json(const RunSummary& s) {
          ",\n  \"global_images_per_s\": " + json_number(s.global_images_per_s) + ",\n  \"per_worker\": [" + workers +
          (workers.empty() ? "]" : "\n  ]") + ",\n  \"staleness\": " + staleness_json(s.staleness) +
          ",\n  \"ssp\": " + ssp_json(s.ssp) + ",\n  \"dropped_workers\": " + int_list_json(s.dropped_workers) +
+         ",\n  \"restarts\": " + restarts_json(s.restarts) +
          ",\n  \"partial_updates\": " + std::to_string(s.partial_updates) +
          ",\n  \"server_restarts\": " + server_restarts_json(s) +
          ",\n  \"skipped_steps\": " + std::to_string(s.skipped_steps) + ",\n  \"resources\": " + resources_json(s) +
@@ -221,7 +232,8 @@ RunSummary write_run_summary(const std::filesystem::path& run_dir) {
   const RunConfig config = load_config((run_dir / "config.toml").string());
   const int servers = config.mode == Mode::kAllreduce ? 0 : config.cluster.num_servers;
   const RunMetrics metrics = read_run_metrics(run_dir, config.cluster.num_workers, servers,
-                                              config.cluster.on_worker_failure == "continue");
+                                              config.cluster.on_worker_failure == "continue" ||
+                                                  config.cluster.on_worker_failure == "restart");
   RunSummary s = summarize(config, metrics);
   for (const ResourceSeries& series : read_run_resources(run_dir, s.warnings)) {
     s.resources.push_back(summarize_resources(series));

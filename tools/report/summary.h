@@ -14,6 +14,7 @@
 //                        workers' pulls were held by the bound
 //   resources            per process with a resources CSV: CPU, RSS, bytes
 //                        and GPU means and peaks (tools/report/resources.h)
+//   restarts             each worker restart: rank, time_s, step rejoined
 //   warnings             what was left out and why (e.g. a malformed resources CSV)
 #pragma once
 
@@ -41,6 +42,14 @@ struct WorkerSummary {
   double images_per_s = 0;
   std::int64_t skipped_steps = 0;  // workload.on_nonfinite "skip": steps whose update it dropped
   bool dropped = false;  // no "end" record: lost, and dropped under on_worker_failure "continue"
+};
+
+// A worker rank taken back by a new process (cluster.on_worker_failure =
+// "restart"): who, when (job clock, s) and the step it rejoined at.
+struct RestartSummary {
+  int rank = -1;
+  double time_s = 0;
+  std::int64_t step = 0;
 };
 
 struct AccuracyTime {
@@ -74,6 +83,7 @@ struct RunSummary {
   std::optional<StalenessSummary> staleness;  // async and ssp
   std::optional<SspSummary> ssp;              // ssp only
   std::vector<int> dropped_workers;           // on_worker_failure "continue": workers the job went on without
+  std::vector<RestartSummary> restarts;       // on_worker_failure "restart": each rejoin, by rank then time
   std::int64_t partial_updates = 0;           // sync: chunk updates made without a dropped worker
   // on_server_failure "restart": each server that rejoined, and what was lost (ServerMetrics).
   struct ServerRestart {

@@ -135,6 +135,15 @@ std::string summary_markdown(const RunSummary& s, const std::string& run_dir) {
            (r.lost_pushes > 0 ? ", and " + std::to_string(r.lost_pushes) + " workers' pushes of the step in progress" : "") +
            ".\n";
   }
+  if (!s.restarts.empty()) {
+    out += "\n## Restarts\n\nWorkers taken back by a new process (cluster.on_worker_failure = \"restart\"):\n\n";
+    for (const RestartSummary& r : s.restarts) {
+      char line[160];
+      std::snprintf(line, sizeof(line), "- worker %d rejoined at step %lld, %.1f s into the job\n", r.rank,
+                    static_cast<long long>(r.step), r.time_s);
+      out += line;
+    }
+  }
   if (s.skipped_steps > 0) {
     std::string each;
     for (const WorkerSummary& w : s.per_worker) {

@@ -167,7 +167,8 @@ KVClient::Ticket KVClient::start(MsgType type, std::span<const float> src, float
                                                     : MsgType::kInitReply;
     const Pending& p = pending_[h.request_id] =
         Pending{ticket, expect, key, dest == nullptr ? nullptr : dest + offset, trace_chunks_ ? options_.trace->now_us() : 0,
-                skip, h, type != MsgType::kPull && !skip ? src.data() + offset : nullptr};
+                skip, h, type != MsgType::kPull && !skip ? src.data() + offset : nullptr,
+                type == MsgType::kPull && step == kPullRejoinProbe};
     send_message(sockets_[static_cast<std::size_t>(c.server)], nullptr, h, payload_of(p), options_.traffic);
     ++state.outstanding;
   }
@@ -279,6 +280,7 @@ void KVClient::complete(const Message& msg, std::size_t server) {
     if (state.first_version || h.version < state.result.min_version) state.result.min_version = h.version;
     state.result.max_parked_us = std::max(state.result.max_parked_us, h.aux);
     state.first_version = false;
+    if (p.probe) state.result.next_steps.emplace_back(p.key, h.step);
   } else if (h.type == MsgType::kPushReply && !p.skip) {
     state.result.max_staleness = std::max(state.result.max_staleness, h.aux);
     state.staleness_sum += h.aux;

@@ -28,6 +28,7 @@
 #include <span>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include <zmq.hpp>
@@ -65,6 +66,9 @@ struct TicketResult {
   double mean_staleness = 0.0;
   std::int64_t min_version = 0;  // pulls: lowest chunk version received
   std::int64_t max_parked_us = 0;  // pulls: longest a chunk's pull was held at its server
+  // Pulls with step kPullRejoinProbe: (chunk, the step the server expects
+  // this worker to push next for it), as the replies came.
+  std::vector<std::pair<std::int64_t, std::int64_t>> next_steps;
 };
 
 class KVClient {
@@ -101,6 +105,7 @@ class KVClient {
     bool skip = false;           // a skip push
     Header header;               // as sent: a server restart resends it
     const float* src = nullptr;  // push, init: the chunk's values (the caller keeps them until wait())
+    bool probe = false;          // a rejoin probe (pull at kPullRejoinProbe)
   };
   struct TicketState {
     std::size_t outstanding = 0;

@@ -2,9 +2,30 @@
 
 #include <unistd.h>
 
+#include <chrono>
+#include <thread>
+
 #include "common/errors.h"
 
 namespace pstrain {
+
+namespace {
+
+// A rejoin is refused while the scheduler still counts the process it
+// replaces as alive (until its heartbeat timeout): asked again every 200 ms.
+RegisterReply rejoin_with_retries(SchedulerClient& scheduler, RegisterRequest req, const ClusterConfig& cluster) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(cluster.timeout_ms);
+  while (true) {
+    try {
+      return scheduler.rejoin_node(req);
+    } catch (const TransportError& e) {
+      if (std::chrono::steady_clock::now() > deadline) throw;
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+  }
+}
+
+}  // namespace
 
 WorkerSession::WorkerSession(zmq::context_t& ctx, const WorkerSessionOptions& options, const ParamLayout& layout)
     : scheduler_(ctx, options.scheduler_endpoint, Role::kWorker, options.cluster, options.traffic, options.security) {
@@ -14,7 +35,8 @@ WorkerSession::WorkerSession(zmq::context_t& ctx, const WorkerSessionOptions& op
   req.pid = static_cast<std::int64_t>(getpid());
   req.job_fingerprint = options.job_fingerprint;
   req.layout = layout;
-  const RegisterReply info = scheduler_.register_node(std::move(req));
+  const RegisterReply info = options.rejoin ? rejoin_with_retries(scheduler_, std::move(req), options.cluster)
+                                            : scheduler_.register_node(std::move(req));
   num_workers_ = info.num_workers;
   server_endpoints_ = info.server_endpoints;
   if (info.num_servers > 0) {

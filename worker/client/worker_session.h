@@ -30,6 +30,10 @@ struct WorkerSessionOptions {
   TraceRecorder* trace = nullptr;  // the worker's timeline (per-chunk spans in the KV client); null = none
   const SecurityContext* security = nullptr;  // CURVE keys (common/security.h); null = plain; must outlive the session
   DType wire_dtype = DType::kFloat32;  // ps.wire_dtype (wire_dtype_of below)
+  // --rejoin: take back the rank of a dropped worker (requested_rank) in a
+  // running job; refusals are tried again for at most cluster.timeout_ms (the
+  // scheduler may not have dropped the process this one replaces yet).
+  bool rejoin = false;
 };
 
 // ps.wire_dtype as the protocol's dtype; ConfigError for another name.

@@ -110,7 +110,8 @@ int run_allreduce_node(const RunConfig& config, int requested_rank, const std::s
       return std::unique_ptr<Collective>(
           std::make_unique<CountingCollective>(make_collective(backend_name, again, store), traffic));
     };
-    const bool can_reform = config.cluster.on_worker_failure == "continue";
+    // "restart": the launcher does not restart allreduce workers yet; the others go on as under "continue".
+    const bool can_reform = config.cluster.on_worker_failure == "continue" || config.cluster.on_worker_failure == "restart";
     const TrainResult r = run_allreduce_worker(config, session, workload, *collective, metrics, log, &trace,
                                                resume ? &*resume : nullptr, can_reform ? &reform : nullptr);
     collective.reset();

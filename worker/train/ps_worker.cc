@@ -13,6 +13,7 @@
 #include "worker/train/divergence.h"
 #include "worker/train/epoch_driver.h"
 #include "worker/train/epoch_members.h"
+#include "worker/train/ps_rejoin.h"
 #include "worker/train/simulated_compute.h"
 #include "worker/train/straggler.h"
 
@@ -207,7 +208,7 @@ void kv_wait_quietly(Loop& L) {
 
 
 TrainResult run_ps_worker(const RunConfig& config, WorkerSession& session, Workload& workload, MetricsWriter& metrics,
-                          Logger& log, TraceRecorder* trace, const WorkerCheckpoint* resume) {
+                          Logger& log, TraceRecorder* trace, const WorkerCheckpoint* resume, bool rejoin) {
   if (config.mode == Mode::kAllreduce) throw ConfigError("run_ps_worker: mode allreduce has no servers");
   const WorkloadConfig& w = config.workload;
   nn::Model& model = *workload.model;
@@ -223,7 +224,12 @@ TrainResult run_ps_worker(const RunConfig& config, WorkerSession& session, Workl
   L.labels.resize(static_cast<std::size_t>(w.batch_size));
 
   model.get_params(L.params);
-  if (resume != nullptr) {  // the servers hold the checkpoint's weights: pull them
+  std::int64_t start_step = resume != nullptr ? resume->step : 0;
+  if (rejoin) {  // the servers hold the job's current weights: pull them, join at their step
+    TraceSpan span(trace, TraceLevel::kSteps, "rejoin", "worker");
+    start_step = rejoin_ps_job(session, L.params, config.cluster, log);
+    write_rejoin_record(metrics, start_step);
+  } else if (resume != nullptr) {  // the servers hold the checkpoint's weights: pull them
     TraceSpan span(trace, TraceLevel::kSteps, "initial weights", "worker");
     session.kv().wait(session.kv().pull(L.params, resume->step));
     session.scheduler().barrier("initial weights");
@@ -257,7 +263,7 @@ TrainResult run_ps_worker(const RunConfig& config, WorkerSession& session, Workl
       [&](std::int64_t s, int epoch, bool last) {
         if (session.rank() == 0 && !last) evaluate_and_record(L, s, epoch, L.metrics.elapsed_s());
       },
-      resume != nullptr ? resume->step : 0, &members);
+      start_step, &members);
   {
     TraceSpan span(trace, TraceLevel::kSteps, "final barrier", "worker");
     if (L.prefetch) kv_wait_quietly(L);

@@ -30,7 +30,10 @@ namespace pstrain {
 // the barrier "checkpoint S"; worker 0 then completes the checkpoint.
 // `resume` (this worker's part of the checkpoint resumed from): training goes
 // on from its step on the servers' restored weights (pulled, not sent).
+// `rejoin`: this process took back a dropped worker's rank (--rejoin,
+// worker/train/ps_rejoin.h): it joins at the step the job is at.
 TrainResult run_ps_worker(const RunConfig& config, WorkerSession& session, Workload& workload, MetricsWriter& metrics,
-                          Logger& log, TraceRecorder* trace = nullptr, const WorkerCheckpoint* resume = nullptr);
+                          Logger& log, TraceRecorder* trace = nullptr, const WorkerCheckpoint* resume = nullptr,
+                          bool rejoin = false);
 
 }  // namespace pstrain

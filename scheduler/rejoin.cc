@@ -1,0 +1,139 @@
+// The scheduler's half of cluster.on_worker_failure = "restart": a new
+// process registering with --rejoin takes back the rank of a dropped worker.
+//
+// Accepted only after the rendezvous, for a worker rank of this job that the
+// failure policy dropped, under "restart", fewer than cluster.max_restarts
+// times per rank, with the job's fingerprint and model layout. The node gets
+// a new session token (so the process it replaces, if it wakes, is refused
+// on its old connections), counts again in barriers and the end, and every
+// other node hears kRejoined (servers re-admit it into their consistency
+// policy and bind its new connection; allreduce workers re-form the
+// collective). Anything else is refused with the reason; the job goes on.
+#include <algorithm>
+#include <random>
+
+#include "common/errors.h"
+#include "common/wire_archive.h"
+#include "scheduler/scheduler.h"
+
+namespace pstrain {
+
+namespace {
+
+std::string fresh_token() {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::random_device entropy;
+  std::string token;
+  for (int i = 0; i < 8; ++i) {
+    const unsigned v = entropy();
+    for (int k = 0; k < 4; ++k) token += kHex[(v >> (4 * k)) & 15u];
+  }
+  return token;
+}
+
+bool same_layout(const ParamLayout& a, const ParamLayout& b) {
+  const auto& x = a.tensors();
+  const auto& y = b.tensors();
+  return x.size() == y.size() && std::equal(x.begin(), x.end(), y.begin(), [](const TensorSpec& p, const TensorSpec& q) {
+           return p.name == q.name && p.shape == q.shape;
+         });
+}
+
+}  // namespace
+
+void Scheduler::on_rejoin(zmq::message_t& from, const Message& msg) {
+  const std::string body = msg.text_payload();
+  RegisterRequest req = wire_decode<RegisterRequest>(std::as_bytes(std::span(body.data(), body.size())), "register body");
+  const std::string who = std::string(to_string(req.role)) + " rank " + std::to_string(req.requested_rank) + " from " +
+                          req.host + " (pid " + std::to_string(req.pid) + ")";
+  if (req.role != Role::kWorker || msg.header.role != Role::kWorker) {
+    throw ProtocolError("rejoin of a " + std::string(to_string(req.role)) +
+                        ": only workers rejoin (cluster.on_worker_failure = \"restart\")");
+  }
+  if (options_.cluster.on_worker_failure != "restart") {
+    throw ProtocolError("rejoin of " + who + ": refused, cluster.on_worker_failure is \"" +
+                        options_.cluster.on_worker_failure + "\", not \"restart\"");
+  }
+  if (req.requested_rank < 0 || req.requested_rank >= options_.num_workers) {
+    throw ProtocolError("rejoin of " + who + ": refused, the job has no worker rank " +
+                        std::to_string(req.requested_rank) + " (it has " + std::to_string(options_.num_workers) +
+                        "; a rejoin names the rank it takes back with --rank)");
+  }
+  Node* node = find(Role::kWorker, req.requested_rank);
+  if (node == nullptr) throw ProtocolError("rejoin of " + who + ": refused, no such worker registered");
+  if (!node->dropped) {
+    throw ProtocolError("rejoin of " + who + ": refused, worker " + std::to_string(node->rank) +
+                        (node->done ? " has finished" : " is alive (pid " + std::to_string(node->request.pid) + ")") +
+                        "; only a worker dropped from the job can be taken back");
+  }
+  if (node->rejoins >= options_.cluster.max_restarts) {
+    throw ProtocolError("rejoin of " + who + ": refused, worker " + std::to_string(node->rank) + " was already taken back " +
+                        std::to_string(node->rejoins) + " times (cluster.max_restarts = " +
+                        std::to_string(options_.cluster.max_restarts) + ")");
+  }
+  if (req.job_fingerprint != node->request.job_fingerprint) {
+    throw ProtocolError("rejoin of " + who + ": refused, it runs a different job: '" + req.job_fingerprint + "' vs '" +
+                        node->request.job_fingerprint + "'");
+  }
+  if (node->request.job_fingerprint.find(" collective=") != std::string::npos) {
+    throw ProtocolError("rejoin of " + who + ": refused, allreduce workers do not rejoin yet (the others went on "
+                        "without it, as under \"continue\")");
+  }
+  req.layout.validate();
+  if (!same_layout(req.layout, node->request.layout)) {
+    throw ProtocolError("rejoin of " + who + ": refused, its model layout differs from the job's");
+  }
+  if (options_.security != nullptr && options_.security->curve) {
+    const char* key_role = msg.has_payload ? zmq_msg_gets(msg.payload.handle(), "User-Id") : nullptr;
+    if (key_role == nullptr || std::string(key_role) != "worker") {
+      throw ProtocolError("rejoin of " + who + ": refused, not a worker's key");
+    }
+  }
+
+  node->routing_id = copy_frame(from);
+  node->request = std::move(req);
+  node->token = fresh_token();
+  node->dropped = false;
+  node->told_dropped = false;
+  node->done = false;
+  node->last_seen = Clock::now();
+  ++node->rejoins;
+
+  // Everyone else first, so the servers usually know the new connection
+  // before the worker's first request (it retries until they do).
+  Header news;
+  news.type = MsgType::kRejoined;
+  news.role = Role::kScheduler;
+  news.sender = 0;
+  news.key = node->rank;
+  news.step = node->rejoins;
+  for (Node& n : nodes_) {
+    if (&n == node || n.dropped || (n.role == Role::kWorker && n.done)) continue;
+    send_quietly(n.routing_id, news, Payload::bytes(node->token));
+  }
+
+  RegisterReply reply;
+  reply.rank = node->rank;
+  reply.num_servers = options_.num_servers;
+  reply.num_workers = options_.num_workers;
+  reply.server_endpoints.resize(static_cast<std::size_t>(options_.num_servers));
+  for (const Node& n : nodes_) {
+    if (n.role == Role::kServer) reply.server_endpoints[static_cast<std::size_t>(n.rank)] = n.request.endpoint;
+  }
+  reply.layout = node->request.layout;
+  reply.token = node->token;
+  Header h;
+  h.type = MsgType::kRegisterReply;
+  h.role = Role::kScheduler;
+  h.sender = 0;
+  h.request_id = msg.header.request_id;
+  h.key = next_barrier_seq_;  // its next barrier is the others' next
+  h.step = node->rejoins;     // which take back of this rank (allreduce: names its rendezvous)
+  send_quietly(node->routing_id, h, Payload::bytes(wire_encode(reply)));
+  log_.warn("worker " + std::to_string(node->rank) + " rejoined the job: a new process from " + node->request.host +
+            " (pid " + std::to_string(node->request.pid) + "), take " + std::to_string(node->rejoins) + " of " +
+            std::to_string(options_.cluster.max_restarts) + " (cluster.on_worker_failure = \"restart\"); " +
+            std::to_string(live_workers()) + " workers in the job");
+}
+
+}  // namespace pstrain

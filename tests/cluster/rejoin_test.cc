@@ -1,0 +1,242 @@
+// cluster.on_worker_failure = "restart", below the launcher: the consistency
+// policies re-admit a dropped worker at the step the job is at (no step waits
+// on its past, nothing is counted twice, the ssp bound holds), and the
+// scheduler accepts a --rejoin registration only for a dropped rank,
+// refusing the rest with the reason; in-process, a lost worker's rank is
+// taken back by a new session and the job ends with the exact weights the
+// rule predicts.
+#include <doctest/doctest.h>
+
+#include <functional>
+#include <optional>
+#include <thread>
+
+#include "common/errors.h"
+#include "server/shard_store.h"
+#include "tests/cluster/run_workers.h"
+#include "tools/cluster/local_cluster.h"
+#include "worker/train/ps_rejoin.h"
+
+using namespace pstrain;
+
+namespace {
+
+struct Fixture {
+  ParamLayout layout;
+  ShardMap map;
+  OptimizerConfig sgd;
+  Fixture() {
+    layout.add("w", {4});
+    map = ShardMap(layout, 1, 1 << 20);
+    sgd.name = "sgd";
+    sgd.momentum = 0.0;
+    sgd.weight_decay = 0.0;
+  }
+  StoreOptions options(Mode mode, int bound = 0) const {
+    StoreOptions o;
+    o.consistency = ConsistencyOptions{mode, bound};
+    o.optimizer = sgd;
+    return o;
+  }
+};
+
+std::vector<float> g(float v) { return std::vector<float>(4, v); }
+
+std::string rejection(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("sync rejoin: the step not yet pushed by anyone waits for the rejoiner, none before it") {
+  Fixture f;
+  ShardStore store(f.map, 0, 3, f.options(Mode::kSync));
+  store.init(0, g(10.0f));
+  store.drop_worker(1);
+  // Step 0 without worker 1: mean of 2 and 4, lr 1.
+  store.push(0, 0, 0, g(2.0f), 1.0);
+  CHECK(store.push(2, 0, 0, g(4.0f), 1.0).applied);
+  CHECK(store.version(0) == 1);
+  CHECK(store.rejoin_worker(1) == std::vector<std::int64_t>{1});  // the step the job is at
+  CHECK(store.next_step(1, 0) == 1);
+  // Its past steps are not waited for and cannot be pushed.
+  CHECK(rejection([&] { store.push(1, 0, 0, g(9.0f), 1.0); }).find("stale") != std::string::npos);
+  // Step 1 now needs all three.
+  CHECK_FALSE(store.push(0, 0, 1, g(2.0f), 1.0).applied);
+  CHECK_FALSE(store.push(2, 0, 1, g(4.0f), 1.0).applied);
+  CHECK_FALSE(store.ready(0, 0, 2));
+  CHECK(store.push(1, 0, 1, g(3.0f), 1.0).applied);
+  CHECK(*store.snapshot(0, 0).weights == g(10.0f - 3.0f - 3.0f));  // (2+4)/2, then (2+3+4)/3
+  CHECK(rejection([&] { store.push(1, 0, 1, g(3.0f), 1.0); }).find("stale") != std::string::npos);  // never twice
+}
+
+TEST_CASE("sync rejoin: a step some worker already pushed does not wait for the rejoiner") {
+  Fixture f;
+  ShardStore store(f.map, 0, 3, f.options(Mode::kSync));
+  store.init(0, g(10.0f));
+  store.drop_worker(1);
+  store.push(2, 0, 0, g(4.0f), 1.0);  // rank 2 is in, rank 0 not yet: rank 1's turn in the sum has passed
+  CHECK(store.rejoin_worker(1) == std::vector<std::int64_t>{1});
+  CHECK(store.push(0, 0, 0, g(2.0f), 1.0).applied);  // step 0 completes with 0 and 2 only
+  CHECK(*store.snapshot(0, 0).weights == g(7.0f));
+  CHECK_FALSE(store.push(0, 0, 1, g(2.0f), 1.0).applied);  // step 1 waits for it
+  CHECK_FALSE(store.push(2, 0, 1, g(4.0f), 1.0).applied);
+  CHECK(store.push(1, 0, 1, g(6.0f), 1.0).applied);
+  CHECK(*store.snapshot(0, 0).weights == g(3.0f));  // 7 - (2+6+4)/3
+}
+
+TEST_CASE("sync rejoin: a push the dropped process made before it died counts once, and the rejoiner starts after it") {
+  Fixture f;
+  ShardStore store(f.map, 0, 2, f.options(Mode::kSync));
+  store.init(0, g(10.0f));
+  CHECK_FALSE(store.push(1, 0, 0, g(6.0f), 1.0).applied);  // then worker 1 dies
+  store.drop_worker(1);
+  CHECK(store.rejoin_worker(1) == std::vector<std::int64_t>{1});
+  CHECK(rejection([&] { store.push(1, 0, 0, g(6.0f), 1.0); }).find("duplicate") != std::string::npos);
+  CHECK(store.push(0, 0, 0, g(2.0f), 1.0).applied);
+  CHECK(*store.snapshot(0, 0).weights == g(6.0f));  // 10 - (2+6)/2: its push counted once
+  CHECK(store.stats().updates_applied == 1);
+}
+
+TEST_CASE("sync rejoin: a skip push at the step before the join completes that step without a gradient") {
+  Fixture f;
+  ShardStore store(f.map, 0, 2, f.options(Mode::kSync));
+  store.init(0, g(10.0f));
+  store.drop_worker(1);
+  CHECK(store.rejoin_worker(1) == std::vector<std::int64_t>{0});
+  CHECK_FALSE(store.push(0, 0, 0, g(2.0f), 1.0).applied);
+  CHECK(store.skip(1, 0, 0).applied);  // what rejoin_ps_job sends for a chunk a step behind
+  CHECK(*store.snapshot(0, 0).weights == g(8.0f));
+}
+
+TEST_CASE("async and ssp rejoin: the rejoiner's clock starts at the slowest live clock, never below its own") {
+  Fixture f;
+  for (Mode mode : {Mode::kAsync, Mode::kSsp}) {
+    CAPTURE(to_string(mode));
+    ShardStore store(f.map, 0, 3, f.options(mode, 1));
+    store.init(0, g(0.0f));
+    for (int s = 0; s < 3; ++s) store.push(1, 0, s, g(1.0f), 1.0);  // worker 1: clock 3, then dies
+    store.drop_worker(1);
+    for (int s = 0; s < 2; ++s) store.push(0, 0, s, g(1.0f), 1.0);  // clock 2
+    for (int s = 0; s < 5; ++s) {
+      if (mode == Mode::kSsp && !store.ready(0, 2, s)) break;
+      store.push(2, 0, s, g(1.0f), 1.0);
+    }
+    CHECK(store.rejoin_worker(1) == std::vector<std::int64_t>{3});  // max(slowest 2, its own 3)
+    CHECK(rejection([&] { store.push(1, 0, 2, g(1.0f), 1.0); }).find("duplicate") != std::string::npos);
+    if (mode == Mode::kSsp) {
+      // The bound is unchanged by the rejoin: worker 0 (clock 2) is still the slowest.
+      CHECK(store.ready(0, 1, 3));
+      CHECK_FALSE(store.ready(0, 1, 4));
+    }
+    CHECK(store.push(1, 0, 3, g(1.0f), 1.0).applied);
+  }
+  ShardStore fresh(f.map, 0, 2, f.options(Mode::kAsync));
+  fresh.init(0, g(0.0f));
+  CHECK(rejection([&] { fresh.rejoin_worker(1); }).find("never dropped") != std::string::npos);
+}
+
+namespace {
+
+LocalClusterOptions cluster_options(const std::string& policy) {
+  LocalClusterOptions o;
+  o.mode = Mode::kSync;
+  o.num_servers = 2;
+  o.num_workers = 3;
+  o.optimizer.momentum = 0.0;
+  o.partition_bytes = 64;  // several chunks on each server
+  o.cluster.timeout_ms = 10000;
+  o.cluster.heartbeat_interval_ms = 50;
+  o.cluster.heartbeat_timeout_ms = 500;
+  o.cluster.on_worker_failure = policy;
+  o.cluster.max_restarts = 2;
+  o.log_level = LogLevel::kError;
+  return o;
+}
+
+ParamLayout layout() {
+  ParamLayout l;
+  l.add("w", {40});
+  return l;
+}
+
+// A rejoin registration sent by hand; returns the scheduler's refusal ("" if accepted).
+std::string rejoin_refusal(zmq::context_t& ctx, const LocalCluster& cluster, int rank) {
+  const WorkerSessionOptions o = cluster.worker_options(rank);
+  SchedulerClient client(ctx, o.scheduler_endpoint, Role::kWorker, o.cluster);
+  RegisterRequest req;
+  req.requested_rank = rank;
+  req.host = "test";
+  req.job_fingerprint = o.job_fingerprint;
+  req.layout = layout();
+  return rejection([&] { client.rejoin_node(req); });
+}
+
+}  // namespace
+
+TEST_CASE("restart, sync: a lost worker's rank is taken back at the job's step; each step is the mean of those in it") {
+  zmq::context_t ctx;
+  LocalCluster cluster(ctx, cluster_options("restart"));
+  constexpr int kSteps = 30;
+  std::vector<float> final0;
+  std::int64_t joined_at = -1;
+  std::string alive_refusal, range_refusal;
+  test::run_workers(3, [&](int r) {
+    std::vector<float> params(40, 10.0f);
+    std::vector<float> grad(40, static_cast<float>(r + 1));
+    std::int64_t first = 0;
+    std::optional<WorkerSession> session;
+    session.emplace(ctx, cluster.worker_options(r), layout());
+    session->broadcast_initial(params);
+    if (r == 2) {
+      // Lost at once: no push, and no heartbeat from here on.
+      session.reset();
+      WorkerSessionOptions again = cluster.worker_options(2);
+      again.rejoin = true;  // refused while worker 2 is alive, then accepted once dropped
+      session.emplace(ctx, again, layout());
+      Logger log("rejoiner", LogLevel::kError);
+      first = rejoin_ps_job(*session, params, again.cluster, log);
+      joined_at = first;
+    }
+    if (r == 1) {
+      alive_refusal = rejoin_refusal(ctx, cluster, 0);
+      range_refusal = rejoin_refusal(ctx, cluster, 7);
+    }
+    for (std::int64_t step = first; step < kSteps; ++step) {
+      session->kv().wait(session->kv().pull(params, step));
+      session->kv().wait(session->kv().push(grad, step, 0.5));
+      if (r != 2) std::this_thread::sleep_for(std::chrono::milliseconds(20));  // so the rejoin lands mid-run
+    }
+    session->scheduler().barrier("all pushed");
+    session->kv().wait(session->kv().pull(params, kSteps));
+    if (r == 0) final0 = params;
+    session->finish();
+  });
+  CHECK_NOTHROW(cluster.join());
+  CHECK(alive_refusal.find("is alive") != std::string::npos);
+  CHECK(range_refusal.find("has no worker rank 7") != std::string::npos);
+  REQUIRE(joined_at > 0);
+  REQUIRE(joined_at < kSteps);
+  // Steps before the join: mean of 1 and 2; from it on: mean of 1, 2 and 3 (lr 0.5).
+  const auto j = static_cast<float>(joined_at);
+  const float expected = 10.0f - 0.5f * (1.5f * j + 2.0f * (static_cast<float>(kSteps) - j));
+  CHECK(final0[0] == doctest::Approx(expected).epsilon(1e-5));
+}
+
+TEST_CASE("a rejoin under on_worker_failure = \"continue\" is refused with the reason") {
+  zmq::context_t ctx;
+  LocalClusterOptions o = cluster_options("continue");
+  o.num_workers = 1;
+  LocalCluster cluster(ctx, o);
+  WorkerSession session(ctx, cluster.worker_options(0), layout());
+  std::vector<float> params(40, 1.0f);
+  session.broadcast_initial(params);
+  CHECK(rejoin_refusal(ctx, cluster, 0).find("not \"restart\"") != std::string::npos);
+  session.finish();
+  CHECK_NOTHROW(cluster.join());
+}

@@ -1,0 +1,187 @@
+// cluster.on_worker_failure = "restart" with real processes: a worker killed
+// with SIGKILL at a step drawn from a seeded RNG is dropped by the scheduler,
+// started again by the launcher with --rank R --rejoin, takes its rank back
+// at the step the job is at and finishes; the launcher exits 0, the summary
+// lists the restart, the servers counted no push twice, and the final
+// accuracy is within a stated tolerance of the same run without the kill.
+// Past cluster.max_restarts the launcher lets the worker go as under
+// "continue".
+#include <doctest/doctest.h>
+
+#include <cstdio>
+#include <random>
+#include <regex>
+
+#include "tests/integration/launch_test_util.h"
+
+namespace {
+
+// Accuracy on the tiny synthetic workload after 8 epochs may differ by this
+// much between a run with one worker restarted and the run without a kill:
+// the restarted worker skips the steps it missed (sync: those steps are the
+// mean of the others' gradients) and recomputes nothing.
+constexpr double kAccuracyTolerance = 0.10;
+
+std::vector<std::string> restart_args(const it::fs::path& run, const std::string& mode, int max_restarts) {
+  auto args = it::launch_args(it::kSourceDir / (mode == "allreduce" ? "configs/tiny_allreduce.toml" : "configs/tiny_sync.toml"), run);
+  args.insert(args.end(), {"--set", "mode=" + mode, "--set", "cluster.workers=3", "--set",
+                           "cluster.on_worker_failure=restart", "--set",
+                           "cluster.max_restarts=" + std::to_string(max_restarts), "--set",
+                           "cluster.heartbeat_timeout_ms=1500", "--set", "cluster.timeout_ms=30000", "--set",
+                           "workload.epochs=8", "--set", "output.trace=off", "--quiet"});
+  return args;
+}
+
+std::optional<double> final_accuracy(const it::fs::path& run) {
+  const std::string summary = it::read_file(run / "summary.json");
+  std::smatch m;
+  if (!std::regex_search(summary, m, std::regex("\"final_test_accuracy\": ([0-9.eE+-]+)"))) return std::nullopt;
+  return std::stod(m[1].str());
+}
+
+std::int64_t json_int(const std::string& text, const std::string& key) {
+  std::smatch m;
+  if (!std::regex_search(text, m, std::regex("\"" + key + "\": ?(-?[0-9]+)"))) return -1;
+  return std::stoll(m[1].str());
+}
+
+// The step records in `file` (lines with "type":"step").
+int step_records(const it::fs::path& file) {
+  const std::string text = it::read_file(file);
+  int n = 0;
+  for (std::size_t at = text.find("\"type\":\"step\""); at != std::string::npos; at = text.find("\"type\":\"step\"", at + 1)) ++n;
+  return n;
+}
+
+// The same config without a kill: its final accuracy.
+double unfailed_accuracy(const std::string& mode) {
+  it::TempDir dir;
+  const auto run = dir.path() / "run";
+  it::LaunchProcess p(restart_args(run, mode, 3), dir.path() / "out.txt");
+  const auto exit = p.wait(std::chrono::seconds(240));
+  INFO(p.output());
+  REQUIRE(exit.has_value());
+  REQUIRE(exit->code == 0);
+  const auto acc = final_accuracy(run);
+  REQUIRE(acc.has_value());
+  return *acc;
+}
+
+void kill_and_restart(const std::string& mode, unsigned seed) {
+  std::mt19937 rng(seed);
+  const int kill_after = 3 + static_cast<int>(rng() % 12);  // the victim's step records before the kill
+  const int victim = 1 + static_cast<int>(rng() % 2);
+  std::printf("worker restart test (%s): seed %u: kill -9 worker %d after %d steps\n", mode.c_str(), seed, victim,
+              kill_after);
+  const double reference = unfailed_accuracy(mode);
+
+  it::TempDir dir;
+  const auto run = dir.path() / "run";
+  it::LaunchProcess p(restart_args(run, mode, 3), dir.path() / "out.txt");
+  const auto metrics = run / ("metrics/worker-" + std::to_string(victim) + ".jsonl");
+  const bool training = it::wait_until([&] { return step_records(metrics) >= kill_after; }, std::chrono::seconds(180));
+  INFO(p.output());
+  REQUIRE(training);
+  const auto pids = it::read_pids(run);
+  const std::string name = "worker-" + std::to_string(victim);
+  REQUIRE(pids.count(name) == 1);
+  const auto killed_at = std::chrono::steady_clock::now();
+  REQUIRE(kill(pids.at(name), SIGKILL) == 0);
+  // Recovery: from the kill to the restarted worker's first completed step (or to its rejoin
+  // when the others finished first: async does not wait for it, so it may join at the last step).
+  const int before = step_records(metrics);
+  const bool recovered = it::wait_until(
+      [&] {
+        const std::string text = it::read_file(metrics);
+        const auto rejoin = text.find("\"type\":\"rejoin\"");
+        return rejoin != std::string::npos && (text.find("\"type\":\"step\"", rejoin) != std::string::npos ||
+                                               text.find("\"type\":\"end\"", rejoin) != std::string::npos);
+      },
+      std::chrono::seconds(120));
+  const double recovery_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed_at).count();
+  std::printf("worker restart test (%s): recovery (kill to the restarted worker's first step) %.2f s; %d step records "
+              "before the kill\n",
+              mode.c_str(), recovery_s, before);
+  CHECK(recovered);
+
+  const auto exit = p.wait(std::chrono::seconds(240));
+  const std::string output = p.output();
+  INFO(output);
+  REQUIRE(exit.has_value());
+  CHECK_FALSE(exit->signaled);
+  CHECK(exit->code == 0);
+  CHECK(it::contains(output, "worker " + std::to_string(victim) +
+                                 " was killed by signal 9 (Killed): restarting it (1 of 3, cluster.on_worker_failure = "
+                                 "\"restart\")"));
+  const std::string scheduler_log = it::read_file(run / "logs/scheduler.log");
+  CHECK(it::contains(scheduler_log, "worker " + std::to_string(victim) + " rejoined the job"));
+  const std::string summary = it::read_file(run / "summary.json");
+  CHECK(it::contains(summary, "\"restarts\": [{\"rank\": " + std::to_string(victim) + ","));
+  CHECK(it::contains(summary, "\"dropped_workers\": []"));
+  // Every worker, the restarted one too, trained to the end.
+  for (int w = 0; w < 3; ++w) {
+    CAPTURE(w);
+    CHECK(it::contains(it::read_file(run / ("metrics/worker-" + std::to_string(w) + ".jsonl")), "\"type\":\"end\""));
+  }
+  // Its metrics file holds its predecessor's records, then the rejoin, then its own.
+  const std::string victim_metrics = it::read_file(metrics);
+  CHECK(victim_metrics.find("\"type\":\"step\"") < victim_metrics.find("\"type\":\"rejoin\""));
+  // The servers: no push refused (none came twice, none from the dead process), and in sync
+  // exactly one update per chunk per step.
+  for (int s = 0; s < 2; ++s) {
+    CAPTURE(s);
+    const std::string server = it::read_file(run / ("metrics/server-" + std::to_string(s) + ".json"));
+    CHECK(json_int(server, "pushes_rejected") == 0);
+    CHECK(json_int(server, "pushes_accepted") > 0);
+  }
+  const auto acc = final_accuracy(run);
+  REQUIRE(acc.has_value());
+  std::printf("worker restart test (%s): final accuracy %.4f, without the kill %.4f\n", mode.c_str(), *acc, reference);
+  CHECK(std::abs(*acc - reference) <= kAccuracyTolerance);
+  CHECK(it::fs::exists(run / "weights.bin"));
+}
+
+}  // namespace
+
+TEST_CASE("restart: a worker killed mid-run in sync is started again, rejoins at the job's step and finishes") {
+  kill_and_restart("sync", 9001);
+}
+
+TEST_CASE("restart: a worker killed mid-run in async is started again, rejoins and finishes") {
+  kill_and_restart("async", 9002);
+}
+
+TEST_CASE("restart: past cluster.max_restarts the worker is let go as under \"continue\"") {
+  it::TempDir dir;
+  const auto run = dir.path() / "run";
+  auto args = restart_args(run, "sync", 1);
+  it::LaunchProcess p(args, dir.path() / "out.txt");
+  const auto metrics = run / "metrics/worker-1.jsonl";
+  REQUIRE(it::wait_until([&] { return step_records(metrics) >= 3; }, std::chrono::seconds(180)));
+  REQUIRE(kill(it::read_pids(run).at("worker-1"), SIGKILL) == 0);
+  // The restarted process: wait for its first step, then kill it too.
+  const bool rejoined = it::wait_until(
+      [&] {
+        const std::string text = it::read_file(metrics);
+        const auto rejoin = text.find("\"type\":\"rejoin\"");
+        return rejoin != std::string::npos && text.find("\"type\":\"step\"", rejoin) != std::string::npos;
+      },
+      std::chrono::seconds(120));
+  INFO(p.output());
+  REQUIRE(rejoined);
+  REQUIRE(kill(it::read_pids(run).at("worker-1"), SIGKILL) == 0);
+  const auto exit = p.wait(std::chrono::seconds(240));
+  const std::string output = p.output();
+  INFO(output);
+  REQUIRE(exit.has_value());
+  CHECK(exit->code == 0);
+  CHECK(it::contains(output, "restarting it (1 of 1, cluster.on_worker_failure = \"restart\")"));
+  CHECK(it::contains(output, "restarted 1 times already (cluster.max_restarts = 1): the job goes on without it"));
+  const std::string summary = it::read_file(run / "summary.json");
+  CHECK(it::contains(summary, "\"dropped_workers\": [1]"));
+  CHECK(it::contains(summary, "\"restarts\": [{\"rank\": 1,"));
+  for (int w : {0, 2}) {
+    CAPTURE(w);
+    CHECK(it::contains(it::read_file(run / ("metrics/worker-" + std::to_string(w) + ".jsonl")), "\"type\":\"end\""));
+  }
+}

@@ -1,0 +1,54 @@
+#include "tools/launcher/restart_policy.h"
+
+#include <cstdlib>
+
+#include "common/errors.h"
+
+namespace pstrain::launcher {
+
+std::optional<NodeName> parse_node_name(const std::string& name) {
+  const auto space = name.find(' ');
+  if (space == std::string::npos || space + 1 >= name.size()) return std::nullopt;
+  NodeName out{name.substr(0, space), -1};
+  const std::string digits = name.substr(space + 1);
+  if (digits.find_first_not_of("0123456789") != std::string::npos || digits.size() > 9) return std::nullopt;
+  out.rank = std::atoi(digits.c_str());
+  return out;
+}
+
+std::optional<int> RestartBudget::take(const std::string& name) {
+  int& n = used_[name];
+  if (n >= max_) return std::nullopt;
+  return ++n;
+}
+
+int RestartBudget::used(const std::string& name) const {
+  const auto it = used_.find(name);
+  return it == used_.end() ? 0 : it->second;
+}
+
+std::string failure_policy(const RunConfig& config, const std::string& name) {
+  const std::optional<NodeName> n = parse_node_name(name);
+  if (!n) return "abort";
+  if (n->role == "worker") return config.cluster.on_worker_failure;
+  if (n->role == "server") return config.cluster.on_server_failure;
+  return "abort";
+}
+
+NodeSpec rejoin_spec(const LaunchPlan& plan, const std::string& scheduler_endpoint, const std::string& name) {
+  for (NodeSpec& spec : node_specs(plan, scheduler_endpoint, {"--rejoin"})) {
+    if (spec.name != name) continue;
+    spec.append_log = true;
+    return spec;
+  }
+  throw Error("restart: the plan has no node named '" + name + "'");
+}
+
+std::string restart_line(const std::string& name, const std::string& exit_text, int take, int max_restarts) {
+  const std::optional<NodeName> n = parse_node_name(name);
+  const std::string key = n && n->role == "server" ? "on_server_failure" : "on_worker_failure";
+  return name + " " + exit_text + ": restarting it (" + std::to_string(take) + " of " + std::to_string(max_restarts) +
+         ", cluster." + key + " = \"restart\")";
+}
+
+}  // namespace pstrain::launcher

@@ -1,0 +1,53 @@
+// The launcher's "restart" failure policies (cluster.on_worker_failure and
+// cluster.on_server_failure = "restart"): a node that fails is started again
+// with its own command plus `--rejoin` (its rank is already on the command
+// line, `--rank R`), at most cluster.max_restarts times per node. Generic
+// over roles: the spec to start comes from the plan's node_specs() with the
+// extra argument, so remote nodes (ssh) are restarted the same way.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tools/launcher/launch_plan.h"
+#include "tools/launcher/supervisor.h"
+
+namespace pstrain::launcher {
+
+// "worker 3" -> {"worker", 3}; nullopt for another shape ("scheduler").
+struct NodeName {
+  std::string role;
+  int rank = -1;
+};
+std::optional<NodeName> parse_node_name(const std::string& name);
+
+// Counts restarts per node name against max_restarts.
+class RestartBudget {
+ public:
+  explicit RestartBudget(int max_restarts) : max_(max_restarts) {}
+  // The number of this restart (1-based) if one is left for `name` (and
+  // counts it), else nullopt.
+  std::optional<int> take(const std::string& name);
+  int used(const std::string& name) const;
+  int max() const { return max_; }
+
+ private:
+  int max_;
+  std::map<std::string, int> used_;
+};
+
+// The policy that applies to a failed node named `name` under `config`:
+// "restart", "continue" or "abort" (the scheduler's failure always aborts).
+std::string failure_policy(const RunConfig& config, const std::string& name);
+
+// The spec that restarts node `name`: node_specs(plan, endpoint) with
+// "--rejoin" added, its log appended to. Throws Error for an unknown name.
+NodeSpec rejoin_spec(const LaunchPlan& plan, const std::string& scheduler_endpoint, const std::string& name);
+
+// The launcher's line for a restart: "worker 1 exited with signal 9:
+// restarting it (1 of 3, cluster.on_worker_failure = \"restart\")".
+std::string restart_line(const std::string& name, const std::string& exit_text, int take, int max_restarts);
+
+}  // namespace pstrain::launcher

@@ -1,0 +1,69 @@
+#include "worker/train/ps_rejoin.h"
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+#include <vector>
+
+#include "common/errors.h"
+
+namespace pstrain {
+
+std::int64_t rejoin_ps_job(WorkerSession& session, std::span<float> params, const ClusterConfig& cluster, Logger& log) {
+  KVClient& kv = session.kv();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(cluster.timeout_ms);
+  TicketResult probe;
+  int refused = 0;
+  while (true) {
+    try {
+      probe = kv.wait(kv.pull(params, kPullRejoinProbe));
+      break;
+    } catch (const TransportError& e) {  // a server has not heard of the rejoin yet
+      if (std::chrono::steady_clock::now() > deadline) {
+        throw TransportError(std::string("rejoin: the servers did not take this worker back within cluster.timeout_ms (") +
+                             std::to_string(cluster.timeout_ms) + " ms): " + e.what());
+      }
+      if (refused++ == 0) log.info(std::string("rejoin: a server does not know this worker yet; trying again: ") + e.what());
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  }
+  std::int64_t join = 0;
+  for (const auto& [key, next] : probe.next_steps) join = std::max(join, next);
+  std::vector<std::int64_t> behind;
+  for (const auto& [key, next] : probe.next_steps) {
+    if (next < join) behind.push_back(key);
+  }
+  if (!behind.empty()) kv.wait(kv.push_skip(join - 1, behind));
+  log.info("rejoined the job at step " + std::to_string(join) + " (" + std::to_string(probe.next_steps.size()) +
+           " chunks; a skip push for step " + std::to_string(join - 1) + " to " + std::to_string(behind.size()) +
+           " of them that were a step behind)");
+  return join;
+}
+
+void write_rejoin_record(MetricsWriter& metrics, std::int64_t step) {
+  metrics.write(JsonLine().add("type", "rejoin").add("time_s", metrics.elapsed_s()).add("step", step));
+}
+
+std::int64_t whole_lines_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return 0;
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const auto last = text.rfind('\n');
+  return last == std::string::npos ? 0 : static_cast<std::int64_t>(last + 1);
+}
+
+WorkerStart start_rejoined_worker(int rank, const RunConfig& config, Logger& log) {
+  WorkerStart start;
+  const std::string file = "worker-" + std::to_string(rank) + ".jsonl";
+  std::int64_t keep = 0;
+  if (!config.output.run_dir.empty()) {
+    keep = whole_lines_bytes((std::filesystem::path(config.output.run_dir) / "metrics" / file).string());
+  }
+  start.metrics = std::make_unique<MetricsWriter>(config.output.run_dir, file, keep, log.clock().now_s());
+  start.metrics->set_log(&log);
+  return start;
+}
+
+}  // namespace pstrain

@@ -1,0 +1,45 @@
+// A parameter-server worker that rejoins a running job (--rejoin,
+// cluster.on_worker_failure = "restart"): a new process that took back the
+// rank of a worker the job dropped.
+//
+// The scheduler re-admits the rank and tells the servers; each server's
+// consistency policy sets, per chunk, the step the worker must push next (the
+// step the job is at there; server/consistency.h). rejoin_ps_job() probes
+// every chunk for that step (a pull at kPullRejoinProbe, answered at once
+// with the current weights), joins at J = the highest of them, and sends a
+// skip push for step J-1 to every chunk that expects an earlier step (sync:
+// at most one step behind; the skip makes no update, so the step completes
+// without a gradient from it and nothing is counted twice). Training then
+// goes on from step J with the same EpochDriver schedule: the data position
+// and learning rate follow from the step, as with resume.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include "common/config.h"
+#include "common/log.h"
+#include "worker/client/worker_session.h"
+#include "worker/train/worker_checkpoint.h"
+
+namespace pstrain {
+
+// Returns J, the step to continue from; `params` holds the servers' current
+// weights. A server that has not yet heard of the rejoin refuses the probe:
+// it is tried again (every 100 ms) for at most cluster.timeout_ms.
+std::int64_t rejoin_ps_job(WorkerSession& session, std::span<float> params, const ClusterConfig& cluster, Logger& log);
+
+// The rejoined worker's metrics file: its predecessor's, kept up to its
+// last whole line and appended to, its time axis the job clock's (seconds
+// since the job started), so the records read as one worker's run.
+WorkerStart start_rejoined_worker(int rank, const RunConfig& config, Logger& log);
+
+// The metrics record {"type": "rejoin", "time_s", "step"}: this process
+// took the rank back and continues from `step` (read by the summary).
+void write_rejoin_record(MetricsWriter& metrics, std::int64_t step);
+
+// Bytes of `path` up to and including its last newline (0 if none or no file).
+std::int64_t whole_lines_bytes(const std::string& path);
+
+}  // namespace pstrain
