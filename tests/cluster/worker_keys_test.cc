@@ -235,8 +235,9 @@ TEST_CASE("per-worker keys: worker-1's key can neither register as rank 0 nor pu
     std::vector<float> scratch;
     for (const float x : env->message.float_payload(scratch)) CHECK(x == 1.0f);
   }
-  sc0.finish();
+  std::thread done0([&] { sc0.finish(); });  // finish waits for the job's end: both at once
   sc1.finish();
+  done0.join();
   CHECK_NOTHROW(cluster.join());
 }
 
