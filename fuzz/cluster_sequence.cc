@@ -23,6 +23,11 @@
 // ends the job. Parked-pull expiry is not reached (timeout_ms stays above
 // an input's runtime).
 //
+// PSTRAIN_FUZZ_LOG=info shows the nodes' log lines for an input;
+// PSTRAIN_FUZZ_TIMING=1 where its time goes (about 50 ms: fresh threads,
+// sockets and context per input, so a finding replays alone). Leak
+// detection stays on: ZeroMQ's threads have not tripped it.
+//
 // Input format (fuzz/make_seeds.cc writes seeds in it): a sequence of ops,
 // each a byte `op` (kind = op % 8, peer = op / 8 % kPeers) and its argument
 // bytes; bytes past the end read as 0. See the Op comments below.
