@@ -313,7 +313,8 @@ CheckpointFingerprint checkpoint_fingerprint(const RunConfig& config, std::int64
 std::string fingerprint_mismatch(const CheckpointFingerprint& saved, const CheckpointFingerprint& config) {
   std::string out;
   for (const auto& [key, value] : config.fields) {
-    const auto it = std::find_if(saved.fields.begin(), saved.fields.end(), [&](const auto& f) { return f.first == key; });
+    // (key named by the capture: clang before 16 cannot capture a structured binding; tools/fuzz.sh builds this)
+    const auto it = std::find_if(saved.fields.begin(), saved.fields.end(), [&name = key](const auto& f) { return f.first == name; });
     if (it == saved.fields.end()) {
       if (key != "parameters") out += (out.empty() ? "" : "; ") + key + ": not in the checkpoint";
       continue;

@@ -75,25 +75,54 @@ CurveKeyPair generate_curve_keypair() {
   return CurveKeyPair{std::string(pub.data(), kZ85KeyChars), std::string(sec.data(), kZ85KeyChars)};
 }
 
-void write_job_keys(const fs::path& dir, bool force) {
+std::string worker_key_name(int rank) { return "worker-" + std::to_string(rank); }
+
+std::optional<KeyOwner> key_owner(std::string_view user_id) {
+  if (user_id == "server") return KeyOwner{Role::kServer, -1};
+  if (user_id == "worker") return KeyOwner{Role::kWorker, -1};
+  constexpr std::string_view prefix = "worker-";
+  if (user_id.size() <= prefix.size() || user_id.size() > prefix.size() + 9 || user_id.substr(0, prefix.size()) != prefix) {
+    return std::nullopt;
+  }
+  int rank = 0;
+  for (const char c : user_id.substr(prefix.size())) {
+    if (c < '0' || c > '9') return std::nullopt;
+    rank = rank * 10 + (c - '0');
+  }
+  return KeyOwner{Role::kWorker, rank};
+}
+
+void write_job_keys(const fs::path& dir, bool force, int num_workers) {
+  if (num_workers < 0) throw Error("pstrain-keygen: --workers must be at least 1, got " + std::to_string(num_workers));
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) throw Error("cannot create key dir " + dir.string() + ": " + ec.message());
+  std::vector<std::pair<std::string, std::string>> pairs = {
+      {"bind", "the binding nodes' keypair (scheduler and servers)"},
+      {"server", "the servers' client keypair (servers -> scheduler)"}};
+  if (num_workers == 0) {
+    pairs.emplace_back("worker", "the workers' client keypair (workers -> scheduler and servers)");
+  }
+  for (int r = 0; r < num_workers; ++r) {
+    pairs.emplace_back(worker_key_name(r), "worker " + std::to_string(r) + "'s own client keypair");
+  }
   if (!force) {  // all or nothing: check every name before writing any
-    for (const char* name : kKeyFileNames) {
-      if (fs::exists(dir / name, ec)) {
-        throw Error("key file " + (dir / name).string() + " already exists (pass --force to replace the job's keys)");
+    for (const auto& [stem, what] : pairs) {
+      for (const char* ext : {".key", ".pub"}) {
+        if (fs::exists(dir / (stem + ext), ec)) {
+          throw Error("key file " + (dir / (stem + ext)).string() +
+                      " already exists (pass --force to replace the job's keys)");
+        }
       }
     }
   }
-  const std::pair<const char*, const char*> pairs[] = {
-      {"bind", "the binding nodes' keypair (scheduler and servers)"},
-      {"server", "the servers' client keypair (servers -> scheduler)"},
-      {"worker", "the workers' client keypair (workers -> scheduler and servers)"}};
   for (const auto& [stem, what] : pairs) {
     const CurveKeyPair keys = generate_curve_keypair();
-    write_private_file(dir / (std::string(stem) + ".key"), key_file_text(what, keys, true), force);
-    write_private_file(dir / (std::string(stem) + ".pub"), key_file_text(what, keys, false), force);
+    write_private_file(dir / (stem + ".key"), key_file_text(what, keys, true), force);
+    write_private_file(dir / (stem + ".pub"), key_file_text(what, keys, false), force);
+  }
+  if (num_workers > 0 && force) {  // a shared key left from an earlier layout would still be admitted
+    for (const char* old : {"worker.key", "worker.pub"}) fs::remove(dir / old, ec);
   }
 }
 
@@ -128,7 +157,25 @@ CurveKeyPair read_key_file(const fs::path& path, bool need_secret) {
   return keys;
 }
 
-SecurityContext SecurityContext::load(const SecurityConfig& config, Role role) {
+namespace {
+
+// The worker keys a binding node admits: worker-R.pub for R = 0, 1, ...
+// while present, and the shared worker.pub if present (one of the two).
+std::vector<AllowedClient> allowed_workers(const fs::path& dir) {
+  std::vector<AllowedClient> allowed;
+  std::error_code ec;
+  for (int r = 0; fs::exists(dir / (worker_key_name(r) + ".pub"), ec); ++r) {
+    allowed.push_back({worker_key_name(r), read_key_file(dir / (worker_key_name(r) + ".pub"), false).public_z85});
+  }
+  if (allowed.empty() || fs::exists(dir / "worker.pub", ec)) {
+    allowed.push_back({"worker", read_key_file(dir / "worker.pub", false).public_z85});
+  }
+  return allowed;
+}
+
+}  // namespace
+
+SecurityContext SecurityContext::load(const SecurityConfig& config, Role role, int rank) {
   SecurityContext s;
   if (config.mode != "curve") return s;
   if (config.key_dir.empty()) {
@@ -142,18 +189,26 @@ SecurityContext SecurityContext::load(const SecurityConfig& config, Role role) {
   switch (role) {
     case Role::kScheduler:
       s.bind = read_key_file(dir / "bind.key", true);
-      s.allowed = {{"server", pub("server.pub")}, {"worker", pub("worker.pub")}};
+      s.allowed = allowed_workers(dir);
+      s.allowed.insert(s.allowed.begin(), {"server", pub("server.pub")});
       break;
     case Role::kServer:
       s.bind = read_key_file(dir / "bind.key", true);
-      s.allowed = {{"worker", pub("worker.pub")}};
+      s.allowed = allowed_workers(dir);
       s.server_public_z85 = pub("bind.pub");
       s.client = read_key_file(dir / "server.key", true);
       break;
-    case Role::kWorker:
+    case Role::kWorker: {
       s.server_public_z85 = pub("bind.pub");
-      s.client = read_key_file(dir / "worker.key", true);
+      std::error_code ec;
+      const bool own = rank >= 0 && fs::exists(dir / (worker_key_name(rank) + ".key"), ec);
+      if (!own && rank < 0 && !fs::exists(dir / "worker.key", ec) && fs::exists(dir / (worker_key_name(0) + ".key"), ec)) {
+        throw ConfigError("security: key dir " + dir.string() +
+                          " has one key per worker (worker-R.key): the worker needs its rank (--rank)");
+      }
+      s.client = read_key_file(dir / (own ? worker_key_name(rank) + ".key" : std::string("worker.key")), true);
       break;
+    }
   }
   return s;
 }

@@ -7,8 +7,19 @@
 //   bind.key    bind.pub     the keypair of every binding node: the scheduler
 //                            and the servers are CURVE servers with it
 //   server.key  server.pub   the servers' client keypair (servers -> scheduler)
-//   worker.key  worker.pub   the workers' client keypair (workers -> scheduler,
-//                            workers -> servers)
+//   worker-R.key worker-R.pub  worker rank R's own client keypair (workers ->
+//                            scheduler, workers -> servers), one per worker:
+//                            pstrain-keygen --workers N, and the launcher
+//   worker.key  worker.pub   or one client keypair shared by every worker (the
+//                            layout before per-worker keys; still accepted)
+//
+// With per-worker keys the ZAP handler names a worker's connection by its
+// key ("worker-R", the ZAP user id), and the scheduler and servers take a
+// registration or request in worker R's name only over a connection
+// authenticated with worker-R's key: a stolen worker key acts as that one
+// worker only. With the shared key any worker key holder can register as
+// any free worker rank (the session-token binding still stops it acting as
+// a rank another connection registered).
 //
 // *.key hold "public = <Z85>" and "secret = <Z85>" lines (mode 0600), *.pub
 // only the public line. The scheduler accepts clients holding server or
@@ -26,7 +37,9 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -60,7 +73,21 @@ inline constexpr const char* kKeyFileNames[] = {"bind.key", "bind.pub", "server.
 // Writes a fresh set of the job's key files into `dir` (created if missing;
 // files 0600). Refuses (Error naming the file) to overwrite an existing one
 // unless `force`.
-void write_job_keys(const std::filesystem::path& dir, bool force);
+// num_workers > 0: one keypair per worker rank (worker-R.key/.pub, R <
+// num_workers) instead of the shared worker.key/.pub.
+void write_job_keys(const std::filesystem::path& dir, bool force, int num_workers = 0);
+
+// "worker-R": the key file stem and ZAP user id of worker rank R's own key.
+std::string worker_key_name(int rank);
+
+// Whose key a ZAP user id names: the role, and for a per-worker key the
+// worker's rank (-1: a key shared by the role). Nullopt for anything else
+// (no user id: security off).
+struct KeyOwner {
+  Role role = Role::kWorker;
+  int rank = -1;
+};
+std::optional<KeyOwner> key_owner(std::string_view user_id);
 
 // Reads a key file: the keypair (*.key) or only the public half (*.pub,
 // secret empty). ConfigError naming the file when it is missing, unreadable
@@ -79,8 +106,11 @@ struct SecurityContext {
   std::vector<AllowedClient> allowed;
 
   // Off, or the files `role` needs from config.key_dir (ConfigError naming a
-  // missing or unreadable file; ConfigError when key_dir is empty).
-  static SecurityContext load(const SecurityConfig& config, Role role);
+  // missing or unreadable file; ConfigError when key_dir is empty). A
+  // worker of rank `rank` uses worker-<rank>.key when the dir has per-worker
+  // keys, else the shared worker.key; the scheduler and servers admit every
+  // worker-R.pub (R = 0, 1, ... while present) and worker.pub if present.
+  static SecurityContext load(const SecurityConfig& config, Role role, int rank = -1);
 
   // Sets the CURVE options on a socket before it binds (`binding`: CURVE
   // server) or connects (CURVE client). Nothing when curve is off.

@@ -164,6 +164,10 @@ std::optional<Envelope> receive_message(zmq::socket_t& socket, bool has_routing_
     for (const zmq::message_t& frame : frames) bytes += frame.size();
     traffic->add_received(bytes);
   }
+  if (!frames.empty()) {  // the ZAP user id rides on every frame of an authenticated connection
+    const char* user = zmq_msg_gets(frames.front().handle(), "User-Id");
+    if (user != nullptr) env.user_id = user;
+  }
   env.message = decode_message(frames, limits);
   return env;
 }

@@ -110,6 +110,9 @@ void send_message(zmq::socket_t& socket, const zmq::message_t* routing_id, Heade
 struct Envelope {
   zmq::message_t routing_id;
   Message message;
+  // CURVE: the ZAP user id of the sender's key ("server", "worker",
+  // "worker-R": common/security.h); empty on plain connections.
+  std::string user_id;
 };
 
 // Receives one whole multipart message if one is ready within `timeout`

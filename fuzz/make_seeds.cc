@@ -2,6 +2,7 @@
 // tools/fuzz.sh --seeds. Built with the targets, not part of the project.
 #include <filesystem>
 #include <fstream>
+#include <initializer_list>
 #include <string>
 
 #include "common/protocol.h"
@@ -19,6 +20,54 @@ void write(const fs::path& dir, const std::string& name, const std::string& byte
 
 std::string frame_prefix(std::size_t n) {  // fuzz/message.cc's 2-byte length
   return std::string{static_cast<char>(n & 0xff), static_cast<char>(n >> 8)};
+}
+
+// fuzz/cluster_sequence.cc's ops: byte peer * 8 + kind, then its argument bytes.
+struct Ops {
+  std::string bytes;
+  Ops& op(int peer, int kind, std::initializer_list<int> args) {
+    bytes += static_cast<char>(peer * 8 + kind);
+    for (int a : args) bytes += static_cast<char>(a);
+    return *this;
+  }
+  Ops& reg(int peer, int rank, int flags = 0) { return op(peer, 0, {flags, rank + 1}); }
+  // type: 0 heartbeat 1 barrier 2 done 3 abort 4 store set 5 store get; own rank
+  Ops& sched(int peer, int type, int key = 0, int size = 3) { return op(peer, 1, {128 | type, 0, key, size}); }
+  // type: 0 init 1 push 2 pull 3 skip 4 pull bf16; who 128 = own rank
+  Ops& server(int peer, int type, int chunk, int step, int who = 128, int payload = 100) {
+    return op(peer, 2, {type, who, chunk + 1, step, payload, 0});
+  }
+  Ops& drain() { return op(0, 5, {}); }
+};
+
+void write_cluster_seeds(const fs::path& dir) {
+  constexpr int kChunks = 3;  // the harness's layout (32 floats) in 16-float chunks
+  // A normal worker 1: register, init, then two steps of pull and push, barrier, done.
+  Ops job;
+  job.reg(1, 1).drain().drain().drain();
+  for (int c = 0; c < kChunks; ++c) job.server(1, 0, c, 0);
+  for (int step = 0; step < 2; ++step) {
+    for (int c = 0; c < kChunks; ++c) job.server(1, 2, c, step).server(1, 1, c, step);
+    job.drain().op(1, 7, {32});
+  }
+  job.sched(1, 1, 0).sched(1, 4, 1).sched(1, 5, 1).drain().sched(1, 2);
+  write(dir, "job", job.bytes);
+  // Forgeries: worker 1 pushes, pulls and finishes in worker 0's name; a
+  // far-future pull; a stranger's register as rank 0; a hit-and-run store set.
+  Ops forged;
+  forged.reg(1, -1).reg(2, 0).drain().drain().drain();
+  forged.server(1, 0, 0, 0).server(1, 1, 0, 0, 1).server(1, 2, 1, 255).server(2, 1, 1, 255, 1);
+  forged.op(1, 1, {2, 1, 0, 0}).op(1, 1, {3, 1, 0, 0}).op(1, 7, {1});
+  forged.op(2, 6, {}).sched(2, 4, 0, 128).drain();
+  write(dir, "forged", forged.bytes);
+  // A peer registers as a server and leaves; another registers and leaves
+  // before the rendezvous; raw bytes to both nodes.
+  Ops leave;
+  leave.reg(1, 1).op(1, 4, {}).op(2, 3, {1, 4, 'P', 'S', 'T', 'R'}).op(2, 3, {2, 3, 1, 2, 3}).drain();
+  write(dir, "leave", leave.bytes);
+  Ops layout;
+  layout.reg(1, -1, 4).drain().drain();
+  write(dir, "layout", layout.bytes);
 }
 
 }  // namespace
@@ -74,6 +123,7 @@ int main(int argc, char** argv) {
                                            : std::string(1, '\1') + frame_prefix(head.size()) + head_bytes + body;
     write(root / "message", std::string(to_string(type)), input);
   }
+  write_cluster_seeds(root / "cluster_sequence");
   write(root / "config", "sync", "workload.epochs=2\nmode = \"sync\"\n[cluster]\nworkers = 2\n[security]\nmode = \"curve\"\n");
   write(root / "config", "bad", "security.mode=tls\n[ps]\npartition_bytes = 3\n");
   return 0;

@@ -13,6 +13,7 @@
 #include <random>
 
 #include "common/errors.h"
+#include "common/security.h"
 #include "common/wire_archive.h"
 #include "scheduler/scheduler.h"
 
@@ -49,6 +50,17 @@ void Scheduler::on_rejoin(zmq::message_t& from, const Message& msg) {
   if (req.role != Role::kWorker || msg.header.role != Role::kWorker) {
     throw ProtocolError("rejoin of a " + std::string(to_string(req.role)) +
                         ": only workers rejoin (cluster.on_worker_failure = \"restart\")");
+  }
+  if (options_.security != nullptr && options_.security->curve) {
+    // CURVE: as at registration, the key decides the role, and a per-worker
+    // key the rank: worker-1's key cannot take back worker 0's rank.
+    const char* key_role = msg.has_payload ? zmq_msg_gets(msg.payload.handle(), "User-Id") : nullptr;
+    const std::optional<KeyOwner> owner = key_owner(key_role == nullptr ? "" : key_role);
+    if (!owner || owner->role != Role::kWorker) {
+      throw ProtocolError("rejoin: a " + std::string(key_role == nullptr ? "unknown" : key_role) +
+                          " key cannot register as a worker");
+    }
+    bind_rank_to_key(*owner, key_role, req);
   }
   if (options_.cluster.on_worker_failure != "restart") {
     throw ProtocolError("rejoin of " + who + ": refused, cluster.on_worker_failure is \"" +

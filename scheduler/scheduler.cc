@@ -107,10 +107,12 @@ void Scheduler::on_register(zmq::message_t& from, const Message& msg) {
     // CURVE: the role is bound to the key (the ZAP handler's user id): a
     // worker's key cannot take a server's slot, nor a server's a worker's.
     const char* key_role = msg.has_payload ? zmq_msg_gets(msg.payload.handle(), "User-Id") : nullptr;
-    if (key_role == nullptr || to_string(req.role) != key_role) {
+    const std::optional<KeyOwner> owner = key_owner(key_role == nullptr ? "" : key_role);
+    if (!owner || owner->role != req.role) {
       throw ProtocolError("register: a " + std::string(key_role == nullptr ? "unknown" : key_role) +
                           " key cannot register as a " + std::string(to_string(req.role)));
     }
+    bind_rank_to_key(*owner, key_role, req);
   }
   const int limit = req.role == Role::kServer ? options_.num_servers : options_.num_workers;
   int count = 0;
@@ -135,7 +137,10 @@ void Scheduler::on_register(zmq::message_t& from, const Message& msg) {
                           std::to_string(req.requested_rank) + " requested twice");
     }
   }
-  if (req.role == Role::kWorker) req.layout.validate();
+  if (req.role == Role::kWorker) {
+    req.layout.validate();
+    refuse_other_layout(req);
+  }
   Node node;
   node.role = req.role;
   node.routing_id = copy_frame(from);
@@ -144,6 +149,25 @@ void Scheduler::on_register(zmq::message_t& from, const Message& msg) {
   nodes_.push_back(std::move(node));
   log_.info("registered " + std::string(to_string(nodes_.back().role)) + " from " + nodes_.back().request.host +
             " (pid " + std::to_string(nodes_.back().request.pid) + "); " + roster());
+}
+
+void Scheduler::refuse_other_layout(const RegisterRequest& req) const {
+  for (const Node& n : nodes_) {
+    if (n.role != Role::kWorker) continue;
+    const auto& a = n.request.layout.tensors();
+    const auto& b = req.layout.tensors();
+    const bool same = a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](const TensorSpec& x, const TensorSpec& y) {
+                        return x.name == y.name && x.shape == y.shape;
+                      });
+    if (!same) {
+      throw ProtocolError("register: refused a worker from " + req.host + " (pid " + std::to_string(req.pid) +
+                          "): it has a different model layout (" + std::to_string(b.size()) + " tensors, " +
+                          std::to_string(req.layout.total_elems()) + " parameters) from the workers registered (" +
+                          std::to_string(a.size()) + " tensors, " + std::to_string(n.request.layout.total_elems()) +
+                          " parameters)");
+    }
+    return;  // every registered worker has the first one's layout
+  }
 }
 
 void Scheduler::assign_ranks() {
@@ -211,11 +235,22 @@ void Scheduler::assign_ranks() {
     h.type = MsgType::kRegisterReply;
     h.role = Role::kScheduler;
     h.sender = 0;
-    send_message(router_, &n.routing_id, h, Payload::bytes(wire_encode(reply)), options_.traffic);
+    // A node that registered and left before the rendezvous is not here to
+    // read it: counted and dropped (it then misses its heartbeats).
+    send_quietly(n.routing_id, h, Payload::bytes(wire_encode(reply)));
     n.last_seen = Clock::now();
   }
   log_.info("rendezvous complete: " + std::to_string(reply.layout.tensors().size()) + " tensors, " +
             std::to_string(reply.layout.total_elems()) + " parameters");
+}
+
+void Scheduler::bind_rank_to_key(const KeyOwner& owner, const std::string& key_name, RegisterRequest& req) {
+  if (owner.rank < 0) return;  // a key shared by the role: any free rank
+  if (req.requested_rank >= 0 && req.requested_rank != owner.rank) {
+    throw ProtocolError("register: a " + key_name + " key cannot register as " + std::string(to_string(req.role)) +
+                        " rank " + std::to_string(req.requested_rank) + ": refused");
+  }
+  req.requested_rank = owner.rank;  // a per-worker key registers its own rank only
 }
 
 Scheduler::Node* Scheduler::find(Role role, int rank) {

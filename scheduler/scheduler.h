@@ -4,7 +4,7 @@
 //     assigns ranks (a requested rank is kept; the rest fill the gaps in
 //     arrival order) and tells every node the servers' endpoints and layout.
 //     A registration that does not fit (one too many, a rank taken, another
-//     job's fingerprint, a bad body) is refused with the reason; it never
+//     job's fingerprint or model layout, a bad body) is refused with the reason; it never
 //     ends the job.
 //  2. Running: answers barriers and the key-value store (the collectives'
 //     rendezvous: a get for a key nobody has set yet is parked until a set
@@ -123,6 +123,11 @@ class Scheduler {
   // Sends, counting (not throwing) a failure to reach a peer that has gone.
   void send_quietly(const zmq::message_t& to, const Header& header, Payload payload = {});
   void on_register(zmq::message_t& from, const Message& msg);
+  // A worker whose model layout differs from the workers registered so far
+  // is refused at once (ProtocolError), not left to fail the rendezvous.
+  void refuse_other_layout(const RegisterRequest& req) const;
+  // CURVE with per-worker keys: worker-R's key registers rank R only.
+  static void bind_rank_to_key(const KeyOwner& owner, const std::string& key_name, RegisterRequest& req);
   void on_barrier(const Message& msg);
   // A --rejoin registration after the rendezvous (scheduler/rejoin.cc);
   // throws ProtocolError with the reason to refuse it.

@@ -210,6 +210,7 @@ void Server::handle_request() {
   span.rename(request_span_name(h.type));
   span.arg("chunk", h.key).arg("worker", h.sender).arg("step", h.step);
   try {
+    check_key_binding(*env);
     serve(env->routing_id, env->message);
   } catch (const RequestError& e) {
     log_.debug(e.what());
@@ -218,6 +219,17 @@ void Server::handle_request() {
     // The reply's peer has gone (ROUTER_MANDATORY): nothing to answer.
     if (unreachable_replies_++ == 0) log_.info(std::string("a reply found its peer gone: ") + e.what());
   }
+}
+
+void Server::check_key_binding(const Envelope& env) const {
+  if (options_.security == nullptr || !options_.security->curve) return;
+  const Header& h = env.message.header;
+  const std::optional<KeyOwner> owner = key_owner(env.user_id);
+  if (owner && owner->role == Role::kWorker && (owner->rank < 0 || owner->rank == h.sender)) return;
+  throw RequestError(Status::kBadRequest, std::string(to_string(h.type)) + " claiming to be worker " +
+                                              std::to_string(h.sender) + " over a connection authenticated with the " +
+                                              (env.user_id.empty() ? std::string("unknown") : env.user_id) +
+                                              " key: refused");
 }
 
 void Server::reply_error(const zmq::message_t& to, const Header& request, Status status, const std::string& text) {

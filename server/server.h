@@ -42,6 +42,7 @@
 #include "common/shard_map.h"
 #include "common/traffic_counters.h"
 #include "common/trace.h"
+#include "common/transport.h"
 #include "server/checkpointing.h"
 #include "server/shard_store.h"
 
@@ -108,6 +109,8 @@ class Server {
   // Registration; a rejoin refused because the scheduler has not yet noticed the failure is asked again.
   RegisterReply register_with(SchedulerClient& scheduler, const RegisterRequest& request);
   void on_worker_rejoined(int worker, const std::string& token);
+  // CURVE with per-worker keys: a request in worker R's name only over worker-R's key.
+  void check_key_binding(const Envelope& env) const;
   void start_checkpoints();  // server/checkpointing.h: the saver, and the restore on resume
   void serve(const zmq::message_t& from, const Message& msg);
   void reply_pull(const zmq::message_t& to, const Header& request, std::int64_t parked_us = 0);

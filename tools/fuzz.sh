@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets in fuzz/ with clang (ASan + UBSan) and runs
-# each for SECONDS seconds (default 12: about a minute for the four wire decoders).
+# each for SECONDS seconds (default 12: about a minute for the four wire decoders
+# and the cluster_sequence harness, which also compiles common/, server/ and
+# the scheduler: a few minutes the first time).
 #   tools/fuzz.sh [SECONDS] [TARGET...]   build, then run (all targets by default)
 #   tools/fuzz.sh --seeds                 rewrite fuzz/corpus/ from real encoded messages
 # The committed corpus fuzz/corpus/<target>/ is read, never written: new
@@ -38,7 +40,19 @@ compile common/protocol.cc common/bfloat16.cc common/param_layout.cc common/shar
 config_objs() {  # only the config target (and the seeds) need the TOML parser
   compile common/config.cc common/config_values.cc common/config_fields.cc
 }
-libs=(-lzmq -ltomlplusplus)
+# cluster_sequence runs a real scheduler and server: all of common/ (the
+# server's checkpoints, optimizer, logs, ...), server/ and the scheduler.
+cluster_objs() {
+  local srcs=(common/*.cc server/*.cc scheduler/scheduler.cc)
+  local src
+  for src in "${srcs[@]}"; do
+    case "$src" in
+      */main.cc|common/protocol.cc|common/bfloat16.cc|common/param_layout.cc|common/shard_map.cc) ;;
+      *) compile "$src" ;;
+    esac
+  done
+}
+libs=(-lzmq -ltomlplusplus -lz -ldl -lpthread)
 
 if [ "${1:-}" = "--seeds" ]; then
   config_objs
@@ -56,9 +70,12 @@ targets=("$@")
 # TOML_UNREACHABLE (undefined behaviour) in is_non_ascii_horizontal_whitespace
 # for some non-ASCII characters, which UBSan reports within seconds; run it by
 # name (tools/fuzz.sh 60 config) once toml++ is fixed or replaced.
-if [ ${#targets[@]} -eq 0 ]; then targets=(message register_request register_reply store_entry); fi
+if [ ${#targets[@]} -eq 0 ]; then targets=(message register_request register_reply store_entry cluster_sequence); fi
+base_objs=("${objs[@]}")
 for t in "${targets[@]}"; do
+  objs=("${base_objs[@]}")
   if [ "$t" = config ]; then config_objs; fi
+  if [ "$t" = cluster_sequence ]; then cluster_objs; fi
   "$CXX" "${flags[@]}" -fsanitize=fuzzer "fuzz/$t.cc" "${objs[@]}" "${libs[@]}" -o "$out/fuzz_$t"
 done
 for t in "${targets[@]}"; do

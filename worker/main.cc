@@ -51,7 +51,7 @@ int run_worker(const pstrain::NodeArgs& args) {
   TrafficCounters traffic;
   options.traffic = &traffic;
   options.trace = &trace;
-  const auto security = SecurityContext::load(config.security, Role::kWorker);
+  const auto security = SecurityContext::load(config.security, Role::kWorker, rank);
   options.security = &security;
   WorkerSession session(ctx, options, workload.model->layout());
   log.set_name("worker " + std::to_string(session.rank()));

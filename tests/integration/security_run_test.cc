@@ -3,6 +3,9 @@
 
 #include <sys/stat.h>
 
+#include <string>
+#include <vector>
+
 #include "common/config.h"
 #include "common/errors.h"
 #include "common/security.h"
@@ -18,13 +21,23 @@ TEST_CASE("a curve job with no key_dir gets fresh keys in RUN_DIR/keys and train
   REQUIRE_FALSE(r.exit.signaled);
   CHECK(r.exit.code == 0);
   CHECK(it::contains(r.output, "wrote this run's keys to " + (run / "keys").string()));
-  for (const char* name : pstrain::kKeyFileNames) {
+  const pstrain::RunConfig config = pstrain::load_config((run / "config.toml").string());
+  // One keypair per worker (each worker process used its own), no shared worker key.
+  std::vector<std::string> names = {"bind.key", "bind.pub", "server.key", "server.pub"};
+  REQUIRE(config.cluster.num_workers >= 2);
+  for (int w = 0; w < config.cluster.num_workers; ++w) {
+    names.push_back(pstrain::worker_key_name(w) + ".key");
+    names.push_back(pstrain::worker_key_name(w) + ".pub");
+  }
+  for (const std::string& name : names) {
     CAPTURE(name);
     struct stat st{};
     REQUIRE(::stat((run / "keys" / name).c_str(), &st) == 0);
     CHECK((st.st_mode & 0777) == 0600);
   }
-  const pstrain::RunConfig config = pstrain::load_config((run / "config.toml").string());
+  CHECK_FALSE(it::fs::exists(run / "keys" / "worker.key"));
+  CHECK(pstrain::read_key_file(run / "keys" / "worker-0.pub", false).public_z85 !=
+        pstrain::read_key_file(run / "keys" / "worker-1.pub", false).public_z85);
   CHECK(config.security.mode == "curve");
   CHECK(config.security.key_dir == (run / "keys").string());
   CHECK(it::fs::exists(run / "summary.json"));

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <optional>
 #include <utility>
 
@@ -28,7 +29,10 @@ LocalCluster::LocalCluster(zmq::context_t& ctx, LocalClusterOptions options)
     const SecurityConfig sec{"curve", options_.key_dir};
     scheduler_security_ = SecurityContext::load(sec, Role::kScheduler);
     server_security_ = SecurityContext::load(sec, Role::kServer);
-    worker_security_ = SecurityContext::load(sec, Role::kWorker);
+    if (std::filesystem::exists(std::filesystem::path(options_.key_dir) / "worker.key")) {
+      worker_security_ = SecurityContext::load(sec, Role::kWorker);
+    }
+    for (int w = 0; w < options_.num_workers; ++w) worker_security_of_rank_.push_back(SecurityContext::load(sec, Role::kWorker, w));
     scheduler_ctx_ = std::make_unique<zmq::context_t>();
   }
   SchedulerOptions so;
@@ -94,7 +98,13 @@ WorkerSessionOptions LocalCluster::worker_options(int requested_rank) const {
   w.cluster = options_.cluster;
   w.partition_bytes = options_.partition_bytes;
   w.requested_rank = requested_rank;
-  w.security = &worker_security_;
+  // Per-worker keys (worker-R.key) need the rank; the shared worker.key serves any.
+  if (!options_.key_dir.empty() && requested_rank < 0 && !worker_security_.curve) {
+    throw ConfigError("local cluster: the key dir has one key per worker: a worker needs a rank");
+  }
+  w.security = requested_rank >= 0 && static_cast<std::size_t>(requested_rank) < worker_security_of_rank_.size()
+                   ? &worker_security_of_rank_[static_cast<std::size_t>(requested_rank)]
+                   : &worker_security_;
   w.job_fingerprint = job_fingerprint(options_.mode, options_.partition_bytes, options_.num_servers, options_.num_workers);
   return w;
 }

@@ -61,7 +61,8 @@ class LocalCluster {
   Logger log_;
   SecurityContext scheduler_security_;
   SecurityContext server_security_;
-  SecurityContext worker_security_;
+  SecurityContext worker_security_;               // the shared worker.key (rank -1)
+  std::vector<SecurityContext> worker_security_of_rank_;  // by rank: worker-R.key, or worker.key
   std::unique_ptr<zmq::context_t> scheduler_ctx_;  // curve: the scheduler's own context
   std::unique_ptr<Scheduler> scheduler_;
   std::string scheduler_endpoint_;

@@ -106,7 +106,8 @@ void plan_keys(const LaunchRequest& request, LaunchPlan& plan) {
   }
   sec.key_dir = fs::absolute(sec.key_dir).lexically_normal().string();
   try {
-    for (const Role role : {Role::kScheduler, Role::kServer, Role::kWorker}) SecurityContext::load(sec, role);
+    for (const Role role : {Role::kScheduler, Role::kServer}) SecurityContext::load(sec, role);
+    for (int w = 0; w < plan.config.cluster.num_workers; ++w) SecurityContext::load(sec, Role::kWorker, w);
   } catch (const ConfigError& e) {
     throw ConfigError(key_site(request.config_path, request.overrides, "security.key_dir") +
                       ": key 'security.key_dir': " + e.what());

@@ -428,7 +428,7 @@ int run_launch(const LaunchOptions& options) {
           kept.moved_to.string());
     }
     if (!plan.generate_keys_in.empty()) {
-      write_job_keys(plan.generate_keys_in, true);
+      write_job_keys(plan.generate_keys_in, true, plan.config.cluster.num_workers);  // one key per worker
       say("security.mode = \"curve\": wrote this run's keys to " + plan.generate_keys_in.string());
     }
     report::write_text_file_atomic(plan.config_file(), to_toml(plan.config));

@@ -80,7 +80,7 @@ int run_allreduce_node(const RunConfig& config, int requested_rank, const std::s
                             " collective=" + backend_name;
   TrafficCounters traffic;
   options.traffic = &traffic;
-  const auto security = SecurityContext::load(config.security, Role::kWorker);
+  const auto security = SecurityContext::load(config.security, Role::kWorker, rank);
   options.security = &security;
   WorkerSession session(ctx, options, workload.model->layout());
   log.set_name("worker " + std::to_string(session.rank()));

@@ -1,0 +1,679 @@
+// libFuzzer target: a structure-aware harness. Each input is decoded into a
+// sequence of operations by a few hostile peers against a REAL scheduler
+// and server (threads over inproc:// in one fresh zmq context per input):
+// register (any role, rank, fingerprint, layout), scheduler messages
+// (heartbeat, barrier, done, abort, store set/get, ...) in any node's name,
+// server requests (init, push, pull, skip) with chosen chunk, step, sizes,
+// dtype, learning rate and connection, raw bytes, leaving with replies
+// unread, and waiting for replies. An honest worker 0 registers first and
+// is never driven by the input. After the sequence the harness checks
+// invariants and abort()s (a finding) when one is broken:
+//  - the scheduler and the server still run and answer a fresh valid request
+//    of the honest worker within a bound (store set; init, push, pull);
+//  - no peer changed worker 0's state: its first push (a skip at step 0)
+//    is accepted on every chunk, the chunks' version is at most 1, and it
+//    never gets a barrier reply it did not ask for;
+//  - the job ends only when a node that registered on its own connection
+//    says so (an abort), and then with AbortedError; the honest worker's
+//    abort ends both nodes within a bound;
+//  - no sanitizer report, no crash.
+// Excused (documented behaviour, not findings): with security off, a peer
+// that registers as a server before the real one takes its slot (the real
+// server's registration is refused); a peer that registered and aborts
+// ends the job. Parked-pull expiry is not reached (timeout_ms stays above
+// an input's runtime).
+//
+// PSTRAIN_FUZZ_LOG=info shows the nodes' log lines for an input;
+// PSTRAIN_FUZZ_TIMING=1 where its time goes (about 50 ms: fresh threads,
+// sockets and context per input, so a finding replays alone). Leak
+// detection stays on: ZeroMQ's threads have not tripped it.
+//
+// Input format (fuzz/make_seeds.cc writes seeds in it): a sequence of ops,
+// each a byte `op` (kind = op % 8, peer = op / 8 % kPeers) and its argument
+// bytes; bytes past the end read as 0. See the Op comments below.
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <iterator>
+#include <limits>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/errors.h"
+#include "common/job_fingerprint.h"
+#include "common/log.h"
+#include "common/protocol.h"
+#include "common/shard_map.h"
+#include "common/transport.h"
+#include "common/wire_archive.h"
+#include "fuzz/fuzz_input.h"
+#include "scheduler/scheduler.h"
+#include "server/server.h"
+
+using namespace pstrain;
+using std::chrono::milliseconds;
+
+namespace {
+
+constexpr int kPeers = 3;
+constexpr int kWorkers = 2;
+constexpr int kMaxOps = 48;
+constexpr std::int64_t kPartitionBytes = 64;  // 16 floats per chunk
+constexpr int kReplyBoundMs = 3000;           // a fresh request's answer
+// Both nodes end after the honest abort. A server whose registration the
+// scheduler never took (the job failed first: its thread started late)
+// waits timeout_ms + its heartbeat_timeout_ms for an answer (4 s here).
+constexpr int kEndBoundMs = 15000;
+const char* const kScheduler = "inproc://fuzz-scheduler";
+const char* const kServer = "inproc://fuzz-server";
+
+// What a node thread ended with, for a finding's message.
+std::string describe_end(const std::atomic<bool>& done, const std::exception_ptr& error) {
+  if (!done.load()) return "running";
+  if (!error) return "returned";
+  try {
+    std::rethrow_exception(error);
+  } catch (const std::exception& e) {
+    return std::string("threw: ") + e.what();
+  } catch (...) {
+    return "threw a non-exception";
+  }
+}
+
+[[noreturn]] void finding(const std::string& what) {
+  std::fprintf(stderr, "cluster_sequence: invariant broken: %s\n", what.c_str());
+  std::fflush(stderr);
+  std::abort();
+}
+
+ParamLayout job_layout() {
+  ParamLayout l;
+  l.add("w", {24});
+  l.add("b", {8});
+  return l;
+}
+
+ParamLayout other_layout() {
+  ParamLayout l;
+  l.add("w", {5, 5});
+  return l;
+}
+
+std::string fingerprint() { return job_fingerprint(Mode::kSync, kPartitionBytes, 1, kWorkers); }
+
+ClusterConfig cluster_config() {
+  ClusterConfig c;
+  c.num_servers = 1;
+  c.num_workers = kWorkers;
+  c.timeout_ms = 2000;  // registration wait and parked-pull / store-get expiry
+  c.heartbeat_interval_ms = 100;
+  c.heartbeat_timeout_ms = 60000;  // nobody is declared dead within an input
+  return c;
+}
+
+SocketOptions peer_socket_options() {
+  SocketOptions o;
+  o.linger = milliseconds(0);
+  o.send_timeout = milliseconds(100);
+  return o;
+}
+
+// Sends a header and an optional payload frame exactly as given (header
+// fields need not match the payload: that is the point).
+void send_raw(zmq::socket_t& s, const Header& h, const std::optional<std::string>& payload) {
+  zmq::message_t head = encode_header(h);
+  if (!payload) {
+    (void)s.send(head, zmq::send_flags::dontwait);
+    return;
+  }
+  if (!s.send(head, zmq::send_flags::sndmore | zmq::send_flags::dontwait)) return;
+  zmq::message_t body(payload->data(), payload->size());
+  (void)s.send(body, zmq::send_flags::dontwait);
+}
+
+// A control message with a bytes body (text or an encoded struct), well formed.
+void send_body(zmq::socket_t& s, Header h, const std::string& body) {
+  h.dtype = DType::kBytes;
+  h.num_elems = static_cast<std::int64_t>(body.size());
+  send_raw(s, h, body);
+}
+
+std::string floats_bytes(const std::vector<float>& v) {
+  return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
+}
+
+struct Peer {
+  std::optional<zmq::socket_t> sched, heartbeat, server;
+  bool registered_here = false;  // sent a register on `sched`
+  int rank = -1;                 // from its register reply
+  std::string token;
+  bool leave_after_send = false;
+};
+
+class Harness {
+ public:
+  Harness()
+      : log_("fuzz scheduler", log_level()),
+        map_(job_layout(), 1, kPartitionBytes),
+        scheduler_(ctx_, scheduler_options(), log_),
+        server_log_("fuzz server", log_level()),
+        server_(ctx_, server_options(), server_log_) {
+    scheduler_thread_ = std::thread([this] { run_node(scheduler_error_, scheduler_done_, [this] { scheduler_.run(); }); });
+    server_thread_ = std::thread([this] { run_node(server_error_, server_done_, [this] { server_.run(); }); });
+    honest_sched_.emplace(make_socket(ctx_, zmq::socket_type::dealer, peer_socket_options()));
+    connect_socket(*honest_sched_, kScheduler);
+    register_honest();
+  }
+
+  ~Harness() {
+    for (Peer& p : peers_) close(p);
+    fillers_.clear();
+    honest_server_.reset();
+    honest_sched_.reset();
+    if (scheduler_thread_.joinable()) scheduler_thread_.join();
+    if (server_thread_.joinable()) server_thread_.join();
+  }
+
+  void run_ops(fuzz::Input& in) {
+    for (int n = 0; n < kMaxOps && in.left() > 0; ++n) {
+      const std::uint8_t op = in.byte();
+      Peer& p = peers_[static_cast<std::size_t>(op / 8 % kPeers)];
+      switch (op % 8) {
+        case 0: op_register(p, in); break;
+        case 1: op_scheduler(p, in); break;
+        case 2: op_server(p, in); break;
+        case 3: op_raw(p, in); break;
+        case 4: close(p); break;  // leaves, replies unread
+        case 5: drain(milliseconds(2)); break;
+        case 6: p.leave_after_send = true; break;  // the next send is hit and run
+        case 7: op_heartbeat(p, in); break;
+      }
+    }
+    drain(milliseconds(1));
+  }
+
+  void check_and_end() {
+    complete_rendezvous();
+    if (!legit_end_) {
+      check_scheduler_answers();
+      if (!server_contested_) check_server_state();
+    }
+    // The honest worker fails on purpose: the job must end, promptly, with AbortedError.
+    Header abort = header(MsgType::kAbort, Role::kWorker, 0);
+    send_body(*honest_sched_, abort, "fuzz input done");
+    const auto deadline = std::chrono::steady_clock::now() + milliseconds(kEndBoundMs);
+    while (!(scheduler_done_.load() && server_done_.load())) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        fail_with_nodes(std::string("the job did not end within ") + std::to_string(kEndBoundMs) + " ms of worker 0's abort (" +
+                (scheduler_done_.load() ? "scheduler ended" : "scheduler still running") + ", " +
+                (server_done_.load() ? "server ended" : "server still running") + ")");
+      }
+      drain(milliseconds(5));
+    }
+    scheduler_thread_.join();
+    server_thread_.join();
+    expect_aborted("scheduler", scheduler_error_, false);
+    // A server whose registration was never answered (a peer failed the job
+    // during registration, before the server's register was taken) ends with
+    // its own registration timeout: not a finding.
+    expect_aborted("server", server_error_, server_contested_ || (legit_end_ && !server_registered_.load()));
+  }
+
+ private:
+  // PSTRAIN_FUZZ_LOG=info|debug: the nodes' log lines (default: errors only).
+  static LogLevel log_level() {
+    const char* level = std::getenv("PSTRAIN_FUZZ_LOG");
+    return level != nullptr ? parse_log_level(level) : LogLevel::kError;
+  }
+
+  SchedulerOptions scheduler_options() {
+    SchedulerOptions o;
+    o.num_servers = 1;
+    o.num_workers = kWorkers;
+    o.cluster = cluster_config();
+    o.bind_endpoint = kScheduler;
+    return o;
+  }
+
+  ServerOptions server_options() {
+    ServerOptions o;
+    o.mode = Mode::kSync;
+    o.partition_bytes = kPartitionBytes;
+    o.cluster = cluster_config();
+    o.cluster.heartbeat_timeout_ms = 3000;  // bounds its wait for a registration reply (see kEndBoundMs)
+    o.scheduler_endpoint = kScheduler;
+    o.bind_endpoint = kServer;
+    o.requested_rank = 0;
+    o.job_fingerprint = fingerprint();
+    o.on_registered = [this](int) { server_registered_.store(true); };
+    o.optimizer.momentum = 0.0;
+    return o;
+  }
+
+  [[noreturn]] void fail_with_nodes(const std::string& what) {
+    finding(what + " [scheduler " + describe_end(scheduler_done_, scheduler_error_) + "; server " +
+            describe_end(server_done_, server_error_) + "]");
+  }
+
+  static void run_node(std::exception_ptr& error, std::atomic<bool>& done, const std::function<void()>& body) {
+    try {
+      body();
+    } catch (...) {
+      error = std::current_exception();
+    }
+    done.store(true);
+  }
+
+  static Header header(MsgType type, Role role, int sender) {
+    Header h;
+    h.type = type;
+    h.role = role;
+    h.sender = sender;
+    return h;
+  }
+
+  void expect_aborted(const char* node, const std::exception_ptr& error, bool excused) {
+    if (!error) fail_with_nodes(std::string(node) + " ended normally, but no worker finished");
+    try {
+      std::rethrow_exception(error);
+    } catch (const AbortedError&) {
+    } catch (const std::exception& e) {
+      if (!excused) fail_with_nodes(std::string(node) + " failed: " + e.what());
+    }
+  }
+
+  // Worker 0 registers first, and the harness waits until the scheduler
+  // has taken it (a refused heartbeat on the same connection comes back
+  // after the register was handled), so no input can take rank 0.
+  void register_honest() {
+    RegisterRequest req;
+    req.role = Role::kWorker;
+    req.requested_rank = 0;
+    req.host = "honest";
+    req.job_fingerprint = fingerprint();
+    req.layout = job_layout();
+    send_body(*honest_sched_, header(MsgType::kRegister, Role::kWorker, -1), wire_encode(req));
+    send_raw(*honest_sched_, header(MsgType::kHeartbeat, Role::kWorker, 0), std::nullopt);
+    auto env = honest_receive(MsgType::kError, "its register's sync");
+    if (!env) fail_with_nodes("the scheduler did not answer worker 0's registration probe");
+  }
+
+  // Waits for a message of `type` on the honest worker's scheduler (or
+  // server) socket; scheduler heartbeats are skipped, a barrier reply is a
+  // finding (worker 0 never enters one).
+  std::optional<Message> honest_receive(MsgType type, const std::string& what, bool on_server = false) {
+    const auto deadline = std::chrono::steady_clock::now() + milliseconds(kReplyBoundMs);
+    zmq::socket_t& s = on_server ? *honest_server_ : *honest_sched_;
+    while (std::chrono::steady_clock::now() < deadline) {
+      std::optional<Envelope> env;
+      try {
+        env = receive_message(s, false, milliseconds(5), DecodeLimits{});
+      } catch (const ProtocolError& e) {
+        fail_with_nodes("worker 0 got a malformed message while waiting for " + what + ": " + e.what());
+      }
+      if (!on_server) drain(milliseconds(0));  // keep the peers' queues moving
+      if (!env) continue;
+      const Header& h = env->message.header;
+      if (h.type == MsgType::kHeartbeat) continue;
+      if (h.type == MsgType::kBarrierReply) fail_with_nodes("worker 0 got a barrier reply for a barrier it never entered");
+      if (h.type == MsgType::kRegisterReply && type != MsgType::kRegisterReply) {
+        take_honest_reply(env->message);
+        continue;
+      }
+      if (h.type == MsgType::kAbort && !legit_end_) {
+        fail_with_nodes("the job aborted while waiting for " + what + ": " + env->message.text_payload());
+      }
+      if (h.type == type || h.type == MsgType::kError || h.type == MsgType::kAbort) return std::move(env->message);
+      fail_with_nodes("worker 0 got an unexpected " + std::string(to_string(h.type)) + " while waiting for " + what);
+    }
+    return std::nullopt;
+  }
+
+  void take_honest_reply(const Message& m) {
+    const std::string body = m.text_payload();
+    const auto reply = wire_decode<RegisterReply>(std::as_bytes(std::span(body.data(), body.size())), "register reply");
+    if (reply.rank != 0) fail_with_nodes("worker 0 was given rank " + std::to_string(reply.rank));
+    honest_token_ = reply.token;
+    honest_server_.emplace(make_socket(ctx_, zmq::socket_type::dealer, peer_socket_options()));
+    honest_server_->set(zmq::sockopt::routing_id, "w" + honest_token_);
+    connect_socket(*honest_server_, kServer);
+  }
+
+  // If the input left the rendezvous open, honest fillers register until
+  // it completes (those beyond the job's counts are refused).
+  void complete_rendezvous() {
+    if (!honest_token_.empty() || legit_end_) return;
+    RegisterRequest req;
+    req.role = Role::kWorker;
+    req.host = "filler";
+    req.job_fingerprint = fingerprint();
+    req.layout = job_layout();
+    for (int i = 0; i < kWorkers; ++i) {
+      fillers_.emplace_back(make_socket(ctx_, zmq::socket_type::dealer, peer_socket_options()));
+      connect_socket(fillers_.back(), kScheduler);
+      send_body(fillers_.back(), header(MsgType::kRegister, Role::kWorker, -1), wire_encode(req));
+    }
+    auto m = honest_receive(MsgType::kRegisterReply, "the rendezvous");
+    if (!m) fail_with_nodes("the rendezvous did not complete within " + std::to_string(kReplyBoundMs) + " ms");
+    if (m->header.type != MsgType::kRegisterReply) {
+      if (legit_end_ || server_contested_) return;
+      fail_with_nodes("worker 0's registration ended in " + std::string(to_string(m->header.type)) + ": " + m->text_payload());
+    }
+    take_honest_reply(*m);
+  }
+
+  void check_scheduler_answers() {
+    Header set = header(MsgType::kStoreSet, Role::kWorker, 0);
+    set.request_id = 77;
+    send_body(*honest_sched_, set, wire_encode(StoreEntry{"fuzz/check", "ok"}));
+    auto m = honest_receive(MsgType::kStoreReply, "a store set");
+    if (!m) fail_with_nodes("the scheduler did not answer worker 0's store set within " + std::to_string(kReplyBoundMs) + " ms");
+    if (m->header.type != MsgType::kStoreReply) fail_with_nodes("worker 0's store set was refused: " + m->text_payload());
+  }
+
+  void check_server_state() {
+    for (const std::int64_t key : map_.chunks_of(0)) {
+      const auto n = static_cast<std::size_t>(map_.chunk(key).num_elems);
+      Header init = header(MsgType::kInit, Role::kWorker, 0);
+      init.key = key;
+      init.dtype = DType::kFloat32;
+      init.num_elems = static_cast<std::int64_t>(n);
+      send_raw(*honest_server_, init, floats_bytes(std::vector<float>(n, 1.0f)));
+      auto r = honest_receive(MsgType::kInitReply, "init of chunk " + std::to_string(key), true);
+      if (!r) fail_with_nodes("the server did not answer worker 0's init within " + std::to_string(kReplyBoundMs) + " ms");
+      if (r->header.type != MsgType::kInitReply && r->text_payload().find("already initialized") == std::string::npos) {
+        fail_with_nodes("worker 0's init of chunk " + std::to_string(key) + " was refused: " + r->text_payload());
+      }
+      Header skip = header(MsgType::kPush, Role::kWorker, 0);
+      skip.key = key;
+      skip.step = 0;
+      skip.aux = kPushSkip;
+      send_raw(*honest_server_, skip, std::nullopt);
+      r = honest_receive(MsgType::kPushReply, "push of chunk " + std::to_string(key), true);
+      if (!r) fail_with_nodes("the server did not answer worker 0's push within " + std::to_string(kReplyBoundMs) + " ms");
+      if (r->header.type != MsgType::kPushReply) {
+        fail_with_nodes("worker 0's first push (step 0) of chunk " + std::to_string(key) + " was refused: " + r->text_payload());
+      }
+      Header pull = header(MsgType::kPull, Role::kWorker, 0);
+      pull.key = key;
+      send_raw(*honest_server_, pull, std::nullopt);
+      r = honest_receive(MsgType::kPullReply, "pull of chunk " + std::to_string(key), true);
+      if (!r) fail_with_nodes("the server did not answer worker 0's pull within " + std::to_string(kReplyBoundMs) + " ms");
+      if (r->header.type != MsgType::kPullReply) fail_with_nodes("worker 0's pull was refused: " + r->text_payload());
+      if (r->header.version > 1) {
+        fail_with_nodes("chunk " + std::to_string(key) + " is at version " + std::to_string(r->header.version) +
+                " though worker 0 pushed only step 0");
+      }
+      if (r->header.num_elems != static_cast<std::int64_t>(n)) fail_with_nodes("pull reply of the wrong size");
+    }
+  }
+
+  zmq::socket_t& sched_socket(Peer& p) {
+    if (!p.sched) {
+      p.sched.emplace(make_socket(ctx_, zmq::socket_type::dealer, peer_socket_options()));
+      connect_socket(*p.sched, kScheduler);
+    }
+    return *p.sched;
+  }
+
+  zmq::socket_t& server_socket(Peer& p, bool named) {
+    if (!p.server) {
+      p.server.emplace(make_socket(ctx_, zmq::socket_type::dealer, peer_socket_options()));
+      if (named && !p.token.empty()) p.server->set(zmq::sockopt::routing_id, "w" + p.token);
+      connect_socket(*p.server, kServer);
+    }
+    return *p.server;
+  }
+
+  void after_send(Peer& p) {
+    if (p.leave_after_send) close(p);
+  }
+
+  static void close(Peer& p) {
+    p.sched.reset();
+    p.heartbeat.reset();
+    p.server.reset();
+    p.registered_here = false;
+    p.leave_after_send = false;
+  }
+
+  // Op 0: register. Bytes: flags (bit 0 server, bit 1 wrong fingerprint,
+  // bits 2-3 layout: job / other / empty, bit 4 header role differs from
+  // the body's), rank (b % 5 - 1).
+  void op_register(Peer& p, fuzz::Input& in) {
+    const std::uint8_t flags = in.byte();
+    const int rank = in.byte() % 5 - 1;
+    RegisterRequest req;
+    req.role = (flags & 1) ? Role::kServer : Role::kWorker;
+    req.requested_rank = rank;
+    req.host = "peer";
+    req.endpoint = (flags & 1) ? "inproc://fuzz-fake-server" : "";
+    req.job_fingerprint = (flags & 2) ? "mode=async partition_bytes=1 servers=9 workers=9" : fingerprint();
+    const int layout = (flags >> 2) % 4;
+    if (layout == 0 || layout == 3) req.layout = job_layout();
+    if (layout == 1) req.layout = other_layout();
+    Role header_role = req.role;
+    if (flags & 16) header_role = req.role == Role::kWorker ? Role::kServer : Role::kWorker;
+    // A peer's server registration may take the real server's slot (no keys: documented).
+    if (req.role == Role::kServer && header_role == Role::kServer && !(flags & 2)) server_contested_ = true;
+    Header h = header(MsgType::kRegister, header_role, -1);
+    if (flags & 32) {
+      send_raw(sched_socket(p), h, wire_encode(req));  // dtype none: a malformed register
+    } else {
+      send_body(sched_socket(p), h, wire_encode(req));
+    }
+    p.registered_here = true;
+    after_send(p);
+  }
+
+  // Op 1: a message to the scheduler. Bytes: type, sender (b % 5 - 1; bit 7
+  // of the type byte: the peer's own rank instead), key, value size / aux.
+  void op_scheduler(Peer& p, fuzz::Input& in) {
+    static constexpr MsgType kTypes[] = {MsgType::kHeartbeat, MsgType::kBarrier,  MsgType::kDone,
+                                         MsgType::kAbort,     MsgType::kStoreSet, MsgType::kStoreGet,
+                                         MsgType::kShutdown,  MsgType::kPush,     MsgType::kRegisterReply,
+                                         MsgType::kDropped};
+    const std::uint8_t t = in.byte();
+    const std::uint8_t who = in.byte();
+    const std::uint8_t key = in.byte();
+    const std::uint8_t size = in.byte();
+    const MsgType type = kTypes[(t & 127) % std::size(kTypes)];
+    const int sender = (t & 128) ? p.rank : who % 5 - 1;
+    Header h = header(type, (who & 64) ? Role::kServer : Role::kWorker, sender);
+    h.key = key % 4;
+    h.request_id = key;
+    std::optional<std::string> body;
+    switch (type) {
+      case MsgType::kBarrier: body = "b" + std::to_string(key % 4); break;
+      case MsgType::kAbort: body = "forged failure"; break;
+      case MsgType::kStoreSet:
+        body = wire_encode(StoreEntry{size & 128 ? "" : "k" + std::to_string(key % 4), std::string(size % 9, 'v')});
+        break;
+      case MsgType::kStoreGet:
+        body = wire_encode(StoreEntry{"k" + std::to_string(key % 4), ""});
+        h.aux = size % 3 == 0 ? 0 : (size % 3 == 1 ? 1 : std::numeric_limits<std::int64_t>::max());
+        break;
+      case MsgType::kPush: body = floats_bytes(std::vector<float>(4, 1.0f)); break;
+      default: break;
+    }
+    if (body) h.dtype = type == MsgType::kPush ? DType::kFloat32 : DType::kBytes;
+    if (body) h.num_elems = type == MsgType::kPush ? 4 : static_cast<std::int64_t>(body->size());
+    // A node that registered on this connection may fail the job (its rank is not known before the rendezvous).
+    if (type == MsgType::kAbort && p.registered_here) legit_end_ = true;
+    send_raw(sched_socket(p), h, body);
+    after_send(p);
+  }
+
+  // Op 7: a heartbeat on a connection named "h" + the peer's token (or a
+  // guessed one), in the name of `sender`.
+  void op_heartbeat(Peer& p, fuzz::Input& in) {
+    const std::uint8_t who = in.byte();
+    if (!p.heartbeat) {
+      p.heartbeat.emplace(make_socket(ctx_, zmq::socket_type::dealer, peer_socket_options()));
+      const std::string token = p.token.empty() || (who & 128) ? std::string(32, 'a') : p.token;
+      p.heartbeat->set(zmq::sockopt::routing_id, "h" + token);
+      connect_socket(*p.heartbeat, kScheduler);
+    }
+    Header h = header(MsgType::kHeartbeat, (who & 64) ? Role::kServer : Role::kWorker, (who & 32) ? p.rank : who % 4 - 1);
+    send_raw(*p.heartbeat, h, std::nullopt);
+    after_send(p);
+  }
+
+  // Op 2: a request to the server. Bytes: type (bits 0-2: init, push,
+  // pull, skip, pull bf16, barrier; bit 7: an unnamed connection), sender
+  // (bit 7: the peer's own rank, else b % 4 - 1), chunk, step, payload
+  // variant, learning rate variant.
+  void op_server(Peer& p, fuzz::Input& in) {
+    const std::uint8_t t = in.byte();
+    const std::uint8_t who = in.byte();
+    const std::uint8_t chunk = in.byte();
+    const std::uint8_t step = in.byte();
+    const std::uint8_t payload = in.byte();
+    const std::uint8_t lr = in.byte();
+    static constexpr MsgType kTypes[] = {MsgType::kInit, MsgType::kPush, MsgType::kPull,
+                                         MsgType::kPush, MsgType::kPull, MsgType::kBarrier};
+    const int kind = (t & 127) % 6;
+    Header h = header(kTypes[kind], (who & 64) ? Role::kServer : Role::kWorker, (who & 128) ? p.rank : who % 4 - 1);
+    const auto chunks = static_cast<std::int64_t>(map_.chunks().size());
+    h.key = chunk == 255 ? std::numeric_limits<std::int64_t>::max() : static_cast<std::int64_t>(chunk % (chunks + 2)) - 1;
+    h.step = step == 255 ? (std::int64_t{1} << 62) : step == 254 ? -1 : step % 4;
+    static constexpr double kRates[] = {0.1, 0.0, -1.0, 1e30, std::numeric_limits<double>::quiet_NaN(),
+                                        std::numeric_limits<double>::infinity()};
+    h.lr = kRates[lr % std::size(kRates)];
+    h.request_id = t;
+    const std::int64_t n = h.key >= 0 && h.key < chunks ? map_.chunk(h.key).num_elems : 4;
+    std::optional<std::string> body;
+    if (kind == 3) {
+      h.aux = kPushSkip;
+    } else if (kind == 4) {
+      h.aux = payload % 2 == 0 ? static_cast<std::int64_t>(DType::kBFloat16) : payload;  // a bad dtype code too
+    } else if (kind <= 1) {
+      std::int64_t count = n;
+      if (payload % 5 == 1) count = n + 1;
+      if (payload % 5 == 2) count = 0;
+      std::vector<float> v(static_cast<std::size_t>(count), static_cast<float>(payload) - 100.0f);
+      if (payload % 5 == 3 && !v.empty()) v[0] = std::numeric_limits<float>::quiet_NaN();
+      if (payload % 5 == 4) {  // bfloat16
+        h.dtype = DType::kBFloat16;
+        h.num_elems = count;
+        body = std::string(static_cast<std::size_t>(count) * 2, '\x3f');
+      } else {
+        h.dtype = DType::kFloat32;
+        h.num_elems = count;
+        body = floats_bytes(v);
+      }
+      if (payload & 128) h.num_elems += 1;  // header and frame disagree
+      if (kind == 1 && (payload & 64)) h.aux = 7;  // neither gradient nor skip
+    }
+    send_raw(server_socket(p, !(t & 128)), h, body);
+    after_send(p);
+  }
+
+  // Op 3: raw frames. Bytes: flags (bit 0 server, bit 1 two frames), size, bytes.
+  void op_raw(Peer& p, fuzz::Input& in) {
+    const std::uint8_t flags = in.byte();
+    const auto n = static_cast<std::size_t>(in.byte());
+    auto bytes = in.take(n);
+    zmq::socket_t& s = (flags & 1) ? server_socket(p, true) : sched_socket(p);
+    if (flags & 2) {
+      zmq::message_t head = encode_header(header(MsgType::kPush, Role::kWorker, p.rank));
+      if (s.send(head, zmq::send_flags::sndmore | zmq::send_flags::dontwait)) {
+        zmq::message_t body(bytes.data(), bytes.size());
+        (void)s.send(body, zmq::send_flags::dontwait);
+      }
+    } else {
+      zmq::message_t frame(bytes.data(), bytes.size());
+      (void)s.send(frame, zmq::send_flags::dontwait);
+    }
+    after_send(p);
+  }
+
+  // Reads what has come back to every peer (replies must decode); register
+  // replies give the peer its rank and token. Waits up to `wait` for the
+  // first message, then reads whatever is queued.
+  void drain(milliseconds wait) {
+    struct Source {
+      zmq::socket_t* socket;
+      Peer* peer;  // null for a filler
+      bool scheduler;
+    };
+    std::vector<Source> sources;
+    for (Peer& p : peers_) {
+      if (p.sched) sources.push_back({&*p.sched, &p, true});
+      if (p.heartbeat) sources.push_back({&*p.heartbeat, &p, false});
+      if (p.server) sources.push_back({&*p.server, &p, false});
+    }
+    for (zmq::socket_t& f : fillers_) sources.push_back({&f, nullptr, false});
+    if (sources.empty()) {
+      std::this_thread::sleep_for(wait);
+      return;
+    }
+    if (wait.count() > 0) {
+      std::vector<zmq::pollitem_t> items;
+      for (const Source& s : sources) items.push_back({s.socket->handle(), 0, ZMQ_POLLIN, 0});
+      zmq::poll(items.data(), items.size(), wait);
+    }
+    std::vector<Peer*> renamed;
+    for (const Source& s : sources) {
+      for (int k = 0; k < 64; ++k) {
+        std::optional<Envelope> env;
+        try {
+          env = receive_message(*s.socket, false, milliseconds(0), DecodeLimits{});
+        } catch (const ProtocolError& e) {
+          fail_with_nodes(std::string("a node sent a peer a malformed message: ") + e.what());
+        }
+        if (!env) break;
+        if (s.peer == nullptr || !s.scheduler || env->message.header.type != MsgType::kRegisterReply) continue;
+        const std::string body = env->message.text_payload();
+        const auto reply = wire_decode<RegisterReply>(std::as_bytes(std::span(body.data(), body.size())), "reply");
+        // A peer may be given a server slot (no keys: documented), never worker 0's.
+        if (reply.rank == 0 && reply.worker_tokens.empty()) fail_with_nodes("a peer was given worker rank 0");
+        s.peer->rank = reply.rank;
+        s.peer->token = reply.token;
+        renamed.push_back(s.peer);
+      }
+    }
+    for (Peer* p : renamed) p->server.reset();  // reconnects under its token's name on its next request
+  }
+
+  zmq::context_t ctx_;
+  Logger log_;
+  ShardMap map_;
+  Scheduler scheduler_;
+  Logger server_log_;
+  Server server_;
+  std::thread scheduler_thread_, server_thread_;
+  std::exception_ptr scheduler_error_, server_error_;
+  std::atomic<bool> scheduler_done_{false}, server_done_{false};
+  std::atomic<bool> server_registered_{false};  // its register reply came (ServerOptions::on_registered)
+  std::optional<zmq::socket_t> honest_sched_, honest_server_;
+  std::string honest_token_;
+  std::vector<zmq::socket_t> fillers_;
+  Peer peers_[kPeers];
+  bool legit_end_ = false;         // a peer that registered on its connection sent an abort there
+  bool server_contested_ = false;  // a peer registered as a server (may have taken the slot)
+};
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  fuzz::Input in(data, size);
+  const bool timing = std::getenv("PSTRAIN_FUZZ_TIMING") != nullptr;  // where an input's time goes
+  const auto t0 = std::chrono::steady_clock::now();
+  auto ms = [&t0] { return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count(); };
+  {
+    Harness harness;
+    if (timing) std::fprintf(stderr, "timing: started %.1f ms\n", ms());
+    harness.run_ops(in);
+    if (timing) std::fprintf(stderr, "timing: ops %.1f ms\n", ms());
+    harness.check_and_end();
+    if (timing) std::fprintf(stderr, "timing: checked and ended %.1f ms\n", ms());
+  }
+  if (timing) std::fprintf(stderr, "timing: torn down %.1f ms\n", ms());
+  return 0;
+}
