@@ -185,3 +185,43 @@ TEST_CASE("restart: past cluster.max_restarts the worker is let go as under \"co
     CHECK(it::contains(it::read_file(run / ("metrics/worker-" + std::to_string(w) + ".jsonl")), "\"type\":\"end\""));
   }
 }
+
+// cluster.on_server_failure = "restart" through the launcher (the server's
+// side is tested with hand-started roles in server_restart_test.cc): a server
+// killed with SIGKILL after the first checkpoint is started again by the
+// launcher with --rank 1 --rejoin, reloads its shard, and the job ends 0 with
+// the loss counted in the summary.
+TEST_CASE("restart: the launcher starts a killed server again; it rejoins from the checkpoint and the job ends well") {
+  for (const std::string mode : {"sync", "async"}) {
+    CAPTURE(mode);
+    it::TempDir dir;
+    const auto run = dir.path() / "run";
+    auto args = it::launch_args(it::kSourceDir / "configs/tiny_sync.toml", run);
+    args.insert(args.end(), {"--set", "mode=" + mode, "--set", "checkpoint.interval_steps=4", "--set",
+                             "cluster.on_server_failure=restart", "--set", "cluster.heartbeat_timeout_ms=2000",
+                             "--set", "cluster.timeout_ms=30000", "--set", "workload.epochs=6", "--set",
+                             "output.trace=off", "--quiet"});
+    it::LaunchProcess p(args, dir.path() / "out.txt");
+    const auto metrics = run / "metrics/worker-0.jsonl";
+    // Past the first checkpoint (step 4) and a few steps more.
+    REQUIRE(it::wait_until([&] { return step_records(metrics) >= 7; }, std::chrono::seconds(180)));
+    REQUIRE(kill(it::read_pids(run).at("server-1"), SIGKILL) == 0);
+    const auto exit = p.wait(std::chrono::seconds(240));
+    const std::string output = p.output();
+    INFO(output);
+    REQUIRE(exit.has_value());
+    CHECK(exit->code == 0);
+    CHECK(it::contains(output, "server 1 was killed by signal 9 (Killed): restarting it (1 of 3, cluster.on_server_failure = \"restart\")"));
+    const std::string summary = it::read_file(run / "summary.json");
+    CHECK(it::contains(summary, "\"server_restarts\": [{\"server\": 1,"));
+    const std::string server_metrics = it::read_file(run / "metrics/server-1.json");
+    CHECK(json_int(server_metrics, "rejoined_from_step") >= 4);
+    for (int w : {0, 1}) {
+      CAPTURE(w);
+      CHECK(it::contains(it::read_file(run / ("metrics/worker-" + std::to_string(w) + ".jsonl")), "\"type\":\"end\""));
+    }
+    const std::optional<double> accuracy = final_accuracy(run);
+    REQUIRE(accuracy.has_value());
+    CHECK(*accuracy >= 0.9);  // the unfailed tiny run reaches 0.99-1.0 (server_restart_test.cc)
+  }
+}

@@ -132,7 +132,7 @@ std::string summary_markdown(const RunSummary& s, const std::string& run_dir) {
     out += "\nServer " + std::to_string(r.rank) + " failed and rejoined from the checkpoint at step " +
            std::to_string(r.from_step) + " (cluster.on_server_failure = \"restart\"): " +
            std::to_string(r.lost_updates) + " chunk updates of its shard were lost" +
-           (r.lost_pushes > 0 ? ", and " + std::to_string(r.lost_pushes) + " workers' pushes of the step in progress" : "") +
+           (r.lost_pushes > 0 ? ", and " + std::to_string(r.lost_pushes) + " pushes that only the failed server had received" : "") +
            ".\n";
   }
   if (!s.restarts.empty()) {
