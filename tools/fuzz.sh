@@ -43,7 +43,7 @@ config_objs() {  # only the config target (and the seeds) need the TOML parser
 # cluster_sequence runs a real scheduler and server: all of common/ (the
 # server's checkpoints, optimizer, logs, ...), server/ and the scheduler.
 cluster_objs() {
-  local srcs=(common/*.cc server/*.cc scheduler/scheduler.cc)
+  local srcs=(common/*.cc server/*.cc scheduler/*.cc)
   local src
   for src in "${srcs[@]}"; do
     case "$src" in

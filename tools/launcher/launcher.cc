@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -242,7 +243,9 @@ class Launch {
                                    " times already (cluster.max_restarts = " + std::to_string(restarts_.max()) +
                                    "): the job goes on without it, as under \"continue\""
                              : std::string(": the job goes on without it (cluster.on_worker_failure = \"continue\")")));
-    if (!n.status->signaled) {  // it failed on its own: say why, as for a failure that ends the job
+    // It failed on its own (an exit code, or a signal other than a kill, such
+    // as SIGABRT from std::terminate): say why, as for a failure that ends the job.
+    if (!n.status->signaled || (n.status->code != SIGKILL && n.status->code != SIGTERM)) {
       for (const std::string& line : n.stderr_tail) say("  " + line);
     }
     return true;
