@@ -256,13 +256,15 @@ RunConfig load_config(const std::string& path) {
   return parse_config(text, path);
 }
 
-void apply_override(RunConfig& config, std::string_view assignment) {
-  const std::string origin = "--set " + std::string(assignment);
+namespace {
+
+// Sets one "section.key=value" in `config` with the key's own rule; returns
+// the full key name. The rules between keys are the caller's to check.
+std::string set_override(RunConfig& config, std::string_view assignment, const std::string& origin) {
   const auto eq = assignment.find('=');
   if (eq == std::string_view::npos) throw ConfigError(origin + ": expected SECTION.KEY=VALUE, got no '='");
   const std::string_view name = trim(assignment.substr(0, eq));
   const std::string_view text = trim(assignment.substr(eq + 1));
-  RunConfig updated = config;
   bool found = false;
   const auto set_named_field = [&](std::string_view section, std::string_view key, FieldPtr field,
                                    const Rule& rule) {
@@ -271,7 +273,7 @@ void apply_override(RunConfig& config, std::string_view assignment) {
     const Site site{origin, false, std::string(name)};
     read_override_value(field, text, rule, site);
   };
-  visit_fields(updated, set_named_field);
+  visit_fields(config, set_named_field);
   if (!found) {
     const auto dot = name.find('.');
     const std::string_view section = dot == std::string_view::npos ? "" : name.substr(0, dot);
@@ -280,7 +282,33 @@ void apply_override(RunConfig& config, std::string_view assignment) {
     const std::string what = known_section ? unknown_key_text(section, key) : unknown_key_text("", section);
     throw ConfigError(origin + ": key '" + std::string(name) + "': " + what);
   }
-  check_consistency(updated, [&origin](std::string_view, std::string_view) { return origin; });
+  return std::string(name);
+}
+
+}  // namespace
+
+void apply_override(RunConfig& config, std::string_view assignment) {
+  const std::string one(assignment);
+  apply_overrides(config, std::span<const std::string>(&one, 1));
+}
+
+void apply_overrides(RunConfig& config, std::span<const std::string> assignments) {
+  RunConfig updated = config;
+  std::map<std::string, std::string, std::less<>> origin_of;  // key -> the last --set that set it
+  std::string last_origin;
+  for (const std::string& assignment : assignments) {
+    last_origin = "--set " + assignment;
+    origin_of[set_override(updated, assignment, last_origin)] = last_origin;
+  }
+  if (assignments.empty()) return;
+  // The rules between keys hold for the file (checked when it was parsed), so
+  // a broken one involves a key set here: name that --set (the key's own if
+  // both were set).
+  check_consistency(updated, [&](std::string_view key, std::string_view other) {
+    if (const auto it = origin_of.find(key); it != origin_of.end()) return it->second;
+    if (const auto it = origin_of.find(other); it != origin_of.end()) return it->second;
+    return last_origin;
+  });
   config = std::move(updated);
 }
 

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -163,8 +164,11 @@ struct RunConfig {
 RunConfig parse_config(std::string_view toml_text, const std::string& source_name);
 // Reads and parses a file; a missing file is a ConfigError naming it.
 RunConfig load_config(const std::string& path);
-// Applies "section.key=value" overrides (from --set flags) with the same checks.
+// Applies "section.key=value" overrides (from --set flags) with the same checks:
+// each key's own rule at once, the rules between keys once all are set (so
+// their order does not matter), naming the --set that breaks one.
 void apply_override(RunConfig& config, std::string_view assignment);
+void apply_overrides(RunConfig& config, std::span<const std::string> assignments);
 // Writes the resolved config back as TOML (for the run directory).
 std::string to_toml(const RunConfig& config);
 

@@ -39,7 +39,7 @@ std::string resume_checkpoint(const NodeArgs& args, const RunConfig& config,
 
 RunConfig load_node_config(const NodeArgs& args) {
   RunConfig config = load_config(args.config_path);
-  for (const std::string& o : args.overrides) apply_override(config, o);
+  apply_overrides(config, args.overrides);
   if (!args.scheduler.empty()) {
     config.cluster.scheduler = args.scheduler;
   } else if (std::string master = scheduler_from_master_env(); !master.empty()) {

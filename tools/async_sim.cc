@@ -28,7 +28,7 @@ int run(const std::string& config_path, const std::vector<std::string>& override
         std::int64_t updates, std::int64_t eval_every, const std::string& json_path) {
   using namespace pstrain;
   RunConfig config = load_config(config_path);
-  for (const auto& assignment : overrides) apply_override(config, assignment);
+  apply_overrides(config, overrides);
   Logger log("async_sim", parse_log_level(config.output.log_level));
   Workload workload = make_workload(config, config.workload.batch_size, log);
   DelayedSgdOptions o;

@@ -18,7 +18,7 @@ namespace {
 int run(const std::string& config_path, const std::vector<std::string>& overrides) {
   using namespace pstrain;
   RunConfig config = load_config(config_path);
-  for (const auto& assignment : overrides) apply_override(config, assignment);
+  apply_overrides(config, overrides);
   Logger log("train", parse_log_level(config.output.log_level));
   MetricsWriter metrics(config.output.run_dir, "worker-0.jsonl");
   const LocalTrainResult r = train_local(config, metrics, log);

@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <string>
+#include <vector>
 
 #include "common/config.h"
 #include "common/errors.h"
@@ -110,6 +111,34 @@ TEST_CASE("overrides are checked against the rest of the config") {
   apply_override(c, "mode=allreduce");
   apply_override(c, "cluster.servers=0");
   CHECK(c.cluster.num_servers == 0);
+}
+
+
+TEST_CASE("several overrides are checked together: their order does not matter, a broken rule names its --set") {
+  // Each alone breaks a rule between keys; together they are a valid config, in either order.
+  for (const std::vector<std::string>& sets :
+       {std::vector<std::string>{"cluster.on_server_failure=restart", "checkpoint.interval_steps=4"},
+        std::vector<std::string>{"checkpoint.interval_steps=4", "cluster.on_server_failure=restart"},
+        std::vector<std::string>{"cluster.servers=0", "mode=allreduce"}}) {
+    RunConfig c;
+    CHECK_NOTHROW(apply_overrides(c, sets));
+  }
+  RunConfig c;
+  apply_overrides(c, std::vector<std::string>{"cluster.servers=0", "mode=allreduce"});
+  CHECK(c.cluster.num_servers == 0);
+  CHECK(c.mode == Mode::kAllreduce);
+  // A rule still broken once all are set names the --set of the key it is about, and nothing is applied.
+  RunConfig d;
+  const RunConfig before = d;
+  std::string error;
+  try {
+    apply_overrides(d, std::vector<std::string>{"workload.batch_size=32", "cluster.on_server_failure=restart"});
+  } catch (const ConfigError& e) {
+    error = e.what();
+  }
+  CHECK(error.rfind("--set cluster.on_server_failure=restart: key 'cluster.on_server_failure': expected \"abort\" when "
+                    "checkpoint.interval_steps is 0", 0) == 0);
+  CHECK(d == before);
 }
 
 }  // namespace

@@ -15,7 +15,7 @@ JsonValue run_ssp(const it::TempDir& dir, int bound) {
   auto args = it::launch_args(it::kSourceDir / "configs/tiny_sync.toml", run);
   args.insert(args.end(), {"--set", "mode=\"ssp\"", "--set", "ps.staleness_bound=" + std::to_string(bound),
                            "--set", "workload.straggler_rank=1", "--set", "workload.straggler_slowdown=4",
-                           "--set", "workload.epochs=1", "--quiet"});
+                           "--set", "workload.epochs=6", "--quiet"});  // 6 epochs: the bound's blocking outweighs start-up waits under load
   const it::Result r = it::run_launch(args, dir.path());
   INFO(r.output);
   REQUIRE_FALSE(r.exit.signaled);

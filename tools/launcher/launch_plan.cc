@@ -159,7 +159,7 @@ LaunchPlan plan_launch(const LaunchRequest& request) {
                                       ? request.config_path
                                       : (fs::path(request.resume) / "config.toml").string();
   plan.config = load_config(config_path);
-  for (const std::string& o : request.overrides) apply_override(plan.config, o);
+  apply_overrides(plan.config, request.overrides);
   const std::string run_dir = !request.run_dir.empty() ? request.run_dir
                               : !request.resume.empty() ? request.resume
                                                         : plan.config.output.run_dir;
