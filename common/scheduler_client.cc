@@ -60,6 +60,7 @@ void SchedulerClient::note_server_news(const Message& m) {
   const int server = static_cast<int>(m.header.key);
   if (m.header.type == MsgType::kServerRestarting) {
     restarting_servers_.insert(server);
+    ++server_failures_;
     return;
   }
   restarting_servers_.erase(server);

@@ -86,6 +86,8 @@ class SchedulerClient {
   // without a time limit), and the servers that came back since the last
   // call, with their new endpoints, in the order announced.
   bool server_restarting() const { return !restarting_servers_.empty(); }
+  // How many server failures (kServerRestarting) this client has heard of.
+  std::int64_t server_failures() const { return server_failures_; }
   bool server_restarting(int server) const { return restarting_servers_.count(server) != 0; }
   std::vector<std::pair<int, std::string>> take_servers_back() { return std::exchange(servers_back_, {}); }
   // Workers that a new process took back (kRejoined) since the last call:
@@ -121,6 +123,7 @@ class SchedulerClient {
   std::string token_;
   std::vector<int> dropped_;
   std::set<int> restarting_servers_;
+  std::int64_t server_failures_ = 0;
   std::vector<std::pair<int, std::string>> servers_back_;
   std::vector<Rejoined> rejoined_;
   std::int64_t rejoin_take_ = 0;

@@ -1,12 +1,15 @@
 // weights.bin: written and read back, and every malformed file refused.
 #include <doctest/doctest.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
 #include "common/errors.h"
+#include "common/checkpoint.h"
 #include "worker/train/checkpoint.h"
+#include "worker/train/worker_checkpoint.h"
 
 namespace pstrain {
 namespace {
@@ -66,6 +69,31 @@ TEST_CASE("malformed weight files are refused naming the file and the problem") 
   CHECK_THROWS_WITH_AS(read_weights(path),
                        (path + ": header says 3 parameters (12 bytes), the file holds 14 bytes after the header").c_str(),
                        DataError);
+}
+
+
+TEST_CASE("a checkpoint whose server part will never come (the server failed) is abandoned at once, without a manifest") {
+  TempDir dir;
+  RunConfig config;
+  config.output.run_dir = dir.path.string();
+  config.checkpoint.interval_steps = 4;
+  config.cluster.num_workers = 1;
+  config.cluster.timeout_ms = 60000;
+  WorkerCheckpoint state;
+  state.step = 4;
+  write_worker_part(config, 0, state);
+  int asked = 0;
+  bool abandoned = false;
+  const auto start = std::chrono::steady_clock::now();
+  const std::string line = complete_checkpoint(config, 4, 10, 1, [&] { return ++asked >= 3; }, &abandoned);
+  CHECK(abandoned);
+  CHECK(asked == 3);
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(10));  // not timeout_ms
+  CHECK(line.find("abandoned: a server failed before writing its part") != std::string::npos);
+  CHECK_FALSE(fs::exists(checkpoint_root(config) / checkpoint_dir_name(4) / "manifest.json"));
+  // Without a failure, a missing server part is still an error after timeout_ms.
+  config.cluster.timeout_ms = 50;
+  CHECK_THROWS_AS(complete_checkpoint(config, 4, 10, 1, [] { return false; }), CheckpointError);
 }
 
 }  // namespace pstrain

@@ -169,7 +169,22 @@ KVClient::Ticket KVClient::start(MsgType type, std::span<const float> src, float
         Pending{ticket, expect, key, dest == nullptr ? nullptr : dest + offset, trace_chunks_ ? options_.trace->now_us() : 0,
                 skip, h, type != MsgType::kPull && !skip ? src.data() + offset : nullptr,
                 type == MsgType::kPull && step == kPullRejoinProbe};
-    send_message(sockets_[static_cast<std::size_t>(c.server)], nullptr, h, payload_of(p), options_.traffic);
+    try {
+      send_message(sockets_[static_cast<std::size_t>(c.server)], nullptr, h, payload_of(p), options_.traffic);
+    } catch (const TransportError&) {
+      // A send that cannot go out (the server's queue stayed full, or it is
+      // gone) while the job is ending: the job's end is the cause, not the socket.
+      if (scheduler_ != nullptr) {
+        for (int n = 0; n < 16; ++n) {
+          if (scheduler_->handle_incoming()) {  // an abort throws AbortedError itself
+            throw AbortedError("worker " + std::to_string(options_.worker_rank) +
+                               ": the scheduler shut the job down while this worker sent a request to server " +
+                               std::to_string(c.server));
+          }
+        }
+      }
+      throw;
+    }
     ++state.outstanding;
   }
   return ticket;

@@ -191,10 +191,25 @@ void take_checkpoint(Loop& L, std::int64_t steps_done) {
   c.metrics_bytes = L.metrics.size();
   c.result = L.result;
   if (L.members != nullptr) c.epoch_members = L.members->history();
+  SchedulerClient& scheduler = L.session.scheduler();
+  const std::int64_t server_failures = scheduler.server_failures();
   write_worker_part(L.config, L.session.rank(), c);
-  L.session.scheduler().barrier("checkpoint " + std::to_string(steps_done));
+  scheduler.barrier("checkpoint " + std::to_string(steps_done));
   if (L.session.rank() == 0) {
-    L.log.info(complete_checkpoint(L.config, steps_done, L.model.num_params(), L.session.num_servers()));
+    // A server that fails now never writes this checkpoint's part (its
+    // replacement reloads an older one): the checkpoint is abandoned.
+    const auto server_failed = [&] {
+      for (int i = 0; i < 16; ++i) scheduler.handle_incoming();
+      return scheduler.server_failures() != server_failures;
+    };
+    bool abandoned = false;
+    const std::string line =
+        complete_checkpoint(L.config, steps_done, L.model.num_params(), L.session.num_servers(), server_failed, &abandoned);
+    if (abandoned) {
+      L.log.warn(line);
+    } else {
+      L.log.info(line);
+    }
   }
 }
 

@@ -35,7 +35,8 @@ fs::path write_worker_part(const RunConfig& config, int rank, const WorkerCheckp
   return dir;
 }
 
-std::string complete_checkpoint(const RunConfig& config, std::int64_t step, std::int64_t num_params, int num_servers) {
+std::string complete_checkpoint(const RunConfig& config, std::int64_t step, std::int64_t num_params, int num_servers,
+                                const std::function<bool()>& server_failed, bool* abandoned) {
   const auto start = std::chrono::steady_clock::now();
   const fs::path root = checkpoint_root(config);
   const fs::path dir = root / checkpoint_dir_name(step);
@@ -52,6 +53,11 @@ std::string complete_checkpoint(const RunConfig& config, std::int64_t step, std:
     return std::all_of(parts.begin(), parts.end(), [&](const std::string& p) { return fs::exists(dir / p, ec); });
   };
   while (!all_there() && std::chrono::steady_clock::now() < limit) {
+    if (server_failed && server_failed()) {
+      if (abandoned != nullptr) *abandoned = true;
+      return "checkpoint " + dir.string() + " abandoned: a server failed before writing its part (its replacement "
+             "reloads an older checkpoint); no manifest, so resume passes over it";
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   std::string missing;  // workers dropped by the failure policy write no part

@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -50,7 +51,13 @@ std::filesystem::path write_worker_part(const RunConfig& config, int rank, const
 
 // Worker 0, after the barrier: the manifest over every server's and worker's
 // part, then pruning. Returns a log line (what was written, how long).
-std::string complete_checkpoint(const RunConfig& config, std::int64_t step, std::int64_t num_params, int num_servers);
+// `server_failed` (may be empty) is asked while servers' parts are missing:
+// true means a server failed (on_server_failure = "restart") after the
+// barrier; its replacement reloads an older checkpoint and never writes this
+// one's part, so the checkpoint is abandoned (no manifest; resume passes over
+// it) and *abandoned set, instead of waiting out timeout_ms.
+std::string complete_checkpoint(const RunConfig& config, std::int64_t step, std::int64_t num_params, int num_servers,
+                                const std::function<bool()>& server_failed = {}, bool* abandoned = nullptr);
 
 // Reads worker `rank`'s part of checkpoint `dir` after checking the
 // manifest's fingerprint against the config's (ConfigError naming the
