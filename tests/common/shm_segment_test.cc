@@ -1,0 +1,425 @@
+// common/shm_segment.h: slots handed between two sides, every check of a
+// descriptor, and real processes killed with SIGKILL at several points (no
+// segment left behind, the survivor gets a clear error, no hang).
+#include <doctest/doctest.h>
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <limits>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/errors.h"
+#include "common/shm_segment.h"
+
+using namespace pstrain;
+using namespace std::chrono_literals;
+
+namespace {
+
+ShmOptions small_options(std::string name = "test") {
+  ShmOptions options;
+  options.slots_per_side = 4;
+  options.slot_bytes = 10000;  // rounded up to 12288 (pages)
+  options.name = std::move(name);
+  return options;
+}
+
+void fill(std::span<std::byte> bytes, std::uint8_t seed) {
+  for (std::size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<std::byte>((i * 7 + seed) & 0xff);
+}
+bool matches(std::span<const std::byte> bytes, std::uint8_t seed) {
+  for (std::size_t i = 0; i < bytes.size(); ++i) {
+    if (bytes[i] != static_cast<std::byte>((i * 7 + seed) & 0xff)) return false;
+  }
+  return true;
+}
+
+std::string error_of(const std::function<void()>& body) {
+  try {
+    body();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// Lines of /proc/self/maps naming one of our segments.
+int our_mappings() {
+  std::ifstream maps("/proc/self/maps");
+  int count = 0;
+  for (std::string line; std::getline(maps, line);) count += line.find("memfd:pstrain-") != std::string::npos;
+  return count;
+}
+// Names in /dev/shm that a pstrain process made.
+int our_shm_names() {
+  int count = 0;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm", ec)) {
+    count += entry.path().filename().string().rfind("pstrain", 0) == 0;
+  }
+  return count;
+}
+
+// A forked child running `body` (given the write end of a pipe to the
+// parent); it exits 0 when the body returns, 1 when it throws.
+struct Child {
+  pid_t pid = -1;
+  int from_child = -1;
+
+  explicit Child(const std::function<void(int)>& body) {
+    int fds[2];
+    REQUIRE(pipe(fds) == 0);
+    pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      ::close(fds[0]);
+      int code = 0;
+      try {
+        body(fds[1]);
+      } catch (...) {
+        code = 1;
+      }
+      _exit(code);
+    }
+    ::close(fds[1]);
+    from_child = fds[0];
+  }
+  ~Child() {
+    if (pid > 0) {
+      kill(pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+    }
+    if (from_child >= 0) ::close(from_child);
+  }
+  // Exactly `n` bytes from the child within 10 s, or fails the test.
+  std::vector<std::byte> read(std::size_t n) {
+    std::vector<std::byte> out(n);
+    std::size_t got = 0;
+    while (got < n) {
+      pollfd p{from_child, POLLIN, 0};
+      REQUIRE(poll(&p, 1, 10000) == 1);
+      const ssize_t r = ::read(from_child, out.data() + got, n - got);
+      REQUIRE(r > 0);
+      got += static_cast<std::size_t>(r);
+    }
+    return out;
+  }
+  void kill_and_reap() {
+    REQUIRE(kill(pid, SIGKILL) == 0);
+    int status = 0;
+    REQUIRE(waitpid(pid, &status, 0) == pid);
+    CHECK(WIFSIGNALED(status));
+    pid = -1;
+  }
+  int wait_exit() {
+    int status = 0;
+    REQUIRE(waitpid(pid, &status, 0) == pid);
+    pid = -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  }
+};
+
+template <std::size_t N>
+void send_bytes(int fd, const std::array<std::byte, N>& bytes) {
+  if (::write(fd, bytes.data(), N) != static_cast<ssize_t>(N)) throw Error("pipe write");
+}
+
+}  // namespace
+
+TEST_CASE("shm: descriptors and addresses round-trip and a wrong size is a ProtocolError") {
+  const ShmDescriptor d{0x0123456789abcdefULL, 7, 0xfffffff0u, 4096, std::numeric_limits<std::uint64_t>::max()};
+  const auto bytes = encode_shm_descriptor(d);
+  CHECK(decode_shm_descriptor(bytes) == d);
+  CHECK_THROWS_AS(decode_shm_descriptor(std::span(bytes).first(31)), ProtocolError);
+  const ShmAddress a{12345, 17, 0xfeedfacecafebeefULL, 1 << 20};
+  CHECK(decode_shm_address(encode_shm_address(a)) == a);
+  const std::vector<std::byte> long_address(kShmAddressBytes + 1);
+  CHECK_THROWS_AS(decode_shm_address(long_address), ProtocolError);
+}
+
+TEST_CASE("shm: bad options are a ConfigError") {
+  ShmOptions options = small_options();
+  options.slots_per_side = 0;
+  CHECK_THROWS_AS(ShmSegment::create(options), ConfigError);
+  options = small_options();
+  options.slot_bytes = (std::size_t{1} << 30) + 1;
+  CHECK_THROWS_AS(ShmSegment::create(options), ConfigError);
+  options = small_options("bad/name");
+  CHECK_THROWS_AS(ShmSegment::create(options), ConfigError);
+  options = small_options();
+  options.slots_per_side = 65536;
+  options.slot_bytes = std::size_t{1} << 30;  // 128 TiB in all
+  CHECK(error_of([&] { ShmSegment::create(options); }).find("exceed the cap") != std::string::npos);
+}
+
+TEST_CASE("shm: slots go both ways, in place, and are reused") {
+  auto creator = ShmSegment::create(small_options());
+  CHECK(creator->slot_bytes() == 12288);
+  CHECK(creator->peer_state() == ShmSegment::PeerState::kNotAttached);
+  auto peer = ShmSegment::attach(creator->address());
+  CHECK(peer->id() == creator->id());
+  CHECK(peer->slot_bytes() == creator->slot_bytes());
+  CHECK(creator->peer_pid() == getpid());
+  CHECK(creator->peer_state() == ShmSegment::PeerState::kAttached);
+
+  for (int round = 0; round < 10; ++round) {  // more rounds than slots: slots are reused
+    auto push = peer->acquire(1s);
+    CHECK(push.slot() >= 4);  // the peer writes slots 4..7
+    fill(push.bytes().subspan(100, 5000), static_cast<std::uint8_t>(round));
+    const ShmDescriptor sent = push.publish(5000, 100);
+    const ShmDescriptor received = decode_shm_descriptor(encode_shm_descriptor(sent));
+    {
+      auto in = creator->open(received);
+      CHECK(in.bytes().size() == 5000);
+      CHECK(matches(in.bytes(), static_cast<std::uint8_t>(round)));
+      push.bytes()[100] = std::byte{0xAB};  // in place: the reader sees the writer's memory, not a copy
+      CHECK(in.bytes()[0] == std::byte{0xAB});
+    }
+    auto reply = creator->acquire(1s);
+    CHECK(reply.slot() < 4);
+    fill(reply.bytes(), static_cast<std::uint8_t>(round + 100));
+    auto out = peer->open(reply.publish(creator->slot_bytes()));
+    CHECK(matches(out.bytes(), static_cast<std::uint8_t>(round + 100)));
+    out.release();
+  }
+  CHECK(creator->free_slots() == 4);
+  CHECK(peer->free_slots() == 4);
+
+  // A slot taken but never published goes back when dropped.
+  { auto abandoned = peer->acquire(1s); CHECK(peer->free_slots() == 3); }
+  CHECK(peer->free_slots() == 4);
+
+  peer.reset();
+  CHECK(creator->peer_state() == ShmSegment::PeerState::kClosed);
+  CHECK(error_of([&] { creator->check_peer(); }).find("closed the segment") != std::string::npos);
+}
+
+TEST_CASE("shm: a hostile or corrupt descriptor is a ProtocolError, never a read out of bounds") {
+  auto creator = ShmSegment::create(small_options());
+  auto peer = ShmSegment::attach(creator->address());
+  auto slot = peer->acquire(1s);
+  const ShmDescriptor good = slot.publish(64);
+
+  auto rejects = [&](ShmDescriptor d, const std::string& why) {
+    const std::string what = error_of([&] {
+      try {
+        creator->open(d);
+      } catch (const ProtocolError&) {
+        throw;
+      } catch (const std::exception& e) {
+        FAIL("not a ProtocolError: " << e.what());
+      }
+    });
+    CHECK_MESSAGE(what.find(why) != std::string::npos, what);
+  };
+  ShmDescriptor d = good;
+  d.segment_id ^= 1;
+  rejects(d, "it names segment");
+  d = good;
+  d.slot = 0;  // the creator's own slot
+  rejects(d, "not a slot the peer writes");
+  d.slot = 8;  // past the last slot
+  rejects(d, "not a slot the peer writes");
+  d.slot = std::numeric_limits<std::uint32_t>::max();
+  rejects(d, "not a slot the peer writes");
+  d = good;
+  d.length = creator->slot_bytes() + 1;
+  rejects(d, "outside the slot");
+  d = good;
+  d.offset = 1;
+  d.length = creator->slot_bytes();
+  rejects(d, "outside the slot");
+  d = good;
+  d.offset = std::numeric_limits<std::uint64_t>::max();  // offset + length overflows
+  d.length = 2;
+  rejects(d, "outside the slot");
+  d = good;
+  d.generation += 1;
+  rejects(d, "stale");
+  d = good;
+  d.slot = good.slot + 1;  // free, never published
+  d.generation = 0;
+  rejects(d, "free, not published");
+
+  // The good one opens once; again while open, or after release (replay), it is refused.
+  {
+    auto in = creator->open(good);
+    rejects(good, "already opened");
+  }
+  rejects(good, "free, not published");
+  // After the writer took the slot again, the old descriptor is stale.
+  std::vector<ShmSegment::WriteSlot> taken;
+  while (auto s = peer->try_acquire()) taken.push_back(std::move(*s));
+  CHECK(taken.size() == 4);
+  rejects(good, "stale");
+  // A slot being written is not readable under its new generation either.
+  ShmDescriptor writing = good;
+  writing.generation = good.generation + 1;
+  rejects(writing, "being written");
+}
+
+TEST_CASE("shm: attach checks the address against the segment") {
+  auto creator = ShmSegment::create(small_options());
+  ShmAddress a = creator->address();
+
+  ShmAddress wrong = a;
+  wrong.segment_id ^= 1;
+  CHECK(error_of([&] { ShmSegment::attach(wrong); }).find("descriptor number reused") != std::string::npos);
+  wrong = a;
+  wrong.bytes += 4096;
+  CHECK(error_of([&] { ShmSegment::attach(wrong); }).find("its size is") != std::string::npos);
+  wrong = a;
+  wrong.fd = 0x7fff;
+  CHECK_THROWS_AS(ShmSegment::attach(wrong), TransportError);
+  wrong = a;
+  wrong.pid = 0;
+  CHECK_THROWS_AS(ShmSegment::attach(wrong), ProtocolError);
+  wrong = a;
+  wrong.bytes = std::uint64_t{1} << 40;
+  CHECK_THROWS_AS(ShmSegment::attach(wrong), ProtocolError);
+
+  // A plain file is not a sealed memfd.
+  const std::string path = "/tmp/pstrain-shm-test-" + std::to_string(getpid());
+  const int file = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0600);
+  REQUIRE(file >= 0);
+  REQUIRE(ftruncate(file, static_cast<off_t>(a.bytes)) == 0);
+  wrong = a;
+  wrong.fd = file;
+  CHECK(error_of([&] { ShmSegment::attach(wrong); }).find("not a memfd sealed") != std::string::npos);
+  ::close(file);
+  std::filesystem::remove(path);
+
+  // The failed attaches left the segment unclaimed; the first real one wins, a second is refused.
+  CHECK(creator->peer_state() == ShmSegment::PeerState::kNotAttached);
+  auto peer = ShmSegment::attach(a);
+  CHECK(error_of([&] { ShmSegment::attach(a); }).find("already attached by pid") != std::string::npos);
+  CHECK(creator->peer_state() == ShmSegment::PeerState::kAttached);  // the refused one did not mark it closed
+}
+
+TEST_CASE("shm: a writer out of slots times out while the peer lives") {
+  auto creator = ShmSegment::create(small_options());
+  auto peer = ShmSegment::attach(creator->address());
+  std::vector<ShmDescriptor> in_flight;
+  for (int i = 0; i < 4; ++i) in_flight.push_back(creator->acquire(1s).publish(1));
+  CHECK_FALSE(creator->try_acquire().has_value());
+  const auto start = std::chrono::steady_clock::now();
+  CHECK_THROWS_AS(creator->acquire(50ms), TimeoutError);
+  CHECK(std::chrono::steady_clock::now() - start < 2s);
+  // The reader releasing one lets a waiting writer through.
+  std::thread reader([&] {
+    std::this_thread::sleep_for(20ms);
+    peer->open(in_flight[2]).release();
+  });
+  CHECK(creator->acquire(5s).slot() == in_flight[2].slot);
+  reader.join();
+}
+
+TEST_CASE("shm: across processes, data arrives and the child's exit closes its side") {
+  auto creator = ShmSegment::create(small_options("cross"));
+  auto out = creator->acquire(1s);
+  fill(out.bytes(), 42);
+  const ShmDescriptor sent = out.publish(creator->slot_bytes());
+  const ShmAddress address = creator->address();
+  Child child([&](int to_parent) {
+    auto peer = ShmSegment::attach(address);
+    {
+      auto in = peer->open(sent);
+      if (!matches(in.bytes(), 42)) throw Error("wrong bytes");
+    }
+    auto reply = peer->acquire(1s);
+    fill(reply.bytes(), 7);
+    send_bytes(to_parent, encode_shm_descriptor(reply.publish(1000, 12)));
+  });
+  const auto reply = decode_shm_descriptor(child.read(kShmDescriptorBytes));
+  CHECK(child.wait_exit() == 0);
+  auto in = creator->open(reply);  // the child has exited: its bytes are still here
+  CHECK(in.bytes().size() == 1000);
+  CHECK(in.bytes()[0] == static_cast<std::byte>((12 * 7 + 7) & 0xff));  // published at offset 12
+  CHECK(creator->peer_state() == ShmSegment::PeerState::kClosed);
+  CHECK(creator->free_slots() == 4);  // the child opened and released ours
+}
+
+TEST_CASE("shm: a creator killed before the peer maps leaves nothing, and the peer gets a clear error") {
+  const int mappings_before = our_mappings();
+  Child child([&](int to_parent) {
+    auto segment = ShmSegment::create(small_options("killed-early"));
+    send_bytes(to_parent, encode_shm_address(segment->address()));
+    pause();
+  });
+  const ShmAddress address = decode_shm_address(child.read(kShmAddressBytes));
+  child.kill_and_reap();
+  const std::string what = error_of([&] { ShmSegment::attach(address); });
+  CHECK_MESSAGE(what.find("creating process is gone") != std::string::npos, what);
+  CHECK(our_shm_names() == 0);
+  CHECK(our_mappings() == mappings_before);
+}
+
+TEST_CASE("shm: a creator killed while mapped: the peer sees it gone, waits end, nothing is left") {
+  Child child([&](int to_parent) {
+    auto segment = ShmSegment::create(small_options("killed-mapped"));
+    send_bytes(to_parent, encode_shm_address(segment->address()));
+    pause();
+  });
+  const ShmAddress address = decode_shm_address(child.read(kShmAddressBytes));
+  {
+    auto peer = ShmSegment::attach(address);
+    CHECK(peer->peer_state() == ShmSegment::PeerState::kAttached);
+    child.kill_and_reap();
+    CHECK(peer->peer_state() == ShmSegment::PeerState::kGone);
+    CHECK(error_of([&] { peer->check_peer(); }).find("is gone") != std::string::npos);
+    // All its slots sent to the dead process: the next acquire fails at once, not after its timeout.
+    for (int i = 0; i < 4; ++i) (void)peer->acquire(1s).publish(8);
+    const auto start = std::chrono::steady_clock::now();
+    CHECK_THROWS_AS(peer->acquire(60s), TransportError);
+    CHECK(std::chrono::steady_clock::now() - start < 5s);
+    CHECK(our_mappings() == 1);  // the survivor's own mapping keeps the memory until it lets go
+  }
+  CHECK(our_mappings() == 0);
+  CHECK(our_shm_names() == 0);
+}
+
+TEST_CASE("shm: a peer killed mid-write or holding slots: the creator gets clear errors, nothing is left") {
+  {
+    auto creator = ShmSegment::create(small_options("killed-peer"));
+    for (int i = 0; i < 4; ++i) {  // every slot of ours in flight to the child
+      auto s = creator->acquire(1s);
+      fill(s.bytes(), 1);
+      (void)s.publish(s.bytes().size());
+    }
+    const ShmAddress address = creator->address();
+    Child child([&](int to_parent) {
+      auto peer = ShmSegment::attach(address);
+      ShmDescriptor first{peer->id(), 0, 1, 0, 16};
+      auto held = peer->open(first);  // holds one of the creator's slots, never releases it
+      auto half = peer->acquire(1s);
+      fill(half.bytes().first(half.bytes().size() / 2), 3);  // killed halfway through its write
+      send_bytes(to_parent, encode_shm_descriptor({peer->id(), half.slot(), 1, 0, half.bytes().size()}));
+      pause();
+    });
+    const ShmDescriptor unfinished = decode_shm_descriptor(child.read(kShmDescriptorBytes));
+    CHECK(creator->peer_state() == ShmSegment::PeerState::kAttached);
+    child.kill_and_reap();
+    CHECK(creator->peer_state() == ShmSegment::PeerState::kGone);
+    // The slot the child was writing never reaches the creator.
+    const std::string what = error_of([&] { creator->open(unfinished); });
+    CHECK_MESSAGE(what.find("being written, not published") != std::string::npos, what);
+    CHECK(creator->free_slots() == 0);
+    const auto start = std::chrono::steady_clock::now();
+    const std::string waited = error_of([&] { creator->acquire(60s); });
+    CHECK_MESSAGE(waited.find("is gone") != std::string::npos, waited);
+    CHECK(std::chrono::steady_clock::now() - start < 5s);
+  }
+  CHECK(our_mappings() == 0);
+  CHECK(our_shm_names() == 0);
+}
