@@ -50,7 +50,6 @@
 #include <sys/types.h>
 
 #include <array>
-#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -94,6 +93,12 @@ struct ShmOptions {
   std::string name = "seg";             // shown as memfd:pstrain-<name> in /proc/<pid>/maps; [A-Za-z0-9_.-], <= 200
   bool populate = true;                 // fault every page in at create/attach, not in the first rounds
 };
+
+// Copies `n` bytes for another process to read: with non-temporal (streaming)
+// stores on x86-64 when `n` is large, so filling a slot does not evict the
+// writer's caches nor read the slot's old contents first; plain memcpy
+// otherwise. The stores are ordered before a following publish().
+void shm_stream_copy(void* destination, const void* source, std::size_t n);
 
 // True when `pid` names a live process (not a zombie) of this host.
 bool shm_process_alive(pid_t pid);
@@ -195,7 +200,6 @@ class ShmSegment {
   std::uint32_t slots_per_side_ = 0;
   std::size_t slot_bytes_ = 0, payload_offset_ = 0, total_bytes_ = 0;
   pid_t creator_pid_ = 0;
-  std::atomic<std::uint32_t> next_slot_{0};  // where try_acquire starts looking
 };
 
 }  // namespace pstrain

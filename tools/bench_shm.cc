@@ -16,10 +16,15 @@
 //   GB/s per worker = 2 * SIZE / round time     (GB = 1e9 bytes), as bench_pushpull
 //   memcpy          = SIZE / time of one memcpy of SIZE bytes between two warm
 //                     buffers in this process (the host's copy bandwidth)
+//   worker cpu, server cpu = CPU time / wall time of that process over the
+//                     timed rounds: well under 100% means the processes
+//                     waited for a core (a loaded machine), not for memory
+// --stream-copies fills slots with shm_stream_copy (streaming stores).
 // Each figure is the median over --trials alternating memcpy/shm measurements,
 // each the median round of many (two warm-up rounds not counted). Contents
 // are checked outside the timed rounds (#wrong column: chunks that arrived
 // wrong, either way).
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -48,10 +53,20 @@ struct Args {
   double chunk_mib = 1;
   int rounds = 0, trials = 3;
   std::string worker_reads = "copy", json;
+  bool stream_copies = false;  // fill slots with shm_stream_copy instead of memcpy
 };
+
+// CPU seconds this process has used.
+double cpu_s() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<double>(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) +
+         1e-6 * static_cast<double>(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec);
+}
 
 struct Result {
   double size_mib = 0, chunk_mib = 0, round_ms = 0, gbps = 0, memcpy_gbps = 0;
+  double worker_cpu = 0, server_cpu = 0;  // CPU time / wall time over the timed rounds
   int wrong = 0;
 };
 
@@ -100,6 +115,14 @@ struct Plan {
   std::size_t num_bytes = 0, chunk_bytes = 0, chunks = 0;
   int rounds = 0;
   bool copy_out = true;
+  bool stream = false;
+  void copy_in(void* to, const void* from, std::size_t n) const {
+    if (stream) {
+      shm_stream_copy(to, from, n);
+    } else {
+      std::memcpy(to, from, n);
+    }
+  }
   std::size_t size_of(std::size_t c) const { return std::min(chunk_bytes, num_bytes - c * chunk_bytes); }
 };
 
@@ -118,7 +141,13 @@ int run_server(const Plan& p, const bench::LinePipe& endpoint_pipe) {
   router.send(id, zmq::send_flags::sndmore);
   router.send(zmq::str_buffer("ok"));
   const std::size_t total = p.chunks * static_cast<std::size_t>(p.rounds + 2);
+  double cpu0 = 0;
+  Clock::time_point wall0;
   for (std::size_t served = 0; served < total; ++served) {
+    if (served == 2 * p.chunks) {  // the timed rounds begin (roughly: with the first push of round 2)
+      cpu0 = cpu_s();
+      wall0 = Clock::now();
+    }
     id = receive(router, segment.get());
     const Note push = decode_note(receive(router, segment.get()));
     if (push.chunk >= p.chunks) throw ProtocolError("bench_shm: chunk " + std::to_string(push.chunk));
@@ -137,15 +166,16 @@ int run_server(const Plan& p, const bench::LinePipe& endpoint_pipe) {
       }
     }
     auto out = segment->acquire(std::chrono::seconds(30));
-    std::memcpy(out.bytes().data(), weights.data() + first, size);
+    p.copy_in(out.bytes().data(), weights.data() + first, size);
     reply.descriptor = out.publish(size);
     router.send(id, zmq::send_flags::sndmore);
     router.send(encode_note(reply), zmq::send_flags::none);
   }
+  const double share = (cpu_s() - cpu0) / std::chrono::duration<double>(Clock::now() - wall0).count();
   // Wait for the worker's goodbye: our last replies are read before the segment goes.
   id = receive(router, segment.get());
   (void)receive(router, segment.get());
-  return 0;
+  return endpoint_pipe.write_line(std::to_string(share)) ? 0 : 1;
 }
 
 // The worker's side: returns "median_seconds wrong" for the parent.
@@ -166,6 +196,7 @@ std::string run_worker(const Plan& p, const std::string& endpoint) {
 
   int wrong = 0;
   std::vector<double> times;
+  double cpu = 0;
   volatile std::uint8_t sink = 0;
   for (int r = 0; r < p.rounds + 2; ++r) {
     const auto round = static_cast<std::uint32_t>(r);
@@ -191,7 +222,7 @@ std::string run_worker(const Plan& p, const std::string& endpoint) {
       if (sent < p.chunks) {
         auto slot = segment->acquire(std::chrono::seconds(30));
         const std::size_t size = p.size_of(sent);
-        std::memcpy(slot.bytes().data(), gradient.data() + sent * p.chunk_bytes, size);
+        p.copy_in(slot.bytes().data(), gradient.data() + sent * p.chunk_bytes, size);
         dealer.send(encode_note({round, static_cast<std::uint32_t>(sent), 0, slot.publish(size)}), zmq::send_flags::none);
         ++sent;
         zmq::message_t m;  // take the replies already there, so both processes keep copying
@@ -202,7 +233,11 @@ std::string run_worker(const Plan& p, const std::string& endpoint) {
     }
     const auto t1 = Clock::now();
     if (r >= 2) times.push_back(std::chrono::duration<double>(t1 - t0).count());
+    if (r == 1) cpu = cpu_s();
   }
+  double wall = 0;
+  for (double t : times) wall += t;
+  cpu = (cpu_s() - cpu) / wall;
   if (p.copy_out) {
     for (std::size_t c = 0; c < p.chunks; ++c) {
       for (std::size_t i = c * p.chunk_bytes; i < c * p.chunk_bytes + p.size_of(c); ++i) {
@@ -214,11 +249,16 @@ std::string run_worker(const Plan& p, const std::string& endpoint) {
     }
   }
   dealer.send(zmq::str_buffer("bye"), zmq::send_flags::none);
-  return std::to_string(bench::median(times)) + " " + std::to_string(wrong);
+  return std::to_string(bench::median(times)) + " " + std::to_string(wrong) + " " + std::to_string(cpu);
 }
 
-// One trial: a server and a worker process; median seconds per round and the wrong count.
-std::pair<double, int> shm_round_s(const Plan& p) {
+struct Trial {
+  double seconds = 0, worker_cpu = 0, server_cpu = 0;
+  int wrong = 0;
+};
+
+// One trial: a server and a worker process.
+Trial shm_round_s(const Plan& p) {
   bench::LinePipe endpoint_pipe, result_pipe;
   const pid_t server = bench::spawn([&] { return run_server(p, endpoint_pipe); });
   endpoint_pipe.close_write();
@@ -227,13 +267,14 @@ std::pair<double, int> shm_round_s(const Plan& p) {
   const pid_t worker = bench::spawn([&] { return result_pipe.write_line(run_worker(p, endpoint)) ? 0 : 1; });
   result_pipe.close_write();
   const std::string line = result_pipe.read_line();
+  const std::string server_line = endpoint_pipe.read_line();
   const bool ok = bench::wait_all({worker, server});
-  double seconds = 0;
-  int wrong = 0;
-  if (!ok || std::sscanf(line.c_str(), "%lf %d", &seconds, &wrong) != 2) {
+  Trial t;
+  if (!ok || std::sscanf(line.c_str(), "%lf %d %lf", &t.seconds, &t.wrong, &t.worker_cpu) != 3 ||
+      std::sscanf(server_line.c_str(), "%lf", &t.server_cpu) != 1) {
     throw Error("bench_shm: a round's processes failed (see their messages above)");
   }
-  return {seconds, wrong};
+  return t;
 }
 
 // Median seconds of one memcpy of `num_bytes` between two buffers already
@@ -257,12 +298,14 @@ void print_table(const Args& a, const std::vector<Result>& results) {
   std::printf("# push+pull through shared memory, 1 worker x 1 server (2 processes), notifications over ZeroMQ ipc;\n"
               "# worker reads pulled chunks: %s; GB = 1e9 bytes; medians of %d trials\n",
               a.worker_reads == "copy" ? "copied into its model" : "in place", a.trials);
-  std::printf("%10s %11s %11s %12s %14s %11s %7s\n", "size(MiB)", "chunk(MiB)", "round(ms)", "shm(GB/s)", "memcpy(GB/s)",
-              "vs memcpy", "#wrong");
+  std::printf("%10s %11s %11s %12s %14s %11s %7s %12s %12s\n", "size(MiB)", "chunk(MiB)", "round(ms)", "shm(GB/s)",
+              "memcpy(GB/s)", "vs memcpy", "#wrong", "worker cpu", "server cpu");
   for (const Result& r : results) {
-    std::printf("%10.1f %11.2f %11.3f %12.3f %14.3f %10.1f%% %7d\n", r.size_mib, r.chunk_mib, r.round_ms, r.gbps,
-                r.memcpy_gbps, 100.0 * r.gbps / r.memcpy_gbps, r.wrong);
+    std::printf("%10.1f %11.2f %11.3f %12.3f %14.3f %10.1f%% %7d %11.0f%% %11.0f%%\n", r.size_mib, r.chunk_mib, r.round_ms,
+                r.gbps, r.memcpy_gbps, 100.0 * r.gbps / r.memcpy_gbps, r.wrong, 100.0 * r.worker_cpu,
+                100.0 * r.server_cpu);
   }
+  std::printf("# cpu: CPU time / wall time of that process over the timed rounds (100%% = one core all the time)\n");
 }
 
 void write_json(const Args& a, const std::vector<Result>& results) {
@@ -274,7 +317,8 @@ void write_json(const Args& a, const std::vector<Result>& results) {
         << JsonLine().add("bench", "shm").add("worker_reads", a.worker_reads).add("size_mib", r.size_mib)
                .add("chunk_mib", r.chunk_mib).add("round_ms", r.round_ms).add("gbps_per_worker", r.gbps)
                .add("memcpy_gbps", r.memcpy_gbps).add("ratio_vs_memcpy", r.gbps / r.memcpy_gbps)
-               .add("wrong", r.wrong).add("trials", a.trials).str()
+               .add("wrong", r.wrong).add("trials", a.trials).add("worker_cpu", r.worker_cpu)
+               .add("server_cpu", r.server_cpu).add("stream_copies", a.stream_copies).str()
         << (i + 1 < results.size() ? ",\n" : "\n");
   }
   out << "]\n";
@@ -294,6 +338,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 50));
   app.add_option("--worker-reads", a.worker_reads, "copy: pulled chunks copied into the model; in-place: only read")
       ->check(CLI::IsMember({"copy", "in-place"}));
+  app.add_flag("--stream-copies", a.stream_copies, "fill slots with shm_stream_copy (streaming stores), not memcpy");
   app.add_option("--json", a.json, "also write the results to this JSON file");
   CLI11_PARSE(app, argc, argv);
   try {
@@ -305,13 +350,16 @@ int main(int argc, char** argv) {
       p.chunks = (p.num_bytes + p.chunk_bytes - 1) / p.chunk_bytes;
       p.rounds = bench::rounds_for(mib, a.rounds);
       p.copy_out = a.worker_reads == "copy";
-      std::vector<double> copies, rounds;
+      p.stream = a.stream_copies;
+      std::vector<double> copies, rounds, worker_cpu, server_cpu;
       int wrong = 0;
       for (int t = 0; t < a.trials; ++t) {  // alternating, so drift in the machine's load hits both alike
         copies.push_back(memcpy_s(p.num_bytes, p.rounds));
-        const auto [seconds, w] = shm_round_s(p);
-        rounds.push_back(seconds);
-        wrong += w;
+        const Trial trial = shm_round_s(p);
+        rounds.push_back(trial.seconds);
+        worker_cpu.push_back(trial.worker_cpu);
+        server_cpu.push_back(trial.server_cpu);
+        wrong += trial.wrong;
       }
       Result r;
       r.size_mib = mib;
@@ -320,6 +368,8 @@ int main(int argc, char** argv) {
       r.gbps = 2.0 * static_cast<double>(p.num_bytes) / bench::median(rounds) / 1e9;
       r.memcpy_gbps = static_cast<double>(p.num_bytes) / bench::median(copies) / 1e9;
       r.wrong = wrong;
+      r.worker_cpu = bench::median(worker_cpu);
+      r.server_cpu = bench::median(server_cpu);
       results.push_back(r);
     }
     print_table(a, results);

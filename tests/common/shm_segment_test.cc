@@ -148,6 +148,21 @@ TEST_CASE("shm: descriptors and addresses round-trip and a wrong size is a Proto
   CHECK_THROWS_AS(decode_shm_address(long_address), ProtocolError);
 }
 
+TEST_CASE("shm: shm_stream_copy copies every byte, whatever the size and alignment") {
+  std::vector<std::byte> from(3 << 20), to(3 << 20);
+  fill(from, 11);
+  for (const std::size_t size : {std::size_t{0}, std::size_t{1}, std::size_t{100}, std::size_t{256 * 1024 - 1},
+                                 std::size_t{256 * 1024}, std::size_t{(1 << 20) + 13}, std::size_t{(2 << 20) + 63}}) {
+    for (const std::size_t shift : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{16}}) {
+      std::fill(to.begin(), to.end(), std::byte{0});
+      shm_stream_copy(to.data() + shift, from.data() + 3, size);
+      CHECK_MESSAGE(std::memcmp(to.data() + shift, from.data() + 3, size) == 0, "size " << size << " shift " << shift);
+      CHECK(to[shift + size] == std::byte{0});  // nothing written past the end
+      if (shift > 0) CHECK(to[shift - 1] == std::byte{0});  // nor before the start
+    }
+  }
+}
+
 TEST_CASE("shm: bad options are a ConfigError") {
   ShmOptions options = small_options();
   options.slots_per_side = 0;
