@@ -13,6 +13,7 @@
 
 #include "common/errors.h"
 #include "worker/collective/gradient_buckets.h"
+#include "worker/collective/replica_resync.h"
 #include "worker/nn/device_buffer.h"
 #include "worker/nn/device_optimizer.h"
 #include "worker/train/checkpoint.h"
@@ -55,6 +56,10 @@ struct Loop {
   std::vector<int> live;               // workers' ranks still in the job, ascending
   int generation = 0;
   EpochMembers* members = nullptr;  // each epoch's workers (recorded in checkpoints)
+  // The last collective phase this replica completed (replica_resync.h: step
+  // s is 2s + 1, the check after an epoch ending at n steps 2n); a phase at
+  // or before it is not run again (after a re-form took a replica further on).
+  std::int64_t done = -1;
 };
 
 // Whether this worker evaluates and writes the final weights: worker 0, or
@@ -307,17 +312,31 @@ double train_step(Loop& L, std::span<const std::int64_t> batch, std::int64_t ste
   return simulated ? std::numeric_limits<double>::quiet_NaN() : s.loss;
 }
 
-// The weights and optimizer state of the new rank 0 on every replica.
-void resync_replicas(Loop& L) {
-  broadcast_initial(L);
-  std::vector<float> state = L.optimizer.state();
-  if (!state.empty()) {
-    on_collective_memory(L, state, [&](float* data) { L.collective->broadcast(data, state.size(), 0); });
-  }
-  std::vector<float> steps{static_cast<float>(L.optimizer.steps_taken())};  // exact below 2^24
-  on_collective_memory(L, steps, [&](float* data) { L.collective->broadcast(data, 1, 0); });
-  L.optimizer.set_state(state, static_cast<std::int64_t>(steps[0]));
+// After a re-form: every replica takes the most advanced one's weights,
+// optimizer state and progress (worker/collective/replica_resync.h), so the
+// phases it completed are not repeated and the survivors' operations in the
+// new collective stay in step. Returns the leader's worker rank.
+int resync_replicas(Loop& L) {
+  ReplicaState state;
+  state.done = L.done;
+  state.optimizer_steps = L.optimizer.steps_taken();
+  state.params.resize(static_cast<std::size_t>(L.model.num_params()));
+  L.model.get_params(state.params);
+  state.optimizer_state = L.optimizer.state();
+  const ResyncOutcome r = resync_from_leader(*L.collective, state, [&L](std::span<float> host, const std::function<void(float*)>& op) {
+    on_collective_memory(L, host, op);
+  });
+  L.model.set_params(state.params);
+  L.optimizer.set_state(state.optimizer_state, state.optimizer_steps);
   L.model.backend().synchronize();
+  L.done = state.done;
+  const int leader = L.live.at(static_cast<std::size_t>(r.leader));
+  if (r.own_done != state.done) {
+    L.log.warn("worker " + std::to_string(leader) + " had completed more of the job before the failure (phase " +
+               std::to_string(state.done) + ", this worker " + std::to_string(r.own_done) +
+               "): its updates are taken, not repeated");
+  }
+  return leader;
 }
 
 // After the collective failed with `why`: true once it has been re-formed
@@ -349,12 +368,12 @@ bool reform_collective(Loop& L, const std::string& why) {
   ++L.generation;
   L.owned = (*L.reform)(rank, size, L.generation);
   L.collective = L.owned.get();
+  const int leader = resync_replicas(L);
   std::string ranks;
   for (const int r : L.live) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
   L.log.warn("re-formed the collective without the dropped worker(s): " + std::to_string(size) + " workers (" + ranks +
              "), this one rank " + std::to_string(rank) + ", generation " + std::to_string(L.generation) +
-             "; replicas take worker " + std::to_string(L.live.front()) + "'s weights and optimizer state");
-  resync_replicas(L);
+             "; replicas took worker " + std::to_string(leader) + "'s weights and optimizer state (the most advanced)");
   return true;
 }
 
@@ -379,6 +398,7 @@ TrainResult run_allreduce_worker(const RunConfig& config, WorkerSession& session
          NonFiniteGuard(w, session.rank()), {}, nullptr, nullptr, {}, 0};
   L.trace = trace;
   L.reform = reform;
+  if (resume != nullptr) L.done = step_phase(resume->step - 1);  // resumed after step resume->step - 1
   for (int r = 0; r < session.num_workers(); ++r) L.live.push_back(r);
   if (staged(L)) L.staging.resize(static_cast<std::size_t>(model.num_params()));
   if (w.simulated_step_ms > 0.0) L.simulated_grads = simulated_gradients(model.num_params());
@@ -413,9 +433,15 @@ TrainResult run_allreduce_worker(const RunConfig& config, WorkerSession& session
   const std::int64_t step = driver.run(
       log, metrics, L.result.images,
       [&](std::span<const std::int64_t> batch, std::int64_t s, int epoch, double lr) {
-        for (;;) {  // a step the collective failed in is repeated once it is re-formed
+        // A step the collective failed in is repeated once it is re-formed,
+        // unless the replica taken then had completed it (replica_resync.h).
+        double loss = std::numeric_limits<double>::quiet_NaN();
+        for (;;) {
           try {
-            const double loss = train_step(L, batch, s, epoch, lr);
+            if (L.done < step_phase(s)) {
+              loss = train_step(L, batch, s, epoch, lr);
+              L.done = step_phase(s);
+            }
             if (checkpoint_due(config, s + 1)) take_checkpoint(L, s + 1);
             return loss;
           } catch (const TransportError& e) {
@@ -428,7 +454,10 @@ TrainResult run_allreduce_worker(const RunConfig& config, WorkerSession& session
       [&](std::int64_t s, int epoch, bool last) {
         for (;;) {
           try {
-            check_replicas(L, ("after epoch " + std::to_string(epoch)).c_str());
+            if (L.done < epoch_check_phase(s)) {
+              check_replicas(L, ("after epoch " + std::to_string(epoch)).c_str());
+              L.done = epoch_check_phase(s);
+            }
             break;
           } catch (const TransportError& e) {
             if (!reform_collective(L, e.what())) throw;
