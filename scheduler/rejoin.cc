@@ -87,10 +87,6 @@ void Scheduler::on_rejoin(zmq::message_t& from, const Message& msg) {
     throw ProtocolError("rejoin of " + who + ": refused, it runs a different job: '" + req.job_fingerprint + "' vs '" +
                         node->request.job_fingerprint + "'");
   }
-  if (node->request.job_fingerprint.find(" collective=") != std::string::npos) {
-    throw ProtocolError("rejoin of " + who + ": refused, allreduce workers do not rejoin yet (the others went on "
-                        "without it, as under \"continue\")");
-  }
   req.layout.validate();
   if (!same_layout(req.layout, node->request.layout)) {
     throw ProtocolError("rejoin of " + who + ": refused, its model layout differs from the job's");

@@ -24,7 +24,7 @@ int run_worker(const pstrain::NodeArgs& args) {
   const std::string resume_dir = args.rejoin ? std::string() : resume_checkpoint(args, config, [](const std::string& m) {
     std::fprintf(stderr, "pstrain-worker: %s\n", m.c_str());
   });
-  if (config.mode == Mode::kAllreduce) return run_allreduce_node(config, args.rank, resume_dir);
+  if (config.mode == Mode::kAllreduce) return run_allreduce_node(config, args.rank, resume_dir, args.rejoin);
   const int servers = config.cluster.num_servers, workers = config.cluster.num_workers;
   const int rank = args.rank >= 0 ? args.rank : role_rank_from_launcher(1 + servers, workers, "worker");
   Logger log(rank >= 0 ? "worker " + std::to_string(rank) : "worker", parse_log_level(config.output.log_level));

@@ -234,25 +234,11 @@ TEST_CASE("continue: a worker killed mid-run in async is dropped and the job fin
   kill_worker_mid_run("async");
 }
 
-// QUARANTINED (known bug, open in issue 9's note, stop 20): now and then a survivor
-// dies after the re-form with Gloo's "enforce fail at pair.cc:510 op.preamble.length
-// <= op.nbytes. 7852 vs 4" (std::terminate in Gloo's loop thread): the survivors' ops
-// in the re-formed collective are out of step (one in resync_replicas' 4-byte step
-// broadcast, the other already sending a 7852-byte buffer). Seen in 2 of 16 looped
-// runs under load and in CI's host stage; the case still runs and reports, but
-// does not fail the suite until that is fixed.
-TEST_CASE("continue: a worker killed mid-run in allreduce is dropped; the others re-form the collective and finish" * doctest::may_fail()) {
+TEST_CASE("continue: a worker killed mid-run in allreduce is dropped; the others re-form the collective and finish") {
   kill_worker_mid_run("allreduce");
 }
 
-// QUARANTINED (known bug, open in issue 9's note, stop 20): now and then a survivor
-// dies after the re-form with Gloo's "enforce fail at pair.cc:510 op.preamble.length
-// <= op.nbytes. 7852 vs 4" (std::terminate in Gloo's loop thread): the survivors' ops
-// in the re-formed collective are out of step (one in resync_replicas' 4-byte step
-// broadcast, the other already sending a 7852-byte buffer). Seen in 2 of 16 looped
-// runs under load and in CI's host stage; the case still runs and reports, but
-// does not fail the suite until that is fixed.
-TEST_CASE("continue: worker 0 killed mid-run in allreduce: worker 1 leads the others, evaluates and writes the weights" * doctest::may_fail()) {
+TEST_CASE("continue: worker 0 killed mid-run in allreduce: worker 1 leads the others, evaluates and writes the weights") {
   kill_worker_mid_run("allreduce", 0);
 }
 

@@ -222,9 +222,7 @@ class Launch {
     if (outcome.event != Supervisor::Event::kFailure) return false;
     const NodeState n = supervisor_.states().at(outcome.node);  // states() is a copy: keep the node, not a reference
     const std::string policy = failure_policy(plan_.config, n.spec.name);
-    // Allreduce workers do not rejoin yet: "restart" goes on without them, as "continue".
-    const bool can_restart = !(plan_.config.mode == Mode::kAllreduce && n.spec.name.rfind("worker ", 0) == 0);
-    if (policy == "restart" && can_restart) {
+    if (policy == "restart") {
       if (const std::optional<int> take = restarts_.take(n.spec.name)) {
         supervisor_.tolerate(outcome.node);
         say(restart_line(n.spec.name, describe_exit(*n.status), *take, restarts_.max()));
@@ -236,10 +234,7 @@ class Launch {
     if (n.spec.name.rfind("worker ", 0) != 0) return false;
     supervisor_.tolerate(outcome.node);
     say(n.spec.name + " " + describe_exit(*n.status) +
-        (policy == "restart" && !can_restart
-             ? std::string(": the job goes on without it (cluster.on_worker_failure = \"restart\" does not restart "
-                           "allreduce workers yet: as under \"continue\")")
-         : policy == "restart" ? ": restarted " + std::to_string(restarts_.used(n.spec.name)) +
+        (policy == "restart" ? ": restarted " + std::to_string(restarts_.used(n.spec.name)) +
                                    " times already (cluster.max_restarts = " + std::to_string(restarts_.max()) +
                                    "): the job goes on without it, as under \"continue\""
                              : std::string(": the job goes on without it (cluster.on_worker_failure = \"continue\")")));

@@ -13,6 +13,7 @@
 #include "worker/collective/gpu_assignment.h"
 #include "worker/collective/scheduler_store.h"
 #include "worker/train/allreduce_worker.h"
+#include "worker/train/ps_rejoin.h"
 
 namespace pstrain {
 namespace {
@@ -54,9 +55,29 @@ Workload make_local_workload(const RunConfig& config, int rank, Logger& log, std
   return make_workload(local, config.workload.batch_size, log);
 }
 
+// --rejoin: waits for the survivors to take this worker in (AllreduceJoin
+// under allreduce_join_key in the scheduler's store); nullopt when the job
+// ended first (the survivors said so, or the scheduler ended the job).
+std::optional<AllreduceJoin> wait_to_join(WorkerSession& session, Logger& log) {
+  const std::string key = allreduce_join_key(session.rank(), session.scheduler().rejoin_take());
+  log.info("rejoined the job (take " + std::to_string(session.scheduler().rejoin_take()) +
+           "); waiting for the other workers to take this one into the collective at an epoch's end");
+  for (;;) {
+    try {
+      const AllreduceJoin join = parse_join(session.scheduler().store_get(key, 1000));
+      if (join.live.empty()) return std::nullopt;
+      return join;
+    } catch (const TransportError&) {  // not set yet (the store's wait ended)
+    } catch (const TimeoutError&) {
+    }
+    if (session.scheduler().shutdown_received() || session.scheduler().handle_incoming()) return std::nullopt;
+    session.scheduler().check_scheduler_alive();
+  }
+}
+
 }  // namespace
 
-int run_allreduce_node(const RunConfig& config, int requested_rank, const std::string& resume_dir) {
+int run_allreduce_node(const RunConfig& config, int requested_rank, const std::string& resume_dir, bool rejoin) {
   const int workers = config.cluster.num_workers;
   const int rank = requested_rank >= 0 ? requested_rank : role_rank_from_launcher(1, workers, "worker");
   Logger log(rank >= 0 ? "worker " + std::to_string(rank) : "worker", parse_log_level(config.output.log_level));
@@ -76,6 +97,7 @@ int run_allreduce_node(const RunConfig& config, int requested_rank, const std::s
   options.cluster = config.cluster;
   options.partition_bytes = config.ps.partition_bytes;
   options.requested_rank = rank;
+  options.rejoin = rejoin;
   options.job_fingerprint = job_fingerprint(config.mode, config.ps.partition_bytes, 0, workers) +
                             " collective=" + backend_name;
   TrafficCounters traffic;
@@ -89,6 +111,15 @@ int run_allreduce_node(const RunConfig& config, int requested_rank, const std::s
                                               cuda_device_index(backend), true);
   session.run_reporting_failure([&] {
     SchedulerStore store(session.scheduler());
+    std::optional<AllreduceJoin> join;
+    if (rejoin) {
+      join = wait_to_join(session, log);
+      if (!join) {
+        log.info("the job ended before this worker was taken back into the collective");
+        session.finish();
+        return;
+      }
+    }
     CollectiveOptions co;
     co.rank = session.rank();
     co.size = session.num_workers();
@@ -96,9 +127,16 @@ int run_allreduce_node(const RunConfig& config, int requested_rank, const std::s
     co.host = collective_host(config.cluster, session.rank());
     co.cuda_device = backend.is_cuda() ? cuda_index(device) : 0;
     co.trace = &trace;
+    CollectiveOptions first = co;  // a rejoined worker's: the grown collective of the survivors' generation
+    if (join) {
+      first.rank = static_cast<int>(std::find(join->live.begin(), join->live.end(), session.rank()) - join->live.begin());
+      first.size = static_cast<int>(join->live.size());
+      first.key_prefix += "gen-" + std::to_string(join->generation) + "/";
+    }
     std::unique_ptr<Collective> collective =
-        std::make_unique<CountingCollective>(make_collective(backend_name, co, store), traffic);
-    WorkerStart start = start_worker(resume_dir, session.rank(), config, workload.model->num_params(), log);
+        std::make_unique<CountingCollective>(make_collective(backend_name, first, store), traffic);
+    WorkerStart start = rejoin ? start_rejoined_worker(session.rank(), config, log)
+                               : start_worker(resume_dir, session.rank(), config, workload.model->num_params(), log);
     const std::optional<WorkerCheckpoint>& resume = start.resume;
     MetricsWriter& metrics = *start.metrics;
     // cluster.on_worker_failure = "continue": the collective re-formed among the workers left.
@@ -110,10 +148,11 @@ int run_allreduce_node(const RunConfig& config, int requested_rank, const std::s
       return std::unique_ptr<Collective>(
           std::make_unique<CountingCollective>(make_collective(backend_name, again, store), traffic));
     };
-    // "restart": the launcher does not restart allreduce workers yet; the others go on as under "continue".
+    // "restart": the others go on as under "continue" and take the restarted worker back at an epoch's end.
     const bool can_reform = config.cluster.on_worker_failure == "continue" || config.cluster.on_worker_failure == "restart";
     const TrainResult r = run_allreduce_worker(config, session, workload, *collective, metrics, log, &trace,
-                                               resume ? &*resume : nullptr, can_reform ? &reform : nullptr);
+                                               resume ? &*resume : nullptr, can_reform ? &reform : nullptr,
+                                               join ? &*join : nullptr);
     collective.reset();
     char line[200];
     std::snprintf(line, sizeof(line),

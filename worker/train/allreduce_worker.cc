@@ -7,18 +7,22 @@
 #include <cstdio>
 #include <functional>
 #include <limits>
+#include <map>
 #include <memory>
+#include <stdexcept>
 #include <thread>
 #include <vector>
 
 #include "common/errors.h"
 #include "worker/collective/gradient_buckets.h"
+#include "worker/collective/replica_resync.h"
 #include "worker/nn/device_buffer.h"
 #include "worker/nn/device_optimizer.h"
 #include "worker/train/checkpoint.h"
 #include "worker/train/divergence.h"
 #include "worker/train/epoch_driver.h"
 #include "worker/train/epoch_members.h"
+#include "worker/train/ps_rejoin.h"
 #include "worker/train/simulated_compute.h"
 #include "worker/train/straggler.h"
 
@@ -55,6 +59,11 @@ struct Loop {
   std::vector<int> live;               // workers' ranks still in the job, ascending
   int generation = 0;
   EpochMembers* members = nullptr;  // each epoch's workers (recorded in checkpoints)
+  // The last collective phase this replica completed (replica_resync.h: step
+  // s is 2s + 1, the check after an epoch ending at n steps 2n); a phase at
+  // or before it is not run again (after a re-form took a replica further on).
+  std::int64_t done = -1;
+  std::map<int, std::int64_t> rejoined{};  // "restart": workers heard to have rejoined (rank -> take), not yet taken in
 };
 
 // Whether this worker evaluates and writes the final weights: worker 0, or
@@ -107,18 +116,81 @@ std::array<float, 3> weights_fingerprint(std::span<const float> params) {
           static_cast<float>((hash >> 22) & 2047u)};
 }
 
-void check_replicas(Loop& L, const char* when) {
+// Whether rejoined workers are taken back into the collective (cluster.on_worker_failure = "restart").
+bool grows(const Loop& L) { return L.reform != nullptr && L.config.cluster.on_worker_failure == "restart"; }
+
+// The replica check at an epoch's end. Under "restart" the same allreduce
+// carries, per worker rank, the take of a rejoin this replica has heard of
+// (and a 1, to count the replicas that heard it), so every replica returns
+// the same workers to take in (rank -> take), however late each heard.
+std::map<int, std::int64_t> check_replicas(Loop& L, const char* when) {
   std::vector<float> params(static_cast<std::size_t>(L.model.num_params()));
   L.model.get_params(params);
   const std::array<float, 3> mine = weights_fingerprint(params);
-  std::array<float, 3> mean = mine;
-  on_collective_memory(L, mean, [&](float* data) { L.collective->allreduce_mean(data, mean.size()); });
+  const auto workers = static_cast<std::size_t>(L.session.num_workers());
+  std::vector<float> v(mine.begin(), mine.end());
+  if (grows(L)) {
+    v.resize(3 + 2 * workers, 0.0f);
+    for (const auto& r : L.session.scheduler().take_rejoined()) {
+      std::int64_t& take = L.rejoined[r.rank];
+      take = std::max(take, r.take);
+    }
+    for (const auto& [rank, take] : L.rejoined) {
+      if (rank < 0 || static_cast<std::size_t>(rank) >= workers || take >= (1 << 20)) continue;
+      if (std::find(L.live.begin(), L.live.end(), rank) != L.live.end()) continue;
+      v[3 + 2 * static_cast<std::size_t>(rank)] = static_cast<float>(take);
+      v[4 + 2 * static_cast<std::size_t>(rank)] = 1.0f;
+    }
+  }
+  on_collective_memory(L, v, [&](float* data) { L.collective->allreduce_mean(data, v.size()); });
+  const std::array<float, 3> mean{v[0], v[1], v[2]};
   if (mean != mine) {
     throw ComputeError(std::string("replica check ") + when + ": worker " + std::to_string(L.session.rank()) +
                        "'s weights differ from another worker's (fingerprint " + std::to_string(mine[0]) + "/" +
                        std::to_string(mine[1]) + "/" + std::to_string(mine[2]) + ", mean over workers " +
                        std::to_string(mean[0]) + "/" + std::to_string(mean[1]) + "/" + std::to_string(mean[2]) + ")");
   }
+  std::map<int, std::int64_t> joiners;
+  const auto ranks = static_cast<double>(L.collective->size());
+  for (std::size_t r = 0; 3 + 2 * r + 1 < v.size(); ++r) {
+    const std::int64_t heard = std::llround(static_cast<double>(v[4 + 2 * r]) * ranks);
+    if (heard > 0) joiners[static_cast<int>(r)] = std::llround(static_cast<double>(v[3 + 2 * r]) * ranks) / heard;
+  }
+  return joiners;
+}
+
+int resync_replicas(Loop& L);
+
+// "restart": takes the rejoined workers `joiners` (agreed by check_replicas)
+// into the collective after `steps_done` steps (an epoch's end): the next
+// generation with them, published for them by the lowest worker, then the
+// resync in which they take the most advanced replica.
+void grow_collective(Loop& L, const std::map<int, std::int64_t>& joiners, std::int64_t steps_done) {
+  AllreduceJoin join{L.live, L.generation + 1, steps_done};
+  std::string names;
+  for (const auto& [rank, take] : joiners) {
+    join.live.push_back(rank);
+    names += (names.empty() ? "" : ", ") + std::to_string(rank);
+  }
+  std::sort(join.live.begin(), join.live.end());
+  join.live.erase(std::unique(join.live.begin(), join.live.end()), join.live.end());
+  if (leads(L)) {
+    for (const auto& [rank, take] : joiners) L.session.scheduler().store_set(allreduce_join_key(rank, take), format_join(join));
+  }
+  for (const auto& [rank, take] : joiners) L.rejoined.erase(rank);
+  const auto me = std::find(join.live.begin(), join.live.end(), L.session.rank());
+  const int rank = static_cast<int>(me - join.live.begin());
+  const int size = static_cast<int>(join.live.size());
+  L.collective = nullptr;
+  L.owned.reset();
+  L.live = join.live;
+  L.generation = join.generation;
+  L.owned = (*L.reform)(rank, size, L.generation);
+  L.collective = L.owned.get();
+  const int leader = resync_replicas(L);
+  L.log.warn("took rejoined worker(s) " + names + " back into the collective after step " + std::to_string(steps_done) +
+             ": " + std::to_string(size) + " workers, this one rank " + std::to_string(rank) + ", generation " +
+             std::to_string(L.generation) + "; replicas took worker " + std::to_string(leader) + "'s weights");
 }
 
 void broadcast_initial(Loop& L) {
@@ -307,17 +379,31 @@ double train_step(Loop& L, std::span<const std::int64_t> batch, std::int64_t ste
   return simulated ? std::numeric_limits<double>::quiet_NaN() : s.loss;
 }
 
-// The weights and optimizer state of the new rank 0 on every replica.
-void resync_replicas(Loop& L) {
-  broadcast_initial(L);
-  std::vector<float> state = L.optimizer.state();
-  if (!state.empty()) {
-    on_collective_memory(L, state, [&](float* data) { L.collective->broadcast(data, state.size(), 0); });
-  }
-  std::vector<float> steps{static_cast<float>(L.optimizer.steps_taken())};  // exact below 2^24
-  on_collective_memory(L, steps, [&](float* data) { L.collective->broadcast(data, 1, 0); });
-  L.optimizer.set_state(state, static_cast<std::int64_t>(steps[0]));
+// After a re-form: every replica takes the most advanced one's weights,
+// optimizer state and progress (worker/collective/replica_resync.h), so the
+// phases it completed are not repeated and the survivors' operations in the
+// new collective stay in step. Returns the leader's worker rank.
+int resync_replicas(Loop& L) {
+  ReplicaState state;
+  state.done = L.done;
+  state.optimizer_steps = L.optimizer.steps_taken();
+  state.params.resize(static_cast<std::size_t>(L.model.num_params()));
+  L.model.get_params(state.params);
+  state.optimizer_state = L.optimizer.state();
+  const ResyncOutcome r = resync_from_leader(*L.collective, state, [&L](std::span<float> host, const std::function<void(float*)>& op) {
+    on_collective_memory(L, host, op);
+  });
+  L.model.set_params(state.params);
+  L.optimizer.set_state(state.optimizer_state, state.optimizer_steps);
   L.model.backend().synchronize();
+  L.done = state.done;
+  const int leader = L.live.at(static_cast<std::size_t>(r.leader));
+  if (r.own_done != state.done) {
+    L.log.warn("worker " + std::to_string(leader) + " had completed more of the job before the failure (phase " +
+               std::to_string(state.done) + ", this worker " + std::to_string(r.own_done) +
+               "): its updates are taken, not repeated");
+  }
+  return leader;
 }
 
 // After the collective failed with `why`: true once it has been re-formed
@@ -349,24 +435,65 @@ bool reform_collective(Loop& L, const std::string& why) {
   ++L.generation;
   L.owned = (*L.reform)(rank, size, L.generation);
   L.collective = L.owned.get();
+  const int leader = resync_replicas(L);
   std::string ranks;
   for (const int r : L.live) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
   L.log.warn("re-formed the collective without the dropped worker(s): " + std::to_string(size) + " workers (" + ranks +
              "), this one rank " + std::to_string(rank) + ", generation " + std::to_string(L.generation) +
-             "; replicas take worker " + std::to_string(L.live.front()) + "'s weights and optimizer state");
-  resync_replicas(L);
+             "; replicas took worker " + std::to_string(leader) + "'s weights and optimizer state (the most advanced)");
   return true;
 }
 
 }  // namespace
 
+std::string allreduce_join_key(int rank, std::int64_t take) {
+  return "allreduce/join/" + std::to_string(rank) + "/" + std::to_string(take);
+}
+
+// "generation step rank,rank,..." or "end" (the job ended before it could be taken in: live empty).
+std::string format_join(const AllreduceJoin& join) {
+  if (join.live.empty()) return "end";
+  std::string text = std::to_string(join.generation) + " " + std::to_string(join.first_step) + " ";
+  for (std::size_t i = 0; i < join.live.size(); ++i) {
+    if (i > 0) text += ',';
+    text += std::to_string(join.live[i]);
+  }
+  return text;
+}
+
+AllreduceJoin parse_join(const std::string& text) {
+  AllreduceJoin join;
+  if (text == "end") return join;
+  const auto a = text.find(' ');
+  const auto b = a == std::string::npos ? a : text.find(' ', a + 1);
+  try {
+    if (b == std::string::npos) throw std::invalid_argument("fields");
+    join.generation = std::stoi(text.substr(0, a));
+    join.first_step = std::stoll(text.substr(a + 1, b - a - 1));
+    join.live = parse_members(text.substr(b + 1));
+  } catch (const std::exception&) {
+    throw ProtocolError("allreduce join: malformed value '" + text + "' (expected 'generation step ranks' or 'end')");
+  }
+  if (join.generation < 1 || join.first_step < 0) throw ProtocolError("allreduce join: bad value '" + text + "'");
+  return join;
+}
+
 TrainResult run_allreduce_worker(const RunConfig& config, WorkerSession& session, Workload& workload,
                                  Collective& collective, MetricsWriter& metrics, Logger& log, TraceRecorder* trace,
-                                 const WorkerCheckpoint* resume, const ReformCollective* reform) {
+                                 const WorkerCheckpoint* resume, const ReformCollective* reform,
+                                 const AllreduceJoin* join) {
   if (config.mode != Mode::kAllreduce) {
     throw ConfigError("run_allreduce_worker: mode " + std::string(to_string(config.mode)) + " needs the servers");
   }
-  if (collective.size() != session.num_workers() || collective.rank() != session.rank()) {
+  if (join != nullptr) {
+    const auto me = std::find(join->live.begin(), join->live.end(), session.rank());
+    if (me == join->live.end() || collective.size() != static_cast<int>(join->live.size()) ||
+        collective.rank() != static_cast<int>(me - join->live.begin())) {
+      throw ConfigError("run_allreduce_worker: collective rank " + std::to_string(collective.rank()) + " of " +
+                        std::to_string(collective.size()) + " does not match worker " + std::to_string(session.rank()) +
+                        " joining workers " + format_members(join->live));
+    }
+  } else if (collective.size() != session.num_workers() || collective.rank() != session.rank()) {
     throw ConfigError("run_allreduce_worker: collective rank " + std::to_string(collective.rank()) + " of " +
                       std::to_string(collective.size()) + " does not match worker " + std::to_string(session.rank()) +
                       " of " + std::to_string(session.num_workers()));
@@ -379,7 +506,9 @@ TrainResult run_allreduce_worker(const RunConfig& config, WorkerSession& session
          NonFiniteGuard(w, session.rank()), {}, nullptr, nullptr, {}, 0};
   L.trace = trace;
   L.reform = reform;
+  if (resume != nullptr) L.done = step_phase(resume->step - 1);  // resumed after step resume->step - 1
   for (int r = 0; r < session.num_workers(); ++r) L.live.push_back(r);
+  if (join != nullptr) L.live = join->live, L.generation = join->generation;
   if (staged(L)) L.staging.resize(static_cast<std::size_t>(model.num_params()));
   if (w.simulated_step_ms > 0.0) L.simulated_grads = simulated_gradients(model.num_params());
   const data::Dataset& train = workload.data.train;
@@ -388,7 +517,13 @@ TrainResult run_allreduce_worker(const RunConfig& config, WorkerSession& session
 
   {
     TraceSpan span(trace, TraceLevel::kSteps, "initial weights", "worker");
-    if (resume != nullptr) {
+    if (join != nullptr) {  // the survivors' resync at the epoch boundary they took this worker in
+      const int leader = resync_replicas(L);
+      log.info("rejoined the collective: " + std::to_string(collective.size()) + " workers (" +
+               format_members(join->live) + "), generation " + std::to_string(join->generation) + ", from step " +
+               std::to_string(join->first_step) + " with worker " + std::to_string(leader) + "'s weights");
+      write_rejoin_record(metrics, join->first_step);
+    } else if (resume != nullptr) {
       broadcast_resumed(L, *resume);
       const double time_s = L.result.time_s;
       L.result = resume->result;
@@ -413,9 +548,15 @@ TrainResult run_allreduce_worker(const RunConfig& config, WorkerSession& session
   const std::int64_t step = driver.run(
       log, metrics, L.result.images,
       [&](std::span<const std::int64_t> batch, std::int64_t s, int epoch, double lr) {
-        for (;;) {  // a step the collective failed in is repeated once it is re-formed
+        // A step the collective failed in is repeated once it is re-formed,
+        // unless the replica taken then had completed it (replica_resync.h).
+        double loss = std::numeric_limits<double>::quiet_NaN();
+        for (;;) {
           try {
-            const double loss = train_step(L, batch, s, epoch, lr);
+            if (L.done < step_phase(s)) {
+              loss = train_step(L, batch, s, epoch, lr);
+              L.done = step_phase(s);
+            }
             if (checkpoint_due(config, s + 1)) take_checkpoint(L, s + 1);
             return loss;
           } catch (const TransportError& e) {
@@ -428,7 +569,11 @@ TrainResult run_allreduce_worker(const RunConfig& config, WorkerSession& session
       [&](std::int64_t s, int epoch, bool last) {
         for (;;) {
           try {
-            check_replicas(L, ("after epoch " + std::to_string(epoch)).c_str());
+            if (L.done < epoch_check_phase(s)) {
+              const std::map<int, std::int64_t> joiners = check_replicas(L, ("after epoch " + std::to_string(epoch)).c_str());
+              L.done = epoch_check_phase(s);
+              if (!joiners.empty() && !last) grow_collective(L, joiners, s);
+            }
             break;
           } catch (const TransportError& e) {
             if (!reform_collective(L, e.what())) throw;
@@ -436,11 +581,16 @@ TrainResult run_allreduce_worker(const RunConfig& config, WorkerSession& session
             if (!reform_collective(L, e.what())) throw;
           }
         }
-        if (leads(L) && !last) evaluate_and_record(L, s, epoch, L.metrics.elapsed_s());
+        const bool joined_here = join != nullptr && s == join->first_step;  // evaluated by the others
+        if (leads(L) && !last && !joined_here) evaluate_and_record(L, s, epoch, L.metrics.elapsed_s());
       },
-      resume != nullptr ? resume->step : 0, &members);
+      join != nullptr ? join->first_step : resume != nullptr ? resume->step : 0, &members);
   L.result.steps = step;
   L.result.time_s = metrics.elapsed_s();
+  if (leads(L) && grows(L)) {  // rejoined workers the job ended before taking in: they end too
+    for (const auto& r : session.scheduler().take_rejoined()) L.rejoined[r.rank] = std::max(L.rejoined[r.rank], r.take);
+    for (const auto& [rank, take] : L.rejoined) session.scheduler().store_set(allreduce_join_key(rank, take), "end");
+  }
   if (leads(L)) {
     evaluate_and_record(L, step, driver.epoch_after(step), L.result.time_s);
     std::vector<float> params(static_cast<std::size_t>(model.num_params()));

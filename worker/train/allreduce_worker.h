@@ -18,7 +18,10 @@
 #pragma once
 
 #include <functional>
+#include <cstdint>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "common/config.h"
 #include "common/log.h"
@@ -51,10 +54,30 @@ namespace pstrain {
 // repeats the step. Without it, or with no worker dropped within
 // heartbeat_timeout_ms + timeout_ms, the failure ends this worker.
 using ReformCollective = std::function<std::unique_ptr<Collective>(int rank, int size, int generation)>;
+
+// cluster.on_worker_failure = "restart": a new process that took back a
+// dropped worker's rank (--rejoin) is taken into the collective at an epoch
+// boundary. The survivors learn of it from the scheduler (kRejoined); the
+// replica check at an epoch's end carries what each has heard, so all decide
+// alike; they then re-form the collective with it (the next generation) and
+// the lowest one publishes this under allreduce_join_key(rank, take) in the
+// scheduler's store. The new process waits for that key, forms the same
+// collective, takes the most advanced replica's weights, optimizer state and
+// progress (replica_resync.h) and trains from `first_step` (the next epoch's
+// first step; the scheduler's epoch members include it from there).
+struct AllreduceJoin {
+  std::vector<int> live;         // the workers of the grown collective, ascending
+  int generation = 0;            // its rendezvous generation
+  std::int64_t first_step = 0;   // where training goes on
+};
+std::string allreduce_join_key(int rank, std::int64_t take);
+std::string format_join(const AllreduceJoin& join);
+AllreduceJoin parse_join(const std::string& text);  // ProtocolError when malformed
+
 TrainResult run_allreduce_worker(const RunConfig& config, WorkerSession& session, Workload& workload,
                                  Collective& collective, MetricsWriter& metrics, Logger& log,
                                  TraceRecorder* trace = nullptr, const WorkerCheckpoint* resume = nullptr,
-                                 const ReformCollective* reform = nullptr);
+                                 const ReformCollective* reform = nullptr, const AllreduceJoin* join = nullptr);
 
 // A pstrain-worker process in allreduce mode, from start to exit code: the
 // workload on this worker's device (one GPU per worker by local rank), the
@@ -62,6 +85,9 @@ TrainResult run_allreduce_worker(const RunConfig& config, WorkerSession& session
 // through the scheduler, training, the end of the job. `requested_rank` -1:
 // from the launcher's environment, else assigned by the scheduler.
 // `resume_dir`: the checkpoint to start from ("" = a fresh start).
-int run_allreduce_node(const RunConfig& config, int requested_rank, const std::string& resume_dir = "");
+// `rejoin`: --rejoin (cluster.on_worker_failure = "restart"): take back the
+// rank of a dropped worker and join the survivors' collective (AllreduceJoin).
+int run_allreduce_node(const RunConfig& config, int requested_rank, const std::string& resume_dir = "",
+                       bool rejoin = false);
 
 }  // namespace pstrain
