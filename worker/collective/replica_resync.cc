@@ -8,15 +8,18 @@
 namespace pstrain {
 namespace {
 
-// Each rank's slot in the exchange: four non-negative integers, each as two
-// floats of at most 24 bits (exact in float, and exact again after the mean
-// is multiplied back by the number of ranks and rounded).
+// Each rank's slot in the exchange: four non-negative integers below 2^40,
+// each as two floats of at most 20 bits. A 20-bit value is exact in float;
+// the sum of one value and zeros is exact, and the mean's division and the
+// multiplication back round by a relative 2^-24 each: at most
+// 2^20 x 2^-23 = 1/8 off, so llround recovers the value exactly (24-bit
+// halves would not be safe: that bound would be 2).
 constexpr std::size_t kFields = 4;
 constexpr std::int64_t kLowBits = 20;
 constexpr std::int64_t kLowMask = (std::int64_t{1} << kLowBits) - 1;
 
 void put(std::vector<float>& slots, std::size_t at, std::int64_t value) {
-  if (value < 0 || value >= (std::int64_t{1} << 44)) {
+  if (value < 0 || value >= (std::int64_t{1} << (2 * kLowBits))) {
     throw ComputeError("replica resync: value " + std::to_string(value) + " out of range for the progress exchange");
   }
   slots[2 * at] = static_cast<float>(value >> kLowBits);
