@@ -123,9 +123,11 @@ void check_takeover(const it::fs::path& run, const std::string& mode, int victim
   // Sync and allreduce wait for the victim: killed before it could push the
   // last step of epoch 0 (step 10), the drop came within epoch 0 and epoch 1
   // is the survivors'; killed later, the first ask of epoch 1 may precede the
-  // drop, and then epoch 2 is theirs.
-  if (mode != "async" && victim_steps <= 9) CHECK(takeover == 1);
-  if (mode != "async" && victim_steps > 9) CHECK((takeover == 1 || takeover == 2));
+  // drop, and then epoch 2 is theirs. The victim's record of a step is written
+  // after its push, so a kill between the two leaves one step pushed but not
+  // recorded: 9 records may still mean step 10 was pushed (seen under load).
+  if (mode != "async" && victim_steps <= 8) CHECK(takeover == 1);
+  if (mode != "async" && victim_steps > 8) CHECK((takeover == 1 || takeover == 2));
   // Async waits for nobody: the survivors may have begun every epoch before the drop.
   if (mode == "async" && takeover < 0) MESSAGE("async: the survivors began every epoch before the drop");
   if (mode != "async") REQUIRE(takeover >= 1);
