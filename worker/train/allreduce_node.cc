@@ -58,13 +58,16 @@ Workload make_local_workload(const RunConfig& config, int rank, Logger& log, std
 // --rejoin: waits for the survivors to take this worker in (AllreduceJoin
 // under allreduce_join_key in the scheduler's store); nullopt when the job
 // ended first (the survivors said so, or the scheduler ended the job).
-std::optional<AllreduceJoin> wait_to_join(WorkerSession& session, Logger& log) {
+std::optional<AllreduceJoin> wait_to_join(WorkerSession& session, const ClusterConfig& cluster, Logger& log) {
   const std::string key = allreduce_join_key(session.rank(), session.scheduler().rejoin_take());
   log.info("rejoined the job (take " + std::to_string(session.scheduler().rejoin_take()) +
            "); waiting for the other workers to take this one into the collective at an epoch's end");
+  // Each get is answered as soon as the key is set; one that expires costs a line in the
+  // scheduler's log, so they are long (the job's end sets the key too: "end").
+  const int poll_ms = std::min(cluster.timeout_ms, 10000);
   for (;;) {
     try {
-      const AllreduceJoin join = parse_join(session.scheduler().store_get(key, 1000));
+      const AllreduceJoin join = parse_join(session.scheduler().store_get(key, poll_ms));
       if (join.live.empty()) return std::nullopt;
       return join;
     } catch (const TransportError&) {  // not set yet (the store's wait ended)
@@ -113,7 +116,7 @@ int run_allreduce_node(const RunConfig& config, int requested_rank, const std::s
     SchedulerStore store(session.scheduler());
     std::optional<AllreduceJoin> join;
     if (rejoin) {
-      join = wait_to_join(session, log);
+      join = wait_to_join(session, config.cluster, log);
       if (!join) {
         log.info("the job ended before this worker was taken back into the collective");
         session.finish();
