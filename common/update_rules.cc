@@ -76,9 +76,18 @@ struct DivMean {
   float operator()(float x) const { return x / n; }
 };
 
-// 1 for NaN and +-Inf (exponent bits all ones), else 0: branch-free.
-inline std::int64_t non_finite(float x) {
-  return ((std::bit_cast<std::uint32_t>(x) >> 23) & 0xffu) == 0xffu ? 1 : 0;
+// 1 for NaN and +-Inf (exponent bits all ones), else 0: branch-free, in
+// 32-bit lanes like the floats, so the fused loops vectorize; the loops only
+// OR it, and count_bad() counts (one more pass) when something was found.
+inline std::uint32_t non_finite(float x) {
+  return ((std::bit_cast<std::uint32_t>(x) >> 23) & 0xffu) == 0xffu ? 1u : 0u;
+}
+
+template <class Source>
+std::int64_t count_bad(Source source, std::size_t num_elems) {
+  std::int64_t bad = 0;
+  for (std::size_t i = 0; i < num_elems; ++i) bad += non_finite(source(i));
+  return bad;
 }
 
 void check_source(const GradSource& g, std::size_t num_elems, const char* what) {
@@ -108,11 +117,11 @@ std::int64_t sgd_update_into(const float* w, float* w_out, GradSource g, const f
     throw ComputeError("sgd_update_into: momentum " + std::to_string(c.momentum) + " needs velocity buffers, got null");
   }
   return dispatch(g, [&](auto source, auto mean) -> std::int64_t {
-    std::int64_t bad = 0;
+    std::uint32_t bad = 0;
     if (velocity == nullptr || velocity_out == nullptr || c.momentum == 0.0f) {
       for (std::size_t i = 0; i < num_elems; ++i) {
         const float raw = source(i);
-        bad += non_finite(raw);
+        bad |= non_finite(raw);
         w_out[i] = sgd_plain(w[i], mean(raw), c);
       }
     } else if (c.nesterov) {
@@ -120,7 +129,7 @@ std::int64_t sgd_update_into(const float* w, float* w_out, GradSource g, const f
       k.nesterov = true;  // loop-invariant: one loop per variant
       for (std::size_t i = 0; i < num_elems; ++i) {
         const float raw = source(i);
-        bad += non_finite(raw);
+        bad |= non_finite(raw);
         float vel = velocity[i];
         w_out[i] = sgd_momentum(w[i], mean(raw), vel, k);
         velocity_out[i] = vel;
@@ -130,13 +139,13 @@ std::int64_t sgd_update_into(const float* w, float* w_out, GradSource g, const f
       k.nesterov = false;
       for (std::size_t i = 0; i < num_elems; ++i) {
         const float raw = source(i);
-        bad += non_finite(raw);
+        bad |= non_finite(raw);
         float vel = velocity[i];
         w_out[i] = sgd_momentum(w[i], mean(raw), vel, k);
         velocity_out[i] = vel;
       }
     }
-    return bad;
+    return bad == 0 ? std::int64_t{0} : count_bad(source, num_elems);
   });
 }
 
@@ -144,17 +153,17 @@ std::int64_t adam_update_into(const float* w, float* w_out, GradSource g, const 
                               const float* v, float* v_out, std::size_t num_elems, const AdamCoefficients& c) {
   check_source(g, num_elems, "adam_update_into");
   return dispatch(g, [&](auto source, auto mean) -> std::int64_t {
-    std::int64_t bad = 0;
+    std::uint32_t bad = 0;
     for (std::size_t i = 0; i < num_elems; ++i) {
       const float raw = source(i);
-      bad += non_finite(raw);
+      bad |= non_finite(raw);
       float mi = m[i];
       float vi = v[i];
       w_out[i] = adam(w[i], mean(raw), mi, vi, c);
       m_out[i] = mi;
       v_out[i] = vi;
     }
-    return bad;
+    return bad == 0 ? std::int64_t{0} : count_bad(source, num_elems);
   });
 }
 
@@ -162,13 +171,13 @@ std::int64_t copy_checked(GradSource g, float* out, std::size_t num_elems) {
   check_source(g, num_elems, "copy_checked");
   g.mean_of = 1;
   return dispatch(g, [&](auto source, auto) -> std::int64_t {
-    std::int64_t bad = 0;
+    std::uint32_t bad = 0;
     for (std::size_t i = 0; i < num_elems; ++i) {
       const float x = source(i);
-      bad += non_finite(x);
+      bad |= non_finite(x);
       out[i] = x;
     }
-    return bad;
+    return bad == 0 ? std::int64_t{0} : count_bad(source, num_elems);
   });
 }
 
@@ -176,13 +185,13 @@ std::int64_t add_checked(const float* sum, GradSource g, float* out, std::size_t
   check_source(g, num_elems, "add_checked");
   g.mean_of = 1;
   return dispatch(g, [&](auto source, auto) -> std::int64_t {
-    std::int64_t bad = 0;
+    std::uint32_t bad = 0;
     for (std::size_t i = 0; i < num_elems; ++i) {
       const float x = source(i);
-      bad += non_finite(x);
+      bad |= non_finite(x);
       out[i] = sum[i] + x;
     }
-    return bad;
+    return bad == 0 ? std::int64_t{0} : count_bad(source, num_elems);
   });
 }
 

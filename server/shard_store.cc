@@ -245,19 +245,29 @@ bool ShardStore::catch_up(int worker, std::int64_t key, std::int64_t step, bool 
 }
 
 std::int64_t ShardStore::stage(ChunkState& c, update::GradSource grad, std::size_t num_elems, double lr) {
-  // The new weights go to the spare buffer: the current ones stay as they
-  // are for pull replies still sending them (zero-copy, no copy on write).
-  // A spare still held by an older reply is left to it.
-  if (!c.spare || c.spare.use_count() > 1) {
-    c.spare = std::make_shared<std::vector<float>>(static_cast<std::size_t>(c.num_elems));
+  // The new weights go to a spare buffer: the current ones stay as they are
+  // for pull replies still sending them (zero-copy, no copy on write). A
+  // spare still held by an older reply is left to it.
+  constexpr std::size_t kMaxSpares = 3;
+  std::size_t at = 0;
+  while (at < c.spares.size() && c.spares[at].use_count() > 1) ++at;
+  if (at == c.spares.size()) {
+    auto fresh = std::make_shared<std::vector<float>>(static_cast<std::size_t>(c.num_elems));
+    if (c.spares.size() < kMaxSpares) {
+      c.spares.push_back(std::move(fresh));
+    } else {
+      at = 0;
+      c.spares[at] = std::move(fresh);  // the replies holding the old one free it
+    }
   }
-  return c.optimizer->stage(*c.weights, *c.spare, grad, num_elems, lr);
+  c.staged = at;
+  return c.optimizer->stage(*c.weights, *c.spares[at], grad, num_elems, lr);
 }
 
 void ShardStore::commit(ChunkState& c, const Update& update) {
   if (options_.consistency.mode == Mode::kSync) c.catching_up = false;  // its first update after a rejoin
   c.optimizer->commit();
-  std::swap(c.weights, c.spare);
+  std::swap(c.weights, c.spares[c.staged]);
   ++c.version;
   ++stats_.updates_applied;
   if (update.contributors + update.skips < num_workers_ && options_.consistency.mode == Mode::kSync) {

@@ -170,7 +170,12 @@ class ShardStore {
     bool initialized = false;
     std::int64_t version = 0;
     std::shared_ptr<std::vector<float>> weights;
-    std::shared_ptr<std::vector<float>> spare;  // the next weights are written here, then swapped in
+    // Earlier weights, reused for the next update (written there, then
+    // swapped in) once no pull reply holds them. ZeroMQ lets go of a
+    // zero-copy reply only when its connection sends the next message, so
+    // the last one is often still held: a few are kept.
+    std::vector<std::shared_ptr<std::vector<float>>> spares;
+    std::size_t staged = 0;  // the spare stage() wrote
     std::unique_ptr<Optimizer> optimizer;
     std::vector<std::int64_t> pulled_version;  // per worker: version last pulled
     bool catching_up = false;                  // begin_catch_up(): see above
