@@ -42,6 +42,20 @@ void check_step_args(std::int64_t num_elems, std::span<float> w, std::span<const
   }
 }
 
+void check_stage_args(std::int64_t num_elems, std::span<const float> w, std::span<float> w_out,
+                      std::size_t g_elems, double lr) {
+  const auto n = static_cast<std::size_t>(num_elems);
+  if (w.size() != n || w_out.size() != n || g_elems != n) {
+    throw ComputeError("optimizer stage: expected " + std::to_string(num_elems) + " elements, got w of " +
+                       std::to_string(w.size()) + ", w_out of " + std::to_string(w_out.size()) + " and g of " +
+                       std::to_string(g_elems));
+  }
+  if (n > 0 && w.data() == w_out.data()) throw ComputeError("optimizer stage: w_out must be another buffer than w");
+  if (!(lr >= 0.0) || !std::isfinite(lr)) {
+    throw ConfigError("optimizer stage: lr: expected a finite number >= 0, got " + num(lr));
+  }
+}
+
 void check_state_size(const char* name, std::size_t given, std::size_t expected) {
   if (given != expected) {
     throw ConfigError(std::string("optimizer ") + name + ": saved state has " + std::to_string(given) +
@@ -65,6 +79,23 @@ class Sgd final : public Optimizer {
     ++steps_taken_;
   }
 
+  std::int64_t stage(std::span<const float> w, std::span<float> w_out, update::GradSource g, std::size_t g_elems,
+                     double lr) override {
+    check_stage_args(num_elems_, w, w_out, g_elems, lr);
+    const update::SgdCoefficients c =
+        update::sgd_coefficients(lr, config_.momentum, config_.weight_decay, config_.nesterov);
+    staged_velocity_.resize(velocity_.size());
+    staged_ = true;
+    return update::sgd_update_into(w.data(), w_out.data(), g, velocity_.empty() ? nullptr : velocity_.data(),
+                                   staged_velocity_.empty() ? nullptr : staged_velocity_.data(), w.size(), c);
+  }
+  void commit() override {
+    if (!staged_) throw ComputeError("optimizer commit: nothing staged");
+    velocity_.swap(staged_velocity_);
+    staged_ = false;
+    ++steps_taken_;
+  }
+
   std::int64_t num_elems() const override { return num_elems_; }
   std::int64_t steps_taken() const override { return steps_taken_; }
   std::vector<float> state() const override { return velocity_; }
@@ -72,6 +103,7 @@ class Sgd final : public Optimizer {
     check_state_size("sgd", state.size(), velocity_.size());
     velocity_.assign(state.begin(), state.end());
     steps_taken_ = steps_taken;
+    staged_ = false;
   }
 
  private:
@@ -79,6 +111,8 @@ class Sgd final : public Optimizer {
   std::int64_t num_elems_;
   std::int64_t steps_taken_ = 0;
   std::vector<float> velocity_;  // empty when momentum is 0
+  std::vector<float> staged_velocity_;  // stage(): the next velocity, until commit()
+  bool staged_ = false;
 };
 
 class Adam final : public Optimizer {
@@ -97,6 +131,25 @@ class Adam final : public Optimizer {
     ++steps_taken_;
   }
 
+  std::int64_t stage(std::span<const float> w, std::span<float> w_out, update::GradSource g, std::size_t g_elems,
+                     double lr) override {
+    check_stage_args(num_elems_, w, w_out, g_elems, lr);
+    const update::AdamCoefficients c = update::adam_coefficients(lr, config_.beta1, config_.beta2, config_.epsilon,
+                                                                 config_.weight_decay, steps_taken_ + 1);
+    staged_m_.resize(m_.size());
+    staged_v_.resize(v_.size());
+    staged_ = true;
+    return update::adam_update_into(w.data(), w_out.data(), g, m_.data(), staged_m_.data(), v_.data(),
+                                    staged_v_.data(), w.size(), c);
+  }
+  void commit() override {
+    if (!staged_) throw ComputeError("optimizer commit: nothing staged");
+    m_.swap(staged_m_);
+    v_.swap(staged_v_);
+    staged_ = false;
+    ++steps_taken_;
+  }
+
   std::int64_t num_elems() const override { return num_elems_; }
   std::int64_t steps_taken() const override { return steps_taken_; }
   std::vector<float> state() const override {
@@ -109,6 +162,7 @@ class Adam final : public Optimizer {
     std::copy(state.begin(), state.begin() + static_cast<std::ptrdiff_t>(m_.size()), m_.begin());
     std::copy(state.begin() + static_cast<std::ptrdiff_t>(m_.size()), state.end(), v_.begin());
     steps_taken_ = steps_taken;
+    staged_ = false;
   }
 
  private:
@@ -117,6 +171,8 @@ class Adam final : public Optimizer {
   std::int64_t steps_taken_ = 0;
   std::vector<float> m_;  // first moment
   std::vector<float> v_;  // second moment
+  std::vector<float> staged_m_, staged_v_;  // stage(): the next moments, until commit()
+  bool staged_ = false;
 };
 
 void validate(const OptimizerConfig& c, std::int64_t num_elems) {

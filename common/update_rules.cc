@@ -1,5 +1,6 @@
 #include "common/update_rules.h"
 
+#include <bit>
 #include <cmath>
 #include <string>
 
@@ -49,6 +50,160 @@ void sgd_update(float* w, const float* g, float* velocity, std::size_t num_elems
 
 void adam_update(float* w, const float* g, float* m, float* v, std::size_t num_elems, const AdamCoefficients& c) {
   for (std::size_t i = 0; i < num_elems; ++i) w[i] = adam(w[i], g[i], m[i], v[i], c);
+}
+
+namespace {
+
+// The gradient's sources and the sync mean, as types, so that each
+// combination is its own loop (each vectorizes; no branch per element).
+struct F32 {
+  const float* p;
+  float operator()(std::size_t i) const { return p[i]; }
+};
+struct Bf16 {
+  const std::uint16_t* p;
+  float operator()(std::size_t i) const { return std::bit_cast<float>(static_cast<std::uint32_t>(p[i]) << 16); }
+};
+struct NoMean {
+  float operator()(float x) const { return x; }
+};
+struct MulMean {  // n a power of two: x * (1/n) is exact
+  float inv;
+  float operator()(float x) const { return x * inv; }
+};
+struct DivMean {
+  float n;
+  float operator()(float x) const { return x / n; }
+};
+
+// 1 for NaN and +-Inf (exponent bits all ones), else 0: branch-free, in
+// 32-bit lanes like the floats, so the fused loops vectorize; the loops only
+// OR it, and count_bad() counts (one more pass) when something was found.
+inline std::uint32_t non_finite(float x) {
+  return ((std::bit_cast<std::uint32_t>(x) >> 23) & 0xffu) == 0xffu ? 1u : 0u;
+}
+
+template <class Source>
+std::int64_t count_bad(Source source, std::size_t num_elems) {
+  std::int64_t bad = 0;
+  for (std::size_t i = 0; i < num_elems; ++i) bad += non_finite(source(i));
+  return bad;
+}
+
+void check_source(const GradSource& g, std::size_t num_elems, const char* what) {
+  if (num_elems > 0 && (g.f32 == nullptr) == (g.bf16 == nullptr)) {
+    throw ComputeError(std::string(what) + ": the gradient needs exactly one of float32 and bfloat16 values");
+  }
+}
+
+// Calls body(source, mean) with the types that fit g.
+template <class Body>
+std::int64_t dispatch(const GradSource& g, Body&& body) {
+  auto with_mean = [&](auto source) -> std::int64_t {
+    if (g.mean_of <= 1) return body(source, NoMean{});
+    if ((g.mean_of & (g.mean_of - 1)) == 0) return body(source, MulMean{1.0f / static_cast<float>(g.mean_of)});
+    return body(source, DivMean{static_cast<float>(g.mean_of)});
+  };
+  if (g.bf16 != nullptr) return with_mean(Bf16{g.bf16});
+  return with_mean(F32{g.f32});
+}
+
+}  // namespace
+
+std::int64_t sgd_update_into(const float* w, float* w_out, GradSource g, const float* velocity, float* velocity_out,
+                             std::size_t num_elems, const SgdCoefficients& c) {
+  check_source(g, num_elems, "sgd_update_into");
+  if ((velocity == nullptr || velocity_out == nullptr) && c.momentum != 0.0f && num_elems > 0) {
+    throw ComputeError("sgd_update_into: momentum " + std::to_string(c.momentum) + " needs velocity buffers, got null");
+  }
+  return dispatch(g, [&](auto source, auto mean) -> std::int64_t {
+    std::uint32_t bad = 0;
+    if (velocity == nullptr || velocity_out == nullptr || c.momentum == 0.0f) {
+      for (std::size_t i = 0; i < num_elems; ++i) {
+        const float raw = source(i);
+        bad |= non_finite(raw);
+        w_out[i] = sgd_plain(w[i], mean(raw), c);
+      }
+    } else if (c.nesterov) {
+      SgdCoefficients k = c;
+      k.nesterov = true;  // loop-invariant: one loop per variant
+      for (std::size_t i = 0; i < num_elems; ++i) {
+        const float raw = source(i);
+        bad |= non_finite(raw);
+        float vel = velocity[i];
+        w_out[i] = sgd_momentum(w[i], mean(raw), vel, k);
+        velocity_out[i] = vel;
+      }
+    } else {
+      SgdCoefficients k = c;
+      k.nesterov = false;
+      for (std::size_t i = 0; i < num_elems; ++i) {
+        const float raw = source(i);
+        bad |= non_finite(raw);
+        float vel = velocity[i];
+        w_out[i] = sgd_momentum(w[i], mean(raw), vel, k);
+        velocity_out[i] = vel;
+      }
+    }
+    return bad == 0 ? std::int64_t{0} : count_bad(source, num_elems);
+  });
+}
+
+std::int64_t adam_update_into(const float* w, float* w_out, GradSource g, const float* m, float* m_out,
+                              const float* v, float* v_out, std::size_t num_elems, const AdamCoefficients& c) {
+  check_source(g, num_elems, "adam_update_into");
+  return dispatch(g, [&](auto source, auto mean) -> std::int64_t {
+    std::uint32_t bad = 0;
+    for (std::size_t i = 0; i < num_elems; ++i) {
+      const float raw = source(i);
+      bad |= non_finite(raw);
+      float mi = m[i];
+      float vi = v[i];
+      w_out[i] = adam(w[i], mean(raw), mi, vi, c);
+      m_out[i] = mi;
+      v_out[i] = vi;
+    }
+    return bad == 0 ? std::int64_t{0} : count_bad(source, num_elems);
+  });
+}
+
+std::int64_t copy_checked(GradSource g, float* out, std::size_t num_elems) {
+  check_source(g, num_elems, "copy_checked");
+  g.mean_of = 1;
+  return dispatch(g, [&](auto source, auto) -> std::int64_t {
+    std::uint32_t bad = 0;
+    for (std::size_t i = 0; i < num_elems; ++i) {
+      const float x = source(i);
+      bad |= non_finite(x);
+      out[i] = x;
+    }
+    return bad == 0 ? std::int64_t{0} : count_bad(source, num_elems);
+  });
+}
+
+std::int64_t add_checked(const float* sum, GradSource g, float* out, std::size_t num_elems) {
+  check_source(g, num_elems, "add_checked");
+  g.mean_of = 1;
+  return dispatch(g, [&](auto source, auto) -> std::int64_t {
+    std::uint32_t bad = 0;
+    for (std::size_t i = 0; i < num_elems; ++i) {
+      const float x = source(i);
+      bad |= non_finite(x);
+      out[i] = sum[i] + x;
+    }
+    return bad == 0 ? std::int64_t{0} : count_bad(source, num_elems);
+  });
+}
+
+std::int64_t first_non_finite(GradSource g, std::size_t num_elems) {
+  check_source(g, num_elems, "first_non_finite");
+  g.mean_of = 1;
+  return dispatch(g, [&](auto source, auto) -> std::int64_t {
+    for (std::size_t i = 0; i < num_elems; ++i) {
+      if (non_finite(source(i)) != 0) return static_cast<std::int64_t>(i);
+    }
+    return -1;
+  });
 }
 
 }  // namespace pstrain::update

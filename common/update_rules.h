@@ -95,4 +95,34 @@ PSTRAIN_HOST_DEVICE inline float adam(float w, float g, float& m, float& v, cons
 void sgd_update(float* w, const float* g, float* velocity, std::size_t num_elems, const SgdCoefficients& c);
 void adam_update(float* w, const float* g, float* m, float* v, std::size_t num_elems, const AdamCoefficients& c);
 
+// ---- one checked pass on the host (the servers' apply path) ----
+// A gradient as it arrives: float32 (f32), or bfloat16 (bf16, widened exactly
+// as it is read); with mean_of = n > 1 each value is the sync mean of a sum of
+// n contributions, computed as the policy always has: times 1/n when n is a
+// power of two (exact), else divided by n. Exactly one of f32, bf16 is set.
+struct GradSource {
+  const float* f32 = nullptr;
+  const std::uint16_t* bf16 = nullptr;
+  int mean_of = 1;
+};
+
+// The same updates as above, out of place and fused with the finite check:
+// reads w, the gradient and the state, writes w_out and the new state to
+// *_out (none may alias an input), and returns how many gradient values
+// (before the mean) were NaN or +-Inf, all in one pass. The caller keeps the
+// inputs when the count is not 0, so a rejected gradient changes nothing.
+// velocity/velocity_out may be null only when c.momentum == 0.
+std::int64_t sgd_update_into(const float* w, float* w_out, GradSource g, const float* velocity, float* velocity_out,
+                             std::size_t num_elems, const SgdCoefficients& c);
+std::int64_t adam_update_into(const float* w, float* w_out, GradSource g, const float* m, float* m_out,
+                              const float* v, float* v_out, std::size_t num_elems, const AdamCoefficients& c);
+// Gradient intake of the sync sum, each one pass that also counts the
+// non-finite values of g: out = g (a copy, widened from bfloat16), and out =
+// sum + g (out must not alias sum). mean_of is ignored.
+std::int64_t copy_checked(GradSource g, float* out, std::size_t num_elems);
+std::int64_t add_checked(const float* sum, GradSource g, float* out, std::size_t num_elems);
+// Index of the first NaN or +-Inf of g (mean_of ignored), or -1: for the
+// message once a count above said there is one.
+std::int64_t first_non_finite(GradSource g, std::size_t num_elems);
+
 }  // namespace pstrain::update

@@ -14,6 +14,13 @@ std::string describe_push(std::int64_t key, int worker, std::int64_t step) {
          std::to_string(step);
 }
 
+void reject_non_finite(const PushRequest& push, std::int64_t bad) {
+  const std::int64_t first = update::first_non_finite(push.grad, push.num_elems);
+  throw RequestError(Status::kRejected, describe_push(push.key, push.worker, push.step) + ": gradient has " +
+                                            std::to_string(bad) + " non-finite values (first at element " +
+                                            std::to_string(first) + "); not applied");
+}
+
 ConsistencyPolicy::ConsistencyPolicy(std::size_t num_chunks, int num_workers)
     : num_workers_(num_workers),
       last_step_(num_chunks, std::vector<std::int64_t>(static_cast<std::size_t>(num_workers), -1)),
@@ -108,25 +115,34 @@ class SyncPolicy final : public ConsistencyPolicy {
                                                 " (pull before pushing)");
     }
     check_step(chunk, push);
-    record_step(chunk, push);
     Step& s = steps_[chunk];
     const auto w = static_cast<std::size_t>(push.worker);
-    s.arrived[w] = true;
-    ++s.num_arrived;
-    if (s.num_arrived == 1 && num_live() == 1) {  // the mean is this gradient: apply it from the message
+    if (s.num_arrived == 0 && num_live() == 1) {  // the mean is this gradient: apply it from the message
+      record_step(chunk, push);
       s.reset();
-      return push.skip ? Update{{}, 0.0, 0, 1} : Update{push.grad, push.lr, 1, 0};
+      return push.skip ? Update{{}, 0, 0.0, 0, 1} : Update{push.grad, push.num_elems, push.lr, 1, 0};
     }
-    if (push.skip) {
-      s.skipped[w] = true;  // its rank is passed over when its turn comes
-    } else if (push.worker == s.next) {
-      add(s, push.grad, push.lr);
-    } else {  // an early arrival waits for the ranks before it
-      s.early[w].assign(push.grad.begin(), push.grad.end());
+    // The gradient goes in first, checked in the same pass: a NaN or Inf
+    // throws before anything is recorded or summed.
+    if (!push.skip && push.worker == s.next) {
+      add_checked(s, push);
+    } else if (!push.skip) {  // an early arrival waits for the ranks before it
+      s.early[w].resize(s.num_elems);
+      if (const std::int64_t bad = update::copy_checked(push.grad, s.early[w].data(), s.num_elems); bad != 0) {
+        reject_non_finite(push, bad);
+      }
       s.early_lr[w] = push.lr;
       s.has_early[w] = true;
     }
+    record_step(chunk, push);
+    s.arrived[w] = true;
+    ++s.num_arrived;
+    if (push.skip) s.skipped[w] = true;  // its rank is passed over when its turn comes
     return advance(s);
+  }
+
+  bool applies_on_arrival(std::size_t chunk) const override {
+    return steps_[chunk].num_arrived == 0 && num_live() == 1;
   }
 
   bool pull_ready(std::size_t, std::int64_t version, int, std::int64_t step) const override {
@@ -170,6 +186,7 @@ class SyncPolicy final : public ConsistencyPolicy {
     int next = 0;                          // the next rank to add to the sum
     int num_added = 0;
     std::vector<float> sum;
+    std::vector<float> next_sum;           // add_checked() writes sum + g here, then swaps
     double lr = 0.0;                       // the lowest contributing rank's
     std::vector<std::vector<float>> early;  // per worker: a gradient waiting for lower ranks
     std::vector<double> early_lr;
@@ -187,7 +204,30 @@ class SyncPolicy final : public ConsistencyPolicy {
     }
   };
 
-  // Adds the contribution of rank s.next (copying the first).
+  // Adds the pushed contribution of rank s.next (copying the first) in one
+  // pass that also checks it: with a NaN or Inf the push is rejected and the
+  // sum is as before (the new sum goes to a second buffer, swapped in after).
+  void add_checked(Step& s, const PushRequest& push) {
+    if (s.num_added == 0) {
+      s.sum.resize(s.num_elems);
+      if (const std::int64_t bad = update::copy_checked(push.grad, s.sum.data(), s.num_elems); bad != 0) {
+        reject_non_finite(push, bad);  // num_added stays 0: the buffer is unused
+      }
+      s.lr = push.lr;
+    } else {
+      s.next_sum.resize(s.num_elems);
+      if (const std::int64_t bad = update::add_checked(s.sum.data(), push.grad, s.next_sum.data(), s.num_elems);
+          bad != 0) {
+        reject_non_finite(push, bad);
+      }
+      s.sum.swap(s.next_sum);
+    }
+    ++s.num_added;
+    ++s.next;
+  }
+
+  // Adds the contribution of rank s.next (copying the first): an early
+  // arrival, checked when it came.
   void add(Step& s, std::span<const float> grad, double lr) {
     if (s.num_added == 0) {
       s.sum.assign(grad.begin(), grad.end());
@@ -223,20 +263,9 @@ class SyncPolicy final : public ConsistencyPolicy {
     const int contributors = s.num_added;
     const auto skips = static_cast<int>(std::count(s.skipped.begin(), s.skipped.end(), true));
     s.reset();
-    if (contributors == 0) return Update{{}, 0.0, 0, skips};  // every arrival was a skip: an empty update
-    divide(s.sum, contributors);
-    return Update{std::span<const float>(s.sum), s.lr, contributors, skips};
-  }
-
-  static void divide(std::vector<float>& sum, int n) {
-    if (n == 1) return;
-    if ((n & (n - 1)) == 0) {  // a power of two: * 1/n is exact
-      const float inv = 1.0f / static_cast<float>(n);
-      for (float& x : sum) x *= inv;
-    } else {
-      const auto d = static_cast<float>(n);
-      for (float& x : sum) x /= d;
-    }
+    if (contributors == 0) return Update{{}, 0, 0.0, 0, skips};  // every arrival was a skip: an empty update
+    // The mean (times 1/n for a power of two, else / n) is taken in the update's pass.
+    return Update{update::GradSource{s.sum.data(), nullptr, contributors}, s.num_elems, s.lr, contributors, skips};
   }
 
   std::vector<Step> steps_;
@@ -252,8 +281,10 @@ class AsyncPolicy : public ConsistencyPolicy {
     check_step(chunk, push);
     record_step(chunk, push);  // a skip advances the worker's clock (ssp) and applies nothing
     if (push.skip) return std::nullopt;
-    return Update{push.grad, push.lr, 1, 0};
+    return Update{push.grad, push.num_elems, push.lr, 1, 0};
   }
+
+  bool applies_on_arrival(std::size_t) const override { return true; }
 
   bool pull_ready(std::size_t, std::int64_t, int, std::int64_t) const override { return true; }
 

@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "common/config.h"
+#include "common/update_rules.h"
 
 namespace pstrain {
 
@@ -46,25 +47,34 @@ struct ConsistencyOptions {
   int staleness_bound = 0;  // ssp only
 };
 
-// A push the policy has accepted.
+// A push for the policy: the gradient as it arrived (float32 or bfloat16,
+// not yet checked for NaN/Inf: the pass that takes it in checks it).
 struct PushRequest {
   std::int64_t key = 0;  // for messages
   int worker = 0;
   std::int64_t step = 0;
-  std::span<const float> grad;  // empty for a skip
+  update::GradSource grad;  // nothing for a skip; mean_of 1
+  std::size_t num_elems = 0;
   double lr = 0.0;
   bool skip = false;             // a skip push: contributes nothing
 };
 
-// What to apply now: the gradient (mean over `contributors` workers in sync)
-// and the learning rate. contributors = 0 (sync, every worker skipped): an
-// empty update, no optimizer step, the version advances.
+// What to apply now: the gradient (sync: the sum of `contributors` workers'
+// gradients with grad.mean_of = contributors, the mean taken in the update's
+// pass) and the learning rate. contributors = 0 (sync, every worker skipped):
+// an empty update, no optimizer step, the version advances.
 struct Update {
-  std::span<const float> grad;
+  update::GradSource grad;
+  std::size_t num_elems = 0;
   double lr = 0.0;
   int contributors = 1;
   int skips = 0;  // sync: workers that arrived with a skip push
 };
+
+// Rejects `push`, whose gradient has `bad` NaN or Inf values (kRejected,
+// naming the first): "...: gradient has 2 non-finite values (first at
+// element 7); not applied".
+[[noreturn]] void reject_non_finite(const PushRequest& push, std::int64_t bad);
 
 class ConsistencyPolicy {
  public:
@@ -73,8 +83,18 @@ class ConsistencyPolicy {
   // Checks `push` against chunk `chunk` (position in the store) at `version`
   // and returns the update to apply now, or nothing (sync: others to come).
   // Throws RequestError (kRejected) for a duplicate, stale, early or dropped
-  // worker's push. The returned span stays valid until the next call.
+  // worker's push, and (sync, when the gradient goes into the rank-ordered
+  // sum) for a gradient with a NaN or Inf, found in the pass that adds or
+  // copies it in (nothing recorded, the sum as before). A gradient applied as
+  // it arrives (applies_on_arrival) is returned unchecked: the store's
+  // update pass checks it, before this call. The returned gradient stays
+  // valid until the next call.
   virtual std::optional<Update> on_push(std::size_t chunk, std::int64_t version, const PushRequest& push) = 0;
+  // Whether a (non-skip) push to `chunk` now would be applied at once, on
+  // its own (async, ssp: always; sync: the only live worker, nothing else
+  // arrived), so that the store can update the weights in the same pass as
+  // it checks the gradient.
+  virtual bool applies_on_arrival(std::size_t chunk) const = 0;
   // Whether a pull by `worker` for step `step` may be answered now.
   virtual bool pull_ready(std::size_t chunk, std::int64_t version, int worker, std::int64_t step) const = 0;
   // Stops waiting for `worker` (failure policy "continue"); returns, per

@@ -312,7 +312,7 @@ void Server::serve(const zmq::message_t& from, const Message& msg) {
       const bool skip = h.aux == kPushSkip;
       const std::int64_t version_before = store_->owns(h.key) ? store_->version(h.key) : -1;
       const PushOutcome out = skip ? store_->skip(h.sender, h.key, h.step)
-                                   : store_->push(h.sender, h.key, h.step, msg.float_payload(scratch_), h.lr);
+                                   : store_->push(h.sender, msg, scratch_);  // bfloat16 widened in the update's pass
       checkpointer_->after_push(*store_, h.key);  // before the reply: see server/checkpointing.h
       Header r = h;
       r.type = MsgType::kPushReply;

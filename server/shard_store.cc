@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 
 namespace pstrain {
 
@@ -80,6 +81,27 @@ void ShardStore::init(std::int64_t key, std::span<const float> weights) {
 }
 
 PushOutcome ShardStore::push(int worker, std::int64_t key, std::int64_t step, std::span<const float> grad, double lr) {
+  return push_gradient(worker, key, step, update::GradSource{grad.data(), nullptr, 1}, grad.size(), lr);
+}
+
+PushOutcome ShardStore::push(int worker, std::int64_t key, std::int64_t step, std::span<const std::uint16_t> grad,
+                             double lr) {
+  return push_gradient(worker, key, step, update::GradSource{nullptr, grad.data(), 1}, grad.size(), lr);
+}
+
+PushOutcome ShardStore::push(int worker, const Message& msg, std::vector<float>& scratch) {
+  const Header& h = msg.header;
+  const void* data = msg.payload.data();
+  if (h.dtype == DType::kBFloat16 && reinterpret_cast<std::uintptr_t>(data) % alignof(std::uint16_t) == 0) {
+    const auto n = static_cast<std::size_t>(h.num_elems);
+    return push(worker, h.key, h.step, std::span<const std::uint16_t>(static_cast<const std::uint16_t*>(data), n),
+                h.lr);
+  }
+  return push(worker, h.key, h.step, msg.float_payload(scratch), h.lr);
+}
+
+PushOutcome ShardStore::push_gradient(int worker, std::int64_t key, std::int64_t step, update::GradSource grad,
+                                      std::size_t num_elems, double lr) {
   const std::size_t at = position(key, "push");
   ChunkState& c = chunks_[at];
   try {
@@ -90,43 +112,49 @@ PushOutcome ShardStore::push(int worker, std::int64_t key, std::int64_t step, st
     if (!c.initialized) throw RequestError(Status::kRejected, what + ": chunk not initialized yet");
     catch_up(worker, key, step, false);
     if (auto dup = duplicate(c, at, worker, step)) return *dup;
-    if (static_cast<std::int64_t>(grad.size()) != c.num_elems) {
+    if (static_cast<std::int64_t>(num_elems) != c.num_elems) {
       throw RequestError(Status::kBadRequest, what + ": expected " + std::to_string(c.num_elems) + " elements, got " +
-                                                  std::to_string(grad.size()));
+                                                  std::to_string(num_elems));
     }
     if (!std::isfinite(lr) || lr < 0) {
       throw RequestError(Status::kBadRequest, what + ": invalid learning rate " + std::to_string(lr));
     }
-    std::int64_t bad = 0;
-    std::int64_t first = -1;
-    {
-      TraceSpan span(trace_, TraceLevel::kAll, "finite check", "server");
-      first = first_non_finite(grad, bad);
+    if (num_elems > 0 && grad.f32 == nullptr && grad.bf16 == nullptr) {
+      throw RequestError(Status::kBadRequest, what + ": no gradient values");
     }
-    if (first >= 0) {
-      throw RequestError(Status::kRejected, what + ": gradient has " + std::to_string(bad) +
-                                                " non-finite values (first at element " + std::to_string(first) +
-                                                "); not applied");
+    const PushRequest request{key, worker, step, grad, num_elems, lr};
+    const bool sync = options_.consistency.mode == Mode::kSync;
+    if (policy_->applies_on_arrival(at)) {
+      // One pass: the update (async, ssp: as stale as the updates since the
+      // worker's pull) is staged out of place while the gradient is checked;
+      // with a NaN or Inf it is dropped and nothing has changed.
+      const std::int64_t staleness = sync ? 0 : c.version - c.pulled_version[static_cast<std::size_t>(worker)];
+      double step_lr = lr;
+      if (!sync && inverse_staleness_ && staleness > 1) step_lr /= static_cast<double>(staleness);
+      std::int64_t bad = 0;
+      {
+        TraceSpan span(trace_, TraceLevel::kAll, "update", "server");
+        span.arg("chunk", c.key).arg("version", c.version + 1);
+        bad = stage(c, grad, num_elems, step_lr);
+      }
+      if (bad != 0) reject_non_finite(request, bad);
+      const std::optional<Update> update = policy_->on_push(at, c.version, request);  // records the step
+      ++stats_.pushes_accepted;
+      if (!update) return PushOutcome{false, c.version, 0};  // cannot happen: the policy said it applies
+      commit(c, *update);
+      if (!sync) ++stats_.staleness_histogram[staleness];
+      return PushOutcome{true, c.version, staleness};
     }
     std::optional<Update> update;
     {
-      // sync: the rank-ordered sum happens here
-      TraceSpan span(options_.consistency.mode == Mode::kSync ? trace_ : nullptr, TraceLevel::kAll, "sum", "server");
-      update = policy_->on_push(at, c.version, PushRequest{key, worker, step, grad, lr});
+      // sync: the rank-ordered sum, which checks the gradient as it adds it
+      TraceSpan span(sync ? trace_ : nullptr, TraceLevel::kAll, "sum", "server");
+      update = policy_->on_push(at, c.version, request);
     }
     ++stats_.pushes_accepted;
     if (!update) return PushOutcome{false, c.version, 0};
-    if (options_.consistency.mode == Mode::kSync) {
-      apply(c, *update);
-      return PushOutcome{true, c.version, 0};
-    }
-    // async, ssp: one worker's push, as stale as the updates since its pull
-    const std::int64_t staleness = c.version - c.pulled_version[static_cast<std::size_t>(worker)];
-    Update u = *update;
-    if (inverse_staleness_ && staleness > 1) u.lr /= static_cast<double>(staleness);
-    apply(c, u);
-    ++stats_.staleness_histogram[staleness];
-    return PushOutcome{true, c.version, staleness};
+    apply(c, *update);  // sync: the mean of the sum, taken in the update's pass
+    return PushOutcome{true, c.version, 0};
   } catch (const RequestError&) {
     ++stats_.pushes_rejected;
     throw;
@@ -144,7 +172,7 @@ PushOutcome ShardStore::skip(int worker, std::int64_t key, std::int64_t step) {
     if (!c.initialized) throw RequestError(Status::kRejected, "skip " + describe_push(key, worker, step) + ": chunk not initialized yet");
     catch_up(worker, key, step, false);
     if (auto dup = duplicate(c, at, worker, step)) return *dup;
-    PushRequest request{key, worker, step, {}, 0.0};
+    PushRequest request{key, worker, step, {}, 0, 0.0};
     request.skip = true;
     const std::optional<Update> update = policy_->on_push(at, c.version, request);
     ++stats_.pushes_accepted;
@@ -200,7 +228,7 @@ bool ShardStore::catch_up(int worker, std::int64_t key, std::int64_t step, bool 
     }
     if (pull && step == c.version + 1 && policy_->worker_clock(at, worker) <= c.version) {
       // It pushed this step to the server that failed: its contribution is lost.
-      PushRequest lost{key, worker, c.version, {}, 0.0};
+      PushRequest lost{key, worker, c.version, {}, 0, 0.0};
       lost.skip = true;
       ++stats_.lost_pushes;
       if (const std::optional<Update> update = policy_->on_push(at, c.version, lost)) apply(c, *update);
@@ -216,24 +244,52 @@ bool ShardStore::catch_up(int worker, std::int64_t key, std::int64_t step, bool 
   return c.version != version_before || policy_->worker_clock(at, worker) != clock_before;
 }
 
-void ShardStore::apply(ChunkState& c, const Update& update) {
+std::int64_t ShardStore::stage(ChunkState& c, update::GradSource grad, std::size_t num_elems, double lr) {
+  // The new weights go to a spare buffer: the current ones stay as they are
+  // for pull replies still sending them (zero-copy, no copy on write). A
+  // spare still held by an older reply is left to it.
+  constexpr std::size_t kMaxSpares = 3;
+  std::size_t at = 0;
+  while (at < c.spares.size() && c.spares[at].use_count() > 1) ++at;
+  if (at == c.spares.size()) {
+    auto fresh = std::make_shared<std::vector<float>>(static_cast<std::size_t>(c.num_elems));
+    if (c.spares.size() < kMaxSpares) {
+      c.spares.push_back(std::move(fresh));
+    } else {
+      at = 0;
+      c.spares[at] = std::move(fresh);  // the replies holding the old one free it
+    }
+  }
+  c.staged = at;
+  return c.optimizer->stage(*c.weights, *c.spares[at], grad, num_elems, lr);
+}
+
+void ShardStore::commit(ChunkState& c, const Update& update) {
   if (options_.consistency.mode == Mode::kSync) c.catching_up = false;  // its first update after a rejoin
-  if (update.contributors == 0) {  // sync, every worker skipped (or the rest dropped): the weights stay, the step is done
-    ++c.version;
-    ++stats_.empty_updates;
-    return;
-  }
-  TraceSpan span(trace_, TraceLevel::kAll, "update", "server");
-  span.arg("chunk", c.key).arg("version", c.version + 1);
-  if (c.weights.use_count() > 1) {  // a pull reply is still sending these: copy on write
-    c.weights = std::make_shared<std::vector<float>>(*c.weights);
-  }
-  c.optimizer->step(*c.weights, update.grad, update.lr);
+  c.optimizer->commit();
+  std::swap(c.weights, c.spares[c.staged]);
   ++c.version;
   ++stats_.updates_applied;
   if (update.contributors + update.skips < num_workers_ && options_.consistency.mode == Mode::kSync) {
     ++stats_.partial_updates;  // a dropped worker's gradient is missing (skips are counted as skip_pushes)
   }
+}
+
+void ShardStore::apply(ChunkState& c, const Update& update) {
+  if (update.contributors == 0) {  // sync, every worker skipped (or the rest dropped): the weights stay, the step is done
+    if (options_.consistency.mode == Mode::kSync) c.catching_up = false;
+    ++c.version;
+    ++stats_.empty_updates;
+    return;
+  }
+  {
+    TraceSpan span(trace_, TraceLevel::kAll, "update", "server");
+    span.arg("chunk", c.key).arg("version", c.version + 1);
+    // The gradients were checked as they came in; a sum that overflowed to
+    // Inf is applied as before (the count is not a rejection here).
+    stage(c, update.grad, update.num_elems, update.lr);
+  }
+  commit(c, update);
 }
 
 bool ShardStore::ready(std::int64_t key, int worker, std::int64_t step) const {

@@ -4,12 +4,14 @@
 // Pure logic, no sockets: the server's event loop feeds it decoded requests.
 //
 // Every push is checked (shape, learning rate, finite values: a non-finite
-// gradient is rejected and nothing is applied) before the policy sees it.
+// gradient is rejected and nothing is applied); the finite check is fused
+// into the pass that applies or sums the gradient (see push()).
 // Staleness of an applied push = the chunk's version at apply - the version
 // this worker last pulled. With optimizer.staleness_rule = "inverse" (async,
 // ssp) a push of staleness t >= 1 is applied with lr / t (Zhang et al. 2016).
 // Weights are held in shared buffers: a pull reply may send them zero-copy
-// while the store goes on updating (copy-on-write when a reply still holds one).
+// while the store goes on updating: an update writes a second buffer and
+// swaps it in, so a snapshot never changes under a reply.
 // Not thread-safe: owned by the server's event-loop thread.
 #pragma once
 
@@ -90,7 +92,18 @@ class ShardStore {
 
   // The initial weights of a chunk; a second init of the same chunk is rejected.
   void init(std::int64_t key, std::span<const float> weights);
+  // The gradient in float32, or in bfloat16 as it came on the wire (widened
+  // in the update's pass). One pass over it: checked for NaN/Inf while it is
+  // applied (async, ssp, sync with one worker: into a spare weight buffer,
+  // swapped in only when it is clean) or added into the sync sum (into a
+  // second sum buffer); a rejected push changes nothing.
   PushOutcome push(int worker, std::int64_t key, std::int64_t step, std::span<const float> grad, double lr);
+  PushOutcome push(int worker, std::int64_t key, std::int64_t step, std::span<const std::uint16_t> grad, double lr);
+  // A push as it came on the wire (msg.header: key, step, lr, dtype): a
+  // bfloat16 payload goes straight into the update's pass; `scratch` is used
+  // only for a payload ZeroMQ handed out unaligned. `worker` is the sender
+  // the server has checked.
+  PushOutcome push(int worker, const Message& msg, std::vector<float>& scratch);
   // A skip push: `worker` contributes nothing to `step` of this chunk
   // (server/consistency.h). Checked like a push (worker, step order).
   // applied = the chunk's version advanced (sync: the step completed).
@@ -145,8 +158,9 @@ class ShardStore {
   std::vector<std::int64_t> keys() const;
 
   const StoreStats& stats() const { return stats_; }
-  // Level "all": spans "finite check", "sum" (sync) and "update" inside the
-  // server's request span; null = none.
+  // Level "all": spans "sum" (sync; the gradient's finite check is in it)
+  // and "update" (the finite check too when the push is applied on arrival)
+  // inside the server's request span; null = none.
   void set_trace(TraceRecorder* trace) { trace_ = trace; }
 
  private:
@@ -156,6 +170,12 @@ class ShardStore {
     bool initialized = false;
     std::int64_t version = 0;
     std::shared_ptr<std::vector<float>> weights;
+    // Earlier weights, reused for the next update (written there, then
+    // swapped in) once no pull reply holds them. ZeroMQ lets go of a
+    // zero-copy reply only when its connection sends the next message, so
+    // the last one is often still held: a few are kept.
+    std::vector<std::shared_ptr<std::vector<float>>> spares;
+    std::size_t staged = 0;  // the spare stage() wrote
     std::unique_ptr<Optimizer> optimizer;
     std::vector<std::int64_t> pulled_version;  // per worker: version last pulled
     bool catching_up = false;                  // begin_catch_up(): see above
@@ -167,7 +187,13 @@ class ShardStore {
   void count_lost(ChunkState& c, std::int64_t updates);
 
   std::size_t position(std::int64_t key, const char* op) const;  // throws RequestError if not owned
-  void apply(ChunkState& c, const Update& update);
+  PushOutcome push_gradient(int worker, std::int64_t key, std::int64_t step, update::GradSource grad,
+                            std::size_t num_elems, double lr);
+  // The update of `c` into its spare weights (and the optimizer's staged
+  // state), counting the gradient's non-finite values; commit() swaps it in.
+  std::int64_t stage(ChunkState& c, update::GradSource grad, std::size_t num_elems, double lr);
+  void commit(ChunkState& c, const Update& update);
+  void apply(ChunkState& c, const Update& update);  // stage + commit (sync's mean, drop, catch-up)
 
   int server_rank_;
   int num_workers_;

@@ -3,6 +3,7 @@
 #
 #   tools/bench_pslite.sh PSLITE_SRC_OR_MIRROR [--json FILE] [--trials N] [--sizes "1 4 16 64"]
 #                         [--configs "1x1 2x2"] [--rounds N] [--pstrain-build DIR]
+#                         [--baseline-build DIR]
 #
 # PSLITE_SRC_OR_MIRROR: a ps-lite source tree (has include/ps/ps.h) or a bare
 # git directory of it (its HEAD is extracted). ps-lite is built out of the
@@ -15,7 +16,9 @@
 # Configs are SERVERSxWORKERS. For each config and size, trials alternate:
 # pstrain (bench_pushpull --trials 1, which also measures raw ZeroMQ and
 # memcpy in the same run), ps-lite, pstrain, ps-lite, ... --trials times
-# each (default 3). The table gives per-worker GB/s (2 x size / round time,
+# each (default 3). --baseline-build DIR adds another pstrain build (say, the
+# commit before a change) to each trial, run first: before and after in one
+# run, with their ratio. The table gives per-worker GB/s (2 x size / round time,
 # GB = 1e9 bytes, worker 0's median round of a trial), the median and
 # min-max over trials of both, the ratio of the medians, and raw ZeroMQ.
 # Not part of the default build or of CI.
@@ -26,7 +29,7 @@ die() { echo "bench_pslite.sh: $*" >&2; exit 2; }
 [[ $# -ge 1 ]] || die "usage: $0 PSLITE_SRC_OR_MIRROR [--json FILE] [--trials N] [--sizes \"1 4 16 64\"] [--configs \"1x1 2x2\"] [--rounds N] [--pstrain-build DIR]"
 src_arg=$1
 shift
-json="" trials=3 sizes="1 4 16 64" configs="1x1 2x2" rounds=0
+json="" trials=3 sizes="1 4 16 64" configs="1x1 2x2" rounds=0 baseline_build=""
 repo=$(cd "$(dirname "$0")/.." && pwd)
 pstrain_build=$repo/build
 while [[ $# -gt 0 ]]; do
@@ -38,6 +41,7 @@ while [[ $# -gt 0 ]]; do
     --configs) configs=$2 ;;
     --rounds) rounds=$2 ;;
     --pstrain-build) pstrain_build=$2 ;;
+    --baseline-build) baseline_build=$2 ;;
     *) die "unknown option $1" ;;
   esac
   shift 2
@@ -49,6 +53,11 @@ for s in $sizes; do [[ $s =~ ^[0-9]+(\.[0-9]+)?$ ]] || die "--sizes: '$s' is not
 
 bench_pushpull=$pstrain_build/bin/bench_pushpull
 [[ -x $bench_pushpull ]] || die "$bench_pushpull is missing: build pstrain first (tools/build.sh or cmake --build build --target bench_pushpull)"
+baseline_bench=""
+if [[ -n $baseline_build ]]; then
+  baseline_bench=$baseline_build/bin/bench_pushpull
+  [[ -x $baseline_bench ]] || die "$baseline_bench is missing: build the baseline's bench_pushpull first"
+fi
 command -v protoc >/dev/null || die "protoc is missing: apt-get install -y protobuf-compiler libprotobuf-dev"
 [[ -f /usr/include/google/protobuf/message.h ]] || die "protobuf headers are missing: apt-get install -y libprotobuf-dev"
 [[ -f /usr/include/zmq.h ]] || die "ZeroMQ headers are missing: apt-get install -y libzmq3-dev"
@@ -111,20 +120,29 @@ for cfg in $configs; do
   servers=${cfg%x*} workers=${cfg#*x}
   for size in $sizes; do
     for ((t = 1; t <= trials; ++t)); do
-      echo "# ${servers}x${workers} ${size} MiB trial $t/$trials: pstrain, then ps-lite" >&2
+      echo "# ${servers}x${workers} ${size} MiB trial $t/$trials: ${baseline_bench:+baseline, }pstrain, then ps-lite" >&2
+      echo null >"$tmp/pb.json"
+      if [[ -n $baseline_bench ]]; then
+        "$baseline_bench" --servers "$servers" --workers "$workers" --sizes "$size" --trials 1 \
+          "${rounds_flag[@]}" --json "$tmp/pb.json" >/dev/null ||
+          die "baseline bench_pushpull failed (${servers}x${workers}, $size MiB)"
+      fi
       "$bench_pushpull" --servers "$servers" --workers "$workers" --sizes "$size" --trials 1 \
         "${rounds_flag[@]}" --json "$tmp/pp.json" >/dev/null ||
         die "bench_pushpull failed (${servers}x${workers}, $size MiB)"
       "$harness" --servers "$servers" --workers "$workers" --sizes "$size" \
         "${rounds_flag[@]}" --json "$tmp/pl.json" >/dev/null ||
         die "pslite_round failed (${servers}x${workers}, $size MiB)"
-      python3 - "$tmp/pp.json" "$tmp/pl.json" "$t" >>"$trials_file" <<'EOF'
+      python3 - "$tmp/pp.json" "$tmp/pl.json" "$t" "$tmp/pb.json" >>"$trials_file" <<'EOF'
 import json, sys
 pp, pl = json.load(open(sys.argv[1]))[0], json.load(open(sys.argv[2]))[0]
+pb = json.load(open(sys.argv[4]))
 print(json.dumps({"servers": pp["servers"], "workers": pp["workers"], "size_mib": pp["size_mib"], "trial": int(sys.argv[3]),
                   "pstrain_gbps": pp["gbps_per_worker"], "pstrain_round_ms": pp["round_ms"], "pstrain_wrong": pp["wrong"],
                   "raw_zmq_gbps": pp["raw_zmq_gbps"], "memcpy_gbps": pp["memcpy_gbps"],
-                  "pslite_gbps": pl["gbps_per_worker"], "pslite_round_ms": pl["round_ms"], "pslite_wrong": pl["wrong"]}))
+                  "pslite_gbps": pl["gbps_per_worker"], "pslite_round_ms": pl["round_ms"], "pslite_wrong": pl["wrong"],
+                  "baseline_gbps": pb[0]["gbps_per_worker"] if pb else None,
+                  "baseline_raw_zmq_gbps": pb[0]["raw_zmq_gbps"] if pb else None}))
 EOF
     done
   done
@@ -138,7 +156,9 @@ for r in rows:
     groups.setdefault((r["servers"], r["workers"], r["size_mib"]), []).append(r)
 print(f"# push+pull per worker (GB/s = 2 x size / round, GB = 1e9 bytes), tcp loopback, sync SGD; "
       f"{sys.argv[3]} alternating trials each; median [min-max]")
-print(f"{'SxW':>5} {'MiB':>6} {'pstrain GB/s':>24} {'ps-lite GB/s':>24} {'pstrain/ps-lite':>16} {'raw zmq GB/s':>13} {'pstrain/raw':>12} {'#wrong':>7}")
+base = any(r.get("baseline_gbps") is not None for r in rows)
+print(f"{'SxW':>5} {'MiB':>6} {'pstrain GB/s':>24} {'ps-lite GB/s':>24} {'pstrain/ps-lite':>16} {'raw zmq GB/s':>13} {'pstrain/raw':>12} {'#wrong':>7}"
+      + (f" {'baseline GB/s':>24} {'pstrain/baseline':>17}" if base else ""))
 summary = []
 for (s, w, mib), rs in sorted(groups.items()):
     def stat(k):
@@ -148,12 +168,19 @@ for (s, w, mib), rs in sorted(groups.items()):
     wrong = sum(r["pstrain_wrong"] + r["pslite_wrong"] for r in rs)
     ratio = p[0] / l[0]
     print(f"{f'{s}x{w}':>5} {mib:>6g} {p[0]:>8.3f} [{p[1]:.3f}-{p[2]:.3f}] {l[0]:>8.3f} [{l[1]:.3f}-{l[2]:.3f}] "
-          f"{ratio:>15.2f}x {raw[0]:>13.3f} {p[0] / raw[0]:>11.0%} {wrong:>7d}")
+          f"{ratio:>15.2f}x {raw[0]:>13.3f} {p[0] / raw[0]:>11.0%} {wrong:>7d}", end="")
+    extra = {}
+    if base:
+        b = stat("baseline_gbps")
+        print(f" {b[0]:>8.3f} [{b[1]:.3f}-{b[2]:.3f}] {p[0] / b[0]:>16.2f}x", end="")
+        extra = {"baseline_gbps_median": b[0], "baseline_gbps_min": b[1], "baseline_gbps_max": b[2],
+                 "ratio_pstrain_vs_baseline": p[0] / b[0]}
+    print()
     summary.append({"servers": s, "workers": w, "size_mib": mib, "trials": len(rs),
                     "pstrain_gbps_median": p[0], "pstrain_gbps_min": p[1], "pstrain_gbps_max": p[2],
                     "pslite_gbps_median": l[0], "pslite_gbps_min": l[1], "pslite_gbps_max": l[2],
                     "ratio_pstrain_vs_pslite": ratio, "raw_zmq_gbps_median": raw[0], "ratio_pstrain_vs_raw": p[0] / raw[0],
-                    "wrong": wrong})
+                    "wrong": wrong, **extra})
 if sys.argv[2]:
     with open(sys.argv[2], "w") as f:
         json.dump({"bench": "pstrain_vs_pslite", "summary": summary, "trials": rows}, f, indent=1)

@@ -10,6 +10,7 @@
 
 #include "common/bfloat16.h"
 #include "common/errors.h"
+#include "common/update_rules.h"
 #include "tests/cluster/run_workers.h"
 #include "tools/cluster/local_cluster.h"
 
@@ -95,6 +96,43 @@ TEST_CASE("sync with bfloat16 on the wire equals sync fed the same rounded gradi
     }
   }
   CHECK(moved > bf16[0].size() / 2);  // the updates did something
+}
+
+TEST_CASE("sync with bfloat16 on the wire equals allreduce fed the same rounded gradients") {
+  // Allreduce of 2 workers: each computes its gradient on the weights it
+  // holds (here rounded to bfloat16, as the servers' pull replies are) and
+  // rounds it to bfloat16 as a push does; the gradients are averaged as Gloo
+  // averages two ranks, (g0 + g1) * 0.5 (bit for bit: tests/collective/
+  // gloo_collective_test.cc), and every worker applies the shared update rule
+  // (common/update_rules.h, the CPU backend's) to float32 weights.
+  constexpr int kWorkers = 2, kSteps = 6;
+  const auto bf16 = run(true, 2, kWorkers, kSteps);
+  const ParamLayout l = layout();
+  const auto n = static_cast<std::size_t>(l.total_elems());
+  std::vector<float> w(n), velocity(n, 0.0f);
+  for (std::size_t i = 0; i < n; ++i) w[i] = 0.01f * static_cast<float>(i % 13) - 0.05f;
+  const update::SgdCoefficients c = update::sgd_coefficients(0.1, 0.9, 0.01, false);
+  for (int step = 0; step < kSteps; ++step) {
+    std::vector<float> held(w);
+    round_to_bfloat16(held);
+    std::vector<float> mean(n);
+    for (int r = 0; r < kWorkers; ++r) {
+      std::vector<float> g(n);
+      for (std::size_t i = 0; i < n; ++i) g[i] = gradient(r, i, step, held[i]);
+      round_to_bfloat16(g);
+      for (std::size_t i = 0; i < n; ++i) mean[i] = r == 0 ? g[i] : mean[i] + g[i];
+    }
+    for (float& x : mean) x *= 0.5f;
+    update::sgd_update(w.data(), mean.data(), velocity.data(), n, c);
+  }
+  round_to_bfloat16(w);  // what the final pull in bfloat16 gives
+  for (int r = 0; r < kWorkers; ++r) {
+    CAPTURE(r);
+    REQUIRE(bf16[static_cast<std::size_t>(r)].size() == n);
+    std::size_t different = 0;
+    for (std::size_t i = 0; i < n; ++i) different += bf16[static_cast<std::size_t>(r)][i] != w[i] ? 1 : 0;
+    CHECK(different == 0);
+  }
 }
 
 TEST_CASE("a non-finite gradient sent in bfloat16 is still refused by the servers") {
