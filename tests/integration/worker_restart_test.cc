@@ -240,20 +240,21 @@ TEST_CASE("restart: the launcher starts a killed server again; it rejoins from t
 void rejoin_during_checkpoint(const std::string& mode) {
   it::TempDir dir;
   const auto run = dir.path() / "run";
-  // Async: a checkpoint every 8 steps, the straggler's steps 400 ms (the others' 10 ms), so the
-  // others wait about 3 s at each checkpoint's barrier. Sync: every step waits for the
-  // straggler, whose steps are 2.5 s, and the barrier is open while it computes the last step
-  // before the checkpoint.
+  // Async: a checkpoint every 8 steps, the straggler's steps 800 ms (the others' 10 ms), so the
+  // others wait about 6 s at each checkpoint's barrier. Sync: every step waits for the
+  // straggler, whose steps are 4 s, and the barrier is open while it computes the last step
+  // before the checkpoint. Both outlast the heartbeat timeout (2 s; shorter ones starved the
+  // scheduler on a loaded machine) and the restart.
   const bool sync = mode == "sync";
   const int interval = sync ? 4 : 8;
   auto args = it::launch_args(it::kSourceDir / "configs/tiny_sync.toml", run);
   args.insert(args.end(), {"--set", "mode=" + mode, "--set", "cluster.workers=3", "--set",
                            "cluster.on_worker_failure=restart", "--set", "cluster.max_restarts=3", "--set",
-                           "cluster.heartbeat_timeout_ms=1000", "--set", "cluster.heartbeat_interval_ms=100", "--set",
+                           "cluster.heartbeat_timeout_ms=2000", "--set", "cluster.heartbeat_interval_ms=100", "--set",
                            "cluster.timeout_ms=30000", "--set",
                            "output.trace=off", "--quiet", "--set", "workload.simulated_step_ms=10", "--set",
                            "workload.straggler_rank=2", "--set",
-                           std::string("workload.straggler_slowdown=") + (sync ? "250" : "40"), "--set",
+                           std::string("workload.straggler_slowdown=") + (sync ? "400" : "80"), "--set",
                            "workload.epochs=3", "--set", "checkpoint.interval_steps=" + std::to_string(interval),
                            "--set", "checkpoint.keep=20"});
   if (sync) args.insert(args.end(), {"--set", "workload.max_steps=8"});
