@@ -1,6 +1,7 @@
 // Learning-rate schedule; the formulas are in lr_schedule.h.
 #include "common/lr_schedule.h"
 
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 #include <sstream>
@@ -75,7 +76,7 @@ std::int64_t samples_per_update(Mode mode, int batch_size, int num_workers) {
 
 LrSchedule::LrSchedule(const OptimizerConfig& optimizer, const ScheduleConfig& schedule,
                        std::int64_t steps_per_epoch, std::int64_t total_steps, std::int64_t global_batch)
-    : schedule_(schedule), total_steps_(total_steps) {
+    : schedule_(schedule), total_steps_(total_steps), steps_per_epoch_(steps_per_epoch) {
   validate(optimizer, schedule);
   check_count("steps_per_epoch", steps_per_epoch);
   check_count("total_steps", total_steps);
@@ -98,6 +99,32 @@ double LrSchedule::lr_at(std::int64_t step) const {
   const double lr = decayed_lr(step);
   if (step >= warmup_steps_) return lr;
   return lr * static_cast<double>(step + 1) / static_cast<double>(warmup_steps_);
+}
+
+double LrSchedule::lr_in_epoch(int epoch, std::int64_t batch, std::int64_t steps_this_epoch) const {
+  if (epoch < 0) fail("epoch", "an integer >= 0", std::to_string(epoch));
+  if (batch < 0) fail("batch", "an integer >= 0", std::to_string(batch));
+  check_count("steps_this_epoch", steps_this_epoch);
+  if (steps_this_epoch == steps_per_epoch_) return lr_at(epoch * steps_per_epoch_ + batch);  // the first plan
+  const double per_epoch = static_cast<double>(steps_per_epoch_);
+  return lr_at_fraction(epoch * per_epoch + static_cast<double>(batch) * per_epoch / static_cast<double>(steps_this_epoch));
+}
+
+double LrSchedule::lr_at_fraction(double step) const {
+  const auto warmup = static_cast<double>(warmup_steps_);
+  const auto total = static_cast<double>(total_steps_);
+  double lr = base_lr_;
+  if (schedule_.decay == "step") {
+    for (const std::int64_t boundary : decay_steps_) {
+      if (step >= static_cast<double>(boundary)) lr *= schedule_.gamma;
+    }
+  } else if (schedule_.decay == "cosine" && step > warmup) {
+    if (step >= total) return schedule_.min_lr;
+    const double progress = (step - warmup) / (total - warmup);
+    lr = schedule_.min_lr + (base_lr_ - schedule_.min_lr) * 0.5 * (1.0 + std::cos(std::numbers::pi * progress));
+  }
+  if (step >= warmup) return lr;
+  return lr * std::min(1.0, (step + 1.0) / warmup);
 }
 
 double LrSchedule::decayed_lr(std::int64_t step) const {

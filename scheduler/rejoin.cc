@@ -106,6 +106,18 @@ void Scheduler::on_rejoin(zmq::message_t& from, const Message& msg) {
   node->done = false;
   node->last_seen = Clock::now();
   ++node->rejoins;
+  // Barriers: the new process starts at the others' next number. The failed
+  // process's arrival at a barrier still open does not count for it: the new
+  // one comes itself (it joins below that checkpoint's step) or passes it
+  // (it joins at that step), ps_rejoin.h.
+  node->barrier_shift = 0;
+  node->realign = true;
+  for (auto& [seq, arrived] : barriers_) {
+    if (std::erase(arrived, node->rank) > 0) {
+      log_.info("worker " + std::to_string(node->rank) + "'s arrival at barrier '" + barrier_names_[seq] +
+                "' was its failed process's: the barrier waits for the new one");
+    }
+  }
 
   // Everyone else first, so the servers usually know the new connection
   // before the worker's first request (it retries until they do).

@@ -376,9 +376,32 @@ void Scheduler::handle(zmq::message_t& from, const Message& msg, bool registerin
 void Scheduler::on_barrier(const Message& msg) {
   const Header& h = msg.header;
   if (h.role != Role::kWorker) throw ProtocolError("barrier from a " + std::string(to_string(h.role)) + ": only workers take barriers");
-  auto& arrived = barriers_[h.key];
+  const std::string name = msg.has_payload ? msg.text_payload() : std::string();
+  Node* node = find(Role::kWorker, h.sender);
+  if (node != nullptr && node->realign) {
+    // A rejoined worker's first barrier. Its numbers start at the others'
+    // next; when it passes a checkpoint the others have already finished
+    // (it joined at that very step: ps_rejoin.h), that one is answered at
+    // once and its later numbers are one ahead of the others'.
+    node->realign = false;
+    if (!name.empty() && name == last_released_barrier_ && barriers_.count(h.key) == 0) {
+      node->barrier_shift -= 1;
+      Header r;
+      r.type = MsgType::kBarrierReply;
+      r.role = Role::kScheduler;
+      r.sender = 0;
+      r.key = h.key;
+      send_quietly(node->routing_id, r);
+      log_.info("worker " + std::to_string(h.sender) + " passed barrier '" + name +
+                "', which the others had finished before it rejoined");
+      return;
+    }
+  }
+  const std::int64_t seq = h.key + (node != nullptr ? node->barrier_shift : 0);
+  auto& arrived = barriers_[seq];
+  barrier_names_.try_emplace(seq, name);
   if (std::find(arrived.begin(), arrived.end(), h.sender) != arrived.end()) {
-    throw ProtocolError("worker " + std::to_string(h.sender) + " entered barrier " + std::to_string(h.key) + " twice");
+    throw ProtocolError("worker " + std::to_string(h.sender) + " entered barrier " + std::to_string(seq) + " twice");
   }
   arrived.push_back(h.sender);
   release_barriers();
@@ -408,11 +431,13 @@ void Scheduler::release_barriers() {
     r.type = MsgType::kBarrierReply;
     r.role = Role::kScheduler;
     r.sender = 0;
-    r.key = it->first;
     for (Node& n : nodes_) {
+      r.key = it->first - n.barrier_shift;  // in the worker's own numbering
       if (n.role == Role::kWorker && !n.dropped && !n.done) send_quietly(n.routing_id, r);  // done: waits for shutdown
     }
     next_barrier_seq_ = std::max(next_barrier_seq_, it->first + 1);
+    last_released_barrier_ = barrier_names_[it->first];
+    barrier_names_.erase(it->first);
     it = barriers_.erase(it);
   }
 }

@@ -107,6 +107,10 @@ class Scheduler {
     std::string failure;
     int restarts = 0;
     int rejoins = 0;    // new processes that took this rank back (on_worker_failure "restart")
+    // A rejoined worker's barrier numbers run barrier_shift behind the
+    // others' (on_barrier); realign: its first barrier is still to come.
+    std::int64_t barrier_shift = 0;
+    bool realign = false;
     Clock::time_point dropped_at{};
   };
   // Under "restart", whether the end still waits for dropped worker `n`: a
@@ -163,6 +167,8 @@ class Scheduler {
   std::vector<Node> nodes_;
   std::map<std::int64_t, std::vector<int>> barriers_;  // sequence -> worker ranks arrived
   std::int64_t next_barrier_seq_ = 0;  // one past the highest barrier released (a rejoiner's next)
+  std::map<std::int64_t, std::string> barrier_names_;  // sequence -> name (the first arrival's)
+  std::string last_released_barrier_;                   // its name
   struct ParkedGet {
     zmq::message_t routing_id;
     Header request;

@@ -1,5 +1,6 @@
 #include "server/checkpointing.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 
@@ -34,9 +35,86 @@ StoreStats stats_from(const std::vector<std::int64_t>& v, const std::vector<std:
 
 std::string server_part_name(int rank) { return "server-" + std::to_string(rank) + ".ckpt"; }
 
+fs::path initial_part_dir(const fs::path& root, int rank) { return root / ("initial-server-" + std::to_string(rank)); }
+
+std::optional<fs::path> usable_initial_part(const fs::path& root, int rank) {
+  const fs::path dir = initial_part_dir(root, rank);
+  if (!fs::exists(dir / "manifest.json") || !checkpoint_problem(dir).empty()) return std::nullopt;
+  return dir;
+}
+
+void ServerCheckpointer::after_init(const ShardStore& store) {
+  if (!initial_fingerprint_ || initial_written_ || !store.all_initialized()) return;
+  std::map<std::int64_t, ChunkCheckpoint> copies;
+  for (const std::int64_t key : store.keys()) copies[key] = store.save_chunk(key);
+  write_initial_part(store, copies, 0);
+  initial_written_ = true;
+}
+
+void ServerCheckpointer::snapshot_before_first(const ShardStore& store, std::int64_t key, std::int64_t clock) {
+  if (!initial_fingerprint_ || !initial_written_) return;
+  if (parts_written_ > 0 || clock >= interval_) {  // the checkpoints take over
+    initial_fingerprint_.reset();
+    snapshots_.clear();
+    return;
+  }
+  const std::int64_t every = std::max<std::int64_t>(1, interval_ / 8);
+  if (clock <= 0 || clock % every != 0) return;
+  std::int64_t& taken = snapshot_step_[key];
+  if (taken >= clock) return;
+  taken = clock;
+  auto& copies = snapshots_[clock];
+  copies[key] = store.save_chunk(key);
+  if (copies.size() == store.keys().size()) {
+    write_initial_part(store, copies, clock);
+    snapshots_.erase(snapshots_.begin(), snapshots_.upper_bound(clock));
+  }
+}
+
+void ServerCheckpointer::write_initial_part(const ShardStore& store,
+                                           const std::map<std::int64_t, ChunkCheckpoint>& copies, std::int64_t step) {
+  const auto start = std::chrono::steady_clock::now();
+  const fs::path dir = initial_part_dir(root_, rank_);
+  write_checkpoint_part(dir, server_part_name(rank_), encode_part(store, copies, step));
+  write_checkpoint_manifest(dir, step, *initial_fingerprint_, {server_part_name(rank_)});
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  char line[160];
+  std::snprintf(line, sizeof(line), " (%zu chunks, step %lld) in %.1f ms", copies.size(), static_cast<long long>(step), ms);
+  const std::string what = step == 0 ? "wrote the initial part " : "refreshed the initial part ";
+  if (step == 0) {
+    log_.info(what + dir.string() + line + ": a restart before the first checkpoint comes back from it");
+  } else {
+    log_.debug(what + dir.string() + line);
+  }
+}
+
+CheckpointPart ServerCheckpointer::encode_part(const ShardStore& store,
+                                               const std::map<std::int64_t, ChunkCheckpoint>& copies,
+                                               std::int64_t step) const {
+  CheckpointPart part;
+  part.put_i64("step", step);
+  part.put_i64("rank", rank_);
+  std::vector<std::int64_t> keys;
+  for (const auto& [key, c] : copies) {
+    keys.push_back(key);
+    part.put_f32s(chunk_field(key, "weights"), c.weights);
+    part.put_f32s(chunk_field(key, "optimizer"), c.optimizer_state);
+    part.put_i64s(chunk_field(key, "meta"), {c.version, c.optimizer_steps});
+    part.put_i64s(chunk_field(key, "clocks"), c.clocks);
+  }
+  part.put_i64s("keys", keys);
+  const StoreStats& s = store.stats();
+  part.put_i64s("stats", stats_fields(s));
+  std::vector<std::int64_t> histogram;
+  for (const auto& [staleness, count] : s.staleness_histogram) histogram.insert(histogram.end(), {staleness, count});
+  part.put_i64s("staleness_histogram", histogram);
+  return part;
+}
+
 void ServerCheckpointer::after_push(const ShardStore& store, std::int64_t key) {
   if (interval_ <= 0) return;
   const std::int64_t clock = store.slowest_clock(key);
+  snapshot_before_first(store, key, clock);
   if (clock <= 0 || clock % interval_ != 0) return;
   std::int64_t& saved = saved_step_[key];
   if (saved >= clock) return;
@@ -48,25 +126,12 @@ void ServerCheckpointer::after_push(const ShardStore& store, std::int64_t key) {
 
 void ServerCheckpointer::write_part(const ShardStore& store, std::int64_t step) {
   const auto start = std::chrono::steady_clock::now();
-  CheckpointPart part;
-  part.put_i64("step", step);
-  part.put_i64("rank", rank_);
-  std::vector<std::int64_t> keys;
+  const CheckpointPart part = encode_part(store, pending_[step], step);
   std::int64_t bytes = 0;
   for (const auto& [key, c] : pending_[step]) {
-    keys.push_back(key);
-    part.put_f32s(chunk_field(key, "weights"), c.weights);
-    part.put_f32s(chunk_field(key, "optimizer"), c.optimizer_state);
-    part.put_i64s(chunk_field(key, "meta"), {c.version, c.optimizer_steps});
-    part.put_i64s(chunk_field(key, "clocks"), c.clocks);
     bytes += static_cast<std::int64_t>((c.weights.size() + c.optimizer_state.size()) * sizeof(float));
   }
-  part.put_i64s("keys", keys);
-  const StoreStats& s = store.stats();
-  part.put_i64s("stats", stats_fields(s));
-  std::vector<std::int64_t> histogram;
-  for (const auto& [staleness, count] : s.staleness_histogram) histogram.insert(histogram.end(), {staleness, count});
-  part.put_i64s("staleness_histogram", histogram);
+  const std::size_t num_keys = pending_[step].size();
   pending_.erase(step);
   const fs::path dir = root_ / checkpoint_dir_name(step);
   if (keep_existing_ && fs::exists(dir / server_part_name(rank_))) {
@@ -80,7 +145,7 @@ void ServerCheckpointer::write_part(const ShardStore& store, std::int64_t step) 
   char line[256];
   std::snprintf(line, sizeof(line), "checkpoint %s: wrote %s (%lld chunks, %.1f MB of state) in %.1f ms",
                 checkpoint_dir_name(step).c_str(), server_part_name(rank_).c_str(),
-                static_cast<long long>(keys.size()), static_cast<double>(bytes) / 1e6, ms);
+                static_cast<long long>(num_keys), static_cast<double>(bytes) / 1e6, ms);
   log_.info(line);
 }
 

@@ -17,12 +17,29 @@
 // Restoring: the part of the server's rank is read from the checkpoint
 // (checked against the manifest: size, CRC-32) and every chunk is set back;
 // the chunks count as initialized, so workers pull instead of init.
+//
+// The initial part (cluster.on_server_failure = "restart"): a server that
+// failed before the first checkpoint has no step-N part to come back from.
+// So, once the workers' inits have set every chunk of a fresh server, it
+// writes its shard as it is at step 0 (weights, zero optimizer state,
+// versions, clocks) to ROOT/initial-server-R/ with a one-part manifest,
+// before the reply to the init that completed it, and until the first
+// checkpoint replaces it with the shard at every max(1, interval / 8)
+// steps (copied as for a checkpoint, when the slowest live worker's clock
+// of each chunk reaches that step; not coordinated with the other servers,
+// which a restart does not need). A server that rejoins and finds no
+// complete checkpoint reloads that part instead (step T < interval) and
+// catches up like any other (ShardStore::catch_up): the updates of its
+// shard after T are lost and counted. (Step 0 alone was tried: a shard set
+// back to its initial weights against the others' trained ones made the
+// tiny sync run diverge.)
 // Not thread-safe: called from the server's event loop.
 #pragma once
 
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <string>
 
 #include "common/checkpoint.h"
@@ -33,6 +50,10 @@ namespace pstrain {
 
 // "server-3.ckpt".
 std::string server_part_name(int rank);
+// ROOT/initial-server-3: the initial part's directory (not a step-N checkpoint).
+std::filesystem::path initial_part_dir(const std::filesystem::path& root, int rank);
+// The initial part of `rank` when it is complete (manifest, size, CRC); else none.
+std::optional<std::filesystem::path> usable_initial_part(const std::filesystem::path& root, int rank);
 
 class ServerCheckpointer {
  public:
@@ -44,6 +65,11 @@ class ServerCheckpointer {
   // After a push or skip of chunk `key` was accepted by `store`.
   void after_push(const ShardStore& store, std::int64_t key);
   std::int64_t parts_written() const { return parts_written_; }
+  // Writes the initial part (above) once every chunk of `store` is set by
+  // the workers' inits; `fingerprint` is the config's with the layout. Call
+  // after each init; only the first call that finds the store complete writes.
+  void enable_initial_part(CheckpointFingerprint fingerprint) { initial_fingerprint_ = std::move(fingerprint); }
+  void after_init(const ShardStore& store);
   // A rejoined server (ServerOptions::rejoin): a part already on disk for a
   // step was written by the server it replaces and may be in a complete
   // checkpoint's manifest: it is kept, not overwritten.
@@ -51,6 +77,8 @@ class ServerCheckpointer {
 
  private:
   void write_part(const ShardStore& store, std::int64_t step);
+  CheckpointPart encode_part(const ShardStore& store, const std::map<std::int64_t, ChunkCheckpoint>& copies,
+                             std::int64_t step) const;
 
   std::int64_t interval_;
   std::filesystem::path root_;
@@ -60,6 +88,15 @@ class ServerCheckpointer {
   std::map<std::int64_t, std::map<std::int64_t, ChunkCheckpoint>> pending_;    // step -> key -> copy
   std::int64_t parts_written_ = 0;
   bool keep_existing_ = false;
+  // Before the first checkpoint: the shard as it is when its slowest clock reaches a multiple of
+  // max(1, interval / 8), replacing the initial part (same copy rule as a checkpoint's).
+  void snapshot_before_first(const ShardStore& store, std::int64_t key, std::int64_t clock);
+  void write_initial_part(const ShardStore& store, const std::map<std::int64_t, ChunkCheckpoint>& copies,
+                          std::int64_t step);
+  std::optional<CheckpointFingerprint> initial_fingerprint_;  // set: initial parts are written (until the first checkpoint)
+  bool initial_written_ = false;
+  std::map<std::int64_t, std::int64_t> snapshot_step_;                         // key -> last step copied
+  std::map<std::int64_t, std::map<std::int64_t, ChunkCheckpoint>> snapshots_;  // step -> key -> copy
 };
 
 // Restores `store` (server `rank`) from checkpoint `dir`; `fingerprint` is

@@ -90,12 +90,16 @@ std::string rejoin_checkpoint(const pstrain::RunConfig& config, int rank, pstrai
   const std::filesystem::path root = pstrain::checkpoint_root(config);
   const auto found = pstrain::find_newest_checkpoint(root, &skipped);
   for (const std::string& why : skipped) log.warn("passed over checkpoint " + why);
-  if (!found) {
-    throw pstrain::Error("--rejoin: no complete checkpoint under " + root.string() +
-                         " to reload server " + std::to_string(rank) + "'s shards from (it failed before the first one)");
-  }
   o.rejoin = true;
-  return found->dir.string();
+  if (found) return found->dir.string();
+  // Failed before the first checkpoint: the shard as the workers' inits set it (server/checkpointing.h).
+  if (const auto initial = pstrain::usable_initial_part(root, rank)) {
+    log.info("no complete checkpoint under " + root.string() + " yet: server " + std::to_string(rank) +
+             " comes back from its initial part");
+    return initial->string();
+  }
+  throw pstrain::Error("--rejoin: no complete checkpoint under " + root.string() + " and no initial part of server " +
+                       std::to_string(rank) + " to reload its shards from (it failed before its chunks were initialized)");
 }
 
 }  // namespace

@@ -156,15 +156,26 @@ void Server::on_worker_rejoined(int worker, const std::string& token) {
 void Server::start_checkpoints() {
   checkpointer_ = std::make_unique<ServerCheckpointer>(options_.checkpoint_interval, options_.checkpoint_root, log_);
   checkpointer_->set_rank(rank_);
-  if (options_.resume_dir.empty()) return;
   CheckpointFingerprint fingerprint = options_.fingerprint;
   fingerprint.fields.emplace_back("parameters", std::to_string(map_.total_elems()));
+  if (options_.resume_dir.empty()) {
+    // A restart before the first checkpoint comes back from the initial part (server/checkpointing.h).
+    if (options_.checkpoint_interval > 0 && options_.cluster.on_server_failure == "restart") {
+      checkpointer_->enable_initial_part(fingerprint);
+    }
+    return;
+  }
   const std::int64_t step = restore_server(*store_, options_.resume_dir, rank_, fingerprint, log_);
   if (options_.rejoin) {
     store_->begin_catch_up(step);
     checkpointer_->keep_existing_parts();  // those the failed server wrote belong to complete checkpoints
-    log_.info("rejoined the running job from checkpoint step " + std::to_string(step) +
-              ": the updates the failed server applied after it are lost; chunks catch up to the workers' step");
+    const bool initial = options_.resume_dir.find("initial-server-") != std::string::npos;
+    log_.info(initial ? "rejoined the running job from its initial part at step " + std::to_string(step) +
+                            " (it failed before the first checkpoint): the updates of this shard after it are lost; "
+                            "chunks catch up to the workers' step"
+                        : "rejoined the running job from checkpoint step " + std::to_string(step) +
+                              ": the updates the failed server applied after it are lost; chunks catch up to the "
+                              "workers' step");
   }
 }
 
@@ -302,6 +313,7 @@ void Server::serve(const zmq::message_t& from, const Message& msg) {
   switch (h.type) {
     case MsgType::kInit: {
       store_->init(h.key, msg.float_payload(scratch_));
+      checkpointer_->after_init(*store_);  // the last chunk's init: the initial part, before its reply
       Header r = h;
       r.type = MsgType::kInitReply;
       reply(from, r);

@@ -139,5 +139,50 @@ TEST_CASE("invalid inputs are ConfigErrors naming the value") {
   CHECK_THROWS_WITH_AS(s.lr_at(-1), "lr schedule: step: expected an integer >= 0, got -1", ConfigError);
 }
 
+TEST_CASE("lr_in_epoch: the first plan gives lr_at exactly; another plan the same fraction of training") {
+  ScheduleConfig sc = decay("step");
+  sc.step_epochs = {3, 6};
+  sc.gamma = 0.1;
+  sc.warmup_epochs = 1;
+  const LrSchedule s(lr_of(0.1), sc, 10, 100, 64);
+  CHECK(s.steps_per_epoch() == 10);
+  for (std::int64_t step = 0; step < 100; ++step) {
+    CAPTURE(step);
+    CHECK(s.lr_in_epoch(static_cast<int>(step / 10), step % 10, 10) == s.lr_at(step));  // bit for bit
+  }
+  // 15 steps an epoch after a re-plan: the decays at the starts of epochs 3 and 6, not at steps 30 and 60.
+  CHECK(s.lr_in_epoch(2, 14, 15) == doctest::Approx(0.1));
+  CHECK(s.lr_in_epoch(3, 0, 15) == doctest::Approx(0.01));
+  CHECK(s.lr_in_epoch(5, 14, 15) == doctest::Approx(0.01));
+  CHECK(s.lr_in_epoch(6, 0, 15) == doctest::Approx(0.001));
+  // Warmup over epoch 0 in 15 steps: rising, never above the base, the base at its end.
+  double previous = 0;
+  for (int b = 0; b < 15; ++b) {
+    const double lr = s.lr_in_epoch(0, b, 15);
+    CHECK(lr > previous);
+    CHECK(lr <= 0.1);
+    previous = lr;
+  }
+  CHECK(previous == doctest::Approx(0.1));
+  // Fewer steps an epoch (a rejoin): 5 steps, the boundary still at epoch 3.
+  CHECK(s.lr_in_epoch(2, 4, 5) == doctest::Approx(0.1));
+  CHECK(s.lr_in_epoch(3, 0, 5) == doctest::Approx(0.01));
+}
+
+TEST_CASE("lr_in_epoch: cosine ends at min_lr with the last epoch of any plan; bad positions are ConfigErrors") {
+  ScheduleConfig sc = decay("cosine");
+  sc.min_lr = 0.01;
+  const LrSchedule s(lr_of(0.1), sc, 10, 100, 64);
+  CHECK(s.lr_in_epoch(5, 0, 15) == doctest::Approx(s.lr_at(50)));
+  CHECK(s.lr_in_epoch(5, 0, 15) == doctest::Approx(0.055));
+  CHECK(s.lr_in_epoch(9, 14, 15) > 0.01);
+  CHECK(s.lr_in_epoch(9, 14, 15) < s.lr_in_epoch(9, 13, 15));
+  CHECK(s.lr_in_epoch(10, 0, 15) == doctest::Approx(0.01));
+  CHECK_THROWS_AS(s.lr_in_epoch(-1, 0, 10), ConfigError);
+  CHECK_THROWS_AS(s.lr_in_epoch(0, -1, 10), ConfigError);
+  CHECK_THROWS_WITH_AS(s.lr_in_epoch(0, 0, 0), "lr schedule: steps_this_epoch: expected an integer >= 1, got 0",
+                       ConfigError);
+}
+
 }  // namespace
 }  // namespace pstrain

@@ -5,8 +5,9 @@
 // reconnect and resend, the job ends with exit 0 everywhere, the accuracy is
 // close to the run that was never interrupted, and the server's counters
 // and the summary say what was lost (and that nothing was applied twice).
-// Also: a rejoin for a live rank is refused without harm, and a server that
-// never comes back ends the job naming it (exit 2).
+// Also: a rejoin for a live rank is refused without harm, a server that
+// never comes back ends the job naming it (exit 2), and a server killed
+// before the first checkpoint comes back from its initial part (step 0).
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -30,10 +31,11 @@ struct Job {
   pid_t scheduler = -1;
   std::vector<std::pair<std::string, pid_t>> nodes;  // "server-0", "worker-1", ...
 
-  Job(const std::string& mode, int timeout_ms, int epochs = 3) {
+  Job(const std::string& mode, int timeout_ms, int epochs = 3, int interval = 4) {
     common = {"--config", (it::kSourceDir / "configs/tiny_sync.toml").string(), "--set",
               "output.run_dir=" + run.string(), "--set", "mode=" + mode, "--set", "workload.epochs=" + std::to_string(epochs), "--set",
-              "checkpoint.interval_steps=4", "--set", "cluster.on_server_failure=restart", "--set",
+              
+              "checkpoint.interval_steps=" + std::to_string(interval), "--set", "cluster.on_server_failure=restart", "--set",
               "cluster.heartbeat_interval_ms=100", "--set", "cluster.heartbeat_timeout_ms=2000", "--set",
               "cluster.timeout_ms=" + std::to_string(timeout_ms), "--set", "output.trace=off"};
   }
@@ -75,8 +77,10 @@ struct Job {
   }
   bool has_checkpoint() const {
     if (!std::filesystem::exists(run / "checkpoints")) return false;
-    for (const auto& e : std::filesystem::directory_iterator(run / "checkpoints")) {
-      if (std::filesystem::exists(e.path() / "manifest.json")) return true;
+    for (const auto& e : std::filesystem::directory_iterator(run / "checkpoints")) {  // step-N, not initial-server-R
+      if (e.path().filename().string().starts_with("step-") && std::filesystem::exists(e.path() / "manifest.json")) {
+        return true;
+      }
     }
     return false;
   }
@@ -131,16 +135,21 @@ struct Outcome {
 
 // One job; kill_step >= 0: server 1 is killed once worker 1 has done that
 // many steps (and a checkpoint exists), and started again with --rejoin.
-Outcome run_job(const std::string& mode, int kill_step) {
-  Job job(mode, 30000);
+// early: checkpoints every 40 steps, and the kill comes before the first.
+Outcome run_job(const std::string& mode, int kill_step, bool early = false) {
+  Job job(mode, 30000, 3, early ? 40 : 4);
   job.start();
   Outcome o;
   int steps_at_kill = -1;  // worker 1's steps when the kill landed (training goes on while the test polls)
   if (kill_step >= 0) {
-    const bool reached = it::wait_until([&] { return job.steps_done(1) >= kill_step && job.has_checkpoint(); },
+    const bool reached = it::wait_until([&] { return job.steps_done(1) >= kill_step && (early || job.has_checkpoint()); },
                                         std::chrono::seconds(120));
     INFO(job.outputs());
     REQUIRE(reached);
+    if (early) {
+      REQUIRE_FALSE(job.has_checkpoint());
+      CHECK(std::filesystem::exists(job.run / "checkpoints/initial-server-1/manifest.json"));
+    }
     REQUIRE(kill(job.pid_of("server-1"), SIGKILL) == 0);
     const auto killed = Clock::now();
     it::wait_exit(job.pid_of("server-1"), std::chrono::seconds(5));
@@ -171,6 +180,11 @@ Outcome run_job(const std::string& mode, int kill_step) {
     if (rank == 0 || kill_step < 0) {
       CHECK(number(m, "rejoined_from_step") == -1);
       CHECK(lost == 0);
+    } else if (early) {
+      // The initial part: step 0, refreshed every 40 / 8 = 5 steps until the first checkpoint.
+      CHECK(number(m, "rejoined_from_step") <= steps_at_kill);
+      CHECK(number(m, "rejoined_from_step") == std::floor(number(m, "rejoined_from_step") / 5) * 5);
+      CHECK(std::filesystem::exists(job.run / "checkpoints/initial-server-1/manifest.json"));
     } else {
       CHECK(number(m, "rejoined_from_step") >= 4);
       CHECK(number(m, "rejoined_from_step") <= steps_at_kill);
@@ -214,6 +228,27 @@ TEST_CASE("a killed server rejoins from the last checkpoint; sync and async go o
     CHECK(restarts->items()[0].find("lost_updates")->as_number("lost_updates") >= 0);
     CHECK(clean.summary.find("server_restarts")->items().empty());
     // Recovery: the heartbeat timeout (2 s) plus the restart and reconnect.
+    CHECK(failed.recovery_s < 20.0);
+  }
+}
+
+TEST_CASE("a server killed before the first checkpoint comes back from its initial part; sync and async end well") {
+  std::mt19937 rng(20261124);
+  for (const std::string mode : {"sync", "async"}) {
+    CAPTURE(mode);
+    const int kill_step = std::uniform_int_distribution<int>(3, 12)(rng);
+    CAPTURE(kill_step);
+    const Outcome clean = run_job(mode, -1, true);
+    const Outcome failed = run_job(mode, kill_step, true);
+    MESSAGE(mode << ": killed server 1 after step " << kill_step << " (no checkpoint yet); recovery "
+                 << failed.recovery_s << " s; accuracy " << failed.accuracy << " vs " << clean.accuracy
+                 << " unfailed");
+    CHECK(std::abs(failed.accuracy - clean.accuracy) <= 0.1);
+    const JsonValue* restarts = failed.summary.find("server_restarts");
+    REQUIRE(restarts != nullptr);
+    REQUIRE(restarts->items().size() == 1);
+    CHECK(restarts->items()[0].find("server")->as_number("server") == 1);
+    CHECK(restarts->items()[0].find("lost_updates")->as_number("lost_updates") >= 0);
     CHECK(failed.recovery_s < 20.0);
   }
 }

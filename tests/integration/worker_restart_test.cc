@@ -12,6 +12,7 @@
 #include <random>
 #include <regex>
 
+#include "common/checkpoint.h"
 #include "tests/integration/launch_test_util.h"
 
 namespace {
@@ -224,4 +225,91 @@ TEST_CASE("restart: the launcher starts a killed server again; it rejoins from t
     REQUIRE(accuracy.has_value());
     CHECK(*accuracy >= 0.9);  // the unfailed tiny run reaches 0.99-1.0 (server_restart_test.cc)
   }
+}
+
+// A worker killed right after it wrote its part of a checkpoint and entered
+// the checkpoint's barrier, while the others are still on their way to it
+// (worker 2 is a straggler, simulated compute): its replacement registers
+// while the barrier is open. The scheduler must not count the failed
+// process's arrival for the new one, and must pair the new one's barriers
+// with the others' by name: async, it joins below the checkpoint's step and
+// takes the checkpoint with them; sync, it joins at the step itself (the
+// failed process pushed the step before) and passes the barrier. Every
+// process exits 0 and the checkpoint written around the failure is complete
+// and resumable (launch --resume from it runs to the end).
+void rejoin_during_checkpoint(const std::string& mode) {
+  it::TempDir dir;
+  const auto run = dir.path() / "run";
+  // Async: a checkpoint every 8 steps, the straggler's steps 800 ms (the others' 10 ms), so the
+  // others wait about 6 s at each checkpoint's barrier. Sync: every step waits for the
+  // straggler, whose steps are 4 s, and the barrier is open while it computes the last step
+  // before the checkpoint. Both outlast the heartbeat timeout (2 s; shorter ones starved the
+  // scheduler on a loaded machine) and the restart.
+  const bool sync = mode == "sync";
+  const int interval = sync ? 4 : 8;
+  auto args = it::launch_args(it::kSourceDir / "configs/tiny_sync.toml", run);
+  args.insert(args.end(), {"--set", "mode=" + mode, "--set", "cluster.workers=3", "--set",
+                           "cluster.on_worker_failure=restart", "--set", "cluster.max_restarts=3", "--set",
+                           "cluster.heartbeat_timeout_ms=2000", "--set", "cluster.heartbeat_interval_ms=100", "--set",
+                           "cluster.timeout_ms=30000", "--set",
+                           "output.trace=off", "--quiet", "--set", "workload.simulated_step_ms=10", "--set",
+                           "workload.straggler_rank=2", "--set",
+                           std::string("workload.straggler_slowdown=") + (sync ? "400" : "80"), "--set",
+                           "workload.epochs=3", "--set", "checkpoint.interval_steps=" + std::to_string(interval),
+                           "--set", "checkpoint.keep=20"});
+  if (sync) args.insert(args.end(), {"--set", "workload.max_steps=8"});
+  it::LaunchProcess p(args, dir.path() / "out.txt");
+  const std::string first = pstrain::checkpoint_dir_name(interval);
+  const bool in_barrier = it::wait_until([&] { return it::fs::exists(run / "checkpoints" / first / "worker-1.ckpt"); },
+                                         std::chrono::seconds(180));
+  INFO(p.output());
+  REQUIRE(in_barrier);
+  REQUIRE(kill(it::read_pids(run).at("worker-1"), SIGKILL) == 0);
+  const auto exit = p.wait(std::chrono::seconds(240));
+  const std::string output = p.output();
+  INFO(output);
+  REQUIRE(exit.has_value());
+  CHECK(exit->code == 0);
+  const std::string scheduler_log = it::read_file(run / "logs/scheduler.log");
+  INFO(scheduler_log);
+  // The case this test is for: the replacement came while the barrier was open.
+  CHECK(it::contains(scheduler_log, "worker 1's arrival at barrier 'checkpoint " + std::to_string(interval) +
+                                        "' was its failed process's"));
+  CHECK(it::contains(scheduler_log, "worker 1 rejoined the job"));
+  const std::string worker1_log = it::read_file(run / "logs/worker-1.log");
+  if (sync) CHECK(it::contains(worker1_log, "passing the others' barrier 'checkpoint " + std::to_string(interval) + "'"));
+  for (int w = 0; w < 3; ++w) {
+    CAPTURE(w);
+    CHECK(it::contains(it::read_file(run / ("metrics/worker-" + std::to_string(w) + ".jsonl")), "\"type\":\"end\""));
+  }
+  // The checkpoint around the failure is complete, with a part of every worker (the failed process's
+  // in sync, the new one's in async) and both servers'.
+  const it::fs::path ckpt = run / "checkpoints" / first;
+  CHECK(pstrain::checkpoint_problem(ckpt).empty());
+  const pstrain::CheckpointManifest m = pstrain::read_checkpoint_manifest(ckpt);
+  CHECK(m.parts.size() == 5);
+  // Resumable: the newer checkpoints removed, launch --resume goes on from it to the end.
+  for (const auto& e : it::fs::directory_iterator(run / "checkpoints")) {
+    if (e.path().filename().string() > first && e.path().filename().string().rfind("step-", 0) == 0) {
+      it::fs::remove_all(e.path());
+    }
+  }
+  const it::Result resumed = it::run_launch({"--resume", run.string(), "--bin-dir", it::kBinDir.string(), "--timeout-s",
+                                             "300", "--quiet", "--set", "workload.straggler_slowdown=1"},
+                                            dir.path());
+  INFO(resumed.output);
+  CHECK(resumed.exit.code == 0);
+  CHECK(it::contains(resumed.output, "(step " + std::to_string(interval) + ")"));
+  for (int w = 0; w < 3; ++w) {
+    CAPTURE(w);
+    CHECK(it::contains(it::read_file(run / ("metrics/worker-" + std::to_string(w) + ".jsonl")), "\"type\":\"end\""));
+  }
+}
+
+TEST_CASE("restart: a worker killed in a checkpoint's barrier, replaced while it is open (async): all end, resumable") {
+  rejoin_during_checkpoint("async");
+}
+
+TEST_CASE("restart: a worker killed in a checkpoint's barrier, replaced while it is open (sync): all end, resumable") {
+  rejoin_during_checkpoint("sync");
 }

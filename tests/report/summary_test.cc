@@ -288,6 +288,11 @@ TEST_CASE("a server that rejoined: the summary says which shard lost how many up
   const std::string md = summary_markdown(s, "runs/x");
   CHECK(md.find("Server 1 failed and rejoined from the checkpoint at step 8") != std::string::npos);
   CHECK(md.find("6 chunk updates of its shard were lost") != std::string::npos);
+  // Before the first checkpoint it came back from its initial weights, and says so.
+  m.servers[1].rejoined_from_step = 0;
+  const std::string early = summary_markdown(summarize(config(Mode::kSync), m), "runs/x");
+  CHECK(early.find("Server 1 failed and rejoined from its initial weights (it failed before the first checkpoint") !=
+        std::string::npos);
   // A run without a restart says nothing about it.
   m.servers[1].rejoined_from_step = -1;
   CHECK(summarize(config(Mode::kSync), m).server_restarts.empty());

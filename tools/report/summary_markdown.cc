@@ -129,8 +129,11 @@ std::string summary_markdown(const RunSummary& s, const std::string& run_dir) {
   }
   if (!s.server_restarts.empty() && s.dropped_workers.empty()) out += "\n## Failures\n";
   for (const RunSummary::ServerRestart& r : s.server_restarts) {
-    out += "\nServer " + std::to_string(r.rank) + " failed and rejoined from the checkpoint at step " +
-           std::to_string(r.from_step) + " (cluster.on_server_failure = \"restart\"): " +
+    out += "\nServer " + std::to_string(r.rank) + " failed and rejoined from " +
+           (r.from_step == 0 ? std::string("its initial weights (it failed before the first checkpoint; its optimizer "
+                                           "state was lost too)")
+                             : "the checkpoint at step " + std::to_string(r.from_step)) +
+           " (cluster.on_server_failure = \"restart\"): " +
            std::to_string(r.lost_updates) + " chunk updates of its shard were lost" +
            (r.lost_pushes > 0 ? ", and " + std::to_string(r.lost_pushes) + " pushes that only the failed server had received" : "") +
            ".\n";

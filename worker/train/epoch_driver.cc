@@ -120,7 +120,8 @@ std::int64_t EpochDriver::run(Logger& log, MetricsWriter& metrics, const std::in
     for (std::int64_t b = step - start; b < per_epoch && step < total; ++b, ++step) {
       const auto begin = static_cast<std::size_t>(b * batch_size_);
       const auto end = std::min(indices.size(), begin + static_cast<std::size_t>(batch_size_));
-      const double loss = step_fn(std::span(indices).subspan(begin, end - begin), step, epoch, schedule_.lr_at(step));
+      const double loss = step_fn(std::span(indices).subspan(begin, end - begin), step, epoch,
+                                  schedule_.lr_in_epoch(epoch, b, per_epoch));
       if (std::isfinite(loss)) window.loss_sum += loss, ++window.losses;
       if (rank_ == 0 && (b + 1) % progress_every == 0) {
         const double now = metrics.elapsed_s();

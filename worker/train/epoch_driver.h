@@ -17,7 +17,9 @@
 // from the next epoch, which changes the steps of that epoch and so the
 // total: the driver then writes another "plan" record (with the epoch and the
 // number of workers), and readers take the latest. The learning-rate schedule
-// keeps the job's first plan (a cosine schedule stays at min_lr past it).
+// follows the plan: each step's rate is the schedule's at the same fraction
+// of its epoch (LrSchedule::lr_in_epoch), so decays happen at the same
+// epochs as in a run without the drop.
 #pragma once
 
 #include <cstdint>

@@ -42,6 +42,14 @@ std::int64_t rejoin_ps_job(WorkerSession& session, std::span<float> params, cons
   return join;
 }
 
+void pass_rejoin_checkpoint(WorkerSession& session, const RunConfig& config, std::int64_t join, Logger& log) {
+  if (!checkpoint_due(config, join)) return;
+  const std::string name = "checkpoint " + std::to_string(join);
+  log.info("rejoined at checkpoint step " + std::to_string(join) + ": passing the others' barrier '" + name +
+           "' (the step before it ran in the failed process)");
+  session.scheduler().barrier(name);
+}
+
 void write_rejoin_record(MetricsWriter& metrics, std::int64_t step) {
   metrics.write(JsonLine().add("type", "rejoin").add("time_s", metrics.elapsed_s()).add("step", step));
 }

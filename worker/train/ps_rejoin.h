@@ -30,6 +30,19 @@ namespace pstrain {
 // it is tried again (every 100 ms) for at most cluster.timeout_ms.
 std::int64_t rejoin_ps_job(WorkerSession& session, std::span<float> params, const ClusterConfig& cluster, Logger& log);
 
+// Checkpoints: a rejoiner that joins at J below a checkpoint step S takes
+// that checkpoint with the others (its part, then their barrier, which
+// waits for it: the scheduler does not count the failed process's arrival).
+// One that joins exactly at a checkpoint step J (the others take checkpoint
+// J after step J-1, which it did not run here) passes their barrier without
+// a part: pass_rejoin_checkpoint(). The scheduler matches it by name, so the
+// barriers stay paired whether the others are still in it, have finished it
+// or have not reached it yet (scheduler.cc, on_barrier). The checkpoint then
+// holds the failed process's part for J if it wrote one before dying, else
+// none (a resume treats the rank as dropped at J: it starts there with fresh
+// counters).
+void pass_rejoin_checkpoint(WorkerSession& session, const RunConfig& config, std::int64_t join, Logger& log);
+
 // The rejoined worker's metrics file: its predecessor's, kept up to its
 // last whole line and appended to, its time axis the job clock's (seconds
 // since the job started), so the records read as one worker's run.

@@ -244,6 +244,7 @@ TrainResult run_ps_worker(const RunConfig& config, WorkerSession& session, Workl
     TraceSpan span(trace, TraceLevel::kSteps, "rejoin", "worker");
     start_step = rejoin_ps_job(session, L.params, config.cluster, log);
     write_rejoin_record(metrics, start_step);
+    pass_rejoin_checkpoint(session, config, start_step, log);  // joined at a checkpoint step: the others' barrier
   } else if (resume != nullptr) {  // the servers hold the checkpoint's weights: pull them
     TraceSpan span(trace, TraceLevel::kSteps, "initial weights", "worker");
     session.kv().wait(session.kv().pull(L.params, resume->step));
