@@ -20,21 +20,33 @@ std::string this_host() {
 }
 
 namespace {
-SocketOptions socket_options(const ClusterConfig& cluster, const SecurityContext* security) {
-  SocketOptions o;
-  o.security = security;
-  o.send_timeout = std::chrono::milliseconds(cluster.timeout_ms);
+EndpointOptions connection_options(const ClusterConfig& cluster, const SecurityContext* security,
+                                   TrafficCounters* traffic) {
+  EndpointOptions o;
+  o.socket.security = security;
+  o.socket.send_timeout = std::chrono::milliseconds(cluster.timeout_ms);
+  o.traffic = traffic;
   return o;
 }
 }  // namespace
 
+SchedulerClient::SchedulerClient(Transport& transport, std::string scheduler_endpoint, Role role,
+                                 const ClusterConfig& cluster, TrafficCounters* traffic,
+                                 const SecurityContext* security)
+    : SchedulerClient(nullptr, &transport, std::move(scheduler_endpoint), role, cluster, traffic, security) {}
+
 SchedulerClient::SchedulerClient(zmq::context_t& ctx, std::string scheduler_endpoint, Role role,
                                  const ClusterConfig& cluster, TrafficCounters* traffic,
                                  const SecurityContext* security)
-    : ctx_(ctx), endpoint_(std::move(scheduler_endpoint)), role_(role), cluster_(cluster), traffic_(traffic),
-      security_(security), socket_(make_socket(ctx, zmq::socket_type::dealer, socket_options(cluster, security))) {
-  connect_socket(socket_, endpoint_);
-}
+    : SchedulerClient(std::make_unique<ZmqTransport>(ctx), nullptr, std::move(scheduler_endpoint), role, cluster, traffic,
+                      security) {}
+
+SchedulerClient::SchedulerClient(std::unique_ptr<Transport> owned, Transport* transport,
+                                 std::string scheduler_endpoint, Role role, const ClusterConfig& cluster,
+                                 TrafficCounters* traffic, const SecurityContext* security)
+    : owned_transport_(std::move(owned)), transport_(transport != nullptr ? *transport : *owned_transport_), endpoint_(std::move(scheduler_endpoint)),
+      role_(role), cluster_(cluster), traffic_(traffic), security_(security),
+      conn_(transport_.connect(endpoint_, connection_options(cluster, security, traffic))) {}
 
 SchedulerClient::~SchedulerClient() { stop_heartbeats(); }
 
@@ -68,7 +80,7 @@ void SchedulerClient::note_server_news(const Message& m) {
 }
 
 bool SchedulerClient::handle_incoming() {
-  auto env = receive_message(socket_, false, milliseconds(0), DecodeLimits{}, nullptr, traffic_);
+  auto env = conn_->receive(milliseconds(0));
   if (!env) return shutdown_;
   last_heard_ = Clock::now();
   const Message& m = env->message;
@@ -97,6 +109,13 @@ bool SchedulerClient::handle_incoming() {
   }
 }
 
+bool SchedulerClient::drain_incoming(int max_messages) {
+  for (int n = 0; n < max_messages; ++n) {
+    if (handle_incoming()) return true;  // an abort throws AbortedError itself
+  }
+  return shutdown_;
+}
+
 Message SchedulerClient::wait_for(MsgType type, const std::string& what, int extra_ms, bool while_alive) {
   const int limit_ms = cluster_.timeout_ms + extra_ms;
   const auto deadline = Clock::now() + milliseconds(limit_ms);
@@ -108,7 +127,7 @@ Message SchedulerClient::wait_for(MsgType type, const std::string& what, int ext
       throw TimeoutError(what + ": no answer from the scheduler at " + endpoint_ + " within " +
                          std::to_string(limit_ms) + " ms");
     }
-    auto env = receive_message(socket_, false, std::min(left, milliseconds(200)), DecodeLimits{}, nullptr, traffic_);
+    auto env = conn_->receive(std::min(left, milliseconds(200)));
     if (!env) {
       check_scheduler_alive();  // nothing queued: silent since the last message (a dead scheduler answers nothing)
       continue;
@@ -152,7 +171,7 @@ RegisterReply SchedulerClient::register_as(RegisterRequest request, std::int64_t
   Header h = make_header(MsgType::kRegister);
   h.request_id = next_request_id_++;
   h.aux = kind;
-  send_message(socket_, nullptr, h, Payload::bytes(wire_encode(request)), traffic_);
+  conn_->send(h, Payload::bytes(wire_encode(request)));
   // Waits longer than the scheduler's own registration timeout, so that when
   // some node is missing, the scheduler's reason (who is missing) arrives first.
   Message m = wait_for(MsgType::kRegisterReply, "registration of this " + std::string(to_string(role_)),
@@ -174,7 +193,7 @@ RegisterReply SchedulerClient::register_as(RegisterRequest request, std::int64_t
 void SchedulerClient::barrier(const std::string& name) {
   Header h = make_header(MsgType::kBarrier);
   h.key = barrier_seq_++;
-  send_message(socket_, nullptr, h, Payload::bytes(name), traffic_);
+  conn_->send(h, Payload::bytes(name));
   Message m = wait_for(MsgType::kBarrierReply, "barrier '" + name + "'", 0, true);
   if (m.header.key != h.key) {
     throw ProtocolError("barrier '" + name + "': reply for barrier " + std::to_string(m.header.key) + ", expected " +
@@ -188,7 +207,7 @@ StoreEntry SchedulerClient::store_request(MsgType type, const StoreEntry& entry,
   Header h = make_header(type);
   h.request_id = next_request_id_++;
   h.aux = timeout_ms;
-  send_message(socket_, nullptr, h, Payload::bytes(wire_encode(entry)), traffic_);
+  conn_->send(h, Payload::bytes(wire_encode(entry)));
   // The scheduler answers a get that timed out itself: wait a little longer for its reason.
   Message m = wait_for(MsgType::kStoreReply, what, timeout_ms + 1000 - cluster_.timeout_ms);
   const std::string body = m.text_payload();
@@ -213,7 +232,7 @@ std::string SchedulerClient::store_get(const std::string& key, int timeout_ms) {
 }
 
 void SchedulerClient::finish() {
-  send_message(socket_, nullptr, make_header(MsgType::kDone), {}, traffic_);
+  conn_->send(make_header(MsgType::kDone));
   if (!shutdown_) wait_for(MsgType::kShutdown, "end of job", 0, true);
   shutdown_ = true;
   stop_heartbeats();
@@ -222,7 +241,7 @@ void SchedulerClient::finish() {
 void SchedulerClient::report_failure(const std::string& reason) noexcept {
   try {
     stop_heartbeats();
-    send_message(socket_, nullptr, make_header(MsgType::kAbort), Payload::bytes(reason), traffic_);
+    conn_->send(make_header(MsgType::kAbort), Payload::bytes(reason));
   } catch (...) {
     // Best effort: the scheduler also notices the missing heartbeats.
   }
@@ -230,17 +249,18 @@ void SchedulerClient::report_failure(const std::string& reason) noexcept {
 
 void SchedulerClient::heartbeat_loop(std::string endpoint) {
   try {
-    SocketOptions options{std::int64_t{1} << 20, milliseconds(0), security_};
-    options.send_timeout = milliseconds(0);  // a beat that finds the queue full is skipped, never waited for
-    zmq::socket_t hb = make_socket(ctx_, zmq::socket_type::dealer, options);
+    EndpointOptions options;
+    options.socket = SocketOptions{std::int64_t{1} << 20, milliseconds(0), security_};
+    options.socket.send_timeout = milliseconds(0);  // a beat that finds the queue full is skipped, never waited for
+    options.traffic = traffic_;
     // The scheduler takes heartbeats for this node's rank only from here.
-    hb.set(zmq::sockopt::routing_id, "h" + token_);
-    connect_socket(hb, endpoint);
+    options.identity = "h" + token_;
+    std::unique_ptr<Connection> hb = transport_.connect(endpoint, options);
     std::unique_lock lock(hb_mutex_);
     while (!hb_stop_) {
       lock.unlock();
       try {
-        send_message(hb, nullptr, make_header(MsgType::kHeartbeat), {}, traffic_);
+        hb->send(make_header(MsgType::kHeartbeat));
       } catch (const TransportError&) {
         // The queue is full (the scheduler is not reading): skip this beat.
       }

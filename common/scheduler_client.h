@@ -1,9 +1,10 @@
 // A server's or worker's link to the scheduler: registration (rendezvous),
 // barriers, heartbeats, the end of the job and failure reports.
 //
-// The main socket belongs to the thread that constructed the client; the
-// heartbeat thread has its own socket. Callers that block on other sockets
-// (a server's loop, a worker's waits) poll socket() too and call
+// The main connection belongs to the thread that constructed the client; the
+// heartbeat thread has its own (both from the node's Transport,
+// common/transport.h). Callers that block on other endpoints (a server's
+// loop, a worker's waits) wait on connection() too (wait_any) and call
 // handle_incoming() when it is readable, so an abort reaches them promptly.
 // Heartbeats go both ways: the scheduler sends every node a heartbeat each
 // heartbeat_interval_ms, and check_scheduler_alive() throws once it has been
@@ -17,6 +18,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <memory>
 #include <cstdint>
 #include <mutex>
 #include <set>
@@ -30,6 +32,7 @@
 #include "common/config.h"
 #include "common/protocol.h"
 #include "common/transport.h"
+#include "common/zmq_transport.h"
 
 namespace pstrain {
 
@@ -39,6 +42,10 @@ class SchedulerClient {
   // both sockets: requests, replies and heartbeats.
   // `security` (may be null = plain; else outliving the client): CURVE keys
   // for both sockets (common/security.h).
+  // Over the node's transport (outliving the client).
+  SchedulerClient(Transport& transport, std::string scheduler_endpoint, Role role, const ClusterConfig& cluster,
+                  TrafficCounters* traffic = nullptr, const SecurityContext* security = nullptr);
+  // Over ZeroMQ in `ctx` (a ZmqTransport of its own on that context).
   SchedulerClient(zmq::context_t& ctx, std::string scheduler_endpoint, Role role, const ClusterConfig& cluster,
                   TrafficCounters* traffic = nullptr, const SecurityContext* security = nullptr);
   ~SchedulerClient();
@@ -70,10 +77,16 @@ class SchedulerClient {
   // Best effort: tells the scheduler this node failed (it aborts the job).
   void report_failure(const std::string& reason) noexcept;
 
-  zmq::socket_t& socket() { return socket_; }
-  // Handles what arrived on socket(): returns true on shutdown, throws
-  // AbortedError on abort, ignores nothing silently (unexpected -> ProtocolError).
+  Connection& connection() { return *conn_; }
+  Transport& transport() { return transport_; }
+  // Handles one message that arrived on connection() (none: nothing):
+  // returns true on shutdown, throws AbortedError on abort, ignores nothing
+  // silently (unexpected -> ProtocolError).
   bool handle_incoming();
+  // Handles up to `max_messages` queued messages without waiting (news a
+  // caller needs before going on: an abort, a shutdown, a server failure);
+  // returns whether the shutdown was received.
+  bool drain_incoming(int max_messages = 16);
   // Throws TransportError naming the scheduler if it has sent nothing (not
   // even a heartbeat) for heartbeat_timeout_ms since the rendezvous.
   void check_scheduler_alive() const;
@@ -118,7 +131,11 @@ class SchedulerClient {
   void note_server_news(const Message& m);  // kServerRestarting, kServerBack
   void stop_heartbeats();
 
-  zmq::context_t& ctx_;
+  SchedulerClient(std::unique_ptr<Transport> owned, Transport* transport, std::string scheduler_endpoint, Role role,
+                  const ClusterConfig& cluster, TrafficCounters* traffic, const SecurityContext* security);
+
+  std::unique_ptr<Transport> owned_transport_;  // the zmq::context_t constructor's
+  Transport& transport_;
   std::string endpoint_;
   std::string token_;
   std::vector<int> dropped_;
@@ -133,7 +150,7 @@ class SchedulerClient {
   ClusterConfig cluster_;
   TrafficCounters* traffic_;
   const SecurityContext* security_;
-  zmq::socket_t socket_;
+  std::unique_ptr<Connection> conn_;
   int rank_ = -1;
   std::int64_t barrier_seq_ = 0;
   std::uint64_t next_request_id_ = 1;

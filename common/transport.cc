@@ -101,10 +101,8 @@ namespace {
 }
 }  // namespace
 
-void send_message(zmq::socket_t& socket, const zmq::message_t* routing_id, Header header, Payload payload,
-                  TrafficCounters* traffic) {
-  header.dtype = payload.dtype();
-  header.num_elems = payload.num_elems();
+void send_frames_raw(zmq::socket_t& socket, const zmq::message_t* routing_id, zmq::message_t head,
+                     std::optional<zmq::message_t> body, const Header& header) {
   try {
     if (routing_id != nullptr) {
       // ROUTER: never wait for a peer. A full queue (a peer that does not
@@ -116,26 +114,35 @@ void send_message(zmq::socket_t& socket, const zmq::message_t* routing_id, Heade
                              std::to_string(header.key) + "): the peer's queue is full (it does not read)");
       }
     }
-    zmq::message_t head = encode_header(header);
-    std::size_t bytes = head.size();
-    if (payload.empty()) {
+    if (!body) {
       if (!socket.send(head, zmq::send_flags::none)) throw_send_timeout(header);
     } else {
       if (!socket.send(head, zmq::send_flags::sndmore)) throw_send_timeout(header);
-      zmq::message_t body = std::move(payload).to_frame();
-      bytes += body.size();
-      socket.send(body, zmq::send_flags::none);
+      socket.send(*body, zmq::send_flags::none);
     }
-    if (traffic != nullptr) traffic->add_sent(bytes);
   } catch (const zmq::error_t& e) {
     throw TransportError("send of " + std::string(to_string(header.type)) + " (key " + std::to_string(header.key) +
                          "): " + e.what());
   }
 }
 
-std::optional<Envelope> receive_message(zmq::socket_t& socket, bool has_routing_id, std::chrono::milliseconds timeout,
-                                        const DecodeLimits& limits, zmq::message_t* bad_routing_id,
-                                        TrafficCounters* traffic) {
+void send_message(zmq::socket_t& socket, const zmq::message_t* routing_id, Header header, Payload payload,
+                  TrafficCounters* traffic) {
+  header.dtype = payload.dtype();
+  header.num_elems = payload.num_elems();
+  zmq::message_t head = encode_header(header);
+  std::size_t bytes = head.size();
+  std::optional<zmq::message_t> body;
+  if (!payload.empty()) {
+    body = std::move(payload).to_frame();
+    bytes += body->size();
+  }
+  send_frames_raw(socket, routing_id, std::move(head), std::move(body), header);
+  if (traffic != nullptr) traffic->add_sent(bytes);
+}
+
+std::optional<std::vector<zmq::message_t>> receive_frames_raw(zmq::socket_t& socket,
+                                                              std::chrono::milliseconds timeout) {
   if (timeout.count() > 0) {
     zmq::pollitem_t item{socket.handle(), 0, ZMQ_POLLIN, 0};
     if (zmq::poll(&item, 1, timeout) == 0) return std::nullopt;
@@ -153,7 +160,21 @@ std::optional<Envelope> receive_message(zmq::socket_t& socket, bool has_routing_
   } catch (const zmq::error_t& e) {
     throw TransportError(std::string("receive: ") + e.what());
   }
-  Envelope env;
+  return frames;
+}
+
+std::string frame_user_id(const zmq::message_t& frame) {
+  const char* user = zmq_msg_gets(frame.handle(), "User-Id");
+  return user != nullptr ? std::string(user) : std::string();
+}
+
+std::optional<ZmqEnvelope> receive_message(zmq::socket_t& socket, bool has_routing_id, std::chrono::milliseconds timeout,
+                                        const DecodeLimits& limits, zmq::message_t* bad_routing_id,
+                                        TrafficCounters* traffic) {
+  std::optional<std::vector<zmq::message_t>> got = receive_frames_raw(socket, timeout);
+  if (!got) return std::nullopt;
+  std::vector<zmq::message_t>& frames = *got;
+  ZmqEnvelope env;
   if (has_routing_id) {
     env.routing_id = std::move(frames.front());
     frames.erase(frames.begin());
@@ -164,10 +185,7 @@ std::optional<Envelope> receive_message(zmq::socket_t& socket, bool has_routing_
     for (const zmq::message_t& frame : frames) bytes += frame.size();
     traffic->add_received(bytes);
   }
-  if (!frames.empty()) {  // the ZAP user id rides on every frame of an authenticated connection
-    const char* user = zmq_msg_gets(frames.front().handle(), "User-Id");
-    if (user != nullptr) env.user_id = user;
-  }
+  if (!frames.empty()) env.user_id = frame_user_id(frames.front());  // the ZAP user id rides on every frame
   env.message = decode_message(frames, limits);
   return env;
 }
@@ -196,6 +214,65 @@ std::string connection_name(const zmq::message_t& routing_id) {
     out += kHex[bytes[i] & 15];
   }
   return out;
+}
+
+
+// ---- the transport interface's shared halves ----
+
+std::string PeerId::name() const {
+  return connection_name(zmq::message_t(bytes_.data(), bytes_.size()));
+}
+
+void Endpoint::send_impl(const PeerId* to, Header header, Payload payload) {
+  header.dtype = payload.dtype();
+  header.num_elems = payload.num_elems();
+  zmq::message_t head = encode_header(header);
+  std::size_t bytes = head.size();
+  std::optional<zmq::message_t> body;
+  if (!payload.empty()) {
+    body = std::move(payload).to_frame();
+    bytes += body->size();
+  }
+  send_frames(to, std::move(head), std::move(body), header);
+  if (options_.traffic != nullptr) options_.traffic->add_sent(bytes);
+}
+
+std::optional<Envelope> Endpoint::receive_impl(std::chrono::milliseconds timeout, PeerId* bad_from) {
+  std::optional<Frames> got = receive_frames(timeout);
+  if (!got) return std::nullopt;
+  if (bad_from != nullptr) *bad_from = got->from;
+  if (options_.traffic != nullptr) {  // counted before decoding: malformed bytes arrived all the same
+    std::size_t bytes = 0;
+    for (const zmq::message_t& frame : got->frames) bytes += frame.size();
+    options_.traffic->add_received(bytes);
+  }
+  Envelope env;
+  env.from = std::move(got->from);
+  env.user_id = std::move(got->user_id);
+  env.message = decode_message(got->frames, options_.limits);  // the one place every transport's input is checked
+  return env;
+}
+
+void Listener::send_error(const PeerId& to, const Header& request, Role my_role, std::int32_t my_rank, Status status,
+                          const std::string& text) {
+  Header reply;
+  reply.type = MsgType::kError;
+  reply.role = my_role;
+  reply.sender = my_rank;
+  reply.status = status;
+  reply.request_id = request.request_id;
+  reply.key = request.key;
+  reply.step = request.step;
+  send(to, reply, Payload::bytes(text.substr(0, kMaxBodyBytes)));
+}
+
+std::vector<bool> wait_any(std::span<Endpoint* const> endpoints, std::chrono::milliseconds timeout) {
+  if (endpoints.empty()) throw TransportError("wait_any: no endpoints to wait on");
+  Transport& transport = endpoints.front()->transport();
+  for (const Endpoint* e : endpoints) {
+    if (&e->transport() != &transport) throw TransportError("wait_any: endpoints of different transports");
+  }
+  return transport.wait_any(endpoints, timeout);
 }
 
 }  // namespace pstrain

@@ -310,7 +310,7 @@ class Harness {
     const auto deadline = std::chrono::steady_clock::now() + milliseconds(kReplyBoundMs);
     zmq::socket_t& s = on_server ? *honest_server_ : *honest_sched_;
     while (std::chrono::steady_clock::now() < deadline) {
-      std::optional<Envelope> env;
+      std::optional<ZmqEnvelope> env;
       try {
         env = receive_message(s, false, milliseconds(5), DecodeLimits{});
       } catch (const ProtocolError& e) {
@@ -621,7 +621,7 @@ class Harness {
     std::vector<Peer*> renamed;
     for (const Source& s : sources) {
       for (int k = 0; k < 64; ++k) {
-        std::optional<Envelope> env;
+        std::optional<ZmqEnvelope> env;
         try {
           env = receive_message(*s.socket, false, milliseconds(0), DecodeLimits{});
         } catch (const ProtocolError& e) {

@@ -42,7 +42,7 @@ bool same_layout(const ParamLayout& a, const ParamLayout& b) {
 
 }  // namespace
 
-void Scheduler::on_rejoin(zmq::message_t& from, const Message& msg) {
+void Scheduler::on_rejoin(const PeerId& from, const Message& msg) {
   const std::string body = msg.text_payload();
   RegisterRequest req = wire_decode<RegisterRequest>(std::as_bytes(std::span(body.data(), body.size())), "register body");
   const std::string who = std::string(to_string(req.role)) + " rank " + std::to_string(req.requested_rank) + " from " +
@@ -54,7 +54,7 @@ void Scheduler::on_rejoin(zmq::message_t& from, const Message& msg) {
   if (options_.security != nullptr && options_.security->curve) {
     // CURVE: as at registration, the key decides the role, and a per-worker
     // key the rank: worker-1's key cannot take back worker 0's rank.
-    const char* key_role = msg.has_payload ? zmq_msg_gets(msg.payload.handle(), "User-Id") : nullptr;
+    const char* key_role = key_of(msg);
     const std::optional<KeyOwner> owner = key_owner(key_role == nullptr ? "" : key_role);
     if (!owner || owner->role != Role::kWorker) {
       throw ProtocolError("rejoin: a " + std::string(key_role == nullptr ? "unknown" : key_role) +
@@ -92,13 +92,13 @@ void Scheduler::on_rejoin(zmq::message_t& from, const Message& msg) {
     throw ProtocolError("rejoin of " + who + ": refused, its model layout differs from the job's");
   }
   if (options_.security != nullptr && options_.security->curve) {
-    const char* key_role = msg.has_payload ? zmq_msg_gets(msg.payload.handle(), "User-Id") : nullptr;
+    const char* key_role = key_of(msg);
     if (key_role == nullptr || std::string(key_role) != "worker") {
       throw ProtocolError("rejoin of " + who + ": refused, not a worker's key");
     }
   }
 
-  node->routing_id = copy_frame(from);
+  node->routing_id = from;
   node->request = std::move(req);
   node->token = fresh_token();
   node->dropped = false;

@@ -13,30 +13,38 @@ namespace pstrain {
 
 using std::chrono::milliseconds;
 
+namespace {
+EndpointOptions scheduler_endpoint_options(const SchedulerOptions& options) {
+  EndpointOptions o;
+  o.socket = SocketOptions{std::int64_t{16} << 20, milliseconds(2000), options.security};
+  o.limits = DecodeLimits{std::int64_t{16} << 20};
+  o.traffic = options.traffic;
+  return o;
+}
+}  // namespace
+
+Scheduler::Scheduler(Transport& transport, SchedulerOptions options, Logger& log)
+    : Scheduler(nullptr, &transport, std::move(options), log) {}
+
 Scheduler::Scheduler(zmq::context_t& ctx, SchedulerOptions options, Logger& log)
-    : ctx_(ctx), options_(std::move(options)), log_(log),
-      zap_(start_zap_handler(ctx, options_.security, log)),
-      router_(make_socket(ctx, zmq::socket_type::router,
-                          SocketOptions{std::int64_t{16} << 20, milliseconds(2000), options_.security})),
+    : Scheduler(std::make_unique<ZmqTransport>(ctx), nullptr, std::move(options), log) {}
+
+Scheduler::Scheduler(std::unique_ptr<Transport> owned, Transport* transport, SchedulerOptions options, Logger& log)
+    : owned_transport_(std::move(owned)), transport_(transport != nullptr ? *transport : *owned_transport_),
+      options_(std::move(options)), log_(log),
+      zap_(transport_.authenticate(options_.security, log)),
+      router_(transport_.listen(options_.bind_endpoint, scheduler_endpoint_options(options_))),
       warnings_(log) {
   if (options_.num_servers < 0 || options_.num_workers < 1) {
     throw ConfigError("scheduler: need at least 1 worker and 0 or more servers, got " +
                       std::to_string(options_.num_workers) + " workers and " + std::to_string(options_.num_servers) +
                       " servers");
   }
-  endpoint_ = bind_socket(router_, options_.bind_endpoint);
+  endpoint_ = router_->address();
 }
 
-namespace {
-
-bool same_frame(const zmq::message_t& a, const zmq::message_t& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size()) == 0;
-}
-
-}  // namespace
-
-void Scheduler::refuse(const zmq::message_t& from, const Header& request, const std::string& why) {
-  warnings_.warn(connection_name(from), why);
+void Scheduler::refuse(const PeerId& from, const Header& request, const std::string& why) {
+  warnings_.warn(from.name(), why);
   Header reply;
   reply.type = MsgType::kError;
   reply.role = Role::kScheduler;
@@ -48,9 +56,9 @@ void Scheduler::refuse(const zmq::message_t& from, const Header& request, const 
   send_quietly(from, reply, Payload::bytes(why.substr(0, kMaxBodyBytes)));
 }
 
-void Scheduler::send_quietly(const zmq::message_t& to, const Header& header, Payload payload) {
+void Scheduler::send_quietly(const PeerId& to, const Header& header, Payload payload) {
   try {
-    send_message(router_, &to, header, std::move(payload), options_.traffic);
+    router_->send(to, header, std::move(payload));
   } catch (const TransportError& e) {
     // The peer has gone (ROUTER_MANDATORY: EHOSTUNREACH): nobody to answer.
     if (unreachable_replies_++ == 0) log_.info(std::string("a reply found its peer gone: ") + e.what());
@@ -79,11 +87,13 @@ void Scheduler::registration() {
     if (Clock::now() > deadline) {
       fail("registration: waited " + std::to_string(options_.cluster.timeout_ms) + " ms; " + roster());
     }
-    zmq::message_t from;
+    PeerId from;
     try {
-      auto env = receive_message(router_, true, milliseconds(200), DecodeLimits{std::int64_t{16} << 20}, &from,
-                                 options_.traffic);
-      if (env) handle(env->routing_id, env->message, true);
+      auto env = router_->receive(milliseconds(200), &from);
+      if (env) {
+        sender_key_ = env->user_id;
+        handle(env->from, env->message, true);
+      }
     } catch (const ProtocolError& e) {
       refuse(from, Header{}, std::string("malformed message during registration: ") + e.what());
     }
@@ -97,7 +107,7 @@ std::string Scheduler::roster() const {
          std::to_string(workers) + "/" + std::to_string(options_.num_workers) + " workers";
 }
 
-void Scheduler::on_register(zmq::message_t& from, const Message& msg) {
+void Scheduler::on_register(const PeerId& from, const Message& msg) {
   const std::string body = msg.text_payload();
   RegisterRequest req = wire_decode<RegisterRequest>(std::as_bytes(std::span(body.data(), body.size())), "register body");
   if (req.role == Role::kScheduler || req.role != msg.header.role) {
@@ -106,7 +116,7 @@ void Scheduler::on_register(zmq::message_t& from, const Message& msg) {
   if (options_.security != nullptr && options_.security->curve) {
     // CURVE: the role is bound to the key (the ZAP handler's user id): a
     // worker's key cannot take a server's slot, nor a server's a worker's.
-    const char* key_role = msg.has_payload ? zmq_msg_gets(msg.payload.handle(), "User-Id") : nullptr;
+    const char* key_role = key_of(msg);
     const std::optional<KeyOwner> owner = key_owner(key_role == nullptr ? "" : key_role);
     if (!owner || owner->role != req.role) {
       throw ProtocolError("register: a " + std::string(key_role == nullptr ? "unknown" : key_role) +
@@ -143,7 +153,7 @@ void Scheduler::on_register(zmq::message_t& from, const Message& msg) {
   }
   Node node;
   node.role = req.role;
-  node.routing_id = copy_frame(from);
+  node.routing_id = from;
   node.request = std::move(req);
   node.last_seen = Clock::now();
   nodes_.push_back(std::move(node));
@@ -267,11 +277,13 @@ void Scheduler::serve_until_done() {
     });
   };
   while (!workers_done()) {
-    zmq::message_t from;
+    PeerId from;
     try {
-      auto env = receive_message(router_, true, milliseconds(std::min(200, options_.cluster.heartbeat_interval_ms)),
-                                 DecodeLimits{std::int64_t{16} << 20}, &from, options_.traffic);
-      if (env) handle(env->routing_id, env->message, false);
+      auto env = router_->receive(milliseconds(std::min(200, options_.cluster.heartbeat_interval_ms)), &from);
+      if (env) {
+        sender_key_ = env->user_id;
+        handle(env->from, env->message, false);
+      }
     } catch (const ProtocolError& e) {
       refuse(from, Header{}, std::string("malformed message: ") + e.what());
     }
@@ -281,7 +293,7 @@ void Scheduler::serve_until_done() {
   }
 }
 
-void Scheduler::handle(zmq::message_t& from, const Message& msg, bool registering) {
+void Scheduler::handle(const PeerId& from, const Message& msg, bool registering) {
   const Header& h = msg.header;
   if (h.type == MsgType::kRegister) {
     if (!registering && h.role == Role::kServer) {
@@ -311,7 +323,7 @@ void Scheduler::handle(zmq::message_t& from, const Message& msg, bool registerin
     if (h.type == MsgType::kAbort) {
       // Only a node that registered on this connection can fail the job now.
       for (const Node& n : nodes_) {
-        if (same_frame(n.routing_id, from)) {
+        if (n.routing_id == from) {
           fail("a " + std::string(to_string(n.role)) + " (" + n.request.host + ", pid " +
                std::to_string(n.request.pid) + ") failed during registration: " + msg.text_payload());
         }
@@ -325,9 +337,8 @@ void Scheduler::handle(zmq::message_t& from, const Message& msg, bool registerin
     throw ProtocolError(std::string(to_string(h.type)) + " from unknown " + std::string(to_string(h.role)) + " " +
                         std::to_string(h.sender));
   }
-  const bool heartbeat_connection = h.type == MsgType::kHeartbeat && from.size() == node->token.size() + 1 &&
-                                    std::memcmp(from.data(), ("h" + node->token).data(), from.size()) == 0;
-  if (!heartbeat_connection && !same_frame(node->routing_id, from)) {
+  const bool heartbeat_connection = h.type == MsgType::kHeartbeat && from.bytes() == "h" + node->token;
+  if (!heartbeat_connection && node->routing_id != from) {
     throw ProtocolError(std::string(to_string(h.type)) + " claiming to be " + std::string(to_string(h.role)) + " " +
                         std::to_string(h.sender) + " from a connection that is not the one it registered on: refused");
   }
@@ -470,7 +481,7 @@ bool Scheduler::may_rejoin(const Node& n) const {
          Clock::now() - n.dropped_at < milliseconds(options_.cluster.timeout_ms);
 }
 
-void Scheduler::on_store(zmq::message_t& from, const Message& msg) {
+void Scheduler::on_store(const PeerId& from, const Message& msg) {
   const Header& h = msg.header;
   const bool is_set = h.type == MsgType::kStoreSet;
   try {
@@ -501,7 +512,7 @@ void Scheduler::on_store(zmq::message_t& from, const Message& msg) {
       }
       const std::int64_t wait_ms = h.aux > 0 ? std::min<std::int64_t>(h.aux, options_.cluster.timeout_ms)
                                              : options_.cluster.timeout_ms;
-      parked_gets_.push_back(ParkedGet{copy_frame(from), h, entry.key, wait_ms, Clock::now() + milliseconds(wait_ms)});
+      parked_gets_.push_back(ParkedGet{from, h, entry.key, wait_ms, Clock::now() + milliseconds(wait_ms)});
       parked_gets_count_.store(parked_gets_.size(), std::memory_order_release);
       return;
     }
@@ -525,7 +536,7 @@ void Scheduler::on_store(zmq::message_t& from, const Message& msg) {
   }
 }
 
-void Scheduler::reply_store(const zmq::message_t& to, const Header& request, const StoreEntry& entry) {
+void Scheduler::reply_store(const PeerId& to, const Header& request, const StoreEntry& entry) {
   Header r;
   r.type = MsgType::kStoreReply;
   r.role = Role::kScheduler;
@@ -546,7 +557,7 @@ void Scheduler::expire_store_gets() {
                                std::to_string(it->wait_ms) + " ms";
     log_.warn(reason);
     try {
-      send_error(router_, &it->routing_id, it->request, Role::kScheduler, 0, Status::kRejected, reason, options_.traffic);
+      router_->send_error(it->routing_id, it->request, Role::kScheduler, 0, Status::kRejected, reason);
     } catch (const TransportError&) {
       // That node is gone already.
     }
@@ -596,14 +607,14 @@ void Scheduler::server_failed(Node& node, const std::string& reason) {
   tell_workers(MsgType::kServerRestarting, node.rank, reason);
 }
 
-void Scheduler::on_server_rejoin(zmq::message_t& from, const Message& msg) {
+void Scheduler::on_server_rejoin(const PeerId& from, const Message& msg) {
   const std::string body = msg.text_payload();
   RegisterRequest req = wire_decode<RegisterRequest>(std::as_bytes(std::span(body.data(), body.size())), "register body");
   if (req.role != Role::kServer || msg.header.role != Role::kServer) {
     throw ProtocolError("register after the rendezvous: the job is already running");
   }
   if (options_.security != nullptr && options_.security->curve) {
-    const char* key_role = msg.has_payload ? zmq_msg_gets(msg.payload.handle(), "User-Id") : nullptr;
+    const char* key_role = key_of(msg);
     if (key_role == nullptr || std::string_view(key_role) != "server") {
       throw ProtocolError("rejoin: a " + std::string(key_role == nullptr ? "unknown" : key_role) +
                           " key cannot register as a server");
@@ -634,7 +645,7 @@ void Scheduler::on_server_rejoin(zmq::message_t& from, const Message& msg) {
     const unsigned v = entropy();
     for (int k = 0; k < 4; ++k) node->token += kHex[(v >> (4 * k)) & 15u];
   }
-  node->routing_id = copy_frame(from);
+  node->routing_id = from;
   node->request = std::move(req);
   node->restarting = false;
   node->last_seen = Clock::now();
@@ -702,9 +713,9 @@ void Scheduler::broadcast(MsgType type, const std::string& text, bool include_do
     if ((!include_done && n.done) || n.dropped) continue;
     try {
       if (text.empty() && type != MsgType::kAbort) {
-        send_message(router_, &n.routing_id, h, {}, options_.traffic);
+        router_->send(n.routing_id, h);
       } else {
-        send_message(router_, &n.routing_id, h, Payload::bytes(text), options_.traffic);
+        router_->send(n.routing_id, h, Payload::bytes(text));
       }
     } catch (const TransportError&) {
       // That node is gone already.

@@ -49,6 +49,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -62,6 +63,7 @@
 #include "common/traffic_counters.h"
 #include "common/trace.h"
 #include "common/transport.h"
+#include "common/zmq_transport.h"
 
 namespace pstrain {
 
@@ -80,6 +82,9 @@ struct SchedulerOptions {
 class Scheduler {
  public:
   // Binds at once so endpoint() is known before run().
+  // Over the node's transport (common/transport.h; outliving the scheduler).
+  Scheduler(Transport& transport, SchedulerOptions options, Logger& log);
+  // Over ZeroMQ in `ctx` (a ZmqTransport of its own on that context).
   Scheduler(zmq::context_t& ctx, SchedulerOptions options, Logger& log);
 
   const std::string& endpoint() const { return endpoint_; }
@@ -93,7 +98,7 @@ class Scheduler {
   struct Node {
     Role role = Role::kWorker;
     int rank = -1;
-    zmq::message_t routing_id;
+    PeerId routing_id;
     RegisterRequest request;
     Clock::time_point last_seen;
     bool done = false;
@@ -121,12 +126,12 @@ class Scheduler {
   void registration();
   void assign_ranks();
   void serve_until_done();
-  void handle(zmq::message_t& from, const Message& msg, bool registering);
+  void handle(const PeerId& from, const Message& msg, bool registering);
   // Refuses a bad message: a limited warning, an error reply if the peer is still there.
-  void refuse(const zmq::message_t& from, const Header& request, const std::string& why);
+  void refuse(const PeerId& from, const Header& request, const std::string& why);
   // Sends, counting (not throwing) a failure to reach a peer that has gone.
-  void send_quietly(const zmq::message_t& to, const Header& header, Payload payload = {});
-  void on_register(zmq::message_t& from, const Message& msg);
+  void send_quietly(const PeerId& to, const Header& header, Payload payload = {});
+  void on_register(const PeerId& from, const Message& msg);
   // A worker whose model layout differs from the workers registered so far
   // is refused at once (ProtocolError), not left to fail the rendezvous.
   void refuse_other_layout(const RegisterRequest& req) const;
@@ -135,9 +140,9 @@ class Scheduler {
   void on_barrier(const Message& msg);
   // A --rejoin registration after the rendezvous (scheduler/rejoin.cc);
   // throws ProtocolError with the reason to refuse it.
-  void on_rejoin(zmq::message_t& from, const Message& msg);
-  void on_store(zmq::message_t& from, const Message& msg);
-  void reply_store(const zmq::message_t& to, const Header& request, const StoreEntry& entry);
+  void on_rejoin(const PeerId& from, const Message& msg);
+  void on_store(const PeerId& from, const Message& msg);
+  void reply_store(const PeerId& to, const Header& request, const StoreEntry& entry);
   void expire_store_gets();
   Node* find(Role role, int rank);
   void check_liveness();
@@ -148,18 +153,27 @@ class Scheduler {
   // A server failed: restart it (on_server_failure "restart") or fail the job.
   void server_failed(Node& node, const std::string& reason);
   // A server's registration after the rendezvous: takes back a restarting rank, else refused.
-  void on_server_rejoin(zmq::message_t& from, const Message& msg);
+  void on_server_rejoin(const PeerId& from, const Message& msg);
   void tell_workers(MsgType type, std::int64_t key, const std::string& text);
   int live_workers() const;
   [[noreturn]] void fail(const std::string& reason);
   void broadcast(MsgType type, const std::string& text, bool include_done = true);
   std::string roster() const;
 
-  zmq::context_t& ctx_;
+  Scheduler(std::unique_ptr<Transport> owned, Transport* transport, SchedulerOptions options, Logger& log);
+  // CURVE: the name of the key that sent the message being handled (its
+  // Envelope's user_id), or null on a plain connection or without a payload.
+  const char* key_of(const Message& msg) const {
+    return msg.has_payload && !sender_key_.empty() ? sender_key_.c_str() : nullptr;
+  }
+
+  std::unique_ptr<Transport> owned_transport_;  // the zmq::context_t constructor's
+  Transport& transport_;
   SchedulerOptions options_;
   Logger& log_;
   std::unique_ptr<ZapHandler> zap_;  // before router_: authenticates its connections
-  zmq::socket_t router_;
+  std::unique_ptr<Listener> router_;
+  std::string sender_key_;  // see key_of
   PeerWarnings warnings_;
   std::int64_t unreachable_replies_ = 0;
   Clock::time_point last_heartbeat_sent_{};
@@ -170,7 +184,7 @@ class Scheduler {
   std::map<std::int64_t, std::string> barrier_names_;  // sequence -> name (the first arrival's)
   std::string last_released_barrier_;                   // its name
   struct ParkedGet {
-    zmq::message_t routing_id;
+    PeerId routing_id;
     Header request;
     std::string key;
     std::int64_t wait_ms = 0;

@@ -28,24 +28,33 @@ std::string advertised_endpoint(const std::string& bound, const std::string& hos
 // same room to receive, kv_client.cc). A peer that is not one of the job's
 // workers gets only error replies of a few hundred bytes, so its share is
 // bounded at about kServerSendHwm x 300 bytes.
-static SocketOptions server_socket_options(const ServerOptions& options) {
-  SocketOptions o{options.cluster.max_message_bytes, milliseconds(2000), options.security};
-  o.send_hwm = kServerSendHwm;
+static EndpointOptions server_endpoint_options(const ServerOptions& options) {
+  EndpointOptions o;
+  o.socket = SocketOptions{options.cluster.max_message_bytes, milliseconds(2000), options.security};
+  o.socket.send_hwm = kServerSendHwm;
+  o.limits = DecodeLimits{options.cluster.max_message_bytes};
+  o.traffic = options.traffic;
   return o;
 }
 
+Server::Server(Transport& transport, ServerOptions options, Logger& log)
+    : Server(nullptr, &transport, std::move(options), log) {}
+
 Server::Server(zmq::context_t& ctx, ServerOptions options, Logger& log)
-    : ctx_(ctx), options_(std::move(options)), log_(log),
-      zap_(start_zap_handler(ctx, options_.security, log)),
-      router_(make_socket(ctx, zmq::socket_type::router, server_socket_options(options_))),
+    : Server(std::make_unique<ZmqTransport>(ctx), nullptr, std::move(options), log) {}
+
+Server::Server(std::unique_ptr<Transport> owned, Transport* transport, ServerOptions options, Logger& log)
+    : owned_transport_(std::move(owned)), transport_(transport != nullptr ? *transport : *owned_transport_), options_(std::move(options)), log_(log),
+      zap_(transport_.authenticate(options_.security, log)),
+      router_(transport_.listen(options_.bind_endpoint, server_endpoint_options(options_))),
       warnings_(log) {
-  endpoint_ = advertised_endpoint(bind_socket(router_, options_.bind_endpoint), options_.advertise_host);
+  endpoint_ = advertised_endpoint(router_->address(), options_.advertise_host);
 }
 
 const StoreStats& Server::stats() const { return store_ ? store_->stats() : no_stats_; }
 
 void Server::run() {
-  SchedulerClient scheduler(ctx_, options_.scheduler_endpoint, Role::kServer, options_.cluster, options_.traffic,
+  SchedulerClient scheduler(transport_, options_.scheduler_endpoint, Role::kServer, options_.cluster, options_.traffic,
                             options_.security);
   try {
     RegisterRequest req;
@@ -72,11 +81,11 @@ void Server::run() {
     log_.info("listening on " + endpoint_ + "; holds " + std::to_string(map_.chunks_of(rank_).size()) + " chunks (" +
               std::to_string(map_.bytes_of(rank_)) + " bytes); " + map_.summary());
 
-    zmq::pollitem_t items[] = {{router_.handle(), 0, ZMQ_POLLIN, 0}, {scheduler.socket().handle(), 0, ZMQ_POLLIN, 0}};
+    Endpoint* const endpoints[] = {router_.get(), &scheduler.connection()};
     while (!scheduler.shutdown_received()) {
-      zmq::poll(items, 2, milliseconds(500));
-      if (items[0].revents & ZMQ_POLLIN) handle_request();
-      if (items[1].revents & ZMQ_POLLIN) {
+      const std::vector<bool> ready = wait_any(endpoints, milliseconds(500));
+      if (ready[0]) handle_request();
+      if (ready[1]) {
         scheduler.handle_incoming();
       } else {
         scheduler.check_scheduler_alive();  // nothing queued: silent since its last message
@@ -195,13 +204,12 @@ const char* request_span_name(MsgType type) {
 }  // namespace
 
 void Server::handle_request() {
-  zmq::message_t from;
+  PeerId from;
   std::optional<Envelope> env;
   TraceSpan span(options_.trace, TraceLevel::kAll, "request", "server");
   try {
     TraceSpan receive(options_.trace, TraceLevel::kAll, "receive", "server");
-    env = receive_message(router_, true, milliseconds(0), DecodeLimits{options_.cluster.max_message_bytes}, &from,
-                          options_.traffic);
+    env = router_->receive(milliseconds(0), &from);
     if (env) {
       receive.arg("bytes", env->message.header.num_elems * static_cast<std::int64_t>(dtype_bytes(env->message.header.dtype)));
     } else {
@@ -209,7 +217,7 @@ void Server::handle_request() {
     }
   } catch (const ProtocolError& e) {
     ++bad_requests_;
-    warnings_.warn(connection_name(from), std::string("malformed request: ") + e.what());
+    warnings_.warn(from.name(), std::string("malformed request: ") + e.what());
     reply_error(from, Header{}, Status::kBadRequest, e.what());
     return;
   }
@@ -222,10 +230,10 @@ void Server::handle_request() {
   span.arg("chunk", h.key).arg("worker", h.sender).arg("step", h.step);
   try {
     check_key_binding(*env);
-    serve(env->routing_id, env->message);
+    serve(env->from, env->message);
   } catch (const RequestError& e) {
     log_.debug(e.what());
-    reply_error(env->routing_id, env->message.header, e.status(), e.what());
+    reply_error(env->from, env->message.header, e.status(), e.what());
   } catch (const TransportError& e) {
     // The reply's peer has gone (ROUTER_MANDATORY): nothing to answer.
     if (unreachable_replies_++ == 0) log_.info(std::string("a reply found its peer gone: ") + e.what());
@@ -243,31 +251,29 @@ void Server::check_key_binding(const Envelope& env) const {
                                               " key: refused");
 }
 
-void Server::reply_error(const zmq::message_t& to, const Header& request, Status status, const std::string& text) {
+void Server::reply_error(const PeerId& to, const Header& request, Status status, const std::string& text) {
   try {
-    send_error(router_, &to, request, Role::kServer, rank_, status, text, options_.traffic);
+    router_->send_error(to, request, Role::kServer, rank_, status, text);
   } catch (const TransportError& e) {
     if (unreachable_replies_++ == 0) log_.info(std::string("a reply found its peer gone: ") + e.what());
   }
 }
 
-void Server::park(const zmq::message_t& from, const Header& h) {
-  const std::string peer(static_cast<const char*>(from.data()), from.size());
-  int& count = parked_per_peer_[peer];
+void Server::park(const PeerId& from, const Header& h) {
+  int& count = parked_per_peer_[from];
   const auto limit = static_cast<int>(kMaxParkedPerChunk * std::max<std::size_t>(map_.chunks_of(rank_).size(), 1));
   if (count >= limit) {
-    if (count == 0) parked_per_peer_.erase(peer);
+    if (count == 0) parked_per_peer_.erase(from);
     throw RequestError(Status::kRejected, "pull of chunk " + std::to_string(h.key) + " for step " +
                                               std::to_string(h.step) + ": this connection already has " +
                                               std::to_string(limit) + " pulls waiting; refused");
   }
   ++count;
-  parked_[h.key].push_back(ParkedPull{copy_frame(from), h, std::chrono::steady_clock::now()});
+  parked_[h.key].push_back(ParkedPull{from, h, std::chrono::steady_clock::now()});
 }
 
 void Server::unpark(const ParkedPull& p) {
-  const std::string peer(static_cast<const char*>(p.routing_id.data()), p.routing_id.size());
-  auto it = parked_per_peer_.find(peer);
+  auto it = parked_per_peer_.find(p.from);
   if (it != parked_per_peer_.end() && --it->second <= 0) parked_per_peer_.erase(it);
 }
 
@@ -283,7 +289,7 @@ void Server::expire_parked() {
       }
       ++expired_pulls_;
       unpark(*p);
-      reply_error(p->routing_id, p->request, Status::kRejected,
+      reply_error(p->from, p->request, Status::kRejected,
                   "pull of chunk " + std::to_string(p->request.key) + " for step " + std::to_string(p->request.step) +
                       " by worker " + std::to_string(p->request.sender) + ": not answerable within " +
                       std::to_string(options_.cluster.timeout_ms) + " ms (cluster.timeout_ms); dropped");
@@ -293,13 +299,13 @@ void Server::expire_parked() {
   }
 }
 
-void Server::serve(const zmq::message_t& from, const Message& msg) {
+void Server::serve(const PeerId& from, const Message& msg) {
   const Header& h = msg.header;
   if (h.role != Role::kWorker) {
     throw RequestError(Status::kBadRequest, std::string(to_string(h.type)) + " from a " +
                                                 std::string(to_string(h.role)) + ": servers only serve workers");
   }
-  const auto bound = worker_of_connection_.find(std::string(static_cast<const char*>(from.data()), from.size()));
+  const auto bound = worker_of_connection_.find(from.bytes());
   if (bound == worker_of_connection_.end()) {
     throw RequestError(Status::kBadRequest, std::string(to_string(h.type)) + " claiming to be worker " +
                                                 std::to_string(h.sender) +
@@ -353,7 +359,7 @@ void Server::serve(const zmq::message_t& from, const Message& msg) {
   }
 }
 
-void Server::reply_pull(const zmq::message_t& to, const Header& request, std::int64_t parked_us) {
+void Server::reply_pull(const PeerId& to, const Header& request, std::int64_t parked_us) {
   const WeightsSnapshot snap = store_->snapshot(request.sender, request.key, request.step);
   Header r = request;
   r.type = MsgType::kPullReply;
@@ -392,7 +398,7 @@ void Server::answer_parked(std::int64_t key) {
     unpark(p);
     try {
       const auto parked = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - p.since);
-      reply_pull(p.routing_id, p.request, parked.count());
+      reply_pull(p.from, p.request, parked.count());
     } catch (const TransportError& e) {
       if (unreachable_replies_++ == 0) log_.info(std::string("a reply found its peer gone: ") + e.what());
     }
@@ -404,13 +410,13 @@ void Server::answer_parked(std::int64_t key) {
   }
 }
 
-void Server::reply(const zmq::message_t& to, Header header, Payload payload) {
+void Server::reply(const PeerId& to, Header header, Payload payload) {
   TraceSpan span(options_.trace, TraceLevel::kAll, header.type == MsgType::kPullReply ? "reply pull" : "reply", "server");
   span.arg("chunk", header.key).arg("worker", header.sender);
   header.role = Role::kServer;
   header.sender = rank_;
   header.status = Status::kOk;
-  send_message(router_, &to, header, std::move(payload), options_.traffic);
+  router_->send(to, header, std::move(payload));
 }
 
 }  // namespace pstrain

@@ -1,6 +1,7 @@
 // A parameter server node: registers with the scheduler, learns the model
 // layout and its shard of it, then serves init/push/pull requests from the
-// workers on one ROUTER socket until the scheduler says shutdown.
+// workers on one Listener of its transport (common/transport.h) until the
+// scheduler says shutdown.
 //
 // One event-loop thread owns everything (socket, store). A bad request gets
 // an error reply saying what was wrong and the loop goes on; only the
@@ -43,6 +44,7 @@
 #include "common/traffic_counters.h"
 #include "common/trace.h"
 #include "common/transport.h"
+#include "common/zmq_transport.h"
 #include "server/checkpointing.h"
 #include "server/shard_store.h"
 
@@ -89,6 +91,9 @@ struct ServerOptions {
 
 class Server {
  public:
+  // Over the node's transport (outliving the server).
+  Server(Transport& transport, ServerOptions options, Logger& log);
+  // Over ZeroMQ in `ctx` (a ZmqTransport of its own on that context).
   Server(zmq::context_t& ctx, ServerOptions options, Logger& log);
 
   // Serves until shutdown (returns) or failure (throws).
@@ -100,7 +105,7 @@ class Server {
 
  private:
   struct ParkedPull {
-    zmq::message_t routing_id;
+    PeerId from;
     Header request;
     std::chrono::steady_clock::time_point since;
   };
@@ -112,21 +117,24 @@ class Server {
   // CURVE with per-worker keys: a request in worker R's name only over worker-R's key.
   void check_key_binding(const Envelope& env) const;
   void start_checkpoints();  // server/checkpointing.h: the saver, and the restore on resume
-  void serve(const zmq::message_t& from, const Message& msg);
-  void reply_pull(const zmq::message_t& to, const Header& request, std::int64_t parked_us = 0);
+  void serve(const PeerId& from, const Message& msg);
+  void reply_pull(const PeerId& to, const Header& request, std::int64_t parked_us = 0);
   void answer_parked(std::int64_t key);
-  void reply(const zmq::message_t& to, Header header, Payload payload = {});
+  void reply(const PeerId& to, Header header, Payload payload = {});
   // Error reply; a peer that has gone is counted, not fatal.
-  void reply_error(const zmq::message_t& to, const Header& request, Status status, const std::string& text);
-  void park(const zmq::message_t& from, const Header& h);
+  void reply_error(const PeerId& to, const Header& request, Status status, const std::string& text);
+  void park(const PeerId& from, const Header& h);
   void expire_parked();
   void unpark(const ParkedPull& p);
 
-  zmq::context_t& ctx_;
+  Server(std::unique_ptr<Transport> owned, Transport* transport, ServerOptions options, Logger& log);
+
+  std::unique_ptr<Transport> owned_transport_;  // the zmq::context_t constructor's
+  Transport& transport_;
   ServerOptions options_;
   Logger& log_;
   std::unique_ptr<ZapHandler> zap_;  // before router_: authenticates its connections
-  zmq::socket_t router_;
+  std::unique_ptr<Listener> router_;
   std::string endpoint_;
   int rank_ = -1;
   ShardMap map_;
@@ -146,7 +154,7 @@ class Server {
   std::int64_t bad_requests_ = 0;
   std::int64_t unreachable_replies_ = 0;
   std::int64_t expired_pulls_ = 0;
-  std::map<std::string, int> parked_per_peer_;  // routing id -> parked pulls
+  std::map<PeerId, int> parked_per_peer_;  // connection -> parked pulls
   std::map<std::string, int> worker_of_connection_;  // "w" + token -> worker rank (from the rendezvous)
   PeerWarnings warnings_;
   StoreStats no_stats_;  // what stats() returns before the rendezvous

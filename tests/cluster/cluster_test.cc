@@ -1,5 +1,6 @@
-// Whole clusters in one process over inproc://: scheduler and servers as
-// threads, workers as threads, many push/pull rounds, final weights exact.
+// Whole clusters in one process over inproc:// (and every other transport:
+// tcp, ipc, the fake): scheduler and servers as threads, workers as
+// threads, many push/pull rounds, final weights exact.
 #include <doctest/doctest.h>
 
 #include <thread>
@@ -39,14 +40,16 @@ float initial(std::size_t i) { return static_cast<float>(i % 5); }
 float gradient(int rank, std::size_t i, int step) { return static_cast<float>(rank + 1 + static_cast<int>(i % 3) + step); }
 
 
-void run_rounds(Mode mode, int servers, int workers, int rounds) {
+void run_rounds(Mode mode, int servers, int workers, int rounds, const std::string& transport = "inproc") {
   zmq::context_t ctx;
-  LocalCluster cluster(ctx, options(mode, servers, workers));
+  LocalClusterOptions o = options(mode, servers, workers);
+  o.transport = transport;
+  LocalCluster cluster(ctx, o);
   const ParamLayout layout = test_layout();
   const auto n = static_cast<std::size_t>(layout.total_elems());
   std::vector<std::vector<float>> finals(static_cast<std::size_t>(workers));
   run_workers(workers, [&](int r) {
-    WorkerSession session(ctx, cluster.worker_options(r), layout);
+    WorkerSession session(cluster.transport(), cluster.worker_options(r), layout);
     std::vector<float> params(n, 99.0f);
     if (session.rank() == 0) {
       for (std::size_t i = 0; i < n; ++i) params[i] = initial(i);
@@ -87,6 +90,19 @@ TEST_CASE("in-process clusters: 1..4 workers x 1..3 servers, sync, async and ssp
         CAPTURE(servers);
         CAPTURE(workers);
         run_rounds(mode, servers, workers, 12);
+      }
+    }
+  }
+}
+
+// The transports a whole cluster runs over ("shm" joins here once it is a transport).
+const char* const kTransports[] = {"inproc", "ipc", "tcp", "fake"};
+
+TEST_CASE("sync, async and ssp give the exact final weights over every transport") {
+  for (const char* transport : kTransports) {
+    for (Mode mode : {Mode::kSync, Mode::kAsync, Mode::kSsp}) {
+      SUBCASE((std::string(transport) + " " + std::string(to_string(mode))).c_str()) {
+        run_rounds(mode, 2, 3, 8, transport);
       }
     }
   }

@@ -101,7 +101,7 @@ TEST_CASE("a worker waiting for the servers stops at the scheduler's shutdown in
   done.type = MsgType::kDone;
   done.role = Role::kWorker;
   done.sender = session.rank();
-  send_message(session.scheduler().socket(), nullptr, done);
+  session.scheduler().connection().send(done);
   const auto start = std::chrono::steady_clock::now();
   CHECK_THROWS_WITH_AS(session.kv().wait(never), doctest::Contains("the scheduler shut the job down"), AbortedError);
   CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(5));  // not the 20 s timeout

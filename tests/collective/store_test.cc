@@ -147,10 +147,10 @@ TEST_CASE("scheduler store: a get nobody answers ends with the scheduler's reaso
     h.role = Role::kWorker;
     h.sender = 0;
     h.request_id = 99;
-    send_message(c.socket(), nullptr, h, Payload::bytes(wire_encode(StoreEntry{"k", std::string(70000, 'v')})));
-    auto reply = receive_message(c.socket(), false, 5000ms, DecodeLimits{});
+    c.connection().send(h, Payload::bytes(wire_encode(StoreEntry{"k", std::string(70000, 'v')})));
+    auto reply = c.connection().receive(5000ms);
     while (reply && reply->message.header.type == MsgType::kHeartbeat) {  // the scheduler's own heartbeats
-      reply = receive_message(c.socket(), false, 5000ms, DecodeLimits{});
+      reply = c.connection().receive(5000ms);
     }
     REQUIRE(reply.has_value());
     CHECK(reply->message.header.type == MsgType::kError);

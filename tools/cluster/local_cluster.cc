@@ -24,8 +24,19 @@ LocalCluster::LocalCluster(zmq::context_t& ctx, LocalClusterOptions options)
     : ctx_(ctx), options_(std::move(options)),
       tag_(unique_tag(this)),
       log_("local", options_.log_level) {
+  if (options_.transport == "fake") {
+    auto fake = std::make_unique<FakeTransport>(options_.fake_seed);
+    fake_ = fake.get();
+    transport_ = std::move(fake);
+  } else if (options_.transport == "inproc" || options_.transport == "ipc" || options_.transport == "tcp") {
+    transport_ = std::make_unique<ZmqTransport>(ctx_);
+  } else {
+    throw ConfigError("local cluster: unknown transport '" + options_.transport + "' (inproc, ipc, tcp or fake)");
+  }
   if (!options_.key_dir.empty()) {
-    if (options_.transport == "inproc") throw ConfigError("local cluster: CURVE needs transport tcp or ipc");
+    if (options_.transport != "tcp" && options_.transport != "ipc") {
+      throw ConfigError("local cluster: CURVE needs transport tcp or ipc");
+    }
     const SecurityConfig sec{"curve", options_.key_dir};
     scheduler_security_ = SecurityContext::load(sec, Role::kScheduler);
     server_security_ = SecurityContext::load(sec, Role::kServer);
@@ -41,7 +52,8 @@ LocalCluster::LocalCluster(zmq::context_t& ctx, LocalClusterOptions options)
   so.num_workers = options_.num_workers;
   so.cluster = options_.cluster;
   so.bind_endpoint = endpoint_for("scheduler");
-  scheduler_ = std::make_unique<Scheduler>(scheduler_ctx_ ? *scheduler_ctx_ : ctx_, so, log_);
+  scheduler_ = scheduler_ctx_ ? std::make_unique<Scheduler>(*scheduler_ctx_, so, log_)
+                             : std::make_unique<Scheduler>(*transport_, so, log_);
   scheduler_endpoint_ = scheduler_->endpoint();
   threads_.emplace_back([this] { run_guarded([this] { scheduler_->run(); }); });
   for (int s = 0; s < options_.num_servers; ++s) {
@@ -60,10 +72,14 @@ LocalCluster::LocalCluster(zmq::context_t& ctx, LocalClusterOptions options)
         opt.job_fingerprint =
             job_fingerprint(options_.mode, options_.partition_bytes, options_.num_servers, options_.num_workers);
         Logger log("server", options_.log_level);
-        std::optional<zmq::context_t> own_ctx;  // curve: one ZAP handler per context
-        if (server_security_.curve) own_ctx.emplace();
-        Server server(own_ctx ? *own_ctx : ctx_, opt, log);
-        server.run();
+        if (server_security_.curve) {  // one ZAP handler per context: a context of its own
+          zmq::context_t own_ctx;
+          Server server(own_ctx, opt, log);
+          server.run();
+        } else {
+          Server server(*transport_, opt, log);
+          server.run();
+        }
       });
     });
   }
@@ -80,6 +96,7 @@ LocalCluster::~LocalCluster() {
 std::string LocalCluster::endpoint_for(const std::string& name) const {
   if (options_.transport == "tcp") return "tcp://127.0.0.1:*";
   if (options_.transport == "ipc") return "ipc:///tmp/pstrain-" + tag_ + "-" + name;
+  if (options_.transport == "fake") return "fake://" + name;
   return "inproc://pstrain-" + tag_ + "-" + name;
 }
 

@@ -1,7 +1,9 @@
 // A whole parameter-server job inside one process: the scheduler and the
-// servers run as threads over one shared zmq::context_t (inproc:// by
-// default, or tcp/ipc on loopback), and the caller runs the workers on its
-// own threads with WorkerSession. Used by the unit tests and benchmarks.
+// servers run as threads over one shared Transport (common/transport.h):
+// ZeroMQ on the caller's zmq::context_t (inproc:// by default, or tcp/ipc on
+// loopback) or a FakeTransport (transport = "fake"), and the caller runs the
+// workers on its own threads with WorkerSession (over transport()). Used by
+// the unit tests and benchmarks.
 #pragma once
 
 #include <exception>
@@ -15,7 +17,9 @@
 #include <zmq.hpp>
 
 #include "common/config.h"
+#include "common/fake_transport.h"
 #include "common/log.h"
+#include "common/zmq_transport.h"
 #include "scheduler/scheduler.h"
 #include "server/server.h"
 #include "worker/client/worker_session.h"
@@ -30,7 +34,8 @@ struct LocalClusterOptions {
   OptimizerConfig optimizer;
   std::int64_t partition_bytes = std::int64_t{1} << 20;
   ClusterConfig cluster;
-  std::string transport = "inproc";  // "inproc" | "ipc" | "tcp"
+  std::string transport = "inproc";  // "inproc" | "ipc" | "tcp" | "fake"
+  std::uint64_t fake_seed = 1;       // transport "fake": its fault plan's seed
   LogLevel log_level = LogLevel::kWarn;
   // Non-empty: CURVE on with the job keys in this directory (pstrain-keygen).
   // The scheduler and each server then get a zmq context of their own (one
@@ -48,6 +53,10 @@ class LocalCluster {
   // Options for a worker's session in this cluster (rank -1: assigned).
   WorkerSessionOptions worker_options(int requested_rank = -1) const;
   const std::string& scheduler_endpoint() const { return scheduler_endpoint_; }
+  // The transport every node of the cluster uses (workers: WorkerSession(cluster.transport(), ...)).
+  Transport& transport() { return *transport_; }
+  // transport "fake": its fault plan (add_fault before the workers start); else null.
+  FakeTransport* fake() { return fake_; }
   // Waits for the scheduler and servers to end; rethrows the first failure.
   void join();
 
@@ -57,6 +66,8 @@ class LocalCluster {
 
   zmq::context_t& ctx_;
   LocalClusterOptions options_;
+  std::unique_ptr<Transport> transport_;  // ZmqTransport over ctx_, or a FakeTransport
+  FakeTransport* fake_ = nullptr;
   std::string tag_;
   Logger log_;
   SecurityContext scheduler_security_;

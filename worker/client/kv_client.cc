@@ -18,14 +18,17 @@ void throw_server_error(Status status, int server, const std::string& text) {
   throw ServerError(status, server, text + " [" + std::string(to_string(status)) + "]");
 }
 
-KVClient::KVClient(zmq::context_t& ctx, const ShardMap& map, const std::vector<std::string>& server_endpoints,
+KVClient::KVClient(Transport& transport, const ShardMap& map, const std::vector<std::string>& server_endpoints,
                    KVClientOptions options, SchedulerClient* scheduler)
-    : ctx_(ctx), map_(map), options_(options), scheduler_(scheduler), endpoints_(server_endpoints) {
+    : transport_(transport), map_(map), options_(options), scheduler_(scheduler), endpoints_(server_endpoints) {
   if (static_cast<int>(server_endpoints.size()) != map.num_servers()) {
     throw ConfigError("kv client: " + std::to_string(server_endpoints.size()) + " server endpoints for a shard map of " +
                       std::to_string(map.num_servers()) + " servers");
   }
-  for (std::size_t s = 0; s < server_endpoints.size(); ++s) sockets_.push_back(make_server_socket(s, server_endpoints[s]));
+  if (scheduler != nullptr && &scheduler->transport() != &transport) {
+    throw ConfigError("kv client: the scheduler client uses another transport (wait() waits on both)");
+  }
+  for (std::size_t s = 0; s < server_endpoints.size(); ++s) conns_.push_back(connect_server(s, server_endpoints[s]));
   if (options.wire_dtype != DType::kFloat32 && options.wire_dtype != DType::kBFloat16) {
     throw ConfigError("kv client: wire dtype " + std::string(to_string(options.wire_dtype)) +
                       " is not a tensor dtype (float32 or bfloat16)");
@@ -41,7 +44,7 @@ KVClient::KVClient(zmq::context_t& ctx, const ShardMap& map, const std::vector<s
   }
 }
 
-zmq::socket_t KVClient::make_server_socket(std::size_t server, const std::string& endpoint) {
+std::unique_ptr<Connection> KVClient::connect_server(std::size_t server, const std::string& endpoint) {
   SocketOptions socket_options{options_.max_message_bytes, milliseconds(2000), options_.security};
   socket_options.send_timeout = options_.timeout;
   // Room for the replies of a whole pipeline to this server (a few tickets
@@ -51,10 +54,12 @@ zmq::socket_t KVClient::make_server_socket(std::size_t server, const std::string
   const int room = static_cast<int>(std::min<std::size_t>(4 * chunks + 64, std::size_t{1} << 24));
   socket_options.receive_hwm = std::max(kDefaultReceiveHwm, room);
   socket_options.send_hwm = std::max(kDefaultSendHwm, room);
-  zmq::socket_t socket = make_socket(ctx_, zmq::socket_type::dealer, socket_options);
-  if (!options_.token.empty()) socket.set(zmq::sockopt::routing_id, "w" + options_.token);
-  connect_socket(socket, endpoint);
-  return socket;
+  EndpointOptions o;
+  o.socket = socket_options;
+  o.limits = DecodeLimits{options_.max_message_bytes};
+  o.traffic = options_.traffic;
+  if (!options_.token.empty()) o.identity = "w" + options_.token;
+  return transport_.connect(endpoint, o);
 }
 
 Payload KVClient::payload_of(const Pending& p) {
@@ -69,14 +74,13 @@ bool KVClient::reconnect_restarted() {
   if (scheduler_ == nullptr) return false;
   const std::vector<std::pair<int, std::string>> back = scheduler_->take_servers_back();
   for (const auto& [server, endpoint] : back) {
-    if (server < 0 || static_cast<std::size_t>(server) >= sockets_.size()) {
+    if (server < 0 || static_cast<std::size_t>(server) >= conns_.size()) {
       throw ProtocolError("the scheduler announced server " + std::to_string(server) + " back; the job has " +
-                          std::to_string(sockets_.size()) + " servers");
+                          std::to_string(conns_.size()) + " servers");
     }
     const auto s = static_cast<std::size_t>(server);
-    sockets_[s].set(zmq::sockopt::linger, 0);  // what is queued for the failed one goes with it
-    sockets_[s].close();
-    sockets_[s] = make_server_socket(s, endpoint);
+    conns_[s]->abandon();  // what is queued for the failed one goes with it
+    conns_[s] = connect_server(s, endpoint);
     endpoints_[s] = endpoint;
     std::vector<std::uint64_t> ids;
     for (const auto& [id, p] : pending_) {
@@ -85,7 +89,7 @@ bool KVClient::reconnect_restarted() {
     std::sort(ids.begin(), ids.end());  // in the order first sent
     for (const std::uint64_t id : ids) {
       const Pending& p = pending_.at(id);
-      send_message(sockets_[s], nullptr, p.header, payload_of(p), options_.traffic);
+      conns_[s]->send(p.header, payload_of(p));
     }
     resent_ += static_cast<std::int64_t>(ids.size());
     // Probes, after the resends (the order on the connection is the order of
@@ -102,7 +106,7 @@ bool KVClient::reconnect_restarted() {
       h.step = last + 1;
       h.aux = static_cast<std::int64_t>(options_.wire_dtype);
       pending_[h.request_id] = Pending{0, MsgType::kPullReply, key, nullptr, 0, false, h, nullptr};
-      send_message(sockets_[s], nullptr, h, {}, options_.traffic);
+      conns_[s]->send(h);
     }
   }
   return !back.empty();
@@ -170,18 +174,14 @@ KVClient::Ticket KVClient::start(MsgType type, std::span<const float> src, float
                 skip, h, type != MsgType::kPull && !skip ? src.data() + offset : nullptr,
                 type == MsgType::kPull && step == kPullRejoinProbe};
     try {
-      send_message(sockets_[static_cast<std::size_t>(c.server)], nullptr, h, payload_of(p), options_.traffic);
+      conns_[static_cast<std::size_t>(c.server)]->send(h, payload_of(p));
     } catch (const TransportError&) {
       // A send that cannot go out (the server's queue stayed full, or it is
       // gone) while the job is ending: the job's end is the cause, not the socket.
-      if (scheduler_ != nullptr) {
-        for (int n = 0; n < 16; ++n) {
-          if (scheduler_->handle_incoming()) {  // an abort throws AbortedError itself
-            throw AbortedError("worker " + std::to_string(options_.worker_rank) +
-                               ": the scheduler shut the job down while this worker sent a request to server " +
-                               std::to_string(c.server));
-          }
-        }
+      if (scheduler_ != nullptr && scheduler_->drain_incoming()) {  // an abort throws AbortedError itself
+        throw AbortedError("worker " + std::to_string(options_.worker_rank) +
+                           ": the scheduler shut the job down while this worker sent a request to server " +
+                           std::to_string(c.server));
       }
       throw;
     }
@@ -202,11 +202,11 @@ TicketResult KVClient::wait(Ticket ticket) {
   auto it = tickets_.find(ticket);
   if (it == tickets_.end()) throw ConfigError("wait: unknown ticket " + std::to_string(ticket));
   auto deadline = Clock::now() + options_.timeout;
-  std::vector<zmq::pollitem_t> items;
+  std::vector<Endpoint*> endpoints;
   auto poll_items = [&] {
-    items.clear();
-    for (auto& s : sockets_) items.push_back({s.handle(), 0, ZMQ_POLLIN, 0});
-    if (scheduler_ != nullptr) items.push_back({scheduler_->socket().handle(), 0, ZMQ_POLLIN, 0});
+    endpoints.clear();
+    for (auto& c : conns_) endpoints.push_back(c.get());
+    if (scheduler_ != nullptr) endpoints.push_back(&scheduler_->connection());
   };
   poll_items();
   while (tickets_[ticket].outstanding > 0) {
@@ -220,18 +220,18 @@ TicketResult KVClient::wait(Ticket ticket) {
                          std::to_string(tickets_[ticket].outstanding) + " replies from the servers still missing after " +
                          std::to_string(options_.timeout.count()) + " ms");
     }
-    zmq::poll(items.data(), items.size(), std::min(left, milliseconds(500)));
-    for (std::size_t s = 0; s < sockets_.size(); ++s) {
-      if (items[s].revents & ZMQ_POLLIN) receive_from(s);
+    const std::vector<bool> ready = pstrain::wait_any(endpoints, std::min(left, milliseconds(500)));
+    for (std::size_t s = 0; s < conns_.size(); ++s) {
+      if (ready[s]) receive_from(s);
     }
-    if (scheduler_ != nullptr && (items.back().revents & ZMQ_POLLIN) && scheduler_->handle_incoming()) {
+    if (scheduler_ != nullptr && ready.back() && scheduler_->handle_incoming()) {
       // The job ended while this worker waited for the servers: waiting on is pointless.
       throw AbortedError("worker " + std::to_string(options_.worker_rank) +
                          ": the scheduler shut the job down while this worker waited for " +
                          std::to_string(tickets_[ticket].outstanding) + " replies from the servers");
     }
     // After reading what was queued: silent means silent since the last message.
-    if (scheduler_ != nullptr && !(items.back().revents & ZMQ_POLLIN)) scheduler_->check_scheduler_alive();
+    if (scheduler_ != nullptr && !ready.back()) scheduler_->check_scheduler_alive();
   }
   TicketState state = std::move(tickets_[ticket]);
   tickets_.erase(ticket);
@@ -243,8 +243,7 @@ TicketResult KVClient::wait(Ticket ticket) {
 void KVClient::receive_from(std::size_t server) {
   // Drain everything that is ready on this socket.
   while (true) {
-    auto env = receive_message(sockets_[server], false, milliseconds(0), DecodeLimits{options_.max_message_bytes},
-                               nullptr, options_.traffic);
+    auto env = conns_[server]->receive(milliseconds(0));
     if (!env) return;
     complete(env->message, server);
   }

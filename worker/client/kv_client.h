@@ -75,7 +75,9 @@ class KVClient {
  public:
   using Ticket = std::uint64_t;
 
-  KVClient(zmq::context_t& ctx, const ShardMap& map, const std::vector<std::string>& server_endpoints,
+  // Connections from `transport` (outliving the client); with a scheduler
+  // client, `transport` must be the one it uses (wait() waits on both).
+  KVClient(Transport& transport, const ShardMap& map, const std::vector<std::string>& server_endpoints,
            KVClientOptions options, SchedulerClient* scheduler = nullptr);
 
   // `flat` is the whole flat buffer (map.total_elems() floats); the request
@@ -123,7 +125,7 @@ class KVClient {
   void check_flat(std::size_t num_elems, const char* op) const;
   Payload narrow(std::int64_t key, std::span<const float> values);
   void receive_from(std::size_t server);
-  zmq::socket_t make_server_socket(std::size_t server, const std::string& endpoint);
+  std::unique_ptr<Connection> connect_server(std::size_t server, const std::string& endpoint);
   Payload payload_of(const Pending& p);
   // The servers the scheduler announced back since the last call: new
   // socket, every unanswered request to it sent again. Returns whether any.
@@ -131,11 +133,11 @@ class KVClient {
   void complete(const Message& msg, std::size_t server);
   void trace_reply(const Pending& p, std::size_t server);
 
-  zmq::context_t& ctx_;
+  Transport& transport_;
   ShardMap map_;
   KVClientOptions options_;
   SchedulerClient* scheduler_;
-  std::vector<zmq::socket_t> sockets_;  // one DEALER per server
+  std::vector<std::unique_ptr<Connection>> conns_;  // one per server
   std::vector<std::string> endpoints_;
   std::uint64_t next_request_id_ = 1;
   Ticket next_ticket_ = 1;

@@ -29,6 +29,16 @@ RegisterReply rejoin_with_retries(SchedulerClient& scheduler, RegisterRequest re
 
 WorkerSession::WorkerSession(zmq::context_t& ctx, const WorkerSessionOptions& options, const ParamLayout& layout)
     : scheduler_(ctx, options.scheduler_endpoint, Role::kWorker, options.cluster, options.traffic, options.security) {
+  start(options, layout);
+}
+
+WorkerSession::WorkerSession(Transport& transport, const WorkerSessionOptions& options, const ParamLayout& layout)
+    : scheduler_(transport, options.scheduler_endpoint, Role::kWorker, options.cluster, options.traffic,
+                 options.security) {
+  start(options, layout);
+}
+
+void WorkerSession::start(const WorkerSessionOptions& options, const ParamLayout& layout) {
   RegisterRequest req;
   req.requested_rank = options.requested_rank;
   req.host = this_host();
@@ -50,7 +60,7 @@ WorkerSession::WorkerSession(zmq::context_t& ctx, const WorkerSessionOptions& op
     kv_options.trace = options.trace;
     kv_options.security = options.security;
     kv_options.wire_dtype = options.wire_dtype;
-    kv_ = std::make_unique<KVClient>(ctx, map_, info.server_endpoints, kv_options, &scheduler_);
+    kv_ = std::make_unique<KVClient>(scheduler_.transport(), map_, info.server_endpoints, kv_options, &scheduler_);
   }
 }
 

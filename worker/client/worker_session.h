@@ -42,6 +42,8 @@ DType wire_dtype_of(const std::string& name);
 class WorkerSession {
  public:
   WorkerSession(zmq::context_t& ctx, const WorkerSessionOptions& options, const ParamLayout& layout);
+  // Over the node's transport (common/transport.h; outliving the session).
+  WorkerSession(Transport& transport, const WorkerSessionOptions& options, const ParamLayout& layout);
 
   int rank() const { return scheduler_.rank(); }
   int num_workers() const { return num_workers_; }
@@ -63,6 +65,8 @@ class WorkerSession {
   void run_reporting_failure(const std::function<void()>& body);
 
  private:
+  void start(const WorkerSessionOptions& options, const ParamLayout& layout);  // registration, KV client
+
   SchedulerClient scheduler_;
   int num_workers_ = 0;
   ShardMap map_;

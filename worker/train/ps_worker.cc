@@ -199,7 +199,7 @@ void take_checkpoint(Loop& L, std::int64_t steps_done) {
     // A server that fails now never writes this checkpoint's part (its
     // replacement reloads an older one): the checkpoint is abandoned.
     const auto server_failed = [&] {
-      for (int i = 0; i < 16; ++i) scheduler.handle_incoming();
+      scheduler.drain_incoming();
       return scheduler.server_failures() != server_failures;
     };
     bool abandoned = false;
