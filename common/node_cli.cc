@@ -2,6 +2,7 @@
 
 #include <cerrno>
 #include <climits>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 
@@ -147,6 +148,12 @@ int role_rank_from_launcher(int role_offset, int role_count, const char* role_na
 }
 
 int guarded_main(const char* program, const std::function<int()>& body) {
+  // A peer that closes its connection while this node writes to it must be an
+  // error on that write (EPIPE), handled by whoever wrote, never a signal that
+  // kills the node: ZeroMQ sends with MSG_NOSIGNAL, but Gloo's tcp pairs write
+  // with plain writev (an allreduce survivor died of SIGPIPE when its peer was
+  // killed mid-step).
+  std::signal(SIGPIPE, SIG_IGN);
   try {
     return body();
   } catch (const CLI::ParseError&) {

@@ -102,6 +102,8 @@ std::string scheduler_from_master_env();
 
 // Runs `body`, mapping exceptions to one clear line on stderr and an exit
 // code: 0 ok, 1 error, 2 job aborted by a peer's failure, 3 usage/config error.
+// SIGPIPE is ignored from then on: a write to a closed connection fails with
+// EPIPE instead of killing the process.
 int guarded_main(const char* program, const std::function<int()>& body);
 
 }  // namespace pstrain

@@ -3,6 +3,11 @@
 // the scheduler's endpoint, and the errors for bad values.
 #include <doctest/doctest.h>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <csignal>
 #include <cstdlib>
 #include <map>
 #include <optional>
@@ -199,3 +204,26 @@ TEST_CASE("MASTER_ADDR without MASTER_PORT, or the other way round: config error
 
 }  // namespace
 }  // namespace pstrain
+
+TEST_CASE("guarded_main: a write to a closed connection is EPIPE, not a SIGPIPE that kills the node") {
+  // In a child, so the test process's own signal disposition is not changed.
+  const pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    std::signal(SIGPIPE, SIG_DFL);  // as a freshly started node
+    const int code = pstrain::guarded_main("test", [] {
+      int fds[2];
+      if (pipe(fds) != 0) return 10;
+      close(fds[0]);  // the peer is gone
+      const char byte = 'x';
+      const ssize_t n = write(fds[1], &byte, 1);
+      return n == -1 && errno == EPIPE ? 0 : 11;
+    });
+    _exit(code);
+  }
+  int status = 0;
+  REQUIRE(waitpid(child, &status, 0) == child);
+  CHECK_FALSE(WIFSIGNALED(status));
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+}
