@@ -6,6 +6,8 @@
 
 #include <atomic>
 #include <mutex>
+#include <set>
+#include <vector>
 
 #include "collective_test_util.h"
 #include "common/errors.h"
@@ -94,6 +96,32 @@ TEST_CASE("resync: an optimizer state of another size is an error on every rank,
     CHECK(x[0] == 1.0f);
   });
   CHECK(errors == 3);
+}
+
+TEST_CASE("phases: step, checkpoint after it, epoch check, next step, in that order, never equal") {
+  // The job's sequence around steps 6 and 7 with an epoch ending after step 6 (7 steps done).
+  const std::vector<std::int64_t> order{step_phase(6), checkpoint_phase(6), epoch_check_phase(7), step_phase(7),
+                                        checkpoint_phase(7)};
+  for (std::size_t i = 1; i < order.size(); ++i) {
+    CAPTURE(i);
+    CHECK(order[i - 1] < order[i]);
+  }
+  // The first step comes after "nothing done"; an epoch check of 0 steps is none.
+  CHECK(step_phase(0) > -1);
+  CHECK(epoch_check_phase(0) < step_phase(0));
+  // Resumed at step 8 (the checkpoint after step 7): that checkpoint and the steps before are done,
+  // the epoch check after 8 steps and step 8 are not.
+  CHECK(resumed_phase(8) == checkpoint_phase(7));
+  CHECK(resumed_phase(8) >= step_phase(7));
+  CHECK(resumed_phase(8) < epoch_check_phase(8));
+  CHECK(resumed_phase(8) < step_phase(8));
+  // Distinct everywhere over a range of steps.
+  std::set<std::int64_t> seen;
+  for (std::int64_t s = 0; s < 100; ++s) {
+    CHECK(seen.insert(step_phase(s)).second);
+    CHECK(seen.insert(checkpoint_phase(s)).second);
+    CHECK(seen.insert(epoch_check_phase(s + 1)).second);
+  }
 }
 
 }  // namespace pstrain

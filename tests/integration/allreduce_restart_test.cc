@@ -24,8 +24,12 @@ constexpr double kAccuracyTolerance = 0.10;
 constexpr int kEpochs = 4;
 constexpr std::int64_t kTrainSamples = 1024;  // configs/tiny_allreduce.toml: synthetic_train
 
-std::vector<std::string> args_for(const it::fs::path& run) {
+std::vector<std::string> args_for(const it::fs::path& run, int checkpoint_every = 0) {
   auto args = it::launch_args(it::kSourceDir / "configs/tiny_allreduce.toml", run);
+  if (checkpoint_every > 0) {
+    args.insert(args.end(), {"--set", "checkpoint.interval_steps=" + std::to_string(checkpoint_every), "--set",
+                             "checkpoint.keep=1000"});
+  }
   args.insert(args.end(), {"--set", "cluster.workers=3", "--set", "cluster.on_worker_failure=restart", "--set",
                            "cluster.max_restarts=3", "--set", "cluster.heartbeat_timeout_ms=1500", "--set",
                            "cluster.timeout_ms=30000", "--set", "workload.epochs=" + std::to_string(kEpochs), "--set",
@@ -78,14 +82,17 @@ double unfailed_accuracy() {
   return reference;
 }
 
-void kill_and_take_back(int victim, unsigned seed) {
+// `checkpoint_every` > 0: a checkpoint every so many steps, taken by the
+// collective (not a scheduler barrier the restarted worker would count in
+// before it is back in the collective): none may be missing or incomplete.
+void kill_and_take_back(int victim, unsigned seed, int checkpoint_every = 0) {
   const double reference = unfailed_accuracy();
   std::mt19937 rng(seed);
   const int kill_after = 2 + static_cast<int>(rng() % 6);  // the victim's step records before the kill (epoch 0 has 11)
   MESSAGE("allreduce restart: kill -9 worker " << victim << " after " << kill_after << " steps (seed " << seed << ")");
   it::TempDir dir;
   const auto run = dir.path() / "run";
-  it::LaunchProcess p(args_for(run), dir.path() / "out.txt");
+  it::LaunchProcess p(args_for(run, checkpoint_every), dir.path() / "out.txt");
   const auto metrics = run / ("metrics/worker-" + std::to_string(victim) + ".jsonl");
   const bool training = it::wait_until([&] { return count_of(it::read_file(metrics), "\"type\":\"step\"") >= kill_after; },
                                        std::chrono::seconds(180));
@@ -159,6 +166,24 @@ void kill_and_take_back(int victim, unsigned seed) {
   CHECK(it::fs::exists(run / "weights.bin"));
   // The lowest worker evaluates: worker 0, back in the job, again after its return.
   if (victim == 0) CHECK(victim_metrics.find("\"type\":\"eval\"", rejoin) != std::string::npos);
+  if (checkpoint_every > 0) {
+    // Every checkpoint due was taken and is complete; the last ones hold the rejoined worker's part.
+    const std::string end = victim_metrics.substr(victim_metrics.rfind("\"type\":\"end\""));
+    std::smatch m;
+    REQUIRE(std::regex_search(end, m, std::regex("\"steps\":([0-9]+)")));
+    const long steps = std::stol(m[1].str());
+    long complete = 0;
+    for (const auto& entry : it::fs::directory_iterator(run / "checkpoints")) {
+      if (!entry.path().filename().string().starts_with("step-")) continue;
+      CAPTURE(entry.path());
+      CHECK(it::read_file(entry.path() / "manifest.json").size() > 0);
+      ++complete;
+    }
+    CHECK(complete == steps / checkpoint_every);
+    const auto newest = run / "checkpoints" / ("step-" + std::string(8 - std::to_string(steps - steps % checkpoint_every).size(), '0') +
+                                               std::to_string(steps - steps % checkpoint_every));
+    CHECK(it::fs::exists(newest / ("worker-" + v + ".ckpt")));
+  }
 }
 
 }  // namespace
@@ -169,4 +194,8 @@ TEST_CASE("restart: an allreduce worker killed mid-run is started again and take
 
 TEST_CASE("restart: worker 0 killed mid-run in allreduce comes back, leads again and writes the weights") {
   kill_and_take_back(0, 9004);
+}
+
+TEST_CASE("restart: allreduce with a checkpoint every 2 steps: the kill, the rejoin and every checkpoint complete") {
+  kill_and_take_back(1, 9005, 2);
 }

@@ -20,9 +20,14 @@
 // has another size is an error on every rank, not a desynchronized stream.
 //
 // Progress is a position in the job's sequence of collective phases, the
-// same on every replica: step s is at 2s + 1, the replica check at the end of
-// an epoch after n steps in all is at 2n. `done` is the last completed one
-// (-1 before any; 2 * first_step - 1 when resuming at first_step).
+// same on every replica: step s is at 4s + 1, the checkpoint taken after it
+// (when one is due after s + 1 steps) at 4s + 2, the replica check at the end
+// of an epoch after n steps in all at 4n (in that order in the job). `done`
+// is the last completed one (-1 before any; the checkpoint's phase before
+// first_step, 4 * first_step - 2, when resuming at first_step). A checkpoint
+// is a phase of its own because its last act is a collective operation taken
+// after every replica wrote its part: a replica that completed it (or whose
+// leader did) skips it after a re-form, as all its parts exist.
 #pragma once
 
 #include <cstdint>
@@ -34,8 +39,11 @@
 
 namespace pstrain {
 
-constexpr std::int64_t step_phase(std::int64_t step) { return 2 * step + 1; }
-constexpr std::int64_t epoch_check_phase(std::int64_t steps_done) { return 2 * steps_done; }
+constexpr std::int64_t step_phase(std::int64_t step) { return 4 * step + 1; }
+constexpr std::int64_t checkpoint_phase(std::int64_t step) { return 4 * step + 2; }  // after step `step`
+constexpr std::int64_t epoch_check_phase(std::int64_t steps_done) { return 4 * steps_done; }
+// The phase a replica resumed at `first_step` has completed last.
+constexpr std::int64_t resumed_phase(std::int64_t first_step) { return checkpoint_phase(first_step - 1); }
 
 struct ReplicaState {
   std::int64_t done = -1;             // the last completed phase (see above)

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <functional>
 #include <limits>
 #include <map>
@@ -60,9 +61,11 @@ struct Loop {
   int generation = 0;
   EpochMembers* members = nullptr;  // each epoch's workers (recorded in checkpoints)
   // The last collective phase this replica completed (replica_resync.h: step
-  // s is 2s + 1, the check after an epoch ending at n steps 2n); a phase at
-  // or before it is not run again (after a re-form took a replica further on).
+  // s is 4s + 1, the checkpoint after it 4s + 2, the check after an epoch
+  // ending at n steps 4n); a phase at or before it is not run again (after a
+  // re-form took a replica further on).
   std::int64_t done = -1;
+  std::vector<float> checkpoint_token{};  // the checkpoint's collective operation (kept: it may outlive a failed wait)
   std::map<int, std::int64_t> rejoined{};  // "restart": workers heard to have rejoined (rank -> take), not yet taken in
 };
 
@@ -200,14 +203,16 @@ void broadcast_initial(Loop& L) {
   L.model.set_params(params);
 }
 
-// Resume: worker 0's saved model and optimizer state to every replica (the
-// others' own parts hold only their position and optimizer step count).
+// Resume: the saved model and optimizer state to every replica from worker 0,
+// which read them from the part that holds them (that of the worker that led
+// when the checkpoint was taken: read_worker_part); the others' own parts hold
+// only their position and optimizer step count.
 void broadcast_resumed(Loop& L, const WorkerCheckpoint& resume) {
   std::vector<float> params(static_cast<std::size_t>(L.model.num_params()));
   std::vector<float> state = L.optimizer.state();
   if (L.session.rank() == 0) {
     if (resume.params.size() != params.size() || resume.optimizer_state.size() != state.size()) {
-      throw ConfigError("resume: worker-0.ckpt holds " + std::to_string(resume.params.size()) + " parameters and " +
+      throw ConfigError("resume: the checkpoint holds " + std::to_string(resume.params.size()) + " parameters and " +
                         std::to_string(resume.optimizer_state.size()) + " optimizer values; this model and optimizer "
                         "need " + std::to_string(params.size()) + " and " + std::to_string(state.size()));
     }
@@ -222,8 +227,14 @@ void broadcast_resumed(Loop& L, const WorkerCheckpoint& resume) {
   L.optimizer.set_state(state, resume.optimizer_steps);
 }
 
-// A checkpoint after `steps_done` steps: every worker its part (worker 0 with
-// the replicated model and optimizer state), the barrier, worker 0 the manifest.
+// A checkpoint after `steps_done` steps: every worker its part (the leader,
+// the lowest live worker, with the replicated model and optimizer state),
+// then a collective operation (a 1-float allreduce) in place of a barrier,
+// then the leader writes the manifest. Being an operation of the collective,
+// not a barrier at the scheduler, a failure in it is handled like any other
+// (re-form, resync), and a worker that rejoined but is not yet in the
+// collective does not hold it up. It completes on a replica only once every
+// replica has written its part.
 void take_checkpoint(Loop& L, std::int64_t steps_done) {
   TraceSpan span(L.trace, TraceLevel::kSteps, "checkpoint", "worker");
   span.arg("step", steps_done);
@@ -235,14 +246,36 @@ void take_checkpoint(Loop& L, std::int64_t steps_done) {
   c.result = L.result;
   if (L.members != nullptr) c.epoch_members = L.members->history();
   c.optimizer_steps = L.optimizer.steps_taken();
-  if (L.session.rank() == 0) {
+  if (leads(L)) {
     c.params.resize(static_cast<std::size_t>(L.model.num_params()));
     L.model.get_params(c.params);
     c.optimizer_state = L.optimizer.state();
   }
   write_worker_part(L.config, L.session.rank(), c);
-  L.session.scheduler().barrier("checkpoint " + std::to_string(steps_done));
-  if (L.session.rank() == 0) L.log.info(complete_checkpoint(L.config, steps_done, L.model.num_params(), 0));
+  L.checkpoint_token.assign(1, 1.0f);
+  on_collective_memory(L, L.checkpoint_token, [&](float* data) {
+    L.collective->start_allreduce_mean(data, 1);
+    wait_collective(L);
+  });
+  L.done = checkpoint_phase(steps_done - 1);
+  if (leads(L)) L.log.info(complete_checkpoint(L.config, steps_done, L.model.num_params(), 0));
+}
+
+// After a resync: when the replicas' progress is past the phase of the newest
+// checkpoint due but its manifest is missing (the worker that completed its
+// operation and would have written it was not the leader, or died before),
+// the leader writes it: every replica wrote its part before that operation.
+void complete_missed_checkpoint(Loop& L) {
+  if (!leads(L) || L.config.checkpoint.interval_steps <= 0 || L.done < checkpoint_phase(0)) return;
+  std::int64_t steps_done = (L.done - checkpoint_phase(0)) / 4 + 1;  // the newest checkpoint phase <= done: after steps_done steps
+  steps_done -= steps_done % L.config.checkpoint.interval_steps;
+  if (!checkpoint_due(L.config, steps_done)) return;
+  std::error_code ec;
+  const auto dir = checkpoint_root(L.config) / checkpoint_dir_name(steps_done);
+  if (std::filesystem::exists(dir / "manifest.json", ec) || !std::filesystem::exists(dir, ec)) return;
+  L.log.info("completing the checkpoint after step " + std::to_string(steps_done) +
+             " whose collective operation another replica completed: " +
+             complete_checkpoint(L.config, steps_done, L.model.num_params(), 0));
 }
 
 // time_s: when training reached these weights (the record's time axis).
@@ -436,6 +469,7 @@ bool reform_collective(Loop& L, const std::string& why) {
   L.owned = (*L.reform)(rank, size, L.generation);
   L.collective = L.owned.get();
   const int leader = resync_replicas(L);
+  complete_missed_checkpoint(L);
   std::string ranks;
   for (const int r : L.live) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
   L.log.warn("re-formed the collective without the dropped worker(s): " + std::to_string(size) + " workers (" + ranks +
@@ -506,7 +540,7 @@ TrainResult run_allreduce_worker(const RunConfig& config, WorkerSession& session
          NonFiniteGuard(w, session.rank()), {}, nullptr, nullptr, {}, 0};
   L.trace = trace;
   L.reform = reform;
-  if (resume != nullptr) L.done = step_phase(resume->step - 1);  // resumed after step resume->step - 1
+  if (resume != nullptr) L.done = resumed_phase(resume->step);  // resumed after the checkpoint of step resume->step - 1
   for (int r = 0; r < session.num_workers(); ++r) L.live.push_back(r);
   if (join != nullptr) L.live = join->live, L.generation = join->generation;
   if (staged(L)) L.staging.resize(static_cast<std::size_t>(model.num_params()));
@@ -557,7 +591,7 @@ TrainResult run_allreduce_worker(const RunConfig& config, WorkerSession& session
               loss = train_step(L, batch, s, epoch, lr);
               L.done = step_phase(s);
             }
-            if (checkpoint_due(config, s + 1)) take_checkpoint(L, s + 1);
+            if (checkpoint_due(config, s + 1) && L.done < checkpoint_phase(s)) take_checkpoint(L, s + 1);
             return loss;
           } catch (const TransportError& e) {
             if (!reform_collective(L, e.what())) throw;

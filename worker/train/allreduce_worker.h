@@ -39,10 +39,12 @@ namespace pstrain {
 // with a model on a GPU: gradients go through host memory).
 // Spans of each step (step > data, forward+backward, allreduce wait, update;
 // eval) go to `trace` when given.
-// Checkpoints (worker/train/worker_checkpoint.h): worker 0's part holds the
-// replicated model and optimizer state, every worker's its position.
-// `resume`: this worker's part of the checkpoint resumed from; worker 0
-// broadcasts the saved model and optimizer state to all.
+// Checkpoints (worker/train/worker_checkpoint.h): the leader's part (worker
+// 0, or the lowest worker left) holds the replicated model and optimizer
+// state, every worker's its position; a collective operation after all parts
+// are written ends it (a phase of its own: replica_resync.h), and the leader
+// writes the manifest. `resume`: this worker's part of the checkpoint resumed
+// from; worker 0 broadcasts the saved model and optimizer state to all.
 //
 // `reform` (cluster.on_worker_failure = "continue"): makes a collective of
 // `size` ranks with this worker as `rank`, its rendezvous keys apart by

@@ -83,6 +83,25 @@ std::string complete_checkpoint(const RunConfig& config, std::int64_t step, std:
   return text;
 }
 
+namespace {
+
+// Allreduce: the replicated model and optimizer state, from the worker part
+// that holds them (the leader's when the checkpoint was taken: worker 0, or
+// the lowest worker left after it was dropped; the first listed if several).
+void read_replica(const fs::path& dir, const CheckpointManifest& m, WorkerCheckpoint& s) {
+  for (const CheckpointPartInfo& p : m.parts) {
+    if (!p.name.starts_with("worker-")) continue;
+    const CheckpointPart part = read_checkpoint_part(dir, p.name);
+    if (!part.has("params")) continue;
+    s.params = part.f32s("params");
+    s.optimizer_state = part.f32s("optimizer");
+    return;
+  }
+  throw CheckpointError("cannot resume from " + dir.string() + ": no worker's part holds the model's weights");
+}
+
+}  // namespace
+
 WorkerCheckpoint read_worker_part(const fs::path& dir, int rank, const RunConfig& config, std::int64_t num_params) {
   const CheckpointManifest m = read_checkpoint_manifest(dir);
   if (const std::string diff = fingerprint_mismatch(m.fingerprint, checkpoint_fingerprint(config, num_params));
@@ -102,6 +121,7 @@ WorkerCheckpoint read_worker_part(const fs::path& dir, int rank, const RunConfig
       if (other.has("epoch_members")) s.epoch_members = other.i64s("epoch_members");
       break;
     }
+    if (rank == 0 && config.mode == Mode::kAllreduce) read_replica(dir, m, s);  // worker 0 broadcasts them
     return s;
   }
   const CheckpointPart part = read_checkpoint_part(dir, worker_part_name(rank));
@@ -125,6 +145,8 @@ WorkerCheckpoint read_worker_part(const fs::path& dir, int rank, const RunConfig
   if (part.has("params")) {
     s.params = part.f32s("params");
     s.optimizer_state = part.f32s("optimizer");
+  } else if (rank == 0 && config.mode == Mode::kAllreduce) {
+    read_replica(dir, m, s);
   }
   return s;
 }

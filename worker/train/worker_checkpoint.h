@@ -6,11 +6,14 @@
 // the position in the shard order follow from it, as the shard order is a
 // function of the seed and epoch, and the learning rate from the schedule),
 // the model's dropout step counter (its only random state), its metric
-// counters, the metrics file's size and clock. In allreduce mode worker 0's
-// part also holds the replicated model and optimizer state. Then all meet
-// at the scheduler's barrier "checkpoint S"; worker 0 writes the manifest
-// (checking every part's size and CRC-32), which makes the checkpoint
-// complete, and prunes old ones to checkpoint.keep.
+// counters, the metrics file's size and clock. In allreduce mode the part of
+// the leader (worker 0, or the lowest worker left once it was dropped) also
+// holds the replicated model and optimizer state. Then all meet: at the
+// scheduler's barrier "checkpoint S" (parameter server), in a collective
+// operation (allreduce: allreduce_worker.cc, take_checkpoint); worker 0 (the
+// allreduce leader) writes the manifest (checking every part's size and
+// CRC-32), which makes the checkpoint complete, and prunes old ones to
+// checkpoint.keep.
 #pragma once
 
 #include <cstdint>
@@ -38,7 +41,8 @@ struct WorkerCheckpoint {
   std::int64_t optimizer_steps = 0;  // allreduce: the local optimizer's steps (every worker)
   // Each epoch's workers so far (EpochMembers::history(); empty: all, every epoch).
   std::vector<std::int64_t> epoch_members;
-  // Allreduce, worker 0: the replicated model and optimizer state (empty otherwise).
+  // Allreduce: the replicated model and optimizer state, in the leader's part
+  // (empty otherwise); read_worker_part gives them to worker 0 whichever part holds them.
   std::vector<float> params;
   std::vector<float> optimizer_state;
 };
@@ -63,7 +67,9 @@ std::string complete_checkpoint(const RunConfig& config, std::int64_t step, std:
 // manifest's fingerprint against the config's (ConfigError naming the
 // differences) and the part's size and CRC-32 (CheckpointError). A worker
 // the failure policy had dropped has no part: it starts at the checkpoint's
-// step with fresh counters (metrics_bytes -1).
+// step with fresh counters (metrics_bytes -1). In allreduce mode worker 0
+// gets the replicated model and optimizer state from the part that holds
+// them (CheckpointError when none does), to broadcast them.
 WorkerCheckpoint read_worker_part(const std::filesystem::path& dir, int rank, const RunConfig& config,
                                   std::int64_t num_params);
 
