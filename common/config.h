@@ -20,7 +20,11 @@ struct ClusterConfig {
   // Endpoint of the scheduler. Port 0 means "ephemeral": only for local
   // launches, where the launcher learns the bound port and passes it on.
   std::string scheduler = "tcp://127.0.0.1:0";
-  std::string transport = "tcp";          // "tcp" | "ipc" (servers' endpoints)
+  // "shm": servers listen on tcp; a worker and a server on one host move
+  // tensors through shared memory (common/shm_transport.h), other pairs over
+  // tcp. "tcp": tensors always over the sockets. "ipc": servers listen on
+  // ipc:// (one host only), tensors over the sockets.
+  std::string transport = "shm";
   int num_servers = 2;
   int num_workers = 2;
   // Hosts per rank for multi-machine runs; empty means every rank is local.

@@ -13,7 +13,7 @@ constexpr std::array<std::string_view, 2> kStalenessRules{"none", "inverse"};
 constexpr std::array<std::string_view, 3> kWorkerFailurePolicies{"abort", "continue", "restart"};
 constexpr std::array<std::string_view, 2> kServerFailurePolicies{"abort", "restart"};
 constexpr std::array<std::string_view, 2> kNonFinitePolicies{"stop", "skip"};
-constexpr std::array<std::string_view, 2> kTransports{"tcp", "ipc"};
+constexpr std::array<std::string_view, 3> kTransports{"tcp", "ipc", "shm"};
 constexpr std::array<std::string_view, 2> kWireDtypes{"float32", "bfloat16"};
 constexpr std::array<std::string_view, 4> kDatasets{"fashion-mnist", "mnist", "cifar10", "synthetic"};
 constexpr std::array<std::string_view, 3> kDevices{"auto", "cpu", "cuda"};

@@ -58,7 +58,7 @@ class FakeListenerImpl final : public Listener, public FakeBoxHolder {
   std::optional<Frames> receive_frames(std::chrono::milliseconds timeout) override {
     std::optional<FakeTransport::Item> item = net_.take(box_, timeout);
     if (!item) return std::nullopt;
-    return Frames{std::move(item->from), std::move(item->frames), {}};
+    return Frames{std::move(item->from), std::move(item->frames), {}, {}};
   }
   void send_frames(const PeerId* to, zmq::message_t head, std::optional<zmq::message_t> body,
                    const Header& header) override {
@@ -87,7 +87,7 @@ class FakeConnectionImpl final : public Connection, public FakeBoxHolder {
   std::optional<Frames> receive_frames(std::chrono::milliseconds timeout) override {
     std::optional<FakeTransport::Item> item = net_.take(box_, timeout);
     if (!item) return std::nullopt;
-    return Frames{PeerId(), std::move(item->frames), {}};
+    return Frames{PeerId(), std::move(item->frames), {}, {}};
   }
   void send_frames(const PeerId* /*to*/, zmq::message_t head, std::optional<zmq::message_t> body,
                    const Header& header) override {

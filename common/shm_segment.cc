@@ -468,6 +468,14 @@ ShmSegment::ReadSlot ShmSegment::open(const ShmDescriptor& d) {
   return ReadSlot(this, d.slot, d.generation, slot_data(d.slot) + d.offset, static_cast<std::size_t>(d.length));
 }
 
+bool ShmSegment::retract(const ShmDescriptor& d) {
+  const std::uint32_t first = side_ == Side::kCreator ? 0 : slots_per_side_;  // this side's slots
+  if (d.segment_id != id_ || d.slot < first || d.slot - first >= slots_per_side_) return false;
+  std::uint64_t expected = word(d.generation, kReady);
+  return atomic_at(*state_word(d.slot))
+      .compare_exchange_strong(expected, word(d.generation, kFree), std::memory_order_acq_rel);
+}
+
 ShmSegment::WriteSlot::WriteSlot(WriteSlot&& other) noexcept
     : segment_(other.segment_), slot_(other.slot_), generation_(other.generation_), data_(other.data_),
       size_(other.size_) {

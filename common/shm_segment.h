@@ -137,6 +137,10 @@ class ShmSegment {
   WriteSlot acquire(std::chrono::milliseconds timeout);
   // Validates `descriptor` (see above) and claims its slot. ProtocolError.
   ReadSlot open(const ShmDescriptor& descriptor);
+  // Takes back a slot this side published whose descriptor never reached the
+  // peer (its send failed): published -> free. False when the descriptor is
+  // not one of this side's published slots (the peer opened it already).
+  bool retract(const ShmDescriptor& descriptor);
 
   PeerState peer_state() const;
   // Throws TransportError naming the peer when it is gone or has closed.

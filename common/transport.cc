@@ -1,5 +1,7 @@
 #include "common/transport.h"
 
+#include <array>
+
 #include "common/errors.h"
 #include "common/security.h"
 
@@ -101,8 +103,9 @@ namespace {
 }
 }  // namespace
 
-void send_frames_raw(zmq::socket_t& socket, const zmq::message_t* routing_id, zmq::message_t head,
-                     std::optional<zmq::message_t> body, const Header& header) {
+void send_parts_raw(zmq::socket_t& socket, const zmq::message_t* routing_id, std::span<zmq::message_t> parts,
+                    const Header& header) {
+  if (parts.empty()) throw TransportError("send of " + std::string(to_string(header.type)) + ": no frames");
   try {
     if (routing_id != nullptr) {
       // ROUTER: never wait for a peer. A full queue (a peer that does not
@@ -114,16 +117,26 @@ void send_frames_raw(zmq::socket_t& socket, const zmq::message_t* routing_id, zm
                              std::to_string(header.key) + "): the peer's queue is full (it does not read)");
       }
     }
-    if (!body) {
-      if (!socket.send(head, zmq::send_flags::none)) throw_send_timeout(header);
-    } else {
-      if (!socket.send(head, zmq::send_flags::sndmore)) throw_send_timeout(header);
-      socket.send(*body, zmq::send_flags::none);
+    for (std::size_t i = 0; i + 1 < parts.size(); ++i) {
+      if (!socket.send(parts[i], zmq::send_flags::sndmore)) {
+        if (i == 0) throw_send_timeout(header);
+      }
     }
+    if (!socket.send(parts.back(), zmq::send_flags::none) && parts.size() == 1) throw_send_timeout(header);
   } catch (const zmq::error_t& e) {
     throw TransportError("send of " + std::string(to_string(header.type)) + " (key " + std::to_string(header.key) +
                          "): " + e.what());
   }
+}
+
+void send_frames_raw(zmq::socket_t& socket, const zmq::message_t* routing_id, zmq::message_t head,
+                     std::optional<zmq::message_t> body, const Header& header) {
+  if (!body) {
+    send_parts_raw(socket, routing_id, std::span<zmq::message_t>(&head, 1), header);
+    return;
+  }
+  std::array<zmq::message_t, 2> parts{std::move(head), std::move(*body)};
+  send_parts_raw(socket, routing_id, parts, header);
 }
 
 void send_message(zmq::socket_t& socket, const zmq::message_t* routing_id, Header header, Payload payload,
@@ -246,6 +259,7 @@ std::optional<Envelope> Endpoint::receive_impl(std::chrono::milliseconds timeout
     for (const zmq::message_t& frame : got->frames) bytes += frame.size();
     options_.traffic->add_received(bytes);
   }
+  if (!got->protocol_error.empty()) throw ProtocolError(got->protocol_error);
   Envelope env;
   env.from = std::move(got->from);
   env.user_id = std::move(got->user_id);

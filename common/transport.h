@@ -120,6 +120,9 @@ void send_message(zmq::socket_t& socket, const zmq::message_t* routing_id, Heade
 // message within `timeout` (0 = do not wait), undecoded.
 void send_frames_raw(zmq::socket_t& socket, const zmq::message_t* routing_id, zmq::message_t head,
                      std::optional<zmq::message_t> body, const Header& header);
+// The same rules for any number of frames (at least one), sent as one message.
+void send_parts_raw(zmq::socket_t& socket, const zmq::message_t* routing_id, std::span<zmq::message_t> parts,
+                    const Header& header);
 std::optional<std::vector<zmq::message_t>> receive_frames_raw(zmq::socket_t& socket,
                                                               std::chrono::milliseconds timeout);
 // The ZAP user id a frame of an authenticated connection carries ("" if none).
@@ -210,6 +213,10 @@ struct EndpointOptions {
   DecodeLimits limits;                 // what decode_message accepts
   std::string identity;                // Connection: the PeerId its listener sees (empty: the transport's)
   TrafficCounters* traffic = nullptr;  // the node's byte counters (header and payload bytes); may be null
+  // A Connection that will carry tensors (a worker's to a server): a
+  // transport may set up a faster path for it (ShmTransport: a shared-memory
+  // segment when the listener is on the same host). Others ignore it.
+  bool carries_tensors = false;
 };
 
 class Transport;
@@ -231,6 +238,10 @@ class Endpoint {
     PeerId from;
     std::vector<zmq::message_t> frames;
     std::string user_id;
+    // Set when the transport itself found the message malformed (ShmTransport:
+    // a descriptor that does not check out): receive raises ProtocolError with
+    // this text, the sender in bad_from, as for frames decode_message refuses.
+    std::string protocol_error;
   };
   // One whole message if one arrives within `timeout` (0: do not wait).
   virtual std::optional<Frames> receive_frames(std::chrono::milliseconds timeout) = 0;

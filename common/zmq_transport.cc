@@ -2,20 +2,11 @@
 
 #include "common/errors.h"
 #include "common/security.h"
+#include "common/zmq_endpoint.h"
 
 namespace pstrain {
 
 namespace {
-
-// What ZmqTransport's endpoints have in common: the socket wait_any polls.
-class ZmqSocketHolder {
- public:
-  explicit ZmqSocketHolder(zmq::socket_t socket) : socket_(std::move(socket)) {}
-  zmq::socket_t& socket() { return socket_; }
-
- protected:
-  zmq::socket_t socket_;
-};
 
 class ZmqListener final : public Listener, public ZmqSocketHolder {
  public:
@@ -79,12 +70,6 @@ class ZmqConnection final : public Connection, public ZmqSocketHolder {
   }
 };
 
-zmq::socket_t& socket_of(Endpoint* e) {
-  auto* holder = dynamic_cast<ZmqSocketHolder*>(e);
-  if (holder == nullptr) throw TransportError("wait_any: an endpoint that is not ZeroMQ's");
-  return holder->socket();
-}
-
 }  // namespace
 
 std::unique_ptr<Listener> ZmqTransport::listen(const std::string& address, EndpointOptions options) {
@@ -95,10 +80,14 @@ std::unique_ptr<Connection> ZmqTransport::connect(const std::string& address, En
   return std::make_unique<ZmqConnection>(*this, ctx_, address, std::move(options));
 }
 
-std::vector<bool> ZmqTransport::wait_any(std::span<Endpoint* const> endpoints, std::chrono::milliseconds timeout) {
+std::vector<bool> poll_zmq_endpoints(std::span<Endpoint* const> endpoints, std::chrono::milliseconds timeout) {
   std::vector<zmq::pollitem_t> items;
   items.reserve(endpoints.size());
-  for (Endpoint* e : endpoints) items.push_back({socket_of(e).handle(), 0, ZMQ_POLLIN, 0});
+  for (Endpoint* e : endpoints) {
+    auto* holder = dynamic_cast<ZmqSocketHolder*>(e);
+    if (holder == nullptr) throw TransportError("wait_any: an endpoint that is not ZeroMQ's");
+    items.push_back({holder->socket().handle(), 0, ZMQ_POLLIN, 0});
+  }
   try {
     zmq::poll(items.data(), items.size(), timeout);
   } catch (const zmq::error_t& e) {
@@ -107,6 +96,10 @@ std::vector<bool> ZmqTransport::wait_any(std::span<Endpoint* const> endpoints, s
   std::vector<bool> ready(endpoints.size());
   for (std::size_t i = 0; i < items.size(); ++i) ready[i] = (items[i].revents & ZMQ_POLLIN) != 0;
   return ready;
+}
+
+std::vector<bool> ZmqTransport::wait_any(std::span<Endpoint* const> endpoints, std::chrono::milliseconds timeout) {
+  return poll_zmq_endpoints(endpoints, timeout);
 }
 
 std::unique_ptr<ZapHandler> ZmqTransport::authenticate(const SecurityContext* security, Logger& log) {

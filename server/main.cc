@@ -13,6 +13,7 @@
 #include "common/log.h"
 #include "common/node_cli.h"
 #include "common/resource_sampler.h"
+#include "common/shm_transport.h"
 #include "common/optimizer.h"
 #include "common/trace.h"
 #include "server/server.h"
@@ -167,7 +168,9 @@ int main(int argc, char** argv) {
     o.traffic = &traffic;
     o.on_registered = [&](int r) { sampler = pstrain::start_resource_sampler(config.output, "server", r, &traffic, log); };
     zmq::context_t ctx;
-    pstrain::Server server(ctx, o, log);
+    const std::unique_ptr<pstrain::Transport> transport =
+        pstrain::make_transport(ctx, config.cluster.transport, config.ps.partition_bytes);
+    pstrain::Server server(*transport, o, log);
     server.run();
     write_server_metrics(config.output.run_dir, server);
     return 0;

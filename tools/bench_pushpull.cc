@@ -15,6 +15,9 @@
 //                     warm buffers in this process (the host's copy bandwidth)
 // With --wire-dtype bfloat16 the PS moves half the bytes; GB/s still counts
 // the float32 tensor (2 * SIZE), so it is the rate the caller sees.
+// --transport shm: the PS moves tensors through shared-memory segments
+// (cluster.transport = "shm"); the raw ZeroMQ reference stays tcp, and the
+// memcpy column is the figure to compare with.
 // Each figure is the median over --trials alternating raw/PS measurements,
 // each itself the median round of many.
 // Correctness is checked outside the timed loop (#wrong column).
@@ -170,7 +173,9 @@ int main(int argc, char** argv) {
   app.add_option("--rounds", a.rounds, "timed rounds per size (default: by size)");
   app.add_option("--trials", a.trials, "alternating raw/PS trials per size (medians reported)")->check(CLI::Range(1, 50));
   app.add_option("--partition-bytes", a.partition_bytes, "chunk size (default: size / servers)");
-  app.add_option("--transport", a.transport, "tcp or ipc")->check(CLI::IsMember({"tcp", "ipc"}));
+  app.add_option("--transport", a.transport,
+                 "tcp, ipc, or shm (tcp endpoints, tensors through shared memory; raw ZeroMQ then over tcp)")
+      ->check(CLI::IsMember({"tcp", "ipc", "shm"}));
   app.add_option("--json", a.json, "also write results to this JSON file");
   app.add_option("--security", a.security, "off, or curve: also the PS round with CURVE on (fresh keys)")
       ->check(CLI::IsMember({"off", "curve"}));

@@ -7,6 +7,7 @@
 #include "common/log.h"
 #include "common/node_cli.h"
 #include "common/resource_sampler.h"
+#include "common/shm_transport.h"
 #include "common/trace.h"
 #include "worker/client/worker_session.h"
 #include "worker/collective/gpu_assignment.h"
@@ -53,7 +54,9 @@ int run_worker(const pstrain::NodeArgs& args) {
   options.trace = &trace;
   const auto security = SecurityContext::load(config.security, Role::kWorker, rank);
   options.security = &security;
-  WorkerSession session(ctx, options, workload.model->layout());
+  // cluster.transport "shm": pushes and pull replies through shared memory with servers on this host.
+  const std::unique_ptr<Transport> transport = make_transport(ctx, config.cluster.transport, config.ps.partition_bytes);
+  WorkerSession session(*transport, options, workload.model->layout());
   log.set_name("worker " + std::to_string(session.rank()));
   trace.set_process("worker", session.rank());
   const auto sampler = start_resource_sampler(config.output, "worker", session.rank(), &traffic, log,

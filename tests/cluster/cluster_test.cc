@@ -1,5 +1,5 @@
 // Whole clusters in one process over inproc:// (and every other transport:
-// tcp, ipc, the fake): scheduler and servers as threads, workers as
+// tcp, ipc, shm, the fake): scheduler and servers as threads, workers as
 // threads, many push/pull rounds, final weights exact.
 #include <doctest/doctest.h>
 
@@ -68,6 +68,12 @@ void run_rounds(Mode mode, int servers, int workers, int rounds, const std::stri
     session.finish();
   });
   cluster.join();
+  if (cluster.shm() != nullptr) {  // the tensors did go through shared memory, both ways
+    const ShmTransport::Stats st = cluster.shm()->stats();
+    CHECK(st.accepted == static_cast<std::uint64_t>(workers * servers));
+    CHECK(st.refused == 0);
+    CHECK(st.shm_bodies > static_cast<std::uint64_t>(2 * rounds * workers));
+  }
   // Expected: sync subtracts the mean of each step, async every gradient; both
   // sum to the same integer-valued totals here, divided by W in sync.
   for (std::size_t i = 0; i < n; ++i) {
@@ -96,7 +102,7 @@ TEST_CASE("in-process clusters: 1..4 workers x 1..3 servers, sync, async and ssp
 }
 
 // The transports a whole cluster runs over ("shm" joins here once it is a transport).
-const char* const kTransports[] = {"inproc", "ipc", "tcp", "fake"};
+const char* const kTransports[] = {"inproc", "ipc", "tcp", "shm", "fake"};
 
 TEST_CASE("sync, async and ssp give the exact final weights over every transport") {
   for (const char* transport : kTransports) {

@@ -1,7 +1,7 @@
 // The transport interface (common/transport.h) over every implementation
-// from one fixture: ZeroMQ over tcp, ipc and inproc, and the fake ("shm"
-// joins the list once it is a transport). Then what only the fake does:
-// its fault plan, deterministic from a seed.
+// from one fixture: ZeroMQ over tcp, ipc and inproc, shared memory (tcp
+// plus segments; its own cases are in shm_transport_test.cc), and the fake.
+// Then what only the fake does: its fault plan, deterministic from a seed.
 #include <doctest/doctest.h>
 
 #include <unistd.h>
@@ -17,6 +17,7 @@
 #include "common/fake_transport.h"
 #include "common/log.h"
 #include "common/security.h"
+#include "common/shm_transport.h"
 #include "common/transport.h"
 #include "common/zmq_transport.h"
 
@@ -26,7 +27,7 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-const char* const kKinds[] = {"tcp", "ipc", "inproc", "fake"};
+const char* const kKinds[] = {"tcp", "ipc", "inproc", "shm", "fake"};
 
 struct Net {
   zmq::context_t ctx;
@@ -39,6 +40,11 @@ struct Net {
     if (kind == "fake") {
       transport = std::make_unique<FakeTransport>(7);
       address = "fake://listener-*";
+    } else if (kind == "shm") {
+      ShmTransportOptions o = shm_options_for(1 << 16);
+      o.min_bytes = 1;  // the tests' small payloads through the slots too
+      transport = std::make_unique<ShmTransport>(ctx, o);
+      address = "tcp://127.0.0.1:*";
     } else {
       transport = std::make_unique<ZmqTransport>(ctx);
       address = kind == "tcp" ? "tcp://127.0.0.1:*"
@@ -52,6 +58,7 @@ EndpointOptions with_identity(const std::string& identity) {
   EndpointOptions o;
   o.identity = identity;
   o.socket.send_timeout = milliseconds(2000);
+  o.carries_tensors = true;  // shm: set up a segment (the others ignore it)
   return o;
 }
 

@@ -46,7 +46,7 @@ TEST_CASE("per-key ranges, enums and shapes are enforced with file:line and key"
        "bad.toml:2: key 'cluster.scheduler': expected an endpoint \"tcp://HOST:PORT\" or "
        "\"ipc://PATH\", got \"tcp://h:70000\""},
       {"[cluster]\ntransport = \"udp\"",
-       "bad.toml:2: key 'cluster.transport': expected one of \"tcp\", \"ipc\", got \"udp\""},
+       "bad.toml:2: key 'cluster.transport': expected one of \"tcp\", \"ipc\", \"shm\", got \"udp\""},
       {"[cluster]\nservers = -1", "bad.toml:2: key 'cluster.servers': expected an integer >= 0, got -1"},
       {"[cluster]\nworkers = 0", "bad.toml:2: key 'cluster.workers': expected an integer >= 1, got 0"},
       {"[cluster]\nservers = 2\nserver_hosts = [\"a\",\n  \"\"]",

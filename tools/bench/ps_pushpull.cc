@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "common/errors.h"
+#include "common/shm_transport.h"
 #include "common/transport.h"
 #include "scheduler/scheduler.h"
 #include "server/server.h"
@@ -28,11 +29,12 @@ std::string worker_rounds(const std::string& sched, const ClusterConfig& cluster
                           const std::string& fp, const ParamLayout& layout, int rounds, const std::string& key_dir,
                           DType wire_dtype) {
   zmq::context_t ctx;
+  const std::unique_ptr<Transport> transport = make_transport(ctx, cluster.transport, partition);
   const SecurityContext security = security_for(key_dir, Role::kWorker);
   WorkerSessionOptions options{sched, cluster, partition, rank, fp};
   options.security = &security;
   options.wire_dtype = wire_dtype;
-  WorkerSession session(ctx, options, layout);
+  WorkerSession session(*transport, options, layout);
   const auto num_elems = static_cast<std::size_t>(layout.total_elems());
   std::vector<float> params(num_elems, 0.0f), grads(num_elems, 1.0f);
   session.broadcast_initial(params);
@@ -61,6 +63,7 @@ PsRound ps_pushpull_round(std::size_t num_bytes, int rounds, const PsBenchOption
   layout.add("tensor", {num_elems});
   ClusterConfig cluster;
   cluster.timeout_ms = 120000;
+  cluster.transport = a.transport;
   const std::int64_t partition =
       a.partition_bytes > 0 ? a.partition_bytes
                             : std::max<std::int64_t>(4, (static_cast<std::int64_t>(num_bytes) + a.servers - 1) / a.servers);
@@ -94,7 +97,8 @@ PsRound ps_pushpull_round(std::size_t num_bytes, int rounds, const PsBenchOption
       o.bind_endpoint = a.transport == "ipc" ? "ipc:///tmp/pstrain-bench-" + std::to_string(getpid()) : "tcp://127.0.0.1:*";
       o.requested_rank = s;
       o.job_fingerprint = fp;
-      Server server(ctx, o, log);
+      const std::unique_ptr<Transport> transport = make_transport(ctx, a.transport, partition);
+      Server server(*transport, o, log);
       server.run();
       return 0;
     }));

@@ -17,7 +17,7 @@ struct PsBenchOptions {
   int workers = 1;
   int servers = 1;
   std::int64_t partition_bytes = 0;  // 0: size / servers (one chunk per server, like ps-lite's one key per server)
-  std::string transport = "tcp";     // "tcp" | "ipc" (the servers' endpoints)
+  std::string transport = "tcp";     // "tcp" | "ipc" (the servers' endpoints) | "shm" (tcp + shared memory)
   std::string key_dir;               // non-empty: security.mode = "curve" with these keys (pstrain-keygen)
   std::string wire_dtype = "float32";  // ps.wire_dtype: "float32" | "bfloat16"
 };

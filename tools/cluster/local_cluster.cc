@@ -30,12 +30,18 @@ LocalCluster::LocalCluster(zmq::context_t& ctx, LocalClusterOptions options)
     transport_ = std::move(fake);
   } else if (options_.transport == "inproc" || options_.transport == "ipc" || options_.transport == "tcp") {
     transport_ = std::make_unique<ZmqTransport>(ctx_);
+  } else if (options_.transport == "shm") {  // tcp endpoints, tensors through shared memory (one process here)
+    ShmTransportOptions shm_options = shm_options_for(options_.partition_bytes);
+    shm_options.min_bytes = 1;  // every payload through the slots, however small the test's chunks
+    auto shm = std::make_unique<ShmTransport>(ctx_, shm_options);
+    shm_ = shm.get();
+    transport_ = std::move(shm);
   } else {
-    throw ConfigError("local cluster: unknown transport '" + options_.transport + "' (inproc, ipc, tcp or fake)");
+    throw ConfigError("local cluster: unknown transport '" + options_.transport + "' (inproc, ipc, tcp, shm or fake)");
   }
   if (!options_.key_dir.empty()) {
     if (options_.transport != "tcp" && options_.transport != "ipc") {
-      throw ConfigError("local cluster: CURVE needs transport tcp or ipc");
+      throw ConfigError("local cluster: CURVE needs transport tcp or ipc (each server gets a ZeroMQ context of its own)");
     }
     const SecurityConfig sec{"curve", options_.key_dir};
     scheduler_security_ = SecurityContext::load(sec, Role::kScheduler);
@@ -94,7 +100,7 @@ LocalCluster::~LocalCluster() {
 }
 
 std::string LocalCluster::endpoint_for(const std::string& name) const {
-  if (options_.transport == "tcp") return "tcp://127.0.0.1:*";
+  if (options_.transport == "tcp" || options_.transport == "shm") return "tcp://127.0.0.1:*";
   if (options_.transport == "ipc") return "ipc:///tmp/pstrain-" + tag_ + "-" + name;
   if (options_.transport == "fake") return "fake://" + name;
   return "inproc://pstrain-" + tag_ + "-" + name;

@@ -19,6 +19,7 @@
 #include "common/config.h"
 #include "common/fake_transport.h"
 #include "common/log.h"
+#include "common/shm_transport.h"
 #include "common/zmq_transport.h"
 #include "scheduler/scheduler.h"
 #include "server/server.h"
@@ -34,7 +35,7 @@ struct LocalClusterOptions {
   OptimizerConfig optimizer;
   std::int64_t partition_bytes = std::int64_t{1} << 20;
   ClusterConfig cluster;
-  std::string transport = "inproc";  // "inproc" | "ipc" | "tcp" | "fake"
+  std::string transport = "inproc";  // "inproc" | "ipc" | "tcp" | "shm" | "fake"
   std::uint64_t fake_seed = 1;       // transport "fake": its fault plan's seed
   LogLevel log_level = LogLevel::kWarn;
   // Non-empty: CURVE on with the job keys in this directory (pstrain-keygen).
@@ -57,6 +58,8 @@ class LocalCluster {
   Transport& transport() { return *transport_; }
   // transport "fake": its fault plan (add_fault before the workers start); else null.
   FakeTransport* fake() { return fake_; }
+  // transport "shm": the ShmTransport (its counters say what went through shared memory); else null.
+  ShmTransport* shm() { return shm_; }
   // Waits for the scheduler and servers to end; rethrows the first failure.
   void join();
 
@@ -68,6 +71,7 @@ class LocalCluster {
   LocalClusterOptions options_;
   std::unique_ptr<Transport> transport_;  // ZmqTransport over ctx_, or a FakeTransport
   FakeTransport* fake_ = nullptr;
+  ShmTransport* shm_ = nullptr;
   std::string tag_;
   Logger log_;
   SecurityContext scheduler_security_;

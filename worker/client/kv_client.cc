@@ -59,6 +59,7 @@ std::unique_ptr<Connection> KVClient::connect_server(std::size_t server, const s
   o.limits = DecodeLimits{options_.max_message_bytes};
   o.traffic = options_.traffic;
   if (!options_.token.empty()) o.identity = "w" + options_.token;
+  o.carries_tensors = true;  // ShmTransport: pushes and pull replies through shared memory on one host
   return transport_.connect(endpoint, o);
 }
 

@@ -1,0 +1,372 @@
+#include "common/shm_transport.h"
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <vector>
+
+#include "common/errors.h"
+#include "common/security.h"
+#include "common/zmq_endpoint.h"
+#include "common/zmq_transport.h"
+
+namespace pstrain {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+constexpr std::size_t kTagBytes = 8;
+constexpr char kTagPrefix[] = "PSTRSHM";  // 7 bytes, then the kind
+constexpr char kHello = 'H', kYes = 'A', kNo = 'R', kData = 'D';
+constexpr std::size_t kMaxReasonBytes = 512;
+
+zmq::message_t tag(char kind) {
+  zmq::message_t t(kTagBytes);
+  std::memcpy(t.data(), kTagPrefix, kTagBytes - 1);
+  static_cast<char*>(t.data())[kTagBytes - 1] = kind;
+  return t;
+}
+
+// The kind of a shared-memory layer message, or 0 for an ordinary one.
+char tag_kind(const zmq::message_t& frame) {
+  if (frame.size() != kTagBytes || std::memcmp(frame.data(), kTagPrefix, kTagBytes - 1) != 0) return 0;
+  return static_cast<const char*>(frame.data())[kTagBytes - 1];
+}
+
+std::string read_boot_id() {
+  std::ifstream in("/proc/sys/kernel/random/boot_id");
+  std::string id;
+  std::getline(in, id);
+  return id;
+}
+
+// Header for messages about the layer's own frames (TransportError texts).
+Header layer_header() {
+  Header h;
+  h.type = MsgType::kError;
+  return h;
+}
+
+// A slot's bytes, held open while the payload frame pointing at them lives.
+struct HeldSlot {
+  std::shared_ptr<ShmSegment> segment;  // outlives the slot (members go in reverse order)
+  ShmSegment::ReadSlot slot;
+};
+
+void release_held_slot(void* /*data*/, void* hint) { delete static_cast<HeldSlot*>(hint); }
+
+// [tag 'D', header, descriptor] -> [header, payload in place], or the reason
+// it cannot be.
+std::string open_data(const std::shared_ptr<ShmSegment>& segment, std::vector<zmq::message_t>& frames,
+                      std::vector<zmq::message_t>& out) {
+  if (frames.size() != 3) {
+    return "shared-memory message with " + std::to_string(frames.size()) + " frames (a tag, a header, a descriptor)";
+  }
+  if (segment == nullptr) return "shared-memory descriptor from a peer with no segment set up (no hello accepted)";
+  if (frames[2].size() != kShmDescriptorBytes) {
+    return "shared-memory descriptor of " + std::to_string(frames[2].size()) + " bytes, not " +
+           std::to_string(kShmDescriptorBytes);
+  }
+  try {
+    const ShmDescriptor d =
+        decode_shm_descriptor(std::span<const std::byte>(static_cast<const std::byte*>(frames[2].data()), frames[2].size()));
+    auto held = std::make_unique<HeldSlot>(HeldSlot{segment, segment->open(d)});
+    void* data = const_cast<std::byte*>(held->slot.bytes().data());
+    const std::size_t size = held->slot.bytes().size();
+    zmq::message_t body(data, size, &release_held_slot, held.get());
+    held.release();  // now owned by the frame
+    out.clear();
+    out.push_back(std::move(frames[1]));
+    out.push_back(std::move(body));
+    return {};
+  } catch (const ProtocolError& e) {
+    return e.what();
+  }
+}
+
+// Sends head + body through a free slot of `segment`, or returns false (the
+// caller sends inline). TransportError from ZeroMQ after the slot was taken
+// gives the slot back first.
+bool send_through_segment(ShmTransport& transport, ShmSegment* segment, zmq::socket_t& socket,
+                          const zmq::message_t* routing_id, zmq::message_t& head, std::optional<zmq::message_t>& body,
+                          const Header& header) {
+  ShmTransport::Counters& counters = transport.counters();
+  if (!body) return false;
+  if (segment == nullptr || body->size() < transport.options().min_bytes || body->size() > segment->slot_bytes()) {
+    counters.inline_bodies.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
+  std::optional<ShmSegment::WriteSlot> slot = segment->try_acquire();
+  if (!slot) {
+    counters.inline_bodies.fetch_add(1, std::memory_order_relaxed);
+    counters.no_free_slot.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
+  std::memcpy(slot->bytes().data(), body->data(), body->size());
+  const ShmDescriptor d = slot->publish(body->size());
+  const auto encoded = encode_shm_descriptor(d);
+  std::array<zmq::message_t, 3> parts{tag(kData), std::move(head), zmq::message_t(encoded.data(), encoded.size())};
+  try {
+    send_parts_raw(socket, routing_id, parts, header);
+  } catch (const TransportError&) {
+    segment->retract(d);
+    throw;
+  }
+  counters.shm_bodies.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
+std::chrono::milliseconds left_until(Clock::time_point deadline) {
+  const auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
+  return std::max(left, milliseconds(0));
+}
+
+class ShmListener final : public Listener, public ZmqSocketHolder {
+ public:
+  ShmListener(ShmTransport& transport, zmq::context_t& ctx, const std::string& address, EndpointOptions options)
+      : Listener(transport, options), ZmqSocketHolder(make_socket(ctx, zmq::socket_type::router, options.socket)),
+        shm_(transport) {
+    address_ = bind_socket(socket_, address);
+  }
+  const std::string& address() const override { return address_; }
+
+ protected:
+  std::optional<Frames> receive_frames(std::chrono::milliseconds timeout) override {
+    const auto deadline = Clock::now() + timeout;
+    while (true) {
+      std::optional<std::vector<zmq::message_t>> got = receive_frames_raw(socket_, left_until(deadline));
+      if (!got) return std::nullopt;
+      Frames f;
+      f.from = PeerId(got->front().to_string());
+      got->erase(got->begin());
+      if (!got->empty()) f.user_id = frame_user_id(got->front());
+      const char kind = got->empty() ? 0 : tag_kind(got->front());
+      if (kind == 0) {
+        f.frames = std::move(*got);
+        return f;
+      }
+      if (kind == kHello) {
+        answer_hello(f.from, *got);
+        continue;  // the layer's own message: wait on for the caller's
+      }
+      if (kind == kData) {
+        const auto it = segments_.find(f.from);
+        f.protocol_error = open_data(it == segments_.end() ? nullptr : it->second, *got, f.frames);
+        return f;
+      }
+      f.protocol_error = "shared-memory layer message of unknown kind " + std::to_string(static_cast<int>(kind));
+      return f;
+    }
+  }
+
+  void send_frames(const PeerId* to, zmq::message_t head, std::optional<zmq::message_t> body,
+                   const Header& header) override {
+    const zmq::message_t id(to->bytes().data(), to->bytes().size());
+    // No liveness check here (it costs a read of /proc per send): a peer that
+    // is gone fails the send, and the slot is taken back.
+    ShmSegment* segment = nullptr;
+    if (body) {
+      const auto it = segments_.find(*to);
+      if (it != segments_.end()) segment = it->second.get();
+    }
+    if (send_through_segment(shm_, segment, socket_, &id, head, body, header)) return;
+    send_frames_raw(socket_, &id, std::move(head), std::move(body), header);
+  }
+
+ private:
+  void answer_hello(const PeerId& from, std::vector<zmq::message_t>& frames) {
+    std::string refusal;
+    if (frames.size() != 2 || frames[1].size() < kShmAddressBytes) {
+      refusal = "malformed hello";
+    } else {
+      const auto* bytes = static_cast<const std::byte*>(frames[1].data());
+      const std::string boot(static_cast<const char*>(frames[1].data()) + kShmAddressBytes,
+                             frames[1].size() - kShmAddressBytes);
+      if (boot != shm_.boot_id() || boot.empty()) {
+        refusal = "the peer is on another host";
+      } else {
+        sweep();
+        segments_.erase(from);  // a new hello replaces the connection's old segment
+        if (segments_.size() >= shm_.options().max_segments) {
+          refusal = "this listener already holds " + std::to_string(segments_.size()) + " segments";
+        } else {
+          try {
+            const ShmAddress address = decode_shm_address(std::span<const std::byte>(bytes, kShmAddressBytes));
+            segments_[from] = std::shared_ptr<ShmSegment>(ShmSegment::attach(address, /*populate=*/false));
+          } catch (const Error& e) {
+            refusal = e.what();
+          }
+        }
+      }
+    }
+    ShmTransport::Counters& counters = shm_.counters();
+    (refusal.empty() ? counters.accepted : counters.refused).fetch_add(1, std::memory_order_relaxed);
+    std::vector<zmq::message_t> reply;
+    reply.push_back(tag(refusal.empty() ? kYes : kNo));
+    if (!refusal.empty()) reply.emplace_back(refusal.data(), std::min(refusal.size(), kMaxReasonBytes));
+    const zmq::message_t id(from.bytes().data(), from.bytes().size());
+    try {
+      send_parts_raw(socket_, &id, reply, layer_header());
+    } catch (const TransportError&) {
+      segments_.erase(from);  // it is gone or does not read: it goes inline if it ever comes back
+    }
+  }
+
+  // Drops the segments whose peer has closed its side or whose process is gone.
+  void sweep() {
+    for (auto it = segments_.begin(); it != segments_.end();) {
+      if (it->second->peer_state() != ShmSegment::PeerState::kAttached) {
+        it = segments_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+
+  ShmTransport& shm_;
+  std::string address_;
+  std::map<PeerId, std::shared_ptr<ShmSegment>> segments_;  // attached, by the connection that sent the hello
+};
+
+class ShmConnection final : public Connection, public ZmqSocketHolder {
+ public:
+  ShmConnection(ShmTransport& transport, zmq::context_t& ctx, const std::string& address, EndpointOptions options)
+      : Connection(transport, options), ZmqSocketHolder(make_socket(ctx, zmq::socket_type::dealer, options.socket)),
+        shm_(transport) {
+    if (!options.identity.empty()) {
+      try {
+        socket_.set(zmq::sockopt::routing_id, options.identity);
+      } catch (const zmq::error_t& e) {
+        throw TransportError("connection identity for " + address + ": " + e.what());
+      }
+    }
+    connect_socket(socket_, address);
+    if (options.carries_tensors) say_hello();
+  }
+
+  void abandon() override {
+    socket_.set(zmq::sockopt::linger, 0);
+    socket_.close();
+    on_ = false;
+    segment_.reset();  // freed once the frames still pointing into it are gone
+  }
+
+  // Why the listener said no ("" before an answer, or after a yes).
+  const std::string& refusal() const { return refusal_; }
+
+ protected:
+  std::optional<Frames> receive_frames(std::chrono::milliseconds timeout) override {
+    const auto deadline = Clock::now() + timeout;
+    while (true) {
+      std::optional<std::vector<zmq::message_t>> got = receive_frames_raw(socket_, left_until(deadline));
+      if (!got) return std::nullopt;
+      Frames f;
+      if (!got->empty()) f.user_id = frame_user_id(got->front());
+      const char kind = got->empty() ? 0 : tag_kind(got->front());
+      if (kind == 0) {
+        f.frames = std::move(*got);
+        return f;
+      }
+      if (kind == kYes) {
+        on_ = segment_ != nullptr;
+        continue;
+      }
+      if (kind == kNo) {
+        refusal_ = got->size() > 1 ? got->at(1).to_string() : std::string("no reason given");
+        on_ = false;
+        segment_.reset();
+        continue;
+      }
+      if (kind == kData) {
+        f.protocol_error = open_data(segment_, *got, f.frames);
+        return f;
+      }
+      f.protocol_error = "shared-memory layer message of unknown kind " + std::to_string(static_cast<int>(kind));
+      return f;
+    }
+  }
+
+  void send_frames(const PeerId* /*to*/, zmq::message_t head, std::optional<zmq::message_t> body,
+                   const Header& header) override {
+    if (send_through_segment(shm_, on_ ? segment_.get() : nullptr, socket_, nullptr, head, body, header)) return;
+    send_frames_raw(socket_, nullptr, std::move(head), std::move(body), header);
+  }
+
+ private:
+  // Creates this connection's segment and offers it. A system that refuses
+  // (no memfd, no memory) leaves the connection inline.
+  void say_hello() {
+    try {
+      segment_ = std::shared_ptr<ShmSegment>(ShmSegment::create(shm_.options().segment));
+    } catch (const Error& e) {
+      refusal_ = e.what();
+      return;
+    }
+    const auto address = encode_shm_address(segment_->address());
+    std::string hello(reinterpret_cast<const char*>(address.data()), address.size());
+    hello += shm_.boot_id();
+    std::array<zmq::message_t, 2> parts{tag(kHello), zmq::message_t(hello.data(), hello.size())};
+    send_parts_raw(socket_, nullptr, parts, layer_header());
+  }
+
+  ShmTransport& shm_;
+  std::shared_ptr<ShmSegment> segment_;
+  bool on_ = false;  // the listener attached: bodies may go through the segment
+  std::string refusal_;
+};
+
+}  // namespace
+
+ShmTransportOptions shm_options_for(std::int64_t partition_bytes) {
+  ShmTransportOptions o;
+  constexpr std::size_t kMinSlot = std::size_t{64} << 10, kMaxSlot = std::size_t{256} << 20;
+  constexpr std::size_t kSideBytes = std::size_t{256} << 20;
+  const std::size_t wanted = partition_bytes > 0 ? static_cast<std::size_t>(partition_bytes) : kMinSlot;
+  o.segment.slot_bytes = std::clamp(wanted, kMinSlot, kMaxSlot);
+  o.segment.slots_per_side =
+      static_cast<std::uint32_t>(std::clamp<std::size_t>(kSideBytes / o.segment.slot_bytes, 8, 256));
+  o.segment.populate = false;
+  o.segment.name = "conn";
+  return o;
+}
+
+ShmTransport::ShmTransport(zmq::context_t& ctx, ShmTransportOptions options)
+    : ctx_(ctx), options_(std::move(options)), boot_id_(read_boot_id()) {}
+
+std::unique_ptr<Listener> ShmTransport::listen(const std::string& address, EndpointOptions options) {
+  return std::make_unique<ShmListener>(*this, ctx_, address, std::move(options));
+}
+
+std::unique_ptr<Connection> ShmTransport::connect(const std::string& address, EndpointOptions options) {
+  return std::make_unique<ShmConnection>(*this, ctx_, address, std::move(options));
+}
+
+std::vector<bool> ShmTransport::wait_any(std::span<Endpoint* const> endpoints, std::chrono::milliseconds timeout) {
+  return poll_zmq_endpoints(endpoints, timeout);
+}
+
+std::unique_ptr<ZapHandler> ShmTransport::authenticate(const SecurityContext* security, Logger& log) {
+  return start_zap_handler(ctx_, security, log);
+}
+
+ShmTransport::Stats ShmTransport::stats() const {
+  Stats s;
+  s.shm_bodies = counters_.shm_bodies.load();
+  s.inline_bodies = counters_.inline_bodies.load();
+  s.no_free_slot = counters_.no_free_slot.load();
+  s.accepted = counters_.accepted.load();
+  s.refused = counters_.refused.load();
+  return s;
+}
+
+std::unique_ptr<Transport> make_transport(zmq::context_t& ctx, const std::string& kind, std::int64_t partition_bytes) {
+  if (kind == "tcp" || kind == "ipc") return std::make_unique<ZmqTransport>(ctx);
+  if (kind == "shm") return std::make_unique<ShmTransport>(ctx, shm_options_for(partition_bytes));
+  throw ConfigError("unknown transport '" + kind + "' (tcp, ipc or shm)");
+}
+
+}  // namespace pstrain

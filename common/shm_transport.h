@@ -1,0 +1,103 @@
+// ShmTransport: the transport interface (common/transport.h) with ZeroMQ for
+// messages and shared memory for the tensors of a worker and a server on one
+// host (cluster.transport = "shm", the default; docs/architecture.md,
+// "Shared memory").
+//
+// Endpoints are ZeroMQ sockets as ZmqTransport's (tcp://, ipc://, inproc://;
+// same queue bounds, frame cap, CURVE), and a message that can go through
+// shared memory goes as ZmqTransport's would: nothing changes for a peer on
+// another host or for the scheduler. What is added:
+//   - A Connection made with EndpointOptions::carries_tensors (a worker's KV
+//     client to a server) creates a segment (common/shm_segment.h) and sends
+//     its address in a hello. The listener attaches to it when it can (same
+//     host, same user: the creator's /proc/<pid>/fd/<fd>) and answers yes or
+//     no; until a yes arrives, and after a no, everything goes inline.
+//   - Then a body of at least min_bytes that fits a slot is copied into a free
+//     slot of the sender's side and only its 32-byte descriptor travels over
+//     ZeroMQ. The receiver opens it and hands the bytes up in place (the
+//     payload frame points into the slot; the slot is released when the
+//     message is dropped). No free slot: the body goes inline, so a send never
+//     waits on shared memory and neither side can block the other.
+//   - The descriptor is checked (ShmSegment::open: segment, slot, bounds,
+//     generation, state) before anything reads the slot; a bad one is a
+//     ProtocolError naming the sender, as for frames decode_message refuses,
+//     and the message is dropped. The header and payload then go through
+//     decode_message like every other transport's.
+// Messages of the shared-memory layer start with an 8-byte tag frame
+// ("PSTRSHM" + kind), which no header frame can be:
+//   hello   [tag 'H', address (24 bytes) + the sender's boot id]
+//   yes     [tag 'A']            no  [tag 'R', reason]
+//   data    [tag 'D', header, descriptor (32 bytes)]
+// Nothing is left behind by a killed process: segments are memfds
+// (common/shm_segment.h); a listener drops a segment once its peer's process
+// is gone or its connection is replaced by a new hello.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include <zmq.hpp>
+
+#include "common/shm_segment.h"
+#include "common/transport.h"
+
+namespace pstrain {
+
+struct ShmTransportOptions {
+  ShmOptions segment;                 // each connection's segment: slots per side, slot size
+  std::size_t min_bytes = 64 * 1024;  // smaller bodies travel inline (a copy there is cheaper than a slot)
+  std::size_t max_segments = 1024;    // per listener: more peers get "no" (they go inline)
+};
+
+// Slots sized for a job whose tensors travel in chunks of at most
+// `partition_bytes` (ps.partition_bytes): one slot per chunk, as many as fit
+// in 256 MiB a side (at least 8, at most 256). Pages are touched only as
+// slots are used.
+ShmTransportOptions shm_options_for(std::int64_t partition_bytes);
+
+class ShmTransport final : public Transport {
+ public:
+  // Uses `ctx` (not owned; it must outlive the transport and its endpoints).
+  ShmTransport(zmq::context_t& ctx, ShmTransportOptions options);
+
+  std::unique_ptr<Listener> listen(const std::string& address, EndpointOptions options) override;
+  std::unique_ptr<Connection> connect(const std::string& address, EndpointOptions options) override;
+  std::vector<bool> wait_any(std::span<Endpoint* const> endpoints, std::chrono::milliseconds timeout) override;
+  std::unique_ptr<ZapHandler> authenticate(const SecurityContext* security, Logger& log) override;
+  std::string_view kind() const override { return "shm"; }
+
+  // What this process's endpoints moved (tests, benchmarks).
+  struct Stats {
+    std::uint64_t shm_bodies = 0;     // bodies sent through a slot
+    std::uint64_t inline_bodies = 0;  // bodies sent over ZeroMQ (small, no segment, no free slot)
+    std::uint64_t no_free_slot = 0;   // of those, sent inline because every slot was in flight
+    std::uint64_t accepted = 0;       // hellos this process's listeners said yes to
+    std::uint64_t refused = 0;        // hellos they said no to
+  };
+  Stats stats() const;
+
+  const ShmTransportOptions& options() const { return options_; }
+  const std::string& boot_id() const { return boot_id_; }
+
+  // Internal (the endpoints count through these).
+  struct Counters {
+    std::atomic<std::uint64_t> shm_bodies{0}, inline_bodies{0}, no_free_slot{0}, accepted{0}, refused{0};
+  };
+  Counters& counters() { return counters_; }
+
+ private:
+  zmq::context_t& ctx_;
+  ShmTransportOptions options_;
+  std::string boot_id_;  // this host's boot: a hello from another is refused at once
+  Counters counters_;
+};
+
+// A node's transport from cluster.transport: "tcp" and "ipc" are
+// ZmqTransport, "shm" is ShmTransport (options from shm_options_for).
+// ConfigError for anything else.
+std::unique_ptr<Transport> make_transport(zmq::context_t& ctx, const std::string& kind, std::int64_t partition_bytes);
+
+}  // namespace pstrain

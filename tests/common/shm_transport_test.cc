@@ -1,0 +1,494 @@
+// common/shm_transport.h: tensors through shared memory after the hello,
+// inline before it, when slots run out, when the listener says no; every bad
+// thing a peer can send the layer (forged, replayed and stale descriptors,
+// wrong frames, a hello from another host); and real processes killed with
+// SIGKILL while the survivor holds their bytes (still readable, nothing left
+// mapped afterwards). The generic cases over every transport are in
+// transport_test.cc, whole clusters over shm in tests/cluster/cluster_test.cc.
+#include <doctest/doctest.h>
+
+#include <unistd.h>
+
+#include <array>
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/errors.h"
+#include "common/shm_segment.h"
+#include "common/shm_transport.h"
+#include "tests/common/shm_test_util.h"
+
+using namespace pstrain;
+using pstrain::test::Child;
+using pstrain::test::our_mappings;
+using std::chrono::milliseconds;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+ShmTransportOptions small_options() {
+  ShmTransportOptions o;
+  o.segment.slots_per_side = 4;
+  o.segment.slot_bytes = 1 << 16;  // 16,384 floats
+  o.segment.name = "t";
+  o.min_bytes = 1024;              // 256 floats
+  return o;
+}
+
+EndpointOptions tensor_options(const std::string& identity) {
+  EndpointOptions o;
+  o.identity = identity;
+  o.socket.send_timeout = milliseconds(2000);
+  o.carries_tensors = true;
+  return o;
+}
+
+Header push_header(std::int64_t key, std::int64_t step = 0) {
+  Header h;
+  h.type = MsgType::kPush;
+  h.role = Role::kWorker;
+  h.request_id = 7 + key;
+  h.key = key;
+  h.step = step;
+  h.lr = 0.5;
+  return h;
+}
+
+// A pull reply (it carries weights), or with `type` kPushReply an acknowledgement.
+Header reply_to(const Header& request, MsgType type = MsgType::kPullReply) {
+  Header r = request;
+  r.type = type;
+  r.role = Role::kServer;
+  return r;
+}
+
+std::vector<float> values(std::size_t n, float seed) {
+  std::vector<float> v(n);
+  for (std::size_t i = 0; i < n; ++i) v[i] = seed + static_cast<float>(i % 1000) * 0.25f;
+  return v;
+}
+
+// A payload that owns its floats (inline payloads are zero-copy: the bytes
+// must live until ZeroMQ has sent them).
+Payload owned(std::vector<float> v) {
+  auto held = std::make_shared<const std::vector<float>>(std::move(v));
+  return Payload::floats(*held, held);
+}
+
+std::vector<float> floats_of(const Envelope& env) {
+  std::vector<float> scratch;
+  const std::span<const float> got = env.message.float_payload(scratch);
+  return {got.begin(), got.end()};
+}
+
+// The shared-memory layer's tag frame: "PSTRSHM" and the kind.
+zmq::message_t layer_tag(char kind) {
+  zmq::message_t t(8);
+  std::memcpy(t.data(), "PSTRSHM", 7);
+  static_cast<char*>(t.data())[7] = kind;
+  return t;
+}
+
+// A hand-driven peer: a raw DEALER socket speaking the layer's frames.
+struct RawPeer {
+  zmq::socket_t socket;
+  RawPeer(zmq::context_t& ctx, const std::string& address, const std::string& identity)
+      : socket(ctx, zmq::socket_type::dealer) {
+    socket.set(zmq::sockopt::routing_id, identity);
+    socket.set(zmq::sockopt::linger, 0);
+    socket.connect(address);
+  }
+  void send(std::vector<zmq::message_t> frames) {
+    for (std::size_t i = 0; i < frames.size(); ++i) {
+      REQUIRE(socket.send(frames[i], i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none));
+    }
+  }
+  // [address, boot id] as a hello's second frame.
+  void hello(const ShmAddress& address, const std::string& boot_id) {
+    const auto a = encode_shm_address(address);
+    std::string body(reinterpret_cast<const char*>(a.data()), a.size());
+    body += boot_id;
+    std::vector<zmq::message_t> frames;
+    frames.push_back(layer_tag('H'));
+    frames.emplace_back(body.data(), body.size());
+    send(std::move(frames));
+  }
+  void data(const Header& header, const ShmDescriptor& d) {
+    const auto bytes = encode_shm_descriptor(d);
+    std::vector<zmq::message_t> frames;
+    frames.push_back(layer_tag('D'));
+    frames.push_back(encode_header(header));
+    frames.emplace_back(bytes.data(), bytes.size());
+    send(std::move(frames));
+  }
+  // The next message's frames within 3 s.
+  std::vector<zmq::message_t> receive() {
+    zmq::pollitem_t item{socket.handle(), 0, ZMQ_POLLIN, 0};
+    REQUIRE(zmq::poll(&item, 1, milliseconds(3000)) == 1);
+    std::vector<zmq::message_t> frames;
+    while (true) {
+      zmq::message_t f;
+      REQUIRE(socket.recv(f));
+      const bool more = f.more();
+      frames.push_back(std::move(f));
+      if (!more) break;
+    }
+    return frames;
+  }
+};
+
+// Receives on `listener` until a message comes or 3 s pass (the layer's own
+// messages make a receive return nothing now and then).
+std::optional<Envelope> next(Listener& listener, PeerId* from = nullptr) {
+  const auto deadline = Clock::now() + std::chrono::seconds(3);
+  while (Clock::now() < deadline) {
+    if (auto env = listener.receive(milliseconds(100), from)) return env;
+  }
+  return std::nullopt;
+}
+std::optional<Envelope> next(Connection& conn) {
+  const auto deadline = Clock::now() + std::chrono::seconds(3);
+  while (Clock::now() < deadline) {
+    if (auto env = conn.receive(milliseconds(100))) return env;
+  }
+  return std::nullopt;
+}
+
+// One push and its reply, so the connection has heard the listener's yes or no.
+void handshake(Listener& listener, Connection& conn) {
+  conn.send(push_header(0), owned(values(4, 0.0f)));
+  std::optional<Envelope> got = next(listener);
+  REQUIRE(got);
+  listener.send(got->from, reply_to(got->message.header, MsgType::kPushReply));
+  REQUIRE(next(conn));
+}
+
+}  // namespace
+
+TEST_CASE("shm transport: after the hello, pushes and replies go through slots both ways, byte for byte") {
+  zmq::context_t ctx;
+  ShmTransport t(ctx, small_options());
+  std::unique_ptr<Listener> listener = t.listen("tcp://127.0.0.1:*", EndpointOptions{});
+  std::unique_ptr<Connection> conn = t.connect(listener->address(), tensor_options("w1"));
+  handshake(*listener, *conn);
+  CHECK(t.stats().accepted == 1);
+  const ShmTransport::Stats before = t.stats();
+
+  const std::vector<float> grad = values(10000, 1.0f);  // 40,000 bytes: a slot
+  conn->send(push_header(3), Payload::floats(grad));
+  std::optional<Envelope> push = next(*listener);
+  REQUIRE(push);
+  CHECK(push->from.bytes() == "w1");
+  CHECK(push->message.header.num_elems == 10000);
+  CHECK(floats_of(*push) == grad);
+  const std::vector<float> weights = values(16000, -3.0f);  // 64,000 bytes: still one slot
+  listener->send(push->from, reply_to(push->message.header), Payload::floats(weights));
+  std::optional<Envelope> pulled = next(*conn);
+  REQUIRE(pulled);
+  std::vector<float> into(16000);
+  pulled->message.copy_floats_to(into);  // receive into place, straight out of the slot
+  CHECK(into == weights);
+  CHECK(t.stats().shm_bodies == before.shm_bodies + 2);
+
+  // Under min_bytes, and over a slot: inline, and still right.
+  const std::vector<float> tiny = values(100, 2.0f), huge = values(20000, 5.0f);
+  conn->send(push_header(4), Payload::floats(tiny));
+  conn->send(push_header(5), Payload::floats(huge));
+  std::optional<Envelope> a = next(*listener), b = next(*listener);
+  REQUIRE(a);
+  REQUIRE(b);
+  CHECK(floats_of(*a) == tiny);
+  CHECK(floats_of(*b) == huge);
+  CHECK(t.stats().shm_bodies == before.shm_bodies + 2);
+  CHECK(t.stats().inline_bodies == before.inline_bodies + 2);
+
+  // bfloat16 payloads take the same path.
+  std::vector<std::uint16_t> half(5000);
+  for (std::size_t i = 0; i < half.size(); ++i) half[i] = static_cast<std::uint16_t>(0x3f80 + (i % 64));
+  conn->send(push_header(6), Payload::bfloat16(half));
+  std::optional<Envelope> h = next(*listener);
+  REQUIRE(h);
+  CHECK(h->message.header.dtype == DType::kBFloat16);
+  CHECK(std::memcmp(h->message.payload.data(), half.data(), half.size() * 2) == 0);
+  CHECK(t.stats().shm_bodies == before.shm_bodies + 3);
+}
+
+TEST_CASE("shm transport: with every slot in flight the next bodies go inline; dropped messages give their slots back") {
+  zmq::context_t ctx;
+  ShmTransport t(ctx, small_options());
+  std::unique_ptr<Listener> listener = t.listen("tcp://127.0.0.1:*", EndpointOptions{});
+  std::unique_ptr<Connection> conn = t.connect(listener->address(), tensor_options("w2"));
+  handshake(*listener, *conn);
+  const ShmTransport::Stats before = t.stats();
+  std::vector<std::vector<float>> sent;  // kept alive: inline payloads are zero-copy
+  for (int i = 0; i < 6; ++i) sent.push_back(values(1000, static_cast<float>(i)));
+  for (int i = 0; i < 6; ++i) conn->send(push_header(i), Payload::floats(sent[static_cast<std::size_t>(i)]));
+  std::vector<Envelope> held;
+  for (int i = 0; i < 6; ++i) {
+    std::optional<Envelope> got = next(*listener);
+    REQUIRE(got);
+    CHECK(floats_of(*got) == values(1000, static_cast<float>(got->message.header.key)));
+    held.push_back(std::move(*got));
+  }
+  ShmTransport::Stats s = t.stats();
+  CHECK(s.shm_bodies == before.shm_bodies + 4);
+  CHECK(s.no_free_slot == before.no_free_slot + 2);
+  held.clear();  // releases the four slots
+  const std::vector<float> more = values(1000, 9.0f);
+  for (int i = 0; i < 4; ++i) conn->send(push_header(10 + i), Payload::floats(more));
+  for (int i = 0; i < 4; ++i) REQUIRE(next(*listener));
+  s = t.stats();
+  CHECK(s.shm_bodies == before.shm_bodies + 8);
+  CHECK(s.no_free_slot == before.no_free_slot + 2);
+}
+
+TEST_CASE("shm transport: forged, replayed and malformed layer messages are ProtocolErrors naming the sender; the listener goes on") {
+  zmq::context_t ctx;
+  ShmTransport t(ctx, small_options());
+  std::unique_ptr<Listener> listener = t.listen("tcp://127.0.0.1:*", EndpointOptions{});
+  // A peer that does the hello by hand with a segment of its own.
+  ShmOptions so;
+  so.slots_per_side = 2;
+  so.slot_bytes = 1 << 16;
+  so.name = "raw";
+  std::unique_ptr<ShmSegment> segment = ShmSegment::create(so);
+  RawPeer evil(ctx, listener->address(), "evil");
+  evil.hello(segment->address(), t.boot_id());
+  CHECK_FALSE(listener->receive(milliseconds(300)).has_value());  // the hello is the layer's own
+  std::vector<zmq::message_t> yes = evil.receive();
+  REQUIRE(yes.size() == 1);
+  CHECK(yes[0].to_string() == "PSTRSHMA");
+
+  const auto expect_refused = [&](const std::string& what) {
+    PeerId from;
+    CHECK_THROWS_WITH_AS(next(*listener, &from), doctest::Contains(what.c_str()), ProtocolError);
+    CHECK(from.bytes() == "evil");
+  };
+  // A legitimate one first: published, sent, read in place.
+  std::vector<float> grad = values(500, 1.0f);
+  Header h = push_header(1);
+  h.dtype = DType::kFloat32;
+  h.num_elems = 500;
+  ShmSegment::WriteSlot slot = segment->acquire(milliseconds(1000));
+  std::memcpy(slot.bytes().data(), grad.data(), grad.size() * 4);
+  const ShmDescriptor good = slot.publish(grad.size() * 4);
+  evil.data(h, good);
+  {
+    std::optional<Envelope> got = next(*listener);
+    REQUIRE(got);
+    CHECK(floats_of(*got) == grad);
+  }  // dropped: the slot is free again
+  evil.data(h, good);  // replayed
+  expect_refused("not published");
+  ShmDescriptor other = good;
+  other.segment_id ^= 1;
+  evil.data(h, other);
+  expect_refused("names segment");
+  ShmDescriptor theirs = good;
+  theirs.slot = 2;  // one the listener writes
+  evil.data(h, theirs);
+  expect_refused("not a slot the peer writes");
+  ShmDescriptor beyond = good;
+  beyond.offset = 1 << 16;
+  evil.data(h, beyond);
+  expect_refused("outside the slot");
+  {
+    std::vector<zmq::message_t> two;
+    two.push_back(layer_tag('D'));
+    two.push_back(encode_header(h));
+    evil.send(std::move(two));
+    expect_refused("2 frames");
+    std::vector<zmq::message_t> odd;
+    odd.push_back(layer_tag('Z'));
+    evil.send(std::move(odd));
+    expect_refused("unknown kind");
+    std::vector<zmq::message_t> short_desc;
+    short_desc.push_back(layer_tag('D'));
+    short_desc.push_back(encode_header(h));
+    short_desc.emplace_back("12345", 5);
+    evil.send(std::move(short_desc));
+    expect_refused("descriptor of 5 bytes");
+  }
+  // The header still goes through decode_message: a descriptor whose bytes do
+  // not match the header's element count.
+  ShmSegment::WriteSlot slot2 = segment->acquire(milliseconds(1000));
+  const ShmDescriptor wrong_size = slot2.publish(100);
+  evil.data(h, wrong_size);
+  expect_refused("payload");
+  // A descriptor from a peer that never said hello.
+  RawPeer stranger(ctx, listener->address(), "stranger");
+  stranger.data(h, good);
+  PeerId from;
+  CHECK_THROWS_WITH_AS(next(*listener, &from), doctest::Contains("no segment set up"), ProtocolError);
+  CHECK(from.bytes() == "stranger");
+  // And the listener serves a well-behaved connection as before.
+  std::unique_ptr<Connection> conn = t.connect(listener->address(), tensor_options("good"));
+  handshake(*listener, *conn);
+  conn->send(push_header(8), Payload::floats(grad));
+  std::optional<Envelope> ok = next(*listener);
+  REQUIRE(ok);
+  CHECK(floats_of(*ok) == grad);
+}
+
+TEST_CASE("shm transport: a hello from another host or with a bad address gets no; a refused connection works inline") {
+  zmq::context_t ctx;
+  ShmTransport t(ctx, small_options());
+  std::unique_ptr<Listener> listener = t.listen("tcp://127.0.0.1:*", EndpointOptions{});
+  RawPeer far(ctx, listener->address(), "far");
+  ShmOptions so;
+  so.slots_per_side = 1;
+  so.slot_bytes = 4096;
+  std::unique_ptr<ShmSegment> segment = ShmSegment::create(so);
+  far.hello(segment->address(), "another-boot-id");
+  CHECK_FALSE(listener->receive(milliseconds(300)).has_value());
+  std::vector<zmq::message_t> no = far.receive();
+  REQUIRE(no.size() == 2);
+  CHECK(no[0].to_string() == "PSTRSHMR");
+  CHECK(no[1].to_string().find("another host") != std::string::npos);
+  ShmAddress bogus = segment->address();
+  bogus.fd = 9999;
+  far.hello(bogus, t.boot_id());
+  CHECK_FALSE(listener->receive(milliseconds(300)).has_value());
+  no = far.receive();
+  REQUIRE(no.size() == 2);
+  CHECK(no[0].to_string() == "PSTRSHMR");
+  CHECK_FALSE(no[1].to_string().empty());
+  CHECK(t.stats().refused == 2);
+
+  // A listener that takes no segments (max_segments 0): its connections go inline.
+  ShmTransportOptions full = small_options();
+  full.max_segments = 0;
+  ShmTransport t2(ctx, full);
+  std::unique_ptr<Listener> l2 = t2.listen("tcp://127.0.0.1:*", EndpointOptions{});
+  std::unique_ptr<Connection> conn = t2.connect(l2->address(), tensor_options("w3"));
+  handshake(*l2, *conn);
+  CHECK(t2.stats().refused == 1);
+  const std::vector<float> grad = values(5000, 4.0f);
+  conn->send(push_header(1), Payload::floats(grad));
+  std::optional<Envelope> got = next(*l2);
+  REQUIRE(got);
+  CHECK(floats_of(*got) == grad);
+  l2->send(got->from, reply_to(got->message.header), Payload::floats(grad));
+  std::optional<Envelope> back = next(*conn);
+  REQUIRE(back);
+  CHECK(floats_of(*back) == grad);
+  CHECK(t2.stats().shm_bodies == 0);
+}
+
+namespace {
+
+// A child process (forked before the parent makes any ZeroMQ context) that
+// connects to `address`, does the handshake, pushes `n` floats through its
+// segment, tells the parent (1 = went through shared memory) and waits to be killed.
+void pushing_child(const std::string& address, std::size_t n, int to_parent) {
+  zmq::context_t ctx;
+  ShmTransport t(ctx, small_options());
+  std::unique_ptr<Connection> conn = t.connect(address, tensor_options("child"));
+  conn->send(push_header(0), owned(values(4, 0.0f)));
+  if (!next(*conn)) throw Error("no reply to the handshake");
+  conn->send(push_header(1), owned(values(n, 7.0f)));
+  const char ok = t.stats().shm_bodies == 1 ? '1' : '0';
+  if (::write(to_parent, &ok, 1) != 1) throw Error("pipe");
+  pause();
+}
+
+// A child that listens at `address`, answers the first push (a handshake),
+// replies to the second with `n` floats through shared memory, tells the
+// parent and waits to be killed.
+void replying_child(const std::string& address, std::size_t n, int to_parent) {
+  zmq::context_t ctx;
+  ShmTransport t(ctx, small_options());
+  std::unique_ptr<Listener> listener = t.listen(address, EndpointOptions{});
+  std::optional<Envelope> first = next(*listener);
+  if (!first) throw Error("no handshake");
+  listener->send(first->from, reply_to(first->message.header, MsgType::kPushReply));
+  std::optional<Envelope> second = next(*listener);
+  if (!second) throw Error("no second push");
+  listener->send(second->from, reply_to(second->message.header), owned(values(n, -7.0f)));
+  const char ok = t.stats().shm_bodies == 1 ? '1' : '0';
+  if (::write(to_parent, &ok, 1) != 1) throw Error("pipe");
+  pause();
+}
+
+std::string ipc_address(const char* what) {
+  return "ipc:///tmp/pstrain-shm-transport-test-" + std::to_string(getpid()) + "-" + what;
+}
+
+}  // namespace
+
+TEST_CASE("shm transport: a worker killed (SIGKILL) while the server holds its push: bytes still readable, nothing left mapped") {
+  REQUIRE(our_mappings() == 0);
+  const std::string address = ipc_address("worker-killed");
+  Child child([&](int fd) { pushing_child(address, 12000, fd); });
+  zmq::context_t ctx;
+  ShmTransport t(ctx, small_options());
+  std::unique_ptr<Listener> listener = t.listen(address, EndpointOptions{});
+  std::optional<Envelope> first = next(*listener);
+  REQUIRE(first);
+  listener->send(first->from, reply_to(first->message.header, MsgType::kPushReply));
+  std::optional<Envelope> push = next(*listener);
+  REQUIRE(push);
+  CHECK(child.read(1)[0] == std::byte{'1'});
+  child.kill_and_reap();
+  // The dead worker's bytes stay mapped while held, and are what it sent.
+  CHECK(floats_of(*push) == values(12000, 7.0f));
+  CHECK(our_mappings() >= 1);
+  // A reply to it is refused at once or dropped by ZeroMQ; never a hang, never a crash.
+  const auto start = Clock::now();
+  try {
+    for (int i = 0; i < 20; ++i) {
+      listener->send(push->from, reply_to(push->message.header), owned(values(12000, 1.0f)));
+      std::this_thread::sleep_for(milliseconds(50));
+    }
+  } catch (const TransportError&) {
+  }
+  CHECK(Clock::now() - start < std::chrono::seconds(5));
+  push.reset();  // releases the slot in the dead process's segment
+  // The next hello sweeps the dead peer's segment away: only the new
+  // connection's two mappings (its own, the listener's) remain.
+  {
+    std::unique_ptr<Connection> conn = t.connect(address, tensor_options("fresh"));
+    handshake(*listener, *conn);
+    CHECK(our_mappings() == 2);
+    conn->send(push_header(2), owned(values(3000, 2.0f)));
+    std::optional<Envelope> got = next(*listener);
+    REQUIRE(got);
+    CHECK(floats_of(*got) == values(3000, 2.0f));
+  }
+  listener.reset();
+  CHECK(our_mappings() == 0);
+}
+
+TEST_CASE("shm transport: a server killed (SIGKILL) while the worker holds its reply: bytes still readable, nothing left mapped") {
+  REQUIRE(our_mappings() == 0);
+  const std::string address = ipc_address("server-killed");
+  Child child([&](int fd) { replying_child(address, 15000, fd); });
+  zmq::context_t ctx;
+  ShmTransport t(ctx, small_options());
+  std::unique_ptr<Connection> conn = t.connect(address, tensor_options("parent"));
+  conn->send(push_header(0), owned(values(4, 0.0f)));
+  REQUIRE(next(*conn));
+  conn->send(push_header(1), owned(values(10, 0.0f)));
+  std::optional<Envelope> reply = next(*conn);
+  REQUIRE(reply);
+  CHECK(child.read(1)[0] == std::byte{'1'});
+  child.kill_and_reap();
+  std::vector<float> into(15000);
+  reply->message.copy_floats_to(into);
+  CHECK(into == values(15000, -7.0f));
+  reply.reset();
+  // Sends to the dead server do not wait on shared memory (ZeroMQ queues or refuses them).
+  const auto start = Clock::now();
+  try {
+    for (int i = 0; i < 8; ++i) conn->send(push_header(2 + i), owned(values(5000, 1.0f)));
+  } catch (const TransportError&) {
+  }
+  CHECK(Clock::now() - start < std::chrono::seconds(5));
+  conn->abandon();
+  conn.reset();
+  CHECK(our_mappings() == 0);
+}
