@@ -170,6 +170,10 @@ inline constexpr std::size_t kMaxStoreEntries = 4096;  // per job
 // kEpochMembersPrefix + "<epoch>" fixes that epoch's workers as the live ones
 // ("0,2,3"; worker/train/epoch_members.h).
 inline constexpr std::string_view kEpochMembersPrefix = "pstrain/epoch-members/";
+// A get of kLiveWorkersKey is answered with the workers not dropped at that
+// moment ("0,2,3"), never stored: the PS checkpoint's manifest writer is the
+// lowest of them (worker/train/worker_checkpoint.h). A set of it is refused.
+inline constexpr std::string_view kLiveWorkersKey = "pstrain/live-workers";
 struct StoreEntry {
   std::string key;
   std::string value;

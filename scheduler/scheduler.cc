@@ -481,6 +481,20 @@ bool Scheduler::may_rejoin(const Node& n) const {
          Clock::now() - n.dropped_at < milliseconds(options_.cluster.timeout_ms);
 }
 
+std::string Scheduler::live_worker_ranks() const {
+  std::vector<int> ranks;
+  for (const Node& n : nodes_) {
+    if (n.role == Role::kWorker && !n.dropped) ranks.push_back(n.rank);
+  }
+  std::sort(ranks.begin(), ranks.end());
+  std::string live;
+  for (const int r : ranks) {
+    if (!live.empty()) live += ',';
+    live += std::to_string(r);
+  }
+  return live;
+}
+
 void Scheduler::on_store(const PeerId& from, const Message& msg) {
   const Header& h = msg.header;
   const bool is_set = h.type == MsgType::kStoreSet;
@@ -490,19 +504,14 @@ void Scheduler::on_store(const PeerId& from, const Message& msg) {
     validate_store_entry(entry, is_set ? "store set" : "store get");
     if (!is_set) {
       auto it = store_.find(entry.key);
+      if (entry.key == kLiveWorkersKey) {  // the live set now, every time (not stored)
+        reply_store(from, h, StoreEntry{entry.key, live_worker_ranks()});
+        return;
+      }
       if (it == store_.end() && entry.key.starts_with(kEpochMembersPrefix)) {  // answered even when the store is full
         // The first ask for an epoch's workers fixes them: the live ones now
         // (worker/train/epoch_members.h). Every later ask gets the same answer.
-        std::vector<int> ranks;
-        for (const Node& n : nodes_) {
-          if (n.role == Role::kWorker && !n.dropped) ranks.push_back(n.rank);
-        }
-        std::sort(ranks.begin(), ranks.end());
-        std::string live;
-        for (const int r : ranks) {
-          if (!live.empty()) live += ',';
-          live += std::to_string(r);
-        }
+        const std::string live = live_worker_ranks();
         log_.info("epoch " + entry.key.substr(kEpochMembersPrefix.size()) + " is shared by workers " + live);
         it = store_.emplace(entry.key, live).first;
       }
@@ -515,6 +524,9 @@ void Scheduler::on_store(const PeerId& from, const Message& msg) {
       parked_gets_.push_back(ParkedGet{from, h, entry.key, wait_ms, Clock::now() + milliseconds(wait_ms)});
       parked_gets_count_.store(parked_gets_.size(), std::memory_order_release);
       return;
+    }
+    if (entry.key == kLiveWorkersKey) {
+      throw ProtocolError("store set of key '" + entry.key + "': a key the scheduler answers itself");
     }
     if (store_.size() >= kMaxStoreEntries && store_.count(entry.key) == 0) {
       throw ProtocolError("store set of key '" + entry.key + "': the store is full (" +

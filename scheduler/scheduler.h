@@ -142,6 +142,8 @@ class Scheduler {
   // throws ProtocolError with the reason to refuse it.
   void on_rejoin(const PeerId& from, const Message& msg);
   void on_store(const PeerId& from, const Message& msg);
+  // The workers not dropped, by rank: "0,2,3".
+  std::string live_worker_ranks() const;
   void reply_store(const PeerId& to, const Header& request, const StoreEntry& entry);
   void expire_store_gets();
   Node* find(Role role, int rank);

@@ -15,6 +15,8 @@
 //                     warm buffers in this process (the host's copy bandwidth)
 // With --wire-dtype bfloat16 the PS moves half the bytes; GB/s still counts
 // the float32 tensor (2 * SIZE), so it is the rate the caller sees.
+// --also-transport T: each trial also runs the PS round over transport T
+// (after the --transport one), reported beside it with the ratio.
 // --transport shm: the PS moves tensors through shared-memory segments
 // (cluster.transport = "shm"); the raw ZeroMQ reference stays tcp, and the
 // memcpy column is the figure to compare with.
@@ -53,11 +55,13 @@ struct Args {
   int trials = 3;  // alternating raw/PS measurements per size; medians reported
   std::string transport = "tcp", json, wire_dtype = "float32";
   std::string security = "off";  // "curve": the PS round again with CURVE on, beside the plain one
+  std::string also_transport;    // non-empty: the PS round again over this transport in every trial
 };
 
 struct Result {
   double size_mib = 0, round_ms = 0, gbps_per_worker = 0, total_gbps = 0, raw_gbps = 0, memcpy_gbps = 0;
   double curve_gbps_per_worker = 0;  // --security curve
+  double also_gbps_per_worker = 0;   // --also-transport
   int wrong = 0;
 };
 
@@ -132,16 +136,18 @@ void print_table(const Args& a, const std::vector<Result>& results) {
   const bool curve = a.security == "curve";
   std::printf("%10s %12s %16s %14s %16s %10s %14s %10s %7s", "size(MiB)", "round(ms)", "GB/s/worker", "total(GB/s)",
               "raw zmq(GB/s)", "vs raw", "memcpy(GB/s)", "vs memcpy", "#wrong");
-  std::printf(curve ? " %18s %13s\n" : "\n", "curve GB/s/worker", "curve/plain");
+  std::printf(curve ? " %18s %13s" : "", "curve GB/s/worker", "curve/plain");
+  const std::string also = a.also_transport + " GB/s/worker", ratio = a.transport + "/" + a.also_transport;
+  std::printf(a.also_transport.empty() ? "\n" : " %18s %10s\n", also.c_str(), ratio.c_str());
   for (const Result& r : results) {
     std::printf("%10.1f %12.3f %16.3f %14.3f %16.3f %9.1f%% %14.3f %9.1f%% %7d", r.size_mib, r.round_ms,
                 r.gbps_per_worker, r.total_gbps, r.raw_gbps, 100.0 * r.gbps_per_worker / r.raw_gbps, r.memcpy_gbps,
                 100.0 * r.gbps_per_worker / r.memcpy_gbps, r.wrong);
-    if (curve) {
-      std::printf(" %18.3f %12.2fx\n", r.curve_gbps_per_worker, r.curve_gbps_per_worker / r.gbps_per_worker);
-    } else {
-      std::printf("\n");
+    if (curve) std::printf(" %18.3f %12.2fx", r.curve_gbps_per_worker, r.curve_gbps_per_worker / r.gbps_per_worker);
+    if (!a.also_transport.empty()) {
+      std::printf(" %18.3f %9.2fx", r.also_gbps_per_worker, r.gbps_per_worker / r.also_gbps_per_worker);
     }
+    std::printf("\n");
   }
 }
 
@@ -156,7 +162,8 @@ void write_json(const Args& a, const std::vector<Result>& results) {
                        .add("raw_zmq_gbps", r.raw_gbps).add("ratio_vs_raw", r.gbps_per_worker / r.raw_gbps)
                        .add("memcpy_gbps", r.memcpy_gbps).add("ratio_vs_memcpy", r.gbps_per_worker / r.memcpy_gbps)
                        .add("wrong", r.wrong).add("security", a.security)
-                       .add("curve_gbps_per_worker", r.curve_gbps_per_worker).str()
+                       .add("curve_gbps_per_worker", r.curve_gbps_per_worker)
+                       .add("also_transport", a.also_transport).add("also_gbps_per_worker", r.also_gbps_per_worker).str()
         << (i + 1 < results.size() ? ",\n" : "\n");
   }
   out << "]\n";
@@ -175,6 +182,9 @@ int main(int argc, char** argv) {
   app.add_option("--partition-bytes", a.partition_bytes, "chunk size (default: size / servers)");
   app.add_option("--transport", a.transport,
                  "tcp, ipc, or shm (tcp endpoints, tensors through shared memory; raw ZeroMQ then over tcp)")
+      ->check(CLI::IsMember({"tcp", "ipc", "shm"}));
+  app.add_option("--also-transport", a.also_transport,
+                 "the PS round again over this transport in every trial, beside --transport (same run)")
       ->check(CLI::IsMember({"tcp", "ipc", "shm"}));
   app.add_option("--json", a.json, "also write results to this JSON file");
   app.add_option("--security", a.security, "off, or curve: also the PS round with CURVE on (fresh keys)")
@@ -196,7 +206,7 @@ int main(int argc, char** argv) {
     const std::size_t chunk = a.partition_bytes > 0 ? static_cast<std::size_t>(a.partition_bytes)
                                                     : (num_bytes + static_cast<std::size_t>(a.servers) - 1) / static_cast<std::size_t>(a.servers);
     // Raw and PS alternate, so that drift in this shared machine's load hits both alike.
-    std::vector<double> raws, pss, curves, copies;
+    std::vector<double> raws, pss, curves, copies, alsos;
     int wrong = 0;
     for (int t = 0; t < a.trials; ++t) {
       copies.push_back(memcpy_s(num_bytes, rounds));
@@ -205,6 +215,12 @@ int main(int argc, char** argv) {
           num_bytes, rounds, bench::PsBenchOptions{a.workers, a.servers, a.partition_bytes, a.transport, "", a.wire_dtype});
       pss.push_back(round.seconds);
       wrong += round.wrong;
+      if (!a.also_transport.empty()) {
+        const bench::PsRound other = bench::ps_pushpull_round(
+            num_bytes, rounds, bench::PsBenchOptions{a.workers, a.servers, a.partition_bytes, a.also_transport, "", a.wire_dtype});
+        alsos.push_back(other.seconds);
+        wrong += other.wrong;
+      }
       if (!key_dir.empty()) {
         bench::PsBenchOptions o{a.workers, a.servers, a.partition_bytes, a.transport, key_dir, a.wire_dtype};
         const bench::PsRound c = bench::ps_pushpull_round(num_bytes, rounds, o);
@@ -221,6 +237,7 @@ int main(int argc, char** argv) {
     r.raw_gbps = 2.0 * static_cast<double>(num_bytes) / raw / 1e9;
     r.memcpy_gbps = static_cast<double>(num_bytes) / bench::median(copies) / 1e9;
     r.wrong = wrong;
+    if (!alsos.empty()) r.also_gbps_per_worker = 2.0 * static_cast<double>(num_bytes) / bench::median(alsos) / 1e9;
     if (!curves.empty()) r.curve_gbps_per_worker = 2.0 * static_cast<double>(num_bytes) / bench::median(curves) / 1e9;
     results.push_back(r);
   }

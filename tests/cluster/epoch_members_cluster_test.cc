@@ -1,7 +1,8 @@
-// The scheduler's answer to "which workers share epoch E" (the reserved
-// store key of worker/train/epoch_members.h), in-process: the first ask fixes
-// it, later asks get the same even after a drop, and an epoch first asked
-// after the drop is the survivors'.
+// The scheduler's answers about the live workers, in-process: which workers
+// share epoch E (the reserved store key of worker/train/epoch_members.h: the
+// first ask fixes it, later asks get the same even after a drop, an epoch
+// first asked after the drop is the survivors'), and the live set now
+// (kLiveWorkersKey: the PS checkpoint's manifest writer is its lowest).
 #include <doctest/doctest.h>
 
 #include <mutex>
@@ -55,4 +56,57 @@ TEST_CASE("epoch members: fixed by the first ask; after a drop the next epoch is
   REQUIRE(after.size() == 2);
   for (const auto& m : again) CHECK(m == std::vector<int>{0, 1, 2});  // fixed by the first ask
   for (const auto& m : after) CHECK(m == std::vector<int>{0, 1});
+}
+
+TEST_CASE("live workers: asked now, every time; the lowest is the manifest writer, worker 1 once worker 0 is dropped") {
+  zmq::context_t ctx;
+  LocalClusterOptions o;
+  o.mode = Mode::kAsync;
+  o.num_servers = 1;
+  o.num_workers = 3;
+  o.cluster.timeout_ms = 10000;
+  o.cluster.heartbeat_interval_ms = 50;
+  o.cluster.heartbeat_timeout_ms = 500;
+  o.cluster.on_worker_failure = "continue";
+  o.log_level = LogLevel::kError;
+  LocalCluster cluster(ctx, o);
+  ParamLayout layout;
+  layout.add("w", {8});
+  std::mutex mutex;
+  std::vector<int> lowest_before, lowest_after;
+  std::vector<std::string> live_after, refusals;
+  test::run_workers(3, [&](int r) {
+    WorkerSession session(ctx, cluster.worker_options(r), layout);
+    std::vector<float> params(8, 1.0f);
+    session.broadcast_initial(params);
+    const int first = lowest_live_worker(session.scheduler(), 5000);
+    {
+      std::lock_guard lock(mutex);
+      lowest_before.push_back(first);
+    }
+    if (r == 0) return;  // lost: its heartbeats stop
+    session.scheduler().barrier("after the drop");  // passes once worker 0 is dropped
+    const int then = lowest_live_worker(session.scheduler(), 5000);
+    const std::string live = session.scheduler().store_get(std::string(kLiveWorkersKey), 5000);
+    std::string refused;
+    try {
+      session.scheduler().store_set(std::string(kLiveWorkersKey), "0,1,2");
+    } catch (const std::exception& e) {
+      refused = e.what();
+    }
+    {
+      std::lock_guard lock(mutex);
+      lowest_after.push_back(then);
+      live_after.push_back(live);
+      refusals.push_back(refused);
+    }
+    session.finish();
+  });
+  CHECK_NOTHROW(cluster.join());
+  REQUIRE(lowest_before.size() == 3);
+  for (const int l : lowest_before) CHECK(l == 0);
+  REQUIRE(lowest_after.size() == 2);
+  for (const int l : lowest_after) CHECK(l == 1);
+  for (const auto& l : live_after) CHECK(l == "1,2");
+  for (const auto& e : refusals) CHECK(e.find("answers itself") != std::string::npos);
 }

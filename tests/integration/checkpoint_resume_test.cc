@@ -248,3 +248,32 @@ TEST_CASE("continue: checkpoints go on without a dropped worker; resumed, it rej
     CHECK(steps.back() == 53);
   }
 }
+
+TEST_CASE("continue: worker 0 killed; the lowest live worker completes the checkpoints from then on; resumable") {
+  it::TempDir dir;
+  const auto run = dir.path() / "run";
+  // As above with worker 0 the victim: it wrote the manifests, so before the
+  // writer was the lowest live worker no checkpoint after its drop completed.
+  it::LaunchProcess p(ckpt_args(run, {"cluster.workers=3", "cluster.on_worker_failure=continue",
+                                      "cluster.heartbeat_timeout_ms=3000", "workload.straggler_rank=2",
+                                      "workload.straggler_slowdown=3"}),
+                      dir.path() / "out.txt");
+  const bool reached = it::wait_until(
+      [&] { return it::fs::exists(run / "checkpoints/step-00000004/manifest.json"); }, 180s);
+  INFO(p.output());
+  REQUIRE(reached);
+  REQUIRE(kill(it::read_pids(run).at("worker-0"), SIGKILL) == 0);
+  const auto exit = p.wait(240s);
+  REQUIRE(exit.has_value());
+  CHECK(exit->code == 0);
+  const auto last = pstrain::find_newest_checkpoint(run / "checkpoints");
+  REQUIRE(last.has_value());
+  CHECK(last->manifest.step == 40);
+  CHECK_FALSE(it::fs::exists(last->dir / "worker-0.ckpt"));
+  CHECK(it::contains(it::read_file(run / "logs/worker-1.log"), "no part of dropped worker(s) 0"));
+
+  const it::Result b = it::run_launch(resume_args(run, {"workload.epochs=4"}), dir.path());
+  INFO(b.output);
+  CHECK(b.exit.code == 0);
+  CHECK(it::contains(b.output, "(step 40)"));
+}

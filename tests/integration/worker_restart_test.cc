@@ -236,8 +236,11 @@ TEST_CASE("restart: the launcher starts a killed server again; it rejoins from t
 // takes the checkpoint with them; sync, it joins at the step itself (the
 // failed process pushed the step before) and passes the barrier. Every
 // process exits 0 and the checkpoint written around the failure is complete
-// and resumable (launch --resume from it runs to the end).
-void rejoin_during_checkpoint(const std::string& mode) {
+// and resumable (launch --resume from it runs to the end). With worker 0 the
+// victim (sync), its replacement, the lowest live worker again, writes the
+// manifest after passing the barrier (before, no one did: the others leave it
+// to worker 0, and the checkpoint stayed incomplete).
+void rejoin_during_checkpoint(const std::string& mode, int victim = 1) {
   it::TempDir dir;
   const auto run = dir.path() / "run";
   // Async: a checkpoint every 8 steps, the straggler's steps 800 ms (the others' 10 ms), so the
@@ -260,11 +263,12 @@ void rejoin_during_checkpoint(const std::string& mode) {
   if (sync) args.insert(args.end(), {"--set", "workload.max_steps=8"});
   it::LaunchProcess p(args, dir.path() / "out.txt");
   const std::string first = pstrain::checkpoint_dir_name(interval);
-  const bool in_barrier = it::wait_until([&] { return it::fs::exists(run / "checkpoints" / first / "worker-1.ckpt"); },
-                                         std::chrono::seconds(180));
+  const std::string victim_name = "worker-" + std::to_string(victim);
+  const bool in_barrier = it::wait_until(
+      [&] { return it::fs::exists(run / "checkpoints" / first / (victim_name + ".ckpt")); }, std::chrono::seconds(180));
   INFO(p.output());
   REQUIRE(in_barrier);
-  REQUIRE(kill(it::read_pids(run).at("worker-1"), SIGKILL) == 0);
+  REQUIRE(kill(it::read_pids(run).at(victim_name), SIGKILL) == 0);
   const auto exit = p.wait(std::chrono::seconds(240));
   const std::string output = p.output();
   INFO(output);
@@ -273,11 +277,12 @@ void rejoin_during_checkpoint(const std::string& mode) {
   const std::string scheduler_log = it::read_file(run / "logs/scheduler.log");
   INFO(scheduler_log);
   // The case this test is for: the replacement came while the barrier was open.
-  CHECK(it::contains(scheduler_log, "worker 1's arrival at barrier 'checkpoint " + std::to_string(interval) +
-                                        "' was its failed process's"));
-  CHECK(it::contains(scheduler_log, "worker 1 rejoined the job"));
-  const std::string worker1_log = it::read_file(run / "logs/worker-1.log");
-  if (sync) CHECK(it::contains(worker1_log, "passing the others' barrier 'checkpoint " + std::to_string(interval) + "'"));
+  CHECK(it::contains(scheduler_log, "worker " + std::to_string(victim) + "'s arrival at barrier 'checkpoint " +
+                                        std::to_string(interval) + "' was its failed process's"));
+  CHECK(it::contains(scheduler_log, "worker " + std::to_string(victim) + " rejoined the job"));
+  const std::string victim_log = it::read_file(run / "logs" / (victim_name + ".log"));
+  if (sync) CHECK(it::contains(victim_log, "passing the others' barrier 'checkpoint " + std::to_string(interval) + "'"));
+  if (victim == 0) CHECK(it::contains(victim_log, "checkpoint " + (run / "checkpoints" / first).string() + " complete"));
   for (int w = 0; w < 3; ++w) {
     CAPTURE(w);
     CHECK(it::contains(it::read_file(run / ("metrics/worker-" + std::to_string(w) + ".jsonl")), "\"type\":\"end\""));
@@ -312,4 +317,8 @@ TEST_CASE("restart: a worker killed in a checkpoint's barrier, replaced while it
 
 TEST_CASE("restart: a worker killed in a checkpoint's barrier, replaced while it is open (sync): all end, resumable") {
   rejoin_during_checkpoint("sync");
+}
+
+TEST_CASE("restart: worker 0 killed in a checkpoint's barrier (sync): its replacement passes it and writes the manifest") {
+  rejoin_during_checkpoint("sync", 0);
 }

@@ -88,6 +88,10 @@ std::vector<std::int64_t> EpochMembers::history() const {
   return flat;
 }
 
+int lowest_live_worker(SchedulerClient& scheduler, int timeout_ms) {
+  return parse_members(scheduler.store_get(std::string(kLiveWorkersKey), timeout_ms)).front();
+}
+
 EpochMembers::AskFn EpochMembers::from_scheduler(SchedulerClient& scheduler, int timeout_ms) {
   return [&scheduler, timeout_ms](int epoch) { return parse_members(scheduler.store_get(epoch_members_key(epoch), timeout_ms)); };
 }

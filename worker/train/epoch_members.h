@@ -35,6 +35,10 @@ std::string epoch_members_key(int epoch);
 std::string format_members(const std::vector<int>& members);
 std::vector<int> parse_members(const std::string& text);
 
+// The lowest-ranked worker the scheduler has not dropped, asked now
+// (kLiveWorkersKey): the one that completes a PS checkpoint's manifest.
+int lowest_live_worker(SchedulerClient& scheduler, int timeout_ms);
+
 // This worker's place in an epoch's split: shard `position` of `replicas`.
 // A worker that is not a member (only after --resume of a checkpoint taken
 // after a drop, while the epoch in progress finishes) walks the shard of

@@ -42,12 +42,18 @@ std::int64_t rejoin_ps_job(WorkerSession& session, std::span<float> params, cons
   return join;
 }
 
-void pass_rejoin_checkpoint(WorkerSession& session, const RunConfig& config, std::int64_t join, Logger& log) {
+void pass_rejoin_checkpoint(WorkerSession& session, const RunConfig& config, std::int64_t join, std::int64_t num_params,
+                            Logger& log) {
   if (!checkpoint_due(config, join)) return;
   const std::string name = "checkpoint " + std::to_string(join);
   log.info("rejoined at checkpoint step " + std::to_string(join) + ": passing the others' barrier '" + name +
            "' (the step before it ran in the failed process)");
-  session.scheduler().barrier(name);
+  SchedulerClient& scheduler = session.scheduler();
+  const std::int64_t server_failures = scheduler.server_failures();
+  scheduler.barrier(name);
+  // The others count it live again: when it is the lowest (a restarted
+  // worker 0), the manifest is its to write.
+  finish_ps_checkpoint(scheduler, session.rank(), config, join, num_params, session.num_servers(), server_failures, log);
 }
 
 void write_rejoin_record(MetricsWriter& metrics, std::int64_t step) {

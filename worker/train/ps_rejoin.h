@@ -40,8 +40,11 @@ std::int64_t rejoin_ps_job(WorkerSession& session, std::span<float> params, cons
 // or have not reached it yet (scheduler.cc, on_barrier). The checkpoint then
 // holds the failed process's part for J if it wrote one before dying, else
 // none (a resume treats the rank as dropped at J: it starts there with fresh
-// counters).
-void pass_rejoin_checkpoint(WorkerSession& session, const RunConfig& config, std::int64_t join, Logger& log);
+// counters). Past the barrier it writes the manifest when it is the lowest
+// live worker (finish_ps_checkpoint: a restarted worker 0), as the others
+// would have.
+void pass_rejoin_checkpoint(WorkerSession& session, const RunConfig& config, std::int64_t join, std::int64_t num_params,
+                            Logger& log);
 
 // The rejoined worker's metrics file: its predecessor's, kept up to its
 // last whole line and appended to, its time axis the job clock's (seconds

@@ -180,7 +180,8 @@ double train_step(Loop& L, std::span<const std::int64_t> batch, std::int64_t ste
 
 // A checkpoint after `steps_done` steps (worker/train/worker_checkpoint.h):
 // this worker's part, the barrier (every push of the steps before is then
-// applied and every server's part written), then worker 0 the manifest.
+// applied and every server's part written), then the lowest live worker the
+// manifest.
 void take_checkpoint(Loop& L, std::int64_t steps_done) {
   TraceSpan span(L.trace, TraceLevel::kSteps, "checkpoint", "worker");
   span.arg("step", steps_done);
@@ -195,22 +196,8 @@ void take_checkpoint(Loop& L, std::int64_t steps_done) {
   const std::int64_t server_failures = scheduler.server_failures();
   write_worker_part(L.config, L.session.rank(), c);
   scheduler.barrier("checkpoint " + std::to_string(steps_done));
-  if (L.session.rank() == 0) {
-    // A server that fails now never writes this checkpoint's part (its
-    // replacement reloads an older one): the checkpoint is abandoned.
-    const auto server_failed = [&] {
-      scheduler.drain_incoming();
-      return scheduler.server_failures() != server_failures;
-    };
-    bool abandoned = false;
-    const std::string line =
-        complete_checkpoint(L.config, steps_done, L.model.num_params(), L.session.num_servers(), server_failed, &abandoned);
-    if (abandoned) {
-      L.log.warn(line);
-    } else {
-      L.log.info(line);
-    }
-  }
+  finish_ps_checkpoint(scheduler, L.session.rank(), L.config, steps_done, L.model.num_params(), L.session.num_servers(),
+                       server_failures, L.log);
 }
 
 // Completes the last prefetch (its weights are not needed).
@@ -244,7 +231,7 @@ TrainResult run_ps_worker(const RunConfig& config, WorkerSession& session, Workl
     TraceSpan span(trace, TraceLevel::kSteps, "rejoin", "worker");
     start_step = rejoin_ps_job(session, L.params, config.cluster, log);
     write_rejoin_record(metrics, start_step);
-    pass_rejoin_checkpoint(session, config, start_step, log);  // joined at a checkpoint step: the others' barrier
+    pass_rejoin_checkpoint(session, config, start_step, model.num_params(), log);  // joined at a checkpoint step: the others' barrier
   } else if (resume != nullptr) {  // the servers hold the checkpoint's weights: pull them
     TraceSpan span(trace, TraceLevel::kSteps, "initial weights", "worker");
     session.kv().wait(session.kv().pull(L.params, resume->step));

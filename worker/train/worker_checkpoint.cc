@@ -5,6 +5,9 @@
 #include <thread>
 #include <cstdio>
 
+#include "common/scheduler_client.h"
+#include "worker/train/epoch_members.h"
+
 namespace pstrain {
 
 namespace fs = std::filesystem;
@@ -81,6 +84,24 @@ std::string complete_checkpoint(const RunConfig& config, std::int64_t step, std:
   std::string text = line;
   if (!missing.empty()) text += "; no part of dropped worker(s) " + missing;
   return text;
+}
+
+void finish_ps_checkpoint(SchedulerClient& scheduler, int rank, const RunConfig& config, std::int64_t step,
+                          std::int64_t num_params, int num_servers, std::int64_t server_failures_before, Logger& log) {
+  if (lowest_live_worker(scheduler, config.cluster.timeout_ms) != rank) return;
+  // A server that fails now never writes this checkpoint's part (its
+  // replacement reloads an older one): the checkpoint is abandoned.
+  const auto server_failed = [&] {
+    scheduler.drain_incoming();
+    return scheduler.server_failures() != server_failures_before;
+  };
+  bool abandoned = false;
+  const std::string line = complete_checkpoint(config, step, num_params, num_servers, server_failed, &abandoned);
+  if (abandoned) {
+    log.warn(line);
+  } else {
+    log.info(line);
+  }
 }
 
 namespace {

@@ -31,6 +31,10 @@
 #include "worker/train/records.h"
 
 namespace pstrain {
+class SchedulerClient;
+}
+
+namespace pstrain {
 
 struct WorkerCheckpoint {
   std::int64_t step = 0;           // steps completed by every worker
@@ -53,7 +57,8 @@ std::string worker_part_name(int rank);
 // Writes this worker's part of the checkpoint at `state.step`; returns its directory.
 std::filesystem::path write_worker_part(const RunConfig& config, int rank, const WorkerCheckpoint& state);
 
-// Worker 0, after the barrier: the manifest over every server's and worker's
+// The manifest writer (finish_ps_checkpoint below; in allreduce mode the
+// leader), after the barrier: the manifest over every server's and worker's
 // part, then pruning. Returns a log line (what was written, how long).
 // `server_failed` (may be empty) is asked while servers' parts are missing:
 // true means a server failed (on_server_failure = "restart") after the
@@ -62,6 +67,18 @@ std::filesystem::path write_worker_part(const RunConfig& config, int rank, const
 // it) and *abandoned set, instead of waiting out timeout_ms.
 std::string complete_checkpoint(const RunConfig& config, std::int64_t step, std::int64_t num_params, int num_servers,
                                 const std::function<bool()>& server_failed = {}, bool* abandoned = nullptr);
+
+// A PS checkpoint after its barrier: asks the scheduler for the live workers
+// now, and the lowest of them (worker 0 unless it was dropped) completes the
+// checkpoint (complete_checkpoint, abandoning it if a server fails again
+// after `server_failures_before` had been heard of) and logs the outcome.
+// Every other worker returns at once. Choosing the writer from the live set,
+// not a fixed rank, keeps checkpoints completing after worker 0 is dropped
+// (continue) and when a restarted worker 0 rejoins exactly at a checkpoint
+// step. A drop between the barrier and the writer's ask can leave one
+// checkpoint without a manifest (resume passes over it); the next completes.
+void finish_ps_checkpoint(SchedulerClient& scheduler, int rank, const RunConfig& config, std::int64_t step,
+                          std::int64_t num_params, int num_servers, std::int64_t server_failures_before, Logger& log);
 
 // Reads worker `rank`'s part of checkpoint `dir` after checking the
 // manifest's fingerprint against the config's (ConfigError naming the
