@@ -3,7 +3,7 @@
 #
 #   tools/bench_pslite.sh PSLITE_SRC_OR_MIRROR [--json FILE] [--trials N] [--sizes "1 4 16 64"]
 #                         [--configs "1x1 2x2"] [--rounds N] [--pstrain-build DIR]
-#                         [--baseline-build DIR]
+#                         [--baseline-build DIR] [--pstrain-args "ARGS"]
 #
 # PSLITE_SRC_OR_MIRROR: a ps-lite source tree (has include/ps/ps.h) or a bare
 # git directory of it (its HEAD is extracted). ps-lite is built out of the
@@ -18,7 +18,9 @@
 # memcpy in the same run), ps-lite, pstrain, ps-lite, ... --trials times
 # each (default 3). --baseline-build DIR adds another pstrain build (say, the
 # commit before a change) to each trial, run first: before and after in one
-# run, with their ratio. The table gives per-worker GB/s (2 x size / round time,
+# run, with their ratio. --pstrain-args adds options to pstrain's
+# bench_pushpull (and the baseline's), e.g. "--transport shm" for tensors
+# through shared memory (ps-lite has no such mode: it stays on tcp). The table gives per-worker GB/s (2 x size / round time,
 # GB = 1e9 bytes, worker 0's median round of a trial), the median and
 # min-max over trials of both, the ratio of the medians, and raw ZeroMQ.
 # Not part of the default build or of CI.
@@ -29,7 +31,7 @@ die() { echo "bench_pslite.sh: $*" >&2; exit 2; }
 [[ $# -ge 1 ]] || die "usage: $0 PSLITE_SRC_OR_MIRROR [--json FILE] [--trials N] [--sizes \"1 4 16 64\"] [--configs \"1x1 2x2\"] [--rounds N] [--pstrain-build DIR]"
 src_arg=$1
 shift
-json="" trials=3 sizes="1 4 16 64" configs="1x1 2x2" rounds=0 baseline_build=""
+json="" trials=3 sizes="1 4 16 64" configs="1x1 2x2" rounds=0 baseline_build="" pstrain_args=""
 repo=$(cd "$(dirname "$0")/.." && pwd)
 pstrain_build=$repo/build
 while [[ $# -gt 0 ]]; do
@@ -42,6 +44,7 @@ while [[ $# -gt 0 ]]; do
     --rounds) rounds=$2 ;;
     --pstrain-build) pstrain_build=$2 ;;
     --baseline-build) baseline_build=$2 ;;
+    --pstrain-args) pstrain_args=$2 ;;
     *) die "unknown option $1" ;;
   esac
   shift 2
@@ -123,11 +126,13 @@ for cfg in $configs; do
       echo "# ${servers}x${workers} ${size} MiB trial $t/$trials: ${baseline_bench:+baseline, }pstrain, then ps-lite" >&2
       echo null >"$tmp/pb.json"
       if [[ -n $baseline_bench ]]; then
-        "$baseline_bench" --servers "$servers" --workers "$workers" --sizes "$size" --trials 1 \
+        # shellcheck disable=SC2086  # word splitting of --pstrain-args is meant
+        "$baseline_bench" --servers "$servers" --workers "$workers" --sizes "$size" --trials 1 $pstrain_args \
           "${rounds_flag[@]}" --json "$tmp/pb.json" >/dev/null ||
           die "baseline bench_pushpull failed (${servers}x${workers}, $size MiB)"
       fi
-      "$bench_pushpull" --servers "$servers" --workers "$workers" --sizes "$size" --trials 1 \
+      # shellcheck disable=SC2086
+      "$bench_pushpull" --servers "$servers" --workers "$workers" --sizes "$size" --trials 1 $pstrain_args \
         "${rounds_flag[@]}" --json "$tmp/pp.json" >/dev/null ||
         die "bench_pushpull failed (${servers}x${workers}, $size MiB)"
       "$harness" --servers "$servers" --workers "$workers" --sizes "$size" \
@@ -148,14 +153,15 @@ EOF
   done
 done
 
-python3 - "$trials_file" "$json" "$trials" <<'EOF'
+python3 - "$trials_file" "$json" "$trials" "$pstrain_args" <<'EOF'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 groups = {}
 for r in rows:
     groups.setdefault((r["servers"], r["workers"], r["size_mib"]), []).append(r)
-print(f"# push+pull per worker (GB/s = 2 x size / round, GB = 1e9 bytes), tcp loopback, sync SGD; "
-      f"{sys.argv[3]} alternating trials each; median [min-max]")
+print(f"# push+pull per worker (GB/s = 2 x size / round, GB = 1e9 bytes), ps-lite and raw ZeroMQ over tcp loopback, sync SGD; "
+      f"{sys.argv[3]} alternating trials each; median [min-max]"
+      + (f"; pstrain with {sys.argv[4]}" if sys.argv[4] else ""))
 base = any(r.get("baseline_gbps") is not None for r in rows)
 print(f"{'SxW':>5} {'MiB':>6} {'pstrain GB/s':>24} {'ps-lite GB/s':>24} {'pstrain/ps-lite':>16} {'raw zmq GB/s':>13} {'pstrain/raw':>12} {'#wrong':>7}"
       + (f" {'baseline GB/s':>24} {'pstrain/baseline':>17}" if base else ""))
