@@ -125,6 +125,39 @@ std::chrono::milliseconds left_until(Clock::time_point deadline) {
   return std::max(left, milliseconds(0));
 }
 
+// What both endpoints' receive does: waits up to `timeout` for a message for
+// the caller. An ordinary message is returned as it came; a data message is
+// opened in segment_of(sender) (or refused with the reason); the layer's own
+// messages go to control(kind, sender, frames), which returns whether it took
+// the kind (then the wait goes on); any other kind is refused.
+template <class Frames, class SegmentOf, class Control>
+std::optional<Frames> receive_through_layer(zmq::socket_t& socket, bool routed, std::chrono::milliseconds timeout,
+                                            SegmentOf&& segment_of, Control&& control) {
+  const auto deadline = Clock::now() + timeout;
+  while (true) {
+    std::optional<std::vector<zmq::message_t>> got = receive_frames_raw(socket, left_until(deadline));
+    if (!got) return std::nullopt;
+    Frames f;
+    if (routed) {
+      f.from = PeerId(got->front().to_string());
+      got->erase(got->begin());
+    }
+    if (!got->empty()) f.user_id = frame_user_id(got->front());
+    const char kind = got->empty() ? 0 : tag_kind(got->front());
+    if (kind == 0) {
+      f.frames = std::move(*got);
+      return f;
+    }
+    if (kind == kData) {
+      f.protocol_error = open_data(segment_of(f.from), *got, f.frames);
+      return f;
+    }
+    if (control(kind, f.from, *got)) continue;  // the layer's own message: wait on for the caller's
+    f.protocol_error = "shared-memory layer message of unknown kind " + std::to_string(static_cast<int>(kind));
+    return f;
+  }
+}
+
 class ShmListener final : public Listener, public ZmqSocketHolder {
  public:
   ShmListener(ShmTransport& transport, zmq::context_t& ctx, const std::string& address, EndpointOptions options)
@@ -136,31 +169,17 @@ class ShmListener final : public Listener, public ZmqSocketHolder {
 
  protected:
   std::optional<Frames> receive_frames(std::chrono::milliseconds timeout) override {
-    const auto deadline = Clock::now() + timeout;
-    while (true) {
-      std::optional<std::vector<zmq::message_t>> got = receive_frames_raw(socket_, left_until(deadline));
-      if (!got) return std::nullopt;
-      Frames f;
-      f.from = PeerId(got->front().to_string());
-      got->erase(got->begin());
-      if (!got->empty()) f.user_id = frame_user_id(got->front());
-      const char kind = got->empty() ? 0 : tag_kind(got->front());
-      if (kind == 0) {
-        f.frames = std::move(*got);
-        return f;
-      }
-      if (kind == kHello) {
-        answer_hello(f.from, *got);
-        continue;  // the layer's own message: wait on for the caller's
-      }
-      if (kind == kData) {
-        const auto it = segments_.find(f.from);
-        f.protocol_error = open_data(it == segments_.end() ? nullptr : it->second, *got, f.frames);
-        return f;
-      }
-      f.protocol_error = "shared-memory layer message of unknown kind " + std::to_string(static_cast<int>(kind));
-      return f;
-    }
+    return receive_through_layer<Frames>(
+        socket_, /*routed=*/true, timeout,
+        [this](const PeerId& from) {
+          const auto it = segments_.find(from);
+          return it == segments_.end() ? nullptr : it->second;
+        },
+        [this](char kind, const PeerId& from, std::vector<zmq::message_t>& frames) {
+          if (kind != kHello) return false;
+          answer_hello(from, frames);
+          return true;
+        });
   }
 
   void send_frames(const PeerId* to, zmq::message_t head, std::optional<zmq::message_t> body,
@@ -237,13 +256,7 @@ class ShmConnection final : public Connection, public ZmqSocketHolder {
   ShmConnection(ShmTransport& transport, zmq::context_t& ctx, const std::string& address, EndpointOptions options)
       : Connection(transport, options), ZmqSocketHolder(make_socket(ctx, zmq::socket_type::dealer, options.socket)),
         shm_(transport) {
-    if (!options.identity.empty()) {
-      try {
-        socket_.set(zmq::sockopt::routing_id, options.identity);
-      } catch (const zmq::error_t& e) {
-        throw TransportError("connection identity for " + address + ": " + e.what());
-      }
-    }
+    set_connection_identity(socket_, options.identity, address);
     connect_socket(socket_, address);
     if (options.carries_tensors) say_hello();
   }
@@ -260,34 +273,21 @@ class ShmConnection final : public Connection, public ZmqSocketHolder {
 
  protected:
   std::optional<Frames> receive_frames(std::chrono::milliseconds timeout) override {
-    const auto deadline = Clock::now() + timeout;
-    while (true) {
-      std::optional<std::vector<zmq::message_t>> got = receive_frames_raw(socket_, left_until(deadline));
-      if (!got) return std::nullopt;
-      Frames f;
-      if (!got->empty()) f.user_id = frame_user_id(got->front());
-      const char kind = got->empty() ? 0 : tag_kind(got->front());
-      if (kind == 0) {
-        f.frames = std::move(*got);
-        return f;
-      }
-      if (kind == kYes) {
-        on_ = segment_ != nullptr;
-        continue;
-      }
-      if (kind == kNo) {
-        refusal_ = got->size() > 1 ? got->at(1).to_string() : std::string("no reason given");
-        on_ = false;
-        segment_.reset();
-        continue;
-      }
-      if (kind == kData) {
-        f.protocol_error = open_data(segment_, *got, f.frames);
-        return f;
-      }
-      f.protocol_error = "shared-memory layer message of unknown kind " + std::to_string(static_cast<int>(kind));
-      return f;
-    }
+    return receive_through_layer<Frames>(
+        socket_, /*routed=*/false, timeout, [this](const PeerId&) { return segment_; },
+        [this](char kind, const PeerId&, std::vector<zmq::message_t>& frames) {
+          if (kind == kYes) {
+            on_ = segment_ != nullptr;
+            return true;
+          }
+          if (kind == kNo) {
+            refusal_ = frames.size() > 1 ? frames[1].to_string() : std::string("no reason given");
+            on_ = false;
+            segment_.reset();
+            return true;
+          }
+          return false;
+        });
   }
 
   void send_frames(const PeerId* /*to*/, zmq::message_t head, std::optional<zmq::message_t> body,

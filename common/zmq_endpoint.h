@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <span>
+#include <string>
 #include <vector>
 
 #include <zmq.hpp>
@@ -22,6 +23,10 @@ class ZmqSocketHolder {
  protected:
   zmq::socket_t socket_;
 };
+
+// Sets a DEALER's routing id (EndpointOptions::identity; nothing when empty).
+// TransportError naming `address`.
+void set_connection_identity(zmq::socket_t& socket, const std::string& identity, const std::string& address);
 
 // Which endpoints (each a ZmqSocketHolder) have a message ready, waiting up
 // to `timeout` for one. TransportError for an endpoint of another kind.

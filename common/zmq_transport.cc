@@ -41,13 +41,7 @@ class ZmqConnection final : public Connection, public ZmqSocketHolder {
  public:
   ZmqConnection(Transport& transport, zmq::context_t& ctx, const std::string& address, EndpointOptions options)
       : Connection(transport, options), ZmqSocketHolder(make_socket(ctx, zmq::socket_type::dealer, options.socket)) {
-    if (!options.identity.empty()) {
-      try {
-        socket_.set(zmq::sockopt::routing_id, options.identity);
-      } catch (const zmq::error_t& e) {
-        throw TransportError("connection identity for " + address + ": " + e.what());
-      }
-    }
+    set_connection_identity(socket_, options.identity, address);
     connect_socket(socket_, address);
   }
   void abandon() override {
@@ -78,6 +72,15 @@ std::unique_ptr<Listener> ZmqTransport::listen(const std::string& address, Endpo
 
 std::unique_ptr<Connection> ZmqTransport::connect(const std::string& address, EndpointOptions options) {
   return std::make_unique<ZmqConnection>(*this, ctx_, address, std::move(options));
+}
+
+void set_connection_identity(zmq::socket_t& socket, const std::string& identity, const std::string& address) {
+  if (identity.empty()) return;
+  try {
+    socket.set(zmq::sockopt::routing_id, identity);
+  } catch (const zmq::error_t& e) {
+    throw TransportError("connection identity for " + address + ": " + e.what());
+  }
 }
 
 std::vector<bool> poll_zmq_endpoints(std::span<Endpoint* const> endpoints, std::chrono::milliseconds timeout) {

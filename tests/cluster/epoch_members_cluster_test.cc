@@ -13,8 +13,10 @@
 
 using namespace pstrain;
 
-TEST_CASE("epoch members: fixed by the first ask; after a drop the next epoch is the survivors'") {
-  zmq::context_t ctx;
+namespace {
+
+// Async, 1 server, 3 workers, "continue", a worker dropped 500 ms after its heartbeats stop.
+LocalClusterOptions three_workers_continue() {
   LocalClusterOptions o;
   o.mode = Mode::kAsync;
   o.num_servers = 1;
@@ -24,7 +26,14 @@ TEST_CASE("epoch members: fixed by the first ask; after a drop the next epoch is
   o.cluster.heartbeat_timeout_ms = 500;
   o.cluster.on_worker_failure = "continue";
   o.log_level = LogLevel::kError;
-  LocalCluster cluster(ctx, o);
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("epoch members: fixed by the first ask; after a drop the next epoch is the survivors'") {
+  zmq::context_t ctx;
+  LocalCluster cluster(ctx, three_workers_continue());
   ParamLayout layout;
   layout.add("w", {8});
   std::mutex mutex;
@@ -60,16 +69,7 @@ TEST_CASE("epoch members: fixed by the first ask; after a drop the next epoch is
 
 TEST_CASE("live workers: asked now, every time; the lowest is the manifest writer, worker 1 once worker 0 is dropped") {
   zmq::context_t ctx;
-  LocalClusterOptions o;
-  o.mode = Mode::kAsync;
-  o.num_servers = 1;
-  o.num_workers = 3;
-  o.cluster.timeout_ms = 10000;
-  o.cluster.heartbeat_interval_ms = 50;
-  o.cluster.heartbeat_timeout_ms = 500;
-  o.cluster.on_worker_failure = "continue";
-  o.log_level = LogLevel::kError;
-  LocalCluster cluster(ctx, o);
+  LocalCluster cluster(ctx, three_workers_continue());
   ParamLayout layout;
   layout.add("w", {8});
   std::mutex mutex;

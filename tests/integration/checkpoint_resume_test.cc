@@ -211,28 +211,35 @@ TEST_CASE("allreduce: stopped after 10 steps and resumed to 16 == 16 steps at on
   CHECK(steps.back() == 15);
 }
 
-TEST_CASE("continue: checkpoints go on without a dropped worker; resumed, it rejoins at the checkpoint's step") {
-  it::TempDir dir;
-  const auto run = dir.path() / "run";
-  // 3 workers: 1024 / 3 samples each, 11 steps an epoch; a checkpoint every 4. Worker 1 is killed
-  // in epoch 0; epochs 1 and 2 belong to the two left (512 samples each, 16 steps): 43 steps.
+// 3 workers: 1024 / 3 samples each, 11 steps an epoch; a checkpoint every 4. `victim` is killed in
+// epoch 0 (after checkpoint 4); epochs 1 and 2 belong to the two left (512 samples each, 16 steps):
+// 43 steps. Every checkpoint after the kill completes without the victim's part, written by the
+// lowest live worker (`writer`; before, worker 0 always: with worker 0 the victim, none completed).
+void continue_after_kill(const it::fs::path& run, const it::fs::path& out, int victim, int writer) {
   it::LaunchProcess p(ckpt_args(run, {"cluster.workers=3", "cluster.on_worker_failure=continue",
                                       "cluster.heartbeat_timeout_ms=3000", "workload.straggler_rank=2",
                                       "workload.straggler_slowdown=3"}),
-                      dir.path() / "out.txt");
+                      out);
   const bool reached = it::wait_until(
       [&] { return it::fs::exists(run / "checkpoints/step-00000004/manifest.json"); }, 180s);
   INFO(p.output());
   REQUIRE(reached);
-  REQUIRE(kill(it::read_pids(run).at("worker-1"), SIGKILL) == 0);
+  REQUIRE(kill(it::read_pids(run).at("worker-" + std::to_string(victim)), SIGKILL) == 0);
   const auto exit = p.wait(240s);
   REQUIRE(exit.has_value());
   CHECK(exit->code == 0);
   const auto last = pstrain::find_newest_checkpoint(run / "checkpoints");
   REQUIRE(last.has_value());
   CHECK(last->manifest.step == 40);
-  CHECK_FALSE(it::fs::exists(last->dir / "worker-1.ckpt"));
-  CHECK(it::contains(it::read_file(run / "logs/worker-0.log"), "no part of dropped worker(s) 1"));
+  CHECK_FALSE(it::fs::exists(last->dir / ("worker-" + std::to_string(victim) + ".ckpt")));
+  CHECK(it::contains(it::read_file(run / ("logs/worker-" + std::to_string(writer) + ".log")),
+                     "no part of dropped worker(s) " + std::to_string(victim)));
+}
+
+TEST_CASE("continue: checkpoints go on without a dropped worker; resumed, it rejoins at the checkpoint's step") {
+  it::TempDir dir;
+  const auto run = dir.path() / "run";
+  continue_after_kill(run, dir.path() / "out.txt", 1, 0);
 
   const it::Result b = it::run_launch(resume_args(run, {"workload.epochs=4"}), dir.path());
   INFO(b.output);
@@ -252,26 +259,7 @@ TEST_CASE("continue: checkpoints go on without a dropped worker; resumed, it rej
 TEST_CASE("continue: worker 0 killed; the lowest live worker completes the checkpoints from then on; resumable") {
   it::TempDir dir;
   const auto run = dir.path() / "run";
-  // As above with worker 0 the victim: it wrote the manifests, so before the
-  // writer was the lowest live worker no checkpoint after its drop completed.
-  it::LaunchProcess p(ckpt_args(run, {"cluster.workers=3", "cluster.on_worker_failure=continue",
-                                      "cluster.heartbeat_timeout_ms=3000", "workload.straggler_rank=2",
-                                      "workload.straggler_slowdown=3"}),
-                      dir.path() / "out.txt");
-  const bool reached = it::wait_until(
-      [&] { return it::fs::exists(run / "checkpoints/step-00000004/manifest.json"); }, 180s);
-  INFO(p.output());
-  REQUIRE(reached);
-  REQUIRE(kill(it::read_pids(run).at("worker-0"), SIGKILL) == 0);
-  const auto exit = p.wait(240s);
-  REQUIRE(exit.has_value());
-  CHECK(exit->code == 0);
-  const auto last = pstrain::find_newest_checkpoint(run / "checkpoints");
-  REQUIRE(last.has_value());
-  CHECK(last->manifest.step == 40);
-  CHECK_FALSE(it::fs::exists(last->dir / "worker-0.ckpt"));
-  CHECK(it::contains(it::read_file(run / "logs/worker-1.log"), "no part of dropped worker(s) 0"));
-
+  continue_after_kill(run, dir.path() / "out.txt", 0, 1);
   const it::Result b = it::run_launch(resume_args(run, {"workload.epochs=4"}), dir.path());
   INFO(b.output);
   CHECK(b.exit.code == 0);
