@@ -2,7 +2,9 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <linux/magic.h>
 #include <sys/mman.h>
+#include <sys/vfs.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -286,7 +288,20 @@ std::unique_ptr<ShmSegment> ShmSegment::attach(const ShmAddress& address, bool p
   }
   if (!shm_process_alive(address.pid)) throw TransportError(what + ": the creating process is gone");
   const std::string path = "/proc/" + std::to_string(address.pid) + "/fd/" + std::to_string(address.fd);
-  const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+  // Only ever open one of our memfds: a peer could name any descriptor of any
+  // process of this user (a tty, a FIFO, a device), and opening some of
+  // those has effects of its own.
+  char target[256] = {};
+  const ssize_t n = ::readlink(path.c_str(), target, sizeof target - 1);
+  if (n < 0) {
+    throw TransportError(what + ": cannot read " + path + ": " + std::strerror(errno) +
+                         (errno == ENOENT ? " (the creator is gone or closed it)" : ""));
+  }
+  if (std::string_view(target, static_cast<std::size_t>(n)).rfind("/memfd:pstrain-", 0) != 0) {
+    throw ProtocolError(what + ": " + path + " is not a pstrain memfd (it is " +
+                        std::string(target, static_cast<std::size_t>(n)) + ")");
+  }
+  const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
   if (fd < 0) {
     throw TransportError(what + ": cannot open " + path + ": " + std::strerror(errno) +
                          (errno == ENOENT ? " (the creator is gone or closed it)" : ""));
@@ -299,8 +314,12 @@ std::unique_ptr<ShmSegment> ShmSegment::attach(const ShmAddress& address, bool p
   if (seals < 0 || (static_cast<unsigned>(seals) & kRequiredSeals) != kRequiredSeals) {
     throw ProtocolError(what + ": " + path + " is not a memfd sealed against resizing");
   }
+  struct statfs fs {};
+  if (fstatfs(fd, &fs) != 0 || fs.f_type != TMPFS_MAGIC) {  // not hugetlbfs: its pages can run out (SIGBUS)
+    throw ProtocolError(what + ": " + path + " is not an ordinary (shmem) memfd");
+  }
   struct stat st {};
-  if (fstat(fd, &st) != 0 || static_cast<std::uint64_t>(st.st_size) != address.bytes) {
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || static_cast<std::uint64_t>(st.st_size) != address.bytes) {
     throw ProtocolError(what + ": its size is " + std::to_string(st.st_size) + " bytes, the address says " +
                         std::to_string(address.bytes));
   }

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+
+#include <unistd.h>
 #include <fstream>
 #include <map>
 #include <vector>
@@ -37,11 +39,16 @@ char tag_kind(const zmq::message_t& frame) {
   return static_cast<const char*>(frame.data())[kTagBytes - 1];
 }
 
+// This host's boot and this process's pid namespace: a peer can attach only
+// with both the same (it opens /proc/<pid>/fd of the creator's pid).
 std::string read_boot_id() {
   std::ifstream in("/proc/sys/kernel/random/boot_id");
   std::string id;
   std::getline(in, id);
-  return id;
+  char ns[128] = {};
+  const ssize_t n = ::readlink("/proc/self/ns/pid", ns, sizeof ns - 1);
+  if (id.empty() || n <= 0) return {};  // unknown: no hello is ever accepted or made
+  return id + " " + std::string(ns, static_cast<std::size_t>(n));
 }
 
 // Header for messages about the layer's own frames (TransportError texts).
@@ -89,11 +96,12 @@ std::string open_data(const std::shared_ptr<ShmSegment>& segment, std::vector<zm
 }
 
 // Sends head + body through a free slot of `segment`, or returns false (the
-// caller sends inline). TransportError from ZeroMQ after the slot was taken
-// gives the slot back first.
+// caller sends inline; `meddled` set when the peer broke the slot's state, so
+// the caller drops the segment). TransportError from ZeroMQ after the slot
+// was taken gives the slot back first.
 bool send_through_segment(ShmTransport& transport, ShmSegment* segment, zmq::socket_t& socket,
                           const zmq::message_t* routing_id, zmq::message_t& head, std::optional<zmq::message_t>& body,
-                          const Header& header) {
+                          const Header& header, bool& meddled) {
   ShmTransport::Counters& counters = transport.counters();
   if (!body) return false;
   if (segment == nullptr || body->size() < transport.options().min_bytes || body->size() > segment->slot_bytes()) {
@@ -107,7 +115,18 @@ bool send_through_segment(ShmTransport& transport, ShmSegment* segment, zmq::soc
     return false;
   }
   std::memcpy(slot->bytes().data(), body->data(), body->size());
-  const ShmDescriptor d = slot->publish(body->size());
+  ShmDescriptor d;
+  try {
+    d = slot->publish(body->size());
+  } catch (const ProtocolError&) {
+    // The peer changed the slot's state word while it was written (it can
+    // write the shared memory): this body goes inline, and the caller stops
+    // using the segment.
+    counters.inline_bodies.fetch_add(1, std::memory_order_relaxed);
+    counters.meddled.fetch_add(1, std::memory_order_relaxed);
+    meddled = true;
+    return false;
+  }
   const auto encoded = encode_shm_descriptor(d);
   std::array<zmq::message_t, 3> parts{tag(kData), std::move(head), zmq::message_t(encoded.data(), encoded.size())};
   try {
@@ -127,12 +146,14 @@ std::chrono::milliseconds left_until(Clock::time_point deadline) {
 
 // What both endpoints' receive does: waits up to `timeout` for a message for
 // the caller. An ordinary message is returned as it came; a data message is
-// opened in segment_of(sender) (or refused with the reason); the layer's own
-// messages go to control(kind, sender, frames), which returns whether it took
-// the kind (then the wait goes on); any other kind is refused.
-template <class Frames, class SegmentOf, class Control>
+// opened in segment_of(sender) (or refused with the reason); one from a
+// sender with no segment goes to no_segment(sender), which returns whether it
+// dealt with it (then it is dropped); the layer's own messages go to
+// control(kind, sender, frames), which returns whether it took the kind (then
+// the wait goes on, within `timeout`); any other kind is refused.
+template <class Frames, class SegmentOf, class NoSegment, class Control>
 std::optional<Frames> receive_through_layer(zmq::socket_t& socket, bool routed, std::chrono::milliseconds timeout,
-                                            SegmentOf&& segment_of, Control&& control) {
+                                            SegmentOf&& segment_of, NoSegment&& no_segment, Control&& control) {
   const auto deadline = Clock::now() + timeout;
   while (true) {
     std::optional<std::vector<zmq::message_t>> got = receive_frames_raw(socket, left_until(deadline));
@@ -149,10 +170,18 @@ std::optional<Frames> receive_through_layer(zmq::socket_t& socket, bool routed, 
       return f;
     }
     if (kind == kData) {
-      f.protocol_error = open_data(segment_of(f.from), *got, f.frames);
+      const std::shared_ptr<ShmSegment> segment = segment_of(f.from);
+      if (segment == nullptr && no_segment(f.from)) {  // dropped, the sender told (listener)
+        if (Clock::now() >= deadline) return std::nullopt;
+        continue;
+      }
+      f.protocol_error = open_data(segment, *got, f.frames);
       return f;
     }
-    if (control(kind, f.from, *got)) continue;  // the layer's own message: wait on for the caller's
+    if (control(kind, f.from, *got)) {  // the layer's own message: wait on for the caller's, within the time
+      if (Clock::now() >= deadline) return std::nullopt;
+      continue;
+    }
     f.protocol_error = "shared-memory layer message of unknown kind " + std::to_string(static_cast<int>(kind));
     return f;
   }
@@ -175,6 +204,18 @@ class ShmListener final : public Listener, public ZmqSocketHolder {
           const auto it = segments_.find(from);
           return it == segments_.end() ? nullptr : it->second;
         },
+        [this](const PeerId& from) {
+          // A descriptor from a connection this listener holds no segment for:
+          // it said hello to a process before this one at the same address (a
+          // restarted server; ZeroMQ reconnected it), or it never did. The
+          // bytes cannot be read: the message is dropped, as if lost with the
+          // old process, and the connection is told no, so it sends inline
+          // from now on (a worker resends what a restarted server never
+          // answered).
+          shm_.counters().orphan_descriptors.fetch_add(1, std::memory_order_relaxed);
+          say_no(from, "no shared-memory segment for this connection here (the listener restarted?)");
+          return true;
+        },
         [this](char kind, const PeerId& from, std::vector<zmq::message_t>& frames) {
           if (kind != kHello) return false;
           answer_hello(from, frames);
@@ -192,12 +233,15 @@ class ShmListener final : public Listener, public ZmqSocketHolder {
       const auto it = segments_.find(*to);
       if (it != segments_.end()) segment = it->second.get();
     }
-    if (send_through_segment(shm_, segment, socket_, &id, head, body, header)) return;
+    bool meddled = false;
+    if (send_through_segment(shm_, segment, socket_, &id, head, body, header, meddled)) return;
+    if (meddled) segments_.erase(*to);  // its later descriptors get a no (see receive_frames)
     send_frames_raw(socket_, &id, std::move(head), std::move(body), header);
   }
 
  private:
   void answer_hello(const PeerId& from, std::vector<zmq::message_t>& frames) {
+    segments_.erase(from);  // a new hello replaces the connection's old segment, whatever the answer
     std::string refusal;
     if (frames.size() != 2 || frames[1].size() < kShmAddressBytes) {
       refusal = "malformed hello";
@@ -206,33 +250,58 @@ class ShmListener final : public Listener, public ZmqSocketHolder {
       const std::string boot(static_cast<const char*>(frames[1].data()) + kShmAddressBytes,
                              frames[1].size() - kShmAddressBytes);
       if (boot != shm_.boot_id() || boot.empty()) {
-        refusal = "the peer is on another host";
+        refusal = "the peer is on another host (or in another pid namespace)";
       } else {
         sweep();
-        segments_.erase(from);  // a new hello replaces the connection's old segment
         if (segments_.size() >= shm_.options().max_segments) {
           refusal = "this listener already holds " + std::to_string(segments_.size()) + " segments";
         } else {
           try {
             const ShmAddress address = decode_shm_address(std::span<const std::byte>(bytes, kShmAddressBytes));
-            segments_[from] = std::shared_ptr<ShmSegment>(ShmSegment::attach(address, /*populate=*/false));
+            if (address.bytes > max_segment_bytes()) {
+              refusal = "a segment of " + std::to_string(address.bytes) + " bytes, over this job's " +
+                        std::to_string(max_segment_bytes());
+            } else {
+              segments_[from] = std::shared_ptr<ShmSegment>(ShmSegment::attach(address, /*populate=*/false));
+            }
           } catch (const Error& e) {
             refusal = e.what();
           }
         }
       }
     }
-    ShmTransport::Counters& counters = shm_.counters();
-    (refusal.empty() ? counters.accepted : counters.refused).fetch_add(1, std::memory_order_relaxed);
-    std::vector<zmq::message_t> reply;
-    reply.push_back(tag(refusal.empty() ? kYes : kNo));
-    if (!refusal.empty()) reply.emplace_back(refusal.data(), std::min(refusal.size(), kMaxReasonBytes));
+    if (!refusal.empty()) {
+      shm_.counters().refused.fetch_add(1, std::memory_order_relaxed);
+      say_no(from, refusal);
+      return;
+    }
+    shm_.counters().accepted.fetch_add(1, std::memory_order_relaxed);
+    std::array<zmq::message_t, 1> yes{tag(kYes)};
     const zmq::message_t id(from.bytes().data(), from.bytes().size());
     try {
-      send_parts_raw(socket_, &id, reply, layer_header());
+      send_parts_raw(socket_, &id, yes, layer_header());
     } catch (const TransportError&) {
       segments_.erase(from);  // it is gone or does not read: it goes inline if it ever comes back
     }
+  }
+
+  // Tells a connection no (it stops using shared memory), never waiting.
+  void say_no(const PeerId& to, const std::string& reason) {
+    std::array<zmq::message_t, 2> no{tag(kNo), zmq::message_t(reason.data(), std::min(reason.size(), kMaxReasonBytes))};
+    const zmq::message_t id(to.bytes().data(), to.bytes().size());
+    try {
+      send_parts_raw(socket_, &id, no, layer_header());
+    } catch (const TransportError&) {
+      // gone, or its queue is full: it learns nothing more from us
+    }
+  }
+
+  // The largest segment a peer may offer: twice what this transport would
+  // make (the job's peers use the same options), so a hostile hello cannot
+  // make the listener map gigabytes.
+  std::uint64_t max_segment_bytes() const {
+    const ShmOptions& o = shm_.options().segment;
+    return 2 * (2 * std::uint64_t{o.slots_per_side} * (o.slot_bytes + 4096) + (std::uint64_t{1} << 20));
   }
 
   // Drops the segments whose peer has closed its side or whose process is gone.
@@ -275,12 +344,14 @@ class ShmConnection final : public Connection, public ZmqSocketHolder {
   std::optional<Frames> receive_frames(std::chrono::milliseconds timeout) override {
     return receive_through_layer<Frames>(
         socket_, /*routed=*/false, timeout, [this](const PeerId&) { return segment_; },
+        [](const PeerId&) { return false; },  // refused with the reason: a listener's slots it never set up
         [this](char kind, const PeerId&, std::vector<zmq::message_t>& frames) {
           if (kind == kYes) {
             on_ = segment_ != nullptr;
             return true;
           }
           if (kind == kNo) {
+            shm_.counters().noes_heard.fetch_add(1, std::memory_order_relaxed);
             refusal_ = frames.size() > 1 ? frames[1].to_string() : std::string("no reason given");
             on_ = false;
             segment_.reset();
@@ -292,7 +363,14 @@ class ShmConnection final : public Connection, public ZmqSocketHolder {
 
   void send_frames(const PeerId* /*to*/, zmq::message_t head, std::optional<zmq::message_t> body,
                    const Header& header) override {
-    if (send_through_segment(shm_, on_ ? segment_.get() : nullptr, socket_, nullptr, head, body, header)) return;
+    bool meddled = false;
+    if (send_through_segment(shm_, on_ ? segment_.get() : nullptr, socket_, nullptr, head, body, header, meddled)) {
+      return;
+    }
+    if (meddled) {
+      refusal_ = "the listener changed a slot's state while it was written";
+      on_ = false;
+    }
     send_frames_raw(socket_, nullptr, std::move(head), std::move(body), header);
   }
 
@@ -300,6 +378,10 @@ class ShmConnection final : public Connection, public ZmqSocketHolder {
   // Creates this connection's segment and offers it. A system that refuses
   // (no memfd, no memory) leaves the connection inline.
   void say_hello() {
+    if (shm_.boot_id().empty()) {
+      refusal_ = "this host's boot id or pid namespace is unknown";
+      return;
+    }
     try {
       segment_ = std::shared_ptr<ShmSegment>(ShmSegment::create(shm_.options().segment));
     } catch (const Error& e) {
@@ -324,7 +406,7 @@ class ShmConnection final : public Connection, public ZmqSocketHolder {
 ShmTransportOptions shm_options_for(std::int64_t partition_bytes) {
   ShmTransportOptions o;
   constexpr std::size_t kMinSlot = std::size_t{64} << 10, kMaxSlot = std::size_t{256} << 20;
-  constexpr std::size_t kSideBytes = std::size_t{256} << 20;
+  constexpr std::size_t kSideBytes = std::size_t{64} << 20;
   const std::size_t wanted = partition_bytes > 0 ? static_cast<std::size_t>(partition_bytes) : kMinSlot;
   o.segment.slot_bytes = std::clamp(wanted, kMinSlot, kMaxSlot);
   o.segment.slots_per_side =
@@ -360,6 +442,9 @@ ShmTransport::Stats ShmTransport::stats() const {
   s.no_free_slot = counters_.no_free_slot.load();
   s.accepted = counters_.accepted.load();
   s.refused = counters_.refused.load();
+  s.orphan_descriptors = counters_.orphan_descriptors.load();
+  s.meddled = counters_.meddled.load();
+  s.noes_heard = counters_.noes_heard.load();
   return s;
 }
 

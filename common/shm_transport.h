@@ -22,7 +22,18 @@
 //     generation, state) before anything reads the slot; a bad one is a
 //     ProtocolError naming the sender, as for frames decode_message refuses,
 //     and the message is dropped. The header and payload then go through
-//     decode_message like every other transport's.
+//     decode_message like every other transport's. A descriptor from a
+//     connection the listener holds no segment for (it said hello to an
+//     earlier process at this address: a restarted server) cannot be read:
+//     it is dropped, as if lost with that process, and the connection is told
+//     no (inline from then on).
+//   - A peer that changes a slot's state word while this side writes the slot
+//     (it shares the memory) only loses the segment: that body goes inline
+//     and the segment is dropped (listener) or no longer used (connection).
+//   - A hello carries the host's boot id and the process's pid namespace;
+//     the listener attaches only with both equal, only to a pstrain memfd
+//     (common/shm_segment.h), only up to twice this job's segment size, and
+//     a new hello from a connection replaces its old segment.
 // Messages of the shared-memory layer start with an 8-byte tag frame
 // ("PSTRSHM" + kind), which no header frame can be:
 //   hello   [tag 'H', address (24 bytes) + the sender's boot id]
@@ -54,8 +65,9 @@ struct ShmTransportOptions {
 
 // Slots sized for a job whose tensors travel in chunks of at most
 // `partition_bytes` (ps.partition_bytes): one slot per chunk, as many as fit
-// in 256 MiB a side (at least 8, at most 256). Pages are touched only as
-// slots are used.
+// in 64 MiB a side (at least 8, at most 256). Pages are touched only as
+// slots are used, and stay resident while the segment lives: up to 128 MiB
+// per worker-server pair on one host after a burst that fills every slot.
 ShmTransportOptions shm_options_for(std::int64_t partition_bytes);
 
 class ShmTransport final : public Transport {
@@ -76,6 +88,9 @@ class ShmTransport final : public Transport {
     std::uint64_t no_free_slot = 0;   // of those, sent inline because every slot was in flight
     std::uint64_t accepted = 0;       // hellos this process's listeners said yes to
     std::uint64_t refused = 0;        // hellos they said no to
+    std::uint64_t orphan_descriptors = 0;  // descriptors from connections with no segment here: dropped, told no
+    std::uint64_t meddled = 0;        // slots whose state the peer changed while this side wrote them
+    std::uint64_t noes_heard = 0;     // no answers this process's connections got (then inline)
   };
   Stats stats() const;
 
@@ -84,7 +99,8 @@ class ShmTransport final : public Transport {
 
   // Internal (the endpoints count through these).
   struct Counters {
-    std::atomic<std::uint64_t> shm_bodies{0}, inline_bodies{0}, no_free_slot{0}, accepted{0}, refused{0};
+    std::atomic<std::uint64_t> shm_bodies{0}, inline_bodies{0}, no_free_slot{0}, accepted{0}, refused{0},
+        orphan_descriptors{0}, meddled{0}, noes_heard{0};
   };
   Counters& counters() { return counters_; }
 

@@ -70,6 +70,30 @@ void write_cluster_seeds(const fs::path& dir) {
   write(dir, "layout", layout.bytes);
 }
 
+// fuzz/shm_layer.cc's ops: a push through a real slot (op 1, nothing
+// forged), a stale descriptor (op 0), an ordinary message (op 4); and a
+// forged offset (op 1, field 3).
+void write_shm_seeds(const fs::path& dir) {
+  pstrain::Header h;
+  h.type = pstrain::MsgType::kPush;
+  h.role = pstrain::Role::kWorker;
+  h.dtype = pstrain::DType::kFloat32;
+  h.num_elems = 4;
+  const zmq::message_t head = pstrain::encode_header(h);
+  const std::string head_bytes(static_cast<const char*>(head.data()), head.size());
+  const auto push = [&](char field) {
+    std::string op{'\1', '\1'};
+    op += std::string(16, '\x3f');
+    op += std::string{'\x10', '\0'};
+    op += std::string(8, '\x7f');
+    op += field;
+    return op + head_bytes;
+  };
+  write(dir, "push", std::string{'\2'} + push('\5') + '\0' + std::string(8, '\x10') + std::string{'\4', '\4'} +
+                         "abcd" + '\1');
+  write(dir, "forged", std::string{'\0'} + push('\3'));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -124,6 +148,7 @@ int main(int argc, char** argv) {
     write(root / "message", std::string(to_string(type)), input);
   }
   write_cluster_seeds(root / "cluster_sequence");
+  write_shm_seeds(root / "shm_layer");
   write(root / "config", "sync", "workload.epochs=2\nmode = \"sync\"\n[cluster]\nworkers = 2\n[security]\nmode = \"curve\"\n");
   write(root / "config", "bad", "security.mode=tls\n[ps]\npartition_bytes = 3\n");
   return 0;

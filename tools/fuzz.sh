@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets in fuzz/ with clang (ASan + UBSan) and runs
-# each for SECONDS seconds (default 12: about a minute for the four wire decoders
-# and the cluster_sequence harness, which also compiles common/, server/ and
-# the scheduler: a few minutes the first time).
+# each for SECONDS seconds (default 12: about a minute for the four wire decoders,
+# the cluster_sequence harness, which also compiles common/, server/ and the
+# scheduler (a few minutes the first time), and shm_layer: a shared-memory
+# listener fed by a hostile peer sharing its segment).
 #   tools/fuzz.sh [SECONDS] [TARGET...]   build, then run (all targets by default)
 #   tools/fuzz.sh --seeds                 rewrite fuzz/corpus/ from real encoded messages
 # The committed corpus fuzz/corpus/<target>/ is read, never written: new
@@ -70,12 +71,12 @@ targets=("$@")
 # TOML_UNREACHABLE (undefined behaviour) in is_non_ascii_horizontal_whitespace
 # for some non-ASCII characters, which UBSan reports within seconds; run it by
 # name (tools/fuzz.sh 60 config) once toml++ is fixed or replaced.
-if [ ${#targets[@]} -eq 0 ]; then targets=(message register_request register_reply store_entry cluster_sequence); fi
+if [ ${#targets[@]} -eq 0 ]; then targets=(message register_request register_reply store_entry cluster_sequence shm_layer); fi
 base_objs=("${objs[@]}")
 for t in "${targets[@]}"; do
   objs=("${base_objs[@]}")
   if [ "$t" = config ]; then config_objs; fi
-  if [ "$t" = cluster_sequence ]; then cluster_objs; fi
+  if [ "$t" = cluster_sequence ] || [ "$t" = shm_layer ]; then cluster_objs; fi
   "$CXX" "${flags[@]}" -fsanitize=fuzzer "fuzz/$t.cc" "${objs[@]}" "${libs[@]}" -o "$out/fuzz_$t"
 done
 for t in "${targets[@]}"; do

@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -232,16 +233,23 @@ TEST_CASE("shm: attach checks the address against the segment") {
   wrong.bytes = std::uint64_t{1} << 40;
   CHECK_THROWS_AS(ShmSegment::attach(wrong), ProtocolError);
 
-  // A plain file is not a sealed memfd.
+  // A plain file is not one of our memfds: refused before it is opened.
   const std::string path = "/tmp/pstrain-shm-test-" + std::to_string(getpid());
   const int file = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0600);
   REQUIRE(file >= 0);
   REQUIRE(ftruncate(file, static_cast<off_t>(a.bytes)) == 0);
   wrong = a;
   wrong.fd = file;
-  CHECK(error_of([&] { ShmSegment::attach(wrong); }).find("not a memfd sealed") != std::string::npos);
+  CHECK(error_of([&] { ShmSegment::attach(wrong); }).find("not a pstrain memfd") != std::string::npos);
   ::close(file);
   std::filesystem::remove(path);
+  // A memfd with our name but no seals (anyone could shrink it under a mapping).
+  const int unsealed = memfd_create("pstrain-unsealed", MFD_CLOEXEC);
+  REQUIRE(unsealed >= 0);
+  REQUIRE(ftruncate(unsealed, static_cast<off_t>(a.bytes)) == 0);
+  wrong.fd = unsealed;
+  CHECK(error_of([&] { ShmSegment::attach(wrong); }).find("not a memfd sealed") != std::string::npos);
+  ::close(unsealed);
 
   // The failed attaches left the segment unclaimed; the first real one wins, a second is refused.
   CHECK(creator->peer_state() == ShmSegment::PeerState::kNotAttached);
