@@ -182,12 +182,15 @@ Outcome run_job(const std::string& mode, int kill_step, bool early = false) {
       CHECK(lost == 0);
     } else if (early) {
       // The initial part: step 0, refreshed every 40 / 8 = 5 steps until the first checkpoint.
-      CHECK(number(m, "rejoined_from_step") <= steps_at_kill);
+      // The server may be one step ahead of worker 1's records: it refreshes
+      // the part once step S-1's update is applied (clock S), before worker 1
+      // has its push reply and writes record S-1 (seen: part at 15, 14 records).
+      CHECK(number(m, "rejoined_from_step") <= steps_at_kill + 1);
       CHECK(number(m, "rejoined_from_step") == std::floor(number(m, "rejoined_from_step") / 5) * 5);
       CHECK(std::filesystem::exists(job.run / "checkpoints/initial-server-1/manifest.json"));
     } else {
       CHECK(number(m, "rejoined_from_step") >= 4);
-      CHECK(number(m, "rejoined_from_step") <= steps_at_kill);
+      CHECK(number(m, "rejoined_from_step") <= steps_at_kill + 1);  // as above: a checkpoint's part precedes the reply
       CHECK(number(m, "rejoined_from_step") == std::floor(number(m, "rejoined_from_step") / 4) * 4);
     }
     if (mode == "sync") {
