@@ -42,8 +42,12 @@ void choose_endpoint(const pstrain::RunConfig& c, int rank, pstrain::ServerOptio
 }
 
 // run_dir/metrics/server-<rank>.json (docs/run_directory.md).
-void write_server_metrics(const std::string& run_dir, const pstrain::Server& server) {
+void write_server_metrics(const std::string& run_dir, const pstrain::Server& server,
+                          const pstrain::Transport& transport) {
   if (run_dir.empty()) return;
+  // cluster.transport "shm": how many workers' connections used shared memory, and what went through it.
+  pstrain::ShmTransport::Stats shm;
+  if (const auto* t = dynamic_cast<const pstrain::ShmTransport*>(&transport)) shm = t->stats();
   const pstrain::StoreStats& s = server.stats();
   std::string histogram = "{";
   for (const auto& [staleness, count] : s.staleness_histogram) {
@@ -70,6 +74,11 @@ void write_server_metrics(const std::string& run_dir, const pstrain::Server& ser
                                .add("lost_pushes", s.lost_pushes)
                                .raw("lost_updates_by_chunk", lost_by_chunk)
                                .raw("staleness_histogram", histogram)
+                               .add("transport", std::string(transport.kind()))
+                               .add("shm_connections", static_cast<std::int64_t>(shm.accepted))
+                               .add("shm_refused", static_cast<std::int64_t>(shm.refused))
+                               .add("shm_bodies_sent", static_cast<std::int64_t>(shm.shm_bodies))
+                               .add("inline_bodies_sent", static_cast<std::int64_t>(shm.inline_bodies))
                                .str();
   std::filesystem::create_directories(run_dir + "/metrics");
   const std::string path = run_dir + "/metrics/server-" + std::to_string(server.rank()) + ".json";
@@ -172,7 +181,7 @@ int main(int argc, char** argv) {
         pstrain::make_transport(ctx, config.cluster.transport, config.ps.partition_bytes);
     pstrain::Server server(*transport, o, log);
     server.run();
-    write_server_metrics(config.output.run_dir, server);
+    write_server_metrics(config.output.run_dir, server, *transport);
     return 0;
   });
 }

@@ -104,3 +104,34 @@ TEST_CASE("the tiny async config runs to a summary with staleness through the la
   CHECK(staleness.find("histogram")->keys().size() >= 1);
   CHECK(staleness.find("mean")->as_number("mean") >= 0.0);
 }
+
+TEST_CASE("cluster.transport shm (the default): each worker's connection shares memory with each server; tcp does not") {
+  // The default CNN's chunks (up to 1 MiB) are over the 64 KiB below which
+  // bodies travel inline; the tiny model's are all under it.
+  for (const char* transport : {"shm", "tcp"}) {
+    CAPTURE(transport);
+    it::TempDir dir;
+    const auto run = dir.path() / "run";
+    auto args = it::launch_args(it::kSourceDir / "configs/tiny_sync.toml", run);
+    args.insert(args.end(), {"--set", "workload.model=fmnist_cnn", "--set", "workload.max_steps=3", "--set",
+                             std::string("cluster.transport=") + transport});
+    const it::Result r = it::run_launch(args, dir.path());
+    INFO(r.output);
+    REQUIRE(r.exit.code == 0);
+    for (int s = 0; s < 2; ++s) {
+      CAPTURE(s);
+      const JsonValue m = pstrain::report::parse_json(
+          it::read_file(run / "metrics" / ("server-" + std::to_string(s) + ".json")), "server metrics");
+      const bool shm = std::string(transport) == "shm";
+      CHECK(m.find("transport")->as_string("transport") == (shm ? "shm" : "zmq"));
+      CHECK(m.find("shm_connections")->as_number("shm_connections") == (shm ? 2 : 0));
+      CHECK(m.find("shm_refused")->as_number("shm_refused") == 0);
+      const double through_slots = m.find("shm_bodies_sent")->as_number("shm_bodies_sent");
+      if (shm) {
+        CHECK(through_slots > 0);
+      } else {
+        CHECK(through_slots == 0);
+      }
+    }
+  }
+}
