@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <string>
+#include <thread>
 
 #include "common/errors.h"
 #include "common/transport.h"
@@ -51,8 +52,25 @@ TEST_CASE("a ROUTER's replies to a peer that never reads stop at the high-water 
   CHECK(error.find("the peer's queue is full") != std::string::npos);
   CHECK(sent < 100000);
   CHECK(seconds < 10.0);
-  // The socket still works for other peers and for this one later.
-  CHECK_THROWS_AS(send_message(router, &env->routing_id, reply, Payload::bytes(body)), TransportError);
+  // Still bounded later. On a loaded machine the I/O thread may have been
+  // behind when the queue first filled (the kernel's buffers not yet full):
+  // once it has moved what it can, sends to this peer fail again, after at
+  // most what the kernel still took (before, this checked that the very next
+  // send failed, and failed now and then under load).
+  std::this_thread::sleep_for(milliseconds(300));
+  int more = 0;
+  bool failed_again = false;
+  for (; more < 100000; ++more) {
+    try {
+      send_message(router, &env->routing_id, reply, Payload::bytes(body));
+    } catch (const TransportError&) {
+      failed_again = true;
+      break;
+    }
+  }
+  MESSAGE("after a pause, " << more << " more replies were queued before it was full again");
+  CHECK(failed_again);
+  CHECK(Clock::now() - start < std::chrono::seconds(20));
 }
 
 TEST_CASE("a DEALER's send to a peer that does not read waits at most send_timeout") {
