@@ -101,7 +101,7 @@ TEST_CASE("in-process clusters: 1..4 workers x 1..3 servers, sync, async and ssp
   }
 }
 
-// The transports a whole cluster runs over ("shm" joins here once it is a transport).
+// The transports a whole cluster runs over.
 const char* const kTransports[] = {"inproc", "ipc", "tcp", "shm", "fake"};
 
 TEST_CASE("sync, async and ssp give the exact final weights over every transport") {
@@ -109,6 +109,19 @@ TEST_CASE("sync, async and ssp give the exact final weights over every transport
     for (Mode mode : {Mode::kSync, Mode::kAsync, Mode::kSsp}) {
       SUBCASE((std::string(transport) + " " + std::string(to_string(mode))).c_str()) {
         run_rounds(mode, 2, 3, 8, transport);
+      }
+    }
+  }
+}
+
+TEST_CASE("shared memory with 1, 2, 4 and 8 workers x 1 and 2 servers, sync, async and ssp, exact final weights") {
+  for (Mode mode : {Mode::kSync, Mode::kAsync, Mode::kSsp}) {
+    for (int servers : {1, 2}) {
+      for (int workers : {1, 2, 4, 8}) {
+        CAPTURE(to_string(mode));
+        CAPTURE(servers);
+        CAPTURE(workers);
+        run_rounds(mode, servers, workers, 10, "shm");
       }
     }
   }
