@@ -1,10 +1,10 @@
 #include "common/shm_transport.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <array>
 #include <cstring>
-
-#include <unistd.h>
 #include <fstream>
 #include <map>
 #include <vector>
@@ -337,22 +337,18 @@ class ShmConnection final : public Connection, public ZmqSocketHolder {
     segment_.reset();  // freed once the frames still pointing into it are gone
   }
 
-  // Why the listener said no ("" before an answer, or after a yes).
-  const std::string& refusal() const { return refusal_; }
-
  protected:
   std::optional<Frames> receive_frames(std::chrono::milliseconds timeout) override {
     return receive_through_layer<Frames>(
         socket_, /*routed=*/false, timeout, [this](const PeerId&) { return segment_; },
         [](const PeerId&) { return false; },  // refused with the reason: a listener's slots it never set up
-        [this](char kind, const PeerId&, std::vector<zmq::message_t>& frames) {
+        [this](char kind, const PeerId&, std::vector<zmq::message_t>&) {
           if (kind == kYes) {
             on_ = segment_ != nullptr;
             return true;
           }
           if (kind == kNo) {
             shm_.counters().noes_heard.fetch_add(1, std::memory_order_relaxed);
-            refusal_ = frames.size() > 1 ? frames[1].to_string() : std::string("no reason given");
             on_ = false;
             segment_.reset();
             return true;
@@ -367,10 +363,7 @@ class ShmConnection final : public Connection, public ZmqSocketHolder {
     if (send_through_segment(shm_, on_ ? segment_.get() : nullptr, socket_, nullptr, head, body, header, meddled)) {
       return;
     }
-    if (meddled) {
-      refusal_ = "the listener changed a slot's state while it was written";
-      on_ = false;
-    }
+    if (meddled) on_ = false;  // the listener changed a slot's state while it was written
     send_frames_raw(socket_, nullptr, std::move(head), std::move(body), header);
   }
 
@@ -378,14 +371,10 @@ class ShmConnection final : public Connection, public ZmqSocketHolder {
   // Creates this connection's segment and offers it. A system that refuses
   // (no memfd, no memory) leaves the connection inline.
   void say_hello() {
-    if (shm_.boot_id().empty()) {
-      refusal_ = "this host's boot id or pid namespace is unknown";
-      return;
-    }
+    if (shm_.boot_id().empty()) return;  // this host's boot id or pid namespace is unknown
     try {
       segment_ = std::shared_ptr<ShmSegment>(ShmSegment::create(shm_.options().segment));
-    } catch (const Error& e) {
-      refusal_ = e.what();
+    } catch (const Error&) {
       return;
     }
     const auto address = encode_shm_address(segment_->address());
@@ -398,7 +387,6 @@ class ShmConnection final : public Connection, public ZmqSocketHolder {
   ShmTransport& shm_;
   std::shared_ptr<ShmSegment> segment_;
   bool on_ = false;  // the listener attached: bodies may go through the segment
-  std::string refusal_;
 };
 
 }  // namespace

@@ -503,11 +503,11 @@ void Scheduler::on_store(const PeerId& from, const Message& msg) {
     StoreEntry entry = wire_decode<StoreEntry>(std::as_bytes(std::span(body.data(), body.size())), "store body");
     validate_store_entry(entry, is_set ? "store set" : "store get");
     if (!is_set) {
-      auto it = store_.find(entry.key);
       if (entry.key == kLiveWorkersKey) {  // the live set now, every time (not stored)
         reply_store(from, h, StoreEntry{entry.key, live_worker_ranks()});
         return;
       }
+      auto it = store_.find(entry.key);
       if (it == store_.end() && entry.key.starts_with(kEpochMembersPrefix)) {  // answered even when the store is full
         // The first ask for an epoch's workers fixes them: the live ones now
         // (worker/train/epoch_members.h). Every later ask gets the same answer.

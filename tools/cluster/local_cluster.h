@@ -69,7 +69,7 @@ class LocalCluster {
 
   zmq::context_t& ctx_;
   LocalClusterOptions options_;
-  std::unique_ptr<Transport> transport_;  // ZmqTransport over ctx_, or a FakeTransport
+  std::unique_ptr<Transport> transport_;  // ZmqTransport or ShmTransport over ctx_, or a FakeTransport
   FakeTransport* fake_ = nullptr;
   ShmTransport* shm_ = nullptr;
   std::string tag_;
