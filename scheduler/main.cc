@@ -3,6 +3,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 
 #include "common/errors.h"
 #include "common/log.h"
@@ -47,14 +48,32 @@ void write_resolved_config(const pstrain::RunConfig& config, pstrain::Logger& lo
   log.info("not started by launch: wrote the resolved config to " + file.string());
 }
 
+// Appends each failure the scheduler declares to `file` (one JSON line, then
+// flushed), for the launcher to fence the node and for the record. A write
+// that fails is said once in the log; the job goes on (the log has the same
+// facts in words).
+std::function<void(const pstrain::NodeFailure&)> failure_file_writer(const std::string& file, pstrain::Logger& log) {
+  return [file, &log, warned = false](const pstrain::NodeFailure& failure) mutable {
+    std::ofstream out(file, std::ios::app);
+    out << pstrain::to_json_line(failure) << "\n";
+    if (!out.flush() && !warned) {
+      warned = true;
+      log.warn("cannot append to " + file + ": " + std::strerror(errno) +
+               " (failed nodes are not recorded there; the launcher cannot fence them)");
+    }
+  };
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"pstrain scheduler: rendezvous, barriers, liveness and the end of a job"};
   pstrain::NodeArgs args;
-  std::string endpoint_file;
+  std::string endpoint_file, failures_file;
   pstrain::add_node_options(app, args);
   app.add_option("--endpoint-file", endpoint_file, "write the bound endpoint to this file once listening");
+  app.add_option("--failures-file", failures_file,
+                 "append each node declared failed to this file, one JSON object per line (docs/run_directory.md)");
   CLI11_PARSE(app, argc, argv);
   return pstrain::guarded_main("pstrain-scheduler", [&] {
     const pstrain::RunConfig config = pstrain::load_node_config(args);
@@ -75,6 +94,7 @@ int main(int argc, char** argv) {
     options.trace = &trace;
     const auto security = pstrain::SecurityContext::load(config.security, pstrain::Role::kScheduler);
     options.security = &security;
+    if (!failures_file.empty()) options.on_failure = failure_file_writer(failures_file, log);
     zmq::context_t ctx;
     pstrain::Scheduler scheduler(ctx, options, log);
     if (!endpoint_file.empty()) {

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "common/errors.h"
+#include "common/json_line.h"
 #include "common/transport.h"
 #include "common/wire_archive.h"
 
@@ -453,12 +454,13 @@ void Scheduler::release_barriers() {
   }
 }
 
-void Scheduler::worker_failed(Node& node, const std::string& reason) {
+void Scheduler::worker_failed(Node& node, const std::string& reason, bool silent) {
   const std::string& policy = options_.cluster.on_worker_failure;
   if (policy != "continue" && policy != "restart") fail(reason);
   node.dropped = true;
   node.dropped_at = Clock::now();
   if (live_workers() == 0 && policy != "restart") fail(reason + "; no worker is left");
+  report_failure(node, reason, silent, policy);
   log_.warn(reason + ": dropped from the job (cluster.on_worker_failure = \"" + policy + "\"); " +
             std::to_string(live_workers()) + " workers go on" +
             (policy == "restart" ? " until a new process takes its rank back" : ""));
@@ -602,7 +604,7 @@ void Scheduler::tell_workers(MsgType type, std::int64_t key, const std::string& 
   }
 }
 
-void Scheduler::server_failed(Node& node, const std::string& reason) {
+void Scheduler::server_failed(Node& node, const std::string& reason, bool silent) {
   if (options_.cluster.on_server_failure != "restart") fail(reason);
   if (node.restarting) return;  // the failed process spoke again before its replacement came: already handled
   if (node.restarts >= options_.cluster.max_restarts) {
@@ -613,6 +615,7 @@ void Scheduler::server_failed(Node& node, const std::string& reason) {
   node.failed_at = Clock::now();
   node.restart_deadline = node.failed_at + milliseconds(options_.cluster.timeout_ms);
   node.failure = reason;
+  report_failure(node, reason, silent, "restart");
   log_.warn(reason + ": waiting up to " + std::to_string(options_.cluster.timeout_ms) + " ms for server " +
             std::to_string(node.rank) + " to rejoin (cluster.on_server_failure = \"restart\"); its updates since the "
             "last checkpoint are lost");
@@ -708,12 +711,42 @@ void Scheduler::check_liveness() {
                                  std::to_string(silent) + " ms (limit " +
                                  std::to_string(options_.cluster.heartbeat_timeout_ms) + " ms)";
       if (n.role == Role::kWorker) {
-        worker_failed(n, reason);
+        worker_failed(n, reason, /*silent=*/true);
       } else {
-        server_failed(n, reason);
+        server_failed(n, reason, /*silent=*/true);
       }
     }
   }
+}
+
+void Scheduler::report_failure(const Node& node, const std::string& reason, bool silent, const std::string& policy) {
+  if (!options_.on_failure) return;
+  NodeFailure f;
+  f.role = node.role;
+  f.rank = node.rank;
+  f.pid = node.request.pid;
+  f.host = node.request.host;
+  f.silent = silent;
+  f.time_s = log_.clock().now_s();
+  const auto silent_for = std::chrono::duration<double>(Clock::now() - node.last_seen).count();
+  f.last_seen_s = f.time_s - silent_for;
+  f.policy = policy;
+  f.reason = reason;
+  options_.on_failure(f);
+}
+
+std::string to_json_line(const NodeFailure& f) {
+  return JsonLine()
+      .add("role", to_string(f.role))
+      .add("rank", f.rank)
+      .add("pid", f.pid)
+      .add("host", f.host)
+      .add("silent", f.silent)
+      .add("last_seen_s", f.last_seen_s)
+      .add("time_s", f.time_s)
+      .add("policy", f.policy)
+      .add("reason", f.reason)
+      .str();
 }
 
 void Scheduler::broadcast(MsgType type, const std::string& text, bool include_done) {

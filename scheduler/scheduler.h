@@ -48,6 +48,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -67,6 +68,29 @@
 
 namespace pstrain {
 
+// A node the scheduler declared failed and the job goes on without (for
+// now): a worker dropped under on_worker_failure "continue" or "restart", a
+// server awaited under on_server_failure "restart". (Under "abort" the job
+// ends instead.) The launcher fences a silent one: if its process is still
+// running (stopped or hung), it kills it, so that "restart" can start its
+// replacement and the job's end does not wait for it
+// (docs/architecture.md, "Failure policy").
+struct NodeFailure {
+  Role role = Role::kWorker;
+  int rank = -1;
+  std::int64_t pid = 0;  // as the node registered it
+  std::string host;      // likewise
+  bool silent = false;   // no heartbeat within heartbeat_timeout_ms (else it reported its own failure)
+  double last_seen_s = 0;  // job clock (common/job_clock.h): when the scheduler last heard from it
+  double time_s = 0;       // job clock: when it was declared failed
+  std::string policy;      // "continue" or "restart"
+  std::string reason;
+};
+
+// One JSON object (one line of RUN_DIR/failures.jsonl): role, rank, pid,
+// host, silent, last_seen_s, time_s, policy, reason.
+std::string to_json_line(const NodeFailure& failure);
+
 struct SchedulerOptions {
   int num_servers = 1;
   int num_workers = 1;
@@ -77,6 +101,9 @@ struct SchedulerOptions {
   // CURVE on (common/security.h): the socket is a CURVE server and a ZAP
   // handler of the scheduler's admits the job's keys only. Null = off.
   const SecurityContext* security = nullptr;
+  // Called, on the scheduler's thread, for each NodeFailure (pstrain-scheduler
+  // --failures-file appends them to a file); may be empty.
+  std::function<void(const NodeFailure&)> on_failure = nullptr;
 };
 
 class Scheduler {
@@ -150,10 +177,13 @@ class Scheduler {
   void check_liveness();
   void send_heartbeats();  // to every node still in the job, each heartbeat_interval_ms
   // A worker failed: drop it (on_worker_failure "continue") or fail the job.
-  void worker_failed(Node& node, const std::string& reason);
+  // `silent`: it stopped sending heartbeats (else it reported the failure).
+  void worker_failed(Node& node, const std::string& reason, bool silent = false);
   void release_barriers();
   // A server failed: restart it (on_server_failure "restart") or fail the job.
-  void server_failed(Node& node, const std::string& reason);
+  void server_failed(Node& node, const std::string& reason, bool silent = false);
+  // Tells options_.on_failure that `node` was declared failed under `policy`.
+  void report_failure(const Node& node, const std::string& reason, bool silent, const std::string& policy);
   // A server's registration after the rendezvous: takes back a restarting rank, else refused.
   void on_server_rejoin(const PeerId& from, const Message& msg);
   void tell_workers(MsgType type, std::int64_t key, const std::string& text);

@@ -3,6 +3,9 @@
 // consistency policies stop waiting for it, and the others finish the job.
 #include <doctest/doctest.h>
 
+#include <unistd.h>
+
+#include <mutex>
 #include <thread>
 
 #include "common/errors.h"
@@ -61,13 +64,42 @@ std::vector<float> run_with_a_worker_lost(LocalCluster& cluster, zmq::context_t&
 
 }  // namespace
 
+// What the scheduler reported through SchedulerOptions::on_failure (from its thread).
+struct Failures {
+  std::mutex mutex;
+  std::vector<NodeFailure> seen;
+  std::function<void(const NodeFailure&)> sink() {
+    return [this](const NodeFailure& f) {
+      std::lock_guard<std::mutex> lock(mutex);
+      seen.push_back(f);
+    };
+  }
+};
+
 TEST_CASE("continue, sync: a lost worker is dropped and every step is the mean of those left") {
   zmq::context_t ctx;
-  LocalCluster cluster(ctx, options(Mode::kSync, 3, "continue"));
+  Failures failures;
+  LocalClusterOptions o = options(Mode::kSync, 3, "continue");
+  o.on_failure = failures.sink();
+  LocalCluster cluster(ctx, o);
   const std::vector<float> w = run_with_a_worker_lost(cluster, ctx, 3, 4, Mode::kSync);
   CHECK_NOTHROW(cluster.join());
   // Worker 2 never pushed: each of the 4 updates is the mean of 1 and 2 at lr 0.5.
   CHECK(w == std::vector<float>(40, 10.0f - 4 * 0.5f * 1.5f));
+  // The drop was reported once, as a silence, with what the launcher needs to fence the process.
+  REQUIRE(failures.seen.size() == 1);
+  const NodeFailure& f = failures.seen[0];
+  CHECK(f.role == Role::kWorker);
+  CHECK(f.rank == 2);
+  CHECK(f.pid == getpid());  // in-process: every node registered this process
+  CHECK(f.silent);
+  CHECK(f.policy == "continue");
+  CHECK(f.time_s - f.last_seen_s >= 0.5);  // heartbeat_timeout_ms
+  CHECK(f.last_seen_s > 0);
+  CHECK(doctest::String(f.reason.c_str()) == doctest::Contains("sent no heartbeat"));
+  const std::string line = to_json_line(f);
+  CHECK(line.find("\"role\":\"worker\",\"rank\":2,\"pid\":" + std::to_string(getpid())) == 1);
+  CHECK(line.find("\"silent\":true") != std::string::npos);
 }
 
 TEST_CASE("continue, ssp: the others are no longer held back by a lost worker's clock") {
@@ -81,10 +113,14 @@ TEST_CASE("continue, ssp: the others are no longer held back by a lost worker's 
 
 TEST_CASE("abort: a lost worker ends the job, naming it") {
   zmq::context_t ctx;
-  LocalCluster cluster(ctx, options(Mode::kSync, 2, "abort"));
+  Failures failures;
+  LocalClusterOptions o = options(Mode::kSync, 2, "abort");
+  o.on_failure = failures.sink();
+  LocalCluster cluster(ctx, o);
   CHECK_THROWS_WITH_AS(run_with_a_worker_lost(cluster, ctx, 2, 3, Mode::kSync), doctest::Contains("worker 1"),
                        AbortedError);
   CHECK_THROWS_WITH_AS(cluster.join(), doctest::Contains("sent no heartbeat"), AbortedError);
+  CHECK(failures.seen.empty());  // the job ended: nothing goes on without it, nothing to fence
 }
 
 TEST_CASE("a worker waiting for the servers stops at the scheduler's shutdown instead of waiting on") {

@@ -1,6 +1,6 @@
 // The launcher's parts on their own: line splitting, where a key was set,
-// exit descriptions, the run directory's lock and previous runs, and a log
-// that cannot be written.
+// exit descriptions, the run directory's lock and previous runs, a log
+// that cannot be written, and which node a declared failure fences.
 #include <doctest/doctest.h>
 
 #include <csignal>
@@ -8,6 +8,7 @@
 #include "tests/integration/launch_test_util.h"
 #include "tools/launcher/child_process.h"
 #include "tools/launcher/config_site.h"
+#include "tools/launcher/fencing.h"
 #include "tools/launcher/line_splitter.h"
 #include "tools/launcher/run_dir.h"
 #include "tools/launcher/signal_watch.h"
@@ -50,6 +51,85 @@ TEST_CASE("exit statuses are described as codes or signals") {
   CHECK(describe(ExitStatus{true, SIGKILL}) == "was killed by signal 9 (Killed)");
   CHECK(ExitStatus{false, 0}.ok());
   CHECK_FALSE(ExitStatus{true, 0}.ok());
+}
+
+TEST_CASE("a line of failures.jsonl is read as the scheduler writes it; anything else is refused with the reason") {
+  std::string error;
+  const auto f = parse_declared_failure(
+      R"({"role":"server","rank":1,"pid":4242,"host":"vm","silent":true,"last_seen_s":2.5,"time_s":4.5,)"
+      R"("policy":"restart","reason":"server 1 (vm, pid 4242) sent no heartbeat for 2004 ms"})",
+      error);
+  REQUIRE(f.has_value());
+  CHECK(f->node == "server 1");
+  CHECK(f->pid == 4242);
+  CHECK(f->silent);
+  CHECK(f->last_seen_s == 2.5);
+  CHECK(f->reason == "server 1 (vm, pid 4242) sent no heartbeat for 2004 ms");
+  const std::pair<const char*, const char*> bad[] = {
+      {"not json", ""},
+      {R"({"role":"scheduler","rank":0,"pid":1,"silent":true,"last_seen_s":1,"reason":""})", "role 'scheduler'"},
+      {R"({"role":"worker","pid":1,"silent":true,"last_seen_s":1,"reason":""})", "no key 'rank'"},
+      {R"({"role":"worker","rank":1.5,"pid":1,"silent":true,"last_seen_s":1,"reason":""})", "rank"},
+      {R"({"role":"worker","rank":1,"pid":1,"silent":"yes","last_seen_s":1,"reason":""})", "silent"},
+      {R"({"role":"worker","rank":1,"pid":1,"silent":true,"reason":""})", "no key 'last_seen_s'"},
+  };
+  for (const auto& [line, why] : bad) {
+    CAPTURE(line);
+    error.clear();
+    CHECK_FALSE(parse_declared_failure(line, error).has_value());
+    CHECK_FALSE(error.empty());
+    CHECK(doctest::String(error.c_str()) == doctest::Contains(why));
+  }
+}
+
+TEST_CASE("node_to_fence: only a silent node's own process, still running; over ssh one started before the silence") {
+  auto node = [](const std::string& name, pid_t pid, double started_s, bool remote, bool exited) {
+    NodeState n;
+    n.spec.name = name;
+    n.spec.stdin_pipe = remote;
+    n.pid = pid;
+    n.started_s = started_s;
+    if (exited) n.status = ExitStatus{true, SIGKILL};
+    return n;
+  };
+  DeclaredFailure f;
+  f.node = "server 1";
+  f.pid = 300;
+  f.silent = true;
+  f.last_seen_s = 10.0;
+  // This host: the pid the scheduler heard from.
+  std::vector<NodeState> nodes{node("scheduler", 100, 0, false, false), node("server 0", 200, 0, false, false),
+                               node("server 1", 300, 0, false, false)};
+  CHECK(node_to_fence(nodes, f) == std::optional<std::size_t>(2));
+  DeclaredFailure reported = f;
+  reported.silent = false;  // it reported its own failure: it exits by itself
+  CHECK_FALSE(node_to_fence(nodes, reported).has_value());
+  // Replaced already (the old one exited, a new one of another pid runs): not the new one.
+  nodes[2].status = ExitStatus{true, SIGKILL};
+  nodes.push_back(node("server 1", 301, 11.0, false, false));
+  CHECK_FALSE(node_to_fence(nodes, f).has_value());
+  // The replacement itself goes silent later: it is the one.
+  DeclaredFailure later = f;
+  later.pid = 301;
+  later.last_seen_s = 20.0;
+  CHECK(node_to_fence(nodes, later) == std::optional<std::size_t>(3));
+  // Gone already: nothing to kill.
+  nodes[3].status = ExitStatus{false, 0};
+  CHECK_FALSE(node_to_fence(nodes, later).has_value());
+  // No such node.
+  DeclaredFailure other = f;
+  other.node = "worker 7";
+  CHECK_FALSE(node_to_fence(nodes, other).has_value());
+  // Over ssh (the remote pid is not ours): the session started before the scheduler last heard from it.
+  std::vector<NodeState> remote{node("worker 1", 500, 1.0, true, false)};
+  DeclaredFailure w;
+  w.node = "worker 1";
+  w.pid = 77;  // the program's pid on its host
+  w.silent = true;
+  w.last_seen_s = 5.0;
+  CHECK(node_to_fence(remote, w) == std::optional<std::size_t>(0));
+  remote[0].started_s = 6.0;  // a replacement started after the silence began
+  CHECK_FALSE(node_to_fence(remote, w).has_value());
 }
 
 TEST_CASE("keep_previous_run moves a previous run aside, whole, and keeps the caller's log in place") {

@@ -58,6 +58,7 @@ LocalCluster::LocalCluster(zmq::context_t& ctx, LocalClusterOptions options)
   so.num_workers = options_.num_workers;
   so.cluster = options_.cluster;
   so.bind_endpoint = endpoint_for("scheduler");
+  so.on_failure = options_.on_failure;
   scheduler_ = scheduler_ctx_ ? std::make_unique<Scheduler>(*scheduler_ctx_, so, log_)
                              : std::make_unique<Scheduler>(*transport_, so, log_);
   scheduler_endpoint_ = scheduler_->endpoint();

@@ -38,6 +38,8 @@ struct LocalClusterOptions {
   std::string transport = "inproc";  // "inproc" | "ipc" | "tcp" | "shm" | "fake"
   std::uint64_t fake_seed = 1;       // transport "fake": its fault plan's seed
   LogLevel log_level = LogLevel::kWarn;
+  // The scheduler's SchedulerOptions::on_failure (called on its thread); may be empty.
+  std::function<void(const NodeFailure&)> on_failure = nullptr;
   // Non-empty: CURVE on with the job keys in this directory (pstrain-keygen).
   // The scheduler and each server then get a zmq context of their own (one
   // ZAP handler per context), so transport must be "tcp" or "ipc".

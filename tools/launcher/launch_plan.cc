@@ -183,7 +183,8 @@ LaunchPlan plan_launch(const LaunchRequest& request) {
 NodeSpec scheduler_spec(const LaunchPlan& plan) {
   return NodeSpec{"scheduler", "scheduler",
                   {(plan.bin_dir / "pstrain-scheduler").string(), "--config", plan.config_file().string(),
-                   "--endpoint-file", plan.endpoint_file().string()}};
+                   "--endpoint-file", plan.endpoint_file().string(), "--failures-file",
+                   plan.failures_file().string()}};
 }
 
 bool LaunchPlan::remote(const std::string& host) const { return !host.empty() && !is_this_machine(host); }

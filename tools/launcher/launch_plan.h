@@ -44,6 +44,8 @@ struct LaunchPlan {
   bool remote(const std::string& host) const;
   std::filesystem::path config_file() const { return run_dir / "config.toml"; }
   std::filesystem::path endpoint_file() const { return run_dir / "scheduler.endpoint"; }
+  // The nodes the scheduler declared failed (tools/launcher/fencing.h).
+  std::filesystem::path failures_file() const { return run_dir / "failures.jsonl"; }
 };
 
 // Loads and checks the config (ConfigError "FILE:LINE: key 'a.b': ...", or

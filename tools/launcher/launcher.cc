@@ -17,7 +17,9 @@
 #include "common/log.h"
 #include "common/node_cli.h"
 #include "common/security.h"
+#include "tools/launcher/fencing.h"
 #include "tools/launcher/live_status.h"
+#include "tools/launcher/metrics_tail.h"
 #include "tools/launcher/restart_policy.h"
 #include "tools/launcher/run_dir.h"
 #include "tools/launcher/supervisor.h"
@@ -97,7 +99,9 @@ class Launch {
         supervisor_(SupervisorOptions{plan_.run_dir / "logs", !options.quiet, stdout, 5, job_clock_,
                                       [this] { status_.hide(); }, !plan_.resume_dir.empty()},
                     signals),
-        start_(Clock::now()) {
+        start_(Clock::now()),
+        failures_(plan_.failures_file()) {
+    failures_.skip_existing();  // a resumed run's earlier failures are about processes long gone
     // Every process of the job measures time from this origin (common/job_clock.h).
     setenv(kJobStartEnv, std::to_string(job_clock_.origin_unix_us()).c_str(), 1);
     for (const char* name : kEnclosingJobEnv) unsetenv(name);
@@ -160,12 +164,32 @@ class Launch {
     launcher::say(job_clock_, message);
   }
 
-  // `condition` with the status line's tick first (cheap, never blocks).
+  // `condition` with the status line's tick and the fencing first (cheap, never blocks).
   std::function<bool()> with_status(std::function<bool()> condition) {
     return [this, condition = std::move(condition)] {
       status_.tick();
+      fence_failed_nodes();
       return condition();
     };
+  }
+
+  // Kills each node the scheduler declared failed for its silence whose
+  // process is still running (tools/launcher/fencing.h); its exit then goes
+  // through the failure policy (tolerated_worker_failure).
+  void fence_failed_nodes() {
+    for (const std::string& line : failures_.read_lines()) {
+      std::string error;
+      const std::optional<DeclaredFailure> failure = parse_declared_failure(line, error);
+      if (!failure) {
+        say("ignored a line of " + plan_.failures_file().string() + ": " + error);
+        continue;
+      }
+      const std::optional<std::size_t> node = node_to_fence(supervisor_.states(), *failure);
+      if (!node || !supervisor_.kill_node(*node)) continue;
+      const NodeState n = supervisor_.states().at(*node);
+      say(n.spec.name + " (pid " + std::to_string(n.pid) + ") is still running after the scheduler declared it failed (" +
+          failure->reason + "): stopped or hung; killed it (SIGKILL), so that its failure policy applies");
+    }
   }
 
   std::optional<Clock::time_point> deadline() const {
@@ -375,6 +399,7 @@ class Launch {
   Clock::time_point start_;
   std::string endpoint_;  // the scheduler's, once known (restarts dial it)
   RestartBudget restarts_{plan_.config.cluster.max_restarts};
+  MetricsTail failures_;  // RUN_DIR/failures.jsonl, from the scheduler
 };
 
 }  // namespace

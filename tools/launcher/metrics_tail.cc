@@ -32,6 +32,12 @@ std::int64_t integer(const report::JsonValue& record, std::string_view key) {
 
 }  // namespace
 
+void MetricsTail::skip_existing() {
+  struct stat st {};
+  offset_ = stat(file_.c_str(), &st) == 0 ? static_cast<std::uint64_t>(st.st_size) : 0;
+  partial_.clear();
+}
+
 std::vector<std::string> MetricsTail::read_lines() {
   std::vector<std::string> lines;
   const int fd = open(file_.c_str(), O_RDONLY | O_CLOEXEC);

@@ -21,6 +21,8 @@ class MetricsTail {
   // The complete lines appended since the last call; none while the file
   // does not exist. A file that shrank (rewritten) is read from its start.
   std::vector<std::string> read_lines();
+  // Passes over what the file holds now (a resumed run's earlier lines).
+  void skip_existing();
 
  private:
   std::filesystem::path file_;

@@ -40,7 +40,8 @@ std::string remote_command(const std::string& cwd, const std::map<std::string, s
     command += shell_quote(a);
   }
   command +=
-      " </dev/null & c=$!; { while read -r _ <&3; do :; done; kill -TERM $c; } >/dev/null 2>&1 & w=$!; "
+      " </dev/null & c=$!; { while read -r _ <&3; do :; done; kill -TERM $c; kill -CONT $c; sleep 10; kill -KILL $c; }"
+      " >/dev/null 2>&1 & w=$!; "
       "wait $c; s=$?; kill $w 2>/dev/null; exit $s";
   return command;
 }

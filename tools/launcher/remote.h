@@ -7,8 +7,9 @@
 // The remote command runs the program in the background and watches the
 // ssh session's standard input, which the launcher holds open (a pipe,
 // NodeSpec::stdin_pipe): when the launcher stops the node, dies, or the
-// connection drops, the input ends and the program gets SIGTERM, so no
-// process outlives its job on another host. The program's exit code comes
+// connection drops, the input ends and the program gets SIGTERM (and
+// SIGCONT, so that a stopped one takes it; SIGKILL 10 s later if it is still
+// there: hung), so no process outlives its job on another host. The program's exit code comes
 // back as ssh's; ssh's own failures (no route, refused key) are code 255
 // with ssh's message on stderr.
 #pragma once

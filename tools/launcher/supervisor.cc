@@ -87,6 +87,7 @@ std::size_t Supervisor::start(const NodeSpec& spec) {
   nodes_.reserve(nodes_.size() + 1);  // so that adding it after the fork cannot fail
   const Child child = spawn_child(spec.argv, signals_, spec.stdin_pipe);
   node->state.pid = child.pid;
+  node->state.started_s = options_.clock.now_s();
   node->stdin_fd = child.stdin_fd;
   node->out.fd = child.stdout_fd;
   node->err.fd = child.stderr_fd;
@@ -198,6 +199,12 @@ std::optional<std::size_t> Supervisor::first_failure() const {
 }
 
 void Supervisor::tolerate(std::size_t index) { nodes_.at(index)->state.tolerated = true; }
+
+bool Supervisor::kill_node(std::size_t index) {
+  const NodeState& state = nodes_.at(index)->state;
+  if (state.status) return false;
+  return signal_group(state.pid, SIGKILL);
+}
 
 Supervisor::Outcome Supervisor::run_until(const std::function<bool()>& condition,
                                           std::optional<Clock::time_point> deadline,

@@ -42,6 +42,7 @@ struct NodeSpec {
 struct NodeState {
   NodeSpec spec;
   pid_t pid = -1;
+  double started_s = 0;              // job clock (SupervisorOptions::clock) when it was started
   std::optional<ExitStatus> status;  // set once reaped
   int exit_order = -1;               // 0 for the first node reaped, 1 next, ...
   bool stopped_by_us = false;        // signalled by stop_all() before it exited
@@ -83,6 +84,11 @@ class Supervisor {
   // The failure of node `index` does not end run_until() any more (a worker
   // the job's failure policy goes on without).
   void tolerate(std::size_t index);
+
+  // SIGKILL to node `index`'s process group if it is still running (not yet
+  // reaped, so its pid cannot have been reused); returns whether it was.
+  // Its exit is then reaped as any other (a failure unless tolerated).
+  bool kill_node(std::size_t index);
 
   // Pumps output and reaps exits until SIGINT/SIGTERM arrives, a node fails
   // (unless `stop_on_failure` is false), a log cannot be written, `condition()` holds (checked after
