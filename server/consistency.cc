@@ -27,15 +27,20 @@ ConsistencyPolicy::ConsistencyPolicy(std::size_t num_chunks, int num_workers)
       live_(static_cast<std::size_t>(num_workers), true),
       num_live_(num_workers) {}
 
-void ConsistencyPolicy::check_step(std::size_t chunk, const PushRequest& push) const {
-  const std::string what = describe_push(push.key, push.worker, push.step);
+void ConsistencyPolicy::check_worker(const PushRequest& push) const {
   if (push.worker < 0 || push.worker >= num_workers_) {
-    throw RequestError(Status::kBadRequest,
-                       what + ": worker rank outside [0, " + std::to_string(num_workers_) + ")");
+    throw RequestError(Status::kBadRequest, describe_push(push.key, push.worker, push.step) +
+                                                ": worker rank outside [0, " + std::to_string(num_workers_) + ")");
   }
   if (!live_[static_cast<std::size_t>(push.worker)]) {
-    throw RequestError(Status::kRejected, what + ": the worker was dropped from the job; not applied");
+    throw RequestError(Status::kRejected, describe_push(push.key, push.worker, push.step) +
+                                              ": the worker was dropped from the job; not applied");
   }
+}
+
+void ConsistencyPolicy::check_step(std::size_t chunk, const PushRequest& push) const {
+  check_worker(push);
+  const std::string what = describe_push(push.key, push.worker, push.step);
   const std::int64_t last = last_step_[chunk][static_cast<std::size_t>(push.worker)];
   if (push.step == last) throw RequestError(Status::kRejected, what + ": duplicate, already counted");
   if (push.step < last) {
@@ -106,6 +111,7 @@ class SyncPolicy final : public ConsistencyPolicy {
   }
 
   std::optional<Update> on_push(std::size_t chunk, std::int64_t version, const PushRequest& push) override {
+    check_worker(push);  // a dropped worker is told so, not that its step is stale
     const std::string what = describe_push(push.key, push.worker, push.step);
     if (push.step < version) {
       throw RequestError(Status::kRejected, what + ": stale, the chunk is at version " + std::to_string(version));

@@ -141,6 +141,9 @@ class ConsistencyPolicy {
   // Common checks: the worker is in range and live, its step is above its
   // last for the chunk (else a duplicate or stale push). Does not record it.
   void check_step(std::size_t chunk, const PushRequest& push) const;
+  // The first of those: the worker is in range and live (a dropped worker's
+  // push is refused as such, before any check of its step or the version).
+  void check_worker(const PushRequest& push) const;
   void record_step(std::size_t chunk, const PushRequest& push) {
     last_step_[chunk][static_cast<std::size_t>(push.worker)] = push.step;
   }

@@ -6,7 +6,9 @@
 // (continue), and a server killed and restarted from a checkpoint (restart):
 // each job ends with exit 0, the servers' metrics show the bodies that went
 // through shared memory (the restarted server's from the workers' new
-// segments), and nothing of the job is left in /dev/shm.
+// segments), and nothing of the job is left in /dev/shm. A server stopped
+// with SIGSTOP (hung, holding its peers' slots) past the heartbeat timeout:
+// the launcher fences it (tools/launcher/fencing.h) and restarts it.
 #include <doctest/doctest.h>
 
 #include <signal.h>
@@ -106,6 +108,38 @@ TEST_CASE("shm: a server killed (SIGKILL) mid-run with the default CNN is restar
   CHECK(exit->code == 0);
   // The restarted server's metrics: both workers said hello to it again and
   // its pull replies went through their new segments.
+  const JsonValue m = server_metrics(run, 1);
+  CHECK(number(m, "rejoined_from_step") >= 8);
+  CHECK(number(m, "shm_connections") == 2);
+  CHECK(number(m, "shm_bodies_sent") > 0);
+  CHECK(shm_names() == 0);
+}
+
+TEST_CASE("shm: a server stopped (SIGSTOP) mid-run is fenced by the launcher and restarted; the job ends well") {
+  it::TempDir dir;
+  const auto run = dir.path() / "run";
+  it::LaunchProcess p(cnn_args(run, {"cluster.on_server_failure=restart", "checkpoint.interval_steps=8"}),
+                      dir.path() / "out.txt");
+  const bool past_checkpoint = it::wait_until(
+      [&] { return it::fs::exists(run / "checkpoints/step-00000008/manifest.json") && steps_of(run, 0) >= 10; }, 180s);
+  INFO(p.output());
+  REQUIRE(past_checkpoint);
+  const pid_t stopped = it::read_pids(run).at("server-1");
+  REQUIRE(kill(stopped, SIGSTOP) == 0);
+  // Before fencing, the job waited for an exit that never came, then aborted
+  // after cluster.timeout_ms (60 s here): well within that now.
+  const auto exit = p.wait(300s);
+  const std::string output = p.output();
+  INFO(output);
+  REQUIRE(exit.has_value());
+  CHECK(exit->code == 0);
+  CHECK(it::contains(output, "server 1 (pid " + std::to_string(stopped) +
+                                 ") is still running after the scheduler declared it failed"));
+  CHECK(it::contains(output, "server 1 was killed by signal 9 (Killed): restarting it (1 of"));
+  CHECK(it::process_gone(stopped));
+  const std::string failures = it::read_file(run / "failures.jsonl");
+  CHECK(it::contains(failures, "\"role\":\"server\",\"rank\":1,\"pid\":" + std::to_string(stopped)));
+  CHECK(it::contains(failures, "\"silent\":true"));
   const JsonValue m = server_metrics(run, 1);
   CHECK(number(m, "rejoined_from_step") >= 8);
   CHECK(number(m, "shm_connections") == 2);

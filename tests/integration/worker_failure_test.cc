@@ -244,7 +244,7 @@ TEST_CASE("continue: worker 0 killed mid-run in allreduce: worker 1 leads the ot
   kill_worker_mid_run("allreduce", 0);
 }
 
-TEST_CASE("continue: a worker stopped (SIGSTOP) past the heartbeat timeout is dropped; woken, it learns it and exits") {
+TEST_CASE("continue: a worker stopped (SIGSTOP) past the heartbeat timeout is dropped and fenced; the job ends well") {
   it::TempDir dir;
   const auto run = dir.path() / "run";
   auto args = it::launch_args(it::kSourceDir / "configs/tiny_sync.toml", run);
@@ -256,24 +256,81 @@ TEST_CASE("continue: a worker stopped (SIGSTOP) past the heartbeat timeout is dr
   const int stop_after = kill_after_steps("sync, SIGSTOP", 1);
   MESSAGE("stopping worker 1 after its step " << stop_after - 1 << " (seed " << fault_seed() << ")");
   REQUIRE(it::wait_until([&] { return it::count_lines(metrics) >= 1 + stop_after; }, std::chrono::seconds(180)));
-  const auto pids = it::read_pids(run);
-  const pid_t w1 = pids.at("worker-1");
+  const pid_t w1 = it::read_pids(run).at("worker-1");
   REQUIRE(kill(w1, SIGSTOP) == 0);
-  const auto scheduler_log = run / "logs/scheduler.log";
-  const bool dropped = it::wait_until([&] { return it::contains(it::read_file(scheduler_log), "dropped from the job"); },
-                                      std::chrono::seconds(30));
-  REQUIRE(kill(w1, SIGCONT) == 0);
-  INFO(p.output());
-  REQUIRE(dropped);
+  // Never woken: before fencing, the others trained to the end and the job
+  // then failed, waiting for a process that would never exit.
   const auto exit = p.wait(std::chrono::seconds(240));
   const std::string output = p.output();
   INFO(output);
   REQUIRE(exit.has_value());
   CHECK(exit->code == 0);
-  CHECK(it::contains(output, "worker 1 exited with code"));  // it left on its own, after it woke
-  CHECK(it::contains(output, "the job goes on without it"));
+  CHECK(it::contains(output, "worker 1 (pid " + std::to_string(w1) +
+                                 ") is still running after the scheduler declared it failed"));
+  CHECK(it::contains(output, "worker 1 was killed by signal 9 (Killed): the job goes on without it"));
+  CHECK(it::contains(it::read_file(run / "logs/scheduler.log"), "dropped from the job"));
   CHECK(it::contains(it::read_file(run / "summary.json"), "\"dropped_workers\": [1]"));
+  CHECK(it::contains(it::read_file(run / "failures.jsonl"), "\"role\":\"worker\",\"rank\":1,"));
   CHECK(it::process_gone(w1));
+}
+
+// Without the launcher (roles started by hand, as under SLURM) nobody fences
+// a stopped worker: woken, it must learn by itself that it was dropped and exit.
+TEST_CASE("continue, roles started by hand: a worker stopped past the heartbeat timeout is dropped; woken, it learns it and exits") {
+  it::TempDir dir;
+  const auto run = dir.path() / "run";
+  const std::string port = std::to_string(it::free_port());
+  const std::string config = (it::kSourceDir / "configs/tiny_sync.toml").string();  // 2 servers
+  const std::vector<std::string> common{"--config", config, "--set", "output.run_dir=" + run.string(), "--set",
+                                        "workload.epochs=6", "--set", "cluster.workers=3", "--set",
+                                        "cluster.on_worker_failure=continue", "--set",
+                                        "cluster.heartbeat_timeout_ms=1000", "--set", "output.trace=off"};
+  auto role = [&](const std::string& program, int rank) {
+    std::vector<std::string> argv{(it::kBinDir / program).string()};
+    argv.insert(argv.end(), common.begin(), common.end());
+    argv.insert(argv.end(), {"--scheduler", "tcp://127.0.0.1:" + port, "--rank", std::to_string(rank)});
+    return argv;
+  };
+  std::vector<std::string> sched{(it::kBinDir / "pstrain-scheduler").string()};
+  sched.insert(sched.end(), common.begin(), common.end());
+  sched.insert(sched.end(), {"--set", "cluster.scheduler=tcp://127.0.0.1:" + port});
+  const auto out = [&](const std::string& name) { return dir.path() / (name + ".txt"); };
+  std::vector<std::pair<std::string, pid_t>> nodes{{"scheduler", it::spawn(sched, {}, out("scheduler"))}};
+  for (int s = 0; s < 2; ++s) {
+    nodes.emplace_back("server-" + std::to_string(s), it::spawn(role("pstrain-server", s), {}, out("server-" + std::to_string(s))));
+  }
+  for (int w = 0; w < 3; ++w) {
+    nodes.emplace_back("worker-" + std::to_string(w), it::spawn(role("pstrain-worker", w), {}, out("worker-" + std::to_string(w))));
+  }
+  const pid_t w1 = nodes[4].second;
+  const int stop_after = kill_after_steps("sync, SIGSTOP by hand", 1);
+  MESSAGE("stopping worker 1 after its step " << stop_after - 1 << " (seed " << fault_seed() << ")");
+  const bool training = it::wait_until([&] { return it::count_lines(run / "metrics/worker-1.jsonl") >= 1 + stop_after; },
+                                       std::chrono::seconds(180));
+  INFO(it::read_file(out("scheduler")));
+  REQUIRE(training);
+  REQUIRE(kill(w1, SIGSTOP) == 0);
+  const bool dropped = it::wait_until([&] { return it::contains(it::read_file(out("scheduler")), "dropped from the job"); },
+                                      std::chrono::seconds(30));
+  REQUIRE(kill(w1, SIGCONT) == 0);
+  CHECK(dropped);
+  for (const auto& [name, pid] : nodes) {
+    CAPTURE(name);
+    const std::optional<int> code = it::wait_exit(pid, std::chrono::seconds(180));
+    if (!code) {
+      kill(pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+    }
+    INFO(it::read_file(out(name)));
+    REQUIRE(code.has_value());
+    // The woken worker leaves on its own with an error code, naming why; the rest finish the job.
+    if (name == "worker-1") {
+      CHECK(*code != 0);
+      CHECK(it::contains(it::read_file(out(name)), "dropped"));
+    } else {
+      CHECK(*code == 0);
+    }
+  }
 }
 
 TEST_CASE("abort: a worker stopped past the heartbeat timeout is named in the launcher's headline") {

@@ -152,6 +152,32 @@ TEST_CASE("restart: a worker killed mid-run in async is started again, rejoins a
   kill_and_restart("async", 9002);
 }
 
+TEST_CASE("restart: a worker stopped (SIGSTOP) past the heartbeat timeout is fenced, started again, rejoins and finishes") {
+  it::TempDir dir;
+  const auto run = dir.path() / "run";
+  it::LaunchProcess p(restart_args(run, "sync", 3), dir.path() / "out.txt");
+  const auto metrics = run / "metrics/worker-1.jsonl";
+  REQUIRE(it::wait_until([&] { return step_records(metrics) >= 4; }, std::chrono::seconds(180)));
+  const pid_t stopped = it::read_pids(run).at("worker-1");
+  REQUIRE(kill(stopped, SIGSTOP) == 0);
+  // Before fencing, the stopped process never exited, so no replacement was started.
+  const auto exit = p.wait(std::chrono::seconds(240));
+  const std::string output = p.output();
+  INFO(output);
+  REQUIRE(exit.has_value());
+  CHECK(exit->code == 0);
+  CHECK(it::contains(output, "worker 1 (pid " + std::to_string(stopped) +
+                                 ") is still running after the scheduler declared it failed"));
+  CHECK(it::contains(output, "worker 1 was killed by signal 9 (Killed): restarting it (1 of 3, "
+                             "cluster.on_worker_failure = \"restart\")"));
+  CHECK(it::contains(it::read_file(run / "logs/scheduler.log"), "worker 1 rejoined the job"));
+  const std::string summary = it::read_file(run / "summary.json");
+  CHECK(it::contains(summary, "\"restarts\": [{\"rank\": 1,"));
+  CHECK(it::contains(summary, "\"dropped_workers\": []"));
+  CHECK(it::contains(it::read_file(metrics), "\"type\":\"end\""));
+  CHECK(it::process_gone(stopped));
+}
+
 TEST_CASE("restart: past cluster.max_restarts the worker is let go as under \"continue\"") {
   it::TempDir dir;
   const auto run = dir.path() / "run";
