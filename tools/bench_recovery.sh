@@ -24,6 +24,7 @@
 # a new kind, one more branch in inject():
 #   kill-sync, kill-async, kill-allreduce   SIGKILL of worker 1
 #   stop-sync                               SIGSTOP of worker 1 past the timeout, SIGCONT after its drop
+#                                           (unless the launcher's fencing killed it first)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 exec python3 - "$@" <<'PY'
@@ -113,7 +114,10 @@ def inject(fault, pid, run):
         try:
             wait_for(lambda: drop_time(run) is not None, 60, "the drop of the stopped worker")
         finally:
-            os.kill(pid, signal.SIGCONT)
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass  # the launcher fenced it already (killed: it was declared failed while stopped)
         return t
     raise ValueError(fault)
 
