@@ -8,7 +8,10 @@
 // tools/launcher/remote.h). Its exit then goes through the failure policy
 // like a crash: "restart" starts its replacement at once, where it would
 // otherwise wait for an exit that never comes, and the job's end does not
-// wait for a process that will never exit.
+// wait for a process that will never exit. One exception: a worker over ssh
+// under "continue" is left until the job has ended (then fenced if still
+// there after --shutdown-timeout-s): across a cut link it learns by itself
+// that it was dropped, and its reason reaches its log through the session.
 #pragma once
 
 #include <cstddef>

@@ -175,20 +175,33 @@ class Launch {
 
   // Kills each node the scheduler declared failed for its silence whose
   // process is still running (tools/launcher/fencing.h); its exit then goes
-  // through the failure policy (tolerated_worker_failure).
+  // through the failure policy (tolerated_worker_failure). A node over ssh
+  // under "continue" is left alone until the job has ended: across a cut
+  // link it learns by itself that it was dropped, and its reason reaches its
+  // log through the session, which a kill would end.
   void fence_failed_nodes() {
     for (const std::string& line : failures_.read_lines()) {
       std::string error;
-      const std::optional<DeclaredFailure> failure = parse_declared_failure(line, error);
-      if (!failure) {
+      if (std::optional<DeclaredFailure> failure = parse_declared_failure(line, error)) {
+        unfenced_.push_back(std::move(*failure));
+      } else {
         say("ignored a line of " + plan_.failures_file().string() + ": " + error);
+      }
+    }
+    for (auto it = unfenced_.begin(); it != unfenced_.end();) {
+      const std::vector<NodeState> nodes = supervisor_.states();
+      const std::optional<std::size_t> node = node_to_fence(nodes, *it);
+      if (node && nodes[*node].spec.stdin_pipe && !job_ended_ &&
+          failure_policy(plan_.config, nodes[*node].spec.name) != "restart") {
+        ++it;  // over ssh, under "continue": when the job has ended and it has not exited by itself
         continue;
       }
-      const std::optional<std::size_t> node = node_to_fence(supervisor_.states(), *failure);
-      if (!node || !supervisor_.kill_node(*node)) continue;
-      const NodeState n = supervisor_.states().at(*node);
-      say(n.spec.name + " (pid " + std::to_string(n.pid) + ") is still running after the scheduler declared it failed (" +
-          failure->reason + "): stopped or hung; killed it (SIGKILL), so that its failure policy applies");
+      if (node && supervisor_.kill_node(*node)) {
+        say(nodes[*node].spec.name + " (pid " + std::to_string(nodes[*node].pid) +
+            ") is still running after the scheduler declared it failed (" + it->reason +
+            "): stopped, hung or cut off; killed it (SIGKILL), so that its failure policy applies");
+      }
+      it = unfenced_.erase(it);
     }
   }
 
@@ -228,6 +241,15 @@ class Launch {
                                       std::min(limit, deadline().value_or(limit)), kRunTick);
     } while (tolerated_worker_failure(outcome));
     const bool overall_timeout = deadline() && Clock::now() >= *deadline();
+    if (outcome.event == Supervisor::Event::kDeadline && !overall_timeout && only_declared_failed_running()) {
+      // The job is over and all that is left was declared failed (a dropped
+      // worker over ssh that did not exit by itself): fence it now.
+      job_ended_ = true;
+      do {
+        outcome = supervisor_.run_until(with_status([&] { return supervisor_.all_exited(); }),
+                                        Clock::now() + milliseconds(10000), kRunTick);
+      } while (tolerated_worker_failure(outcome));
+    }
     if (outcome.event == Supervisor::Event::kDeadline && !overall_timeout) {
       say("the scheduler ended the job, but these did not exit within --shutdown-timeout-s " +
           seconds_text(options_.shutdown_timeout_s) + ": " + running_names());
@@ -266,6 +288,20 @@ class Launch {
     // as SIGABRT from std::terminate): say why, as for a failure that ends the job.
     if (!n.status->signaled || (n.status->code != SIGKILL && n.status->code != SIGTERM)) {
       for (const std::string& line : n.stderr_tail) say("  " + line);
+    }
+    return true;
+  }
+
+  // Whether every node still running is one the scheduler declared failed
+  // and fencing has left for the job's end.
+  bool only_declared_failed_running() {
+    fence_failed_nodes();  // the last lines of failures.jsonl
+    const std::vector<NodeState> nodes = supervisor_.states();
+    for (std::size_t i = 0; i < nodes.size(); ++i) {
+      if (nodes[i].status) continue;
+      bool declared = false;
+      for (const DeclaredFailure& f : unfenced_) declared = declared || node_to_fence(nodes, f) == i;
+      if (!declared) return false;
     }
     return true;
   }
@@ -400,6 +436,10 @@ class Launch {
   std::string endpoint_;  // the scheduler's, once known (restarts dial it)
   RestartBudget restarts_{plan_.config.cluster.max_restarts};
   MetricsTail failures_;  // RUN_DIR/failures.jsonl, from the scheduler
+  std::vector<DeclaredFailure> unfenced_;  // read, not yet dealt with (see fence_failed_nodes)
+  // The job is over and only nodes declared failed are left (after
+  // --shutdown-timeout-s): fence those over ssh too.
+  bool job_ended_ = false;
 };
 
 }  // namespace
