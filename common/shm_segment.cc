@@ -1,12 +1,14 @@
 #include "common/shm_segment.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <linux/magic.h>
 #include <sys/mman.h>
 #include <sys/vfs.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #if defined(__x86_64__)
@@ -19,6 +21,7 @@
 #include <cstring>
 #include <fstream>
 #include <thread>
+#include <utility>
 
 #include "common/errors.h"
 
@@ -216,6 +219,30 @@ bool shm_process_alive(pid_t pid) {
   return state != 'Z' && state != 'X' && state != 'x';
 }
 
+namespace {
+
+// A pidfd for `pid` (Linux 5.3+), or -1.
+int open_pidfd(pid_t pid) {
+#ifdef SYS_pidfd_open
+  if (pid <= 0) return -1;
+  const long fd = ::syscall(SYS_pidfd_open, pid, 0);
+  if (fd < 0) return -1;
+  ::fcntl(static_cast<int>(fd), F_SETFD, FD_CLOEXEC);
+  return static_cast<int>(fd);
+#else
+  (void)pid;
+  return -1;
+#endif
+}
+
+// A pidfd turns readable once its process has exited (zombie or reaped).
+bool pidfd_exited(int pidfd) {
+  pollfd p{pidfd, POLLIN, 0};
+  return ::poll(&p, 1, 0) > 0 && (p.revents & (POLLIN | POLLHUP | POLLERR)) != 0;
+}
+
+}  // namespace
+
 std::unique_ptr<ShmSegment> ShmSegment::create(const ShmOptions& options) {
   if (options.slots_per_side < 1 || options.slots_per_side > kMaxSlotsPerSide) {
     throw ConfigError("shm segment: slots_per_side must be 1.." + std::to_string(kMaxSlotsPerSide) + ", got " +
@@ -287,6 +314,15 @@ std::unique_ptr<ShmSegment> ShmSegment::attach(const ShmAddress& address, bool p
                         std::to_string(kControlBytes) + ".." + std::to_string(kMaxTotalBytes));
   }
   if (!shm_process_alive(address.pid)) throw TransportError(what + ": the creating process is gone");
+  // Pin the process first: if it is still alive once the descriptor below is
+  // open, the descriptor was that process's (its pid cannot have been reused
+  // meanwhile), and the pidfd tells when exactly it is gone.
+  struct PidfdHolder {
+    int fd;
+    ~PidfdHolder() {
+      if (fd >= 0) ::close(fd);
+    }
+  } pidfd{open_pidfd(address.pid)};
   const std::string path = "/proc/" + std::to_string(address.pid) + "/fd/" + std::to_string(address.fd);
   // Only ever open one of our memfds: a peer could name any descriptor of any
   // process of this user (a tty, a FIFO, a device), and opening some of
@@ -360,6 +396,9 @@ std::unique_ptr<ShmSegment> ShmSegment::attach(const ShmAddress& address, bool p
   s->slot_bytes_ = g.slot_bytes;
   s->payload_offset_ = g.payload_offset;  // from here on this side has joined (the destructor marks it closed)
   s->creator_pid_ = control.creator_pid;
+  if (pidfd.fd >= 0 && pidfd_exited(pidfd.fd)) throw TransportError(what + ": the creating process is gone");
+  s->peer_pidfd_ = std::exchange(pidfd.fd, -1);
+  s->peer_pidfd_of_ = control.creator_pid;
   return s;
 }
 
@@ -373,6 +412,7 @@ ShmSegment::~ShmSegment() {
     munmap(base_, total_bytes_);
   }
   if (fd_ >= 0) ::close(fd_);
+  if (peer_pidfd_ >= 0) ::close(peer_pidfd_);
 }
 
 pid_t ShmSegment::peer_pid() const {
@@ -387,6 +427,15 @@ ShmSegment::PeerState ShmSegment::peer_state() const {
   const std::uint32_t closed =
       atomic_at(side_ == Side::kCreator ? control->peer_closed : control->creator_closed).load(std::memory_order_acquire);
   if (closed != 0) return PeerState::kClosed;
+  const std::lock_guard<std::mutex> lock(pidfd_mutex_);
+  if (peer_pidfd_of_ != pid) {  // creator side: the peer attached (or a new one did) since the last look
+    if (peer_pidfd_ >= 0) ::close(peer_pidfd_);
+    peer_pidfd_ = open_pidfd(pid);
+    peer_pidfd_of_ = pid;
+    // It may have exited (and its pid been reused) before the pidfd was
+    // opened: the state word's pid and a live process are all there is then.
+  }
+  if (peer_pidfd_ >= 0) return pidfd_exited(peer_pidfd_) ? PeerState::kGone : PeerState::kAttached;
   return shm_process_alive(pid) ? PeerState::kAttached : PeerState::kGone;
 }
 

@@ -54,6 +54,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
@@ -204,6 +205,13 @@ class ShmSegment {
   std::uint32_t slots_per_side_ = 0;
   std::size_t slot_bytes_ = 0, payload_offset_ = 0, total_bytes_ = 0;
   pid_t creator_pid_ = 0;
+  // The peer's process, watched through a pidfd (a pid can be reused once
+  // its process is gone; a pidfd names that one process): opened at attach
+  // (peer side), or when the peer is first seen (creator side). -1: none
+  // (no pidfd on this kernel): kill(pid, 0) instead.
+  mutable std::mutex pidfd_mutex_;  // peer_state() may run on several threads
+  mutable int peer_pidfd_ = -1;
+  mutable pid_t peer_pidfd_of_ = 0;  // the pid it was opened for
 };
 
 }  // namespace pstrain

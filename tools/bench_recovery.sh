@@ -23,7 +23,7 @@
 # Rows (name: mode, fault); a new fault is one more ROWS entry and, if it is
 # a new kind, one more branch in inject():
 #   kill-sync, kill-async, kill-allreduce   SIGKILL of worker 1
-#   stop-sync                               SIGSTOP of worker 1 past the timeout, SIGCONT after its drop
+#   stop-sync, stop-async, stop-allreduce   SIGSTOP of worker 1 past the timeout, SIGCONT after its drop
 #                                           (unless the launcher's fencing killed it first)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -35,6 +35,8 @@ ROWS = {  # name: (mode, fault, config)
     "kill-async": ("async", "kill", "configs/tiny_sync.toml"),
     "kill-allreduce": ("allreduce", "kill", "configs/tiny_allreduce.toml"),
     "stop-sync": ("sync", "stop", "configs/tiny_sync.toml"),
+    "stop-async": ("async", "stop", "configs/tiny_sync.toml"),
+    "stop-allreduce": ("allreduce", "stop", "configs/tiny_allreduce.toml"),
 }
 VICTIM = 1
 

@@ -380,3 +380,74 @@ TEST_CASE("shm: a peer killed mid-write or holding slots: the creator gets clear
   CHECK(our_mappings() == 0);
   CHECK(our_shm_names() == 0);
 }
+
+namespace {
+
+// A process given `pid` (a pid that was just freed), made by asking the
+// kernel for the next pid after pid - 1 (root: /proc/sys/kernel/ns_last_pid);
+// null, with the reason in `why`, where that cannot be done or another
+// process took the pid first.
+std::unique_ptr<Child> child_with_pid(pid_t pid, std::string& why) {
+  std::ofstream last("/proc/sys/kernel/ns_last_pid");
+  if (!last || !(last << pid - 1 << std::flush)) {
+    why = "cannot write /proc/sys/kernel/ns_last_pid (not root, or not in the pid namespace's owner)";
+    return nullptr;
+  }
+  auto child = std::make_unique<Child>([](int) { pause(); });
+  if (child->pid != pid) {
+    why = "another process took pid " + std::to_string(pid) + " first (got " + std::to_string(child->pid) + ")";
+    return nullptr;
+  }
+  return child;
+}
+
+}  // namespace
+
+// A killed peer's pid given to another process: kill(pid, 0) would say the
+// peer lives on (the listener would keep its segment). The pidfd taken at
+// attach, or when the peer was first seen, names the process itself.
+TEST_CASE("shm: a dead peer stays gone when its pid is reused (both sides)") {
+  SUBCASE("peer side: the creator killed, its pid reused") {
+    auto creator = std::make_unique<Child>([&](int to_parent) {
+      auto segment = ShmSegment::create(small_options("pid-reuse-creator"));
+      send_bytes(to_parent, encode_shm_address(segment->address()));
+      pause();
+    });
+    const ShmAddress address = decode_shm_address(creator->read(kShmAddressBytes));
+    auto peer = ShmSegment::attach(address);
+    CHECK(peer->peer_state() == ShmSegment::PeerState::kAttached);
+    const pid_t old_pid = creator->pid;
+    creator->kill_and_reap();
+    CHECK(peer->peer_state() == ShmSegment::PeerState::kGone);
+    std::string why;
+    const auto impostor = child_with_pid(old_pid, why);
+    if (!impostor) {
+      MESSAGE("pid reuse not tested on this side: " << why);
+      return;
+    }
+    CHECK(shm_process_alive(old_pid));  // what kill(pid, 0) sees: a live process at that pid
+    CHECK(peer->peer_state() == ShmSegment::PeerState::kGone);
+  }
+  SUBCASE("creator side: the peer killed, its pid reused") {
+    auto segment = ShmSegment::create(small_options("pid-reuse-peer"));
+    const auto address = encode_shm_address(segment->address());
+    auto attacher = std::make_unique<Child>([&](int to_parent) {
+      auto peer = ShmSegment::attach(decode_shm_address(address));
+      send_bytes(to_parent, std::array<std::byte, 1>{std::byte{1}});
+      pause();
+    });
+    (void)attacher->read(1);
+    CHECK(segment->peer_state() == ShmSegment::PeerState::kAttached);
+    const pid_t old_pid = attacher->pid;
+    attacher->kill_and_reap();
+    std::string why;
+    const auto impostor = child_with_pid(old_pid, why);
+    if (!impostor) {
+      MESSAGE("pid reuse not tested on this side: " << why);
+      return;
+    }
+    CHECK(shm_process_alive(old_pid));
+    CHECK(segment->peer_state() == ShmSegment::PeerState::kGone);
+  }
+  CHECK(our_shm_names() == 0);
+}
