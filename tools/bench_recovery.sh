@@ -25,6 +25,9 @@
 #   kill-sync, kill-async, kill-allreduce   SIGKILL of worker 1
 #   stop-sync, stop-async, stop-allreduce   SIGSTOP of worker 1 past the timeout, SIGCONT after its drop
 #                                           (unless the launcher's fencing killed it first)
+#   hang-sync, hang-allreduce               SIGSTOP of worker 1, never continued (a hung process)
+# Every row also records the launcher's exit code and wall time per trial;
+# a trial whose launch fails is reported, not fatal (--json has it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 exec python3 - "$@" <<'PY'
@@ -37,6 +40,8 @@ ROWS = {  # name: (mode, fault, config)
     "stop-sync": ("sync", "stop", "configs/tiny_sync.toml"),
     "stop-async": ("async", "stop", "configs/tiny_sync.toml"),
     "stop-allreduce": ("allreduce", "stop", "configs/tiny_allreduce.toml"),
+    "hang-sync": ("sync", "hang", "configs/tiny_sync.toml"),
+    "hang-allreduce": ("allreduce", "hang", "configs/tiny_allreduce.toml"),
 }
 VICTIM = 1
 
@@ -121,6 +126,10 @@ def inject(fault, pid, run):
             except ProcessLookupError:
                 pass  # the launcher fenced it already (killed: it was declared failed while stopped)
         return t
+    if fault == "hang":
+        t = time.time()
+        os.kill(pid, signal.SIGSTOP)
+        return t
     raise ValueError(fault)
 
 
@@ -132,6 +141,7 @@ def trial(name, k):
            "--set", f"mode={mode}", "--set", "cluster.workers=3", "--set", "cluster.on_worker_failure=continue",
            "--set", f"cluster.heartbeat_timeout_ms={args.timeout_ms}", "--set", "workload.epochs=4",
            "--set", "output.trace=off"]
+    started = time.time()
     with open(f"{run}.out", "w") as out:
         p = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
     try:
@@ -145,8 +155,13 @@ def trial(name, k):
         if p.poll() is None:
             p.kill()
             p.wait()
+        try:
+            os.kill(pid, signal.SIGKILL)  # a hung victim the launcher left behind
+        except (ProcessLookupError, UnboundLocalError):
+            pass
+    wall = time.time() - started
     if rc != 0:
-        raise RuntimeError(f"{run}: launch exited {rc} (see {run}.out)")
+        print(f"{run}: launch exited {rc} after {wall:.1f} s (see {run}.out)", file=sys.stderr)
     dropped = drop_time(run)
     if dropped is None:
         raise RuntimeError(f"{run}: the scheduler never dropped worker {VICTIM}")
@@ -159,7 +174,7 @@ def trial(name, k):
     # The pause a survivor saw: consecutive steps whose interval holds the fault or ends by the resume.
     gap = max([b - a for times in survivors for a, b in zip(times, times[1:]) if b > fault_s and a <= resume],
               default=0.0)
-    return {"detect_s": dropped - fault_s, "resume_s": resume - fault_s, "gap_s": gap}
+    return {"detect_s": dropped - fault_s, "resume_s": resume - fault_s, "gap_s": gap, "launch_rc": rc, "wall_s": wall}
 
 
 os.makedirs(args.out, exist_ok=True)
@@ -168,21 +183,23 @@ for name in rows:
     trials = [trial(name, k) for k in range(1, args.trials + 1)]
     mode, fault, _ = ROWS[name]
     row = {"row": name, "mode": mode, "fault": fault, "heartbeat_timeout_ms": args.timeout_ms, "trials": trials}
-    for key in ("detect_s", "resume_s", "gap_s"):
+    for key in ("detect_s", "resume_s", "gap_s", "wall_s"):
         v = [t[key] for t in trials]
         row[key] = {"mean": statistics.mean(v), "min": min(v), "max": max(v)}
     results.append(row)
     print(f"{name}: " + ", ".join(f"{k} {row[k]['mean']:.3f}" for k in ("detect_s", "resume_s", "gap_s")),
           file=sys.stderr)
 
-head = f"| fault | mode | heartbeat timeout (ms) | trials | detect (s) | resume (s) | longest step gap (s) |"
+head = (f"| fault | mode | heartbeat timeout (ms) | trials | detect (s) | resume (s) | longest step gap (s) | "
+        f"run wall time (s) | launch exit codes |")
 print(head)
-print("|" + "---|" * 7)
+print("|" + "---|" * 9)
 for r in results:
     cell = lambda k: f"{r[k]['mean']:.2f} ({r[k]['min']:.2f}-{r[k]['max']:.2f})"
-    what = {"kill": "kill -9 worker 1", "stop": "SIGSTOP worker 1"}[r["fault"]]
+    what = {"kill": "kill -9 worker 1", "stop": "SIGSTOP worker 1", "hang": "SIGSTOP worker 1, never continued"}[r["fault"]]
+    codes = ",".join(str(t["launch_rc"]) for t in r["trials"])
     print(f"| {what} | {r['mode']} | {r['heartbeat_timeout_ms']} | {len(r['trials'])} | {cell('detect_s')} | "
-          f"{cell('resume_s')} | {cell('gap_s')} |")
+          f"{cell('resume_s')} | {cell('gap_s')} | {cell('wall_s')} | {codes} |")
 print("mean (min-max) over the trials; detect: fault -> the scheduler's drop; resume: fault -> the first "
       "survivor step without the victim")
 if args.json_file:
