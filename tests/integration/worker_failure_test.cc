@@ -244,34 +244,53 @@ TEST_CASE("continue: worker 0 killed mid-run in allreduce: worker 1 leads the ot
   kill_worker_mid_run("allreduce", 0);
 }
 
-TEST_CASE("continue: a worker stopped (SIGSTOP) past the heartbeat timeout is dropped and fenced; the job ends well") {
+// Worker 1 stopped with SIGSTOP and never continued (a hung process) under
+// continue: the launcher fences it once the scheduler drops it, and the job
+// ends with exit 0. Before fencing the survivors finished training, then the
+// job failed waiting for the stopped process to exit (allreduce: after
+// sitting cluster.timeout_ms in its end first).
+static void stopped_never_continued(const std::string& mode) {
   it::TempDir dir;
   const auto run = dir.path() / "run";
-  auto args = it::launch_args(it::kSourceDir / "configs/tiny_sync.toml", run);
-  args.insert(args.end(), {"--set", "cluster.workers=3", "--set", "cluster.on_worker_failure=continue", "--set",
-                           "cluster.heartbeat_timeout_ms=1000", "--set", "workload.epochs=6", "--set",
-                           "output.trace=off", "--quiet"});
+  auto args = it::launch_args(it::kSourceDir / (mode == "allreduce" ? "configs/tiny_allreduce.toml" : "configs/tiny_sync.toml"), run);
+  args.insert(args.end(), {"--set", "mode=" + mode, "--set", "cluster.workers=3", "--set",
+                           "cluster.on_worker_failure=continue", "--set", "cluster.heartbeat_timeout_ms=1000", "--set",
+                           "workload.epochs=6", "--set", "output.trace=off", "--quiet"});
   it::LaunchProcess p(args, dir.path() / "out.txt");
   const auto metrics = run / "metrics/worker-1.jsonl";
-  const int stop_after = kill_after_steps("sync, SIGSTOP", 1);
-  MESSAGE("stopping worker 1 after its step " << stop_after - 1 << " (seed " << fault_seed() << ")");
+  const int stop_after = kill_after_steps(mode + ", SIGSTOP", 1);
+  MESSAGE(mode << ": stopping worker 1 after its step " << stop_after - 1 << " (seed " << fault_seed() << ")");
   REQUIRE(it::wait_until([&] { return it::count_lines(metrics) >= 1 + stop_after; }, std::chrono::seconds(180)));
   const pid_t w1 = it::read_pids(run).at("worker-1");
+  const auto stopped_at = std::chrono::steady_clock::now();
   REQUIRE(kill(w1, SIGSTOP) == 0);
-  // Never woken: before fencing, the others trained to the end and the job
-  // then failed, waiting for a process that would never exit.
   const auto exit = p.wait(std::chrono::seconds(240));
   const std::string output = p.output();
   INFO(output);
   REQUIRE(exit.has_value());
   CHECK(exit->code == 0);
+  // Nothing waits for a time limit: not timeout_ms (120 s), not --shutdown-timeout-s (30 s).
+  CHECK(std::chrono::steady_clock::now() - stopped_at < std::chrono::seconds(25));
   CHECK(it::contains(output, "worker 1 (pid " + std::to_string(w1) +
                                  ") is still running after the scheduler declared it failed"));
   CHECK(it::contains(output, "worker 1 was killed by signal 9 (Killed): the job goes on without it"));
   CHECK(it::contains(it::read_file(run / "logs/scheduler.log"), "dropped from the job"));
   CHECK(it::contains(it::read_file(run / "summary.json"), "\"dropped_workers\": [1]"));
   CHECK(it::contains(it::read_file(run / "failures.jsonl"), "\"role\":\"worker\",\"rank\":1,"));
+  for (int w : {0, 2}) CHECK(it::contains(it::read_file(run / ("metrics/worker-" + std::to_string(w) + ".jsonl")), "\"type\":\"end\""));
   CHECK(it::process_gone(w1));
+}
+
+TEST_CASE("continue: a worker stopped (SIGSTOP) and never continued is dropped and fenced; the job ends well (sync)") {
+  stopped_never_continued("sync");
+}
+
+TEST_CASE("continue: a worker stopped (SIGSTOP) and never continued is dropped and fenced; the job ends well (async)") {
+  stopped_never_continued("async");
+}
+
+TEST_CASE("continue: a worker stopped (SIGSTOP) and never continued is dropped and fenced; the job ends well (allreduce)") {
+  stopped_never_continued("allreduce");
 }
 
 // Without the launcher (roles started by hand, as under SLURM) nobody fences
