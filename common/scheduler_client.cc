@@ -60,7 +60,18 @@ Header SchedulerClient::make_header(MsgType type) const {
 
 void SchedulerClient::check_scheduler_alive() const {
   if (rank_ < 0) return;  // before the rendezvous the register wait has its own limit
-  const auto silent = std::chrono::duration_cast<milliseconds>(Clock::now() - last_heard_).count();
+  const auto now = Clock::now();
+  const bool first = last_check_ == Clock::time_point{};
+  const auto since_check = now - last_check_;
+  last_check_ = now;
+  // Idle callers (the servers' loop, the workers' waits) check at least every
+  // 500 ms: a gap of twice that, and of the whole timeout, is not theirs.
+  const auto own_gap = std::max(milliseconds(cluster_.heartbeat_timeout_ms), milliseconds(1000));
+  if (!first && since_check > own_gap) {
+    last_heard_ = now;  // this process was not running (stopped, starved): its silence, not the scheduler's
+    return;
+  }
+  const auto silent = std::chrono::duration_cast<milliseconds>(now - last_heard_).count();
   if (silent > cluster_.heartbeat_timeout_ms) {
     throw TransportError("the scheduler at " + endpoint_ + " sent nothing for " + std::to_string(silent) +
                          " ms (cluster.heartbeat_timeout_ms = " + std::to_string(cluster_.heartbeat_timeout_ms) +

@@ -88,7 +88,13 @@ class SchedulerClient {
   // returns whether the shutdown was received.
   bool drain_incoming(int max_messages = 16);
   // Throws TransportError naming the scheduler if it has sent nothing (not
-  // even a heartbeat) for heartbeat_timeout_ms since the rendezvous.
+  // even a heartbeat) for heartbeat_timeout_ms since the rendezvous. A gap
+  // of that length (and of at least 1 s: idle callers check every 500 ms at
+  // most) between two checks is this process's own silence (it was
+  // stopped, or starved of the CPU), not the scheduler's: the window starts
+  // again, and the scheduler gets its chance to speak (a node it dropped
+  // meanwhile is told so and exits with that reason, not "the scheduler is
+  // gone").
   void check_scheduler_alive() const;
   bool shutdown_received() const { return shutdown_; }
   // Workers the scheduler dropped from the job (failure policy "continue")
@@ -145,7 +151,8 @@ class SchedulerClient {
   std::vector<Rejoined> rejoined_;
   std::int64_t rejoin_take_ = 0;
   RegisterReply register_as(RegisterRequest request, std::int64_t kind);
-  std::chrono::steady_clock::time_point last_heard_;  // last message from the scheduler (main socket)  // from the register reply: names the heartbeat connection
+  mutable std::chrono::steady_clock::time_point last_check_{};  // check_scheduler_alive's last call
+  mutable std::chrono::steady_clock::time_point last_heard_;  // last message from the scheduler (main socket)  // from the register reply: names the heartbeat connection
   Role role_;
   ClusterConfig cluster_;
   TrafficCounters* traffic_;

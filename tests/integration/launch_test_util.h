@@ -190,6 +190,12 @@ inline std::map<std::string, pid_t> read_pids(const fs::path& run_dir) {
 
 inline bool process_gone(pid_t pid) { return kill(pid, 0) != 0 && errno == ESRCH; }
 
+// The launcher's line when it fences `node` ("worker 1"), process `pid`
+// (tools/launcher/fencing.h).
+inline std::string fenced_line(const std::string& node, pid_t pid) {
+  return node + " (pid " + std::to_string(pid) + ") is still running after the scheduler declared it failed";
+}
+
 // A port that was free a moment ago (the kernel's pick for port 0).
 inline int free_port() {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);

@@ -91,8 +91,12 @@ TEST_CASE("shm: a worker killed (SIGKILL) mid-run with the default CNN: the othe
   CHECK(shm_names() == 0);
 }
 
-TEST_CASE("shm: a server killed (SIGKILL) mid-run with the default CNN is restarted; the workers come back through new segments") {
-  it::TempDir dir;
+// The default CNN under on_server_failure = "restart": `sig` to server 1
+// past the first checkpoint; the job must end with exit 0, the restarted
+// server's pull replies through the workers' new segments (both workers said
+// hello to it again), nothing left in /dev/shm. Returns the launcher's
+// output and the pid that got the signal.
+static std::pair<std::string, pid_t> server_fault_then_restart(const it::TempDir& dir, int sig) {
   const auto run = dir.path() / "run";
   it::LaunchProcess p(cnn_args(run, {"cluster.on_server_failure=restart", "checkpoint.interval_steps=8"}),
                       dir.path() / "out.txt");
@@ -100,49 +104,36 @@ TEST_CASE("shm: a server killed (SIGKILL) mid-run with the default CNN is restar
       [&] { return it::fs::exists(run / "checkpoints/step-00000008/manifest.json") && steps_of(run, 0) >= 10; }, 180s);
   INFO(p.output());
   REQUIRE(past_checkpoint);
-  REQUIRE(kill(it::read_pids(run).at("server-1"), SIGKILL) == 0);
+  const pid_t victim = it::read_pids(run).at("server-1");
+  REQUIRE(kill(victim, sig) == 0);
   const auto exit = p.wait(300s);
   const std::string output = p.output();
   INFO(output);
   REQUIRE(exit.has_value());
   CHECK(exit->code == 0);
-  // The restarted server's metrics: both workers said hello to it again and
-  // its pull replies went through their new segments.
+  CHECK(it::contains(output, "server 1 was killed by signal 9 (Killed): restarting it (1 of"));
   const JsonValue m = server_metrics(run, 1);
   CHECK(number(m, "rejoined_from_step") >= 8);
   CHECK(number(m, "shm_connections") == 2);
   CHECK(number(m, "shm_bodies_sent") > 0);
   CHECK(shm_names() == 0);
+  return {output, victim};
+}
+
+TEST_CASE("shm: a server killed (SIGKILL) mid-run with the default CNN is restarted; the workers come back through new segments") {
+  it::TempDir dir;
+  server_fault_then_restart(dir, SIGKILL);
 }
 
 TEST_CASE("shm: a server stopped (SIGSTOP) mid-run is fenced by the launcher and restarted; the job ends well") {
+  // Before fencing the job waited for an exit that never came, then aborted
+  // after cluster.timeout_ms (60 s here).
   it::TempDir dir;
-  const auto run = dir.path() / "run";
-  it::LaunchProcess p(cnn_args(run, {"cluster.on_server_failure=restart", "checkpoint.interval_steps=8"}),
-                      dir.path() / "out.txt");
-  const bool past_checkpoint = it::wait_until(
-      [&] { return it::fs::exists(run / "checkpoints/step-00000008/manifest.json") && steps_of(run, 0) >= 10; }, 180s);
-  INFO(p.output());
-  REQUIRE(past_checkpoint);
-  const pid_t stopped = it::read_pids(run).at("server-1");
-  REQUIRE(kill(stopped, SIGSTOP) == 0);
-  // Before fencing, the job waited for an exit that never came, then aborted
-  // after cluster.timeout_ms (60 s here): well within that now.
-  const auto exit = p.wait(300s);
-  const std::string output = p.output();
+  const auto [output, stopped] = server_fault_then_restart(dir, SIGSTOP);
   INFO(output);
-  REQUIRE(exit.has_value());
-  CHECK(exit->code == 0);
-  CHECK(it::contains(output, "server 1 (pid " + std::to_string(stopped) +
-                                 ") is still running after the scheduler declared it failed"));
-  CHECK(it::contains(output, "server 1 was killed by signal 9 (Killed): restarting it (1 of"));
+  CHECK(it::contains(output, it::fenced_line("server 1", stopped)));
   CHECK(it::process_gone(stopped));
-  const std::string failures = it::read_file(run / "failures.jsonl");
+  const std::string failures = it::read_file(dir.path() / "run/failures.jsonl");
   CHECK(it::contains(failures, "\"role\":\"server\",\"rank\":1,\"pid\":" + std::to_string(stopped)));
   CHECK(it::contains(failures, "\"silent\":true"));
-  const JsonValue m = server_metrics(run, 1);
-  CHECK(number(m, "rejoined_from_step") >= 8);
-  CHECK(number(m, "shm_connections") == 2);
-  CHECK(number(m, "shm_bodies_sent") > 0);
-  CHECK(shm_names() == 0);
 }
