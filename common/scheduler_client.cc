@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <ctime>
 
 #include "common/errors.h"
 #include "common/wire_archive.h"
@@ -58,17 +59,34 @@ Header SchedulerClient::make_header(MsgType type) const {
   return h;
 }
 
+namespace {
+
+// CPU time of this whole process (every thread) so far; 0 if unknown.
+double process_cpu_seconds() {
+  timespec t{};
+  if (clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t) != 0) return 0.0;
+  return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) * 1e-9;
+}
+
+}  // namespace
+
 void SchedulerClient::check_scheduler_alive() const {
   if (rank_ < 0) return;  // before the rendezvous the register wait has its own limit
   const auto now = Clock::now();
+  const double cpu_s = process_cpu_seconds();
   const bool first = last_check_ == Clock::time_point{};
   const auto since_check = now - last_check_;
+  const double cpu_since_check = cpu_s - last_check_cpu_s_;
   last_check_ = now;
+  last_check_cpu_s_ = cpu_s;
   // Idle callers (the servers' loop, the workers' waits) check at least every
-  // 500 ms: a gap of twice that, and of the whole timeout, is not theirs.
+  // 500 ms: a gap of twice that, and of the whole timeout, in which this
+  // process hardly ran (under a tenth of the gap in CPU time, all threads:
+  // not a long compute between two waits) is its own silence.
   const auto own_gap = std::max(milliseconds(cluster_.heartbeat_timeout_ms), milliseconds(1000));
-  if (!first && since_check > own_gap) {
-    last_heard_ = now;  // this process was not running (stopped, starved): its silence, not the scheduler's
+  if (!first && since_check > own_gap &&
+      cpu_since_check < 0.1 * std::chrono::duration<double>(since_check).count()) {
+    last_heard_ = now;  // stopped or starved: its silence, not the scheduler's
     return;
   }
   const auto silent = std::chrono::duration_cast<milliseconds>(now - last_heard_).count();

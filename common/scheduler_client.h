@@ -90,7 +90,8 @@ class SchedulerClient {
   // Throws TransportError naming the scheduler if it has sent nothing (not
   // even a heartbeat) for heartbeat_timeout_ms since the rendezvous. A gap
   // of that length (and of at least 1 s: idle callers check every 500 ms at
-  // most) between two checks is this process's own silence (it was
+  // most) between two checks, in which the process hardly used the CPU (not
+  // a long compute), is this process's own silence (it was
   // stopped, or starved of the CPU), not the scheduler's: the window starts
   // again, and the scheduler gets its chance to speak (a node it dropped
   // meanwhile is told so and exits with that reason, not "the scheduler is
@@ -152,6 +153,7 @@ class SchedulerClient {
   std::int64_t rejoin_take_ = 0;
   RegisterReply register_as(RegisterRequest request, std::int64_t kind);
   mutable std::chrono::steady_clock::time_point last_check_{};  // check_scheduler_alive's last call
+  mutable double last_check_cpu_s_ = 0;                          // this process's CPU time then
   mutable std::chrono::steady_clock::time_point last_heard_;  // last message from the scheduler (main socket)  // from the register reply: names the heartbeat connection
   Role role_;
   ClusterConfig cluster_;

@@ -109,6 +109,16 @@ def drop_time(run):
     return None
 
 
+def proc_stat(pid):
+    """(state, start time) of a process, or None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return fields[0], fields[19]
+    except (FileNotFoundError, IndexError, ProcessLookupError):
+        return None
+
+
 def inject(fault, pid, run):
     """The fault; returns its time in Unix seconds."""
     if fault == "kill":
@@ -142,6 +152,7 @@ def trial(name, k):
            "--set", f"cluster.heartbeat_timeout_ms={args.timeout_ms}", "--set", "workload.epochs=4",
            "--set", "output.trace=off"]
     started = time.time()
+    pid, hung = None, None
     with open(f"{run}.out", "w") as out:
         p = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
     try:
@@ -150,15 +161,16 @@ def trial(name, k):
         pid = pids(run)[f"worker-{VICTIM}"]
         origin = origin_us(pid)
         fault_s = inject(fault, pid, run) - origin / 1e6  # on the job clock
+        if fault == "hang":
+            hung = proc_stat(pid)
         rc = p.wait(timeout=300)
     finally:
         if p.poll() is None:
             p.kill()
             p.wait()
-        try:
+        now = proc_stat(pid) if hung is not None else None
+        if now is not None and now[1] == hung[1]:  # the same start time: the stopped victim, not a reused pid
             os.kill(pid, signal.SIGKILL)  # a hung victim the launcher left behind
-        except (ProcessLookupError, UnboundLocalError):
-            pass
     wall = time.time() - started
     if rc != 0:
         print(f"{run}: launch exited {rc} after {wall:.1f} s (see {run}.out)", file=sys.stderr)

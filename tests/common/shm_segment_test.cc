@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -388,12 +389,18 @@ namespace {
 // null, with the reason in `why`, where that cannot be done or another
 // process took the pid first.
 std::unique_ptr<Child> child_with_pid(pid_t pid, std::string& why) {
-  std::ofstream last("/proc/sys/kernel/ns_last_pid");
-  if (!last || !(last << pid - 1 << std::flush)) {
+  const char* kLastPid = "/proc/sys/kernel/ns_last_pid";
+  pid_t before = 0;
+  std::ifstream(kLastPid) >> before;
+  std::ofstream last(kLastPid);
+  if (before <= 0 || !last || !(last << pid - 1 << std::flush)) {
     why = "cannot write /proc/sys/kernel/ns_last_pid (not root, or not in the pid namespace's owner)";
     return nullptr;
   }
   auto child = std::make_unique<Child>([](int) { pause(); });
+  // Back to where the kernel was, so that the processes of tests running
+  // beside this one do not get recently freed pids either.
+  std::ofstream(kLastPid) << std::max(before, child->pid) << std::flush;
   if (child->pid != pid) {
     why = "another process took pid " + std::to_string(pid) + " first (got " + std::to_string(child->pid) + ")";
     return nullptr;

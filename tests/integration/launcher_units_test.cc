@@ -82,7 +82,7 @@ TEST_CASE("a line of failures.jsonl is read as the scheduler writes it; anything
   }
 }
 
-TEST_CASE("node_to_fence: only a silent node's own process, still running; over ssh one started before the silence") {
+TEST_CASE("node_to_fence: only a silent node's own process, still running, started before the silence") {
   auto node = [](const std::string& name, pid_t pid, double started_s, bool remote, bool exited) {
     NodeState n;
     n.spec.name = name;
@@ -108,6 +108,9 @@ TEST_CASE("node_to_fence: only a silent node's own process, still running; over 
   nodes[2].status = ExitStatus{true, SIGKILL};
   nodes.push_back(node("server 1", 301, 11.0, false, false));
   CHECK_FALSE(node_to_fence(nodes, f).has_value());
+  // A replacement that got the old pid back, started after the silence began: not it either.
+  std::vector<NodeState> same_pid{node("server 1", 300, 0, false, true), node("server 1", 300, 11.0, false, false)};
+  CHECK_FALSE(node_to_fence(same_pid, f).has_value());
   // The replacement itself goes silent later: it is the one.
   DeclaredFailure later = f;
   later.pid = 301;

@@ -35,8 +35,11 @@ std::optional<std::size_t> node_to_fence(const std::vector<NodeState>& nodes, co
     const NodeState& n = nodes[i];
     if (n.spec.name != failure.node) continue;
     if (n.status) return std::nullopt;  // it has exited already
+    // Started after the scheduler last heard of the failed process: a
+    // replacement (even one that got the same pid back), never the culprit.
+    if (n.started_s > failure.last_seen_s) return std::nullopt;
     const bool remote = n.spec.stdin_pipe;
-    if (remote ? n.started_s <= failure.last_seen_s : n.pid == failure.pid) return i;
+    if (remote || n.pid == failure.pid) return i;
     return std::nullopt;
   }
   return std::nullopt;

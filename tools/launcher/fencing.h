@@ -38,11 +38,12 @@ struct DeclaredFailure {
 std::optional<DeclaredFailure> parse_declared_failure(std::string_view line, std::string& error);
 
 // The node to kill for `failure`, if any: a silent one, still running, named
-// as the failure says, and the very process the scheduler heard from: on
-// this host, the same pid (the launcher's own unreaped child, so the pid
-// cannot be another process's); over ssh, where the remote pid is not
-// known here, one started no later than the scheduler last heard from it
-// (a replacement started after the silence began is never the culprit).
+// as the failure says, started no later than the scheduler last heard from
+// it (a replacement started after the silence began is never the culprit,
+// even with the same pid), and on this host the very process the scheduler
+// heard from: the same pid (the launcher's own unreaped child, so the pid
+// cannot be another process's). Over ssh the remote pid is not known here:
+// the start time alone decides.
 std::optional<std::size_t> node_to_fence(const std::vector<NodeState>& nodes, const DeclaredFailure& failure);
 
 }  // namespace pstrain::launcher

@@ -245,9 +245,10 @@ class Launch {
       // The job is over and all that is left was declared failed (a dropped
       // worker over ssh that did not exit by itself): fence it now.
       job_ended_ = true;
+      const auto fenced_by = Clock::now() + milliseconds(10000);  // SIGKILL, and ssh's wrapper's own 10 s at most
       do {
         outcome = supervisor_.run_until(with_status([&] { return supervisor_.all_exited(); }),
-                                        Clock::now() + milliseconds(10000), kRunTick);
+                                        std::min(fenced_by, deadline().value_or(fenced_by)), kRunTick);
       } while (tolerated_worker_failure(outcome));
     }
     if (outcome.event == Supervisor::Event::kDeadline && !overall_timeout) {
