@@ -82,12 +82,20 @@ TEST_CASE("sync: killed with kill -9 and resumed == never interrupted (newest ch
   CHECK(it::fs::exists(whole / "checkpoints/step-00000044/manifest.json"));
   CHECK_FALSE(it::fs::exists(whole / "checkpoints/step-00000040"));
 
-  // The same run, killed (launcher and every node, SIGKILL) once step 12's checkpoint is complete.
+  // The same run, killed (launcher and every node, SIGKILL) once a checkpoint of step 12 or later
+  // is complete. Worker 0 is made a straggler (it sleeps; the sync math is the same) so that the
+  // run is still going when the test looks: unslowed, all 48 steps take a third of a second on an
+  // idle machine, and with keep = 2 step 12's checkpoint is gone again by step 20.
   const auto run = dir.path() / "killed";
   {
-    it::LaunchProcess p(ckpt_args(run, {}), dir.path() / "killed-output.txt");
+    it::LaunchProcess p(ckpt_args(run, {"workload.straggler_rank=0", "workload.straggler_slowdown=20"}),
+                        dir.path() / "killed-output.txt");
     const bool reached = it::wait_until(
-        [&] { return it::fs::exists(run / "checkpoints/step-00000012/manifest.json"); }, 180s);
+        [&] {
+          const auto newest = pstrain::find_newest_checkpoint(run / "checkpoints");
+          return newest.has_value() && newest->manifest.step >= 12;
+        },
+        180s);
     INFO(p.output());
     REQUIRE(reached);
     for (const auto& [name, pid] : it::read_pids(run)) kill(pid, SIGKILL);
