@@ -179,7 +179,12 @@ class Launch {
   // under "continue" is left alone until the job has ended: across a cut
   // link it learns by itself that it was dropped, and its reason reaches its
   // log through the session, which a kill would end.
-  void fence_failed_nodes() {
+  // The supervisor wakes for every batch of output: the file is read at the
+  // status line's pace (kRunTick), unless `now` (the job's end).
+  void fence_failed_nodes(bool now = false) {
+    const auto at = Clock::now();
+    if (!now && at < next_fence_check_) return;
+    next_fence_check_ = at + kRunTick;
     for (const std::string& line : failures_.read_lines()) {
       std::string error;
       if (std::optional<DeclaredFailure> failure = parse_declared_failure(line, error)) {
@@ -188,8 +193,8 @@ class Launch {
         say("ignored a line of " + plan_.failures_file().string() + ": " + error);
       }
     }
+    const std::vector<NodeState> nodes = supervisor_.states();  // a kill changes no state until the exit is reaped
     for (auto it = unfenced_.begin(); it != unfenced_.end();) {
-      const std::vector<NodeState> nodes = supervisor_.states();
       const std::optional<std::size_t> node = node_to_fence(nodes, *it);
       if (node && nodes[*node].spec.stdin_pipe && !job_ended_ &&
           failure_policy(plan_.config, nodes[*node].spec.name) != "restart") {
@@ -245,6 +250,7 @@ class Launch {
       // The job is over and all that is left was declared failed (a dropped
       // worker over ssh that did not exit by itself): fence it now.
       job_ended_ = true;
+      fence_failed_nodes(/*now=*/true);
       const auto fenced_by = Clock::now() + milliseconds(10000);  // SIGKILL, and ssh's wrapper's own 10 s at most
       do {
         outcome = supervisor_.run_until(with_status([&] { return supervisor_.all_exited(); }),
@@ -296,7 +302,7 @@ class Launch {
   // Whether every node still running is one the scheduler declared failed
   // and fencing has left for the job's end.
   bool only_declared_failed_running() {
-    fence_failed_nodes();  // the last lines of failures.jsonl
+    fence_failed_nodes(/*now=*/true);  // the last lines of failures.jsonl
     const std::vector<NodeState> nodes = supervisor_.states();
     for (std::size_t i = 0; i < nodes.size(); ++i) {
       if (nodes[i].status) continue;
@@ -438,6 +444,7 @@ class Launch {
   RestartBudget restarts_{plan_.config.cluster.max_restarts};
   MetricsTail failures_;  // RUN_DIR/failures.jsonl, from the scheduler
   std::vector<DeclaredFailure> unfenced_;  // read, not yet dealt with (see fence_failed_nodes)
+  Clock::time_point next_fence_check_{};
   // The job is over and only nodes declared failed are left (after
   // --shutdown-timeout-s): fence those over ssh too.
   bool job_ended_ = false;
