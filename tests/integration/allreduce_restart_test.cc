@@ -165,7 +165,7 @@ void kill_and_take_back(int victim, unsigned seed, int checkpoint_every = 0) {
   }
   const auto acc = final_accuracy(run);
   REQUIRE(acc.has_value());
-  MESSAGE("allreduce restart: final accuracy " << *acc << ", without the kill " << reference);
+  it::note("allreduce restart: final accuracy " + std::to_string(*acc) + ", without the kill " + std::to_string(reference));
   CHECK(std::abs(*acc - reference) <= kAccuracyTolerance);
   CHECK(it::fs::exists(run / "weights.bin"));
   // The lowest worker evaluates: worker 0, back in the job, again after its return.

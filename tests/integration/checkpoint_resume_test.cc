@@ -125,7 +125,7 @@ TEST_CASE("sync: killed with kill -9 and resumed == never interrupted (newest ch
   const auto expected = pstrain::read_weights(pstrain::weights_path(whole.string()));
   const auto resumed = pstrain::read_weights(pstrain::weights_path(run.string()));
   const double diff = relative_difference(expected, resumed);
-  MESSAGE("max relative difference, resumed vs never interrupted: " << diff);
+  it::note("max relative difference, resumed vs never interrupted: " + std::to_string(diff));
   CHECK(diff < 1e-5);
 
   // Metrics: every step once, in order, across the kill; a summary of the whole run.
@@ -212,7 +212,7 @@ TEST_CASE("allreduce: stopped after 10 steps and resumed to 16 == 16 steps at on
   CHECK(it::contains(c.output, "(step 8)"));
   const double diff = relative_difference(pstrain::read_weights(pstrain::weights_path(whole.string())),
                                           pstrain::read_weights(pstrain::weights_path(run.string())));
-  MESSAGE("max relative difference, resumed vs at once: " << diff);
+  it::note("max relative difference, resumed vs at once: " + std::to_string(diff));
   CHECK(diff < 1e-5);
   const std::vector<long> steps = step_records(run / "metrics/worker-1.jsonl");
   REQUIRE(steps.size() == 16);

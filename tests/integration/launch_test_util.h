@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -64,6 +65,14 @@ inline void write_file(const fs::path& file, const std::string& text, bool execu
 }
 
 inline bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+// One line of what a test measured, on stdout. Not doctest's MESSAGE: that
+// also prints every INFO in scope (a whole job's output when it passes),
+// which buries the one failure a CI log shows.
+inline void note(const std::string& line) {
+  std::printf("%s\n", line.c_str());
+  std::fflush(stdout);
+}
 
 // Whether `output` has a line "[<seconds> <node>] <text>": one prefix, the
 // job-clock time and the node's name, then exactly `text`.
