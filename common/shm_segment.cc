@@ -303,26 +303,40 @@ std::unique_ptr<ShmSegment> ShmSegment::create(const ShmOptions& options) {
   return s;
 }
 
-std::unique_ptr<ShmSegment> ShmSegment::attach(const ShmAddress& address, bool populate) {
-  const std::string what = "shm segment " + hex(address.segment_id) + " of pid " + std::to_string(address.pid);
+namespace {
+
+// A descriptor and pidfd closed unless released.
+struct OpenedMemfd {
+  int fd = -1;
+  int pidfd = -1;
+  OpenedMemfd() = default;
+  OpenedMemfd(const OpenedMemfd&) = delete;
+  OpenedMemfd& operator=(const OpenedMemfd&) = delete;
+  ~OpenedMemfd() {
+    if (fd >= 0) ::close(fd);
+    if (pidfd >= 0) ::close(pidfd);
+  }
+};
+
+// Opens the memfd `address` names in its creator's process, after checking
+// that it is one of ours (a pstrain memfd, sealed against resizing, shmem)
+// of exactly address.bytes (at least min_bytes, at most 64 GiB), with a
+// pidfd pinning that process. ProtocolError / TransportError as attach says.
+void open_creator_memfd(const ShmAddress& address, const std::string& what, bool read_only, std::uint64_t min_bytes,
+                        OpenedMemfd& out) {
   if (address.pid <= 0 || address.fd < 0 || address.segment_id == 0) {
     throw ProtocolError(what + ": bad address (pid " + std::to_string(address.pid) + ", fd " +
                         std::to_string(address.fd) + ")");
   }
-  if (address.bytes < kControlBytes || address.bytes > kMaxTotalBytes) {
-    throw ProtocolError(what + ": size " + std::to_string(address.bytes) + " outside " +
-                        std::to_string(kControlBytes) + ".." + std::to_string(kMaxTotalBytes));
+  if (address.bytes < min_bytes || address.bytes > kMaxTotalBytes) {
+    throw ProtocolError(what + ": size " + std::to_string(address.bytes) + " outside " + std::to_string(min_bytes) +
+                        ".." + std::to_string(kMaxTotalBytes));
   }
   if (!shm_process_alive(address.pid)) throw TransportError(what + ": the creating process is gone");
   // Pin the process first: if it is still alive once the descriptor below is
   // open, the descriptor was that process's (its pid cannot have been reused
   // meanwhile), and the pidfd tells when exactly it is gone.
-  struct PidfdHolder {
-    int fd;
-    ~PidfdHolder() {
-      if (fd >= 0) ::close(fd);
-    }
-  } pidfd{open_pidfd(address.pid)};
+  out.pidfd = open_pidfd(address.pid);
   const std::string path = "/proc/" + std::to_string(address.pid) + "/fd/" + std::to_string(address.fd);
   // Only ever open one of our memfds: a peer could name any descriptor of any
   // process of this user (a tty, a FIFO, a device), and opening some of
@@ -337,28 +351,33 @@ std::unique_ptr<ShmSegment> ShmSegment::attach(const ShmAddress& address, bool p
     throw ProtocolError(what + ": " + path + " is not a pstrain memfd (it is " +
                         std::string(target, static_cast<std::size_t>(n)) + ")");
   }
-  const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
-  if (fd < 0) {
+  out.fd = ::open(path.c_str(), (read_only ? O_RDONLY : O_RDWR) | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+  if (out.fd < 0) {
     throw TransportError(what + ": cannot open " + path + ": " + std::strerror(errno) +
                          (errno == ENOENT ? " (the creator is gone or closed it)" : ""));
   }
-  struct FdCloser {
-    int fd;
-    ~FdCloser() { ::close(fd); }
-  } closer{fd};
-  const int seals = fcntl(fd, F_GET_SEALS);
+  const int seals = fcntl(out.fd, F_GET_SEALS);
   if (seals < 0 || (static_cast<unsigned>(seals) & kRequiredSeals) != kRequiredSeals) {
     throw ProtocolError(what + ": " + path + " is not a memfd sealed against resizing");
   }
   struct statfs fs {};
-  if (fstatfs(fd, &fs) != 0 || fs.f_type != TMPFS_MAGIC) {  // not hugetlbfs: its pages can run out (SIGBUS)
+  if (fstatfs(out.fd, &fs) != 0 || fs.f_type != TMPFS_MAGIC) {  // not hugetlbfs: its pages can run out (SIGBUS)
     throw ProtocolError(what + ": " + path + " is not an ordinary (shmem) memfd");
   }
   struct stat st {};
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || static_cast<std::uint64_t>(st.st_size) != address.bytes) {
+  if (fstat(out.fd, &st) != 0 || !S_ISREG(st.st_mode) || static_cast<std::uint64_t>(st.st_size) != address.bytes) {
     throw ProtocolError(what + ": its size is " + std::to_string(st.st_size) + " bytes, the address says " +
                         std::to_string(address.bytes));
   }
+}
+
+}  // namespace
+
+std::unique_ptr<ShmSegment> ShmSegment::attach(const ShmAddress& address, bool populate) {
+  const std::string what = "shm segment " + hex(address.segment_id) + " of pid " + std::to_string(address.pid);
+  OpenedMemfd opened;
+  open_creator_memfd(address, what, /*read_only=*/false, kControlBytes, opened);
+  const int fd = opened.fd;
   void* base = mmap(nullptr, address.bytes, PROT_READ | PROT_WRITE, MAP_SHARED | (populate ? MAP_POPULATE : 0), fd, 0);
   if (base == MAP_FAILED) throw Error(what + ": cannot map it: " + std::strerror(errno));
 
@@ -396,8 +415,8 @@ std::unique_ptr<ShmSegment> ShmSegment::attach(const ShmAddress& address, bool p
   s->slot_bytes_ = g.slot_bytes;
   s->payload_offset_ = g.payload_offset;  // from here on this side has joined (the destructor marks it closed)
   s->creator_pid_ = control.creator_pid;
-  if (pidfd.fd >= 0 && pidfd_exited(pidfd.fd)) throw TransportError(what + ": the creating process is gone");
-  s->peer_pidfd_ = std::exchange(pidfd.fd, -1);
+  if (opened.pidfd >= 0 && pidfd_exited(opened.pidfd)) throw TransportError(what + ": the creating process is gone");
+  s->peer_pidfd_ = std::exchange(opened.pidfd, -1);
   s->peer_pidfd_of_ = control.creator_pid;
   return s;
 }
@@ -628,6 +647,109 @@ void ShmSegment::ReadSlot::release() {
                         " was changed by the peer while being read (now generation " +
                         std::to_string(generation_of(expected)) + ", " + state_name(state_of(expected)) + ")");
   }
+}
+
+// ---------------------------------------------------------------------------
+// ShmArena
+
+namespace {
+
+constexpr std::uint64_t kArenaMagic = 0x314e524152545350ULL;  // "PSTRARN1" read little-endian
+
+struct ArenaHeader {
+  std::uint64_t magic;
+  std::uint64_t arena_id;
+  std::uint64_t bytes;  // after the header page
+  std::int32_t creator_pid;
+};
+
+}  // namespace
+
+std::unique_ptr<ShmArena> ShmArena::create(std::size_t bytes) {
+  if (bytes == 0 || bytes > kMaxTotalBytes - kHeaderBytes) {
+    throw ConfigError("shm arena: size must be 1.." + std::to_string(kMaxTotalBytes - kHeaderBytes) + " bytes, got " +
+                      std::to_string(bytes));
+  }
+  std::unique_ptr<ShmArena> a(new ShmArena());
+  a->id_ = random_id();
+  a->bytes_ = round_up(bytes, page_size());
+  a->creator_pid_ = getpid();
+  const std::size_t total = kHeaderBytes + a->bytes_;
+  a->fd_ = memfd_create("pstrain-arena", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (a->fd_ < 0) throw Error(std::string("shm arena: memfd_create failed: ") + std::strerror(errno));
+  if (ftruncate(a->fd_, static_cast<off_t>(total)) != 0) {
+    throw Error("shm arena: cannot size it to " + std::to_string(total) + " bytes: " + std::strerror(errno));
+  }
+  if (fcntl(a->fd_, F_ADD_SEALS, kRequiredSeals) != 0) {
+    throw Error(std::string("shm arena: cannot seal its size: ") + std::strerror(errno));
+  }
+  void* base = mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED, a->fd_, 0);
+  if (base == MAP_FAILED) {
+    throw Error("shm arena: cannot map " + std::to_string(total) + " bytes: " + std::strerror(errno));
+  }
+  a->base_ = static_cast<std::byte*>(base);
+  ArenaHeader header{kArenaMagic, a->id_, a->bytes_, a->creator_pid_};
+  std::memcpy(a->base_, &header, sizeof header);
+  return a;
+}
+
+std::unique_ptr<ShmArena> ShmArena::attach_read_only(const ShmAddress& address) {
+  const std::string what = "shm arena " + hex(address.segment_id) + " of pid " + std::to_string(address.pid);
+  OpenedMemfd opened;
+  open_creator_memfd(address, what, /*read_only=*/true, kHeaderBytes + 1, opened);
+  void* base = mmap(nullptr, address.bytes, PROT_READ, MAP_SHARED, opened.fd, 0);
+  if (base == MAP_FAILED) throw Error(what + ": cannot map it: " + std::strerror(errno));
+  std::unique_ptr<ShmArena> a(new ShmArena());
+  a->base_ = static_cast<std::byte*>(base);
+  a->bytes_ = address.bytes - kHeaderBytes;  // what is mapped: the destructor unmaps it whatever happens below
+  ArenaHeader header;
+  std::memcpy(&header, base, sizeof header);  // one snapshot, never read again
+  if (header.magic != kArenaMagic) throw ProtocolError(what + ": not a pstrain arena");
+  if (header.arena_id != address.segment_id || header.creator_pid != address.pid ||
+      header.bytes != address.bytes - kHeaderBytes) {
+    throw ProtocolError(what + ": the arena there is " + hex(header.arena_id) + " of pid " +
+                        std::to_string(header.creator_pid) + ", " + std::to_string(header.bytes) +
+                        " bytes (descriptor number reused?)");
+  }
+  a->id_ = header.arena_id;
+  a->creator_pid_ = header.creator_pid;
+  if (opened.pidfd >= 0 && pidfd_exited(opened.pidfd)) throw TransportError(what + ": the creating process is gone");
+  return a;
+}
+
+ShmArena::~ShmArena() {
+  if (base_ != nullptr) munmap(base_, kHeaderBytes + bytes_);
+  if (fd_ >= 0) ::close(fd_);
+}
+
+bool ShmArena::holds(const void* p, std::size_t n) const {
+  const auto at = reinterpret_cast<std::uintptr_t>(p);
+  const auto begin = reinterpret_cast<std::uintptr_t>(data());
+  return at >= begin && at - begin <= bytes_ && n <= bytes_ - (at - begin);
+}
+
+std::span<const std::byte> ShmArena::range(std::uint64_t offset, std::uint64_t length) const {
+  if (offset > bytes_ || length > bytes_ - offset) {
+    throw ProtocolError("shm arena " + hex(id_) + ": bytes [" + std::to_string(offset) + ", +" +
+                        std::to_string(length) + ") lie outside its " + std::to_string(bytes_) + " bytes");
+  }
+  return {data() + offset, static_cast<std::size_t>(length)};
+}
+
+std::array<std::byte, kShmArenaDescriptorBytes> encode_shm_arena_descriptor(const ShmArenaDescriptor& d) {
+  std::array<std::byte, kShmArenaDescriptorBytes> out{};
+  put(out.data(), d.arena_id, 8);
+  put(out.data() + 8, d.offset, 8);
+  put(out.data() + 16, d.length, 8);
+  return out;
+}
+
+ShmArenaDescriptor decode_shm_arena_descriptor(std::span<const std::byte> bytes) {
+  if (bytes.size() != kShmArenaDescriptorBytes) {
+    throw ProtocolError("shm arena descriptor: expected " + std::to_string(kShmArenaDescriptorBytes) +
+                        " bytes, got " + std::to_string(bytes.size()));
+  }
+  return ShmArenaDescriptor{get(bytes.data(), 8), get(bytes.data() + 8, 8), get(bytes.data() + 16, 8)};
 }
 
 }  // namespace pstrain

@@ -214,4 +214,62 @@ class ShmSegment {
   mutable pid_t peer_pidfd_of_ = 0;  // the pid it was opened for
 };
 
+// Memory a process sends tensors from (a worker's gradients), readable in
+// place by co-located peers: the "arena" of the shm transport
+// (common/shm_transport.h). Unlike a segment's slots it has no state words:
+// its owner writes it as its own memory, and a peer reads bodies lying in it
+// only when told to by a message, while the owner keeps them unchanged
+// until that message's reply (the contract of Payload's zero-copy sends).
+//   - The creator makes a memfd ("pstrain-arena"), sizes it, seals its size
+//     and writes a header page (magic, id, size, pid); the rest is the
+//     memory, page aligned, zeroed.
+//   - A peer opens /proc/<pid>/fd/<fd> read-only after the same checks as a
+//     segment's attach (same user, a pstrain memfd, sealed, shmem, the size
+//     and id the address says) and maps it read-only: it can never write the
+//     owner's memory. Bounds come from its own copy of the size.
+// A killed process leaves nothing behind, as for segments.
+class ShmArena {
+ public:
+  static constexpr std::size_t kHeaderBytes = 4096;
+  // Throws ConfigError for 0 or more than 64 GiB, Error when the system refuses.
+  static std::unique_ptr<ShmArena> create(std::size_t bytes);
+  // Read-only. ProtocolError when the address or memfd does not check out,
+  // TransportError when the creator is gone.
+  static std::unique_ptr<ShmArena> attach_read_only(const ShmAddress& address);
+  ~ShmArena();
+  ShmArena(const ShmArena&) = delete;
+  ShmArena& operator=(const ShmArena&) = delete;
+
+  // The memfd's address (creator side; bytes is the whole memfd's size).
+  ShmAddress address() const { return {creator_pid_, fd_, id_, kHeaderBytes + bytes_}; }
+  std::uint64_t id() const { return id_; }
+  std::size_t size() const { return bytes_; }
+  // The memory (creator: writable; peer: mapped read-only).
+  std::byte* data() const { return base_ + kHeaderBytes; }
+  // Whether [p, p + n) lies inside data().
+  bool holds(const void* p, std::size_t n) const;
+  // [offset, offset + length) inside data(), or a ProtocolError saying why not.
+  std::span<const std::byte> range(std::uint64_t offset, std::uint64_t length) const;
+
+ private:
+  ShmArena() = default;
+  int fd_ = -1;
+  std::byte* base_ = nullptr;
+  std::uint64_t id_ = 0;
+  std::size_t bytes_ = 0;  // after the header
+  pid_t creator_pid_ = 0;
+};
+
+// Where a body lies in its sender's arena: what a data message of the arena
+// kind carries instead of the bytes (24 bytes, little-endian).
+struct ShmArenaDescriptor {
+  std::uint64_t arena_id = 0;
+  std::uint64_t offset = 0;
+  std::uint64_t length = 0;
+  bool operator==(const ShmArenaDescriptor&) const = default;
+};
+inline constexpr std::size_t kShmArenaDescriptorBytes = 24;
+std::array<std::byte, kShmArenaDescriptorBytes> encode_shm_arena_descriptor(const ShmArenaDescriptor& descriptor);
+ShmArenaDescriptor decode_shm_arena_descriptor(std::span<const std::byte> bytes);
+
 }  // namespace pstrain

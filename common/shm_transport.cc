@@ -24,6 +24,8 @@ using std::chrono::milliseconds;
 constexpr std::size_t kTagBytes = 8;
 constexpr char kTagPrefix[] = "PSTRSHM";  // 7 bytes, then the kind
 constexpr char kHello = 'H', kYes = 'A', kNo = 'R', kData = 'D';
+constexpr char kArenaOffer = 'G', kArenaYes = 'B', kArenaNo = 'N', kArenaData = 'P';
+constexpr std::size_t kMaxArenasPerPeer = 8;
 constexpr std::size_t kMaxReasonBytes = 512;
 
 zmq::message_t tag(char kind) {
@@ -95,6 +97,66 @@ std::string open_data(const std::shared_ptr<ShmSegment>& segment, std::vector<zm
   }
 }
 
+// A body in the sender's arena, held mapped while the payload frame pointing at it lives.
+void release_held_arena(void* /*data*/, void* hint) { delete static_cast<std::shared_ptr<ShmArena>*>(hint); }
+
+// [tag 'P', header, arena descriptor] -> [header, payload in place], or the
+// reason it cannot be; nullopt when the arena is not one `arenas` holds
+// (the caller drops the message and tells the sender no).
+std::optional<std::string> open_arena_data(const std::map<std::uint64_t, std::shared_ptr<ShmArena>>* arenas,
+                                           std::vector<zmq::message_t>& frames, std::vector<zmq::message_t>& out) {
+  if (frames.size() != 3) {
+    return "shared-memory arena message with " + std::to_string(frames.size()) +
+           " frames (a tag, a header, a descriptor)";
+  }
+  if (frames[2].size() != kShmArenaDescriptorBytes) {
+    return "shared-memory arena descriptor of " + std::to_string(frames[2].size()) + " bytes, not " +
+           std::to_string(kShmArenaDescriptorBytes);
+  }
+  try {
+    const ShmArenaDescriptor d = decode_shm_arena_descriptor(
+        std::span<const std::byte>(static_cast<const std::byte*>(frames[2].data()), frames[2].size()));
+    if (arenas == nullptr) return std::nullopt;
+    const auto it = arenas->find(d.arena_id);
+    if (it == arenas->end()) return std::nullopt;
+    const std::span<const std::byte> bytes = it->second->range(d.offset, d.length);
+    auto held = std::make_unique<std::shared_ptr<ShmArena>>(it->second);
+    zmq::message_t body(const_cast<std::byte*>(bytes.data()), bytes.size(), &release_held_arena, held.get());
+    held.release();  // now owned by the frame
+    out.clear();
+    out.push_back(std::move(frames[1]));
+    out.push_back(std::move(body));
+    return std::string();
+  } catch (const ProtocolError& e) {
+    return std::string(e.what());
+  }
+}
+
+// An 8-byte little-endian arena id and what follows it.
+std::uint64_t arena_id_of(const zmq::message_t& frame) {
+  std::uint64_t id = 0;
+  const auto* b = static_cast<const unsigned char*>(frame.data());
+  for (std::size_t i = 0; i < 8 && i < frame.size(); ++i) id |= std::uint64_t{b[i]} << (8 * i);
+  return id;
+}
+zmq::message_t arena_id_frame(std::uint64_t id, const std::string& then = {}) {
+  std::string bytes(8, '\0');
+  for (int i = 0; i < 8; ++i) bytes[static_cast<std::size_t>(i)] = static_cast<char>((id >> (8 * i)) & 0xff);
+  bytes += then.substr(0, kMaxReasonBytes);
+  return zmq::message_t(bytes.data(), bytes.size());
+}
+
+// Sends head + body as a descriptor into `arena` (the body lies in it whole).
+void send_through_arena(ShmTransport& transport, const ShmArena& arena, zmq::socket_t& socket, zmq::message_t& head,
+                        const zmq::message_t& body, const Header& header) {
+  const auto* at = static_cast<const std::byte*>(body.data());
+  const ShmArenaDescriptor d{arena.id(), static_cast<std::uint64_t>(at - arena.data()), body.size()};
+  const auto encoded = encode_shm_arena_descriptor(d);
+  std::array<zmq::message_t, 3> parts{tag(kArenaData), std::move(head), zmq::message_t(encoded.data(), encoded.size())};
+  send_parts_raw(socket, nullptr, parts, header);
+  transport.counters().arena_bodies.fetch_add(1, std::memory_order_relaxed);
+}
+
 // Sends head + body through a free slot of `segment`, or returns false (the
 // caller sends inline; `meddled` set when the peer broke the slot's state, so
 // the caller drops the segment). TransportError from ZeroMQ after the slot
@@ -148,12 +210,15 @@ std::chrono::milliseconds left_until(Clock::time_point deadline) {
 // the caller. An ordinary message is returned as it came; a data message is
 // opened in segment_of(sender) (or refused with the reason); one from a
 // sender with no segment goes to no_segment(sender), which returns whether it
-// dealt with it (then it is dropped); the layer's own messages go to
+// dealt with it (then it is dropped); an arena data message goes to
+// arena_data(sender, frames, out), which returns the reason it was refused
+// ("" when opened) or nullopt when it was dropped; the layer's own messages go to
 // control(kind, sender, frames), which returns whether it took the kind (then
 // the wait goes on, within `timeout`); any other kind is refused.
-template <class Frames, class SegmentOf, class NoSegment, class Control>
+template <class Frames, class SegmentOf, class NoSegment, class ArenaData, class Control>
 std::optional<Frames> receive_through_layer(zmq::socket_t& socket, bool routed, std::chrono::milliseconds timeout,
-                                            SegmentOf&& segment_of, NoSegment&& no_segment, Control&& control) {
+                                            SegmentOf&& segment_of, NoSegment&& no_segment, ArenaData&& arena_data,
+                                            Control&& control) {
   const auto deadline = Clock::now() + timeout;
   while (true) {
     std::optional<std::vector<zmq::message_t>> got = receive_frames_raw(socket, left_until(deadline));
@@ -176,6 +241,15 @@ std::optional<Frames> receive_through_layer(zmq::socket_t& socket, bool routed, 
         continue;
       }
       f.protocol_error = open_data(segment, *got, f.frames);
+      return f;
+    }
+    if (kind == kArenaData) {
+      std::optional<std::string> refused = arena_data(f.from, *got, f.frames);
+      if (!refused) {  // dropped, the sender told (listener)
+        if (Clock::now() >= deadline) return std::nullopt;
+        continue;
+      }
+      f.protocol_error = std::move(*refused);
       return f;
     }
     if (control(kind, f.from, *got)) {  // the layer's own message: wait on for the caller's, within the time
@@ -216,10 +290,28 @@ class ShmListener final : public Listener, public ZmqSocketHolder {
           say_no(from, "no shared-memory segment for this connection here (the listener restarted?)");
           return true;
         },
+        [this](const PeerId& from, std::vector<zmq::message_t>& frames,
+               std::vector<zmq::message_t>& out) -> std::optional<std::string> {
+          const auto it = arenas_.find(from);
+          std::optional<std::string> opened = open_arena_data(it == arenas_.end() ? nullptr : &it->second, frames, out);
+          if (opened && opened->empty()) shm_.counters().arena_bodies_read.fetch_add(1, std::memory_order_relaxed);
+          if (!opened) {  // an arena this listener holds none of for it: as for an orphan slot descriptor
+            shm_.counters().orphan_descriptors.fetch_add(1, std::memory_order_relaxed);
+            drop_peer(from);
+            say_no(from, "no shared-memory arena of that id for this connection here (the listener restarted?)");
+          }
+          return opened;
+        },
         [this](char kind, const PeerId& from, std::vector<zmq::message_t>& frames) {
-          if (kind != kHello) return false;
-          answer_hello(from, frames);
-          return true;
+          if (kind == kHello) {
+            answer_hello(from, frames);
+            return true;
+          }
+          if (kind == kArenaOffer) {
+            answer_arena_offer(from, frames);
+            return true;
+          }
+          return false;
         });
   }
 
@@ -235,13 +327,13 @@ class ShmListener final : public Listener, public ZmqSocketHolder {
     }
     bool meddled = false;
     if (send_through_segment(shm_, segment, socket_, &id, head, body, header, meddled)) return;
-    if (meddled) segments_.erase(*to);  // its later descriptors get a no (see receive_frames)
+    if (meddled) drop_peer(*to);  // its later descriptors get a no (see receive_frames)
     send_frames_raw(socket_, &id, std::move(head), std::move(body), header);
   }
 
  private:
   void answer_hello(const PeerId& from, std::vector<zmq::message_t>& frames) {
-    segments_.erase(from);  // a new hello replaces the connection's old segment, whatever the answer
+    drop_peer(from);  // a new hello replaces the connection's old segment and arenas, whatever the answer
     std::string refusal;
     if (frames.size() != 2 || frames[1].size() < kShmAddressBytes) {
       refusal = "malformed hello";
@@ -281,8 +373,56 @@ class ShmListener final : public Listener, public ZmqSocketHolder {
     try {
       send_parts_raw(socket_, &id, yes, layer_header());
     } catch (const TransportError&) {
-      segments_.erase(from);  // it is gone or does not read: it goes inline if it ever comes back
+      drop_peer(from);  // it is gone or does not read: it goes inline if it ever comes back
     }
+  }
+
+  // An arena offer: attached read-only when the connection has a segment
+  // here (its hello was accepted: same host), at most kMaxArenasPerPeer.
+  void answer_arena_offer(const PeerId& from, std::vector<zmq::message_t>& frames) {
+    std::string refusal;
+    std::uint64_t id = 0;
+    if (frames.size() != 2 || frames[1].size() != kShmAddressBytes) {
+      refusal = "malformed arena offer";
+    } else if (segments_.find(from) == segments_.end()) {
+      refusal = "an arena offer from a connection with no segment here";
+    } else {
+      try {
+        const ShmAddress address = decode_shm_address(
+            std::span<const std::byte>(static_cast<const std::byte*>(frames[1].data()), kShmAddressBytes));
+        id = address.segment_id;
+        auto& held = arenas_[from];
+        if (held.count(id) == 0 && held.size() >= kMaxArenasPerPeer) {
+          refusal = "this connection already has " + std::to_string(held.size()) + " arenas here";
+        } else {
+          held[id] = std::shared_ptr<ShmArena>(ShmArena::attach_read_only(address));
+        }
+      } catch (const Error& e) {
+        refusal = e.what();
+      }
+    }
+    const zmq::message_t to(from.bytes().data(), from.bytes().size());
+    if (!refusal.empty()) {
+      shm_.counters().arenas_refused.fetch_add(1, std::memory_order_relaxed);
+      std::array<zmq::message_t, 2> no{tag(kArenaNo), arena_id_frame(id, refusal)};
+      try {
+        send_parts_raw(socket_, &to, no, layer_header());
+      } catch (const TransportError&) {
+      }
+      return;
+    }
+    shm_.counters().arenas_accepted.fetch_add(1, std::memory_order_relaxed);
+    std::array<zmq::message_t, 2> yes{tag(kArenaYes), arena_id_frame(id)};
+    try {
+      send_parts_raw(socket_, &to, yes, layer_header());
+    } catch (const TransportError&) {
+      drop_peer(from);
+    }
+  }
+
+  void drop_peer(const PeerId& peer) {
+    segments_.erase(peer);
+    arenas_.erase(peer);
   }
 
   // Tells a connection no (it stops using shared memory), never waiting.
@@ -308,6 +448,7 @@ class ShmListener final : public Listener, public ZmqSocketHolder {
   void sweep() {
     for (auto it = segments_.begin(); it != segments_.end();) {
       if (it->second->peer_state() != ShmSegment::PeerState::kAttached) {
+        arenas_.erase(it->first);
         it = segments_.erase(it);
       } else {
         ++it;
@@ -318,6 +459,7 @@ class ShmListener final : public Listener, public ZmqSocketHolder {
   ShmTransport& shm_;
   std::string address_;
   std::map<PeerId, std::shared_ptr<ShmSegment>> segments_;  // attached, by the connection that sent the hello
+  std::map<PeerId, std::map<std::uint64_t, std::shared_ptr<ShmArena>>> arenas_;  // its arenas, read-only, by id
 };
 
 class ShmConnection final : public Connection, public ZmqSocketHolder {
@@ -342,7 +484,10 @@ class ShmConnection final : public Connection, public ZmqSocketHolder {
     return receive_through_layer<Frames>(
         socket_, /*routed=*/false, timeout, [this](const PeerId&) { return segment_; },
         [](const PeerId&) { return false; },  // refused with the reason: a listener's slots it never set up
-        [this](char kind, const PeerId&, std::vector<zmq::message_t>&) {
+        [](const PeerId&, std::vector<zmq::message_t>&, std::vector<zmq::message_t>&) -> std::optional<std::string> {
+          return std::string("shared-memory arena data from a listener (only connections send from arenas)");
+        },
+        [this](char kind, const PeerId&, std::vector<zmq::message_t>& frames) {
           if (kind == kYes) {
             on_ = segment_ != nullptr;
             return true;
@@ -351,6 +496,17 @@ class ShmConnection final : public Connection, public ZmqSocketHolder {
             shm_.counters().noes_heard.fetch_add(1, std::memory_order_relaxed);
             on_ = false;
             segment_.reset();
+            arenas_.clear();
+            return true;
+          }
+          if (kind == kArenaYes || kind == kArenaNo) {
+            // Only for an arena this connection offered and has no answer for.
+            if (frames.size() == 2 && frames[1].size() >= 8) {
+              const auto it = arenas_.find(arena_id_of(frames[1]));
+              if (it != arenas_.end() && it->second == ArenaState::kOffered) {
+                it->second = kind == kArenaYes ? ArenaState::kAccepted : ArenaState::kRefused;
+              }
+            }
             return true;
           }
           return false;
@@ -359,6 +515,17 @@ class ShmConnection final : public Connection, public ZmqSocketHolder {
 
   void send_frames(const PeerId* /*to*/, zmq::message_t head, std::optional<zmq::message_t> body,
                    const Header& header) override {
+    if (on_ && body && body->size() >= shm_.options().min_bytes) {
+      if (const std::shared_ptr<ShmArena> arena = shm_.arena_holding(body->data(), body->size())) {
+        const auto state = arenas_.try_emplace(arena->id(), ArenaState::kOffered);
+        if (state.second) {
+          offer_arena(*arena);
+        } else if (state.first->second == ArenaState::kAccepted) {
+          send_through_arena(shm_, *arena, socket_, head, *body, header);
+          return;
+        }
+      }
+    }
     bool meddled = false;
     if (send_through_segment(shm_, on_ ? segment_.get() : nullptr, socket_, nullptr, head, body, header, meddled)) {
       return;
@@ -384,9 +551,19 @@ class ShmConnection final : public Connection, public ZmqSocketHolder {
     send_parts_raw(socket_, nullptr, parts, layer_header());
   }
 
+  // Offers `arena` to the listener (its yes or no comes back as a layer message).
+  void offer_arena(const ShmArena& arena) {
+    const auto address = encode_shm_address(arena.address());
+    std::array<zmq::message_t, 2> parts{tag(kArenaOffer), zmq::message_t(address.data(), address.size())};
+    send_parts_raw(socket_, nullptr, parts, layer_header());
+  }
+
+  enum class ArenaState { kOffered, kAccepted, kRefused };
+
   ShmTransport& shm_;
   std::shared_ptr<ShmSegment> segment_;
   bool on_ = false;  // the listener attached: bodies may go through the segment
+  std::map<std::uint64_t, ArenaState> arenas_;  // this transport's arenas offered on this connection
 };
 
 }  // namespace
@@ -423,6 +600,33 @@ std::unique_ptr<ZapHandler> ShmTransport::authenticate(const SecurityContext* se
   return start_zap_handler(ctx_, security, log);
 }
 
+SendFloats ShmTransport::allocate_send_floats(std::size_t count) {
+  std::shared_ptr<ShmArena> arena;
+  try {
+    arena = std::shared_ptr<ShmArena>(ShmArena::create(std::max<std::size_t>(count, 1) * sizeof(float)));
+  } catch (const Error&) {
+    return Transport::allocate_send_floats(count);  // no memfd here: ordinary memory, sent through slots
+  }
+  {
+    const std::lock_guard<std::mutex> lock(arenas_mutex_);
+    std::erase_if(arenas_, [](const std::weak_ptr<ShmArena>& a) { return a.expired(); });
+    arenas_.push_back(arena);
+  }
+  SendFloats out;
+  out.values = std::span<float>(reinterpret_cast<float*>(arena->data()), count);
+  out.owner = std::move(arena);
+  return out;
+}
+
+std::shared_ptr<ShmArena> ShmTransport::arena_holding(const void* data, std::size_t bytes) const {
+  const std::lock_guard<std::mutex> lock(arenas_mutex_);
+  for (const std::weak_ptr<ShmArena>& weak : arenas_) {
+    std::shared_ptr<ShmArena> arena = weak.lock();
+    if (arena && arena->holds(data, bytes)) return arena;
+  }
+  return nullptr;
+}
+
 ShmTransport::Stats ShmTransport::stats() const {
   Stats s;
   s.shm_bodies = counters_.shm_bodies.load();
@@ -433,6 +637,10 @@ ShmTransport::Stats ShmTransport::stats() const {
   s.orphan_descriptors = counters_.orphan_descriptors.load();
   s.meddled = counters_.meddled.load();
   s.noes_heard = counters_.noes_heard.load();
+  s.arena_bodies = counters_.arena_bodies.load();
+  s.arenas_accepted = counters_.arenas_accepted.load();
+  s.arenas_refused = counters_.arenas_refused.load();
+  s.arena_bodies_read = counters_.arena_bodies_read.load();
   return s;
 }
 

@@ -30,6 +30,16 @@
 //   - A peer that changes a slot's state word while this side writes the slot
 //     (it shares the memory) only loses the segment: that body goes inline
 //     and the segment is dropped (listener) or no longer used (connection).
+//   - Memory from allocate_send_floats() is an arena (common/shm_segment.h,
+//     ShmArena) of this process. A body lying wholly in one goes as a 24-byte
+//     arena descriptor, not copied at all: the listener reads it in place
+//     through its read-only mapping (a worker's gradients, read by the
+//     server's update pass where backward wrote them). Per connection an
+//     arena is offered once (its address) and used after the listener's
+//     yes; until then, and after a no, such bodies go through slots. The
+//     listener checks every arena descriptor against its own copy of the
+//     arena's size; one for an arena it holds none of is dropped and the
+//     connection told no, as for an orphan slot descriptor.
 //   - A hello carries the host's boot id and the process's pid namespace;
 //     the listener attaches only with both equal, only to a pstrain memfd
 //     (common/shm_segment.h), only up to twice this job's segment size, and
@@ -39,6 +49,9 @@
 //   hello   [tag 'H', address (24 bytes) + the sender's boot id]
 //   yes     [tag 'A']            no  [tag 'R', reason]
 //   data    [tag 'D', header, descriptor (32 bytes)]
+//   arena offer [tag 'G', address (24 bytes)]
+//   arena yes   [tag 'B', arena id (8 bytes)]   arena no [tag 'N', arena id (8 bytes) + reason]
+//   arena data  [tag 'P', header, arena descriptor (24 bytes)]
 // Nothing is left behind by a killed process: segments are memfds
 // (common/shm_segment.h); a listener drops a segment once its peer's process
 // is gone or its connection is replaced by a new hello.
@@ -48,7 +61,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <vector>
 
 #include <zmq.hpp>
 
@@ -80,6 +95,10 @@ class ShmTransport final : public Transport {
   std::vector<bool> wait_any(std::span<Endpoint* const> endpoints, std::chrono::milliseconds timeout) override;
   std::unique_ptr<ZapHandler> authenticate(const SecurityContext* security, Logger& log) override;
   std::string_view kind() const override { return "shm"; }
+  // An arena (see above); ordinary memory when the system refuses a memfd.
+  SendFloats allocate_send_floats(std::size_t count) override;
+  // The live arena of this transport holding [data, data + bytes) whole, or null.
+  std::shared_ptr<ShmArena> arena_holding(const void* data, std::size_t bytes) const;
 
   // What this process's endpoints moved (tests, benchmarks).
   struct Stats {
@@ -91,6 +110,10 @@ class ShmTransport final : public Transport {
     std::uint64_t orphan_descriptors = 0;  // descriptors from connections with no segment here: dropped, told no
     std::uint64_t meddled = 0;        // slots whose state the peer changed while this side wrote them
     std::uint64_t noes_heard = 0;     // no answers this process's connections got (then inline)
+    std::uint64_t arena_bodies = 0;   // bodies sent as arena descriptors (read in place, never copied)
+    std::uint64_t arenas_accepted = 0;  // arena offers this process's listeners said yes to
+    std::uint64_t arenas_refused = 0;   // and no to
+    std::uint64_t arena_bodies_read = 0;  // bodies this process's listeners read in place in a peer's arena
   };
   Stats stats() const;
 
@@ -100,7 +123,8 @@ class ShmTransport final : public Transport {
   // Internal (the endpoints count through these).
   struct Counters {
     std::atomic<std::uint64_t> shm_bodies{0}, inline_bodies{0}, no_free_slot{0}, accepted{0}, refused{0},
-        orphan_descriptors{0}, meddled{0}, noes_heard{0};
+        orphan_descriptors{0}, meddled{0}, noes_heard{0}, arena_bodies{0}, arenas_accepted{0}, arenas_refused{0},
+        arena_bodies_read{0};
   };
   Counters& counters() { return counters_; }
 
@@ -109,6 +133,8 @@ class ShmTransport final : public Transport {
   ShmTransportOptions options_;
   std::string boot_id_;  // this host's boot: a hello from another is refused at once
   Counters counters_;
+  mutable std::mutex arenas_mutex_;
+  mutable std::vector<std::weak_ptr<ShmArena>> arenas_;  // made by allocate_send_floats; expired ones pruned
 };
 
 // A node's transport from cluster.transport: "tcp" and "ipc" are

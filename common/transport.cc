@@ -289,4 +289,12 @@ std::vector<bool> wait_any(std::span<Endpoint* const> endpoints, std::chrono::mi
   return transport.wait_any(endpoints, timeout);
 }
 
+SendFloats Transport::allocate_send_floats(std::size_t count) {
+  auto values = std::shared_ptr<float[]>(new float[count == 0 ? 1 : count]());
+  SendFloats out;
+  out.values = std::span<float>(values.get(), count);
+  out.owner = std::move(values);
+  return out;
+}
+
 }  // namespace pstrain

@@ -289,6 +289,11 @@ class Connection : public Endpoint {
   virtual void abandon() = 0;
 };
 
+struct SendFloats {
+  std::span<float> values;
+  std::shared_ptr<void> owner;
+};
+
 class Transport {
  public:
   virtual ~Transport() = default;
@@ -305,6 +310,13 @@ class Transport {
   virtual std::unique_ptr<ZapHandler> authenticate(const SecurityContext* security, Logger& log) = 0;
   // "zmq", "fake", ... for messages and test names.
   virtual std::string_view kind() const = 0;
+  // Zeroed memory for `count` floats this node sends again and again (a
+  // worker's gradients), alive while `owner` is. Bodies sent zero-copy from it
+  // (Payload::floats) may then be read in place by a co-located peer
+  // (ShmTransport: the memory is an arena such a peer maps read-only), so
+  // the Payload contract matters all the more: unchanged until the reply.
+  // Here: ordinary memory.
+  virtual SendFloats allocate_send_floats(std::size_t count);
 };
 
 // Waits on endpoints of one transport (the first one's): wait_any over it.

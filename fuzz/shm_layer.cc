@@ -9,6 +9,8 @@
 //   2: sends a data message with a descriptor of fuzzed bytes
 //   3: sends a layer message of a fuzzed kind and 0-3 fuzzed frames
 //   4: sends an ordinary message of 1-2 fuzzed frames
+//   5: offers the input's arena (once) and sends an arena descriptor into it
+//      of fuzzed offset and length under a header of fuzzed bytes
 // The listener receives everything; each message is accepted or refused
 // with ProtocolError (what a server answers with an error reply), and any
 // payload it hands up is read whole. ASan + UBSan catch reads outside the
@@ -120,10 +122,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     while (w.peer.recv(yes, zmq::recv_flags::dontwait)) {
     }
   }
+  std::unique_ptr<ShmArena> arena;  // offered at the first op 5
   const int ops = 1 + in.byte() % 8;
   int sent = 0;
   for (int i = 0; i < ops && in.left() > 0; ++i) {
-    const int op = in.byte() % 5;
+    const int op = in.byte() % 6;
     if (op == 0) {  // a slot published (and maybe taken back again: stale) under a header of fuzzed size
       std::uint64_t v = 0;
       const auto b = in.take(8);
@@ -180,10 +183,36 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     } else if (op == 3) {
       std::vector<zmq::message_t> frames;
       const char kind = static_cast<char>(in.byte());
-      if (kind == 'H') continue;  // a hello is not answered to the caller; covered by the tests
+      // A hello or an arena offer is not answered to the caller, and an arena
+      // descriptor of an unknown id is dropped: covered by the tests.
+      if (kind == 'H' || kind == 'G' || kind == 'P') continue;
       frames.push_back(tag(kind));
       const int extra = in.byte() % 4;
       for (int f = 0; f < extra; ++f) frames.push_back(bytes_frame(in.take(in.byte())));
+      w.send(std::move(frames));
+      ++sent;
+    } else if (op == 5) {
+      if (!arena) {
+        arena = ShmArena::create(8192);
+        const auto fill = in.take(in.byte() * 16);
+        std::memcpy(arena->data(), fill.data(), fill.size());
+        const auto a = encode_shm_address(arena->address());
+        std::vector<zmq::message_t> offer;
+        offer.push_back(tag('G'));
+        offer.emplace_back(a.data(), a.size());
+        w.send(std::move(offer));
+      }
+      std::uint64_t v = 0;
+      const auto vb = in.take(8);
+      std::memcpy(&v, vb.data(), vb.size());
+      ShmArenaDescriptor d{arena->id(), (v & 0xffff) % 9000, ((v >> 16) & 0xffff) % 9000};
+      if ((v >> 32) % 8 == 0) d.offset = v;  // huge: offset + length may overflow
+      if ((v >> 35) % 8 == 0) d.length = ~v;
+      std::vector<zmq::message_t> frames;
+      frames.push_back(tag('P'));
+      frames.push_back(bytes_frame(in.take(header_wire_bytes())));
+      const auto e = encode_shm_arena_descriptor(d);
+      frames.emplace_back(e.data(), e.size());
       w.send(std::move(frames));
       ++sent;
     } else {

@@ -79,6 +79,8 @@ void write_server_metrics(const std::string& run_dir, const pstrain::Server& ser
                                .add("shm_refused", static_cast<std::int64_t>(shm.refused))
                                .add("shm_bodies_sent", static_cast<std::int64_t>(shm.shm_bodies))
                                .add("inline_bodies_sent", static_cast<std::int64_t>(shm.inline_bodies))
+                               .add("shm_arenas", static_cast<std::int64_t>(shm.arenas_accepted))
+                               .add("arena_pushes_read", static_cast<std::int64_t>(shm.arena_bodies_read))
                                .str();
   std::filesystem::create_directories(run_dir + "/metrics");
   const std::string path = run_dir + "/metrics/server-" + std::to_string(server.rank()) + ".json";

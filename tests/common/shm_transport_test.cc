@@ -9,9 +9,14 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
+#include <csignal>
+#include <cstdio>
 #include <cstring>
+#include <fstream>
+#include <tuple>
 #include <memory>
 #include <string>
 #include <thread>
@@ -20,6 +25,7 @@
 #include "common/errors.h"
 #include "common/shm_segment.h"
 #include "common/shm_transport.h"
+#include "common/zmq_transport.h"
 #include "tests/common/shm_test_util.h"
 
 using namespace pstrain;
@@ -569,5 +575,359 @@ TEST_CASE("shm transport: a server killed (SIGKILL) while the worker holds its r
   CHECK(Clock::now() - start < std::chrono::seconds(5));
   conn->abandon();
   conn.reset();
+  CHECK(our_mappings() == 0);
+}
+
+// ---------------------------------------------------------------------------
+// Arenas: bodies sent from allocate_send_floats() memory, read in place.
+
+namespace {
+
+void offer_arena(RawPeer& peer, const ShmAddress& address) {
+  const auto a = encode_shm_address(address);
+  std::vector<zmq::message_t> frames;
+  frames.push_back(layer_tag('G'));
+  frames.emplace_back(a.data(), a.size());
+  peer.send(std::move(frames));
+}
+
+void arena_data(RawPeer& peer, const Header& header, const ShmArenaDescriptor& d) {
+  const auto bytes = encode_shm_arena_descriptor(d);
+  std::vector<zmq::message_t> frames;
+  frames.push_back(layer_tag('P'));
+  frames.push_back(encode_header(header));
+  frames.emplace_back(bytes.data(), bytes.size());
+  peer.send(std::move(frames));
+}
+
+// The permissions ("r--s", "rw-s") of this process's mapping holding `p`, or "".
+std::string mapping_permissions(const void* p) {
+  std::ifstream maps("/proc/self/maps");
+  const auto at = reinterpret_cast<std::uintptr_t>(p);
+  for (std::string line; std::getline(maps, line);) {
+    std::uintptr_t begin = 0, end = 0;
+    char perms[8] = {};
+    if (std::sscanf(line.c_str(), "%lx-%lx %7s", &begin, &end, perms) == 3 && at >= begin && at < end) return perms;
+  }
+  return {};
+}
+
+// The answer to an arena offer: 'B' + id (yes), or 'N' + id + reason.
+std::pair<char, std::string> arena_answer(Listener& listener, RawPeer& peer) {
+  let_answer(listener, peer);
+  std::vector<zmq::message_t> answer = peer.receive();
+  REQUIRE(answer.size() == 2);
+  REQUIRE(answer[0].size() == 8);
+  REQUIRE(answer[1].size() >= 8);
+  return {static_cast<const char*>(answer[0].data())[7], answer[1].to_string().substr(8)};
+}
+
+}  // namespace
+
+TEST_CASE("shm transport: bodies in an arena go as descriptors after the listener's yes, read in place through a read-only mapping") {
+  zmq::context_t ctx;
+  ShmTransport t(ctx, small_options());
+  std::unique_ptr<Listener> listener = t.listen("tcp://127.0.0.1:*", EndpointOptions{});
+  std::unique_ptr<Connection> conn = t.connect(listener->address(), tensor_options("w1"));
+  handshake(*listener, *conn);
+  const SendFloats grads = t.allocate_send_floats(40000);  // more than a slot holds
+  REQUIRE(grads.values.size() == 40000);
+  CHECK(std::all_of(grads.values.begin(), grads.values.end(), [](float x) { return x == 0.0f; }));
+  const std::vector<float> first = values(40000, 1.0f);
+  std::copy(first.begin(), first.end(), grads.values.begin());
+  CHECK(t.arena_holding(grads.values.data(), 40000 * 4) != nullptr);
+  CHECK(t.arena_holding(grads.values.data(), 40000 * 4 + 65536) == nullptr);  // past its end (whole pages)
+  CHECK(t.arena_holding(first.data(), 4) == nullptr);
+
+  // The first body from it offers the arena and goes through a slot (it fits one).
+  const std::span<const float> part = grads.values.subspan(100, 10000);
+  conn->send(push_header(1), Payload::floats(part));
+  std::optional<Envelope> got = next(*listener);
+  REQUIRE(got);
+  CHECK(floats_of(*got) == std::vector<float>(part.begin(), part.end()));
+  CHECK(t.stats().arenas_accepted == 1);
+  CHECK(t.stats().arena_bodies == 0);
+  listener->send(got->from, reply_to(got->message.header, MsgType::kPushReply));
+  REQUIRE(next(*conn));  // the yes came before this reply
+
+  // Now descriptors: a body too big for any slot, and a small part, read in place.
+  const ShmTransport::Stats before = t.stats();
+  conn->send(push_header(2), Payload::floats(grads.values));
+  conn->send(push_header(3), Payload::floats(part));
+  std::optional<Envelope> whole = next(*listener), small = next(*listener);
+  REQUIRE(whole);
+  REQUIRE(small);
+  CHECK(floats_of(*whole) == first);
+  CHECK(floats_of(*small) == std::vector<float>(part.begin(), part.end()));
+  CHECK(t.stats().arena_bodies == before.arena_bodies + 2);
+  CHECK(t.stats().shm_bodies == before.shm_bodies);
+  CHECK(t.stats().inline_bodies == before.inline_bodies);
+  // The listener's bytes are its own mapping of the arena, and it can only read them.
+  const void* seen = whole->message.payload.data();
+  CHECK(seen != static_cast<const void*>(grads.values.data()));
+  CHECK(mapping_permissions(seen) == "r--s");
+  CHECK(mapping_permissions(grads.values.data()) == "rw-s");
+  // In place: what the owner writes (here, after the reply it waits for) is what the next descriptor shows.
+  grads.values[7] = -42.0f;
+  conn->send(push_header(4), Payload::floats(grads.values.subspan(0, 1000)));
+  std::optional<Envelope> again = next(*listener);
+  REQUIRE(again);
+  CHECK(floats_of(*again)[7] == -42.0f);
+  CHECK(t.stats().arena_bodies == before.arena_bodies + 3);
+  // Ordinary memory still goes through slots.
+  const std::vector<float> plain = values(5000, 3.0f);
+  conn->send(push_header(5), Payload::floats(plain));
+  std::optional<Envelope> slot = next(*listener);
+  REQUIRE(slot);
+  CHECK(floats_of(*slot) == plain);
+  CHECK(t.stats().shm_bodies == before.shm_bodies + 1);
+}
+
+TEST_CASE("shm transport: a connection told no keeps sending arena bodies through slots or inline; ordinary transports give ordinary memory") {
+  zmq::context_t ctx;
+  ShmTransport t(ctx, small_options());
+  std::unique_ptr<Listener> listener = t.listen("tcp://127.0.0.1:*", EndpointOptions{});
+  // No hello at all (not a tensor connection): the arena is never offered.
+  EndpointOptions plain = tensor_options("plain");
+  plain.carries_tensors = false;
+  std::unique_ptr<Connection> conn = t.connect(listener->address(), plain);
+  const SendFloats grads = t.allocate_send_floats(2000);
+  std::fill(grads.values.begin(), grads.values.end(), 2.5f);
+  for (int i = 0; i < 3; ++i) {
+    conn->send(push_header(i), Payload::floats(grads.values));
+    std::optional<Envelope> got = next(*listener);
+    REQUIRE(got);
+    CHECK(floats_of(*got) == std::vector<float>(2000, 2.5f));
+    listener->send(got->from, reply_to(got->message.header, MsgType::kPushReply));
+    REQUIRE(next(*conn));
+  }
+  CHECK(t.stats().arena_bodies == 0);
+  CHECK(t.stats().arenas_accepted + t.stats().arenas_refused == 0);
+  // ZeroMQ's transport hands out ordinary, zeroed memory.
+  ZmqTransport z(ctx);
+  const SendFloats ordinary = z.allocate_send_floats(1000);
+  REQUIRE(ordinary.values.size() == 1000);
+  CHECK(std::all_of(ordinary.values.begin(), ordinary.values.end(), [](float x) { return x == 0.0f; }));
+  CHECK(mapping_permissions(ordinary.values.data()).find('s') == std::string::npos);
+}
+
+TEST_CASE("shm transport: forged arena offers and descriptors get a no or a ProtocolError naming the sender; the listener goes on") {
+  zmq::context_t ctx;
+  ShmTransport t(ctx, small_options());
+  std::unique_ptr<Listener> listener = t.listen("tcp://127.0.0.1:*", EndpointOptions{});
+  ShmOptions so;
+  so.slots_per_side = 2;
+  so.slot_bytes = 1 << 16;
+  so.name = "raw";
+  std::unique_ptr<ShmSegment> segment = ShmSegment::create(so);
+  std::unique_ptr<ShmArena> arena = ShmArena::create(1 << 16);
+  auto* floats = reinterpret_cast<float*>(arena->data());
+  for (int i = 0; i < 1000; ++i) floats[i] = static_cast<float>(i);
+
+  // An offer before any hello (no segment here: not known to be on this host).
+  RawPeer early(ctx, listener->address(), "early");
+  offer_arena(early, arena->address());
+  auto [kind, reason] = arena_answer(*listener, early);
+  CHECK(kind == 'N');
+  CHECK(reason.find("no segment here") != std::string::npos);
+
+  RawPeer evil(ctx, listener->address(), "evil");
+  evil.hello(segment->address(), t.boot_id());
+  let_answer(*listener, evil);
+  REQUIRE(evil.receive().size() == 1);  // yes
+  const auto refused_offer = [&](const ShmAddress& address, const std::string& why) {
+    offer_arena(evil, address);
+    auto [k, r] = arena_answer(*listener, evil);
+    CHECK(k == 'N');
+    CAPTURE(r);
+    CHECK(r.find(why) != std::string::npos);
+  };
+  ShmAddress a = arena->address();
+  a.bytes += 4096;
+  refused_offer(a, "its size is");
+  refused_offer(segment->address(), "not a pstrain arena");  // a memfd of ours, but a segment
+  a = arena->address();
+  a.segment_id ^= 1;
+  refused_offer(a, "descriptor number reused");
+  a = arena->address();
+  a.fd = 0;  // stdin: not a pstrain memfd
+  refused_offer(a, "not a pstrain memfd");
+  {
+    std::vector<zmq::message_t> frames;
+    frames.push_back(layer_tag('G'));
+    frames.emplace_back("short", 5);
+    evil.send(std::move(frames));
+    auto [k, r] = arena_answer(*listener, evil);
+    CHECK(k == 'N');
+    CHECK(r.find("malformed arena offer") != std::string::npos);
+  }
+  // A good offer: yes with its id.
+  offer_arena(evil, arena->address());
+  std::tie(kind, reason) = arena_answer(*listener, evil);
+  CHECK(kind == 'B');
+
+  const auto expect_refused = [&](const std::string& what) {
+    PeerId from;
+    CHECK_THROWS_WITH_AS(next(*listener, &from), doctest::Contains(what.c_str()), ProtocolError);
+    CHECK(from.bytes() == "evil");
+  };
+  Header h = push_header(1);
+  h.dtype = DType::kFloat32;
+  h.num_elems = 1000;
+  arena_data(evil, h, {arena->id(), 0, 4000});
+  {
+    std::optional<Envelope> got = next(*listener);
+    REQUIRE(got);
+    CHECK(floats_of(*got) == std::vector<float>(floats, floats + 1000));
+  }
+  arena_data(evil, h, {arena->id(), (1 << 16) - 3996, 4000});
+  expect_refused("lie outside");
+  arena_data(evil, h, {arena->id(), ~std::uint64_t{0} - 10, 4000});  // offset + length overflows
+  expect_refused("lie outside");
+  arena_data(evil, h, {arena->id(), 0, 400});  // the header says 1000 floats
+  expect_refused("payload");
+  {
+    std::vector<zmq::message_t> frames;
+    frames.push_back(layer_tag('P'));
+    frames.push_back(encode_header(h));
+    frames.emplace_back("123", 3);
+    evil.send(std::move(frames));
+    expect_refused("arena descriptor of 3 bytes");
+    std::vector<zmq::message_t> two;
+    two.push_back(layer_tag('P'));
+    two.push_back(encode_header(h));
+    evil.send(std::move(two));
+    expect_refused("2 frames");
+  }
+  // An arena id the listener never attached: dropped, and the connection told no (it goes inline).
+  const std::uint64_t orphans = t.stats().orphan_descriptors;
+  arena_data(evil, h, {arena->id() ^ 7, 0, 4000});
+  let_answer(*listener, evil);
+  std::vector<zmq::message_t> no = evil.receive();
+  REQUIRE(no.size() == 2);
+  CHECK(no[0].to_string() == "PSTRSHMR");
+  CHECK(no[1].to_string().find("no shared-memory arena of that id") != std::string::npos);
+  CHECK(t.stats().orphan_descriptors == orphans + 1);
+  // It lost its segment and arenas here with that no: its old arena's descriptors no longer open.
+  arena_data(evil, h, {arena->id(), 0, 4000});
+  let_answer(*listener, evil);
+  CHECK(evil.receive()[0].to_string() == "PSTRSHMR");
+  // More than 8 arenas from one connection: no.
+  RawPeer greedy(ctx, listener->address(), "greedy");
+  std::unique_ptr<ShmSegment> greedy_segment = ShmSegment::create(so);
+  greedy.hello(greedy_segment->address(), t.boot_id());
+  let_answer(*listener, greedy);
+  REQUIRE(greedy.receive().size() == 1);
+  std::vector<std::unique_ptr<ShmArena>> many;
+  for (int i = 0; i < 9; ++i) {
+    many.push_back(ShmArena::create(4096));
+    offer_arena(greedy, many.back()->address());
+    auto [k, r] = arena_answer(*listener, greedy);
+    CHECK(k == (i < 8 ? 'B' : 'N'));
+    if (i == 8) CHECK(r.find("already has 8 arenas") != std::string::npos);
+  }
+  // And the listener serves a well-behaved connection as before, arena and all.
+  std::unique_ptr<Connection> conn = t.connect(listener->address(), tensor_options("good"));
+  handshake(*listener, *conn);
+  const SendFloats grads = t.allocate_send_floats(3000);
+  std::fill(grads.values.begin(), grads.values.end(), 4.0f);
+  for (int i = 0; i < 2; ++i) {
+    conn->send(push_header(10 + i), Payload::floats(grads.values));
+    std::optional<Envelope> got = next(*listener);
+    REQUIRE(got);
+    CHECK(floats_of(*got) == std::vector<float>(3000, 4.0f));
+    listener->send(got->from, reply_to(got->message.header, MsgType::kPushReply));
+    REQUIRE(next(*conn));
+  }
+  CHECK(t.stats().arena_bodies >= 1);
+}
+
+TEST_CASE("shm arena: read-only attach checks the memfd; the peer's mapping cannot write; nothing left mapped") {
+  REQUIRE(our_mappings() == 0);
+  {
+    std::unique_ptr<ShmArena> arena = ShmArena::create(10000);
+    CHECK(arena->size() == 12288);  // whole pages
+    std::memset(arena->data(), 0x5a, arena->size());
+    std::unique_ptr<ShmArena> peer = ShmArena::attach_read_only(arena->address());
+    CHECK(peer->id() == arena->id());
+    CHECK(peer->size() == arena->size());
+    CHECK(std::to_integer<int>(peer->data()[12287]) == 0x5a);
+    CHECK(mapping_permissions(peer->data()) == "r--s");
+    CHECK(peer->range(12000, 288).size() == 288);
+    CHECK_THROWS_AS(peer->range(12000, 289), ProtocolError);
+    CHECK(peer->holds(peer->data(), 12288));
+    CHECK_FALSE(peer->holds(peer->data() + 1, 12288));
+    CHECK_FALSE(peer->holds(peer->data() - 1, 1));
+    CHECK(our_mappings() == 2);
+    // A write through the peer's mapping faults (in a child, which dies of it).
+    const pid_t pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      std::signal(SIGSEGV, SIG_DFL);  // not doctest's handler: the child just dies of it
+      const_cast<volatile std::byte*>(peer->data())[0] = std::byte{1};
+      _exit(0);
+    }
+    int status = 0;
+    REQUIRE(waitpid(pid, &status, 0) == pid);
+    CHECK(WIFSIGNALED(status));
+    CHECK(WTERMSIG(status) == SIGSEGV);
+    CHECK(std::to_integer<int>(arena->data()[0]) == 0x5a);
+    CHECK_THROWS_AS(ShmArena::create(0), ConfigError);
+  }
+  CHECK(our_mappings() == 0);
+}
+
+namespace {
+
+// A child that pushes `n` floats from an arena: first with the offer (through
+// a slot), then, once the listener's yes is in, as an arena descriptor; tells
+// the parent (1 = the second went as a descriptor) and waits to be killed.
+void arena_pushing_child(const std::string& address, std::size_t n, int to_parent) {
+  zmq::context_t ctx;
+  ShmTransport t(ctx, small_options());
+  std::unique_ptr<Connection> conn = t.connect(address, tensor_options("child"));
+  const SendFloats grads = t.allocate_send_floats(n);
+  const std::vector<float> v = values(n, 7.0f);
+  std::copy(v.begin(), v.end(), grads.values.begin());
+  conn->send(push_header(0), owned(values(4, 0.0f)));  // the handshake: the hello's yes comes before its reply
+  if (!next(*conn)) throw Error("no reply to the handshake");
+  conn->send(push_header(1), Payload::floats(grads.values.subspan(0, 4000)));  // offers the arena
+  if (!next(*conn)) throw Error("no reply to the first push");
+  conn->send(push_header(2), Payload::floats(grads.values));
+  const char ok = t.stats().arena_bodies == 1 ? '1' : '0';
+  if (::write(to_parent, &ok, 1) != 1) throw Error("pipe");
+  pause();
+}
+
+}  // namespace
+
+TEST_CASE("shm transport: a worker killed (SIGKILL) while the server holds a push from its arena: bytes still readable, nothing left mapped") {
+  REQUIRE(our_mappings() == 0);
+  const std::string address = ipc_address("arena-killed");
+  Child child([&](int fd) { arena_pushing_child(address, 50000, fd); });
+  zmq::context_t ctx;
+  ShmTransport t(ctx, small_options());
+  std::unique_ptr<Listener> listener = t.listen(address, EndpointOptions{});
+  for (int i = 0; i < 2; ++i) {
+    std::optional<Envelope> first = next(*listener);
+    REQUIRE(first);
+    listener->send(first->from, reply_to(first->message.header, MsgType::kPushReply));
+  }
+  std::optional<Envelope> push = next(*listener);
+  REQUIRE(push);
+  CHECK(child.read(1)[0] == std::byte{'1'});
+  CHECK(t.stats().arenas_accepted == 1);
+  child.kill_and_reap();
+  // The dead worker's gradients stay mapped (read-only) while held, and are what it wrote.
+  CHECK(floats_of(*push) == values(50000, 7.0f));
+  push.reset();
+  // The next hello sweeps the dead peer's segment and arena away: only the
+  // new connection's two mappings (its own, the listener's) remain.
+  {
+    std::unique_ptr<Connection> conn = t.connect(address, tensor_options("fresh"));
+    handshake(*listener, *conn);
+    CHECK(our_mappings() == 2);
+  }
+  listener.reset();
   CHECK(our_mappings() == 0);
 }

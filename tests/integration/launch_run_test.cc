@@ -127,10 +127,19 @@ TEST_CASE("cluster.transport shm (the default): each worker's connection shares 
       CHECK(m.find("shm_connections")->as_number("shm_connections") == (shm ? 2 : 0));
       CHECK(m.find("shm_refused")->as_number("shm_refused") == 0);
       const double through_slots = m.find("shm_bodies_sent")->as_number("shm_bodies_sent");
+      // Pushes: the workers' gradients lie in arenas the servers map read-only
+      // and read in place, after each arena's first push (the offer) went
+      // through a slot.
+      const double arenas = m.find("shm_arenas")->as_number("shm_arenas");
+      const double in_place = m.find("arena_pushes_read")->as_number("arena_pushes_read");
       if (shm) {
         CHECK(through_slots > 0);
+        CHECK(arenas == 2);
+        CHECK(in_place > 0);
       } else {
         CHECK(through_slots == 0);
+        CHECK(arenas == 0);
+        CHECK(in_place == 0);
       }
     }
   }

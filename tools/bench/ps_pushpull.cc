@@ -36,14 +36,18 @@ std::string worker_rounds(const std::string& sched, const ClusterConfig& cluster
   options.wire_dtype = wire_dtype;
   WorkerSession session(*transport, options, layout);
   const auto num_elems = static_cast<std::size_t>(layout.total_elems());
-  std::vector<float> params(num_elems, 0.0f), grads(num_elems, 1.0f);
+  std::vector<float> params(num_elems, 0.0f);
+  // The gradients in the transport's send memory, as a worker's are
+  // (worker/train/ps_worker.cc): with shm an arena the servers read in place.
+  const SendFloats grads = transport->allocate_send_floats(num_elems);
+  std::fill(grads.values.begin(), grads.values.end(), 1.0f);
   session.broadcast_initial(params);
   std::vector<double> times;
   KVClient& kv = session.kv();
   for (int r = 0; r < rounds + 2; ++r) {
     const auto t0 = Clock::now();
     // The pull is sent at once: the servers park it until the update is applied.
-    const auto push = kv.push(grads, r, 1.0);
+    const auto push = kv.push(grads.values, r, 1.0);
     const auto pull = kv.pull(params, r + 1);
     kv.wait(push);
     kv.wait(pull);

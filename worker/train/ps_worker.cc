@@ -32,7 +32,11 @@ struct Loop {
   const data::DatasetPair& data;
   MetricsWriter& metrics;
   Logger& log;
-  std::vector<float> params, grads, images;
+  std::vector<float> params, images;
+  // The flat gradients, in memory from the transport (shm: an arena the
+  // co-located servers read pushes from in place); pushed zero-copy, so
+  // written only between one step's push wait and the next step's pushes.
+  SendFloats grads;
   std::vector<std::int32_t> labels;
   TrainResult result;
   double last_compute_s = 0.0;
@@ -98,13 +102,13 @@ void push_range(Loop& L, std::int64_t offset, std::int64_t count, std::int64_t s
   if (keys.empty()) return;
   for (std::size_t i = 0; i < keys.size() && !L.simulated && !L.skipping_step; ++i) {
     const Chunk& c = map.chunk(keys[i]);
-    const auto span = std::span<float>(L.grads).subspan(static_cast<std::size_t>(c.offset), static_cast<std::size_t>(c.num_elems));
+    const auto span = L.grads.values.subspan(static_cast<std::size_t>(c.offset), static_cast<std::size_t>(c.num_elems));
     L.model.get_grads(c.offset, span);
     check_range(L, span, step, lr);
   }
   TraceSpan span(L.trace, TraceLevel::kAll, L.skipping_step ? "skip push send" : "push send", "worker");
   span.arg("first_chunk", keys.front()).arg("chunks", static_cast<std::int64_t>(keys.size()));
-  tickets.push_back(L.skipping_step ? L.session.kv().push_skip(step, keys) : L.session.kv().push(L.grads, step, lr, keys));
+  tickets.push_back(L.skipping_step ? L.session.kv().push_skip(step, keys) : L.session.kv().push(L.grads.values, step, lr, keys));
 }
 
 // time_s: when training reached these weights (the record's time axis).
@@ -215,12 +219,15 @@ TrainResult run_ps_worker(const RunConfig& config, WorkerSession& session, Workl
   const WorkloadConfig& w = config.workload;
   nn::Model& model = *workload.model;
   const auto num_params = static_cast<std::size_t>(model.num_params());
-  Loop L{config, session, model, workload.data, metrics, log, std::vector<float>(num_params),
-         std::vector<float>(num_params), {}, {}, {}, 0.0,
+  Loop L{config, session, model, workload.data, metrics, log, std::vector<float>(num_params), {},
+         session.scheduler().transport().allocate_send_floats(num_params), {}, {}, 0.0,
          Straggler(session.rank() == w.straggler_rank, w.straggler_slowdown), std::nullopt, w.simulated_step_ms > 0.0,
          nullptr, NonFiniteGuard(w, session.rank())};
   L.trace = trace;
-  if (L.simulated) L.grads = simulated_gradients(model.num_params());
+  if (L.simulated) {
+    const std::vector<float> simulated = simulated_gradients(model.num_params());
+    std::copy(simulated.begin(), simulated.end(), L.grads.values.begin());
+  }
   const data::Dataset& train = workload.data.train;
   L.images.resize(static_cast<std::size_t>(w.batch_size) * static_cast<std::size_t>(train.channels * train.height * train.width));
   L.labels.resize(static_cast<std::size_t>(w.batch_size));
