@@ -563,6 +563,13 @@ bool ShmSegment::retract(const ShmDescriptor& d) {
       .compare_exchange_strong(expected, word(d.generation, kFree), std::memory_order_acq_rel);
 }
 
+bool ShmSegment::handed_back(const ShmDescriptor& d) const {
+  const std::uint32_t first = side_ == Side::kCreator ? 0 : slots_per_side_;
+  if (d.segment_id != id_ || d.slot < first || d.slot - first >= slots_per_side_) return false;
+  const std::uint64_t now = atomic_at(*state_word(d.slot)).load(std::memory_order_acquire);
+  return generation_of(now) != d.generation || state_of(now) == kFree;
+}
+
 ShmSegment::WriteSlot::WriteSlot(WriteSlot&& other) noexcept
     : segment_(other.segment_), slot_(other.slot_), generation_(other.generation_), data_(other.data_),
       size_(other.size_) {

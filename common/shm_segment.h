@@ -142,6 +142,11 @@ class ShmSegment {
   // peer (its send failed): published -> free. False when the descriptor is
   // not one of this side's published slots (the peer opened it already).
   bool retract(const ShmDescriptor& descriptor);
+  // Whether the peer is done with a slot this side published: it released
+  // it (free again) or it has been taken again since (a newer generation).
+  // False while it is published or being read, and for a descriptor that is
+  // not one of this side's slots.
+  bool handed_back(const ShmDescriptor& descriptor) const;
 
   PeerState peer_state() const;
   // Throws TransportError naming the peer when it is gone or has closed.

@@ -24,7 +24,7 @@ using std::chrono::milliseconds;
 constexpr std::size_t kTagBytes = 8;
 constexpr char kTagPrefix[] = "PSTRSHM";  // 7 bytes, then the kind
 constexpr char kHello = 'H', kYes = 'A', kNo = 'R', kData = 'D';
-constexpr char kArenaOffer = 'G', kArenaYes = 'B', kArenaNo = 'N', kArenaData = 'P';
+constexpr char kArenaOffer = 'G', kArenaYes = 'B', kArenaNo = 'N', kArenaData = 'P', kArenaReply = 'W';
 constexpr std::size_t kMaxArenasPerPeer = 8;
 constexpr std::size_t kMaxReasonBytes = 512;
 
@@ -132,6 +132,15 @@ std::optional<std::string> open_arena_data(const std::map<std::uint64_t, std::sh
   }
 }
 
+// A reply's body in the listener's arena, and the slot standing for it:
+// released (the listener may write those weights again) once the frame goes.
+struct HeldArenaReply {
+  std::shared_ptr<ShmSegment> segment;  // outlives the slot (members go in reverse order)
+  ShmSegment::ReadSlot slot;
+  std::shared_ptr<ShmArena> arena;
+};
+void release_held_arena_reply(void* /*data*/, void* hint) { delete static_cast<HeldArenaReply*>(hint); }
+
 // An 8-byte little-endian arena id and what follows it.
 std::uint64_t arena_id_of(const zmq::message_t& frame) {
   std::uint64_t id = 0;
@@ -210,8 +219,8 @@ std::chrono::milliseconds left_until(Clock::time_point deadline) {
 // the caller. An ordinary message is returned as it came; a data message is
 // opened in segment_of(sender) (or refused with the reason); one from a
 // sender with no segment goes to no_segment(sender), which returns whether it
-// dealt with it (then it is dropped); an arena data message goes to
-// arena_data(sender, frames, out), which returns the reason it was refused
+// dealt with it (then it is dropped); an arena data or reply message goes to
+// arena_data(kind, sender, frames, out), which returns the reason it was refused
 // ("" when opened) or nullopt when it was dropped; the layer's own messages go to
 // control(kind, sender, frames), which returns whether it took the kind (then
 // the wait goes on, within `timeout`); any other kind is refused.
@@ -243,8 +252,8 @@ std::optional<Frames> receive_through_layer(zmq::socket_t& socket, bool routed, 
       f.protocol_error = open_data(segment, *got, f.frames);
       return f;
     }
-    if (kind == kArenaData) {
-      std::optional<std::string> refused = arena_data(f.from, *got, f.frames);
+    if (kind == kArenaData || kind == kArenaReply) {
+      std::optional<std::string> refused = arena_data(kind, f.from, *got, f.frames);
       if (!refused) {  // dropped, the sender told (listener)
         if (Clock::now() >= deadline) return std::nullopt;
         continue;
@@ -272,6 +281,14 @@ class ShmListener final : public Listener, public ZmqSocketHolder {
 
  protected:
   std::optional<Frames> receive_frames(std::chrono::milliseconds timeout) override {
+    std::optional<Frames> got = receive_listener(timeout);
+    // After the wait: a push handled next may need weights a reply held until now.
+    release_all_handed_back();
+    return got;
+  }
+
+ private:
+  std::optional<Frames> receive_listener(std::chrono::milliseconds timeout) {
     return receive_through_layer<Frames>(
         socket_, /*routed=*/true, timeout,
         [this](const PeerId& from) {
@@ -290,8 +307,9 @@ class ShmListener final : public Listener, public ZmqSocketHolder {
           say_no(from, "no shared-memory segment for this connection here (the listener restarted?)");
           return true;
         },
-        [this](const PeerId& from, std::vector<zmq::message_t>& frames,
+        [this](char kind, const PeerId& from, std::vector<zmq::message_t>& frames,
                std::vector<zmq::message_t>& out) -> std::optional<std::string> {
+          if (kind == kArenaReply) return std::string("a shared-memory arena reply sent to a listener");
           const auto it = arenas_.find(from);
           std::optional<std::string> opened = open_arena_data(it == arenas_.end() ? nullptr : &it->second, frames, out);
           if (opened && opened->empty()) shm_.counters().arena_bodies_read.fetch_add(1, std::memory_order_relaxed);
@@ -311,10 +329,21 @@ class ShmListener final : public Listener, public ZmqSocketHolder {
             answer_arena_offer(from, frames);
             return true;
           }
+          if (kind == kArenaYes || kind == kArenaNo) {  // about an arena of ours this listener offered
+            if (frames.size() == 2 && frames[1].size() >= 8) {
+              auto& offered = offered_[from];
+              const auto it = offered.find(arena_id_of(frames[1]));
+              if (it != offered.end() && it->second == ArenaState::kOffered) {
+                it->second = kind == kArenaYes ? ArenaState::kAccepted : ArenaState::kRefused;
+              }
+            }
+            return true;
+          }
           return false;
         });
   }
 
+ protected:
   void send_frames(const PeerId* to, zmq::message_t head, std::optional<zmq::message_t> body,
                    const Header& header) override {
     const zmq::message_t id(to->bytes().data(), to->bytes().size());
@@ -326,7 +355,11 @@ class ShmListener final : public Listener, public ZmqSocketHolder {
       if (it != segments_.end()) segment = it->second.get();
     }
     bool meddled = false;
-    if (send_through_segment(shm_, segment, socket_, &id, head, body, header, meddled)) return;
+    if (segment != nullptr && body->size() >= shm_.options().min_bytes &&
+        send_from_arena(*to, *segment, id, head, body, header, meddled)) {
+      return;
+    }
+    if (!meddled && send_through_segment(shm_, segment, socket_, &id, head, body, header, meddled)) return;
     if (meddled) drop_peer(*to);  // its later descriptors get a no (see receive_frames)
     send_frames_raw(socket_, &id, std::move(head), std::move(body), header);
   }
@@ -423,6 +456,79 @@ class ShmListener final : public Listener, public ZmqSocketHolder {
   void drop_peer(const PeerId& peer) {
     segments_.erase(peer);
     arenas_.erase(peer);
+    offered_.erase(peer);
+    held_.erase(peer);
+  }
+
+  // A body lying in an arena of this process (a chunk's weights, common/
+  // transport.h allocate_send_floats) goes to a peer that mapped that arena
+  // as [tag 'W', header, slot descriptor, arena descriptor]: the peer reads
+  // it in place and then releases the slot, an empty one of this side that
+  // stands for the reply. Until then this listener holds the body (its
+  // owner: the weights are not written while held); no free slot, or an
+  // arena not yet accepted (offered now), and it goes the usual way.
+  bool send_from_arena(const PeerId& to, ShmSegment& segment, const zmq::message_t& id, zmq::message_t& head,
+                       std::optional<zmq::message_t>& body, const Header& header, bool& meddled) {
+    const std::shared_ptr<ShmArena> arena = shm_.arena_holding(body->data(), body->size());
+    if (arena == nullptr) return false;
+    const auto state = offered_[to].try_emplace(arena->id(), ArenaState::kOffered);
+    if (state.second) {
+      const auto address = encode_shm_address(arena->address());
+      std::array<zmq::message_t, 2> offer{tag(kArenaOffer), zmq::message_t(address.data(), address.size())};
+      try {
+        send_parts_raw(socket_, &id, offer, layer_header());
+      } catch (const TransportError&) {
+        state.first->second = ArenaState::kRefused;  // it does not read: never again on this connection
+      }
+      return false;
+    }
+    if (state.first->second != ArenaState::kAccepted) return false;
+    release_handed_back(to, segment);
+    std::optional<ShmSegment::WriteSlot> slot = segment.try_acquire();
+    if (!slot) {
+      shm_.counters().no_free_slot.fetch_add(1, std::memory_order_relaxed);
+      return false;
+    }
+    ShmDescriptor ticket;
+    try {
+      ticket = slot->publish(0);
+    } catch (const ProtocolError&) {
+      shm_.counters().meddled.fetch_add(1, std::memory_order_relaxed);
+      meddled = true;
+      return false;
+    }
+    const auto* at = static_cast<const std::byte*>(body->data());
+    const ShmArenaDescriptor where{arena->id(), static_cast<std::uint64_t>(at - arena->data()), body->size()};
+    const auto t = encode_shm_descriptor(ticket);
+    const auto w = encode_shm_arena_descriptor(where);
+    std::array<zmq::message_t, 4> parts{tag(kArenaReply), std::move(head), zmq::message_t(t.data(), t.size()),
+                                        zmq::message_t(w.data(), w.size())};
+    try {
+      send_parts_raw(socket_, &id, parts, header);
+    } catch (const TransportError&) {
+      segment.retract(ticket);
+      throw;
+    }
+    held_[to].push_back(HeldReply{ticket, std::move(*body)});
+    shm_.counters().arena_bodies.fetch_add(1, std::memory_order_relaxed);
+    return true;
+  }
+
+  // Lets go of the bodies whose slot `to` has released (or taken again).
+  void release_handed_back(const PeerId& to, const ShmSegment& segment) {
+    const auto it = held_.find(to);
+    if (it == held_.end()) return;
+    std::erase_if(it->second, [&](const HeldReply& h) { return segment.handed_back(h.ticket); });
+  }
+
+  // Every peer's (receive_frames, before the next message is handled: a
+  // push may need a spare the last reply held).
+  void release_all_handed_back() {
+    for (auto& [peer, held] : held_) {
+      const auto seg = segments_.find(peer);
+      if (seg == segments_.end()) continue;
+      std::erase_if(held, [&](const HeldReply& h) { return seg->second->handed_back(h.ticket); });
+    }
   }
 
   // Tells a connection no (it stops using shared memory), never waiting.
@@ -460,6 +566,13 @@ class ShmListener final : public Listener, public ZmqSocketHolder {
   std::string address_;
   std::map<PeerId, std::shared_ptr<ShmSegment>> segments_;  // attached, by the connection that sent the hello
   std::map<PeerId, std::map<std::uint64_t, std::shared_ptr<ShmArena>>> arenas_;  // its arenas, read-only, by id
+  enum class ArenaState { kOffered, kAccepted, kRefused };
+  std::map<PeerId, std::map<std::uint64_t, ArenaState>> offered_;  // this process's arenas offered to it
+  struct HeldReply {
+    ShmDescriptor ticket;  // the empty slot it releases once read
+    zmq::message_t body;   // holds the weights' owner
+  };
+  std::map<PeerId, std::vector<HeldReply>> held_;  // arena replies it has not released yet
 };
 
 class ShmConnection final : public Connection, public ZmqSocketHolder {
@@ -484,8 +597,10 @@ class ShmConnection final : public Connection, public ZmqSocketHolder {
     return receive_through_layer<Frames>(
         socket_, /*routed=*/false, timeout, [this](const PeerId&) { return segment_; },
         [](const PeerId&) { return false; },  // refused with the reason: a listener's slots it never set up
-        [](const PeerId&, std::vector<zmq::message_t>&, std::vector<zmq::message_t>&) -> std::optional<std::string> {
-          return std::string("shared-memory arena data from a listener (only connections send from arenas)");
+        [this](char kind, const PeerId&, std::vector<zmq::message_t>& frames,
+               std::vector<zmq::message_t>& out) -> std::optional<std::string> {
+          if (kind != kArenaReply) return std::string("shared-memory arena data sent to a connection");
+          return open_arena_reply(frames, out);
         },
         [this](char kind, const PeerId&, std::vector<zmq::message_t>& frames) {
           if (kind == kYes) {
@@ -497,6 +612,11 @@ class ShmConnection final : public Connection, public ZmqSocketHolder {
             on_ = false;
             segment_.reset();
             arenas_.clear();
+            peer_arenas_.clear();
+            return true;
+          }
+          if (kind == kArenaOffer) {
+            answer_arena_offer(frames);
             return true;
           }
           if (kind == kArenaYes || kind == kArenaNo) {
@@ -551,6 +671,74 @@ class ShmConnection final : public Connection, public ZmqSocketHolder {
     send_parts_raw(socket_, nullptr, parts, layer_header());
   }
 
+  // The listener offers an arena of its own (its weights): mapped read-only
+  // when this connection shares a segment with it (same host), at most
+  // kMaxArenasPerPeer; answered yes or no (a reply from it then comes as 'W').
+  void answer_arena_offer(std::vector<zmq::message_t>& frames) {
+    std::string refusal;
+    std::uint64_t id = 0;
+    if (frames.size() != 2 || frames[1].size() != kShmAddressBytes) {
+      refusal = "malformed arena offer";
+    } else if (!on_ || segment_ == nullptr) {
+      refusal = "an arena offer to a connection that shares no segment";
+    } else {
+      try {
+        const ShmAddress address = decode_shm_address(
+            std::span<const std::byte>(static_cast<const std::byte*>(frames[1].data()), kShmAddressBytes));
+        id = address.segment_id;
+        if (peer_arenas_.count(id) == 0 && peer_arenas_.size() >= kMaxArenasPerPeer) {
+          refusal = "this connection already maps " + std::to_string(peer_arenas_.size()) + " arenas of the listener";
+        } else {
+          peer_arenas_[id] = std::shared_ptr<ShmArena>(ShmArena::attach_read_only(address));
+        }
+      } catch (const Error& e) {
+        refusal = e.what();
+      }
+    }
+    (refusal.empty() ? shm_.counters().arenas_accepted : shm_.counters().arenas_refused)
+        .fetch_add(1, std::memory_order_relaxed);
+    std::array<zmq::message_t, 2> answer{tag(refusal.empty() ? kArenaYes : kArenaNo), arena_id_frame(id, refusal)};
+    try {
+      send_parts_raw(socket_, nullptr, answer, layer_header());
+    } catch (const TransportError&) {
+      // its queue is full or it is gone: it keeps sending the usual way
+    }
+  }
+
+  // [tag 'W', header, slot descriptor, arena descriptor] -> [header, the
+  // body in place in the listener's arena], the slot (the reply's ticket)
+  // released when the payload frame is dropped; or why not.
+  std::string open_arena_reply(std::vector<zmq::message_t>& frames, std::vector<zmq::message_t>& out) {
+    if (frames.size() != 4) {
+      return "shared-memory arena reply with " + std::to_string(frames.size()) +
+             " frames (a tag, a header, a slot descriptor, an arena descriptor)";
+    }
+    if (segment_ == nullptr) return "shared-memory arena reply on a connection with no segment";
+    if (frames[2].size() != kShmDescriptorBytes || frames[3].size() != kShmArenaDescriptorBytes) {
+      return "shared-memory arena reply with descriptors of " + std::to_string(frames[2].size()) + " and " +
+             std::to_string(frames[3].size()) + " bytes, not " + std::to_string(kShmDescriptorBytes) + " and " +
+             std::to_string(kShmArenaDescriptorBytes);
+    }
+    try {
+      const ShmDescriptor ticket = decode_shm_descriptor(
+          std::span<const std::byte>(static_cast<const std::byte*>(frames[2].data()), frames[2].size()));
+      const ShmArenaDescriptor where = decode_shm_arena_descriptor(
+          std::span<const std::byte>(static_cast<const std::byte*>(frames[3].data()), frames[3].size()));
+      const auto it = peer_arenas_.find(where.arena_id);
+      if (it == peer_arenas_.end()) return "shared-memory arena reply naming an arena this connection does not map";
+      const std::span<const std::byte> bytes = it->second->range(where.offset, where.length);
+      auto held = std::make_unique<HeldArenaReply>(HeldArenaReply{segment_, segment_->open(ticket), it->second});
+      zmq::message_t body(const_cast<std::byte*>(bytes.data()), bytes.size(), &release_held_arena_reply, held.get());
+      held.release();  // now owned by the frame
+      out.clear();
+      out.push_back(std::move(frames[1]));
+      out.push_back(std::move(body));
+      return {};
+    } catch (const ProtocolError& e) {
+      return e.what();
+    }
+  }
+
   // Offers `arena` to the listener (its yes or no comes back as a layer message).
   void offer_arena(const ShmArena& arena) {
     const auto address = encode_shm_address(arena.address());
@@ -564,6 +752,7 @@ class ShmConnection final : public Connection, public ZmqSocketHolder {
   std::shared_ptr<ShmSegment> segment_;
   bool on_ = false;  // the listener attached: bodies may go through the segment
   std::map<std::uint64_t, ArenaState> arenas_;  // this transport's arenas offered on this connection
+  std::map<std::uint64_t, std::shared_ptr<ShmArena>> peer_arenas_;  // the listener's, mapped read-only, by id
 };
 
 }  // namespace
@@ -582,7 +771,7 @@ ShmTransportOptions shm_options_for(std::int64_t partition_bytes) {
 }
 
 ShmTransport::ShmTransport(zmq::context_t& ctx, ShmTransportOptions options)
-    : ctx_(ctx), options_(std::move(options)), boot_id_(read_boot_id()) {}
+    : ctx_(ctx), options_(std::move(options)), boot_id_(read_boot_id()), pool_(std::make_shared<ShmArenaPool>()) {}
 
 std::unique_ptr<Listener> ShmTransport::listen(const std::string& address, EndpointOptions options) {
   return std::make_unique<ShmListener>(*this, ctx_, address, std::move(options));
@@ -600,31 +789,74 @@ std::unique_ptr<ZapHandler> ShmTransport::authenticate(const SecurityContext* se
   return start_zap_handler(ctx_, security, log);
 }
 
+// The arenas of one transport and the blocks given out of them.
+class ShmArenaPool : public std::enable_shared_from_this<ShmArenaPool> {
+ public:
+  static constexpr std::size_t kMaxArenas = kMaxArenasPerPeer;  // a listener maps at most this many per peer
+  static constexpr std::size_t kFirstArenaBytes = std::size_t{64} << 20;
+
+  // Zeroed floats, or nothing when the pool is used up or the system refuses.
+  std::optional<SendFloats> allocate(std::size_t count) {
+    const std::size_t bytes = (std::max<std::size_t>(count, 1) * sizeof(float) + 4095) / 4096 * 4096;
+    std::byte* at = nullptr;
+    {
+      const std::lock_guard<std::mutex> lock(mutex_);
+      auto given = free_.find(bytes);
+      if (given != free_.end() && !given->second.empty()) {
+        at = given->second.back();
+        given->second.pop_back();
+        std::memset(at, 0, bytes);
+      } else if (!arenas_.empty() && arenas_.back()->size() - used_ >= bytes) {
+        at = arenas_.back()->data() + used_;  // never used: zero
+        used_ += bytes;
+      } else if (arenas_.size() < kMaxArenas) {
+        const std::size_t size = std::max(bytes, kFirstArenaBytes << arenas_.size());
+        try {
+          arenas_.push_back(std::shared_ptr<ShmArena>(ShmArena::create(size)));
+        } catch (const Error&) {
+          return std::nullopt;
+        }
+        at = arenas_.back()->data();
+        used_ = bytes;
+      } else {
+        return std::nullopt;
+      }
+    }
+    SendFloats out;
+    out.values = std::span<float>(reinterpret_cast<float*>(at), count);
+    out.owner = std::shared_ptr<void>(at, [pool = shared_from_this(), bytes](void* p) {
+      pool->give_back(static_cast<std::byte*>(p), bytes);
+    });
+    return out;
+  }
+
+  std::shared_ptr<ShmArena> holding(const void* data, std::size_t bytes) const {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    for (const std::shared_ptr<ShmArena>& arena : arenas_) {
+      if (arena->holds(data, bytes)) return arena;
+    }
+    return nullptr;
+  }
+
+ private:
+  void give_back(std::byte* at, std::size_t bytes) {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    free_[bytes].push_back(at);
+  }
+
+  mutable std::mutex mutex_;
+  std::vector<std::shared_ptr<ShmArena>> arenas_;
+  std::size_t used_ = 0;                                 // bytes given out of arenas_.back() so far
+  std::map<std::size_t, std::vector<std::byte*>> free_;  // blocks given back, by size
+};
+
 SendFloats ShmTransport::allocate_send_floats(std::size_t count) {
-  std::shared_ptr<ShmArena> arena;
-  try {
-    arena = std::shared_ptr<ShmArena>(ShmArena::create(std::max<std::size_t>(count, 1) * sizeof(float)));
-  } catch (const Error&) {
-    return Transport::allocate_send_floats(count);  // no memfd here: ordinary memory, sent through slots
-  }
-  {
-    const std::lock_guard<std::mutex> lock(arenas_mutex_);
-    std::erase_if(arenas_, [](const std::weak_ptr<ShmArena>& a) { return a.expired(); });
-    arenas_.push_back(arena);
-  }
-  SendFloats out;
-  out.values = std::span<float>(reinterpret_cast<float*>(arena->data()), count);
-  out.owner = std::move(arena);
-  return out;
+  if (std::optional<SendFloats> block = pool_->allocate(count)) return std::move(*block);
+  return Transport::allocate_send_floats(count);  // ordinary memory, sent through slots
 }
 
 std::shared_ptr<ShmArena> ShmTransport::arena_holding(const void* data, std::size_t bytes) const {
-  const std::lock_guard<std::mutex> lock(arenas_mutex_);
-  for (const std::weak_ptr<ShmArena>& weak : arenas_) {
-    std::shared_ptr<ShmArena> arena = weak.lock();
-    if (arena && arena->holds(data, bytes)) return arena;
-  }
-  return nullptr;
+  return pool_->holding(data, bytes);
 }
 
 ShmTransport::Stats ShmTransport::stats() const {

@@ -95,7 +95,10 @@ class ShmTransport final : public Transport {
   std::vector<bool> wait_any(std::span<Endpoint* const> endpoints, std::chrono::milliseconds timeout) override;
   std::unique_ptr<ZapHandler> authenticate(const SecurityContext* security, Logger& log) override;
   std::string_view kind() const override { return "shm"; }
-  // An arena (see above); ordinary memory when the system refuses a memfd.
+  // A block of an arena (see above): this process's arenas are a pool of at
+  // most 8 memfds (64 MiB, then twice the last, or the block's size), blocks
+  // page aligned, given back to the pool when their owner goes. Ordinary
+  // memory when the pool is used up or the system refuses a memfd.
   SendFloats allocate_send_floats(std::size_t count) override;
   // The live arena of this transport holding [data, data + bytes) whole, or null.
   std::shared_ptr<ShmArena> arena_holding(const void* data, std::size_t bytes) const;
@@ -133,8 +136,7 @@ class ShmTransport final : public Transport {
   ShmTransportOptions options_;
   std::string boot_id_;  // this host's boot: a hello from another is refused at once
   Counters counters_;
-  mutable std::mutex arenas_mutex_;
-  mutable std::vector<std::weak_ptr<ShmArena>> arenas_;  // made by allocate_send_floats; expired ones pruned
+  std::shared_ptr<class ShmArenaPool> pool_;  // allocate_send_floats' arenas (shared with the blocks it gave out)
 };
 
 // A node's transport from cluster.transport: "tcp" and "ipc" are

@@ -1,5 +1,7 @@
 #include "common/transport.h"
 
+#include <cstdlib>
+
 #include <array>
 
 #include "common/errors.h"
@@ -290,7 +292,10 @@ std::vector<bool> wait_any(std::span<Endpoint* const> endpoints, std::chrono::mi
 }
 
 SendFloats Transport::allocate_send_floats(std::size_t count) {
-  auto values = std::shared_ptr<float[]>(new float[count == 0 ? 1 : count]());
+  // calloc: large blocks come as fresh zero pages, touched only when written.
+  auto* raw = static_cast<float*>(std::calloc(count == 0 ? 1 : count, sizeof(float)));
+  if (raw == nullptr) throw Error("cannot allocate " + std::to_string(count) + " floats");
+  auto values = std::shared_ptr<float>(raw, [](float* p) { std::free(p); });
   SendFloats out;
   out.values = std::span<float>(values.get(), count);
   out.owner = std::move(values);

@@ -183,9 +183,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     } else if (op == 3) {
       std::vector<zmq::message_t> frames;
       const char kind = static_cast<char>(in.byte());
-      // A hello or an arena offer is not answered to the caller, and an arena
-      // descriptor of an unknown id is dropped: covered by the tests.
-      if (kind == 'H' || kind == 'G' || kind == 'P') continue;
+      // A hello, an arena offer or an answer to one is not handed to the
+      // caller, and an arena descriptor of an unknown id is dropped: covered
+      // by the tests.
+      if (kind == 'H' || kind == 'G' || kind == 'B' || kind == 'N' || kind == 'P') continue;
       frames.push_back(tag(kind));
       const int extra = in.byte() % 4;
       for (int f = 0; f < extra; ++f) frames.push_back(bytes_frame(in.take(in.byte())));

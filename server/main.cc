@@ -81,6 +81,7 @@ void write_server_metrics(const std::string& run_dir, const pstrain::Server& ser
                                .add("inline_bodies_sent", static_cast<std::int64_t>(shm.inline_bodies))
                                .add("shm_arenas", static_cast<std::int64_t>(shm.arenas_accepted))
                                .add("arena_pushes_read", static_cast<std::int64_t>(shm.arena_bodies_read))
+                               .add("arena_replies_sent", static_cast<std::int64_t>(shm.arena_bodies))
                                .str();
   std::filesystem::create_directories(run_dir + "/metrics");
   const std::string path = run_dir + "/metrics/server-" + std::to_string(server.rank()) + ".json";

@@ -71,6 +71,9 @@ void Server::run() {
     StoreOptions store_options;
     store_options.consistency = ConsistencyOptions{options_.mode, options_.staleness_bound};
     store_options.optimizer = options_.optimizer;
+    // Weights in the transport's send memory: with shm, arenas the co-located
+    // workers map read-only, from which they read pull replies in place.
+    store_options.allocate = [&transport = transport_](std::size_t count) { return transport.allocate_send_floats(count); };
     store_ = std::make_unique<ShardStore>(map_, rank_, info.num_workers, store_options);
     for (std::size_t w = 0; w < info.worker_tokens.size(); ++w) {
       worker_of_connection_["w" + info.worker_tokens[w]] = static_cast<int>(w);
@@ -371,17 +374,17 @@ void Server::reply_pull(const PeerId& to, const Header& request, std::int64_t pa
     reply(to, r, Payload::bfloat16(std::span<const std::uint16_t>(*values), values));
     return;
   }
-  reply(to, r, Payload::floats(std::span<const float>(*snap.weights), snap.weights));
+  reply(to, r, Payload::floats(snap.weights->values, snap.weights));
 }
 
 std::shared_ptr<const std::vector<std::uint16_t>> Server::narrowed(std::int64_t key, const WeightsSnapshot& snap) {
   NarrowedWeights& n = narrowed_[key];
   if (n.values && n.version == snap.version) return n.values;  // this version is already narrowed
   if (!n.values || n.values.use_count() > 1) {  // a reply still sends the old one: a new buffer
-    n.values = std::make_shared<std::vector<std::uint16_t>>(snap.weights->size());
+    n.values = std::make_shared<std::vector<std::uint16_t>>(snap.weights->values.size());
   }
-  n.values->resize(snap.weights->size());
-  to_bfloat16(*snap.weights, *n.values);
+  n.values->resize(snap.weights->values.size());
+  to_bfloat16(snap.weights->values, *n.values);
   n.version = snap.version;
   return n.values;
 }

@@ -37,7 +37,7 @@ ShardStore::ShardStore(const ShardMap& map, int server_rank, int num_workers, co
     ChunkState& c = chunks_[i];
     c.key = chunk.id;
     c.num_elems = chunk.num_elems;
-    c.weights = std::make_shared<std::vector<float>>(static_cast<std::size_t>(chunk.num_elems), 0.0f);
+    c.weights = new_weights(chunk.num_elems);
     c.optimizer = make_optimizer(options.optimizer, chunk.num_elems);
     c.pulled_version.assign(static_cast<std::size_t>(num_workers), 0);
     elems[i] = chunk.num_elems;
@@ -75,7 +75,7 @@ void ShardStore::init(std::int64_t key, std::span<const float> weights) {
     throw RequestError(Status::kRejected, "init of chunk " + std::to_string(key) + ": " + std::to_string(bad) +
                                               " non-finite weights");
   }
-  c.weights->assign(weights.begin(), weights.end());
+  std::copy(weights.begin(), weights.end(), c.weights->values.begin());
   c.initialized = true;
   ++num_initialized_;
 }
@@ -252,7 +252,7 @@ std::int64_t ShardStore::stage(ChunkState& c, update::GradSource grad, std::size
   std::size_t at = 0;
   while (at < c.spares.size() && c.spares[at].use_count() > 1) ++at;
   if (at == c.spares.size()) {
-    auto fresh = std::make_shared<std::vector<float>>(static_cast<std::size_t>(c.num_elems));
+    std::shared_ptr<WeightBuffer> fresh = new_weights(c.num_elems);
     if (c.spares.size() < kMaxSpares) {
       c.spares.push_back(std::move(fresh));
     } else {
@@ -261,7 +261,7 @@ std::int64_t ShardStore::stage(ChunkState& c, update::GradSource grad, std::size
     }
   }
   c.staged = at;
-  return c.optimizer->stage(*c.weights, *c.spares[at], grad, num_elems, lr);
+  return c.optimizer->stage(c.weights->values, c.spares[at]->values, grad, num_elems, lr);
 }
 
 void ShardStore::commit(ChunkState& c, const Update& update) {
@@ -349,7 +349,7 @@ ChunkCheckpoint ShardStore::save_chunk(std::int64_t key) const {
   ChunkCheckpoint out;
   out.key = key;
   out.version = c.version;
-  out.weights = *c.weights;
+  out.weights.assign(c.weights->values.begin(), c.weights->values.end());
   out.optimizer_state = c.optimizer->state();
   out.optimizer_steps = c.optimizer->steps_taken();
   for (int w = 0; w < num_workers_; ++w) out.clocks.push_back(policy_->worker_clock(at, w));
@@ -369,7 +369,8 @@ void ShardStore::restore_chunk(const ChunkCheckpoint& saved) {
                       " workers, the job has " + std::to_string(num_workers_));
   }
   c.optimizer->set_state(saved.optimizer_state, saved.optimizer_steps);
-  c.weights = std::make_shared<std::vector<float>>(saved.weights);
+  c.weights = new_weights(c.num_elems);
+  std::copy(saved.weights.begin(), saved.weights.end(), c.weights->values.begin());
   c.version = saved.version;
   for (int w = 0; w < num_workers_; ++w) {
     policy_->restore_clock(at, w, saved.clocks[static_cast<std::size_t>(w)]);
@@ -377,6 +378,17 @@ void ShardStore::restore_chunk(const ChunkCheckpoint& saved) {
   }
   if (!c.initialized) ++num_initialized_;
   c.initialized = true;
+}
+
+std::shared_ptr<WeightBuffer> ShardStore::new_weights(std::int64_t num_elems) const {
+  const auto n = static_cast<std::size_t>(num_elems);
+  if (options_.allocate) {
+    SendFloats block = options_.allocate(n);
+    return std::make_shared<WeightBuffer>(WeightBuffer{block.values, std::move(block.owner)});
+  }
+  auto owned = std::make_shared<std::vector<float>>(n, 0.0f);
+  std::span<float> values(*owned);
+  return std::make_shared<WeightBuffer>(WeightBuffer{values, std::move(owned)});
 }
 
 }  // namespace pstrain

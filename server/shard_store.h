@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -29,6 +30,7 @@
 #include "common/protocol.h"
 #include "common/shard_map.h"
 #include "common/trace.h"
+#include "common/transport.h"
 #include "server/consistency.h"
 #include "server/request_error.h"
 
@@ -40,9 +42,18 @@ struct PushOutcome {
   std::int64_t staleness = 0;   // async and ssp
 };
 
+// A chunk's weights: floats in memory from StoreOptions::allocate (the
+// server's transport: with shm, a block of an arena the co-located workers
+// map read-only, so a pull reply is read in place), alive while `owner` is.
+struct WeightBuffer {
+  std::span<float> values;
+  std::shared_ptr<void> owner;
+};
+
 struct WeightsSnapshot {
-  std::shared_ptr<const std::vector<float>> weights;
+  std::shared_ptr<const WeightBuffer> weights;  // held by the reply being sent: never written while held
   std::int64_t version = 0;
+  std::vector<float> values() const { return {weights->values.begin(), weights->values.end()}; }
 };
 
 struct StoreStats {
@@ -80,6 +91,8 @@ struct ChunkCheckpoint {
 struct StoreOptions {
   ConsistencyOptions consistency;
   OptimizerConfig optimizer;
+  // Zeroed memory for `count` weights (Transport::allocate_send_floats); null: ordinary memory.
+  std::function<SendFloats(std::size_t count)> allocate;
 };
 
 class ShardStore {
@@ -169,12 +182,12 @@ class ShardStore {
     std::int64_t num_elems = 0;
     bool initialized = false;
     std::int64_t version = 0;
-    std::shared_ptr<std::vector<float>> weights;
+    std::shared_ptr<WeightBuffer> weights;
     // Earlier weights, reused for the next update (written there, then
     // swapped in) once no pull reply holds them. ZeroMQ lets go of a
     // zero-copy reply only when its connection sends the next message, so
     // the last one is often still held: a few are kept.
-    std::vector<std::shared_ptr<std::vector<float>>> spares;
+    std::vector<std::shared_ptr<WeightBuffer>> spares;
     std::size_t staged = 0;  // the spare stage() wrote
     std::unique_ptr<Optimizer> optimizer;
     std::vector<std::int64_t> pulled_version;  // per worker: version last pulled
@@ -194,6 +207,7 @@ class ShardStore {
   std::int64_t stage(ChunkState& c, update::GradSource grad, std::size_t num_elems, double lr);
   void commit(ChunkState& c, const Update& update);
   void apply(ChunkState& c, const Update& update);  // stage + commit (sync's mean, drop, catch-up)
+  std::shared_ptr<WeightBuffer> new_weights(std::int64_t num_elems) const;  // zeroed, from options_.allocate
 
   int server_rank_;
   int num_workers_;

@@ -97,7 +97,7 @@ TEST_CASE("sync: the mean is reduced in worker-rank order whatever the arrival o
       for (auto& x : rank_sum) x *= static_cast<float>(workers);
       if (!same_bits(arrival_sum, rank_sum)) some_order_differs_in_arrival_sum = true;
       REQUIRE(store.version(0) == 1);
-      CHECK(same_bits(*store.snapshot(0, 0).weights, expected));
+      CHECK(same_bits(store.snapshot(0, 0).values(), expected));
       ++orders;
     } while (std::next_permutation(order.begin(), order.end()));
     CHECK(orders > 1);
@@ -118,14 +118,14 @@ TEST_CASE("sync: a dropped worker is no longer waited for; the update is the mea
     CHECK_FALSE(store.push(0, 0, 0, std::vector<float>(4, 2.0f), 1.0).applied);
     CHECK(store.drop_worker(1) == std::vector<std::int64_t>{0});
     CHECK(store.version(0) == 1);
-    CHECK(*store.snapshot(0, 0).weights == std::vector<float>(4, 6.0f));  // 10 - (2 + 6) / 2
+    CHECK(store.snapshot(0, 0).values() == std::vector<float>(4, 6.0f));  // 10 - (2 + 6) / 2
     CHECK(store.stats().partial_updates == 1);
   }
   SUBCASE("dropped before the step: the next steps need only the others") {
     CHECK(store.drop_worker(1).empty());
     CHECK_FALSE(store.push(0, 0, 0, std::vector<float>(4, 2.0f), 1.0).applied);
     CHECK(store.push(2, 0, 0, std::vector<float>(4, 4.0f), 1.0).applied);
-    CHECK(*store.snapshot(0, 0).weights == std::vector<float>(4, 7.0f));
+    CHECK(store.snapshot(0, 0).values() == std::vector<float>(4, 7.0f));
     CHECK(rejection([&] { store.push(1, 0, 1, std::vector<float>(4, 1.0f), 1.0); }).find("dropped") !=
           std::string::npos);
     // One it had computed before it was stopped (its step is behind the chunk's version now):
@@ -140,7 +140,7 @@ TEST_CASE("sync: a dropped worker is no longer waited for; the update is the mea
     CHECK(store.drop_worker(1).empty());
     CHECK_FALSE(store.push(0, 0, 0, std::vector<float>(4, 3.0f), 1.0).applied);
     CHECK(store.push(2, 0, 0, std::vector<float>(4, 6.0f), 1.0).applied);
-    CHECK(*store.snapshot(0, 0).weights == std::vector<float>(4, 4.0f));  // 10 - (3 + 9 + 6) / 3
+    CHECK(store.snapshot(0, 0).values() == std::vector<float>(4, 4.0f));  // 10 - (3 + 9 + 6) / 3
     CHECK(store.stats().partial_updates == 0);
   }
 }
@@ -233,7 +233,7 @@ TEST_CASE("staleness rule inverse: a push of staleness t is applied with exactly
     CHECK(store.push(1, 0, 0, g, 1.0).staleness == 1);  // lr 1:     88 - 12
     CHECK(store.push(2, 0, 0, g, 1.0).staleness == 2);  // lr 1/2:   76 - 6
     CHECK(store.push(3, 0, 0, g, 1.0).staleness == 3);  // lr 1/3:   70 - 4
-    CHECK(*store.snapshot(0, 0).weights == std::vector<float>(4, 66.0f));
+    CHECK(store.snapshot(0, 0).values() == std::vector<float>(4, 66.0f));
   }
   OptimizerConfig none = f.sgd;
   ShardStore plain(f.map, 0, 2, options(Mode::kAsync, none));
@@ -243,5 +243,5 @@ TEST_CASE("staleness rule inverse: a push of staleness t is applied with exactly
   plain.push(0, 0, 0, std::vector<float>(4, 12.0f), 1.0);
   CHECK(plain.push(1, 0, 0, std::vector<float>(4, 12.0f), 1.0).staleness == 1);
   plain.push(0, 0, 1, std::vector<float>(4, 12.0f), 1.0);  // staleness 2 (pulled at 0), full lr without the rule
-  CHECK(*plain.snapshot(0, 0).weights == std::vector<float>(4, 64.0f));
+  CHECK(plain.snapshot(0, 0).values() == std::vector<float>(4, 64.0f));
 }

@@ -104,12 +104,12 @@ TEST_CASE("a gradient whose last element is NaN or Inf changes nothing, in every
         }
         const auto held = store.snapshot(0, 0);  // as a pull reply being sent would hold it
         twin.snapshot(0, 0);                     // the same pulls (async: the same staleness)
-        const std::vector<float> before = *held.weights;
+        const std::vector<float> before = held.values();
         const std::string why = rejection(store, 0, 3, last_bad(values(20, 1.0f), bad));
         CHECK(why.find("push of chunk 0 from worker 0 at step 3: gradient has 1 non-finite values (first at element " +
                        std::to_string(kElems - 1) + "); not applied") != std::string::npos);
-        CHECK(same_bits(*store.snapshot(0, 0).weights, before));
-        CHECK(same_bits(*held.weights, before));
+        CHECK(same_bits(store.snapshot(0, 0).values(), before));
+        CHECK(same_bits(held.values(), before));
         CHECK(store.version(0) == 3);
         CHECK(store.stats().pushes_rejected == 1);
         CHECK(store.stats().updates_applied == 3);
@@ -118,9 +118,9 @@ TEST_CASE("a gradient whose last element is NaN or Inf changes nothing, in every
         for (std::int64_t step = 3; step < 5; ++step) {
           CHECK(store.push(0, 0, step, values(30 + static_cast<std::uint32_t>(step), 1.0f), 0.1).applied);
           twin.push(0, 0, step, values(30 + static_cast<std::uint32_t>(step), 1.0f), 0.1);
-          CHECK(same_bits(*store.snapshot(0, 0).weights, *twin.snapshot(0, 0).weights));
+          CHECK(same_bits(store.snapshot(0, 0).values(), twin.snapshot(0, 0).values()));
         }
-        CHECK(same_bits(*held.weights, before));  // the reply's snapshot never changed under it
+        CHECK(same_bits(held.values(), before));  // the reply's snapshot never changed under it
         CHECK(store.save_chunk(0).optimizer_state == twin.save_chunk(0).optimizer_state);
       }
     }
@@ -145,14 +145,14 @@ TEST_CASE("sync with 3 workers: a NaN last in a gradient summed, copied first or
       CHECK_FALSE(store.push(0, 0, step, g(0), 0.1).applied);
       CHECK_FALSE(store.push(2, 0, step, g(2), 0.1).applied);
       // Rank 1 in turn: its NaN gradient would be added into the sum.
-      const auto before = *store.snapshot(0, 0).weights;
+      const auto before = store.snapshot(0, 0).values();
       CHECK_FALSE(rejection(store, 1, step, last_bad(g(1), nan)).empty());
-      CHECK(same_bits(*store.snapshot(0, 0).weights, before));
+      CHECK(same_bits(store.snapshot(0, 0).values(), before));
       CHECK(store.version(0) == step);
       CHECK(store.push(1, 0, step, g(1), 0.1).applied);  // completes the step with the clean sum
       for (int w : {2, 0, 1}) twin.push(w, 0, step, g(w), 0.1);
       CHECK(store.version(0) == step + 1);
-      CHECK(same_bits(*store.snapshot(0, 0).weights, *twin.snapshot(0, 0).weights));
+      CHECK(same_bits(store.snapshot(0, 0).values(), twin.snapshot(0, 0).values()));
     }
     CHECK(store.stats().pushes_rejected == 6);
   }
@@ -178,7 +178,7 @@ TEST_CASE("a bfloat16 push is widened in the update's pass: the same bits as the
           narrow.push(w, 0, step, std::span<const std::uint16_t>(bf), 0.1);
           wide.push(w, 0, step, widened, 0.1);
         }
-        CHECK(same_bits(*narrow.snapshot(0, 0).weights, *wide.snapshot(0, 0).weights));
+        CHECK(same_bits(narrow.snapshot(0, 0).values(), wide.snapshot(0, 0).values()));
       }
       CHECK(narrow.version(0) == (mode == Mode::kSync ? 3 : 3 * workers));
     }
@@ -189,9 +189,9 @@ TEST_CASE("a bfloat16 push is widened in the update's pass: the same bits as the
     store.init(0, values(1, 2.0f));
     std::vector<std::uint16_t> bf(static_cast<std::size_t>(kElems), to_bfloat16(1.0f));
     bf.back() = to_bfloat16(std::numeric_limits<float>::quiet_NaN());
-    const auto before = *store.snapshot(0, 0).weights;
+    const auto before = store.snapshot(0, 0).values();
     CHECK_THROWS_AS(store.push(0, 0, 0, std::span<const std::uint16_t>(bf), 0.1), RequestError);
-    CHECK(same_bits(*store.snapshot(0, 0).weights, before));
+    CHECK(same_bits(store.snapshot(0, 0).values(), before));
   }
 }
 

@@ -86,19 +86,19 @@ TEST_CASE("sync: the mean is over the workers that contributed; skips are arriva
     CHECK(store.version(0) == 0);
     CHECK(store.push(1, 0, 0, constant(2.0f), 1.0).applied);  // rank 1's rate: the lowest contributing rank's
     CHECK(store.version(0) == 1);
-    CHECK(*store.snapshot(0, 0).weights == constant(6.0f));  // 10 - 1.0 * (2 + 6) / 2
+    CHECK(store.snapshot(0, 0).values() == constant(6.0f));  // 10 - 1.0 * (2 + 6) / 2
   }
   SUBCASE("a skip arriving last completes the step") {
     CHECK_FALSE(store.push(2, 0, 0, constant(6.0f), 1.0).applied);
     CHECK_FALSE(store.push(0, 0, 0, constant(3.0f), 1.0).applied);
     CHECK(store.skip(1, 0, 0).applied);
-    CHECK(*store.snapshot(0, 0).weights == constant(5.5f));  // 10 - (3 + 6) / 2
+    CHECK(store.snapshot(0, 0).values() == constant(5.5f));  // 10 - (3 + 6) / 2
   }
   SUBCASE("a skip in the middle does not hold later ranks' early gradients back") {
     CHECK_FALSE(store.push(2, 0, 0, constant(9.0f), 1.0).applied);  // early: waits for ranks 0, 1
     CHECK_FALSE(store.skip(1, 0, 0).applied);
     CHECK(store.push(0, 0, 0, constant(3.0f), 1.0).applied);
-    CHECK(*store.snapshot(0, 0).weights == constant(4.0f));  // 10 - (3 + 9) / 2
+    CHECK(store.snapshot(0, 0).values() == constant(4.0f));  // 10 - (3 + 9) / 2
   }
   SUBCASE("nobody contributed: no update, but the version advances and the next step goes on") {
     CHECK_FALSE(store.skip(2, 0, 0).applied);
@@ -107,14 +107,14 @@ TEST_CASE("sync: the mean is over the workers that contributed; skips are arriva
     CHECK(store.skip(1, 0, 0).applied);
     CHECK(store.version(0) == 1);
     CHECK(store.ready(0, 0, 1));  // pulls for step 1 are answered
-    CHECK(*store.snapshot(0, 0).weights == constant(10.0f));
+    CHECK(store.snapshot(0, 0).values() == constant(10.0f));
     CHECK(store.stats().empty_updates == 1);
     CHECK(store.stats().updates_applied == 0);
     // Step 1 is an ordinary step.
     CHECK_FALSE(store.push(0, 0, 1, constant(1.0f), 1.0).applied);
     CHECK_FALSE(store.push(1, 0, 1, constant(2.0f), 1.0).applied);
     CHECK(store.push(2, 0, 1, constant(3.0f), 1.0).applied);
-    CHECK(*store.snapshot(0, 0).weights == constant(8.0f));  // 10 - (1 + 2 + 3) / 3
+    CHECK(store.snapshot(0, 0).values() == constant(8.0f));  // 10 - (1 + 2 + 3) / 3
   }
   CHECK(store.stats().partial_updates == 0);  // skips are not dropped workers
 }
@@ -131,7 +131,7 @@ TEST_CASE("sync: skips are checked like pushes and counted") {
   CHECK_FALSE(store.skip(0, 0, 0).applied);
   CHECK_FALSE(store.push(0, 0, 0, constant(1.0f), 1.0).applied);
   CHECK(store.push(1, 0, 0, constant(4.0f), 0.5).applied);
-  CHECK(*store.snapshot(0, 0).weights == constant(-1.0f));  // 1 - 0.5 * 4: worker 1 alone contributed
+  CHECK(store.snapshot(0, 0).values() == constant(-1.0f));  // 1 - 0.5 * 4: worker 1 alone contributed
   CHECK(store.stats().skip_pushes == 1);
   CHECK(store.stats().pushes_accepted == 2);
   CHECK(store.stats().pushes_rejected == 3);
@@ -144,9 +144,9 @@ TEST_CASE("sync, one worker: a skip is an empty step") {
   store.init(0, constant(2.0f));
   CHECK(store.skip(0, 0, 0).applied);
   CHECK(store.version(0) == 1);
-  CHECK(*store.snapshot(0, 0).weights == constant(2.0f));
+  CHECK(store.snapshot(0, 0).values() == constant(2.0f));
   CHECK(store.push(0, 0, 1, constant(1.0f), 1.0).applied);
-  CHECK(*store.snapshot(0, 0).weights == constant(1.0f));
+  CHECK(store.snapshot(0, 0).values() == constant(1.0f));
 }
 
 TEST_CASE("sync: a drop after the others skipped completes an empty step") {
@@ -156,7 +156,7 @@ TEST_CASE("sync: a drop after the others skipped completes an empty step") {
   CHECK_FALSE(store.skip(0, 0, 0).applied);
   CHECK(store.drop_worker(1) == std::vector<std::int64_t>{0});
   CHECK(store.version(0) == 1);
-  CHECK(*store.snapshot(0, 0).weights == constant(2.0f));
+  CHECK(store.snapshot(0, 0).values() == constant(2.0f));
 }
 
 TEST_CASE("async: a skip applies nothing and records the step") {
@@ -166,11 +166,11 @@ TEST_CASE("async: a skip applies nothing and records the step") {
   CHECK(store.push(0, 0, 0, constant(1.0f), 1.0).applied);
   CHECK_FALSE(store.skip(1, 0, 0).applied);
   CHECK(store.version(0) == 1);
-  CHECK(*store.snapshot(0, 0).weights == constant(-1.0f));
+  CHECK(store.snapshot(0, 0).values() == constant(-1.0f));
   CHECK_FALSE(store.push(1, 0, 0, constant(1.0f), 1.0).applied);  // step 0 of worker 1 is taken by its skip
   CHECK(store.stats().duplicate_pushes == 1);
   CHECK(store.push(1, 0, 1, constant(2.0f), 1.0).applied);
-  CHECK(*store.snapshot(0, 0).weights == constant(-3.0f));
+  CHECK(store.snapshot(0, 0).values() == constant(-3.0f));
   CHECK(store.stats().skip_pushes == 1);
   CHECK(store.stats().updates_applied == 2);
 }
@@ -183,7 +183,7 @@ TEST_CASE("ssp: a skip advances the worker's clock, so the others go on") {
   CHECK_FALSE(store.ready(0, 0, 1));  // worker 1 has not done step 0
   CHECK_FALSE(store.skip(1, 0, 0).applied);
   CHECK(store.ready(0, 0, 1));  // its skip counts as its step 0
-  CHECK(*store.snapshot(0, 0, 1).weights == constant(-1.0f));
+  CHECK(store.snapshot(0, 0, 1).values() == constant(-1.0f));
 }
 
 TEST_CASE("protocol: a skip push is a push with aux = kPushSkip and no payload") {

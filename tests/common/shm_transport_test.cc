@@ -18,6 +18,7 @@
 #include <fstream>
 #include <tuple>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -636,7 +637,7 @@ TEST_CASE("shm transport: bodies in an arena go as descriptors after the listene
   const std::vector<float> first = values(40000, 1.0f);
   std::copy(first.begin(), first.end(), grads.values.begin());
   CHECK(t.arena_holding(grads.values.data(), 40000 * 4) != nullptr);
-  CHECK(t.arena_holding(grads.values.data(), 40000 * 4 + 65536) == nullptr);  // past its end (whole pages)
+  CHECK(t.arena_holding(grads.values.data(), (std::size_t{64} << 20) + 1) == nullptr);  // past the first arena's end
   CHECK(t.arena_holding(first.data(), 4) == nullptr);
 
   // The first body from it offers the arena and goes through a slot (it fits one).
@@ -930,4 +931,195 @@ TEST_CASE("shm transport: a worker killed (SIGKILL) while the server holds a pus
   }
   listener.reset();
   CHECK(our_mappings() == 0);
+}
+
+TEST_CASE("shm transport: send memory is a pool of arenas: blocks page aligned, zeroed, reused once given back; ordinary memory past 8 arenas") {
+  zmq::context_t ctx;
+  ShmTransport t(ctx, small_options());
+  SendFloats a = t.allocate_send_floats(1000), b = t.allocate_send_floats(1000);
+  REQUIRE(t.arena_holding(a.values.data(), 4000) != nullptr);
+  CHECK(t.arena_holding(a.values.data(), 4000) == t.arena_holding(b.values.data(), 4000));  // one arena
+  CHECK(reinterpret_cast<std::uintptr_t>(a.values.data()) % 4096 == 0);
+  CHECK(reinterpret_cast<std::uintptr_t>(b.values.data()) % 4096 == 0);
+  CHECK(b.values.data() - a.values.data() == 1024);  // 4,000 bytes take a page
+  std::fill(a.values.begin(), a.values.end(), 3.0f);
+  float* const first = a.values.data();
+  a = {};  // given back
+  SendFloats c = t.allocate_send_floats(1000);
+  CHECK(c.values.data() == first);  // the block again, zeroed
+  CHECK(std::all_of(c.values.begin(), c.values.end(), [](float x) { return x == 0.0f; }));
+  // Arenas grow (64 MiB, then twice the last or the block's size), at most 8; then ordinary memory.
+  std::vector<SendFloats> big;
+  std::set<const ShmArena*> arenas;
+  bool ordinary = false;
+  for (int i = 0; i < 20 && !ordinary; ++i) {
+    big.push_back(t.allocate_send_floats(std::size_t{1} << 28));  // 1 GiB, virtual: never touched
+    const std::shared_ptr<ShmArena> arena = t.arena_holding(big.back().values.data(), std::size_t{1} << 30);
+    ordinary = arena == nullptr;
+    if (arena) arenas.insert(arena.get());
+  }
+  CHECK(ordinary);
+  CHECK(arenas.size() == 7);  // and the first one
+  CHECK(big.back().values.size() == std::size_t{1} << 28);
+}
+
+TEST_CASE("shm transport: replies from the listener's arena are read in place by the connection; held until it releases them") {
+  zmq::context_t ctx;
+  ShmTransport t(ctx, small_options());
+  std::unique_ptr<Listener> listener = t.listen("tcp://127.0.0.1:*", EndpointOptions{});
+  std::unique_ptr<Connection> conn = t.connect(listener->address(), tensor_options("w1"));
+  handshake(*listener, *conn);
+  const SendFloats weights = t.allocate_send_floats(40000);  // a chunk's weights on a server
+  const std::vector<float> v = values(40000, -2.0f);
+  std::copy(v.begin(), v.end(), weights.values.begin());
+  const auto pull = [&](std::int64_t key) {
+    conn->send(push_header(key), owned(values(4, 0.0f)));
+    std::optional<Envelope> request = next(*listener);
+    REQUIRE(request);
+    listener->send(request->from, reply_to(request->message.header), Payload::floats(weights.values, weights.owner));
+    std::optional<Envelope> reply = next(*conn);
+    REQUIRE(reply);
+    return std::move(*reply);
+  };
+  // The first offers the arena and goes inline (over a slot's size); the connection maps it and says yes.
+  {
+    const Envelope first = pull(1);
+    CHECK(floats_of(first) == v);
+  }
+  const ShmTransport::Stats before = t.stats();
+  Envelope second = pull(2);  // the listener heard the yes while it received this request
+  CHECK(floats_of(second) == v);
+  CHECK(t.stats().arena_bodies == before.arena_bodies + 1);
+  CHECK(t.stats().inline_bodies == before.inline_bodies + 1);  // the request (16 bytes)
+  const void* seen = second.message.payload.data();
+  CHECK(seen != static_cast<const void*>(weights.values.data()));
+  CHECK(mapping_permissions(seen) == "r--s");
+  // Held by the listener (the weights are not written) until the connection lets go of the reply.
+  CHECK(weights.owner.use_count() == 2);
+  second = Envelope{};
+  CHECK_FALSE(listener->receive(milliseconds(10)).has_value());
+  CHECK(weights.owner.use_count() == 1);
+  // Replies not released pile up only to the listener's slots per side (4); the rest go inline.
+  std::vector<Envelope> kept;
+  for (int i = 0; i < 6; ++i) kept.push_back(pull(10 + i));
+  for (const Envelope& e : kept) CHECK(floats_of(e) == v);
+  CHECK(t.stats().arena_bodies == before.arena_bodies + 5);  // 4 more
+  CHECK(t.stats().no_free_slot >= before.no_free_slot + 2);
+  CHECK(weights.owner.use_count() == 5);
+  kept.clear();
+  CHECK_FALSE(listener->receive(milliseconds(10)).has_value());
+  CHECK(weights.owner.use_count() == 1);
+}
+
+TEST_CASE("shm transport: forged arena replies to a connection are ProtocolErrors; offers it cannot map get a no") {
+  zmq::context_t ctx;
+  ShmTransport t(ctx, small_options());
+  // A hand-driven listener: a raw ROUTER that attaches to the connection's segment as a listener would.
+  zmq::socket_t router(ctx, zmq::socket_type::router);
+  router.set(zmq::sockopt::linger, 0);
+  router.bind("tcp://127.0.0.1:*");
+  const std::string address = router.get(zmq::sockopt::last_endpoint);
+  std::unique_ptr<Connection> conn = t.connect(address, tensor_options("w1"));
+  const auto receive_at_router = [&]() {
+    zmq::pollitem_t item{router.handle(), 0, ZMQ_POLLIN, 0};
+    REQUIRE(zmq::poll(&item, 1, milliseconds(20000)) == 1);
+    std::vector<zmq::message_t> frames;
+    while (true) {
+      zmq::message_t f;
+      REQUIRE(router.recv(f));
+      const bool more = f.more();
+      frames.push_back(std::move(f));
+      if (!more) break;
+    }
+    return frames;
+  };
+  const auto send_to_conn = [&](std::vector<zmq::message_t> frames) {
+    zmq::message_t id("w1", 2);
+    REQUIRE(router.send(id, zmq::send_flags::sndmore));
+    for (std::size_t i = 0; i < frames.size(); ++i) {
+      REQUIRE(router.send(frames[i], i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none));
+    }
+  };
+  std::vector<zmq::message_t> hello = receive_at_router();
+  REQUIRE(hello.size() == 3);
+  const ShmAddress seg_address = decode_shm_address(std::span<const std::byte>(static_cast<const std::byte*>(hello[2].data()), kShmAddressBytes));
+  std::unique_ptr<ShmSegment> segment = ShmSegment::attach(seg_address, false);
+  std::unique_ptr<ShmArena> arena = ShmArena::create(1 << 16);
+  for (int i = 0; i < 1000; ++i) reinterpret_cast<float*>(arena->data())[i] = static_cast<float>(i);
+  const auto offer = [&](const ShmAddress& a) {
+    const auto bytes = encode_shm_address(a);
+    std::vector<zmq::message_t> frames;
+    frames.push_back(layer_tag('G'));
+    frames.emplace_back(bytes.data(), bytes.size());
+    send_to_conn(std::move(frames));
+    CHECK_FALSE(conn->receive(milliseconds(200)).has_value());  // the layer's own: nothing for the caller
+    std::vector<zmq::message_t> answer = receive_at_router();
+    REQUIRE(answer.size() == 3);
+    return std::pair<char, std::string>{static_cast<const char*>(answer[1].data())[7], answer[2].to_string().substr(8)};
+  };
+  // Before the yes to its hello, the connection shares no segment: no.
+  auto [kind, reason] = offer(arena->address());
+  CHECK(kind == 'N');
+  CHECK(reason.find("shares no segment") != std::string::npos);
+  {
+    std::vector<zmq::message_t> yes;
+    yes.push_back(layer_tag('A'));
+    send_to_conn(std::move(yes));
+  }
+  ShmAddress wrong = arena->address();
+  wrong.bytes += 4096;
+  std::tie(kind, reason) = offer(wrong);
+  CHECK(kind == 'N');
+  CHECK(reason.find("its size is") != std::string::npos);
+  std::tie(kind, reason) = offer(arena->address());
+  CHECK(kind == 'B');
+
+  Header h = reply_to(push_header(1));
+  h.dtype = DType::kFloat32;
+  h.num_elems = 1000;
+  const auto reply = [&](const ShmDescriptor& ticket, const ShmArenaDescriptor& where, int frames_wanted = 4) {
+    const auto t1 = encode_shm_descriptor(ticket);
+    const auto t2 = encode_shm_arena_descriptor(where);
+    std::vector<zmq::message_t> frames;
+    frames.push_back(layer_tag('W'));
+    frames.push_back(encode_header(h));
+    frames.emplace_back(t1.data(), t1.size());
+    if (frames_wanted == 4) frames.emplace_back(t2.data(), t2.size());
+    send_to_conn(std::move(frames));
+  };
+  const auto ticket = [&]() {
+    ShmSegment::WriteSlot slot = segment->acquire(milliseconds(1000));
+    return slot.publish(0);
+  };
+  const auto expect_refused = [&](const std::string& what) {
+    CHECK_THROWS_WITH_AS(next(*conn), doctest::Contains(what.c_str()), ProtocolError);
+  };
+  const ShmDescriptor good = ticket();
+  reply(good, {arena->id(), 0, 4000});
+  {
+    std::optional<Envelope> got = next(*conn);
+    REQUIRE(got);
+    CHECK(floats_of(*got) == std::vector<float>(reinterpret_cast<float*>(arena->data()),
+                                                reinterpret_cast<float*>(arena->data()) + 1000));
+    CHECK_FALSE(segment->handed_back(good));  // still being read
+  }
+  CHECK(segment->handed_back(good));  // released with the reply
+  reply(good, {arena->id(), 0, 4000});  // replayed ticket
+  expect_refused("not published");
+  reply(ticket(), {arena->id() ^ 1, 0, 4000});
+  expect_refused("does not map");
+  reply(ticket(), {arena->id(), (1 << 16) - 100, 4000});
+  expect_refused("lie outside");
+  reply(ticket(), {arena->id(), 0, 4000}, 3);
+  expect_refused("3 frames");
+  reply(ticket(), {arena->id(), 0, 400});  // the header says 1000 floats
+  expect_refused("payload");
+  {
+    std::vector<zmq::message_t> frames;
+    frames.push_back(layer_tag('P'));  // a push-side arena message sent to a connection
+    frames.push_back(encode_header(h));
+    frames.emplace_back("x", 1);
+    send_to_conn(std::move(frames));
+    expect_refused("arena data sent to a connection");
+  }
 }

@@ -132,14 +132,20 @@ TEST_CASE("cluster.transport shm (the default): each worker's connection shares 
       // through a slot.
       const double arenas = m.find("shm_arenas")->as_number("shm_arenas");
       const double in_place = m.find("arena_pushes_read")->as_number("arena_pushes_read");
+      // Pull replies: the server's weights lie in its own arena, which the
+      // workers map read-only and read in place (each connection's first
+      // reply from it went the usual way with the offer).
+      const double replies_in_place = m.find("arena_replies_sent")->as_number("arena_replies_sent");
       if (shm) {
         CHECK(through_slots > 0);
         CHECK(arenas == 2);
         CHECK(in_place > 0);
+        CHECK(replies_in_place > 0);
       } else {
         CHECK(through_slots == 0);
         CHECK(arenas == 0);
         CHECK(in_place == 0);
+        CHECK(replies_in_place == 0);
       }
     }
   }
