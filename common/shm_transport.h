@@ -30,16 +30,25 @@
 //   - A peer that changes a slot's state word while this side writes the slot
 //     (it shares the memory) only loses the segment: that body goes inline
 //     and the segment is dropped (listener) or no longer used (connection).
-//   - Memory from allocate_send_floats() is an arena (common/shm_segment.h,
-//     ShmArena) of this process. A body lying wholly in one goes as a 24-byte
-//     arena descriptor, not copied at all: the listener reads it in place
-//     through its read-only mapping (a worker's gradients, read by the
-//     server's update pass where backward wrote them). Per connection an
-//     arena is offered once (its address) and used after the listener's
-//     yes; until then, and after a no, such bodies go through slots. The
-//     listener checks every arena descriptor against its own copy of the
-//     arena's size; one for an arena it holds none of is dropped and the
-//     connection told no, as for an orphan slot descriptor.
+//   - Memory from allocate_send_floats() is a block of an arena
+//     (common/shm_segment.h, ShmArena) of this process. A body lying wholly
+//     in one is not copied at all: the other side reads it in place through
+//     its read-only mapping. Per connection an arena is offered once (its
+//     address), in either direction, and used after the other side's yes;
+//     until then, and after a no, such bodies go through slots or inline.
+//       push (connection -> listener): a 24-byte arena descriptor; a
+//       worker's gradients, read by the server's update where backward's
+//       copy put them. An arena descriptor the listener holds no arena for
+//       is dropped and the connection told no, as an orphan slot descriptor.
+//       reply (listener -> connection): the arena descriptor and the
+//       descriptor of an empty slot of the listener's side; a server's
+//       weights, copied by the worker straight into its model. The worker
+//       releases the slot with the frame, and only then does the listener
+//       let go of the body (the weights' owner), so the server never writes
+//       weights a worker still reads; with all its slots unreleased, replies
+//       go inline.
+//     Every arena descriptor is checked against the receiver's own copy of
+//     the arena's size.
 //   - A hello carries the host's boot id and the process's pid namespace;
 //     the listener attaches only with both equal, only to a pstrain memfd
 //     (common/shm_segment.h), only up to twice this job's segment size, and
@@ -51,7 +60,8 @@
 //   data    [tag 'D', header, descriptor (32 bytes)]
 //   arena offer [tag 'G', address (24 bytes)]
 //   arena yes   [tag 'B', arena id (8 bytes)]   arena no [tag 'N', arena id (8 bytes) + reason]
-//   arena data  [tag 'P', header, arena descriptor (24 bytes)]
+//   arena data  [tag 'P', header, arena descriptor (24 bytes)]          (to a listener)
+//   arena reply [tag 'W', header, slot descriptor, arena descriptor]  (to a connection)
 // Nothing is left behind by a killed process: segments are memfds
 // (common/shm_segment.h); a listener drops a segment once its peer's process
 // is gone or its connection is replaced by a new hello.
