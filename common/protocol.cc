@@ -1,4 +1,5 @@
 #include "common/protocol.h"
+#include "common/shm_segment.h"
 
 #include <cereal/types/common.hpp>
 #include <cstring>
@@ -252,7 +253,7 @@ std::span<const float> Message::float_payload(std::vector<float>& scratch) const
   return {scratch.data(), n};
 }
 
-void Message::copy_floats_to(std::span<float> dest) const {
+void Message::copy_floats_to(std::span<float> dest, bool streaming) const {
   const auto n = static_cast<std::size_t>(header.num_elems);
   if (dest.size() != n) {
     throw ProtocolError(std::string(to_string(header.type)) + " of chunk " + std::to_string(header.key) + ": " +
@@ -276,7 +277,11 @@ void Message::copy_floats_to(std::span<float> dest) const {
     throw ProtocolError(std::string(to_string(header.type)) + " of chunk " + std::to_string(header.key) +
                         ": no tensor payload (dtype " + std::string(to_string(header.dtype)) + ")");
   }
-  std::memcpy(dest.data(), payload.data(), n * sizeof(float));
+  if (streaming) {
+    shm_stream_copy(dest.data(), payload.data(), n * sizeof(float));
+  } else {
+    std::memcpy(dest.data(), payload.data(), n * sizeof(float));
+  }
 }
 
 std::string Message::text_payload() const {

@@ -197,8 +197,10 @@ struct Message {
   std::span<const float> float_payload(std::vector<float>& scratch) const;
   // Writes the tensor payload as float32 straight into `dest` (one copy, or
   // one widening pass for bfloat16): receive into place. dest.size() must be
-  // header.num_elems (ProtocolError otherwise).
-  void copy_floats_to(std::span<float> dest) const;
+  // header.num_elems (ProtocolError otherwise). `streaming`: float32 is
+  // copied with stores that bypass the caches (shm_stream_copy), for a
+  // destination too big to stay in them anyway (no read of its old lines).
+  void copy_floats_to(std::span<float> dest, bool streaming = false) const;
   std::string text_payload() const;
 };
 

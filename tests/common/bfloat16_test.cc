@@ -2,6 +2,7 @@
 // protocol's rules for bfloat16 payloads.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -178,4 +179,29 @@ TEST_CASE("bfloat16 payloads decode straight into the destination, aligned or no
   CHECK(p.dtype() == DType::kBFloat16);
   CHECK(p.num_elems() == 4);
   CHECK(std::move(p).to_frame().size() == 8);
+}
+
+TEST_CASE("copy_floats_to with streaming stores writes exactly the payload, whatever the destination's alignment and size") {
+  // Big enough for the streaming path (256 KiB), with head and tail bytes
+  // outside whole 64-byte blocks: destinations shifted by 0..3 floats.
+  for (const std::size_t n : {std::size_t{7}, std::size_t{65536}, std::size_t{65536 + 13}, std::size_t{300001}}) {
+    for (std::size_t shift = 0; shift < 4; ++shift) {
+      CAPTURE(n);
+      CAPTURE(shift);
+      std::vector<float> values(n);
+      for (std::size_t i = 0; i < n; ++i) values[i] = static_cast<float>(i) * 0.5f - 7.0f;
+      Message m;
+      m.header.type = MsgType::kPullReply;
+      m.header.dtype = DType::kFloat32;
+      m.header.num_elems = static_cast<std::int64_t>(n);
+      m.payload = zmq::message_t(values.data(), n * sizeof(float));
+      m.has_payload = true;
+      std::vector<float> raw(n + 8, -1.0f);
+      const std::span<float> dest(raw.data() + shift, n);
+      m.copy_floats_to(dest, /*streaming=*/true);
+      CHECK(std::equal(values.begin(), values.end(), dest.begin()));
+      for (std::size_t i = 0; i < shift; ++i) CHECK(raw[i] == -1.0f);  // nothing written outside
+      for (std::size_t i = shift + n; i < raw.size(); ++i) CHECK(raw[i] == -1.0f);
+    }
+  }
 }

@@ -29,6 +29,7 @@ KVClient::KVClient(Transport& transport, const ShardMap& map, const std::vector<
     throw ConfigError("kv client: the scheduler client uses another transport (wait() waits on both)");
   }
   for (std::size_t s = 0; s < server_endpoints.size(); ++s) conns_.push_back(connect_server(s, server_endpoints[s]));
+  stream_pulls_ = map_.total_elems() * static_cast<std::int64_t>(sizeof(float)) > kStreamPullsAbove;
   if (options.wire_dtype != DType::kFloat32 && options.wire_dtype != DType::kBFloat16) {
     throw ConfigError("kv client: wire dtype " + std::string(to_string(options.wire_dtype)) +
                       " is not a tensor dtype (float32 or bfloat16)");
@@ -291,7 +292,7 @@ void KVClient::complete(const Message& msg, std::size_t server) {
                           std::string(to_string(options_.wire_dtype)));
     }
     // Straight into the caller's buffer (bfloat16: widened on the way).
-    msg.copy_floats_to(std::span<float>(p.pull_dest, static_cast<std::size_t>(c.num_elems)));
+    msg.copy_floats_to(std::span<float>(p.pull_dest, static_cast<std::size_t>(c.num_elems)), stream_pulls_);
     if (state.first_version || h.version < state.result.min_version) state.result.min_version = h.version;
     state.result.max_parked_us = std::max(state.result.max_parked_us, h.aux);
     state.first_version = false;
