@@ -11,9 +11,6 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
 
 #include <algorithm>
 #include <cerrno>
@@ -24,6 +21,7 @@
 #include <utility>
 
 #include "common/errors.h"
+#include "common/stream_copy.h"
 
 namespace pstrain {
 namespace {
@@ -176,34 +174,12 @@ ShmAddress decode_shm_address(std::span<const std::byte> bytes) {
 }
 
 void shm_stream_copy(void* destination, const void* source, std::size_t n) {
-#if defined(__x86_64__)
   constexpr std::size_t kStreamFrom = 256 * 1024;  // below this a plain copy stays in the caches, which is faster
-  auto* to = static_cast<char*>(destination);
-  const auto* from = static_cast<const char*>(source);
   if (n >= kStreamFrom) {
-    const std::size_t head = (16 - reinterpret_cast<std::uintptr_t>(to) % 16) % 16;  // align the stores
-    std::memcpy(to, from, head);
-    to += head;
-    from += head;
-    n -= head;
-    const std::size_t blocks = n / 64;
-    for (std::size_t b = 0; b < blocks; ++b, to += 64, from += 64) {
-      const __m128i x0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(from));
-      const __m128i x1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(from + 16));
-      const __m128i x2 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(from + 32));
-      const __m128i x3 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(from + 48));
-      _mm_stream_si128(reinterpret_cast<__m128i*>(to), x0);
-      _mm_stream_si128(reinterpret_cast<__m128i*>(to + 16), x1);
-      _mm_stream_si128(reinterpret_cast<__m128i*>(to + 32), x2);
-      _mm_stream_si128(reinterpret_cast<__m128i*>(to + 48), x3);
-    }
-    _mm_sfence();
-    n -= blocks * 64;
+    stream_copy(destination, source, n);
+  } else {
+    std::memcpy(destination, source, n);
   }
-  std::memcpy(to, from, n);
-#else
-  std::memcpy(destination, source, n);
-#endif
 }
 
 bool shm_process_alive(pid_t pid) {

@@ -4,6 +4,7 @@
 
 #include "common/bfloat16.h"
 #include "common/errors.h"
+#include "common/stream_copy.h"
 #include "common/transport.h"
 
 namespace pstrain {
@@ -29,7 +30,7 @@ KVClient::KVClient(Transport& transport, const ShardMap& map, const std::vector<
     throw ConfigError("kv client: the scheduler client uses another transport (wait() waits on both)");
   }
   for (std::size_t s = 0; s < server_endpoints.size(); ++s) conns_.push_back(connect_server(s, server_endpoints[s]));
-  stream_pulls_ = map_.total_elems() * static_cast<std::int64_t>(sizeof(float)) > kStreamPullsAbove;
+  stream_pulls_ = map_.total_elems() * static_cast<std::int64_t>(sizeof(float)) > kStreamWeightsAboveBytes;
   if (options.wire_dtype != DType::kFloat32 && options.wire_dtype != DType::kBFloat16) {
     throw ConfigError("kv client: wire dtype " + std::string(to_string(options.wire_dtype)) +
                       " is not a tensor dtype (float32 or bfloat16)");

@@ -148,10 +148,7 @@ class KVClient {
   // weights with streaming stores (Message::copy_floats_to): nothing of them
   // would be in the caches when the model reads them, and the stores do not
   // read the destination's old lines first (a third of a copy's memory traffic).
-  // Above this many bytes of model: half the last-level cache of the 2-core
-  // VMs this is measured on (32 MiB; a VM's sysconf can report the host's).
-  static constexpr std::int64_t kStreamPullsAbove = std::int64_t{16} << 20;
-  bool stream_pulls_ = false;
+  bool stream_pulls_ = false;  // above kStreamWeightsAboveBytes (common/stream_copy.h)
   // bfloat16 pushes: per chunk, the narrowed gradient ZeroMQ sends zero-copy
   // (reused once ZeroMQ has let go of it).
   std::vector<std::shared_ptr<std::vector<std::uint16_t>>> narrowed_;
