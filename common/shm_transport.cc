@@ -155,6 +155,33 @@ zmq::message_t arena_id_frame(std::uint64_t id, const std::string& then = {}) {
   return zmq::message_t(bytes.data(), bytes.size());
 }
 
+// An arena offer [tag 'G', address]: its arena mapped read-only into `held`
+// (at most kMaxArenasPerPeer; `id` gets the offered id), or why not. The
+// caller has checked that the offer's connection shares a segment with it.
+std::string accept_arena_offer(const std::vector<zmq::message_t>& frames,
+                               std::map<std::uint64_t, std::shared_ptr<ShmArena>>& held, std::uint64_t& id) {
+  if (frames.size() != 2 || frames[1].size() != kShmAddressBytes) return "malformed arena offer";
+  try {
+    const ShmAddress address =
+        decode_shm_address(std::span<const std::byte>(static_cast<const std::byte*>(frames[1].data()), kShmAddressBytes));
+    id = address.segment_id;
+    if (held.count(id) == 0 && held.size() >= kMaxArenasPerPeer) {
+      return "this connection already has " + std::to_string(held.size()) + " arenas mapped here";
+    }
+    held[id] = std::shared_ptr<ShmArena>(ShmArena::attach_read_only(address));
+    return {};
+  } catch (const Error& e) {
+    return e.what();
+  }
+}
+
+// The answer to an arena offer: yes [tag 'B', id] or no [tag 'N', id + reason].
+std::array<zmq::message_t, 2> arena_answer(ShmTransport& transport, std::uint64_t id, const std::string& refusal) {
+  (refusal.empty() ? transport.counters().arenas_accepted : transport.counters().arenas_refused)
+      .fetch_add(1, std::memory_order_relaxed);
+  return {tag(refusal.empty() ? kArenaYes : kArenaNo), arena_id_frame(id, refusal)};
+}
+
 // Sends head + body as a descriptor into `arena` (the body lies in it whole).
 void send_through_arena(ShmTransport& transport, const ShmArena& arena, zmq::socket_t& socket, zmq::message_t& head,
                         const zmq::message_t& body, const Header& header) {
@@ -413,43 +440,19 @@ class ShmListener final : public Listener, public ZmqSocketHolder {
   // An arena offer: attached read-only when the connection has a segment
   // here (its hello was accepted: same host), at most kMaxArenasPerPeer.
   void answer_arena_offer(const PeerId& from, std::vector<zmq::message_t>& frames) {
-    std::string refusal;
     std::uint64_t id = 0;
-    if (frames.size() != 2 || frames[1].size() != kShmAddressBytes) {
-      refusal = "malformed arena offer";
-    } else if (segments_.find(from) == segments_.end()) {
-      refusal = "an arena offer from a connection with no segment here";
+    std::string refusal;
+    if (segments_.find(from) == segments_.end()) {  // never an entry in arenas_ without a segment
+      refusal = frames.size() == 2 ? "an arena offer from a connection with no segment here" : "malformed arena offer";
     } else {
-      try {
-        const ShmAddress address = decode_shm_address(
-            std::span<const std::byte>(static_cast<const std::byte*>(frames[1].data()), kShmAddressBytes));
-        id = address.segment_id;
-        auto& held = arenas_[from];
-        if (held.count(id) == 0 && held.size() >= kMaxArenasPerPeer) {
-          refusal = "this connection already has " + std::to_string(held.size()) + " arenas here";
-        } else {
-          held[id] = std::shared_ptr<ShmArena>(ShmArena::attach_read_only(address));
-        }
-      } catch (const Error& e) {
-        refusal = e.what();
-      }
+      refusal = accept_arena_offer(frames, arenas_[from], id);
     }
+    std::array<zmq::message_t, 2> answer = arena_answer(shm_, id, refusal);
     const zmq::message_t to(from.bytes().data(), from.bytes().size());
-    if (!refusal.empty()) {
-      shm_.counters().arenas_refused.fetch_add(1, std::memory_order_relaxed);
-      std::array<zmq::message_t, 2> no{tag(kArenaNo), arena_id_frame(id, refusal)};
-      try {
-        send_parts_raw(socket_, &to, no, layer_header());
-      } catch (const TransportError&) {
-      }
-      return;
-    }
-    shm_.counters().arenas_accepted.fetch_add(1, std::memory_order_relaxed);
-    std::array<zmq::message_t, 2> yes{tag(kArenaYes), arena_id_frame(id)};
     try {
-      send_parts_raw(socket_, &to, yes, layer_header());
+      send_parts_raw(socket_, &to, answer, layer_header());
     } catch (const TransportError&) {
-      drop_peer(from);
+      if (refusal.empty()) drop_peer(from);  // it is gone or does not read
     }
   }
 
@@ -675,29 +678,11 @@ class ShmConnection final : public Connection, public ZmqSocketHolder {
   // when this connection shares a segment with it (same host), at most
   // kMaxArenasPerPeer; answered yes or no (a reply from it then comes as 'W').
   void answer_arena_offer(std::vector<zmq::message_t>& frames) {
-    std::string refusal;
     std::uint64_t id = 0;
-    if (frames.size() != 2 || frames[1].size() != kShmAddressBytes) {
-      refusal = "malformed arena offer";
-    } else if (!on_ || segment_ == nullptr) {
-      refusal = "an arena offer to a connection that shares no segment";
-    } else {
-      try {
-        const ShmAddress address = decode_shm_address(
-            std::span<const std::byte>(static_cast<const std::byte*>(frames[1].data()), kShmAddressBytes));
-        id = address.segment_id;
-        if (peer_arenas_.count(id) == 0 && peer_arenas_.size() >= kMaxArenasPerPeer) {
-          refusal = "this connection already maps " + std::to_string(peer_arenas_.size()) + " arenas of the listener";
-        } else {
-          peer_arenas_[id] = std::shared_ptr<ShmArena>(ShmArena::attach_read_only(address));
-        }
-      } catch (const Error& e) {
-        refusal = e.what();
-      }
-    }
-    (refusal.empty() ? shm_.counters().arenas_accepted : shm_.counters().arenas_refused)
-        .fetch_add(1, std::memory_order_relaxed);
-    std::array<zmq::message_t, 2> answer{tag(refusal.empty() ? kArenaYes : kArenaNo), arena_id_frame(id, refusal)};
+    const std::string refusal = (!on_ || segment_ == nullptr) && frames.size() == 2
+                                    ? "an arena offer to a connection that shares no segment"
+                                    : accept_arena_offer(frames, peer_arenas_, id);
+    std::array<zmq::message_t, 2> answer = arena_answer(shm_, id, refusal);
     try {
       send_parts_raw(socket_, nullptr, answer, layer_header());
     } catch (const TransportError&) {

@@ -100,6 +100,21 @@ zmq::message_t layer_tag(char kind) {
   return t;
 }
 
+// The next message's frames on `socket` within 20 s (a ROUTER's start with the sender's id).
+std::vector<zmq::message_t> next_frames(zmq::socket_t& socket) {
+  zmq::pollitem_t item{socket.handle(), 0, ZMQ_POLLIN, 0};
+  REQUIRE(zmq::poll(&item, 1, milliseconds(20000)) == 1);
+  std::vector<zmq::message_t> frames;
+  while (true) {
+    zmq::message_t f;
+    REQUIRE(socket.recv(f));
+    const bool more = f.more();
+    frames.push_back(std::move(f));
+    if (!more) break;
+  }
+  return frames;
+}
+
 // A hand-driven peer: a raw DEALER socket speaking the layer's frames.
 struct RawPeer {
   zmq::socket_t socket;
@@ -136,20 +151,7 @@ struct RawPeer {
     zmq::pollitem_t item{socket.handle(), 0, ZMQ_POLLIN, 0};
     return zmq::poll(&item, 1, milliseconds(0)) == 1;
   }
-  // The next message's frames within 20 s.
-  std::vector<zmq::message_t> receive() {
-    zmq::pollitem_t item{socket.handle(), 0, ZMQ_POLLIN, 0};
-    REQUIRE(zmq::poll(&item, 1, milliseconds(20000)) == 1);
-    std::vector<zmq::message_t> frames;
-    while (true) {
-      zmq::message_t f;
-      REQUIRE(socket.recv(f));
-      const bool more = f.more();
-      frames.push_back(std::move(f));
-      if (!more) break;
-    }
-    return frames;
-  }
+  std::vector<zmq::message_t> receive() { return next_frames(socket); }
 };
 
 // Receives on `listener` until a message comes or 20 s pass (the layer's own
@@ -1020,19 +1022,7 @@ TEST_CASE("shm transport: forged arena replies to a connection are ProtocolError
   router.bind("tcp://127.0.0.1:*");
   const std::string address = router.get(zmq::sockopt::last_endpoint);
   std::unique_ptr<Connection> conn = t.connect(address, tensor_options("w1"));
-  const auto receive_at_router = [&]() {
-    zmq::pollitem_t item{router.handle(), 0, ZMQ_POLLIN, 0};
-    REQUIRE(zmq::poll(&item, 1, milliseconds(20000)) == 1);
-    std::vector<zmq::message_t> frames;
-    while (true) {
-      zmq::message_t f;
-      REQUIRE(router.recv(f));
-      const bool more = f.more();
-      frames.push_back(std::move(f));
-      if (!more) break;
-    }
-    return frames;
-  };
+  const auto receive_at_router = [&]() { return next_frames(router); };
   const auto send_to_conn = [&](std::vector<zmq::message_t> frames) {
     zmq::message_t id("w1", 2);
     REQUIRE(router.send(id, zmq::send_flags::sndmore));
