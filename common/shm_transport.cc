@@ -6,6 +6,7 @@
 #include <array>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <vector>
 
@@ -357,10 +358,10 @@ class ShmListener final : public Listener, public ZmqSocketHolder {
             return true;
           }
           if (kind == kArenaYes || kind == kArenaNo) {  // about an arena of ours this listener offered
-            if (frames.size() == 2 && frames[1].size() >= 8) {
-              auto& offered = offered_[from];
-              const auto it = offered.find(arena_id_of(frames[1]));
-              if (it != offered.end() && it->second == ArenaState::kOffered) {
+            const auto offered = offered_.find(from);  // no entry for a peer never offered one
+            if (offered != offered_.end() && frames.size() == 2 && frames[1].size() >= 8) {
+              const auto it = offered->second.find(arena_id_of(frames[1]));
+              if (it != offered->second.end() && it->second == ArenaState::kOffered) {
                 it->second = kind == kArenaYes ? ArenaState::kAccepted : ArenaState::kRefused;
               }
             }
@@ -452,7 +453,9 @@ class ShmListener final : public Listener, public ZmqSocketHolder {
     try {
       send_parts_raw(socket_, &to, answer, layer_header());
     } catch (const TransportError&) {
-      if (refusal.empty()) drop_peer(from);  // it is gone or does not read
+      // Its queue is full (it may still be reading replies it holds: those
+      // stay held) or it is gone: it never hears the yes, so that arena goes.
+      if (refusal.empty()) arenas_[from].erase(id);
     }
   }
 
@@ -525,12 +528,24 @@ class ShmListener final : public Listener, public ZmqSocketHolder {
   }
 
   // Every peer's (receive_frames, before the next message is handled: a
-  // push may need a spare the last reply held).
+  // push may need a spare the last reply held). A peer whose process is gone
+  // or whose side is closed reads nothing any more (its frames holding the
+  // replies went with its segment): all its holds go, looked at every 250 ms.
   void release_all_handed_back() {
-    for (auto& [peer, held] : held_) {
-      const auto seg = segments_.find(peer);
-      if (seg == segments_.end()) continue;
-      std::erase_if(held, [&](const HeldReply& h) { return seg->second->handed_back(h.ticket); });
+    const auto now = Clock::now();
+    const bool look_at_peers = now >= next_peer_check_;
+    if (look_at_peers) next_peer_check_ = now + milliseconds(250);
+    for (auto it = held_.begin(); it != held_.end();) {
+      const auto seg = segments_.find(it->first);
+      if (seg == segments_.end()) {
+        it = held_.erase(it);  // dropped without drop_peer: nothing can release them any more
+        continue;
+      }
+      std::erase_if(it->second, [&](const HeldReply& h) { return seg->second->handed_back(h.ticket); });
+      if (!it->second.empty() && look_at_peers && seg->second->peer_state() != ShmSegment::PeerState::kAttached) {
+        it->second.clear();
+      }
+      it = it->second.empty() ? held_.erase(it) : std::next(it);
     }
   }
 
@@ -555,14 +570,11 @@ class ShmListener final : public Listener, public ZmqSocketHolder {
 
   // Drops the segments whose peer has closed its side or whose process is gone.
   void sweep() {
-    for (auto it = segments_.begin(); it != segments_.end();) {
-      if (it->second->peer_state() != ShmSegment::PeerState::kAttached) {
-        arenas_.erase(it->first);
-        it = segments_.erase(it);
-      } else {
-        ++it;
-      }
+    std::vector<PeerId> gone;
+    for (const auto& [peer, segment] : segments_) {
+      if (segment->peer_state() != ShmSegment::PeerState::kAttached) gone.push_back(peer);
     }
+    for (const PeerId& peer : gone) drop_peer(peer);
   }
 
   ShmTransport& shm_;
@@ -576,6 +588,7 @@ class ShmListener final : public Listener, public ZmqSocketHolder {
     zmq::message_t body;   // holds the weights' owner
   };
   std::map<PeerId, std::vector<HeldReply>> held_;  // arena replies it has not released yet
+  Clock::time_point next_peer_check_{};            // release_all_handed_back's look at peers' processes
 };
 
 class ShmConnection final : public Connection, public ZmqSocketHolder {
@@ -709,10 +722,13 @@ class ShmConnection final : public Connection, public ZmqSocketHolder {
           std::span<const std::byte>(static_cast<const std::byte*>(frames[2].data()), frames[2].size()));
       const ShmArenaDescriptor where = decode_shm_arena_descriptor(
           std::span<const std::byte>(static_cast<const std::byte*>(frames[3].data()), frames[3].size()));
+      // The ticket first: a reply refused below still hands its slot back
+      // (the ReadSlot's destructor), so the listener lets go of its body.
+      ShmSegment::ReadSlot slot = segment_->open(ticket);
       const auto it = peer_arenas_.find(where.arena_id);
       if (it == peer_arenas_.end()) return "shared-memory arena reply naming an arena this connection does not map";
       const std::span<const std::byte> bytes = it->second->range(where.offset, where.length);
-      auto held = std::make_unique<HeldArenaReply>(HeldArenaReply{segment_, segment_->open(ticket), it->second});
+      auto held = std::make_unique<HeldArenaReply>(HeldArenaReply{segment_, std::move(slot), it->second});
       zmq::message_t body(const_cast<std::byte*>(bytes.data()), bytes.size(), &release_held_arena_reply, held.get());
       held.release();  // now owned by the frame
       out.clear();
@@ -755,8 +771,6 @@ ShmTransportOptions shm_options_for(std::int64_t partition_bytes) {
   return o;
 }
 
-ShmTransport::ShmTransport(zmq::context_t& ctx, ShmTransportOptions options)
-    : ctx_(ctx), options_(std::move(options)), boot_id_(read_boot_id()), pool_(std::make_shared<ShmArenaPool>()) {}
 
 std::unique_ptr<Listener> ShmTransport::listen(const std::string& address, EndpointOptions options) {
   return std::make_unique<ShmListener>(*this, ctx_, address, std::move(options));
@@ -784,13 +798,14 @@ class ShmArenaPool : public std::enable_shared_from_this<ShmArenaPool> {
   std::optional<SendFloats> allocate(std::size_t count) {
     const std::size_t bytes = (std::max<std::size_t>(count, 1) * sizeof(float) + 4095) / 4096 * 4096;
     std::byte* at = nullptr;
+    bool reused = false;
     {
       const std::lock_guard<std::mutex> lock(mutex_);
       auto given = free_.find(bytes);
       if (given != free_.end() && !given->second.empty()) {
         at = given->second.back();
         given->second.pop_back();
-        std::memset(at, 0, bytes);
+        reused = true;
       } else if (!arenas_.empty() && arenas_.back()->size() - used_ >= bytes) {
         at = arenas_.back()->data() + used_;  // never used: zero
         used_ += bytes;
@@ -807,6 +822,7 @@ class ShmArenaPool : public std::enable_shared_from_this<ShmArenaPool> {
         return std::nullopt;
       }
     }
+    if (reused) std::memset(at, 0, bytes);  // outside the lock: blocks can be big
     SendFloats out;
     out.values = std::span<float>(reinterpret_cast<float*>(at), count);
     out.owner = std::shared_ptr<void>(at, [pool = shared_from_this(), bytes](void* p) {
@@ -834,6 +850,9 @@ class ShmArenaPool : public std::enable_shared_from_this<ShmArenaPool> {
   std::size_t used_ = 0;                                 // bytes given out of arenas_.back() so far
   std::map<std::size_t, std::vector<std::byte*>> free_;  // blocks given back, by size
 };
+
+ShmTransport::ShmTransport(zmq::context_t& ctx, ShmTransportOptions options)
+    : ctx_(ctx), options_(std::move(options)), boot_id_(read_boot_id()), pool_(std::make_shared<ShmArenaPool>()) {}
 
 SendFloats ShmTransport::allocate_send_floats(std::size_t count) {
   if (std::optional<SendFloats> block = pool_->allocate(count)) return std::move(*block);

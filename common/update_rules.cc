@@ -1,5 +1,6 @@
 #include "common/update_rules.h"
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <string>
@@ -83,11 +84,13 @@ inline std::uint32_t non_finite(float x) {
   return ((std::bit_cast<std::uint32_t>(x) >> 23) & 0xffu) == 0xffu ? 1u : 0u;
 }
 
+// At least 1: the gradient may lie in memory its sender can still write
+// (shared memory), so this second pass may not see what the first one did.
 template <class Source>
 std::int64_t count_bad(Source source, std::size_t num_elems) {
   std::int64_t bad = 0;
   for (std::size_t i = 0; i < num_elems; ++i) bad += non_finite(source(i));
-  return bad;
+  return std::max<std::int64_t>(bad, 1);
 }
 
 void check_source(const GradSource& g, std::size_t num_elems, const char* what) {

@@ -1096,10 +1096,15 @@ TEST_CASE("shm transport: forged arena replies to a connection are ProtocolError
   CHECK(segment->handed_back(good));  // released with the reply
   reply(good, {arena->id(), 0, 4000});  // replayed ticket
   expect_refused("not published");
-  reply(ticket(), {arena->id() ^ 1, 0, 4000});
+  // Refused after its ticket checked out: the ticket is still handed back (the listener lets go of the body).
+  const ShmDescriptor unknown = ticket();
+  reply(unknown, {arena->id() ^ 1, 0, 4000});
   expect_refused("does not map");
-  reply(ticket(), {arena->id(), (1 << 16) - 100, 4000});
+  CHECK(segment->handed_back(unknown));
+  const ShmDescriptor outside = ticket();
+  reply(outside, {arena->id(), (1 << 16) - 100, 4000});
   expect_refused("lie outside");
+  CHECK(segment->handed_back(outside));
   reply(ticket(), {arena->id(), 0, 4000}, 3);
   expect_refused("3 frames");
   reply(ticket(), {arena->id(), 0, 400});  // the header says 1000 floats
@@ -1112,4 +1117,49 @@ TEST_CASE("shm transport: forged arena replies to a connection are ProtocolError
     send_to_conn(std::move(frames));
     expect_refused("arena data sent to a connection");
   }
+}
+
+namespace {
+
+// A child that pulls three times from the listener at `address` and keeps
+// every reply (never releasing them), tells the parent and waits to be killed.
+void holding_child(const std::string& address, int to_parent) {
+  zmq::context_t ctx;
+  ShmTransport t(ctx, small_options());
+  std::unique_ptr<Connection> conn = t.connect(address, tensor_options("holder"));
+  std::vector<Envelope> kept;
+  for (int i = 0; i < 3; ++i) {
+    conn->send(push_header(i), owned(values(4, 0.0f)));
+    std::optional<Envelope> reply = next(*conn);
+    if (!reply) throw Error("no reply");
+    kept.push_back(std::move(*reply));
+  }
+  const char ok = t.stats().arenas_accepted == 1 ? '1' : '0';
+  if (::write(to_parent, &ok, 1) != 1) throw Error("pipe");
+  pause();
+}
+
+}  // namespace
+
+TEST_CASE("shm transport: a worker killed (SIGKILL) while it holds arena replies: the server lets go of those weights") {
+  const std::string address = ipc_address("holder-killed");
+  Child child([&](int fd) { holding_child(address, fd); });
+  zmq::context_t ctx;
+  ShmTransport t(ctx, small_options());
+  std::unique_ptr<Listener> listener = t.listen(address, EndpointOptions{});
+  const SendFloats weights = t.allocate_send_floats(30000);
+  std::fill(weights.values.begin(), weights.values.end(), 1.5f);
+  for (int i = 0; i < 3; ++i) {
+    std::optional<Envelope> request = next(*listener);
+    REQUIRE(request);
+    listener->send(request->from, reply_to(request->message.header), Payload::floats(weights.values, weights.owner));
+  }
+  CHECK(child.read(1)[0] == std::byte{'1'});
+  CHECK(t.stats().arena_bodies == 2);  // the first went inline with the offer
+  CHECK(weights.owner.use_count() == 3);  // held for the two it has not released
+  child.kill_and_reap();
+  // Within a few receives (the peers' processes are looked at every 250 ms) the holds go.
+  const auto deadline = Clock::now() + std::chrono::seconds(5);
+  while (weights.owner.use_count() > 1 && Clock::now() < deadline) (void)listener->receive(milliseconds(50));
+  CHECK(weights.owner.use_count() == 1);
 }
