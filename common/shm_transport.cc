@@ -67,7 +67,19 @@ struct HeldSlot {
   ShmSegment::ReadSlot slot;
 };
 
-void release_held_slot(void* /*data*/, void* hint) { delete static_cast<HeldSlot*>(hint); }
+
+// [tag, header, ...] -> [header, payload]: the payload frame points at
+// `bytes` in place, and `held` (what keeps them readable) goes with it.
+template <class Held>
+void hand_up(std::vector<zmq::message_t>& frames, std::span<const std::byte> bytes, std::unique_ptr<Held> held,
+             std::vector<zmq::message_t>& out) {
+  zmq::message_t body(const_cast<std::byte*>(bytes.data()), bytes.size(),
+                      [](void* /*data*/, void* hint) { delete static_cast<Held*>(hint); }, held.get());
+  held.release();  // now owned by the frame
+  out.clear();
+  out.push_back(std::move(frames[1]));
+  out.push_back(std::move(body));
+}
 
 // [tag 'D', header, descriptor] -> [header, payload in place], or the reason
 // it cannot be.
@@ -85,24 +97,16 @@ std::string open_data(const std::shared_ptr<ShmSegment>& segment, std::vector<zm
     const ShmDescriptor d =
         decode_shm_descriptor(std::span<const std::byte>(static_cast<const std::byte*>(frames[2].data()), frames[2].size()));
     auto held = std::make_unique<HeldSlot>(HeldSlot{segment, segment->open(d)});
-    void* data = const_cast<std::byte*>(held->slot.bytes().data());
-    const std::size_t size = held->slot.bytes().size();
-    zmq::message_t body(data, size, &release_held_slot, held.get());
-    held.release();  // now owned by the frame
-    out.clear();
-    out.push_back(std::move(frames[1]));
-    out.push_back(std::move(body));
+    const std::span<const std::byte> bytes = held->slot.bytes();
+    hand_up(frames, bytes, std::move(held), out);
     return {};
   } catch (const ProtocolError& e) {
     return e.what();
   }
 }
 
-// A body in the sender's arena, held mapped while the payload frame pointing at it lives.
-void release_held_arena(void* /*data*/, void* hint) { delete static_cast<std::shared_ptr<ShmArena>*>(hint); }
-
-// [tag 'P', header, arena descriptor] -> [header, payload in place], or the
-// reason it cannot be; nullopt when the arena is not one `arenas` holds
+// [tag 'P', header, arena descriptor] -> [header, payload in place, the
+// arena held mapped while the frame lives], or the reason it cannot be; nullopt when the arena is not one `arenas` holds
 // (the caller drops the message and tells the sender no).
 std::optional<std::string> open_arena_data(const std::map<std::uint64_t, std::shared_ptr<ShmArena>>* arenas,
                                            std::vector<zmq::message_t>& frames, std::vector<zmq::message_t>& out) {
@@ -121,12 +125,7 @@ std::optional<std::string> open_arena_data(const std::map<std::uint64_t, std::sh
     const auto it = arenas->find(d.arena_id);
     if (it == arenas->end()) return std::nullopt;
     const std::span<const std::byte> bytes = it->second->range(d.offset, d.length);
-    auto held = std::make_unique<std::shared_ptr<ShmArena>>(it->second);
-    zmq::message_t body(const_cast<std::byte*>(bytes.data()), bytes.size(), &release_held_arena, held.get());
-    held.release();  // now owned by the frame
-    out.clear();
-    out.push_back(std::move(frames[1]));
-    out.push_back(std::move(body));
+    hand_up(frames, bytes, std::make_unique<std::shared_ptr<ShmArena>>(it->second), out);
     return std::string();
   } catch (const ProtocolError& e) {
     return std::string(e.what());
@@ -140,7 +139,6 @@ struct HeldArenaReply {
   ShmSegment::ReadSlot slot;
   std::shared_ptr<ShmArena> arena;
 };
-void release_held_arena_reply(void* /*data*/, void* hint) { delete static_cast<HeldArenaReply*>(hint); }
 
 // An 8-byte little-endian arena id and what follows it.
 std::uint64_t arena_id_of(const zmq::message_t& frame) {
@@ -728,12 +726,7 @@ class ShmConnection final : public Connection, public ZmqSocketHolder {
       const auto it = peer_arenas_.find(where.arena_id);
       if (it == peer_arenas_.end()) return "shared-memory arena reply naming an arena this connection does not map";
       const std::span<const std::byte> bytes = it->second->range(where.offset, where.length);
-      auto held = std::make_unique<HeldArenaReply>(HeldArenaReply{segment_, std::move(slot), it->second});
-      zmq::message_t body(const_cast<std::byte*>(bytes.data()), bytes.size(), &release_held_arena_reply, held.get());
-      held.release();  // now owned by the frame
-      out.clear();
-      out.push_back(std::move(frames[1]));
-      out.push_back(std::move(body));
+      hand_up(frames, bytes, std::make_unique<HeldArenaReply>(HeldArenaReply{segment_, std::move(slot), it->second}), out);
       return {};
     } catch (const ProtocolError& e) {
       return e.what();

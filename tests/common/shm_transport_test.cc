@@ -115,6 +115,15 @@ std::vector<zmq::message_t> next_frames(zmq::socket_t& socket) {
   return frames;
 }
 
+// A segment a hand-driven peer says hello with: 2 slots a side of 64 KiB.
+std::unique_ptr<ShmSegment> raw_segment() {
+  ShmOptions so;
+  so.slots_per_side = 2;
+  so.slot_bytes = 1 << 16;
+  so.name = "raw";
+  return ShmSegment::create(so);
+}
+
 // A hand-driven peer: a raw DEALER socket speaking the layer's frames.
 struct RawPeer {
   zmq::socket_t socket;
@@ -272,11 +281,7 @@ TEST_CASE("shm transport: forged, replayed and malformed layer messages are Prot
   ShmTransport t(ctx, small_options());
   std::unique_ptr<Listener> listener = t.listen("tcp://127.0.0.1:*", EndpointOptions{});
   // A peer that does the hello by hand with a segment of its own.
-  ShmOptions so;
-  so.slots_per_side = 2;
-  so.slot_bytes = 1 << 16;
-  so.name = "raw";
-  std::unique_ptr<ShmSegment> segment = ShmSegment::create(so);
+  std::unique_ptr<ShmSegment> segment = raw_segment();
   RawPeer evil(ctx, listener->address(), "evil");
   evil.hello(segment->address(), t.boot_id());
   let_answer(*listener, evil);  // the hello is the layer's own: nothing for the caller
@@ -350,7 +355,7 @@ TEST_CASE("shm transport: forged, replayed and malformed layer messages are Prot
   CHECK(no[1].to_string().find("no shared-memory segment for this connection") != std::string::npos);
   CHECK(t.stats().orphan_descriptors == 1);
   // A second hello from the same connection replaces its segment: the old one's descriptors no longer open.
-  std::unique_ptr<ShmSegment> second = ShmSegment::create(so);
+  std::unique_ptr<ShmSegment> second = raw_segment();
   evil.hello(second->address(), t.boot_id());
   let_answer(*listener, evil);
   yes = evil.receive();
@@ -718,11 +723,7 @@ TEST_CASE("shm transport: forged arena offers and descriptors get a no or a Prot
   zmq::context_t ctx;
   ShmTransport t(ctx, small_options());
   std::unique_ptr<Listener> listener = t.listen("tcp://127.0.0.1:*", EndpointOptions{});
-  ShmOptions so;
-  so.slots_per_side = 2;
-  so.slot_bytes = 1 << 16;
-  so.name = "raw";
-  std::unique_ptr<ShmSegment> segment = ShmSegment::create(so);
+  std::unique_ptr<ShmSegment> segment = raw_segment();
   std::unique_ptr<ShmArena> arena = ShmArena::create(1 << 16);
   auto* floats = reinterpret_cast<float*>(arena->data());
   for (int i = 0; i < 1000; ++i) floats[i] = static_cast<float>(i);
@@ -817,7 +818,7 @@ TEST_CASE("shm transport: forged arena offers and descriptors get a no or a Prot
   CHECK(evil.receive()[0].to_string() == "PSTRSHMR");
   // More than 8 arenas from one connection: no.
   RawPeer greedy(ctx, listener->address(), "greedy");
-  std::unique_ptr<ShmSegment> greedy_segment = ShmSegment::create(so);
+  std::unique_ptr<ShmSegment> greedy_segment = raw_segment();
   greedy.hello(greedy_segment->address(), t.boot_id());
   let_answer(*listener, greedy);
   REQUIRE(greedy.receive().size() == 1);
