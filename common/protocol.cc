@@ -1,5 +1,5 @@
 #include "common/protocol.h"
-#include "common/shm_segment.h"
+#include "common/stream_copy.h"
 
 #include <cereal/types/common.hpp>
 #include <cstring>
@@ -278,7 +278,7 @@ void Message::copy_floats_to(std::span<float> dest, bool streaming) const {
                         ": no tensor payload (dtype " + std::string(to_string(header.dtype)) + ")");
   }
   if (streaming) {
-    shm_stream_copy(dest.data(), payload.data(), n * sizeof(float));
+    stream_copy(dest.data(), payload.data(), n * sizeof(float));
   } else {
     std::memcpy(dest.data(), payload.data(), n * sizeof(float));
   }

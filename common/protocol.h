@@ -198,7 +198,7 @@ struct Message {
   // Writes the tensor payload as float32 straight into `dest` (one copy, or
   // one widening pass for bfloat16): receive into place. dest.size() must be
   // header.num_elems (ProtocolError otherwise). `streaming`: float32 is
-  // copied with stores that bypass the caches (shm_stream_copy), for a
+  // copied with stores that bypass the caches (common/stream_copy.h), for a
   // destination too big to stay in them anyway (no read of its old lines).
   void copy_floats_to(std::span<float> dest, bool streaming = false) const;
   std::string text_payload() const;

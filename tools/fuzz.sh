@@ -37,7 +37,7 @@ compile() {  # SRC... -> appends their objects to objs
   done
 }
 objs=()
-compile common/protocol.cc common/bfloat16.cc common/param_layout.cc common/shard_map.cc
+compile common/protocol.cc common/bfloat16.cc common/param_layout.cc common/shard_map.cc common/stream_copy.cc
 config_objs() {  # only the config target (and the seeds) need the TOML parser
   compile common/config.cc common/config_values.cc common/config_fields.cc
 }
@@ -48,7 +48,7 @@ cluster_objs() {
   local src
   for src in "${srcs[@]}"; do
     case "$src" in
-      */main.cc|common/protocol.cc|common/bfloat16.cc|common/param_layout.cc|common/shard_map.cc) ;;
+      */main.cc|common/protocol.cc|common/bfloat16.cc|common/param_layout.cc|common/shard_map.cc|common/stream_copy.cc) ;;
       *) compile "$src" ;;
     esac
   done
