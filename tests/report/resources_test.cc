@@ -175,3 +175,22 @@ TEST_CASE("without resource files the summary has an empty list and no section")
   CHECK(j.find("resources")->items().empty());
   CHECK(j.find("warnings")->items().empty());
 }
+
+TEST_CASE("the CPU peak is never below the mean, even when a short run's rounded percentages say less") {
+  // Two rows 0.3 s apart whose recorded cpu_percent (rounded, timed by the
+  // sampler) says 49.3 while their CPU seconds say 50%: the peak is 50.
+  ResourceSeries series;
+  series.role = "server";
+  series.rank = 0;
+  ResourceSample a, b;
+  a.time_s = 0.1;
+  a.cpu_user_s = 0.05;
+  a.cpu_percent = 40.0;
+  b.time_s = 0.4;
+  b.cpu_user_s = 0.2;
+  b.cpu_percent = 49.3;
+  series.samples = {a, b};
+  const ResourceSummary r = summarize_resources(series);
+  CHECK(*r.cpu_percent_mean == doctest::Approx(50.0));
+  CHECK(*r.cpu_percent_peak >= *r.cpu_percent_mean - 1e-9);
+}

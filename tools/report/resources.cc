@@ -186,8 +186,19 @@ ResourceSummary summarize_resources(const ResourceSeries& series) {
   r.duration_s = last.time_s - first.time_s;
   r.cpu_s = last.cpu_user_s + last.cpu_system_s;
   Mean gpu_util, gpu_power;
+  const ResourceSample* previous = nullptr;
   for (const ResourceSample& s : series.samples) {
     keep_max(r.cpu_percent_peak, s.cpu_percent);
+    // Also each interval's share from the same columns the mean is taken
+    // from, so the mean (their time-weighted average) is never above the
+    // peak: the recorded percentages are rounded and timed by the sampler
+    // itself, which on a run of a few tenths of a second can differ by more
+    // than the CPU seconds' own resolution.
+    if (previous != nullptr && s.time_s > previous->time_s) {
+      const double cpu = (s.cpu_user_s + s.cpu_system_s) - (previous->cpu_user_s + previous->cpu_system_s);
+      keep_max(r.cpu_percent_peak, std::optional<double>(100.0 * cpu / (s.time_s - previous->time_s)));
+    }
+    previous = &s;
     keep_max(r.rss_peak_bytes, s.rss_bytes);
     keep_max(r.gpu_util_percent_peak, s.gpu_util_percent);
     keep_max(r.gpu_mem_used_peak_bytes, s.gpu_mem_used_bytes);

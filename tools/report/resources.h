@@ -44,7 +44,9 @@ struct ResourceSeries {
 //   cpu_s                user + system CPU seconds at the last row
 //   cpu_percent_mean     100 x CPU seconds between the first and last rows /
 //                        duration_s (one row: its cpu_percent); 100 = one core
-//   cpu_percent_peak     the largest row's cpu_percent
+//   cpu_percent_peak     the largest row's cpu_percent, or of 100 x the CPU seconds
+//                        between two consecutive rows / their time apart (so
+//                        never below the mean, whatever the rows' rounding)
 //   rss_peak_bytes       the largest rss_bytes
 //   bytes_sent/received  at the last row (cumulative: the process's total)
 //   send/receive_bytes_per_s  bytes moved between the first and last rows / duration_s
