@@ -99,7 +99,17 @@ void check_source(const GradSource& g, std::size_t num_elems, const char* what) 
   }
 }
 
-// Calls body(source, mean) with the types that fit g.
+// The value an update takes at i from the gradient's own value x: x, or the
+// partial sum's value plus x (GradSource::partial).
+struct NoPartial {
+  float operator()(std::size_t, float x) const { return x; }
+};
+struct Partial {
+  const float* p;
+  float operator()(std::size_t i, float x) const { return p[i] + x; }
+};
+
+// Calls body(source, mean) with the types that fit g (g.partial ignored).
 template <class Body>
 std::int64_t dispatch(const GradSource& g, Body&& body) {
   auto with_mean = [&](auto source) -> std::int64_t {
@@ -111,6 +121,15 @@ std::int64_t dispatch(const GradSource& g, Body&& body) {
   return with_mean(F32{g.f32});
 }
 
+// Calls body(source, mean, plus) with the types that fit g, g.partial included.
+template <class Body>
+std::int64_t dispatch_update(const GradSource& g, Body&& body) {
+  return dispatch(g, [&](auto source, auto mean) -> std::int64_t {
+    if (g.partial != nullptr) return body(source, mean, Partial{g.partial});
+    return body(source, mean, NoPartial{});
+  });
+}
+
 }  // namespace
 
 std::int64_t sgd_update_into(const float* w, float* w_out, GradSource g, const float* velocity, float* velocity_out,
@@ -119,13 +138,13 @@ std::int64_t sgd_update_into(const float* w, float* w_out, GradSource g, const f
   if ((velocity == nullptr || velocity_out == nullptr) && c.momentum != 0.0f && num_elems > 0) {
     throw ComputeError("sgd_update_into: momentum " + std::to_string(c.momentum) + " needs velocity buffers, got null");
   }
-  return dispatch(g, [&](auto source, auto mean) -> std::int64_t {
+  return dispatch_update(g, [&](auto source, auto mean, auto plus) -> std::int64_t {
     std::uint32_t bad = 0;
     if (velocity == nullptr || velocity_out == nullptr || c.momentum == 0.0f) {
       for (std::size_t i = 0; i < num_elems; ++i) {
         const float raw = source(i);
         bad |= non_finite(raw);
-        w_out[i] = sgd_plain(w[i], mean(raw), c);
+        w_out[i] = sgd_plain(w[i], mean(plus(i, raw)), c);
       }
     } else if (c.nesterov) {
       SgdCoefficients k = c;
@@ -134,7 +153,7 @@ std::int64_t sgd_update_into(const float* w, float* w_out, GradSource g, const f
         const float raw = source(i);
         bad |= non_finite(raw);
         float vel = velocity[i];
-        w_out[i] = sgd_momentum(w[i], mean(raw), vel, k);
+        w_out[i] = sgd_momentum(w[i], mean(plus(i, raw)), vel, k);
         velocity_out[i] = vel;
       }
     } else {
@@ -144,7 +163,7 @@ std::int64_t sgd_update_into(const float* w, float* w_out, GradSource g, const f
         const float raw = source(i);
         bad |= non_finite(raw);
         float vel = velocity[i];
-        w_out[i] = sgd_momentum(w[i], mean(raw), vel, k);
+        w_out[i] = sgd_momentum(w[i], mean(plus(i, raw)), vel, k);
         velocity_out[i] = vel;
       }
     }
@@ -155,14 +174,14 @@ std::int64_t sgd_update_into(const float* w, float* w_out, GradSource g, const f
 std::int64_t adam_update_into(const float* w, float* w_out, GradSource g, const float* m, float* m_out,
                               const float* v, float* v_out, std::size_t num_elems, const AdamCoefficients& c) {
   check_source(g, num_elems, "adam_update_into");
-  return dispatch(g, [&](auto source, auto mean) -> std::int64_t {
+  return dispatch_update(g, [&](auto source, auto mean, auto plus) -> std::int64_t {
     std::uint32_t bad = 0;
     for (std::size_t i = 0; i < num_elems; ++i) {
       const float raw = source(i);
       bad |= non_finite(raw);
       float mi = m[i];
       float vi = v[i];
-      w_out[i] = adam(w[i], mean(raw), mi, vi, c);
+      w_out[i] = adam(w[i], mean(plus(i, raw)), mi, vi, c);
       m_out[i] = mi;
       v_out[i] = vi;
     }

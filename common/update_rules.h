@@ -100,10 +100,16 @@ void adam_update(float* w, const float* g, float* m, float* v, std::size_t num_e
 // as it is read); with mean_of = n > 1 each value is the sync mean of a sum of
 // n contributions, computed as the policy always has: times 1/n when n is a
 // power of two (exact), else divided by n. Exactly one of f32, bf16 is set.
+// partial (sync, the last contribution of a step): the rank-ordered sum of the
+// contributions before it, added to each value before the mean, so that the
+// sum's last add is the update's pass; the finite check still counts the
+// gradient's own values only (the partial sum was checked as it came in).
+// The copy and add kernels below ignore it.
 struct GradSource {
   const float* f32 = nullptr;
   const std::uint16_t* bf16 = nullptr;
   int mean_of = 1;
+  const float* partial = nullptr;
 };
 
 // The same updates as above, out of place and fused with the finite check:

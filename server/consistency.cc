@@ -123,10 +123,12 @@ class SyncPolicy final : public ConsistencyPolicy {
     check_step(chunk, push);
     Step& s = steps_[chunk];
     const auto w = static_cast<std::size_t>(push.worker);
-    if (s.num_arrived == 0 && num_live() == 1) {  // the mean is this gradient: apply it from the message
+    if (const std::optional<Fusion> f = fusion(s, push)) {  // the update's pass adds it (update_on_arrival)
       record_step(chunk, push);
+      if (f->early_rank >= 0) s.has_early[static_cast<std::size_t>(f->early_rank)] = false;
+      const int skips = static_cast<int>(std::count(s.skipped.begin(), s.skipped.end(), true));
       s.reset();
-      return push.skip ? Update{{}, 0, 0.0, 0, 1} : Update{push.grad, push.num_elems, push.lr, 1, 0};
+      return fused_update(*f, push, skips);
     }
     // The gradient goes in first, checked in the same pass: a NaN or Inf
     // throws before anything is recorded or summed.
@@ -147,8 +149,11 @@ class SyncPolicy final : public ConsistencyPolicy {
     return advance(s);
   }
 
-  bool applies_on_arrival(std::size_t chunk) const override {
-    return steps_[chunk].num_arrived == 0 && num_live() == 1;
+  std::optional<Update> update_on_arrival(std::size_t chunk, const PushRequest& push) const override {
+    const Step& s = steps_[chunk];
+    const std::optional<Fusion> f = fusion(s, push);
+    if (!f) return std::nullopt;
+    return fused_update(*f, push, static_cast<int>(std::count(s.skipped.begin(), s.skipped.end(), true)));
   }
 
   bool pull_ready(std::size_t, std::int64_t version, int, std::int64_t step) const override {
@@ -209,6 +214,49 @@ class SyncPolicy final : public ConsistencyPolicy {
       num_added = 0;
     }
   };
+
+  // How the update's pass adds `push`'s gradient to the others of step s:
+  // the pass computes partial + g, which must be the bits of the rank-ordered
+  // sum. The push must complete the step: every rank from s.next on but its
+  // own is in without a gradient to add (a skip push), excused, or not live,
+  // or waits early (a dropped worker's early gradient is still added). Then
+  // either no early gradient waits (the push is the last in rank order;
+  // partial: the sum so far, or nothing when it is the only contribution),
+  // or one waits, of a higher rank, and nothing is summed yet: two
+  // contributions, and partial is the early one (x + y is y + x, exactly).
+  struct Fusion {
+    const float* partial = nullptr;
+    int contributors = 1;
+    double lr = 0.0;       // the lowest contributing rank's
+    int early_rank = -1;   // whose early gradient is the partial sum, or -1
+  };
+  std::optional<Fusion> fusion(const Step& s, const PushRequest& push) const {
+    const int worker = push.worker;
+    if (push.skip || worker < s.next || worker >= num_workers_ || !live(worker)) return std::nullopt;
+    int early = -1;
+    for (int r = s.next; r < num_workers_; ++r) {
+      const auto i = static_cast<std::size_t>(r);
+      if (r == worker) continue;
+      if (s.has_early[i]) {
+        if (early >= 0 || r < worker) return std::nullopt;
+        early = r;
+      } else if (!(s.skipped[i] || s.excused[i] || !live(r))) {
+        return std::nullopt;
+      }
+    }
+    if (early < 0) {
+      return Fusion{s.num_added > 0 ? s.sum.data() : nullptr, s.num_added + 1, s.num_added > 0 ? s.lr : push.lr, -1};
+    }
+    if (s.num_added > 0) return std::nullopt;
+    return Fusion{s.early[static_cast<std::size_t>(early)].data(), 2, push.lr, early};
+  }
+
+  static Update fused_update(const Fusion& f, const PushRequest& push, int skips) {
+    update::GradSource g = push.grad;
+    g.mean_of = f.contributors;
+    g.partial = f.partial;
+    return Update{g, push.num_elems, f.lr, f.contributors, skips};
+  }
 
   // Adds the pushed contribution of rank s.next (copying the first) in one
   // pass that also checks it: with a NaN or Inf the push is rejected and the
@@ -290,7 +338,10 @@ class AsyncPolicy : public ConsistencyPolicy {
     return Update{push.grad, push.num_elems, push.lr, 1, 0};
   }
 
-  bool applies_on_arrival(std::size_t) const override { return true; }
+  std::optional<Update> update_on_arrival(std::size_t, const PushRequest& push) const override {
+    if (push.skip) return std::nullopt;
+    return Update{push.grad, push.num_elems, push.lr, 1, 0};
+  }
 
   bool pull_ready(std::size_t, std::int64_t, int, std::int64_t) const override { return true; }
 

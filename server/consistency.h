@@ -8,7 +8,10 @@
 //   in (an early arrival waits in a buffer until the ranks before it are in),
 //   so two runs of one config give identical bits; when every live worker has
 //   pushed, one update with the mean of the contributions is applied
-//   (version v+1). A pull for step t is answered once the version is >= t.
+//   (version v+1). The last push to arrive, when it is the last contribution
+//   in rank order or one of two, is not added into the sum: the update's
+//   pass adds it (update_on_arrival), one pass over the chunk fewer, the
+//   same bits. A pull for step t is answered once the version is >= t.
 // async: every push is applied on arrival; a pull is answered at once.
 // ssp (stale synchronous parallel, Ho et al. 2013, bound s): pushes as in
 //   async; a pull by a worker about to compute step t is answered only when
@@ -86,15 +89,22 @@ class ConsistencyPolicy {
   // worker's push, and (sync, when the gradient goes into the rank-ordered
   // sum) for a gradient with a NaN or Inf, found in the pass that adds or
   // copies it in (nothing recorded, the sum as before). A gradient applied as
-  // it arrives (applies_on_arrival) is returned unchecked: the store's
+  // it arrives (update_on_arrival) is returned unchecked: the store's
   // update pass checks it, before this call. The returned gradient stays
   // valid until the next call.
   virtual std::optional<Update> on_push(std::size_t chunk, std::int64_t version, const PushRequest& push) = 0;
-  // Whether a (non-skip) push to `chunk` now would be applied at once, on
-  // its own (async, ssp: always; sync: the only live worker, nothing else
-  // arrived), so that the store can update the weights in the same pass as
-  // it checks the gradient.
-  virtual bool applies_on_arrival(std::size_t chunk) const = 0;
+  // The update that a (non-skip) push to `chunk` would complete at once, so
+  // that the store applies it in the same pass that checks the gradient,
+  // before on_push() records the push (a NaN or Inf then changes nothing):
+  // async, ssp: always, the push's gradient; sync: when it completes its
+  // step (every other live worker is in) and adding it last gives the bits of
+  // the rank-ordered sum: it is the last contribution in rank order, or one of
+  // two (x + y is y + x). Then the push's gradient, with the sum of the others
+  // as GradSource::partial and mean_of the number of contributors, so the
+  // sum's last add is the update's pass (one contributor: its gradient
+  // alone). Nothing otherwise. on_push() for the same push, when it is
+  // accepted, then returns the same update.
+  virtual std::optional<Update> update_on_arrival(std::size_t chunk, const PushRequest& push) const = 0;
   // Whether a pull by `worker` for step `step` may be answered now.
   virtual bool pull_ready(std::size_t chunk, std::int64_t version, int worker, std::int64_t step) const = 0;
   // Stops waiting for `worker` (failure policy "continue"); returns, per

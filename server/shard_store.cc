@@ -124,18 +124,20 @@ PushOutcome ShardStore::push_gradient(int worker, std::int64_t key, std::int64_t
     }
     const PushRequest request{key, worker, step, grad, num_elems, lr};
     const bool sync = options_.consistency.mode == Mode::kSync;
-    if (policy_->applies_on_arrival(at)) {
+    if (const std::optional<Update> arrival = policy_->update_on_arrival(at, request)) {
       // One pass: the update (async, ssp: as stale as the updates since the
-      // worker's pull) is staged out of place while the gradient is checked;
-      // with a NaN or Inf it is dropped and nothing has changed.
+      // worker's pull; sync: the last contribution of the step, added to the
+      // sum of the others in this pass) is staged out of place while the
+      // gradient is checked; with a NaN or Inf it is dropped and nothing has
+      // changed.
       const std::int64_t staleness = sync ? 0 : c.version - c.pulled_version[static_cast<std::size_t>(worker)];
-      double step_lr = lr;
+      double step_lr = arrival->lr;
       if (!sync && inverse_staleness_ && staleness > 1) step_lr /= static_cast<double>(staleness);
       std::int64_t bad = 0;
       {
         TraceSpan span(trace_, TraceLevel::kAll, "update", "server");
         span.arg("chunk", c.key).arg("version", c.version + 1);
-        bad = stage(c, grad, num_elems, step_lr);
+        bad = stage(c, arrival->grad, num_elems, step_lr);
       }
       if (bad != 0) reject_non_finite(request, bad);
       const std::optional<Update> update = policy_->on_push(at, c.version, request);  // records the step

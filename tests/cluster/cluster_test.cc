@@ -56,7 +56,10 @@ void run_rounds(Mode mode, int servers, int workers, int rounds, const std::stri
     }
     session.broadcast_initial(params);
     for (std::size_t i = 0; i < n; ++i) REQUIRE(params[i] == initial(i));
-    std::vector<float> grad(n);
+    // As a worker's (worker/train/ps_worker.cc): the gradients in the
+    // transport's send memory, with shm an arena the servers read in place.
+    const SendFloats send = cluster.transport().allocate_send_floats(n);
+    const std::span<float> grad = send.values;
     for (int step = 0; step < rounds; ++step) {
       session.kv().wait(session.kv().pull(params, step));
       for (std::size_t i = 0; i < n; ++i) grad[i] = gradient(session.rank(), i, step);
@@ -73,6 +76,11 @@ void run_rounds(Mode mode, int servers, int workers, int rounds, const std::stri
     CHECK(st.accepted == static_cast<std::uint64_t>(workers * servers));
     CHECK(st.refused == 0);
     CHECK(st.shm_bodies > static_cast<std::uint64_t>(2 * rounds * workers));
+    // And once the arenas are taken, pushes read in place and replies sent in place.
+    CHECK(st.arenas_accepted >= static_cast<std::uint64_t>(workers * servers));
+    CHECK(st.arenas_refused == 0);
+    CHECK(st.arena_bodies_read >= static_cast<std::uint64_t>(rounds * workers));
+    CHECK(st.arena_bodies >= static_cast<std::uint64_t>(2 * rounds * workers));
   }
   // Expected: sync subtracts the mean of each step, async every gradient; both
   // sum to the same integer-valued totals here, divided by W in sync.

@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <algorithm>
 #include <limits>
 #include <string>
 #include <vector>
@@ -16,6 +17,7 @@
 #include "common/bfloat16.h"
 #include "common/errors.h"
 #include "common/update_rules.h"
+#include "server/consistency.h"
 #include "server/shard_store.h"
 
 using namespace pstrain;
@@ -251,4 +253,208 @@ TEST_CASE("the fused kernels give the bits of the separate passes (check, widen,
   CHECK(update::copy_checked(update::GradSource{nullptr, bf.data(), 1}, out.data(), n) == 1);
   CHECK(update::first_non_finite(update::GradSource{nullptr, bf.data(), 1}, n) == static_cast<std::int64_t>(n - 1));
   CHECK_THROWS_AS(update::copy_checked(update::GradSource{g.data(), bf.data(), 1}, out.data(), n), ComputeError);
+}
+
+TEST_CASE("sync: the last contribution in rank order is added in the update's pass, with the bits of sum then update") {
+  // Every arrival order of 2, 3 and 4 workers, with float32 and bfloat16
+  // pushes: the store's weights equal a twin's (one worker) fed the mean of
+  // the rank-ordered sum computed here, pass by pass. The last contribution
+  // never goes into the store's sum (GradSource::partial), the others do.
+  for (const char* opt : {"sgd-plain", "sgd-nesterov", "adam"}) {
+    for (const int workers : {2, 3, 4}) {
+      for (const bool bf16 : {false, true}) {
+        CAPTURE(opt);
+        CAPTURE(workers);
+        CAPTURE(bf16);
+        std::vector<int> order(static_cast<std::size_t>(workers));
+        for (int w = 0; w < workers; ++w) order[static_cast<std::size_t>(w)] = w;
+        Setup s;
+        ShardStore store(s.map, 0, workers, store_options(Mode::kSync, optimizer(opt)));
+        ShardStore twin(s.map, 0, 1, store_options(Mode::kSync, optimizer(opt)));
+        store.init(0, values(1, 2.0f));
+        twin.init(0, values(1, 2.0f));
+        std::int64_t step = 0;
+        do {
+          std::vector<std::vector<float>> g(static_cast<std::size_t>(workers));
+          std::vector<std::vector<std::uint16_t>> narrow(static_cast<std::size_t>(workers));
+          for (int w = 0; w < workers; ++w) {
+            const auto i = static_cast<std::size_t>(w);
+            g[i] = values(static_cast<std::uint32_t>(1000 * step + w), 1.0f);
+            if (bf16) {
+              narrow[i].resize(g[i].size());
+              to_bfloat16(g[i], narrow[i]);
+              from_bfloat16(narrow[i], g[i]);  // the values the server sees
+            }
+          }
+          for (const int w : order) {
+            const auto i = static_cast<std::size_t>(w);
+            const bool last = w == order.back();
+            const PushOutcome out = bf16 ? store.push(w, 0, step, std::span<const std::uint16_t>(narrow[i]), 0.1)
+                                         : store.push(w, 0, step, g[i], 0.1);
+            CHECK(out.applied == last);
+          }
+          std::vector<float> mean(g[0]);
+          for (int w = 1; w < workers; ++w) {
+            for (std::size_t k = 0; k < mean.size(); ++k) mean[k] = mean[k] + g[static_cast<std::size_t>(w)][k];
+          }
+          for (float& x : mean) x = (workers & (workers - 1)) == 0 ? x * (1.0f / static_cast<float>(workers))
+                                                                 : x / static_cast<float>(workers);
+          twin.push(0, 0, step, mean, 0.1);
+          REQUIRE(same_bits(store.snapshot(0, 0).values(), twin.snapshot(0, 0).values()));
+          ++step;
+        } while (std::next_permutation(order.begin(), order.end()));
+        CHECK(store.version(0) == step);
+      }
+    }
+  }
+}
+
+TEST_CASE("sync: which push the update's pass adds (skips, an early rank, a dropped worker)") {
+  const std::vector<std::int64_t> elems{kElems};
+  const std::vector<float> g0 = values(1, 1.0f), g1 = values(2, 1.0f), g2 = values(3, 1.0f);
+  auto push = [&](int worker, const std::vector<float>& g, bool skip = false) {
+    PushRequest p{0, worker, 0, update::GradSource{g.data(), nullptr, 1}, g.size(), 0.1 * (worker + 1)};
+    p.skip = skip;
+    if (skip) p.grad = {};
+    return p;
+  };
+  SUBCASE("in rank order: only the last one, with the sum of the others and their count") {
+    auto policy = make_consistency_policy(ConsistencyOptions{Mode::kSync, 0}, elems, 3);
+    CHECK_FALSE(policy->update_on_arrival(0, push(0, g0)));
+    CHECK_FALSE(policy->on_push(0, 0, push(0, g0)));
+    CHECK_FALSE(policy->update_on_arrival(0, push(1, g1)));
+    CHECK_FALSE(policy->on_push(0, 0, push(1, g1)));
+    const std::optional<Update> last = policy->update_on_arrival(0, push(2, g2));
+    REQUIRE(last);
+    CHECK(last->grad.f32 == g2.data());
+    REQUIRE(last->grad.partial != nullptr);
+    CHECK(last->grad.partial[5] == g0[5] + g1[5]);
+    CHECK(last->grad.mean_of == 3);
+    CHECK(last->contributors == 3);
+    CHECK(last->lr == doctest::Approx(0.1));  // the lowest contributing rank's
+    const std::optional<Update> applied = policy->on_push(0, 0, push(2, g2));
+    REQUIRE(applied);
+    CHECK(applied->grad.partial == last->grad.partial);
+    CHECK(applied->grad.mean_of == 3);
+  }
+  SUBCASE("a lower rank last: the higher ones wait early and are summed first, so it is not added in the pass") {
+    auto policy = make_consistency_policy(ConsistencyOptions{Mode::kSync, 0}, elems, 3);
+    CHECK_FALSE(policy->on_push(0, 0, push(2, g2)));
+    CHECK_FALSE(policy->on_push(0, 0, push(1, g1)));
+    CHECK_FALSE(policy->update_on_arrival(0, push(0, g0)));  // ranks 1 and 2 come after it in the sum
+    const std::optional<Update> u = policy->on_push(0, 0, push(0, g0));
+    REQUIRE(u);
+    CHECK(u->grad.partial == nullptr);
+    CHECK(u->grad.mean_of == 3);
+    CHECK(u->grad.f32[5] == (g0[5] + g1[5]) + g2[5]);
+  }
+  SUBCASE("two contributions, the higher rank early: the pass adds the lower one to it, and it is used up") {
+    auto policy = make_consistency_policy(ConsistencyOptions{Mode::kSync, 0}, elems, 3);
+    CHECK_FALSE(policy->on_push(0, 0, push(2, g2, true)));  // a skip: two contributions in this step
+    CHECK_FALSE(policy->on_push(0, 0, push(1, g1)));        // early: rank 0 is before it
+    const std::optional<Update> u = policy->update_on_arrival(0, push(0, g0));
+    REQUIRE(u);
+    CHECK(u->grad.f32 == g0.data());
+    REQUIRE(u->grad.partial != nullptr);
+    CHECK(u->grad.partial[5] == g1[5]);
+    CHECK(u->grad.mean_of == 2);
+    CHECK(u->contributors == 2);
+    CHECK(u->skips == 1);
+    CHECK(u->lr == doctest::Approx(0.1));  // rank 0's, the lowest contributing rank's
+    REQUIRE(policy->on_push(0, 0, push(0, g0)));
+    // Step 1 in rank order: rank 1's early gradient of step 0 is gone, not added again.
+    auto at = [&](int worker, const std::vector<float>& g) {
+      PushRequest p = push(worker, g);
+      p.step = 1;
+      return p;
+    };
+    CHECK_FALSE(policy->on_push(0, 1, at(0, g0)));
+    CHECK_FALSE(policy->on_push(0, 1, at(1, g1)));
+    const std::optional<Update> next = policy->on_push(0, 1, at(2, g2));
+    REQUIRE(next);
+    CHECK(next->contributors == 3);
+    CHECK(next->grad.partial[5] == g0[5] + g1[5]);
+  }
+  SUBCASE("skips: the only contribution, alone; after a skip of a higher rank, the last") {
+    auto policy = make_consistency_policy(ConsistencyOptions{Mode::kSync, 0}, elems, 3);
+    CHECK_FALSE(policy->on_push(0, 0, push(2, g2, true)));
+    CHECK_FALSE(policy->on_push(0, 0, push(0, g0, true)));
+    const std::optional<Update> u = policy->update_on_arrival(0, push(1, g1));
+    REQUIRE(u);
+    CHECK(u->grad.partial == nullptr);
+    CHECK(u->grad.mean_of == 1);
+    CHECK(u->skips == 2);
+    CHECK(u->lr == doctest::Approx(0.2));
+    CHECK_FALSE(policy->update_on_arrival(0, push(1, g1, true)));  // a skip is never applied in a pass
+  }
+  SUBCASE("a dropped worker is not waited for; its early gradient still goes in first") {
+    auto policy = make_consistency_policy(ConsistencyOptions{Mode::kSync, 0}, elems, 3);
+    CHECK_FALSE(policy->on_push(0, 0, push(2, g2)));  // early, then dropped
+    CHECK_FALSE(policy->drop_worker(2)[0]);
+    CHECK_FALSE(policy->on_push(0, 0, push(0, g0)));
+    CHECK_FALSE(policy->update_on_arrival(0, push(1, g1)));  // rank 2's gradient is added after it
+    auto policy2 = make_consistency_policy(ConsistencyOptions{Mode::kSync, 0}, elems, 3);
+    CHECK_FALSE(policy2->drop_worker(0)[0]);
+    CHECK_FALSE(policy2->on_push(0, 0, push(2, g2)));   // early: rank 1 is before it
+    const std::optional<Update> two = policy2->update_on_arrival(0, push(1, g1));  // one of two: fused
+    REQUIRE(two);
+    REQUIRE(two->grad.partial != nullptr);
+    CHECK(two->grad.partial[5] == g2[5]);
+    CHECK(two->contributors == 2);
+    auto policy3 = make_consistency_policy(ConsistencyOptions{Mode::kSync, 0}, elems, 3);
+    CHECK_FALSE(policy3->drop_worker(2)[0]);
+    CHECK_FALSE(policy3->on_push(0, 0, push(0, g0)));
+    const std::optional<Update> u = policy3->update_on_arrival(0, push(1, g1));
+    REQUIRE(u);
+    CHECK(u->grad.partial != nullptr);
+    CHECK(u->contributors == 2);
+  }
+}
+
+TEST_CASE("the update kernels with a partial sum: partial + g, then the mean, then the update; only g is checked") {
+  const std::size_t n = 1003;
+  std::vector<float> partial = values(5, 3.0f), g = values(6, 1.0f), w = values(7, 2.0f);
+  partial.resize(n, 0.75f);
+  g.resize(n, -0.5f);
+  w.resize(n, 0.5f);
+  std::vector<std::uint16_t> narrow(n);
+  to_bfloat16(g, narrow);
+  std::vector<float> widened(n);
+  from_bfloat16(narrow, widened);
+  for (const int mean_of : {2, 3, 4}) {
+    for (const bool bf16 : {false, true}) {
+      CAPTURE(mean_of);
+      CAPTURE(bf16);
+      const std::vector<float>& seen = bf16 ? widened : g;
+      std::vector<float> mean(n);
+      for (std::size_t i = 0; i < n; ++i) {
+        const float sum = partial[i] + seen[i];
+        mean[i] = (mean_of & (mean_of - 1)) == 0 ? sum * (1.0f / static_cast<float>(mean_of)) : sum / static_cast<float>(mean_of);
+      }
+      update::GradSource source{bf16 ? nullptr : g.data(), bf16 ? narrow.data() : nullptr, mean_of, partial.data()};
+      const update::SgdCoefficients c = update::sgd_coefficients(0.05, 0.9, 1e-4, false);
+      std::vector<float> w_ref(w), v_ref(n, 0.125f), w_out(n), v(n, 0.125f), v_out(n);
+      update::sgd_update(w_ref.data(), mean.data(), v_ref.data(), n, c);
+      CHECK(update::sgd_update_into(w.data(), w_out.data(), source, v.data(), v_out.data(), n, c) == 0);
+      CHECK(same_bits(w_out, w_ref));
+      CHECK(same_bits(v_out, v_ref));
+      const update::AdamCoefficients a = update::adam_coefficients(0.01, 0.9, 0.999, 1e-8, 1e-4, 2);
+      std::vector<float> wa_ref(w), m_ref(n, 0.01f), va_ref(n, 0.02f), m(n, 0.01f), va(n, 0.02f), m_out(n), va_out(n);
+      update::adam_update(wa_ref.data(), mean.data(), m_ref.data(), va_ref.data(), n, a);
+      CHECK(update::adam_update_into(w.data(), w_out.data(), source, m.data(), m_out.data(), va.data(), va_out.data(), n,
+                                     a) == 0);
+      CHECK(same_bits(w_out, wa_ref));
+      CHECK(same_bits(m_out, m_ref));
+      CHECK(same_bits(va_out, va_ref));
+    }
+  }
+  // A NaN in g is counted; a partial sum and g that overflow together are not (as the sum's own add never was).
+  std::vector<float> big(n, std::numeric_limits<float>::max()), out(n), vel(n, 0.0f), vel_out(n);
+  std::vector<float> bad_g(g);
+  bad_g[n - 1] = std::numeric_limits<float>::quiet_NaN();
+  const update::SgdCoefficients plain = update::sgd_coefficients(0.05, 0.0, 0.0, false);
+  CHECK(update::sgd_update_into(w.data(), out.data(), update::GradSource{bad_g.data(), nullptr, 2, partial.data()},
+                                nullptr, nullptr, n, plain) == 1);
+  CHECK(update::sgd_update_into(w.data(), out.data(), update::GradSource{big.data(), nullptr, 2, big.data()}, nullptr,
+                                nullptr, n, plain) == 0);
 }
