@@ -8,6 +8,7 @@
 
 #include "common/checkpoint.h"
 #include "common/errors.h"
+#include "common/fatal_signal.h"
 
 namespace pstrain {
 
@@ -154,6 +155,7 @@ int guarded_main(const char* program, const std::function<int()>& body) {
   // with plain writev (an allreduce survivor died of SIGPIPE when its peer was
   // killed mid-step).
   std::signal(SIGPIPE, SIG_IGN);
+  install_fatal_signal_report(program);  // a crash leaves its signal and a backtrace on stderr
   try {
     return body();
   } catch (const CLI::ParseError&) {

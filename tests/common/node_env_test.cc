@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <csignal>
 #include <cstdlib>
@@ -226,4 +227,48 @@ TEST_CASE("guarded_main: a write to a closed connection is EPIPE, not a SIGPIPE 
   CHECK_FALSE(WIFSIGNALED(status));
   REQUIRE(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 0);
+}
+
+TEST_CASE("guarded_main: a node that dies of a fatal signal names it and leaves a backtrace, and still dies of it") {
+  for (const int sig : {SIGSEGV, SIGBUS, SIGABRT}) {
+    CAPTURE(sig);
+    int out[2];
+    REQUIRE(pipe(out) == 0);
+    const pid_t child = fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {
+      dup2(out[1], STDERR_FILENO);
+      close(out[0]);
+      const int code = pstrain::guarded_main("pstrain-test-node", [sig] {
+        if (sig == SIGSEGV) {
+          volatile int* volatile nowhere = nullptr;
+          return *nowhere;  // a real fault, with its address
+        }
+        raise(sig);
+        return 20;
+      });
+      _exit(code);
+    }
+    close(out[1]);
+    std::string text;
+    char buf[4096];
+    for (ssize_t n; (n = read(out[0], buf, sizeof(buf))) > 0;) text.append(buf, static_cast<std::size_t>(n));
+    close(out[0]);
+    int status = 0;
+    REQUIRE(waitpid(child, &status, 0) == child);
+    REQUIRE(WIFSIGNALED(status));  // the default action, after the report
+    CHECK(WTERMSIG(status) == sig);
+    CAPTURE(text);
+    const std::string name = sig == SIGSEGV ? "SIGSEGV" : sig == SIGBUS ? "SIGBUS" : "SIGABRT";
+    CHECK(text.find("pstrain-test-node: fatal signal " + std::to_string(sig) + " (" + name + ")") != std::string::npos);
+    CHECK(text.find("backtrace:\n") != std::string::npos);
+    if (sig == SIGSEGV) {
+      CHECK(text.find("at address 0x0;") != std::string::npos);
+      CHECK(text.find("sent by pid") == std::string::npos);
+    } else {
+      CHECK(text.find("sent by pid " + std::to_string(child)) != std::string::npos);  // raise(): the node itself
+    }
+    // At least a few frames, one line each.
+    CHECK(std::count(text.begin(), text.end(), '\n') >= 4);
+  }
 }
