@@ -53,6 +53,7 @@ void write_all(const char* data, std::size_t size) {
 }
 
 void on_fatal_signal(int sig, siginfo_t* info, void*) {
+  alarm(5);  // a report that blocks (a fault in the unwinder, a full pipe) still ends in death
   char line[256];
   std::size_t len = 0;
   append(line, sizeof(line), &len, report_prefix);
@@ -61,7 +62,7 @@ void on_fatal_signal(int sig, siginfo_t* info, void*) {
   append(line, sizeof(line), &len, " (");
   append(line, sizeof(line), &len, signal_name(sig));
   append(line, sizeof(line), &len, ")");
-  if (info != nullptr && (sig == SIGSEGV || sig == SIGBUS || sig == SIGFPE || sig == SIGILL)) {
+  if (info != nullptr && info->si_code > 0 && (sig == SIGSEGV || sig == SIGBUS || sig == SIGFPE || sig == SIGILL)) {
     append(line, sizeof(line), &len, " at address ");
     append_number(line, sizeof(line), &len, reinterpret_cast<std::uintptr_t>(info->si_addr), 16);
   }
@@ -88,13 +89,17 @@ void install_fatal_signal_report(const char* program) {
     void* warm[2];
     (void)backtrace(warm, 2);  // loads what backtrace needs now, not inside a handler
   }
-  // An alternate stack for this thread, so that a stack overflow is reported
-  // too (never freed: the process may need it until it ends).
-  stack_t alt{};
-  alt.ss_size = 64 * 1024;
-  alt.ss_sp = new char[alt.ss_size];
-  alt.ss_flags = 0;
-  sigaltstack(&alt, nullptr);
+  // An alternate stack for this thread, unless it has one, so that a stack
+  // overflow is reported too (never freed: the process may need it until it
+  // ends).
+  stack_t current{};
+  if (sigaltstack(nullptr, &current) == 0 && (current.ss_flags & SS_DISABLE) != 0) {
+    stack_t alt{};
+    alt.ss_size = 64 * 1024;
+    alt.ss_sp = new char[alt.ss_size];
+    alt.ss_flags = 0;
+    sigaltstack(&alt, nullptr);
+  }
   struct sigaction action {};
   action.sa_sigaction = on_fatal_signal;
   action.sa_flags = SA_SIGINFO | SA_RESETHAND | SA_ONSTACK | SA_NODEFER;

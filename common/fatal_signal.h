@@ -6,9 +6,14 @@
 // log and only an exit code (CI once saw a woken worker exit that way).
 //
 // Covers SIGSEGV, SIGBUS, SIGFPE, SIGILL and SIGABRT (std::terminate's
-// message comes first, then this report). The handler runs on an alternate
-// stack, so a stack overflow is reported too; it uses only write(2) and
-// glibc's backtrace (loaded here, before any fault).
+// message comes first, then this report) in any thread that does not block
+// them (ZeroMQ's I/O threads block every signal: a fault there still kills
+// the process, without a report). On the installing thread the handler runs
+// on an alternate stack, so a stack overflow there is reported too; other
+// threads overflow silently, as before. It writes with write(2) and walks
+// the stack with glibc's backtrace (loaded here, before any fault), which is
+// not async-signal-safe: a fault inside the unwinder could block it, so the
+// handler first sets alarm(5), whose default action ends the process.
 //
 // Signal dispositions belong to the whole process: the programs' main()
 // installs this once (common/node_cli.h, guarded_main), libraries never do.

@@ -149,7 +149,9 @@ class SyncPolicy final : public ConsistencyPolicy {
     return advance(s);
   }
 
-  std::optional<Update> update_on_arrival(std::size_t chunk, const PushRequest& push) const override {
+  std::optional<Update> update_on_arrival(std::size_t chunk, std::int64_t version,
+                                         const PushRequest& push) const override {
+    if (push.step != version) return std::nullopt;  // stale or ahead: on_push says which
     const Step& s = steps_[chunk];
     const std::optional<Fusion> f = fusion(s, push);
     if (!f) return std::nullopt;
@@ -338,7 +340,7 @@ class AsyncPolicy : public ConsistencyPolicy {
     return Update{push.grad, push.num_elems, push.lr, 1, 0};
   }
 
-  std::optional<Update> update_on_arrival(std::size_t, const PushRequest& push) const override {
+  std::optional<Update> update_on_arrival(std::size_t, std::int64_t, const PushRequest& push) const override {
     if (push.skip) return std::nullopt;
     return Update{push.grad, push.num_elems, push.lr, 1, 0};
   }

@@ -89,9 +89,10 @@ class ConsistencyPolicy {
   // worker's push, and (sync, when the gradient goes into the rank-ordered
   // sum) for a gradient with a NaN or Inf, found in the pass that adds or
   // copies it in (nothing recorded, the sum as before). A gradient applied as
-  // it arrives (update_on_arrival) is returned unchecked: the store's
-  // update pass checks it, before this call. The returned gradient stays
-  // valid until the next call.
+  // it arrives (update_on_arrival) is returned unchecked: the caller must
+  // have staged that update and checked the gradient before this call
+  // (ShardStore does; an unchecked one has GradSource::partial or is the
+  // push's own). The returned gradient stays valid until the next call.
   virtual std::optional<Update> on_push(std::size_t chunk, std::int64_t version, const PushRequest& push) = 0;
   // The update that a (non-skip) push to `chunk` would complete at once, so
   // that the store applies it in the same pass that checks the gradient,
@@ -104,7 +105,10 @@ class ConsistencyPolicy {
   // sum's last add is the update's pass (one contributor: its gradient
   // alone). Nothing otherwise. on_push() for the same push, when it is
   // accepted, then returns the same update.
-  virtual std::optional<Update> update_on_arrival(std::size_t chunk, const PushRequest& push) const = 0;
+  // `version` is the chunk's: a sync push for another step is never one
+  // (on_push rejects it with its own reason, before any update pass).
+  virtual std::optional<Update> update_on_arrival(std::size_t chunk, std::int64_t version,
+                                                  const PushRequest& push) const = 0;
   // Whether a pull by `worker` for step `step` may be answered now.
   virtual bool pull_ready(std::size_t chunk, std::int64_t version, int worker, std::int64_t step) const = 0;
   // Stops waiting for `worker` (failure policy "continue"); returns, per

@@ -124,7 +124,7 @@ PushOutcome ShardStore::push_gradient(int worker, std::int64_t key, std::int64_t
     }
     const PushRequest request{key, worker, step, grad, num_elems, lr};
     const bool sync = options_.consistency.mode == Mode::kSync;
-    if (const std::optional<Update> arrival = policy_->update_on_arrival(at, request)) {
+    if (const std::optional<Update> arrival = policy_->update_on_arrival(at, c.version, request)) {
       // One pass: the update (async, ssp: as stale as the updates since the
       // worker's pull; sync: the last contribution of the step, added to the
       // sum of the others in this pass) is staged out of place while the
@@ -142,7 +142,7 @@ PushOutcome ShardStore::push_gradient(int worker, std::int64_t key, std::int64_t
       if (bad != 0) reject_non_finite(request, bad);
       const std::optional<Update> update = policy_->on_push(at, c.version, request);  // records the step
       ++stats_.pushes_accepted;
-      if (!update) return PushOutcome{false, c.version, 0};  // cannot happen: the policy said it applies
+      if (!update) throw ComputeError(what + ": the consistency policy staged an update, then applied none");
       commit(c, *update);
       if (!sync) ++stats_.staleness_histogram[staleness];
       return PushOutcome{true, c.version, staleness};
@@ -155,6 +155,9 @@ PushOutcome ShardStore::push_gradient(int worker, std::int64_t key, std::int64_t
     }
     ++stats_.pushes_accepted;
     if (!update) return PushOutcome{false, c.version, 0};
+    if (update->grad.partial != nullptr) {  // unchecked: only the arrival path above may apply it
+      throw ComputeError(what + ": the consistency policy fused a push it did not offer on arrival");
+    }
     apply(c, *update);  // sync: the mean of the sum, taken in the update's pass
     return PushOutcome{true, c.version, 0};
   } catch (const RequestError&) {

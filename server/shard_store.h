@@ -107,9 +107,11 @@ class ShardStore {
   void init(std::int64_t key, std::span<const float> weights);
   // The gradient in float32, or in bfloat16 as it came on the wire (widened
   // in the update's pass). One pass over it: checked for NaN/Inf while it is
-  // applied (async, ssp, sync with one worker: into a spare weight buffer,
-  // swapped in only when it is clean) or added into the sync sum (into a
-  // second sum buffer); a rejected push changes nothing.
+  // applied (async, ssp, and sync when it completes the step: the policy's
+  // update_on_arrival, added to the others' sum in that pass; into a spare
+  // weight buffer, swapped in only when it is clean) or else copied or
+  // added into the sync sum (into a second sum buffer); a rejected push
+  // changes nothing.
   PushOutcome push(int worker, std::int64_t key, std::int64_t step, std::span<const float> grad, double lr);
   PushOutcome push(int worker, std::int64_t key, std::int64_t step, std::span<const std::uint16_t> grad, double lr);
   // A push as it came on the wire (msg.header: key, step, lr, dtype): a
@@ -171,9 +173,10 @@ class ShardStore {
   std::vector<std::int64_t> keys() const;
 
   const StoreStats& stats() const { return stats_; }
-  // Level "all": spans "sum" (sync; the gradient's finite check is in it)
-  // and "update" (the finite check too when the push is applied on arrival)
-  // inside the server's request span; null = none.
+  // Level "all": spans "sum" (sync, a push that does not complete the step;
+  // the gradient's finite check is in it) and "update" (the finite check too
+  // when the push is applied on arrival, sync's last add included) inside
+  // the server's request span; null = none.
   void set_trace(TraceRecorder* trace) { trace_ = trace; }
 
  private:

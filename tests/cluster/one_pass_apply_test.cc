@@ -320,11 +320,11 @@ TEST_CASE("sync: which push the update's pass adds (skips, an early rank, a drop
   };
   SUBCASE("in rank order: only the last one, with the sum of the others and their count") {
     auto policy = make_consistency_policy(ConsistencyOptions{Mode::kSync, 0}, elems, 3);
-    CHECK_FALSE(policy->update_on_arrival(0, push(0, g0)));
+    CHECK_FALSE(policy->update_on_arrival(0, 0, push(0, g0)));
     CHECK_FALSE(policy->on_push(0, 0, push(0, g0)));
-    CHECK_FALSE(policy->update_on_arrival(0, push(1, g1)));
+    CHECK_FALSE(policy->update_on_arrival(0, 0, push(1, g1)));
     CHECK_FALSE(policy->on_push(0, 0, push(1, g1)));
-    const std::optional<Update> last = policy->update_on_arrival(0, push(2, g2));
+    const std::optional<Update> last = policy->update_on_arrival(0, 0, push(2, g2));
     REQUIRE(last);
     CHECK(last->grad.f32 == g2.data());
     REQUIRE(last->grad.partial != nullptr);
@@ -341,7 +341,7 @@ TEST_CASE("sync: which push the update's pass adds (skips, an early rank, a drop
     auto policy = make_consistency_policy(ConsistencyOptions{Mode::kSync, 0}, elems, 3);
     CHECK_FALSE(policy->on_push(0, 0, push(2, g2)));
     CHECK_FALSE(policy->on_push(0, 0, push(1, g1)));
-    CHECK_FALSE(policy->update_on_arrival(0, push(0, g0)));  // ranks 1 and 2 come after it in the sum
+    CHECK_FALSE(policy->update_on_arrival(0, 0, push(0, g0)));  // ranks 1 and 2 come after it in the sum
     const std::optional<Update> u = policy->on_push(0, 0, push(0, g0));
     REQUIRE(u);
     CHECK(u->grad.partial == nullptr);
@@ -352,7 +352,7 @@ TEST_CASE("sync: which push the update's pass adds (skips, an early rank, a drop
     auto policy = make_consistency_policy(ConsistencyOptions{Mode::kSync, 0}, elems, 3);
     CHECK_FALSE(policy->on_push(0, 0, push(2, g2, true)));  // a skip: two contributions in this step
     CHECK_FALSE(policy->on_push(0, 0, push(1, g1)));        // early: rank 0 is before it
-    const std::optional<Update> u = policy->update_on_arrival(0, push(0, g0));
+    const std::optional<Update> u = policy->update_on_arrival(0, 0, push(0, g0));
     REQUIRE(u);
     CHECK(u->grad.f32 == g0.data());
     REQUIRE(u->grad.partial != nullptr);
@@ -379,24 +379,24 @@ TEST_CASE("sync: which push the update's pass adds (skips, an early rank, a drop
     auto policy = make_consistency_policy(ConsistencyOptions{Mode::kSync, 0}, elems, 3);
     CHECK_FALSE(policy->on_push(0, 0, push(2, g2, true)));
     CHECK_FALSE(policy->on_push(0, 0, push(0, g0, true)));
-    const std::optional<Update> u = policy->update_on_arrival(0, push(1, g1));
+    const std::optional<Update> u = policy->update_on_arrival(0, 0, push(1, g1));
     REQUIRE(u);
     CHECK(u->grad.partial == nullptr);
     CHECK(u->grad.mean_of == 1);
     CHECK(u->skips == 2);
     CHECK(u->lr == doctest::Approx(0.2));
-    CHECK_FALSE(policy->update_on_arrival(0, push(1, g1, true)));  // a skip is never applied in a pass
+    CHECK_FALSE(policy->update_on_arrival(0, 0, push(1, g1, true)));  // a skip is never applied in a pass
   }
   SUBCASE("a dropped worker is not waited for; its early gradient still goes in first") {
     auto policy = make_consistency_policy(ConsistencyOptions{Mode::kSync, 0}, elems, 3);
     CHECK_FALSE(policy->on_push(0, 0, push(2, g2)));  // early, then dropped
     CHECK_FALSE(policy->drop_worker(2)[0]);
     CHECK_FALSE(policy->on_push(0, 0, push(0, g0)));
-    CHECK_FALSE(policy->update_on_arrival(0, push(1, g1)));  // rank 2's gradient is added after it
+    CHECK_FALSE(policy->update_on_arrival(0, 0, push(1, g1)));  // rank 2's gradient is added after it
     auto policy2 = make_consistency_policy(ConsistencyOptions{Mode::kSync, 0}, elems, 3);
     CHECK_FALSE(policy2->drop_worker(0)[0]);
     CHECK_FALSE(policy2->on_push(0, 0, push(2, g2)));   // early: rank 1 is before it
-    const std::optional<Update> two = policy2->update_on_arrival(0, push(1, g1));  // one of two: fused
+    const std::optional<Update> two = policy2->update_on_arrival(0, 0, push(1, g1));  // one of two: fused
     REQUIRE(two);
     REQUIRE(two->grad.partial != nullptr);
     CHECK(two->grad.partial[5] == g2[5]);
@@ -404,7 +404,7 @@ TEST_CASE("sync: which push the update's pass adds (skips, an early rank, a drop
     auto policy3 = make_consistency_policy(ConsistencyOptions{Mode::kSync, 0}, elems, 3);
     CHECK_FALSE(policy3->drop_worker(2)[0]);
     CHECK_FALSE(policy3->on_push(0, 0, push(0, g0)));
-    const std::optional<Update> u = policy3->update_on_arrival(0, push(1, g1));
+    const std::optional<Update> u = policy3->update_on_arrival(0, 0, push(1, g1));
     REQUIRE(u);
     CHECK(u->grad.partial != nullptr);
     CHECK(u->contributors == 2);
@@ -457,4 +457,24 @@ TEST_CASE("the update kernels with a partial sum: partial + g, then the mean, th
                                 nullptr, nullptr, n, plain) == 1);
   CHECK(update::sgd_update_into(w.data(), out.data(), update::GradSource{big.data(), nullptr, 2, big.data()}, nullptr,
                                 nullptr, n, plain) == 0);
+}
+
+TEST_CASE("sync: a push for another step is refused for its step, before any update pass, NaN or not") {
+  for (const int workers : {1, 2}) {
+    CAPTURE(workers);
+    Setup s;
+    ShardStore store(s.map, 0, workers, store_options(Mode::kSync, optimizer("sgd-plain")));
+    store.init(0, values(1, 2.0f));
+    if (workers == 2) CHECK_FALSE(store.push(0, 0, 0, values(2, 1.0f), 0.1).applied);
+    const auto before = store.snapshot(0, 0).values();
+    // Rank 1 (or the only worker) would complete step 0, but pushes step 1 with a NaN last.
+    const std::string why = rejection(store, workers - 1, 1, last_bad(values(3, 1.0f), std::numeric_limits<float>::quiet_NaN()));
+    CHECK(why.find("ahead of the chunk's version 0") != std::string::npos);
+    CHECK(why.find("non-finite") == std::string::npos);
+    CHECK(same_bits(store.snapshot(0, 0).values(), before));
+    CHECK(store.version(0) == 0);
+    // And the step still completes with the right push.
+    CHECK(store.push(workers - 1, 0, 0, values(3, 1.0f), 0.1).applied);
+    CHECK(store.version(0) == 1);
+  }
 }
