@@ -46,20 +46,6 @@ struct Row {
   int wrong = 0;
 };
 
-double memcpy_s(std::size_t num_bytes, int rounds) {
-  std::vector<char> from(num_bytes, 3), to(num_bytes, 0);
-  std::vector<double> times;
-  for (int r = 0; r < rounds + 2; ++r) {
-    from[static_cast<std::size_t>(r) % num_bytes] = static_cast<char>(r);
-    const auto t0 = Clock::now();
-    std::memcpy(to.data(), from.data(), num_bytes);
-    const auto t1 = Clock::now();
-    if (to[static_cast<std::size_t>(r) % num_bytes] != static_cast<char>(r)) std::abort();
-    if (r >= 2) times.push_back(std::chrono::duration<double>(t1 - t0).count());
-  }
-  return bench::median(times);
-}
-
 // Median seconds per step; `wrong` counts weights off the expected value
 // (every gradient is 1/1024, lr 1: exact in float32 for these step counts).
 double apply_s(const Args& a, int workers, std::size_t num_bytes, int rounds, int& wrong) {
@@ -116,7 +102,7 @@ int main(int argc, char** argv) {
       std::vector<double> copies, steps;
       Row row{workers, mib};
       for (int t = 0; t < a.trials; ++t) {
-        copies.push_back(memcpy_s(num_bytes, rounds));
+        copies.push_back(bench::memcpy_seconds(num_bytes, rounds));
         steps.push_back(apply_s(a, workers, num_bytes, rounds, row.wrong));
       }
       row.step_ms = 1e3 * bench::median(steps);

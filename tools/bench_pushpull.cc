@@ -114,22 +114,6 @@ double raw_round_s(std::size_t num_bytes, std::size_t chunk_bytes, int rounds, c
   return bench::median(times);
 }
 
-// Median seconds of one memcpy of `num_bytes` between two buffers already
-// touched (no page faults in the timed copies).
-double memcpy_s(std::size_t num_bytes, int rounds) {
-  std::vector<char> from(num_bytes, 3), to(num_bytes, 0);
-  std::vector<double> times;
-  for (int r = 0; r < rounds + 2; ++r) {
-    from[static_cast<std::size_t>(r) % num_bytes] = static_cast<char>(r);  // a store the copy cannot be hoisted past
-    const auto t0 = Clock::now();
-    std::memcpy(to.data(), from.data(), num_bytes);
-    const auto t1 = Clock::now();
-    if (to[static_cast<std::size_t>(r) % num_bytes] != static_cast<char>(r)) std::abort();
-    if (r >= 2) times.push_back(std::chrono::duration<double>(t1 - t0).count());
-  }
-  return bench::median(times);
-}
-
 void print_table(const Args& a, const std::vector<Result>& results) {
   std::printf("# push+pull, %d worker(s) x %d server(s), %s, sync, plain SGD, wire %s; GB = 1e9 bytes of float32\n",
               a.workers, a.servers, a.transport.c_str(), a.wire_dtype.c_str());
@@ -209,7 +193,7 @@ int main(int argc, char** argv) {
     std::vector<double> raws, pss, curves, copies, alsos;
     int wrong = 0;
     for (int t = 0; t < a.trials; ++t) {
-      copies.push_back(memcpy_s(num_bytes, rounds));
+      copies.push_back(bench::memcpy_seconds(num_bytes, rounds));
       raws.push_back(raw_round_s(num_bytes, chunk, rounds, a.transport));
       const bench::PsRound round = bench::ps_pushpull_round(
           num_bytes, rounds, bench::PsBenchOptions{a.workers, a.servers, a.partition_bytes, a.transport, "", a.wire_dtype});

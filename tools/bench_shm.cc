@@ -277,23 +277,6 @@ Trial shm_round_s(const Plan& p) {
   return t;
 }
 
-// Median seconds of one memcpy of `num_bytes` between two buffers already
-// written (no page faults inside the timed copies).
-double memcpy_s(std::size_t num_bytes, int rounds) {
-  std::vector<std::byte> from(num_bytes, std::byte{3}), to(num_bytes, std::byte{0});
-  std::vector<double> times;
-  for (int r = 0; r < rounds + 2; ++r) {
-    const std::size_t probe = static_cast<std::size_t>(r) * 4099 % num_bytes;
-    from[probe] = static_cast<std::byte>(r);  // the copy must move this round's bytes
-    const auto t0 = Clock::now();
-    std::memcpy(to.data(), from.data(), num_bytes);
-    const auto t1 = Clock::now();
-    if (to[probe] != static_cast<std::byte>(r)) std::abort();
-    if (r >= 2) times.push_back(std::chrono::duration<double>(t1 - t0).count());
-  }
-  return bench::median(times);
-}
-
 void print_table(const Args& a, const std::vector<Result>& results) {
   std::printf("# push+pull through shared memory, 1 worker x 1 server (2 processes), notifications over ZeroMQ ipc;\n"
               "# worker reads pulled chunks: %s; GB = 1e9 bytes; medians of %d trials\n",
@@ -354,7 +337,7 @@ int main(int argc, char** argv) {
       std::vector<double> copies, rounds, worker_cpu, server_cpu;
       int wrong = 0;
       for (int t = 0; t < a.trials; ++t) {  // alternating, so drift in the machine's load hits both alike
-        copies.push_back(memcpy_s(p.num_bytes, p.rounds));
+        copies.push_back(bench::memcpy_seconds(p.num_bytes, p.rounds));
         const Trial trial = shm_round_s(p);
         rounds.push_back(trial.seconds);
         worker_cpu.push_back(trial.worker_cpu);

@@ -4,8 +4,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
 #include <cstdio>
 #include <exception>
+#include <vector>
 
 #include "common/errors.h"
 
@@ -71,6 +75,22 @@ double median(std::vector<double> values) {
   if (values.empty()) return 0.0;
   std::sort(values.begin(), values.end());
   return values[values.size() / 2];
+}
+
+double memcpy_seconds(std::size_t num_bytes, int rounds) {
+  using Clock = std::chrono::steady_clock;
+  std::vector<std::byte> from(num_bytes, std::byte{3}), to(num_bytes, std::byte{0});
+  std::vector<double> times;
+  for (int r = 0; r < rounds + 2; ++r) {
+    const std::size_t probe = static_cast<std::size_t>(r) * 4099 % num_bytes;
+    from[probe] = static_cast<std::byte>(r);  // the copy must move this round's bytes
+    const auto t0 = Clock::now();
+    std::memcpy(to.data(), from.data(), num_bytes);
+    const auto t1 = Clock::now();
+    if (to[probe] != static_cast<std::byte>(r)) std::abort();
+    if (r >= 2) times.push_back(std::chrono::duration<double>(t1 - t0).count());
+  }
+  return median(times);
 }
 
 int rounds_for(double size_mib, int requested) {

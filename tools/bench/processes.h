@@ -6,6 +6,7 @@
 
 #include <sys/types.h>
 
+#include <cstddef>
 #include <functional>
 #include <string>
 #include <vector>
@@ -41,6 +42,12 @@ class LinePipe {
 };
 
 double median(std::vector<double> values);
+
+// The benchmarks' memcpy reference: median seconds of one memcpy of
+// `num_bytes` between two buffers already written (no page faults inside the
+// timed copies), over `rounds` timed copies after two warm-up ones; each
+// round first changes a byte the copy must move.
+double memcpy_seconds(std::size_t num_bytes, int rounds);
 
 // Timed rounds for a tensor of `size_mib`: `requested` if > 0, else fewer
 // for larger sizes (400 MiB in all, between 8 and 200 rounds).
