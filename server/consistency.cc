@@ -257,7 +257,9 @@ class SyncPolicy final : public ConsistencyPolicy {
     update::GradSource g = push.grad;
     g.mean_of = f.contributors;
     g.partial = f.partial;
-    return Update{g, push.num_elems, f.lr, f.contributors, skips};
+    Update u{g, push.num_elems, f.lr, f.contributors, skips};
+    u.unchecked = true;
+    return u;
   }
 
   // Adds the pushed contribution of rank s.next (copying the first) in one
@@ -299,12 +301,20 @@ class SyncPolicy final : public ConsistencyPolicy {
 
   // Moves `next` past ranks that will not contribute and adds early arrivals
   // whose turn came; returns the update when every live worker is in.
+  // The last contribution, when it is an early arrival, is not added: the
+  // update's pass adds it to the sum (GradSource::partial; it was checked
+  // when it came), one pass over the chunk fewer, the same bits.
   std::optional<Update> advance(Step& s) {
+    int last_early = -1;  // its rank
     while (s.next < num_workers_) {
       const auto n = static_cast<std::size_t>(s.next);
       if (s.has_early[n]) {
-        add(s, s.early[n], s.early_lr[n]);
         s.has_early[n] = false;
+        if (last_in_order(s, s.next)) {
+          last_early = s.next++;
+        } else {
+          add(s, s.early[n], s.early_lr[n]);
+        }
       } else if (s.skipped[n] || s.excused[n] || !live(s.next)) {
         ++s.next;
       } else {
@@ -316,12 +326,29 @@ class SyncPolicy final : public ConsistencyPolicy {
       if (live(w) && !s.arrived[i] && !s.excused[i]) return std::nullopt;
     }
     if (s.next < num_workers_) return std::nullopt;  // cannot happen: every rank is in or not live
-    const int contributors = s.num_added;
+    const int added = s.num_added;
+    const int contributors = added + (last_early >= 0 ? 1 : 0);
     const auto skips = static_cast<int>(std::count(s.skipped.begin(), s.skipped.end(), true));
     s.reset();
     if (contributors == 0) return Update{{}, 0, 0.0, 0, skips};  // every arrival was a skip: an empty update
     // The mean (times 1/n for a power of two, else / n) is taken in the update's pass.
-    return Update{update::GradSource{s.sum.data(), nullptr, contributors}, s.num_elems, s.lr, contributors, skips};
+    if (last_early < 0) {
+      return Update{update::GradSource{s.sum.data(), nullptr, contributors}, s.num_elems, s.lr, contributors, skips};
+    }
+    const auto e = static_cast<std::size_t>(last_early);
+    const update::GradSource g{s.early[e].data(), nullptr, contributors, added > 0 ? s.sum.data() : nullptr};
+    return Update{g, s.num_elems, added > 0 ? s.lr : s.early_lr[e], contributors, skips};
+  }
+
+  // Whether no rank after `rank` has a contribution to come in step s: each
+  // is in without one (a skip push), excused, or not live, with no early
+  // gradient waiting.
+  bool last_in_order(const Step& s, int rank) const {
+    for (int r = rank + 1; r < num_workers_; ++r) {
+      const auto i = static_cast<std::size_t>(r);
+      if (s.has_early[i] || !(s.skipped[i] || s.excused[i] || !live(r))) return false;
+    }
+    return true;
   }
 
   std::vector<Step> steps_;
@@ -337,12 +364,16 @@ class AsyncPolicy : public ConsistencyPolicy {
     check_step(chunk, push);
     record_step(chunk, push);  // a skip advances the worker's clock (ssp) and applies nothing
     if (push.skip) return std::nullopt;
-    return Update{push.grad, push.num_elems, push.lr, 1, 0};
+    Update u{push.grad, push.num_elems, push.lr, 1, 0};
+    u.unchecked = true;  // applied as it arrives: the store's update pass checked it
+    return u;
   }
 
   std::optional<Update> update_on_arrival(std::size_t, std::int64_t, const PushRequest& push) const override {
     if (push.skip) return std::nullopt;
-    return Update{push.grad, push.num_elems, push.lr, 1, 0};
+    Update u{push.grad, push.num_elems, push.lr, 1, 0};
+    u.unchecked = true;
+    return u;
   }
 
   bool pull_ready(std::size_t, std::int64_t, int, std::int64_t) const override { return true; }

@@ -8,10 +8,11 @@
 //   in (an early arrival waits in a buffer until the ranks before it are in),
 //   so two runs of one config give identical bits; when every live worker has
 //   pushed, one update with the mean of the contributions is applied
-//   (version v+1). The last push to arrive, when it is the last contribution
-//   in rank order or one of two, is not added into the sum: the update's
-//   pass adds it (update_on_arrival), one pass over the chunk fewer, the
-//   same bits. A pull for step t is answered once the version is >= t.
+//   (version v+1). The last contribution is not added into the sum: the
+//   update's pass adds it, one pass over the chunk fewer, the same bits.
+//   That is the last push to arrive when it is the last contribution in rank
+//   order or one of two (update_on_arrival), else the last early arrival
+//   when it is the last in rank order (checked when it came). A pull for step t is answered once the version is >= t.
 // async: every push is applied on arrival; a pull is answered at once.
 // ssp (stale synchronous parallel, Ho et al. 2013, bound s): pushes as in
 //   async; a pull by a worker about to compute step t is answered only when
@@ -72,6 +73,9 @@ struct Update {
   double lr = 0.0;
   int contributors = 1;
   int skips = 0;  // sync: workers that arrived with a skip push
+  // The push's own gradient is in it, not yet checked for NaN/Inf
+  // (update_on_arrival): only the pass that checks it may apply it.
+  bool unchecked = false;
 };
 
 // Rejects `push`, whose gradient has `bad` NaN or Inf values (kRejected,
@@ -91,8 +95,8 @@ class ConsistencyPolicy {
   // copies it in (nothing recorded, the sum as before). A gradient applied as
   // it arrives (update_on_arrival) is returned unchecked: the caller must
   // have staged that update and checked the gradient before this call
-  // (ShardStore does; an unchecked one has GradSource::partial or is the
-  // push's own). The returned gradient stays valid until the next call.
+  // (ShardStore does; such an update is marked Update::unchecked). The
+  // returned gradient stays valid until the next call.
   virtual std::optional<Update> on_push(std::size_t chunk, std::int64_t version, const PushRequest& push) = 0;
   // The update that a (non-skip) push to `chunk` would complete at once, so
   // that the store applies it in the same pass that checks the gradient,

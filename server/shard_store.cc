@@ -155,7 +155,7 @@ PushOutcome ShardStore::push_gradient(int worker, std::int64_t key, std::int64_t
     }
     ++stats_.pushes_accepted;
     if (!update) return PushOutcome{false, c.version, 0};
-    if (update->grad.partial != nullptr) {  // unchecked: only the arrival path above may apply it
+    if (update->unchecked) {  // only the arrival path above, which checks it, may apply it
       throw ComputeError(what + ": the consistency policy fused a push it did not offer on arrival");
     }
     apply(c, *update);  // sync: the mean of the sum, taken in the update's pass

@@ -337,16 +337,31 @@ TEST_CASE("sync: which push the update's pass adds (skips, an early rank, a drop
     CHECK(applied->grad.partial == last->grad.partial);
     CHECK(applied->grad.mean_of == 3);
   }
-  SUBCASE("a lower rank last: the higher ones wait early and are summed first, so it is not added in the pass") {
+  SUBCASE("a lower rank last: it goes into the sum, and the highest rank's early gradient is the pass's add") {
     auto policy = make_consistency_policy(ConsistencyOptions{Mode::kSync, 0}, elems, 3);
     CHECK_FALSE(policy->on_push(0, 0, push(2, g2)));
     CHECK_FALSE(policy->on_push(0, 0, push(1, g1)));
     CHECK_FALSE(policy->update_on_arrival(0, 0, push(0, g0)));  // ranks 1 and 2 come after it in the sum
     const std::optional<Update> u = policy->on_push(0, 0, push(0, g0));
     REQUIRE(u);
-    CHECK(u->grad.partial == nullptr);
+    CHECK_FALSE(u->unchecked);  // rank 2's gradient was checked when it came
     CHECK(u->grad.mean_of == 3);
-    CHECK(u->grad.f32[5] == (g0[5] + g1[5]) + g2[5]);
+    REQUIRE(u->grad.partial != nullptr);
+    CHECK(u->grad.partial[5] == g0[5] + g1[5]);
+    CHECK(u->grad.f32[5] == g2[5]);
+    CHECK(u->lr == doctest::Approx(0.1));
+  }
+  SUBCASE("the only contribution waited early: the pass reads it, no sum at all") {
+    auto policy = make_consistency_policy(ConsistencyOptions{Mode::kSync, 0}, elems, 3);
+    CHECK_FALSE(policy->on_push(0, 0, push(2, g2)));        // early
+    CHECK_FALSE(policy->on_push(0, 0, push(1, g1, true)));  // a skip
+    const std::optional<Update> u = policy->on_push(0, 0, push(0, g0, true));
+    REQUIRE(u);
+    CHECK(u->grad.partial == nullptr);
+    CHECK(u->grad.mean_of == 1);
+    CHECK(u->grad.f32[5] == g2[5]);
+    CHECK(u->lr == doctest::Approx(0.3));  // rank 2's own
+    CHECK(u->skips == 2);
   }
   SUBCASE("two contributions, the higher rank early: the pass adds the lower one to it, and it is used up") {
     auto policy = make_consistency_policy(ConsistencyOptions{Mode::kSync, 0}, elems, 3);
