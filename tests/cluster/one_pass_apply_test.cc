@@ -11,6 +11,7 @@
 #include <cstring>
 #include <algorithm>
 #include <limits>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -491,5 +492,82 @@ TEST_CASE("sync: a push for another step is refused for its step, before any upd
     // And the step still completes with the right push.
     CHECK(store.push(workers - 1, 0, 0, values(3, 1.0f), 0.1).applied);
     CHECK(store.version(0) == 1);
+  }
+}
+
+TEST_CASE("sync, random steps: arrival orders, skips, NaN pushes refused and sent again, drops mid-step; the weights "
+          "are those of the rank-ordered sum, bit for bit") {
+  // A reference of sync's rule, computed here pass by pass: when every live
+  // worker is in, the contributions (a dropped worker's included when it
+  // pushed before the drop) are summed in rank order, divided by their count
+  // (times 1/n for a power of two), and applied with the lowest contributing
+  // rank's rate. The store must give its bits whatever the order of events,
+  // which exercises every fused path (the last push's add, one of two, the
+  // last early gradient's add) and the paths that fuse nothing.
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::uint32_t rng = 12345u;
+  auto next = [&](std::uint32_t n) {
+    rng = rng * 1664525u + 1013904223u;
+    return (rng >> 8) % n;
+  };
+  for (int scenario = 0; scenario < 120; ++scenario) {
+    const int workers = 2 + static_cast<int>(next(4));  // 2..5
+    CAPTURE(scenario);
+    CAPTURE(workers);
+    Setup s;
+    StoreOptions o = store_options(Mode::kSync, optimizer("sgd-plain"));
+    o.optimizer.weight_decay = 0.0;
+    ShardStore store(s.map, 0, workers, o);
+    std::vector<float> w = values(static_cast<std::uint32_t>(scenario), 2.0f);
+    store.init(0, w);
+    std::vector<bool> live(static_cast<std::size_t>(workers), true);
+    for (std::int64_t step = 0; step < 6; ++step) {
+      CAPTURE(step);
+      std::vector<int> order;
+      for (int r = 0; r < workers; ++r) {
+        if (live[static_cast<std::size_t>(r)]) order.push_back(r);
+      }
+      if (order.empty()) break;
+      for (std::size_t i = order.size(); i > 1; --i) std::swap(order[i - 1], order[next(static_cast<std::uint32_t>(i))]);
+      std::map<int, std::pair<std::vector<float>, double>> in;  // rank -> gradient, lr of the step's contributions
+      bool applied = false;
+      for (std::size_t k = 0; k < order.size() && !applied; ++k) {
+        const int r = order[k];
+        if (!live[static_cast<std::size_t>(r)]) continue;
+        const double lr = 0.05 * (1 + r);
+        std::vector<float> g = values(static_cast<std::uint32_t>(1000 * scenario + 10 * step + r), 1.0f);
+        if (next(5) == 0) {  // a NaN first: refused, nothing changes; then the clean one
+          CHECK_FALSE(rejection(store, r, step, last_bad(g, nan)).empty());
+        }
+        const std::uint32_t what = next(8);
+        if (what == 0) {  // a skip push: in, without a contribution
+          applied = store.skip(r, 0, step).applied;
+        } else {
+          applied = store.push(r, 0, step, g, lr).applied;
+          in[r] = {g, lr};
+        }
+        // A drop of a worker not yet in (or of one that is), now and then, mid-step.
+        if (!applied && k + 1 < order.size() && next(6) == 0) {
+          const int victim = order[k + 1 + next(static_cast<std::uint32_t>(order.size() - k - 1))];
+          live[static_cast<std::size_t>(victim)] = false;
+          applied = !store.drop_worker(victim).empty();
+        }
+      }
+      REQUIRE(applied);
+      REQUIRE(store.version(0) == step + 1);
+      if (!in.empty()) {
+        std::vector<float> sum(in.begin()->second.first);
+        for (auto it = std::next(in.begin()); it != in.end(); ++it) {
+          for (std::size_t i = 0; i < sum.size(); ++i) sum[i] = sum[i] + it->second.first[i];
+        }
+        const auto n = static_cast<int>(in.size());
+        const update::SgdCoefficients c = update::sgd_coefficients(in.begin()->second.second, 0.0, 0.0, false);
+        for (std::size_t i = 0; i < w.size(); ++i) {
+          const float mean = (n & (n - 1)) == 0 ? sum[i] * (1.0f / static_cast<float>(n)) : sum[i] / static_cast<float>(n);
+          w[i] = update::sgd_plain(w[i], mean, c);
+        }
+      }
+      REQUIRE(same_bits(store.snapshot(0, 0).values(), w));
+    }
   }
 }
