@@ -8,11 +8,12 @@
 //   in (an early arrival waits in a buffer until the ranks before it are in),
 //   so two runs of one config give identical bits; when every live worker has
 //   pushed, one update with the mean of the contributions is applied
-//   (version v+1). The last contribution is not added into the sum: the
-//   update's pass adds it, one pass over the chunk fewer, the same bits.
+//   (version v+1). Mostly the last contribution is not added into the sum:
+//   the update's pass adds it, one pass over the chunk fewer, the same bits.
 //   That is the last push to arrive when it is the last contribution in rank
-//   order or one of two (update_on_arrival), else the last early arrival
-//   when it is the last in rank order (checked when it came). A pull for step t is answered once the version is >= t.
+//   order or one of two (update_on_arrival), or the last early arrival when
+//   it is the last in rank order (checked when it came). A step that a
+//   later skip push or a drop completes has all of its sum added already. A pull for step t is answered once the version is >= t.
 // async: every push is applied on arrival; a pull is answered at once.
 // ssp (stale synchronous parallel, Ho et al. 2013, bound s): pushes as in
 //   async; a pull by a worker about to compute step t is answered only when

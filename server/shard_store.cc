@@ -155,9 +155,6 @@ PushOutcome ShardStore::push_gradient(int worker, std::int64_t key, std::int64_t
     }
     ++stats_.pushes_accepted;
     if (!update) return PushOutcome{false, c.version, 0};
-    if (update->unchecked) {  // only the arrival path above, which checks it, may apply it
-      throw ComputeError(what + ": the consistency policy fused a push it did not offer on arrival");
-    }
     apply(c, *update);  // sync: the mean of the sum, taken in the update's pass
     return PushOutcome{true, c.version, 0};
   } catch (const RequestError&) {
@@ -281,6 +278,10 @@ void ShardStore::commit(ChunkState& c, const Update& update) {
 }
 
 void ShardStore::apply(ChunkState& c, const Update& update) {
+  if (update.unchecked) {  // only push_gradient's arrival path, which checks it as it stages it, may apply it
+    throw ComputeError("chunk " + std::to_string(c.key) + ": the consistency policy returned an unchecked push's "
+                       "gradient outside the pass that checks it");
+  }
   if (update.contributors == 0) {  // sync, every worker skipped (or the rest dropped): the weights stay, the step is done
     if (options_.consistency.mode == Mode::kSync) c.catching_up = false;
     ++c.version;

@@ -510,7 +510,7 @@ TEST_CASE("sync, random steps: arrival orders, skips, NaN pushes refused and sen
     rng = rng * 1664525u + 1013904223u;
     return (rng >> 8) % n;
   };
-  for (int scenario = 0; scenario < 120; ++scenario) {
+  for (int scenario = 0; scenario < 200; ++scenario) {
     const int workers = 2 + static_cast<int>(next(4));  // 2..5
     CAPTURE(scenario);
     CAPTURE(workers);
@@ -546,9 +546,14 @@ TEST_CASE("sync, random steps: arrival orders, skips, NaN pushes refused and sen
           applied = store.push(r, 0, step, g, lr).applied;
           in[r] = {g, lr};
         }
-        // A drop of a worker not yet in (or of one that is), now and then, mid-step.
-        if (!applied && k + 1 < order.size() && next(6) == 0) {
-          const int victim = order[k + 1 + next(static_cast<std::uint32_t>(order.size() - k - 1))];
+        // Now and then, mid-step, a drop of another live worker: one not yet in, or one that is
+        // (its gradient, summed or waiting early, stays in the step).
+        std::vector<int> others;
+        for (int x = 0; x < workers; ++x) {
+          if (x != r && live[static_cast<std::size_t>(x)]) others.push_back(x);
+        }
+        if (!applied && !others.empty() && next(5) == 0) {
+          const int victim = others[next(static_cast<std::uint32_t>(others.size()))];
           live[static_cast<std::size_t>(victim)] = false;
           applied = !store.drop_worker(victim).empty();
         }
