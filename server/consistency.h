@@ -13,7 +13,8 @@
 //   That is the last push to arrive when it is the last contribution in rank
 //   order or one of two (update_on_arrival), or the last early arrival when
 //   it is the last in rank order (checked when it came). A step that a
-//   later skip push or a drop completes has all of its sum added already. A pull for step t is answered once the version is >= t.
+//   later skip push or a drop completes has all of its sum added already.
+//   A pull for step t is answered once the version is >= t.
 // async: every push is applied on arrival; a pull is answered at once.
 // ssp (stale synchronous parallel, Ho et al. 2013, bound s): pushes as in
 //   async; a pull by a worker about to compute step t is answered only when
