@@ -67,7 +67,6 @@ struct HeldSlot {
   ShmSegment::ReadSlot slot;
 };
 
-
 // [tag, header, ...] -> [header, payload]: the payload frame points at
 // `bytes` in place, and `held` (what keeps them readable) goes with it.
 template <class Held>
@@ -106,8 +105,9 @@ std::string open_data(const std::shared_ptr<ShmSegment>& segment, std::vector<zm
 }
 
 // [tag 'P', header, arena descriptor] -> [header, payload in place, the
-// arena held mapped while the frame lives], or the reason it cannot be; nullopt when the arena is not one `arenas` holds
-// (the caller drops the message and tells the sender no).
+// arena held mapped while the frame lives], or the reason it cannot be;
+// nullopt when the arena is not one `arenas` holds (the caller drops the
+// message and tells the sender no).
 std::optional<std::string> open_arena_data(const std::map<std::uint64_t, std::shared_ptr<ShmArena>>* arenas,
                                            std::vector<zmq::message_t>& frames, std::vector<zmq::message_t>& out) {
   if (frames.size() != 3) {
@@ -763,7 +763,6 @@ ShmTransportOptions shm_options_for(std::int64_t partition_bytes) {
   o.segment.name = "conn";
   return o;
 }
-
 
 std::unique_ptr<Listener> ShmTransport::listen(const std::string& address, EndpointOptions options) {
   return std::make_unique<ShmListener>(*this, ctx_, address, std::move(options));

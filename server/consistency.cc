@@ -126,7 +126,7 @@ class SyncPolicy final : public ConsistencyPolicy {
     if (const std::optional<Fusion> f = fusion(s, push)) {  // the update's pass adds it (update_on_arrival)
       record_step(chunk, push);
       if (f->early_rank >= 0) s.has_early[static_cast<std::size_t>(f->early_rank)] = false;
-      const int skips = static_cast<int>(std::count(s.skipped.begin(), s.skipped.end(), true));
+      const int skips = skips_of(s);
       s.reset();
       return fused_update(*f, push, skips);
     }
@@ -155,7 +155,7 @@ class SyncPolicy final : public ConsistencyPolicy {
     const Step& s = steps_[chunk];
     const std::optional<Fusion> f = fusion(s, push);
     if (!f) return std::nullopt;
-    return fused_update(*f, push, static_cast<int>(std::count(s.skipped.begin(), s.skipped.end(), true)));
+    return fused_update(*f, push, skips_of(s));
   }
 
   bool pull_ready(std::size_t, std::int64_t version, int, std::int64_t step) const override {
@@ -242,7 +242,7 @@ class SyncPolicy final : public ConsistencyPolicy {
       if (s.has_early[i]) {
         if (early >= 0 || r < worker) return std::nullopt;
         early = r;
-      } else if (!(s.skipped[i] || s.excused[i] || !live(r))) {
+      } else if (!passes_over(s, r)) {
         return std::nullopt;
       }
     }
@@ -315,7 +315,7 @@ class SyncPolicy final : public ConsistencyPolicy {
         } else {
           add(s, s.early[n], s.early_lr[n]);
         }
-      } else if (s.skipped[n] || s.excused[n] || !live(s.next)) {
+      } else if (passes_over(s, s.next)) {
         ++s.next;
       } else {
         break;
@@ -328,7 +328,7 @@ class SyncPolicy final : public ConsistencyPolicy {
     if (s.next < num_workers_) return std::nullopt;  // cannot happen: every rank is in or not live
     const int added = s.num_added;
     const int contributors = added + (last_early >= 0 ? 1 : 0);
-    const auto skips = static_cast<int>(std::count(s.skipped.begin(), s.skipped.end(), true));
+    const int skips = skips_of(s);
     s.reset();
     if (contributors == 0) return Update{{}, 0, 0.0, 0, skips};  // every arrival was a skip: an empty update
     // The mean (times 1/n for a power of two, else / n) is taken in the update's pass.
@@ -340,13 +340,22 @@ class SyncPolicy final : public ConsistencyPolicy {
     return Update{g, s.num_elems, added > 0 ? s.lr : s.early_lr[e], contributors, skips};
   }
 
+  // Whether rank r adds nothing to step s of its own: it came with a skip
+  // push, is excused (rejoined after the step began), or is not live (an
+  // early gradient it left before a drop is still added: has_early).
+  bool passes_over(const Step& s, int r) const {
+    const auto i = static_cast<std::size_t>(r);
+    return s.skipped[i] || s.excused[i] || !live(r);
+  }
+
+  static int skips_of(const Step& s) { return static_cast<int>(std::count(s.skipped.begin(), s.skipped.end(), true)); }
+
   // Whether no rank after `rank` has a contribution to come in step s: each
-  // is in without one (a skip push), excused, or not live, with no early
-  // gradient waiting.
+  // passes over it, with no early gradient waiting.
   bool last_in_order(const Step& s, int rank) const {
     for (int r = rank + 1; r < num_workers_; ++r) {
       const auto i = static_cast<std::size_t>(r);
-      if (s.has_early[i] || !(s.skipped[i] || s.excused[i] || !live(r))) return false;
+      if (s.has_early[i] || !passes_over(s, r)) return false;
     }
     return true;
   }
@@ -364,16 +373,12 @@ class AsyncPolicy : public ConsistencyPolicy {
     check_step(chunk, push);
     record_step(chunk, push);  // a skip advances the worker's clock (ssp) and applies nothing
     if (push.skip) return std::nullopt;
-    Update u{push.grad, push.num_elems, push.lr, 1, 0};
-    u.unchecked = true;  // applied as it arrives: the store's update pass checked it
-    return u;
+    return own_update(push);
   }
 
   std::optional<Update> update_on_arrival(std::size_t, std::int64_t, const PushRequest& push) const override {
     if (push.skip) return std::nullopt;
-    Update u{push.grad, push.num_elems, push.lr, 1, 0};
-    u.unchecked = true;
-    return u;
+    return own_update(push);
   }
 
   bool pull_ready(std::size_t, std::int64_t, int, std::int64_t) const override { return true; }
@@ -387,6 +392,12 @@ class AsyncPolicy : public ConsistencyPolicy {
 
  protected:
   std::size_t num_chunks() const { return chunks_; }
+  // A push applied as it arrives: its own gradient, checked by the store's update pass.
+  static Update own_update(const PushRequest& push) {
+    Update u{push.grad, push.num_elems, push.lr, 1, 0};
+    u.unchecked = true;
+    return u;
+  }
   std::int64_t rejoin_floor(std::size_t chunk, std::int64_t) const override {
     return num_live() > 0 ? min_live_clock(chunk) : 0;  // none live: its own clock decides
   }
