@@ -44,13 +44,13 @@
 #include <thread>
 #include <vector>
 
-#include "common/errors.h"
-#include "common/job_fingerprint.h"
-#include "common/log.h"
-#include "common/protocol.h"
-#include "common/shard_map.h"
-#include "common/transport.h"
-#include "common/wire_archive.h"
+#include "common/base/errors.h"
+#include "common/config/job_fingerprint.h"
+#include "common/base/log.h"
+#include "common/wire/protocol.h"
+#include "common/math/shard_map.h"
+#include "common/transport/transport.h"
+#include "common/wire/wire_archive.h"
 #include "fuzz/fuzz_input.h"
 #include "scheduler/scheduler.h"
 #include "server/server.h"

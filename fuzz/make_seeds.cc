@@ -5,8 +5,8 @@
 #include <initializer_list>
 #include <string>
 
-#include "common/protocol.h"
-#include "common/wire_archive.h"
+#include "common/wire/protocol.h"
+#include "common/wire/wire_archive.h"
 
 namespace fs = std::filesystem;
 using namespace pstrain;

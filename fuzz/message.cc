@@ -1,10 +1,10 @@
-// libFuzzer target: decode_message (common/protocol.h) on 1-4 frames.
+// libFuzzer target: decode_message (common/wire/protocol.h) on 1-4 frames.
 // Input: a byte with the frame count (1 + b % 4), then per frame but the
 // last a 2-byte little-endian length; the last frame takes the rest.
 #include <vector>
 
-#include "common/errors.h"
-#include "common/protocol.h"
+#include "common/base/errors.h"
+#include "common/wire/protocol.h"
 #include "fuzz/fuzz_input.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {

@@ -1,9 +1,9 @@
 // libFuzzer target: a kRegisterReply body as a server or worker reads it:
 // decode, the layout check, and the shard map built from it.
-#include "common/errors.h"
-#include "common/protocol.h"
-#include "common/shard_map.h"
-#include "common/wire_archive.h"
+#include "common/base/errors.h"
+#include "common/wire/protocol.h"
+#include "common/math/shard_map.h"
+#include "common/wire/wire_archive.h"
 #include "fuzz/fuzz_input.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {

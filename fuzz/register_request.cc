@@ -1,10 +1,10 @@
 // libFuzzer target: a kRegister body as the scheduler reads it: decode, the
 // layout check it makes for a worker, and the shard map every node derives
 // from that layout (the config values reached from the wire).
-#include "common/errors.h"
-#include "common/protocol.h"
-#include "common/shard_map.h"
-#include "common/wire_archive.h"
+#include "common/base/errors.h"
+#include "common/wire/protocol.h"
+#include "common/math/shard_map.h"
+#include "common/wire/wire_archive.h"
 #include "fuzz/fuzz_input.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {

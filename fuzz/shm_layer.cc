@@ -1,4 +1,4 @@
-// libFuzzer target: a ShmTransport listener (common/shm_transport.h) fed by a
+// libFuzzer target: a ShmTransport listener (common/transport/shm_transport.h) fed by a
 // hostile peer that shares a segment with it. Per input the peer makes a
 // fresh segment, says hello (the listener attaches) and then plays up to 8
 // operations from the input:
@@ -22,10 +22,10 @@
 #include <optional>
 #include <vector>
 
-#include "common/errors.h"
-#include "common/protocol.h"
-#include "common/shm_segment.h"
-#include "common/shm_transport.h"
+#include "common/base/errors.h"
+#include "common/wire/protocol.h"
+#include "common/transport/shm_segment.h"
+#include "common/transport/shm_transport.h"
 #include "fuzz/fuzz_input.h"
 
 namespace {

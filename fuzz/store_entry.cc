@@ -1,8 +1,8 @@
 // libFuzzer target: a store body (kStoreSet / kStoreGet / kStoreReply) as the
 // scheduler and its clients read it: decode, then the size checks.
-#include "common/errors.h"
-#include "common/protocol.h"
-#include "common/wire_archive.h"
+#include "common/base/errors.h"
+#include "common/wire/protocol.h"
+#include "common/wire/wire_archive.h"
 #include "fuzz/fuzz_input.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {

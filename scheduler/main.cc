@@ -5,11 +5,11 @@
 #include <fstream>
 #include <functional>
 
-#include "common/errors.h"
-#include "common/log.h"
-#include "common/node_cli.h"
-#include "common/resource_sampler.h"
-#include "common/trace.h"
+#include "common/base/errors.h"
+#include "common/base/log.h"
+#include "common/node/node_cli.h"
+#include "common/observe/resource_sampler.h"
+#include "common/observe/trace.h"
 #include "scheduler/scheduler.h"
 
 namespace {

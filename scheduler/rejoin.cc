@@ -12,9 +12,9 @@
 #include <algorithm>
 #include <random>
 
-#include "common/errors.h"
-#include "common/security.h"
-#include "common/wire_archive.h"
+#include "common/base/errors.h"
+#include "common/wire/security.h"
+#include "common/wire/wire_archive.h"
 #include "scheduler/scheduler.h"
 
 namespace pstrain {

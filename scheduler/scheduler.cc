@@ -5,10 +5,10 @@
 #include <random>
 #include <set>
 
-#include "common/errors.h"
-#include "common/json_line.h"
-#include "common/transport.h"
-#include "common/wire_archive.h"
+#include "common/base/errors.h"
+#include "common/base/json_line.h"
+#include "common/transport/transport.h"
+#include "common/wire/wire_archive.h"
 
 namespace pstrain {
 

@@ -57,14 +57,14 @@
 
 #include <zmq.hpp>
 
-#include "common/config.h"
-#include "common/log.h"
-#include "common/protocol.h"
-#include "common/security.h"
-#include "common/traffic_counters.h"
-#include "common/trace.h"
-#include "common/transport.h"
-#include "common/zmq_transport.h"
+#include "common/config/config.h"
+#include "common/base/log.h"
+#include "common/wire/protocol.h"
+#include "common/wire/security.h"
+#include "common/observe/traffic_counters.h"
+#include "common/observe/trace.h"
+#include "common/transport/transport.h"
+#include "common/transport/zmq_transport.h"
 
 namespace pstrain {
 
@@ -81,7 +81,7 @@ struct NodeFailure {
   std::int64_t pid = 0;  // as the node registered it
   std::string host;      // likewise
   bool silent = false;   // no heartbeat within heartbeat_timeout_ms (else it reported its own failure)
-  double last_seen_s = 0;  // job clock (common/job_clock.h): when the scheduler last heard from it
+  double last_seen_s = 0;  // job clock (common/base/job_clock.h): when the scheduler last heard from it
   double time_s = 0;       // job clock: when it was declared failed
   std::string policy;      // "continue" or "restart"
   std::string reason;
@@ -98,7 +98,7 @@ struct SchedulerOptions {
   std::string bind_endpoint = "tcp://127.0.0.1:*";
   TrafficCounters* traffic = nullptr;  // the node's byte counters (may be null; must outlive the scheduler)
   TraceRecorder* trace = nullptr;  // spans "registration" and "job" (level steps); null = none
-  // CURVE on (common/security.h): the socket is a CURVE server and a ZAP
+  // CURVE on (common/wire/security.h): the socket is a CURVE server and a ZAP
   // handler of the scheduler's admits the job's keys only. Null = off.
   const SecurityContext* security = nullptr;
   // Called, on the scheduler's thread, for each NodeFailure (pstrain-scheduler
@@ -109,7 +109,7 @@ struct SchedulerOptions {
 class Scheduler {
  public:
   // Binds at once so endpoint() is known before run().
-  // Over the node's transport (common/transport.h; outliving the scheduler).
+  // Over the node's transport (common/transport/transport.h; outliving the scheduler).
   Scheduler(Transport& transport, SchedulerOptions options, Logger& log);
   // Over ZeroMQ in `ctx` (a ZmqTransport of its own on that context).
   Scheduler(zmq::context_t& ctx, SchedulerOptions options, Logger& log);

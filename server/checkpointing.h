@@ -1,4 +1,4 @@
-// A server's side of checkpoints (common/checkpoint.h; the protocol is in
+// A server's side of checkpoints (common/checkpoint/checkpoint.h; the protocol is in
 // docs/architecture.md, "Checkpoints and resume").
 //
 // Saving: a checkpoint at step S (S a multiple of checkpoint.interval_steps)
@@ -42,8 +42,8 @@
 #include <optional>
 #include <string>
 
-#include "common/checkpoint.h"
-#include "common/log.h"
+#include "common/checkpoint/checkpoint.h"
+#include "common/base/log.h"
 #include "server/shard_store.h"
 
 namespace pstrain {

@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <limits>
 
-#include "common/errors.h"
+#include "common/base/errors.h"
 #include "server/request_error.h"
 
 namespace pstrain {

@@ -43,8 +43,8 @@
 #include <string>
 #include <vector>
 
-#include "common/config.h"
-#include "common/update_rules.h"
+#include "common/config/config.h"
+#include "common/math/update_rules.h"
 
 namespace pstrain {
 

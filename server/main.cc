@@ -8,17 +8,17 @@
 #include <fstream>
 #include <memory>
 
-#include "common/checkpoint.h"
-#include "common/errors.h"
-#include "common/log.h"
-#include "common/node_cli.h"
-#include "common/resource_sampler.h"
-#include "common/shm_transport.h"
-#include "common/optimizer.h"
-#include "common/trace.h"
+#include "common/checkpoint/checkpoint.h"
+#include "common/base/errors.h"
+#include "common/base/log.h"
+#include "common/node/node_cli.h"
+#include "common/observe/resource_sampler.h"
+#include "common/transport/shm_transport.h"
+#include "common/math/optimizer.h"
+#include "common/observe/trace.h"
 #include "server/server.h"
-#include "common/job_fingerprint.h"
-#include "common/json_line.h"
+#include "common/config/job_fingerprint.h"
+#include "common/base/json_line.h"
 
 namespace {
 

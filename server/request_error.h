@@ -5,8 +5,8 @@
 
 #include <string>
 
-#include "common/errors.h"
-#include "common/protocol.h"
+#include "common/base/errors.h"
+#include "common/wire/protocol.h"
 
 namespace pstrain {
 

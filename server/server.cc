@@ -7,9 +7,9 @@
 #include <string_view>
 #include <thread>
 
-#include "common/bfloat16.h"
-#include "common/errors.h"
-#include "common/transport.h"
+#include "common/base/bfloat16.h"
+#include "common/base/errors.h"
+#include "common/transport/transport.h"
 
 namespace pstrain {
 

@@ -1,6 +1,6 @@
 // A parameter server node: registers with the scheduler, learns the model
 // layout and its shard of it, then serves init/push/pull requests from the
-// workers on one Listener of its transport (common/transport.h) until the
+// workers on one Listener of its transport (common/transport/transport.h) until the
 // scheduler says shutdown.
 //
 // One event-loop thread owns everything (socket, store). A bad request gets
@@ -35,16 +35,16 @@
 
 #include <zmq.hpp>
 
-#include "common/config.h"
-#include "common/log.h"
-#include "common/protocol.h"
-#include "common/scheduler_client.h"
-#include "common/security.h"
-#include "common/shard_map.h"
-#include "common/traffic_counters.h"
-#include "common/trace.h"
-#include "common/transport.h"
-#include "common/zmq_transport.h"
+#include "common/config/config.h"
+#include "common/base/log.h"
+#include "common/wire/protocol.h"
+#include "common/node/scheduler_client.h"
+#include "common/wire/security.h"
+#include "common/math/shard_map.h"
+#include "common/observe/traffic_counters.h"
+#include "common/observe/trace.h"
+#include "common/transport/transport.h"
+#include "common/transport/zmq_transport.h"
 #include "server/checkpointing.h"
 #include "server/shard_store.h"
 
@@ -71,7 +71,7 @@ struct ServerOptions {
   // Level "all": a span per request (receive, finite check, sum, update,
   // reply inside it); null = none.
   TraceRecorder* trace = nullptr;
-  // CURVE on (common/security.h): the socket is a CURVE server admitting the
+  // CURVE on (common/wire/security.h): the socket is a CURVE server admitting the
   // workers' key only, the link to the scheduler a CURVE client. Null = off.
   const SecurityContext* security = nullptr;
   // Checkpoints (server/checkpointing.h): a part every checkpoint_interval

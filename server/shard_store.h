@@ -24,13 +24,13 @@
 #include <string>
 #include <vector>
 
-#include "common/config.h"
-#include "common/errors.h"
-#include "common/optimizer.h"
-#include "common/protocol.h"
-#include "common/shard_map.h"
-#include "common/trace.h"
-#include "common/transport.h"
+#include "common/config/config.h"
+#include "common/base/errors.h"
+#include "common/math/optimizer.h"
+#include "common/wire/protocol.h"
+#include "common/math/shard_map.h"
+#include "common/observe/trace.h"
+#include "common/transport/transport.h"
 #include "server/consistency.h"
 #include "server/request_error.h"
 

@@ -15,10 +15,10 @@
 
 #include <CLI/CLI.hpp>
 
-#include "common/config.h"
-#include "common/json_line.h"
-#include "common/log.h"
-#include "common/node_cli.h"
+#include "common/config/config.h"
+#include "common/base/json_line.h"
+#include "common/base/log.h"
+#include "common/node/node_cli.h"
 #include "worker/train/delayed_sgd.h"
 #include "worker/train/workload.h"
 

@@ -31,10 +31,10 @@
 
 #include <CLI/CLI.hpp>
 
-#include "common/errors.h"
-#include "common/json_line.h"
-#include "common/node_cli.h"
-#include "common/scheduler_client.h"
+#include "common/base/errors.h"
+#include "common/base/json_line.h"
+#include "common/node/node_cli.h"
+#include "common/node/scheduler_client.h"
 #include "scheduler/scheduler.h"
 #include "tools/bench/processes.h"
 #include "tools/bench/ps_pushpull.h"

@@ -24,7 +24,7 @@
 
 #include <CLI/CLI.hpp>
 
-#include "common/json_line.h"
+#include "common/base/json_line.h"
 #include "server/shard_store.h"
 #include "tools/bench/processes.h"
 

@@ -37,9 +37,9 @@
 
 #include <CLI/CLI.hpp>
 
-#include "common/json_line.h"
-#include "common/security.h"
-#include "common/transport.h"
+#include "common/base/json_line.h"
+#include "common/wire/security.h"
+#include "common/transport/transport.h"
 #include "tools/bench/processes.h"
 #include "tools/bench/ps_pushpull.h"
 

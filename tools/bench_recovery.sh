@@ -5,7 +5,7 @@
 # "continue", worker 1 the victim, a few trials each). Prints a table with
 # units; --json FILE also writes the rows and every trial.
 #
-# Per trial, on the job clock (common/job_clock.h: the metrics' step records'
+# Per trial, on the job clock (common/base/job_clock.h: the metrics' step records'
 # job_s, the logs' timestamps; the fault time from the clock origin the
 # launcher gave the victim, PSTRAIN_JOB_START_US in /proc/PID/environ):
 #   detect (s)    fault -> the scheduler's "dropped from the job" log line

@@ -1,4 +1,4 @@
-// Push+pull through shared memory (common/shm_segment.h) between two
+// Push+pull through shared memory (common/transport/shm_segment.h) between two
 // processes, the way the "shm" transport will move tensors: the tensor's bytes
 // go through a segment, a ZeroMQ ipc DEALER/ROUTER pair carries only the
 // descriptors. Beside it, memcpy of the same size measured in the same run.
@@ -37,10 +37,10 @@
 
 #include <CLI/CLI.hpp>
 
-#include "common/errors.h"
-#include "common/json_line.h"
-#include "common/shm_segment.h"
-#include "common/transport.h"
+#include "common/base/errors.h"
+#include "common/base/json_line.h"
+#include "common/transport/shm_segment.h"
+#include "common/transport/transport.h"
 #include "tools/bench/processes.h"
 
 using namespace pstrain;

@@ -1,4 +1,4 @@
-// The cost of one TraceSpan (common/trace.h) on this machine: nanoseconds per
+// The cost of one TraceSpan (common/observe/trace.h) on this machine: nanoseconds per
 // span, the median of --repeats timed batches of --spans spans, for
 //   filtered   a kAll span on a "steps" recorder: the level check only
 //   off        a span on an "off" recorder
@@ -18,7 +18,7 @@
 
 #include <CLI/CLI.hpp>
 
-#include "common/trace.h"
+#include "common/observe/trace.h"
 
 namespace {
 
@@ -58,7 +58,7 @@ double measure(TraceLevel recorder_level, TraceLevel span_level, int threads, in
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"bench_trace: nanoseconds per trace span (common/trace.h)"};
+  CLI::App app{"bench_trace: nanoseconds per trace span (common/observe/trace.h)"};
   int n = 200000, repeats = 7;
   app.add_option("--spans", n, "spans per timed batch and thread")->check(CLI::PositiveNumber);
   app.add_option("--repeats", repeats, "timed batches (the median is shown)")->check(CLI::PositiveNumber);

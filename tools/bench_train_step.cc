@@ -20,7 +20,7 @@
 #include <CLI/CLI.hpp>
 #include <dnnl.hpp>
 
-#include "common/node_cli.h"
+#include "common/node/node_cli.h"
 #include "worker/nn/cpu_backend.h"
 #include "worker/nn/im2col_conv.h"
 #include "worker/nn/model.h"

@@ -1,5 +1,5 @@
 // pstrain-keygen DIR [--workers N] [--force]: writes a job's CURVE key files
-// into DIR (common/security.h lists them: bind.*, server.*, and with
+// into DIR (common/wire/security.h lists them: bind.*, server.*, and with
 // --workers N one worker-R.* per worker rank, else the shared worker.*;
 // mode 0600). Per-worker keys: a stolen worker key acts as that rank only.
 // Copy DIR to every machine of the job (or only the files each role needs)
@@ -9,8 +9,8 @@
 
 #include <CLI/CLI.hpp>
 
-#include "common/node_cli.h"
-#include "common/security.h"
+#include "common/node/node_cli.h"
+#include "common/wire/security.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"Writes a pstrain job's CURVE keys (security.mode = \"curve\")"};

@@ -4,7 +4,7 @@
 # (S = 0 in allreduce mode). The rank comes from the launcher's environment,
 # the first set of RANK (torchrun style), OMPI_COMM_WORLD_RANK, PMIX_RANK,
 # PMI_RANK, SLURM_PROCID -- the same variables, in the same order, that the
-# programs read (common/node_cli.h); MASTER_ADDR/MASTER_PORT, if set, name
+# programs read (common/node/node_cli.h); MASTER_ADDR/MASTER_PORT, if set, name
 # the scheduler and WORLD_SIZE, if set, must be 1+S+W. The run directory
 # gets what `launch` writes: config.toml (the scheduler), logs/ (this
 # script), metrics/, weights and, from rank 0 once the job ends well,

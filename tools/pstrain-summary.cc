@@ -13,7 +13,7 @@
 
 #include <CLI/CLI.hpp>
 
-#include "common/errors.h"
+#include "common/base/errors.h"
 #include "tools/report/summary.h"
 
 int main(int argc, char** argv) {

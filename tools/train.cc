@@ -8,9 +8,9 @@
 
 #include <CLI/CLI.hpp>
 
-#include "common/config.h"
-#include "common/log.h"
-#include "common/node_cli.h"
+#include "common/config/config.h"
+#include "common/base/log.h"
+#include "common/node/node_cli.h"
 #include "worker/train/local_trainer.h"
 
 namespace {

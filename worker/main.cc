@@ -3,12 +3,12 @@
 // allreduce (worker/train/allreduce_worker.h).
 #include <optional>
 
-#include "common/errors.h"
-#include "common/log.h"
-#include "common/node_cli.h"
-#include "common/resource_sampler.h"
-#include "common/shm_transport.h"
-#include "common/trace.h"
+#include "common/base/errors.h"
+#include "common/base/log.h"
+#include "common/node/node_cli.h"
+#include "common/observe/resource_sampler.h"
+#include "common/transport/shm_transport.h"
+#include "common/observe/trace.h"
 #include "worker/client/worker_session.h"
 #include "worker/collective/gpu_assignment.h"
 #include "worker/train/allreduce_worker.h"

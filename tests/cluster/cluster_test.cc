@@ -5,7 +5,7 @@
 
 #include <thread>
 
-#include "common/errors.h"
+#include "common/base/errors.h"
 #include "tests/cluster/run_workers.h"
 #include "tools/cluster/local_cluster.h"
 

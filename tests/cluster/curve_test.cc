@@ -10,12 +10,12 @@
 #include <filesystem>
 #include <thread>
 
-#include "common/config.h"
-#include "common/errors.h"
-#include "common/job_fingerprint.h"
-#include "common/security.h"
-#include "common/wire_archive.h"
-#include "common/transport.h"
+#include "common/config/config.h"
+#include "common/base/errors.h"
+#include "common/config/job_fingerprint.h"
+#include "common/wire/security.h"
+#include "common/wire/wire_archive.h"
+#include "common/transport/transport.h"
 #include "tools/cluster/local_cluster.h"
 
 using namespace pstrain;

@@ -8,8 +8,8 @@
 #include <mutex>
 #include <thread>
 
-#include "common/errors.h"
-#include "common/transport.h"
+#include "common/base/errors.h"
+#include "common/transport/transport.h"
 #include "tests/cluster/run_workers.h"
 #include "tools/cluster/local_cluster.h"
 

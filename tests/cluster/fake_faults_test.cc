@@ -1,5 +1,5 @@
 // The failure and staleness logic under faults only the fake transport
-// (common/fake_transport.h) makes deterministic: a whole cluster (scheduler,
+// (common/transport/fake_transport.h) makes deterministic: a whole cluster (scheduler,
 // servers, workers as threads) over one FakeTransport with a fault plan.
 #include <doctest/doctest.h>
 
@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "common/errors.h"
+#include "common/base/errors.h"
 #include "tests/cluster/run_workers.h"
 #include "tools/cluster/local_cluster.h"
 

@@ -1,4 +1,4 @@
-// Bounded queues (common/transport.h): unpaced floods and peers that never
+// Bounded queues (common/transport/transport.h): unpaced floods and peers that never
 // read their replies cannot grow a node's memory without limit or block its
 // loop, and the real job still finishes.
 #include <doctest/doctest.h>
@@ -8,8 +8,8 @@
 #include <string>
 #include <thread>
 
-#include "common/errors.h"
-#include "common/transport.h"
+#include "common/base/errors.h"
+#include "common/transport/transport.h"
 #include "tools/cluster/local_cluster.h"
 
 using namespace pstrain;

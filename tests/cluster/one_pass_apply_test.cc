@@ -15,9 +15,9 @@
 #include <string>
 #include <vector>
 
-#include "common/bfloat16.h"
-#include "common/errors.h"
-#include "common/update_rules.h"
+#include "common/base/bfloat16.h"
+#include "common/base/errors.h"
+#include "common/math/update_rules.h"
 #include "server/consistency.h"
 #include "server/shard_store.h"
 
@@ -247,7 +247,7 @@ TEST_CASE("the fused kernels give the bits of the separate passes (check, widen,
   CHECK(update::first_non_finite(update::GradSource{g.data(), nullptr, 1}, n) == static_cast<std::int64_t>(n - 1));
   std::vector<std::uint16_t> bf(n);
   to_bfloat16(g, bf);
-  // float32's largest rounds to Inf in bfloat16 (common/bfloat16.h): counted too.
+  // float32's largest rounds to Inf in bfloat16 (common/base/bfloat16.h): counted too.
   CHECK(update::copy_checked(update::GradSource{nullptr, bf.data(), 1}, out.data(), n) == 2);
   CHECK(update::first_non_finite(update::GradSource{nullptr, bf.data(), 1}, n) == static_cast<std::int64_t>(n / 2));
   bf[n / 2] = to_bfloat16(1.0f);

@@ -11,7 +11,7 @@
 #include <optional>
 #include <thread>
 
-#include "common/errors.h"
+#include "common/base/errors.h"
 #include "server/shard_store.h"
 #include "tests/cluster/run_workers.h"
 #include "tools/cluster/local_cluster.h"

@@ -4,8 +4,8 @@
 
 #include <thread>
 
-#include "common/errors.h"
-#include "common/transport.h"
+#include "common/base/errors.h"
+#include "common/transport/transport.h"
 #include "tools/cluster/local_cluster.h"
 
 using namespace pstrain;

@@ -4,10 +4,10 @@
 
 #include <thread>
 
-#include "common/errors.h"
-#include "common/job_fingerprint.h"
-#include "common/transport.h"
-#include "common/wire_archive.h"
+#include "common/base/errors.h"
+#include "common/config/job_fingerprint.h"
+#include "common/transport/transport.h"
+#include "common/wire/wire_archive.h"
 #include "tools/cluster/local_cluster.h"
 
 using namespace pstrain;

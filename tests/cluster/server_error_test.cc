@@ -5,8 +5,8 @@
 
 #include <limits>
 
-#include "common/errors.h"
-#include "common/protocol.h"
+#include "common/base/errors.h"
+#include "common/wire/protocol.h"
 #include "tools/cluster/local_cluster.h"
 #include "worker/client/kv_client.h"
 

@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "common/errors.h"
-#include "common/protocol.h"
+#include "common/base/errors.h"
+#include "common/wire/protocol.h"
 #include "server/shard_store.h"
 
 using namespace pstrain;

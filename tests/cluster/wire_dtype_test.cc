@@ -8,9 +8,9 @@
 #include <cmath>
 #include <limits>
 
-#include "common/bfloat16.h"
-#include "common/errors.h"
-#include "common/update_rules.h"
+#include "common/base/bfloat16.h"
+#include "common/base/errors.h"
+#include "common/math/update_rules.h"
 #include "tests/cluster/run_workers.h"
 #include "tools/cluster/local_cluster.h"
 
@@ -104,7 +104,7 @@ TEST_CASE("sync with bfloat16 on the wire equals allreduce fed the same rounded 
   // rounds it to bfloat16 as a push does; the gradients are averaged as Gloo
   // averages two ranks, (g0 + g1) * 0.5 (bit for bit: tests/collective/
   // gloo_collective_test.cc), and every worker applies the shared update rule
-  // (common/update_rules.h, the CPU backend's) to float32 weights.
+  // (common/math/update_rules.h, the CPU backend's) to float32 weights.
   constexpr int kWorkers = 2, kSteps = 6;
   const auto bf16 = run(true, 2, kWorkers, kSteps);
   const ParamLayout l = layout();

@@ -11,12 +11,12 @@
 #include <functional>
 #include <thread>
 
-#include "common/errors.h"
-#include "common/job_fingerprint.h"
-#include "common/scheduler_client.h"
-#include "common/security.h"
-#include "common/transport.h"
-#include "common/wire_archive.h"
+#include "common/base/errors.h"
+#include "common/config/job_fingerprint.h"
+#include "common/node/scheduler_client.h"
+#include "common/wire/security.h"
+#include "common/transport/transport.h"
+#include "common/wire/wire_archive.h"
 #include "tools/cluster/local_cluster.h"
 
 using namespace pstrain;

@@ -6,8 +6,8 @@
 #include <filesystem>
 #include <fstream>
 
-#include "common/errors.h"
-#include "common/checkpoint.h"
+#include "common/base/errors.h"
+#include "common/checkpoint/checkpoint.h"
 #include "worker/train/checkpoint.h"
 #include "worker/train/worker_checkpoint.h"
 

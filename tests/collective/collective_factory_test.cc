@@ -5,7 +5,7 @@
 #include <cstdlib>
 
 #include "collective_test_util.h"
-#include "common/errors.h"
+#include "common/base/errors.h"
 #include "worker/collective/gpu_assignment.h"
 
 namespace pstrain {

@@ -7,7 +7,7 @@
 #include <numeric>
 
 #include "collective_test_util.h"
-#include "common/errors.h"
+#include "common/base/errors.h"
 
 namespace pstrain {
 namespace {

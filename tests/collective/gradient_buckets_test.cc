@@ -5,7 +5,7 @@
 #include <utility>
 #include <vector>
 
-#include "common/errors.h"
+#include "common/base/errors.h"
 #include "worker/collective/gradient_buckets.h"
 
 namespace pstrain {

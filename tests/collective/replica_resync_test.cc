@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "collective_test_util.h"
-#include "common/errors.h"
+#include "common/base/errors.h"
 #include "worker/collective/replica_resync.h"
 
 namespace pstrain {

@@ -9,9 +9,9 @@
 #include <thread>
 
 #include "collective_test_util.h"
-#include "common/errors.h"
-#include "common/transport.h"
-#include "common/wire_archive.h"
+#include "common/base/errors.h"
+#include "common/transport/transport.h"
+#include "common/wire/wire_archive.h"
 #include "scheduler/scheduler.h"
 #include "worker/collective/scheduler_store.h"
 

@@ -3,9 +3,9 @@
 // lowered by the momentum asynchrony adds.
 #include <doctest/doctest.h>
 
-#include "common/config.h"
-#include "common/lr_schedule.h"
-#include "common/optimizer.h"
+#include "common/config/config.h"
+#include "common/math/lr_schedule.h"
+#include "common/math/optimizer.h"
 
 using namespace pstrain;
 

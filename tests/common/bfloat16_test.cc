@@ -9,10 +9,10 @@
 #include <limits>
 #include <vector>
 
-#include "common/bfloat16.h"
-#include "common/errors.h"
-#include "common/protocol.h"
-#include "common/transport.h"
+#include "common/base/bfloat16.h"
+#include "common/base/errors.h"
+#include "common/wire/protocol.h"
+#include "common/transport/transport.h"
 
 using namespace pstrain;
 

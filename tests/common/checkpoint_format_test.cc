@@ -1,4 +1,4 @@
-// Checkpoints on disk (common/checkpoint.h): parts and manifests written and
+// Checkpoints on disk (common/checkpoint/checkpoint.h): parts and manifests written and
 // read back; truncated, corrupt and unfinished checkpoints detected and the
 // previous complete one used, with the reason; pruning; the fingerprint check.
 #include <doctest/doctest.h>
@@ -7,8 +7,8 @@
 #include <filesystem>
 #include <fstream>
 
-#include "common/checkpoint.h"
-#include "common/config.h"
+#include "common/checkpoint/checkpoint.h"
+#include "common/config/config.h"
 
 namespace pstrain {
 namespace {

@@ -1,4 +1,4 @@
-// The launchers' environment rules of common/node_cli.h: which variable gives
+// The launchers' environment rules of common/node/node_cli.h: which variable gives
 // the global rank, WORLD_SIZE against the config, MASTER_ADDR/MASTER_PORT as
 // the scheduler's endpoint, and the errors for bad values.
 #include <doctest/doctest.h>
@@ -14,8 +14,8 @@
 #include <optional>
 #include <string>
 
-#include "common/errors.h"
-#include "common/node_cli.h"
+#include "common/base/errors.h"
+#include "common/node/node_cli.h"
 
 namespace pstrain {
 namespace {

@@ -1,4 +1,4 @@
-// common/npz.h: the .npy header NumPy expects, the zip structure around it,
+// common/checkpoint/npz.h: the .npy header NumPy expects, the zip structure around it,
 // and the errors for weights that do not match the layout.
 #include <doctest/doctest.h>
 
@@ -11,8 +11,8 @@
 
 #include <zlib.h>
 
-#include "common/errors.h"
-#include "common/npz.h"
+#include "common/base/errors.h"
+#include "common/checkpoint/npz.h"
 
 namespace pstrain {
 namespace {

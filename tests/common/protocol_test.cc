@@ -4,10 +4,10 @@
 
 #include <cstring>
 
-#include "common/errors.h"
-#include "common/protocol.h"
-#include "common/transport.h"
-#include "common/wire_archive.h"
+#include "common/base/errors.h"
+#include "common/wire/protocol.h"
+#include "common/transport/transport.h"
+#include "common/wire/wire_archive.h"
 
 using namespace pstrain;
 

@@ -18,10 +18,10 @@
 #include <thread>
 #include <vector>
 
-#include "common/errors.h"
-#include "common/nvml_gpu.h"
-#include "common/resource_sampler.h"
-#include "common/transport.h"
+#include "common/base/errors.h"
+#include "common/observe/nvml_gpu.h"
+#include "common/observe/resource_sampler.h"
+#include "common/transport/transport.h"
 
 using namespace pstrain;
 using namespace std::chrono_literals;

@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <numeric>
 
-#include "common/errors.h"
-#include "common/shard_map.h"
+#include "common/base/errors.h"
+#include "common/math/shard_map.h"
 
 using namespace pstrain;
 

@@ -1,4 +1,4 @@
-// common/shm_transport.h: tensors through shared memory after the hello,
+// common/transport/shm_transport.h: tensors through shared memory after the hello,
 // inline before it, when slots run out, when the listener says no; every bad
 // thing a peer can send the layer (forged, replayed and stale descriptors,
 // wrong frames, a hello from another host); and real processes killed with
@@ -23,10 +23,10 @@
 #include <thread>
 #include <vector>
 
-#include "common/errors.h"
-#include "common/shm_segment.h"
-#include "common/shm_transport.h"
-#include "common/zmq_transport.h"
+#include "common/base/errors.h"
+#include "common/transport/shm_segment.h"
+#include "common/transport/shm_transport.h"
+#include "common/transport/zmq_transport.h"
 #include "tests/common/shm_test_util.h"
 
 using namespace pstrain;

@@ -1,4 +1,4 @@
-// Bounded queues (common/transport.h): a ROUTER's reply to a peer that does
+// Bounded queues (common/transport/transport.h): a ROUTER's reply to a peer that does
 // not read fails fast with TransportError once the peer's queue is full,
 // instead of blocking the node's loop or growing without bound; a DEALER's
 // send waits at most send_timeout.
@@ -8,8 +8,8 @@
 #include <string>
 #include <thread>
 
-#include "common/errors.h"
-#include "common/transport.h"
+#include "common/base/errors.h"
+#include "common/transport/transport.h"
 
 using namespace pstrain;
 using std::chrono::milliseconds;

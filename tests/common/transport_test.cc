@@ -1,4 +1,4 @@
-// The transport interface (common/transport.h) over every implementation
+// The transport interface (common/transport/transport.h) over every implementation
 // from one fixture: ZeroMQ over tcp, ipc and inproc, shared memory (tcp
 // plus segments; its own cases are in shm_transport_test.cc), and the fake.
 // Then what only the fake does: its fault plan, deterministic from a seed.
@@ -13,13 +13,13 @@
 #include <thread>
 #include <vector>
 
-#include "common/errors.h"
-#include "common/fake_transport.h"
-#include "common/log.h"
-#include "common/security.h"
-#include "common/shm_transport.h"
-#include "common/transport.h"
-#include "common/zmq_transport.h"
+#include "common/base/errors.h"
+#include "common/transport/fake_transport.h"
+#include "common/base/log.h"
+#include "common/wire/security.h"
+#include "common/transport/shm_transport.h"
+#include "common/transport/transport.h"
+#include "common/transport/zmq_transport.h"
 
 using namespace pstrain;
 using std::chrono::milliseconds;

@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
-#include "common/config.h"
-#include "common/errors.h"
+#include "common/config/config.h"
+#include "common/base/errors.h"
 
 namespace pstrain {
 namespace {

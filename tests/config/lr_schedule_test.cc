@@ -1,14 +1,14 @@
 // LrSchedule shapes: warmup endpoints, step boundaries, cosine endpoints and
 // midpoint, linear scaling, and its input checks.
-#include "common/lr_schedule.h"
+#include "common/math/lr_schedule.h"
 
 #include <doctest/doctest.h>
 
 #include <cmath>
 #include <numbers>
 
-#include "common/config.h"
-#include "common/errors.h"
+#include "common/config/config.h"
+#include "common/base/errors.h"
 
 namespace pstrain {
 namespace {

@@ -1,6 +1,6 @@
-// Optimizers against hand-computed steps (formulas in common/optimizer.h),
+// Optimizers against hand-computed steps (formulas in common/math/optimizer.h),
 // against a double-precision reference over many elements, and their checks.
-#include "common/optimizer.h"
+#include "common/math/optimizer.h"
 
 #include <doctest/doctest.h>
 
@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "common/config.h"
-#include "common/errors.h"
+#include "common/config/config.h"
+#include "common/base/errors.h"
 
 namespace pstrain {
 namespace {

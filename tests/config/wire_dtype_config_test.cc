@@ -4,8 +4,8 @@
 
 #include <string>
 
-#include "common/config.h"
-#include "common/errors.h"
+#include "common/config/config.h"
+#include "common/base/errors.h"
 
 using namespace pstrain;
 

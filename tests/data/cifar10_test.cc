@@ -5,7 +5,7 @@
 
 #include <filesystem>
 
-#include "common/errors.h"
+#include "common/base/errors.h"
 #include "tests/data/data_test_util.h"
 #include "worker/data/normalization.h"
 

@@ -9,7 +9,7 @@
 #include <numeric>
 #include <utility>
 
-#include "common/errors.h"
+#include "common/base/errors.h"
 #include "tests/data/data_test_util.h"
 #include "worker/data/batches.h"
 #include "worker/data/portable_random.h"

@@ -8,7 +8,7 @@
 #include <limits>
 #include <vector>
 
-#include "common/errors.h"
+#include "common/base/errors.h"
 #include "tests/data/data_test_util.h"
 
 namespace pstrain::data {

@@ -17,7 +17,7 @@
 #include <random>
 #include <set>
 
-#include "common/checkpoint.h"
+#include "common/checkpoint/checkpoint.h"
 #include "tests/integration/launch_test_util.h"
 
 namespace {

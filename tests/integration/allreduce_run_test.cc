@@ -3,7 +3,7 @@
 // Gloo over TCP loopback; the run directory is the same as the other modes'.
 #include <doctest/doctest.h>
 
-#include "common/config.h"
+#include "common/config/config.h"
 #include "tests/integration/launch_test_util.h"
 #include "tools/report/json_value.h"
 #include "tools/report/metrics.h"

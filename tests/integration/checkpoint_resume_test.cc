@@ -9,7 +9,7 @@
 #include <cmath>
 #include <fstream>
 
-#include "common/checkpoint.h"
+#include "common/checkpoint/checkpoint.h"
 #include "tests/integration/launch_test_util.h"
 #include "worker/train/checkpoint.h"
 

@@ -4,7 +4,7 @@
 // gets what `launch` writes: config.toml, logs/, metrics/ and the summary.
 #include <doctest/doctest.h>
 
-#include "common/config.h"
+#include "common/config/config.h"
 #include "tests/integration/launch_test_util.h"
 #include "tools/report/metrics.h"
 

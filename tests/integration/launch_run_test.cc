@@ -4,7 +4,7 @@
 
 #include <numeric>
 
-#include "common/config.h"
+#include "common/config/config.h"
 #include "tests/integration/launch_test_util.h"
 #include "tools/report/json_value.h"
 #include "tools/report/metrics.h"

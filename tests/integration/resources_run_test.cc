@@ -5,7 +5,7 @@
 
 #include <sstream>
 
-#include "common/resource_sampler.h"
+#include "common/observe/resource_sampler.h"
 #include "tests/integration/launch_test_util.h"
 #include "tools/report/json_value.h"
 #include "tools/report/resources.h"

@@ -6,9 +6,9 @@
 #include <string>
 #include <vector>
 
-#include "common/config.h"
-#include "common/errors.h"
-#include "common/security.h"
+#include "common/config/config.h"
+#include "common/base/errors.h"
+#include "common/wire/security.h"
 #include "tests/integration/launch_test_util.h"
 
 TEST_CASE("a curve job with no key_dir gets fresh keys in RUN_DIR/keys and trains to exit 0") {

@@ -12,7 +12,7 @@
 #include <random>
 #include <regex>
 
-#include "common/checkpoint.h"
+#include "common/checkpoint/checkpoint.h"
 #include "tests/integration/launch_test_util.h"
 
 namespace {

@@ -7,8 +7,8 @@
 // samples of one update, momentum lowered by 1 - 1/W) the same config trains.
 #include <doctest/doctest.h>
 
-#include "common/config.h"
-#include "common/log.h"
+#include "common/config/config.h"
+#include "common/base/log.h"
 #include "worker/train/delayed_sgd.h"
 #include "worker/train/workload.h"
 

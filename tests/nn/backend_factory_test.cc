@@ -1,7 +1,7 @@
 // make_backend: device names, the one-line choice message, and errors.
 #include <doctest/doctest.h>
 
-#include "common/errors.h"
+#include "common/base/errors.h"
 #include "worker/nn/backend.h"
 
 namespace pstrain::nn {

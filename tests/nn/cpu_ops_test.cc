@@ -4,7 +4,7 @@
 
 #include <cmath>
 
-#include "common/errors.h"
+#include "common/base/errors.h"
 #include "nn_test_util.h"
 #include "worker/nn/dropout_hash.h"
 

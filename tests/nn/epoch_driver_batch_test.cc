@@ -3,8 +3,8 @@
 // started without the launcher's own check (by hand, SLURM, mpirun).
 #include <doctest/doctest.h>
 
-#include "common/config.h"
-#include "common/errors.h"
+#include "common/config/config.h"
+#include "common/base/errors.h"
 #include "worker/data/synthetic.h"
 #include "worker/train/epoch_driver.h"
 

@@ -8,9 +8,9 @@
 #include <map>
 #include <vector>
 
-#include "common/config.h"
-#include "common/log.h"
-#include "common/lr_schedule.h"
+#include "common/config/config.h"
+#include "common/base/log.h"
+#include "common/math/lr_schedule.h"
 #include "worker/data/synthetic.h"
 #include "worker/train/epoch_driver.h"
 #include "worker/train/epoch_members.h"

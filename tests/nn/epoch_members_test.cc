@@ -6,9 +6,9 @@
 #include <map>
 #include <vector>
 
-#include "common/config.h"
-#include "common/errors.h"
-#include "common/log.h"
+#include "common/config/config.h"
+#include "common/base/errors.h"
+#include "common/base/log.h"
 #include "worker/data/shard_sampler.h"
 #include "worker/data/synthetic.h"
 #include "worker/train/epoch_driver.h"

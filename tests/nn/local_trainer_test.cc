@@ -1,7 +1,7 @@
 // The single-worker trainer end to end on the synthetic dataset.
 #include <doctest/doctest.h>
 
-#include "common/errors.h"
+#include "common/base/errors.h"
 #include "worker/train/local_trainer.h"
 
 namespace pstrain {

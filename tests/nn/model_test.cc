@@ -5,9 +5,9 @@
 #include <cmath>
 #include <cstring>
 
-#include "common/errors.h"
+#include "common/base/errors.h"
 #include "nn_test_util.h"
-#include "common/model_names.h"
+#include "common/config/model_names.h"
 #include "worker/nn/model.h"
 #include "worker/nn/model_spec.h"
 

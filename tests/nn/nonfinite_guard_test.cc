@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "common/errors.h"
+#include "common/base/errors.h"
 #include "worker/train/divergence.h"
 
 using namespace pstrain;

@@ -1,12 +1,12 @@
 // Backend::sgd_step / adam_step and DeviceOptimizer against the shared host
-// optimizer (common/optimizer.h), plus their validation.
+// optimizer (common/math/optimizer.h), plus their validation.
 #include <doctest/doctest.h>
 
 #include <cmath>
 
-#include "common/errors.h"
-#include "common/optimizer.h"
-#include "common/update_rules.h"
+#include "common/base/errors.h"
+#include "common/math/optimizer.h"
+#include "common/math/update_rules.h"
 #include "nn_test_util.h"
 #include "worker/nn/device_optimizer.h"
 
@@ -63,7 +63,7 @@ TEST_CASE("device SGD is bit-identical to the host optimizer") {
 }
 
 TEST_CASE("device Adam is bit-identical to the host optimizer") {
-  // Both run common/update_rules.h with coefficients from one function; the
+  // Both run common/math/update_rules.h with coefficients from one function; the
   // backend once computed 1 - beta1 in float (0.10000002384 for 0.9) where the
   // servers computed it in double (0.10000000149), and the modes parted at step 1.
   compare_with_host(adam_config(0.0), 0.0);

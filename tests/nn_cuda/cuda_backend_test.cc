@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "common/errors.h"
+#include "common/base/errors.h"
 #include "parity_harness.h"
 #if defined(PSTRAIN_HAVE_CUDA)
 #include "worker/nn/cuda/arg_checks.h"

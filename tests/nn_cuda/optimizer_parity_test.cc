@@ -1,7 +1,7 @@
 // CPU-vs-CUDA parity of the optimizer steps over several consecutive steps
 // (state carried between them): SGD with/without momentum, Nesterov and
 // weight decay (incl. a null velocity at momentum 0), Adam with and without
-// weight decay. Both run common/update_rules.h's element functions and the
+// weight decay. Both run common/math/update_rules.h's element functions and the
 // CUDA file is compiled without FMA contraction, so the bits must be equal.
 // Skipped, with the reason printed, when no CUDA device is present.
 #include <doctest/doctest.h>

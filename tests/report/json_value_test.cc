@@ -5,8 +5,8 @@
 #include <cmath>
 #include <string>
 
-#include "common/errors.h"
-#include "common/json_line.h"
+#include "common/base/errors.h"
+#include "common/base/json_line.h"
 #include "tools/report/json_value.h"
 
 using pstrain::DataError;

@@ -4,7 +4,7 @@
 
 #include <cmath>
 
-#include "common/errors.h"
+#include "common/base/errors.h"
 #include "tests/report/report_test_util.h"
 #include "tools/report/metrics.h"
 

@@ -2,7 +2,7 @@
 // peaks, and how the summary shows them or warns about a bad file.
 #include <doctest/doctest.h>
 
-#include "common/errors.h"
+#include "common/base/errors.h"
 #include "tests/report/report_test_util.h"
 #include "tools/report/json_value.h"
 #include "tools/report/resources.h"

@@ -5,8 +5,8 @@
 
 #include <cmath>
 
-#include "common/config.h"
-#include "common/errors.h"
+#include "common/config/config.h"
+#include "common/base/errors.h"
 #include "tests/report/report_test_util.h"
 #include "tools/report/json_value.h"
 #include "tools/report/summary.h"

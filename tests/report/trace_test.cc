@@ -1,4 +1,4 @@
-// The timeline: TraceRecorder (common/trace.h) and its merge and checks
+// The timeline: TraceRecorder (common/observe/trace.h) and its merge and checks
 // (tools/report/trace_merge.h). Here rather than in tests/common because the
 // JSON reader lives in pstrain_report.
 #include <doctest/doctest.h>
@@ -7,8 +7,8 @@
 #include <set>
 #include <thread>
 
-#include "common/errors.h"
-#include "common/trace.h"
+#include "common/base/errors.h"
+#include "common/observe/trace.h"
 #include "report_test_util.h"
 #include "tools/report/json_value.h"
 #include "tools/report/trace_merge.h"

@@ -11,7 +11,7 @@
 #include <exception>
 #include <vector>
 
-#include "common/errors.h"
+#include "common/base/errors.h"
 
 namespace pstrain::bench {
 

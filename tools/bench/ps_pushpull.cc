@@ -7,9 +7,9 @@
 #include <cstdio>
 #include <vector>
 
-#include "common/errors.h"
-#include "common/shm_transport.h"
-#include "common/transport.h"
+#include "common/base/errors.h"
+#include "common/transport/shm_transport.h"
+#include "common/transport/transport.h"
 #include "scheduler/scheduler.h"
 #include "server/server.h"
 #include "tools/bench/processes.h"

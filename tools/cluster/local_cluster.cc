@@ -1,6 +1,6 @@
 #include "tools/cluster/local_cluster.h"
 
-#include "common/errors.h"
+#include "common/base/errors.h"
 
 #include <unistd.h>
 

@@ -1,5 +1,5 @@
 // A whole parameter-server job inside one process: the scheduler and the
-// servers run as threads over one shared Transport (common/transport.h):
+// servers run as threads over one shared Transport (common/transport/transport.h):
 // ZeroMQ on the caller's zmq::context_t (inproc:// by default, or tcp/ipc on
 // loopback) or a FakeTransport (transport = "fake"), and the caller runs the
 // workers on its own threads with WorkerSession (over transport()). Used by
@@ -16,11 +16,11 @@
 
 #include <zmq.hpp>
 
-#include "common/config.h"
-#include "common/fake_transport.h"
-#include "common/log.h"
-#include "common/shm_transport.h"
-#include "common/zmq_transport.h"
+#include "common/config/config.h"
+#include "common/transport/fake_transport.h"
+#include "common/base/log.h"
+#include "common/transport/shm_transport.h"
+#include "common/transport/zmq_transport.h"
 #include "scheduler/scheduler.h"
 #include "server/server.h"
 #include "worker/client/worker_session.h"

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from experiment.spec import ExperimentSpec, canonical_axis, value_text
 
-# Defaults of the run config (common/config.h) for the keys read here.
+# Defaults of the run config (common/config/config.h) for the keys read here.
 _DEFAULTS = {"mode": "sync", "cluster.workers": 2, "cluster.servers": 2, "workload.seed": 1,
              "workload.straggler_rank": -1, "workload.straggler_slowdown": 1.0}
 

@@ -25,7 +25,7 @@ AXIS_ALIASES = {
 }
 # The short name of an axis written as its config key: "cluster.workers" -> "workers".
 _SHORT_NAMES = {key: short for short, key in AXIS_ALIASES.items()}
-# Names of common/config.h's fields that differ from the config file's keys.
+# Names of common/config/config.h's fields that differ from the config file's keys.
 _STRUCT_NAMES = {"cluster.num_workers": "cluster.workers", "cluster.num_servers": "cluster.servers"}
 STALENESS_RULES = ("none", "inverse")
 # Sections of the run config (docs/config.md) an override or axis may name.

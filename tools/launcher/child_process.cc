@@ -9,7 +9,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "common/errors.h"
+#include "common/base/errors.h"
 
 namespace pstrain::launcher {
 namespace {

@@ -7,12 +7,12 @@
 
 #include <system_error>
 
-#include "common/checkpoint.h"
-#include "common/errors.h"
-#include "common/job_clock.h"
-#include "common/model_names.h"
-#include "common/node_cli.h"
-#include "common/security.h"
+#include "common/checkpoint/checkpoint.h"
+#include "common/base/errors.h"
+#include "common/base/job_clock.h"
+#include "common/config/model_names.h"
+#include "common/node/node_cli.h"
+#include "common/wire/security.h"
 #include "tools/launcher/config_site.h"
 #include "tools/launcher/remote.h"
 #include "worker/data/load_dataset.h"

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "common/config.h"
+#include "common/config/config.h"
 #include "tools/launcher/supervisor.h"
 
 namespace pstrain::launcher {

@@ -11,12 +11,12 @@
 #include <string>
 #include <string_view>
 
-#include "common/checkpoint.h"
-#include "common/errors.h"
-#include "common/job_clock.h"
-#include "common/log.h"
-#include "common/node_cli.h"
-#include "common/security.h"
+#include "common/checkpoint/checkpoint.h"
+#include "common/base/errors.h"
+#include "common/base/job_clock.h"
+#include "common/base/log.h"
+#include "common/node/node_cli.h"
+#include "common/wire/security.h"
 #include "tools/launcher/fencing.h"
 #include "tools/launcher/live_status.h"
 #include "tools/launcher/metrics_tail.h"
@@ -102,7 +102,7 @@ class Launch {
         start_(Clock::now()),
         failures_(plan_.failures_file()) {
     failures_.skip_existing();  // a resumed run's earlier failures are about processes long gone
-    // Every process of the job measures time from this origin (common/job_clock.h).
+    // Every process of the job measures time from this origin (common/base/job_clock.h).
     setenv(kJobStartEnv, std::to_string(job_clock_.origin_unix_us()).c_str(), 1);
     for (const char* name : kEnclosingJobEnv) unsetenv(name);
     setenv(kLauncherEnv, std::to_string(getpid()).c_str(), 1);  // it writes config.toml, not the scheduler

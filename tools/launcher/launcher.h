@@ -9,7 +9,7 @@
 
 #include <optional>
 
-#include "common/errors.h"
+#include "common/base/errors.h"
 #include "tools/launcher/launch_plan.h"
 
 namespace pstrain::launcher {
@@ -26,7 +26,7 @@ struct LaunchOptions {
                                     // a terminal (on one: redrawn in place); 0 = no status
 };
 
-// Exit codes of run_launch() and of the launch program (common/errors.h):
+// Exit codes of run_launch() and of the launch program (common/base/errors.h):
 // kExitOk; kExitFailed (a node failed, a timeout, or the summary failed);
 // kExitConfig (config or usage error, or the run directory in use by a live
 // launch: nothing was started or changed); kExitDiverged

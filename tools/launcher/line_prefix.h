@@ -1,5 +1,5 @@
 // One prefix per echoed line. The nodes' loggers already start their lines
-// with "[    1.234 worker 0] " (common/log.h, time on the job clock); the
+// with "[    1.234 worker 0] " (common/base/log.h, time on the job clock); the
 // launcher echoes those as they are and gives every other line (library
 // output, crash text, "pstrain-worker: error: ...") the same prefix with the
 // job-clock time at which it read the line. The launcher's own messages use

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "common/job_clock.h"
+#include "common/base/job_clock.h"
 #include "tools/launcher/metrics_tail.h"
 
 namespace pstrain::launcher {

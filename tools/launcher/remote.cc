@@ -8,7 +8,7 @@
 #include <cstdlib>
 #include <sstream>
 
-#include "common/errors.h"
+#include "common/base/errors.h"
 
 namespace pstrain::launcher {
 

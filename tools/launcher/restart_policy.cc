@@ -2,7 +2,7 @@
 
 #include <cstdlib>
 
-#include "common/errors.h"
+#include "common/base/errors.h"
 
 namespace pstrain::launcher {
 

@@ -12,7 +12,7 @@
 #include <system_error>
 #include <vector>
 
-#include "common/errors.h"
+#include "common/base/errors.h"
 
 namespace pstrain::launcher {
 namespace {

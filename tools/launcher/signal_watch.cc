@@ -7,7 +7,7 @@
 #include <cstring>
 #include <string>
 
-#include "common/errors.h"
+#include "common/base/errors.h"
 
 namespace pstrain::launcher {
 

@@ -4,7 +4,7 @@
 #include <cmath>
 #include <cstdio>
 
-#include "common/log.h"
+#include "common/base/log.h"
 
 namespace pstrain::launcher {
 namespace {

@@ -25,7 +25,7 @@
 #include <string>
 #include <vector>
 
-#include "common/job_clock.h"
+#include "common/base/job_clock.h"
 #include "tools/launcher/child_process.h"
 #include "tools/launcher/signal_watch.h"
 

@@ -5,7 +5,7 @@
 #include <cstdlib>
 #include <utility>
 
-#include "common/errors.h"
+#include "common/base/errors.h"
 
 namespace pstrain::report {
 namespace {

@@ -5,7 +5,7 @@
 #include <sstream>
 #include <string>
 
-#include "common/errors.h"
+#include "common/base/errors.h"
 #include "tools/report/json_value.h"
 
 namespace pstrain::report {

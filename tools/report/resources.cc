@@ -10,13 +10,13 @@
 #include <regex>
 #include <sstream>
 
-#include "common/errors.h"
+#include "common/base/errors.h"
 #include "tools/report/json_text.h"
 
 namespace pstrain::report {
 namespace {
 
-// The columns read, in the writer's order (common/resource_sampler.h).
+// The columns read, in the writer's order (common/observe/resource_sampler.h).
 enum Column {
   kTime, kCpuUser, kCpuSystem, kCpuPercent, kRss, kSent, kReceived, kCollective, kGpuUtil, kGpuMem, kGpuPower,
   kNumColumns

@@ -1,5 +1,5 @@
 // The resource samples of a run (RUN_DIR/metrics/resources-<role>-<rank>.csv,
-// written by common/resource_sampler.h; docs/run_directory.md) and their
+// written by common/observe/resource_sampler.h; docs/run_directory.md) and their
 // means and peaks per process for the summary.
 //
 // Reading is strict about what a file holds: a header naming every column,

@@ -4,7 +4,7 @@
 #include <array>
 #include <limits>
 
-#include "common/errors.h"
+#include "common/base/errors.h"
 #include "tools/report/json_text.h"
 #include "tools/report/text_file.h"
 

@@ -25,7 +25,7 @@
 #include <string>
 #include <vector>
 
-#include "common/config.h"
+#include "common/config/config.h"
 #include "tools/report/metrics.h"
 #include "tools/report/resources.h"
 

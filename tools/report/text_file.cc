@@ -5,7 +5,7 @@
 #include <fstream>
 #include <system_error>
 
-#include "common/errors.h"
+#include "common/base/errors.h"
 
 namespace pstrain::report {
 

@@ -9,7 +9,7 @@
 #include <system_error>
 #include <utility>
 
-#include "common/errors.h"
+#include "common/base/errors.h"
 #include "tools/report/json_text.h"
 #include "tools/report/text_file.h"
 

@@ -1,5 +1,5 @@
 // The job's timeline: merges the per-process parts RUN_DIR/trace/*.json
-// (written by common/trace.h's TraceRecorder) into RUN_DIR/trace.json, one
+// (written by common/observe/trace.h's TraceRecorder) into RUN_DIR/trace.json, one
 // Chrome trace event file that Perfetto (ui.perfetto.dev) and chrome://tracing
 // open. The launcher calls merge_trace() after every job (success or
 // failure); build/bin/merge_trace RUN_DIR does it by hand (SLURM, by-hand

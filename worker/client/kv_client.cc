@@ -2,10 +2,10 @@
 
 #include <algorithm>
 
-#include "common/bfloat16.h"
-#include "common/errors.h"
-#include "common/stream_copy.h"
-#include "common/transport.h"
+#include "common/base/bfloat16.h"
+#include "common/base/errors.h"
+#include "common/base/stream_copy.h"
+#include "common/transport/transport.h"
 
 namespace pstrain {
 

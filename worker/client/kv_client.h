@@ -8,7 +8,7 @@
 // handed to push()/init() are sent zero-copy: keep them alive and unchanged,
 // and the buffer given to pull() untouched, until wait() returns for that
 // ticket. An error reply from a server makes wait() throw ServerError
-// (common/errors.h) with the server's status, rank and text (the first
+// (common/base/errors.h) with the server's status, rank and text (the first
 // error of the ticket), except status kAborted (the server is shutting the
 // job down), which throws AbortedError; an abort or a shutdown from the scheduler (when a
 // SchedulerClient is attached) makes it throw AbortedError; no reply within timeout_ms throws
@@ -33,13 +33,13 @@
 
 #include <zmq.hpp>
 
-#include "common/config.h"
-#include "common/protocol.h"
-#include "common/scheduler_client.h"
-#include "common/shard_map.h"
-#include "common/transport.h"
-#include "common/traffic_counters.h"
-#include "common/trace.h"
+#include "common/config/config.h"
+#include "common/wire/protocol.h"
+#include "common/node/scheduler_client.h"
+#include "common/math/shard_map.h"
+#include "common/transport/transport.h"
+#include "common/observe/traffic_counters.h"
+#include "common/observe/trace.h"
 
 namespace pstrain {
 
@@ -54,7 +54,7 @@ struct KVClientOptions {
   // Level "all": one span per chunk request on a track per server ("push" /
   // "pull" / "init", chunk, server, bytes, latency_us); null = none.
   TraceRecorder* trace = nullptr;
-  const SecurityContext* security = nullptr;  // CURVE client keys (common/security.h); null = plain
+  const SecurityContext* security = nullptr;  // CURVE client keys (common/wire/security.h); null = plain
   // ps.wire_dtype: kFloat32, or kBFloat16 (pushes narrowed here, pull replies
   // asked in bfloat16 and widened into the caller's buffer; init stays float32).
   DType wire_dtype = DType::kFloat32;
@@ -148,7 +148,7 @@ class KVClient {
   // weights with streaming stores (Message::copy_floats_to): nothing of them
   // would be in the caches when the model reads them, and the stores do not
   // read the destination's old lines first (a third of a copy's memory traffic).
-  bool stream_pulls_ = false;  // above kStreamWeightsAboveBytes (common/stream_copy.h)
+  bool stream_pulls_ = false;  // above kStreamWeightsAboveBytes (common/base/stream_copy.h)
   // bfloat16 pushes: per chunk, the narrowed gradient ZeroMQ sends zero-copy
   // (reused once ZeroMQ has let go of it).
   std::vector<std::shared_ptr<std::vector<std::uint16_t>>> narrowed_;

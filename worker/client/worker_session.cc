@@ -5,7 +5,7 @@
 #include <chrono>
 #include <thread>
 
-#include "common/errors.h"
+#include "common/base/errors.h"
 
 namespace pstrain {
 

@@ -10,12 +10,12 @@
 
 #include <zmq.hpp>
 
-#include "common/config.h"
-#include "common/job_fingerprint.h"
-#include "common/param_layout.h"
-#include "common/scheduler_client.h"
-#include "common/security.h"
-#include "common/shard_map.h"
+#include "common/config/config.h"
+#include "common/config/job_fingerprint.h"
+#include "common/math/param_layout.h"
+#include "common/node/scheduler_client.h"
+#include "common/wire/security.h"
+#include "common/math/shard_map.h"
 #include "worker/client/kv_client.h"
 
 namespace pstrain {
@@ -28,7 +28,7 @@ struct WorkerSessionOptions {
   std::string job_fingerprint;
   TrafficCounters* traffic = nullptr;  // the node's byte counters (may be null; must outlive the session)
   TraceRecorder* trace = nullptr;  // the worker's timeline (per-chunk spans in the KV client); null = none
-  const SecurityContext* security = nullptr;  // CURVE keys (common/security.h); null = plain; must outlive the session
+  const SecurityContext* security = nullptr;  // CURVE keys (common/wire/security.h); null = plain; must outlive the session
   DType wire_dtype = DType::kFloat32;  // ps.wire_dtype (wire_dtype_of below)
   // --rejoin: take back the rank of a dropped worker (requested_rank) in a
   // running job; refusals are tried again for at most cluster.timeout_ms (the
@@ -42,7 +42,7 @@ DType wire_dtype_of(const std::string& name);
 class WorkerSession {
  public:
   WorkerSession(zmq::context_t& ctx, const WorkerSessionOptions& options, const ParamLayout& layout);
-  // Over the node's transport (common/transport.h; outliving the session).
+  // Over the node's transport (common/transport/transport.h; outliving the session).
   WorkerSession(Transport& transport, const WorkerSessionOptions& options, const ParamLayout& layout);
 
   int rank() const { return scheduler_.rank(); }

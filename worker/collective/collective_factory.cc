@@ -1,6 +1,6 @@
 #include "worker/collective/collective_factory.h"
 
-#include "common/errors.h"
+#include "common/base/errors.h"
 
 #if defined(PSTRAIN_HAVE_GLOO)
 #include "worker/collective/gloo_collective.h"

@@ -8,7 +8,7 @@
 #include <memory>
 #include <string>
 
-#include "common/trace.h"
+#include "common/observe/trace.h"
 #include "worker/collective/collective.h"
 #include "worker/collective/rendezvous_store.h"
 

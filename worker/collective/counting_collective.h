@@ -1,5 +1,5 @@
 // A Collective that adds the bytes of every range it is given to a node's
-// TrafficCounters (collective_bytes, common/traffic_counters.h) and passes
+// TrafficCounters (collective_bytes, common/observe/traffic_counters.h) and passes
 // the operation on unchanged. Gloo and NCCL talk over their own connections,
 // which the transport's counters never see; this records how much data each
 // rank put through them: allreduce and broadcast count num_elems * 4 bytes on
@@ -8,7 +8,7 @@
 
 #include <memory>
 
-#include "common/traffic_counters.h"
+#include "common/observe/traffic_counters.h"
 #include "worker/collective/collective.h"
 
 namespace pstrain {

@@ -12,7 +12,7 @@
 
 #include <map>
 
-#include "common/errors.h"
+#include "common/base/errors.h"
 #include "worker/collective/comm_thread.h"
 
 namespace pstrain {

@@ -4,7 +4,7 @@
 #include <cstdlib>
 #include <string_view>
 
-#include "common/errors.h"
+#include "common/base/errors.h"
 
 namespace pstrain {
 

@@ -1,7 +1,7 @@
 #include "worker/collective/in_process_store.h"
 
-#include "common/errors.h"
-#include "common/protocol.h"
+#include "common/base/errors.h"
+#include "common/wire/protocol.h"
 
 namespace pstrain {
 

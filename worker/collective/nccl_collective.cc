@@ -7,7 +7,7 @@
 #include <exception>
 #include <thread>
 
-#include "common/errors.h"
+#include "common/base/errors.h"
 
 namespace pstrain {
 namespace {

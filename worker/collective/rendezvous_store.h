@@ -4,7 +4,7 @@
 // works across machines) and InProcessStore (threads of one process: tests,
 // benchmarks).
 // Keys have 1..kMaxStoreKeyBytes bytes, values at most kMaxStoreValueBytes
-// (common/protocol.h); others raise ProtocolError naming the key.
+// (common/wire/protocol.h); others raise ProtocolError naming the key.
 #pragma once
 
 #include <chrono>

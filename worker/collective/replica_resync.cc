@@ -3,7 +3,7 @@
 #include <cmath>
 #include <string>
 
-#include "common/errors.h"
+#include "common/base/errors.h"
 
 namespace pstrain {
 namespace {

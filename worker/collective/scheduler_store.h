@@ -1,12 +1,12 @@
 // The rendezvous store kept by the job's scheduler (kStoreSet / kStoreGet,
-// common/protocol.h): works for ranks on any machine that reaches the
+// common/wire/protocol.h): works for ranks on any machine that reaches the
 // scheduler. A get that waits keeps the scheduler link's thread blocked
 // (heartbeats go on from their own thread); an abort of the job arriving
 // meanwhile raises AbortedError.
 // Not thread-safe: use it from the thread that owns the SchedulerClient.
 #pragma once
 
-#include "common/scheduler_client.h"
+#include "common/node/scheduler_client.h"
 #include "worker/collective/rendezvous_store.h"
 
 namespace pstrain {

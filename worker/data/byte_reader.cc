@@ -8,7 +8,7 @@
 #include <system_error>
 #include <utility>
 
-#include "common/errors.h"
+#include "common/base/errors.h"
 
 namespace pstrain::data {
 

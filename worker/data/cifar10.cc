@@ -4,7 +4,7 @@
 #include <filesystem>
 #include <utility>
 
-#include "common/errors.h"
+#include "common/base/errors.h"
 #include "worker/data/normalization.h"
 
 namespace pstrain::data {

@@ -4,7 +4,7 @@
 #include <cstddef>
 #include <string>
 
-#include "common/errors.h"
+#include "common/base/errors.h"
 
 namespace pstrain::data {
 

@@ -6,7 +6,7 @@
 #include <span>
 #include <utility>
 
-#include "common/errors.h"
+#include "common/base/errors.h"
 
 namespace pstrain::data {
 

@@ -2,7 +2,7 @@
 
 #include <filesystem>
 
-#include "common/errors.h"
+#include "common/base/errors.h"
 #include "worker/data/cifar10.h"
 #include "worker/data/idx_reader.h"
 #include "worker/data/normalization.h"

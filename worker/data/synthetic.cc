@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "common/errors.h"
+#include "common/base/errors.h"
 #include "worker/data/portable_random.h"
 
 namespace pstrain::data {

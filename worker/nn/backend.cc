@@ -5,7 +5,7 @@
 
 #include <charconv>
 
-#include "common/errors.h"
+#include "common/base/errors.h"
 
 namespace pstrain::nn {
 namespace {

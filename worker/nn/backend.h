@@ -17,7 +17,7 @@
 #include <string>
 #include <string_view>
 
-#include "common/update_rules.h"
+#include "common/math/update_rules.h"
 
 namespace pstrain::nn {
 
@@ -86,7 +86,7 @@ class Backend {
   virtual XentResult softmax_xent(int n, int classes, const float* logits, const std::int32_t* labels,
                                   float* dlogits) = 0;
 
-  // ---- optimizer steps: the rules of common/update_rules.h, with the step's
+  // ---- optimizer steps: the rules of common/math/update_rules.h, with the step's
   // coefficients from update::sgd_coefficients / adam_coefficients ----
   // velocity may be null only when c.momentum == 0 (ComputeError otherwise).
   virtual void sgd_step(float* w, const float* g, float* velocity, std::size_t num_elems,

@@ -3,7 +3,7 @@
 #include <cstring>
 #include <new>
 
-#include "common/errors.h"
+#include "common/base/errors.h"
 #include "worker/nn/cpu_ops.h"
 #include "worker/nn/shape_checks.h"
 

@@ -3,7 +3,7 @@
 #include <cmath>
 #include <string>
 
-#include "common/errors.h"
+#include "common/base/errors.h"
 #include "worker/nn/dropout_hash.h"
 
 namespace pstrain::nn::cpu {

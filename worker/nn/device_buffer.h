@@ -8,7 +8,7 @@
 #include <string>
 #include <utility>
 
-#include "common/errors.h"
+#include "common/base/errors.h"
 #include "worker/nn/backend.h"
 
 namespace pstrain::nn {

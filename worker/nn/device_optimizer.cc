@@ -3,8 +3,8 @@
 #include <cmath>
 #include <string>
 
-#include "common/errors.h"
-#include "common/optimizer.h"
+#include "common/base/errors.h"
+#include "common/math/optimizer.h"
 
 namespace pstrain::nn {
 namespace {

@@ -1,6 +1,6 @@
 // An optimizer applied on the backend ("device-side") to a model's flat
 // parameter buffer with its flat gradient buffer, using Backend::sgd_step /
-// adam_step: the same formulas as common/optimizer.h, without copying
+// adam_step: the same formulas as common/math/optimizer.h, without copying
 // parameters to the host. Owns the optimizer state (SGD velocity when
 // momentum > 0; Adam's m and v) in backend memory, zero-initialized.
 // Used by the single-worker trainer and usable by allreduce workers.
@@ -11,7 +11,7 @@
 #include <span>
 #include <vector>
 
-#include "common/config.h"
+#include "common/config/config.h"
 #include "worker/nn/backend.h"
 #include "worker/nn/device_buffer.h"
 

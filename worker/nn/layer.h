@@ -14,7 +14,7 @@
 #include <span>
 #include <string>
 
-#include "common/param_layout.h"
+#include "common/math/param_layout.h"
 #include "worker/nn/backend.h"
 
 namespace pstrain::nn {

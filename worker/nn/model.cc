@@ -3,7 +3,7 @@
 #include <random>
 #include <string>
 
-#include "common/errors.h"
+#include "common/base/errors.h"
 #include "worker/nn/param_layers.h"
 #include "worker/nn/simple_layers.h"
 

@@ -18,7 +18,7 @@
 #include <span>
 #include <vector>
 
-#include "common/param_layout.h"
+#include "common/math/param_layout.h"
 #include "worker/nn/backend.h"
 #include "worker/nn/device_buffer.h"
 #include "worker/nn/layer.h"

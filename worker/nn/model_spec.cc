@@ -1,7 +1,7 @@
 #include "worker/nn/model_spec.h"
 
-#include "common/errors.h"
-#include "common/model_names.h"
+#include "common/base/errors.h"
+#include "common/config/model_names.h"
 
 namespace pstrain::nn {
 

@@ -1,6 +1,6 @@
 #include "worker/nn/param_layers.h"
 
-#include "common/errors.h"
+#include "common/base/errors.h"
 #include "worker/nn/shape_checks.h"
 #include "worker/nn/weight_init.h"
 

@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <limits>
 
-#include "common/errors.h"
+#include "common/base/errors.h"
 
 namespace pstrain::nn {
 namespace {

@@ -1,6 +1,6 @@
 #include "worker/nn/simple_layers.h"
 
-#include "common/errors.h"
+#include "common/base/errors.h"
 #include "worker/nn/shape_checks.h"
 
 namespace pstrain::nn {

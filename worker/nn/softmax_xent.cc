@@ -2,7 +2,7 @@
 
 #include <string>
 
-#include "common/errors.h"
+#include "common/base/errors.h"
 
 namespace pstrain::nn {
 

@@ -4,10 +4,10 @@
 #include <cstdio>
 #include <optional>
 
-#include "common/errors.h"
-#include "common/job_fingerprint.h"
-#include "common/node_cli.h"
-#include "common/resource_sampler.h"
+#include "common/base/errors.h"
+#include "common/config/job_fingerprint.h"
+#include "common/node/node_cli.h"
+#include "common/observe/resource_sampler.h"
 #include "worker/collective/counting_collective.h"
 #include "worker/collective/collective_factory.h"
 #include "worker/collective/gpu_assignment.h"

@@ -14,7 +14,7 @@
 #include <thread>
 #include <vector>
 
-#include "common/errors.h"
+#include "common/base/errors.h"
 #include "worker/collective/gradient_buckets.h"
 #include "worker/collective/replica_resync.h"
 #include "worker/nn/device_buffer.h"

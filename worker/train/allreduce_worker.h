@@ -4,7 +4,7 @@
 //   its gradients join a bucket of collective.bucket_bytes whose allreduce
 //   (mean over the workers) starts at once, overlapping the rest of backward
 //   -> wait for every bucket -> the same optimizer update on every worker
-//   (nn::DeviceOptimizer: common/update_rules.h, the servers' code
+//   (nn::DeviceOptimizer: common/math/update_rules.h, the servers' code
 //   path on the CPU) applied to its own replica.
 // Replicas start from worker 0's weights (broadcast) and stay identical;
 // at each epoch's end every worker checks that (a fingerprint of the weights
@@ -23,9 +23,9 @@
 #include <string>
 #include <vector>
 
-#include "common/config.h"
-#include "common/log.h"
-#include "common/trace.h"
+#include "common/config/config.h"
+#include "common/base/log.h"
+#include "common/observe/trace.h"
 #include "worker/client/worker_session.h"
 #include "worker/collective/collective.h"
 #include "worker/train/metrics.h"

@@ -9,8 +9,8 @@
 #include <fstream>
 #include <iterator>
 
-#include "common/errors.h"
-#include "common/npz.h"
+#include "common/base/errors.h"
+#include "common/checkpoint/npz.h"
 #include "worker/train/metrics.h"
 
 namespace pstrain {

@@ -1,6 +1,6 @@
 // The final weights of a run: worker 0 writes run_dir/weights.bin when
 // training ends (every mode), so runs can be compared weight by weight,
-// and weights.npz, the same tensors by name for NumPy (common/npz.h).
+// and weights.npz, the same tensors by name for NumPy (common/checkpoint/npz.h).
 // Format (little-endian, as on every supported machine):
 //   bytes 0..3   magic "PSWT"
 //   bytes 4..7   u32 format version (1)
@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "common/param_layout.h"
+#include "common/math/param_layout.h"
 
 namespace pstrain {
 
@@ -25,7 +25,7 @@ std::string weights_path(const std::string& run_dir);
 void write_final_weights(const std::string& run_dir, std::span<const float> params);
 
 // The same, and beside it run_dir/weights.npz: each tensor of `layout` by
-// name and shape, for NumPy and the tools that read it (common/npz.h).
+// name and shape, for NumPy and the tools that read it (common/checkpoint/npz.h).
 void write_final_weights(const std::string& run_dir, const ParamLayout& layout, std::span<const float> params);
 
 // Path of the NumPy export in a run directory.

@@ -5,9 +5,9 @@
 #include <deque>
 #include <numeric>
 
-#include "common/errors.h"
-#include "common/lr_schedule.h"
-#include "common/optimizer.h"
+#include "common/base/errors.h"
+#include "common/math/lr_schedule.h"
+#include "common/math/optimizer.h"
 #include "worker/data/shard_sampler.h"
 #include "worker/train/epoch_driver.h"
 

@@ -20,8 +20,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "common/config.h"
-#include "common/log.h"
+#include "common/config/config.h"
+#include "common/base/log.h"
 #include "worker/train/workload.h"
 
 namespace pstrain {

@@ -8,8 +8,8 @@
 #include <span>
 #include <string>
 
-#include "common/config.h"
-#include "common/errors.h"
+#include "common/config/config.h"
+#include "common/base/errors.h"
 
 namespace pstrain {
 

@@ -5,7 +5,7 @@
 // steps per epoch (the same on every worker), capped by workload.max_steps;
 // the learning rate of each step from the schedule (linear scaling by the
 // samples per update: batch x workers in sync and allreduce, batch in async
-// and ssp, common/lr_schedule.h); progress lines from worker 0 five times an epoch (the mean loss
+// and ssp, common/math/lr_schedule.h); progress lines from worker 0 five times an epoch (the mean loss
 // and images/s since the previous line); a hook at each epoch's end. Before
 // the first step it writes the metrics file's "plan" record (total_steps,
 // steps_per_epoch, epochs), which the launcher's status line reads. Not
@@ -26,9 +26,9 @@
 #include <functional>
 #include <span>
 
-#include "common/config.h"
-#include "common/log.h"
-#include "common/lr_schedule.h"
+#include "common/config/config.h"
+#include "common/base/log.h"
+#include "common/math/lr_schedule.h"
 #include "worker/data/dataset.h"
 #include "worker/data/shard_sampler.h"
 #include "worker/train/epoch_members.h"

@@ -3,10 +3,10 @@
 #include <algorithm>
 #include <string>
 
-#include "common/checkpoint.h"
-#include "common/errors.h"
-#include "common/protocol.h"
-#include "common/scheduler_client.h"
+#include "common/checkpoint/checkpoint.h"
+#include "common/base/errors.h"
+#include "common/wire/protocol.h"
+#include "common/node/scheduler_client.h"
 
 namespace pstrain {
 

@@ -5,7 +5,7 @@
 // The rule: the members of epoch E are the workers the scheduler had not
 // dropped when the first worker asked for epoch E (the scheduler answers the
 // reserved store key epoch_members_key(E) from its live set once, then
-// every later asker gets the same answer; common/scheduler_client.h). Every
+// every later asker gets the same answer; common/node/scheduler_client.h). Every
 // live worker therefore shards epoch E the same way, however late it asks:
 // the workers are ordered by rank and worker r takes the ShardSampler shard
 // of its position among them (W members: position p of W). With no drop the

@@ -5,9 +5,9 @@
 #include <cstdio>
 #include <span>
 
-#include "common/errors.h"
-#include "common/json_line.h"
-#include "common/lr_schedule.h"
+#include "common/base/errors.h"
+#include "common/base/json_line.h"
+#include "common/math/lr_schedule.h"
 #include "worker/data/shard_sampler.h"
 #include "worker/nn/device_optimizer.h"
 #include "worker/train/workload.h"

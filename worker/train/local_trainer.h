@@ -4,7 +4,7 @@
 // config.schedule; config.mode and the cluster settings are ignored.
 //
 // The update runs on the backend (nn::DeviceOptimizer: Backend::sgd_step /
-// adam_step on the model's flat buffers, the formulas of common/optimizer.h;
+// adam_step on the model's flat buffers, the formulas of common/math/optimizer.h;
 // SGD is bit-identical to the host optimizer on the CPU), so a GPU run never
 // copies parameters to the host. The learning rate comes from LrSchedule
 // with global batch = batch_size.
@@ -18,8 +18,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "common/config.h"
-#include "common/log.h"
+#include "common/config/config.h"
+#include "common/base/log.h"
 #include "worker/train/metrics.h"
 
 namespace pstrain {

@@ -4,7 +4,7 @@
 #include <cstring>
 #include <filesystem>
 
-#include "common/errors.h"
+#include "common/base/errors.h"
 
 namespace pstrain {
 

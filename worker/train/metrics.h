@@ -12,9 +12,9 @@
 #include <memory>
 #include <string>
 
-#include "common/job_clock.h"
-#include "common/json_line.h"
-#include "common/log.h"
+#include "common/base/job_clock.h"
+#include "common/base/json_line.h"
+#include "common/base/log.h"
 
 namespace pstrain {
 
@@ -33,7 +33,7 @@ class MetricsWriter {
 
   // Seconds since construction (the time base of every record).
   double elapsed_s() const;
-  // Seconds on the job clock (PSTRAIN_JOB_START_US; common/job_clock.h).
+  // Seconds on the job clock (PSTRAIN_JOB_START_US; common/base/job_clock.h).
   double job_s() const { return clock_.now_s(); }
   void write(const JsonLine& line);
   const std::string& path() const { return path_; }

@@ -7,7 +7,7 @@
 #include <thread>
 #include <vector>
 
-#include "common/errors.h"
+#include "common/base/errors.h"
 
 namespace pstrain {
 

@@ -18,8 +18,8 @@
 #include <span>
 #include <string>
 
-#include "common/config.h"
-#include "common/log.h"
+#include "common/config/config.h"
+#include "common/base/log.h"
 #include "worker/client/worker_session.h"
 #include "worker/train/worker_checkpoint.h"
 

@@ -8,7 +8,7 @@
 #include <optional>
 #include <vector>
 
-#include "common/errors.h"
+#include "common/base/errors.h"
 #include "worker/train/checkpoint.h"
 #include "worker/train/divergence.h"
 #include "worker/train/epoch_driver.h"

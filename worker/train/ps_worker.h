@@ -8,14 +8,14 @@
 // Worker 0 evaluates the test set on the servers' weights at each epoch's end
 // and after the last step. Metrics go to the MetricsWriter; spans of each
 // step (step > pull wait, data, forward+backward > push sends, push wait; eval)
-// to `trace` when given (common/trace.h).
+// to `trace` when given (common/observe/trace.h).
 #pragma once
 
 #include <cstdint>
 
-#include "common/config.h"
-#include "common/log.h"
-#include "common/trace.h"
+#include "common/config/config.h"
+#include "common/base/log.h"
+#include "common/observe/trace.h"
 #include "worker/client/worker_session.h"
 #include "worker/train/metrics.h"
 #include "worker/train/records.h"

@@ -4,7 +4,7 @@
 
 #include <cstdint>
 
-#include "common/log.h"
+#include "common/base/log.h"
 #include "worker/nn/model.h"
 #include "worker/train/metrics.h"
 #include "worker/train/workload.h"

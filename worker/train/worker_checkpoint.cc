@@ -5,7 +5,7 @@
 #include <thread>
 #include <cstdio>
 
-#include "common/scheduler_client.h"
+#include "common/node/scheduler_client.h"
 #include "worker/train/epoch_members.h"
 
 namespace pstrain {

@@ -1,4 +1,4 @@
-// A worker's side of checkpoints (common/checkpoint.h; protocol in
+// A worker's side of checkpoints (common/checkpoint/checkpoint.h; protocol in
 // docs/architecture.md, "Checkpoints and resume").
 //
 // Every worker writes worker-R.ckpt when it has finished step S-1 (S a
@@ -24,9 +24,9 @@
 #include <string>
 #include <vector>
 
-#include "common/checkpoint.h"
-#include "common/config.h"
-#include "common/log.h"
+#include "common/checkpoint/checkpoint.h"
+#include "common/config/config.h"
+#include "common/base/log.h"
 #include "worker/train/metrics.h"
 #include "worker/train/records.h"
 

@@ -7,8 +7,8 @@
 #include <memory>
 #include <string>
 
-#include "common/config.h"
-#include "common/log.h"
+#include "common/config/config.h"
+#include "common/base/log.h"
 #include "worker/data/dataset.h"
 #include "worker/nn/backend.h"
 #include "worker/nn/model.h"

@@ -1,7 +1,7 @@
 // Argument validation of the CUDA backend; see arg_checks.h.
 #include "worker/nn/cuda/arg_checks.h"
 
-#include "common/errors.h"
+#include "common/base/errors.h"
 
 namespace pstrain::nn::cuda {
 

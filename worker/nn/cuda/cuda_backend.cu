@@ -8,7 +8,7 @@
 #include <string>
 #include <utility>
 
-#include "common/errors.h"
+#include "common/base/errors.h"
 #include "worker/nn/cuda/arg_checks.h"
 #include "worker/nn/cuda/cuda_check.h"
 #include "worker/nn/cuda/kernels.cuh"

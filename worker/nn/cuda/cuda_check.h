@@ -15,7 +15,7 @@
 #include <string>
 #include <string_view>
 
-#include "common/errors.h"
+#include "common/base/errors.h"
 
 namespace pstrain::nn::cuda {
 

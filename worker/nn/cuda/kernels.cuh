@@ -67,7 +67,7 @@ void softmax_xent(XentTotals* totals, float* dlogits, float* row_loss, std::int3
                   const float* logits, const std::int32_t* labels, int n, int classes,
                   cudaStream_t stream);
 
-// ---- optimizer steps (optimizer_kernels.cu): the element rules of common/update_rules.h ----
+// ---- optimizer steps (optimizer_kernels.cu): the element rules of common/math/update_rules.h ----
 // velocity may be null (plain SGD; the caller checks momentum == 0).
 void sgd_step(float* w, float* velocity, const float* g, std::size_t num_elems, const update::SgdCoefficients& c,
               cudaStream_t stream);

@@ -1,9 +1,9 @@
 // SGD and Adam updates on the device: the element functions of
-// common/update_rules.h, the same code the servers and the CPU backend run.
+// common/math/update_rules.h, the same code the servers and the CPU backend run.
 // This file is compiled without FMA contraction (-fmad=false, see
 // worker/CMakeLists.txt), and nvcc's division and sqrtf are IEEE-rounded by
 // default, so the device's results are bit-identical to the host's.
-#include "common/update_rules.h"
+#include "common/math/update_rules.h"
 #include "worker/nn/cuda/cuda_check.h"
 #include "worker/nn/cuda/kernels.cuh"
 #include "worker/nn/cuda/launch_config.cuh"

@@ -1,0 +1,153 @@
+// Checkpoints on disk (config [checkpoint]; design in docs/architecture.md,
+// "Checkpoints and resume"). Pure file logic, no sockets: the nodes decide
+// what goes into their parts and when.
+//
+// A checkpoint is a directory ROOT/step-NNNNNNNN/ (N = steps completed by
+// every worker) holding one part per node (server-R.ckpt, worker-R.ckpt) and
+// manifest.json, written last: the checkpoint is complete exactly when its
+// manifest exists and every part it lists has the listed size and CRC-32.
+// Every file is written atomically (temporary file, fsync, rename, fsync of
+// the directory), so a crash leaves either the old state or the new file.
+//
+// Part format (little-endian): "PSCK", u32 format version (1), u32 number of
+// fields, then per field: u32 name length, name, u32 kind (1 = i64s,
+// 2 = f32s, 3 = bytes), u64 element count, the elements; then a trailer: u32
+// CRC-32 (zlib) of everything before it. A part therefore checks itself
+// (truncation, flipped bytes) even without the manifest.
+//
+// manifest.json: {"format":1,"step":N,"fingerprint":{"mode":"sync",...},
+// "parts":[{"name":"server-0.ckpt","bytes":B,"crc32":C},...]}.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/config/config.h"
+#include "common/base/errors.h"
+
+namespace pstrain {
+
+// A checkpoint that cannot be used (missing, truncated, corrupt, mismatched).
+class CheckpointError : public Error {
+ public:
+  using Error::Error;
+};
+
+// The fields of one part, by name.
+class CheckpointPart {
+ public:
+  void put_i64s(const std::string& name, std::vector<std::int64_t> values);
+  void put_i64(const std::string& name, std::int64_t value) { put_i64s(name, {value}); }
+  void put_f64(const std::string& name, double value);
+  void put_f32s(const std::string& name, std::span<const float> values);
+  void put_bytes(const std::string& name, const std::string& bytes);
+
+  bool has(const std::string& name) const;
+  // CheckpointError naming the part and field when absent or of another kind.
+  const std::vector<std::int64_t>& i64s(const std::string& name) const;
+  std::int64_t i64(const std::string& name) const;
+  double f64(const std::string& name) const;
+  const std::vector<float>& f32s(const std::string& name) const;
+  const std::string& bytes(const std::string& name) const;
+
+  std::string encode() const;
+  // `what` names the source in errors ("server-0.ckpt of step-00000010").
+  static CheckpointPart decode(const std::string& data, const std::string& what);
+
+  std::string what = "part";  // for messages
+
+ private:
+  std::map<std::string, std::vector<std::int64_t>> i64s_;
+  std::map<std::string, std::vector<float>> f32s_;
+  std::map<std::string, std::string> bytes_;
+};
+
+// What a checkpoint must agree with to be resumed: the fields of the config
+// that change the model, the shard map or the meaning of the saved state.
+struct CheckpointFingerprint {
+  std::vector<std::pair<std::string, std::string>> fields;  // key -> value, in a fixed order
+  bool operator==(const CheckpointFingerprint&) const = default;
+};
+
+// From a config; num_params < 0 leaves the layout out (the launcher, which
+// builds no model, checks the rest).
+CheckpointFingerprint checkpoint_fingerprint(const RunConfig& config, std::int64_t num_params = -1);
+// Empty when `config` (possibly without the layout) agrees with `saved`;
+// else one line per difference: "workload.model: the checkpoint has
+// \"small_cnn\", the config \"fmnist_cnn\"".
+std::string fingerprint_mismatch(const CheckpointFingerprint& saved, const CheckpointFingerprint& config);
+
+struct CheckpointPartInfo {
+  std::string name;
+  std::int64_t bytes = 0;
+  std::uint32_t crc32 = 0;
+};
+
+struct CheckpointManifest {
+  std::int64_t step = 0;
+  CheckpointFingerprint fingerprint;
+  std::vector<CheckpointPartInfo> parts;
+};
+
+std::uint32_t crc32_of(const std::string& data);
+// "step-00000120".
+std::string checkpoint_dir_name(std::int64_t step);
+// The checkpoint root of a run: checkpoint.dir, else RUN_DIR/checkpoints.
+std::filesystem::path checkpoint_root(const RunConfig& config);
+
+// Writes `data` to `path` atomically: PATH.tmp-PID, fsync, rename, fsync of
+// the directory. Throws Error naming the file.
+void write_file_atomic(const std::filesystem::path& path, const std::string& data);
+std::string read_file_bytes(const std::filesystem::path& path);  // CheckpointError when unreadable
+
+// Writes part `name` of checkpoint `dir` (created if needed).
+void write_checkpoint_part(const std::filesystem::path& dir, const std::string& name, const CheckpointPart& part);
+// Reads and checks part `name` against the manifest of `dir`.
+CheckpointPart read_checkpoint_part(const std::filesystem::path& dir, const std::string& name);
+
+// Makes `dir` complete: reads every part in `part_names` (size, CRC), writes
+// manifest.json last. CheckpointError when a part is missing or corrupt.
+CheckpointManifest write_checkpoint_manifest(const std::filesystem::path& dir, std::int64_t step,
+                                             const CheckpointFingerprint& fingerprint,
+                                             const std::vector<std::string>& part_names);
+CheckpointManifest read_checkpoint_manifest(const std::filesystem::path& dir);
+std::string manifest_json(const CheckpointManifest& manifest);
+CheckpointManifest parse_manifest_json(const std::string& text, const std::string& what);
+
+// Empty when `dir` is a complete checkpoint (manifest readable, every part
+// present with its size, CRC and self-check); else why not.
+std::string checkpoint_problem(const std::filesystem::path& dir);
+
+struct FoundCheckpoint {
+  std::filesystem::path dir;
+  CheckpointManifest manifest;
+};
+
+// The newest complete checkpoint under `root` (step-* directories, newest
+// first); each newer one passed over adds "step-N: why" to `skipped`.
+std::optional<FoundCheckpoint> find_newest_checkpoint(const std::filesystem::path& root,
+                                                      std::vector<std::string>* skipped = nullptr);
+// Keeps the `keep` newest complete checkpoints and anything newer than the
+// newest complete one (it may be being written); removes the rest. Returns
+// the directories removed.
+std::vector<std::filesystem::path> prune_checkpoints(const std::filesystem::path& root, int keep);
+
+// Removes every step-* directory under `root` newer than `step` (resume: a
+// timeline that was abandoned). Returns the directories removed.
+std::vector<std::filesystem::path> remove_checkpoints_after(const std::filesystem::path& root, std::int64_t step);
+
+// What `--resume PATH` names: a checkpoint directory (has manifest.json or is
+// called step-*), a checkpoint root (holds step-*), or a run directory
+// (PATH/checkpoints, else `config`'s checkpoint root). Returns the checkpoint
+// to resume from; CheckpointError saying what was looked at when there is
+// none. Checkpoints passed over are added to `skipped`.
+FoundCheckpoint resolve_resume(const std::filesystem::path& path, const RunConfig& config,
+                               std::vector<std::string>* skipped = nullptr);
+
+}  // namespace pstrain

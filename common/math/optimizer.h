@@ -1,0 +1,54 @@
+// Optimizers applied to a contiguous range of the flat parameter buffer. The
+// servers keep one per chunk they own. The update rules themselves (formulas
+// in common/math/update_rules.h) are shared with the workers' backends
+// (nn::DeviceOptimizer, used by allreduce workers), so every mode applies
+// bit-identical updates to the same gradients.
+// Not thread-safe; one owner at a time.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "common/config/config.h"
+#include "common/math/update_rules.h"
+
+namespace pstrain {
+
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+  // One update of w with gradient g (same length as at construction).
+  virtual void step(std::span<float> w, std::span<const float> g, double lr) = 0;
+  // The servers' checked update, in two phases so that a gradient with a NaN
+  // or Inf changes nothing: stage() writes the update of `w` into `w_out`
+  // (another buffer) and the new optimizer state into a spare of its own, in
+  // one pass that also counts the gradient's non-finite values (returned);
+  // commit() makes the staged state current (the caller then takes w_out as
+  // the weights). A stage not committed is forgotten by the next stage().
+  // Bit-identical to step() with the same (decoded, averaged) gradient.
+  virtual std::int64_t stage(std::span<const float> w, std::span<float> w_out, update::GradSource g,
+                             std::size_t num_elems, double lr) = 0;
+  virtual void commit() = 0;
+  virtual std::int64_t num_elems() const = 0;
+  virtual std::int64_t steps_taken() const = 0;
+  // The optimizer's state for a checkpoint (sgd: the velocity, empty without
+  // momentum; adam: the first then the second moments), and its restore:
+  // ConfigError when `state` has another size than state() would.
+  virtual std::vector<float> state() const = 0;
+  virtual void set_state(std::span<const float> state, std::int64_t steps_taken) = 0;
+};
+
+// The optimizer the servers run for `config`: as configured, except in async
+// and ssp with optimizer.momentum_correction, where the momentum is lowered by
+// the momentum that asynchrony itself adds, about 1 - 1/W for W workers
+// (Mitliagkas et al. 2016, "Asynchrony begets momentum"):
+// max(0, momentum - (1 - 1/W)); Nesterov is dropped when nothing is left.
+// `implicit` (if given) gets the 1 - 1/W that was subtracted (0 in sync).
+OptimizerConfig server_optimizer(const RunConfig& config, double* implicit = nullptr);
+
+// Throws ConfigError for an unknown optimizer name or invalid hyper-parameters.
+std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config, std::int64_t num_elems);
+
+}  // namespace pstrain

@@ -1,0 +1,231 @@
+#include "common/math/update_rules.h"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <string>
+
+#include "common/base/errors.h"
+
+namespace pstrain::update {
+
+SgdCoefficients sgd_coefficients(double lr, double momentum, double weight_decay, bool nesterov) {
+  return SgdCoefficients{static_cast<float>(lr), static_cast<float>(weight_decay), static_cast<float>(momentum),
+                         nesterov};
+}
+
+AdamCoefficients adam_coefficients(double lr, double beta1, double beta2, double epsilon, double weight_decay,
+                                   std::int64_t t) {
+  if (t < 1) throw ComputeError("adam: step count t is " + std::to_string(t) + ", expected >= 1");
+  const auto steps = static_cast<double>(t);
+  const double correction1 = 1.0 - std::pow(beta1, steps);
+  const double correction2 = 1.0 - std::pow(beta2, steps);
+  AdamCoefficients c;
+  c.step_size = static_cast<float>(lr / correction1);
+  c.inv_sqrt_c2 = static_cast<float>(1.0 / std::sqrt(correction2));
+  c.beta1 = static_cast<float>(beta1);
+  c.beta2 = static_cast<float>(beta2);
+  c.one_minus_beta1 = static_cast<float>(1.0 - beta1);
+  c.one_minus_beta2 = static_cast<float>(1.0 - beta2);
+  c.epsilon = static_cast<float>(epsilon);
+  c.weight_decay = static_cast<float>(weight_decay);
+  return c;
+}
+
+void sgd_update(float* w, const float* g, float* velocity, std::size_t num_elems, const SgdCoefficients& c) {
+  if (velocity == nullptr && c.momentum != 0.0f && num_elems > 0) {
+    throw ComputeError("sgd_step: momentum " + std::to_string(c.momentum) + " needs a velocity buffer, got null");
+  }
+  if (velocity == nullptr) {
+    for (std::size_t i = 0; i < num_elems; ++i) w[i] = sgd_plain(w[i], g[i], c);
+  } else if (c.nesterov) {
+    SgdCoefficients k = c;
+    k.nesterov = true;  // loop-invariant: one loop per variant
+    for (std::size_t i = 0; i < num_elems; ++i) w[i] = sgd_momentum(w[i], g[i], velocity[i], k);
+  } else {
+    SgdCoefficients k = c;
+    k.nesterov = false;
+    for (std::size_t i = 0; i < num_elems; ++i) w[i] = sgd_momentum(w[i], g[i], velocity[i], k);
+  }
+}
+
+void adam_update(float* w, const float* g, float* m, float* v, std::size_t num_elems, const AdamCoefficients& c) {
+  for (std::size_t i = 0; i < num_elems; ++i) w[i] = adam(w[i], g[i], m[i], v[i], c);
+}
+
+namespace {
+
+// The gradient's sources and the sync mean, as types, so that each
+// combination is its own loop (each vectorizes; no branch per element).
+struct F32 {
+  const float* p;
+  float operator()(std::size_t i) const { return p[i]; }
+};
+struct Bf16 {
+  const std::uint16_t* p;
+  float operator()(std::size_t i) const { return std::bit_cast<float>(static_cast<std::uint32_t>(p[i]) << 16); }
+};
+struct NoMean {
+  float operator()(float x) const { return x; }
+};
+struct MulMean {  // n a power of two: x * (1/n) is exact
+  float inv;
+  float operator()(float x) const { return x * inv; }
+};
+struct DivMean {
+  float n;
+  float operator()(float x) const { return x / n; }
+};
+
+// 1 for NaN and +-Inf (exponent bits all ones), else 0: branch-free, in
+// 32-bit lanes like the floats, so the fused loops vectorize; the loops only
+// OR it, and count_bad() counts (one more pass) when something was found.
+inline std::uint32_t non_finite(float x) {
+  return ((std::bit_cast<std::uint32_t>(x) >> 23) & 0xffu) == 0xffu ? 1u : 0u;
+}
+
+// At least 1: the gradient may lie in memory its sender can still write
+// (shared memory), so this second pass may not see what the first one did.
+template <class Source>
+std::int64_t count_bad(Source source, std::size_t num_elems) {
+  std::int64_t bad = 0;
+  for (std::size_t i = 0; i < num_elems; ++i) bad += non_finite(source(i));
+  return std::max<std::int64_t>(bad, 1);
+}
+
+void check_source(const GradSource& g, std::size_t num_elems, const char* what) {
+  if (num_elems > 0 && (g.f32 == nullptr) == (g.bf16 == nullptr)) {
+    throw ComputeError(std::string(what) + ": the gradient needs exactly one of float32 and bfloat16 values");
+  }
+}
+
+// The value an update takes at i from the gradient's own value x: x, or the
+// partial sum's value plus x (GradSource::partial).
+struct NoPartial {
+  float operator()(std::size_t, float x) const { return x; }
+};
+struct Partial {
+  const float* p;
+  float operator()(std::size_t i, float x) const { return p[i] + x; }
+};
+
+// Calls body(source, mean) with the types that fit g (g.partial ignored).
+template <class Body>
+std::int64_t dispatch(const GradSource& g, Body&& body) {
+  auto with_mean = [&](auto source) -> std::int64_t {
+    if (g.mean_of <= 1) return body(source, NoMean{});
+    if ((g.mean_of & (g.mean_of - 1)) == 0) return body(source, MulMean{1.0f / static_cast<float>(g.mean_of)});
+    return body(source, DivMean{static_cast<float>(g.mean_of)});
+  };
+  if (g.bf16 != nullptr) return with_mean(Bf16{g.bf16});
+  return with_mean(F32{g.f32});
+}
+
+// Calls body(source, mean, plus) with the types that fit g, g.partial included.
+template <class Body>
+std::int64_t dispatch_update(const GradSource& g, Body&& body) {
+  return dispatch(g, [&](auto source, auto mean) -> std::int64_t {
+    if (g.partial != nullptr) return body(source, mean, Partial{g.partial});
+    return body(source, mean, NoPartial{});
+  });
+}
+
+}  // namespace
+
+std::int64_t sgd_update_into(const float* w, float* w_out, GradSource g, const float* velocity, float* velocity_out,
+                             std::size_t num_elems, const SgdCoefficients& c) {
+  check_source(g, num_elems, "sgd_update_into");
+  if ((velocity == nullptr || velocity_out == nullptr) && c.momentum != 0.0f && num_elems > 0) {
+    throw ComputeError("sgd_update_into: momentum " + std::to_string(c.momentum) + " needs velocity buffers, got null");
+  }
+  return dispatch_update(g, [&](auto source, auto mean, auto plus) -> std::int64_t {
+    std::uint32_t bad = 0;
+    if (velocity == nullptr || velocity_out == nullptr || c.momentum == 0.0f) {
+      for (std::size_t i = 0; i < num_elems; ++i) {
+        const float raw = source(i);
+        bad |= non_finite(raw);
+        w_out[i] = sgd_plain(w[i], mean(plus(i, raw)), c);
+      }
+    } else if (c.nesterov) {
+      SgdCoefficients k = c;
+      k.nesterov = true;  // loop-invariant: one loop per variant
+      for (std::size_t i = 0; i < num_elems; ++i) {
+        const float raw = source(i);
+        bad |= non_finite(raw);
+        float vel = velocity[i];
+        w_out[i] = sgd_momentum(w[i], mean(plus(i, raw)), vel, k);
+        velocity_out[i] = vel;
+      }
+    } else {
+      SgdCoefficients k = c;
+      k.nesterov = false;
+      for (std::size_t i = 0; i < num_elems; ++i) {
+        const float raw = source(i);
+        bad |= non_finite(raw);
+        float vel = velocity[i];
+        w_out[i] = sgd_momentum(w[i], mean(plus(i, raw)), vel, k);
+        velocity_out[i] = vel;
+      }
+    }
+    return bad == 0 ? std::int64_t{0} : count_bad(source, num_elems);
+  });
+}
+
+std::int64_t adam_update_into(const float* w, float* w_out, GradSource g, const float* m, float* m_out,
+                              const float* v, float* v_out, std::size_t num_elems, const AdamCoefficients& c) {
+  check_source(g, num_elems, "adam_update_into");
+  return dispatch_update(g, [&](auto source, auto mean, auto plus) -> std::int64_t {
+    std::uint32_t bad = 0;
+    for (std::size_t i = 0; i < num_elems; ++i) {
+      const float raw = source(i);
+      bad |= non_finite(raw);
+      float mi = m[i];
+      float vi = v[i];
+      w_out[i] = adam(w[i], mean(plus(i, raw)), mi, vi, c);
+      m_out[i] = mi;
+      v_out[i] = vi;
+    }
+    return bad == 0 ? std::int64_t{0} : count_bad(source, num_elems);
+  });
+}
+
+std::int64_t copy_checked(GradSource g, float* out, std::size_t num_elems) {
+  check_source(g, num_elems, "copy_checked");
+  g.mean_of = 1;
+  return dispatch(g, [&](auto source, auto) -> std::int64_t {
+    std::uint32_t bad = 0;
+    for (std::size_t i = 0; i < num_elems; ++i) {
+      const float x = source(i);
+      bad |= non_finite(x);
+      out[i] = x;
+    }
+    return bad == 0 ? std::int64_t{0} : count_bad(source, num_elems);
+  });
+}
+
+std::int64_t add_checked(const float* sum, GradSource g, float* out, std::size_t num_elems) {
+  check_source(g, num_elems, "add_checked");
+  g.mean_of = 1;
+  return dispatch(g, [&](auto source, auto) -> std::int64_t {
+    std::uint32_t bad = 0;
+    for (std::size_t i = 0; i < num_elems; ++i) {
+      const float x = source(i);
+      bad |= non_finite(x);
+      out[i] = sum[i] + x;
+    }
+    return bad == 0 ? std::int64_t{0} : count_bad(source, num_elems);
+  });
+}
+
+std::int64_t first_non_finite(GradSource g, std::size_t num_elems) {
+  check_source(g, num_elems, "first_non_finite");
+  g.mean_of = 1;
+  return dispatch(g, [&](auto source, auto) -> std::int64_t {
+    for (std::size_t i = 0; i < num_elems; ++i) {
+      if (non_finite(source(i)) != 0) return static_cast<std::int64_t>(i);
+    }
+    return -1;
+  });
+}
+
+}  // namespace pstrain::update

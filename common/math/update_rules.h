@@ -1,0 +1,134 @@
+// The optimizer update rules, each written once, for every place that applies
+// them: the servers' per-chunk Optimizer (common/math/optimizer.cc), the CPU backend
+// that allreduce workers and the single-worker trainer use
+// (worker/nn/cpu_ops.cc), and the CUDA kernels (worker/nn/cuda/
+// optimizer_kernels.cu, which nvcc compiles with this header's element
+// functions for the device, without FMA contraction).
+//
+// A step is split in two:
+//  - the coefficients of the step (hyper-parameters as configured in double,
+//    this step's learning rate, Adam's bias corrections), computed once on the
+//    host and rounded to float in one place: *_coefficients() below;
+//  - the element-wise arithmetic in float, the inline functions below.
+// So every mode applies bit-identical updates for the same gradients, and a
+// test can demand equality rather than a tolerance.
+//
+// SGD (PyTorch's formulation):
+//   g' = g + weight_decay * w
+//   v  = momentum * v + g'            (v starts at 0; no v when momentum = 0)
+//   d  = nesterov ? g' + momentum * v : v
+//   w -= lr * d
+// Adam (bias-corrected, L2 weight decay added to the gradient), t = 1, 2, ...:
+//   g' = g + weight_decay * w
+//   m = b1 m + (1-b1) g';  v = b2 v + (1-b2) g'^2
+//   w -= lr * (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps)
+//   arranged as w -= (lr / c1) * m / (sqrt(v) * (1 / sqrt(c2)) + eps).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#if defined(__CUDACC__)
+#define PSTRAIN_HOST_DEVICE __host__ __device__
+#else
+#include <cmath>
+#define PSTRAIN_HOST_DEVICE
+#endif
+
+namespace pstrain::update {
+
+struct SgdCoefficients {
+  float lr = 0.0f;
+  float weight_decay = 0.0f;
+  float momentum = 0.0f;  // 0: plain SGD, no velocity
+  bool nesterov = false;
+};
+
+struct AdamCoefficients {
+  float step_size = 0.0f;    // lr / (1 - beta1^t)
+  float inv_sqrt_c2 = 0.0f;  // 1 / sqrt(1 - beta2^t)
+  float beta1 = 0.0f, beta2 = 0.0f;
+  float one_minus_beta1 = 0.0f, one_minus_beta2 = 0.0f;  // 1 - beta, computed in double
+  float epsilon = 0.0f;
+  float weight_decay = 0.0f;
+};
+
+// The coefficients of one step. Arguments are not validated beyond t >= 1
+// (ComputeError "adam: step count t is 0, expected >= 1"): the optimizers
+// check hyper-parameters once, at construction (common/math/optimizer.h).
+SgdCoefficients sgd_coefficients(double lr, double momentum, double weight_decay, bool nesterov);
+AdamCoefficients adam_coefficients(double lr, double beta1, double beta2, double epsilon, double weight_decay,
+                                   std::int64_t t);
+
+// ---- one element ----
+
+PSTRAIN_HOST_DEVICE inline float sgd_plain(float w, float g, const SgdCoefficients& c) {
+  return w - c.lr * (g + c.weight_decay * w);
+}
+
+// Updates the velocity v and returns the new weight.
+PSTRAIN_HOST_DEVICE inline float sgd_momentum(float w, float g, float& v, const SgdCoefficients& c) {
+  const float grad = g + c.weight_decay * w;
+  const float vel = c.momentum * v + grad;
+  v = vel;
+  return w - c.lr * (c.nesterov ? grad + c.momentum * vel : vel);
+}
+
+// Updates the moments m and v and returns the new weight.
+PSTRAIN_HOST_DEVICE inline float adam(float w, float g, float& m, float& v, const AdamCoefficients& c) {
+  const float grad = g + c.weight_decay * w;
+  const float m_new = c.beta1 * m + c.one_minus_beta1 * grad;
+  const float v_new = c.beta2 * v + c.one_minus_beta2 * grad * grad;
+  m = m_new;
+  v = v_new;
+#if defined(__CUDA_ARCH__)
+  const float root = sqrtf(v_new);
+#else
+  const float root = std::sqrt(v_new);
+#endif
+  return w - c.step_size * m_new / (root * c.inv_sqrt_c2 + c.epsilon);
+}
+
+// ---- a range on the host (one loop per variant, so each vectorizes) ----
+
+// velocity may be null only when c.momentum == 0.
+void sgd_update(float* w, const float* g, float* velocity, std::size_t num_elems, const SgdCoefficients& c);
+void adam_update(float* w, const float* g, float* m, float* v, std::size_t num_elems, const AdamCoefficients& c);
+
+// ---- one checked pass on the host (the servers' apply path) ----
+// A gradient as it arrives: float32 (f32), or bfloat16 (bf16, widened exactly
+// as it is read); with mean_of = n > 1 each value is the sync mean of a sum of
+// n contributions, computed as the policy always has: times 1/n when n is a
+// power of two (exact), else divided by n. Exactly one of f32, bf16 is set.
+// partial (sync, the last contribution of a step): the rank-ordered sum of the
+// contributions before it, added to each value before the mean, so that the
+// sum's last add is the update's pass; the finite check still counts the
+// gradient's own values only (the partial sum was checked as it came in).
+// The copy and add kernels below ignore it.
+struct GradSource {
+  const float* f32 = nullptr;
+  const std::uint16_t* bf16 = nullptr;
+  int mean_of = 1;
+  const float* partial = nullptr;
+};
+
+// The same updates as above, out of place and fused with the finite check:
+// reads w, the gradient and the state, writes w_out and the new state to
+// *_out (none may alias an input), and returns how many gradient values
+// (before the mean) were NaN or +-Inf, all in one pass. The caller keeps the
+// inputs when the count is not 0, so a rejected gradient changes nothing.
+// velocity/velocity_out may be null only when c.momentum == 0.
+std::int64_t sgd_update_into(const float* w, float* w_out, GradSource g, const float* velocity, float* velocity_out,
+                             std::size_t num_elems, const SgdCoefficients& c);
+std::int64_t adam_update_into(const float* w, float* w_out, GradSource g, const float* m, float* m_out,
+                              const float* v, float* v_out, std::size_t num_elems, const AdamCoefficients& c);
+// Gradient intake of the sync sum, each one pass that also counts the
+// non-finite values of g: out = g (a copy, widened from bfloat16), and out =
+// sum + g (out must not alias sum). mean_of is ignored.
+std::int64_t copy_checked(GradSource g, float* out, std::size_t num_elems);
+std::int64_t add_checked(const float* sum, GradSource g, float* out, std::size_t num_elems);
+// Index of the first NaN or +-Inf of g (mean_of ignored), or -1: for the
+// message once a count above said there is one.
+std::int64_t first_non_finite(GradSource g, std::size_t num_elems);
+
+}  // namespace pstrain::update

@@ -1,0 +1,313 @@
+#include "common/node/scheduler_client.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <ctime>
+
+#include "common/base/errors.h"
+#include "common/wire/wire_archive.h"
+
+namespace pstrain {
+
+using std::chrono::milliseconds;
+using Clock = std::chrono::steady_clock;
+
+std::string this_host() {
+  char name[256] = {};
+  if (gethostname(name, sizeof(name) - 1) != 0) return "unknown-host";
+  return name;
+}
+
+namespace {
+EndpointOptions connection_options(const ClusterConfig& cluster, const SecurityContext* security,
+                                   TrafficCounters* traffic) {
+  EndpointOptions o;
+  o.socket.security = security;
+  o.socket.send_timeout = std::chrono::milliseconds(cluster.timeout_ms);
+  o.traffic = traffic;
+  return o;
+}
+}  // namespace
+
+SchedulerClient::SchedulerClient(Transport& transport, std::string scheduler_endpoint, Role role,
+                                 const ClusterConfig& cluster, TrafficCounters* traffic,
+                                 const SecurityContext* security)
+    : SchedulerClient(nullptr, &transport, std::move(scheduler_endpoint), role, cluster, traffic, security) {}
+
+SchedulerClient::SchedulerClient(zmq::context_t& ctx, std::string scheduler_endpoint, Role role,
+                                 const ClusterConfig& cluster, TrafficCounters* traffic,
+                                 const SecurityContext* security)
+    : SchedulerClient(std::make_unique<ZmqTransport>(ctx), nullptr, std::move(scheduler_endpoint), role, cluster, traffic,
+                      security) {}
+
+SchedulerClient::SchedulerClient(std::unique_ptr<Transport> owned, Transport* transport,
+                                 std::string scheduler_endpoint, Role role, const ClusterConfig& cluster,
+                                 TrafficCounters* traffic, const SecurityContext* security)
+    : owned_transport_(std::move(owned)), transport_(transport != nullptr ? *transport : *owned_transport_), endpoint_(std::move(scheduler_endpoint)),
+      role_(role), cluster_(cluster), traffic_(traffic), security_(security),
+      conn_(transport_.connect(endpoint_, connection_options(cluster, security, traffic))) {}
+
+SchedulerClient::~SchedulerClient() { stop_heartbeats(); }
+
+Header SchedulerClient::make_header(MsgType type) const {
+  Header h;
+  h.type = type;
+  h.role = role_;
+  h.sender = rank_;
+  return h;
+}
+
+namespace {
+
+// CPU time of this whole process (every thread) so far; 0 if unknown.
+double process_cpu_seconds() {
+  timespec t{};
+  if (clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t) != 0) return 0.0;
+  return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) * 1e-9;
+}
+
+}  // namespace
+
+void SchedulerClient::check_scheduler_alive() const {
+  if (rank_ < 0) return;  // before the rendezvous the register wait has its own limit
+  const auto now = Clock::now();
+  const double cpu_s = process_cpu_seconds();
+  const bool first = last_check_ == Clock::time_point{};
+  const auto since_check = now - last_check_;
+  const double cpu_since_check = cpu_s - last_check_cpu_s_;
+  last_check_ = now;
+  last_check_cpu_s_ = cpu_s;
+  // Idle callers (the servers' loop, the workers' waits) check at least every
+  // 500 ms: a gap of twice that, and of the whole timeout, in which this
+  // process hardly ran (under a tenth of the gap in CPU time, all threads:
+  // not a long compute between two waits) is its own silence.
+  const auto own_gap = std::max(milliseconds(cluster_.heartbeat_timeout_ms), milliseconds(1000));
+  if (!first && since_check > own_gap &&
+      cpu_since_check < 0.1 * std::chrono::duration<double>(since_check).count()) {
+    last_heard_ = now;  // stopped or starved: its silence, not the scheduler's
+    return;
+  }
+  const auto silent = std::chrono::duration_cast<milliseconds>(now - last_heard_).count();
+  if (silent > cluster_.heartbeat_timeout_ms) {
+    throw TransportError("the scheduler at " + endpoint_ + " sent nothing for " + std::to_string(silent) +
+                         " ms (cluster.heartbeat_timeout_ms = " + std::to_string(cluster_.heartbeat_timeout_ms) +
+                         "): it is gone, so is the job");
+  }
+}
+
+void SchedulerClient::note_server_news(const Message& m) {
+  const int server = static_cast<int>(m.header.key);
+  if (m.header.type == MsgType::kServerRestarting) {
+    restarting_servers_.insert(server);
+    ++server_failures_;
+    return;
+  }
+  restarting_servers_.erase(server);
+  servers_back_.emplace_back(server, m.text_payload());
+}
+
+bool SchedulerClient::handle_incoming() {
+  auto env = conn_->receive(milliseconds(0));
+  if (!env) return shutdown_;
+  last_heard_ = Clock::now();
+  const Message& m = env->message;
+  switch (m.header.type) {
+    case MsgType::kHeartbeat:
+      return shutdown_;
+    case MsgType::kShutdown:
+      shutdown_ = true;
+      return true;
+    case MsgType::kAbort:
+      throw AbortedError("job aborted by the scheduler: " + m.text_payload());
+    case MsgType::kError:
+      throw TransportError("scheduler refused a request: " + m.text_payload());
+    case MsgType::kDropped:
+      dropped_.push_back(static_cast<int>(m.header.key));
+      return shutdown_;
+    case MsgType::kServerRestarting:
+    case MsgType::kServerBack:
+      note_server_news(m);
+      return shutdown_;
+    case MsgType::kRejoined:
+      rejoined_.push_back(Rejoined{static_cast<int>(m.header.key), m.text_payload(), m.header.step});
+      return shutdown_;
+    default:
+      throw ProtocolError("unexpected " + std::string(to_string(m.header.type)) + " from the scheduler");
+  }
+}
+
+bool SchedulerClient::drain_incoming(int max_messages) {
+  for (int n = 0; n < max_messages; ++n) {
+    if (handle_incoming()) return true;  // an abort throws AbortedError itself
+  }
+  return shutdown_;
+}
+
+Message SchedulerClient::wait_for(MsgType type, const std::string& what, int extra_ms, bool while_alive) {
+  const int limit_ms = cluster_.timeout_ms + extra_ms;
+  const auto deadline = Clock::now() + milliseconds(limit_ms);
+  while (true) {
+    auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
+    if (while_alive) {
+      left = milliseconds(200);  // an answer may take as long as the slowest worker: no fixed limit
+    } else if (left.count() <= 0) {
+      throw TimeoutError(what + ": no answer from the scheduler at " + endpoint_ + " within " +
+                         std::to_string(limit_ms) + " ms");
+    }
+    auto env = conn_->receive(std::min(left, milliseconds(200)));
+    if (!env) {
+      check_scheduler_alive();  // nothing queued: silent since the last message (a dead scheduler answers nothing)
+      continue;
+    }
+    last_heard_ = Clock::now();
+    Message& m = env->message;
+    if (m.header.type == type) return std::move(m);
+    if (m.header.type == MsgType::kHeartbeat) continue;
+    if (m.header.type == MsgType::kDropped) {  // news for the caller, not an answer
+      dropped_.push_back(static_cast<int>(m.header.key));
+      continue;
+    }
+    if (m.header.type == MsgType::kServerRestarting || m.header.type == MsgType::kServerBack) {
+      note_server_news(m);
+      continue;
+    }
+    if (m.header.type == MsgType::kRejoined) {
+      rejoined_.push_back(Rejoined{static_cast<int>(m.header.key), m.text_payload(), m.header.step});
+      continue;
+    }
+    if (m.header.type == MsgType::kAbort) throw AbortedError("job aborted by the scheduler: " + m.text_payload());
+    if (m.header.type == MsgType::kError) throw TransportError(what + ": scheduler answered: " + m.text_payload());
+    if (m.header.type == MsgType::kShutdown) {
+      shutdown_ = true;
+      throw AbortedError(what + ": the scheduler shut the job down");
+    }
+    throw ProtocolError(what + ": unexpected " + std::string(to_string(m.header.type)) + " from the scheduler");
+  }
+}
+
+RegisterReply SchedulerClient::register_node(RegisterRequest request) {
+  return register_as(std::move(request), kRegisterFirst);
+}
+
+RegisterReply SchedulerClient::rejoin_node(RegisterRequest request) {
+  return register_as(std::move(request), kRegisterRejoin);
+}
+
+RegisterReply SchedulerClient::register_as(RegisterRequest request, std::int64_t kind) {
+  request.role = role_;
+  Header h = make_header(MsgType::kRegister);
+  h.request_id = next_request_id_++;
+  h.aux = kind;
+  conn_->send(h, Payload::bytes(wire_encode(request)));
+  // Waits longer than the scheduler's own registration timeout, so that when
+  // some node is missing, the scheduler's reason (who is missing) arrives first.
+  Message m = wait_for(MsgType::kRegisterReply, "registration of this " + std::string(to_string(role_)),
+                       std::max(1000, cluster_.heartbeat_timeout_ms));
+  const std::string body = m.text_payload();
+  auto reply = wire_decode<RegisterReply>(std::as_bytes(std::span(body.data(), body.size())), "register reply");
+  reply.layout.validate();
+  rank_ = reply.rank;
+  token_ = reply.token;
+  if (kind == kRegisterRejoin) {
+    barrier_seq_ = m.header.key;  // the others' next barrier
+    rejoin_take_ = m.header.step;
+  }
+  last_heard_ = Clock::now();
+  hb_thread_ = std::thread([this] { heartbeat_loop(endpoint_); });
+  return reply;
+}
+
+void SchedulerClient::barrier(const std::string& name) {
+  Header h = make_header(MsgType::kBarrier);
+  h.key = barrier_seq_++;
+  conn_->send(h, Payload::bytes(name));
+  Message m = wait_for(MsgType::kBarrierReply, "barrier '" + name + "'", 0, true);
+  if (m.header.key != h.key) {
+    throw ProtocolError("barrier '" + name + "': reply for barrier " + std::to_string(m.header.key) + ", expected " +
+                        std::to_string(h.key));
+  }
+}
+
+StoreEntry SchedulerClient::store_request(MsgType type, const StoreEntry& entry, int timeout_ms,
+                                          const std::string& what) {
+  validate_store_entry(entry, what);
+  Header h = make_header(type);
+  h.request_id = next_request_id_++;
+  h.aux = timeout_ms;
+  conn_->send(h, Payload::bytes(wire_encode(entry)));
+  // The scheduler answers a get that timed out itself: wait a little longer for its reason.
+  Message m = wait_for(MsgType::kStoreReply, what, timeout_ms + 1000 - cluster_.timeout_ms);
+  const std::string body = m.text_payload();
+  StoreEntry reply = wire_decode<StoreEntry>(std::as_bytes(std::span(body.data(), body.size())), "store reply");
+  if (m.header.request_id != h.request_id || reply.key != entry.key) {
+    throw ProtocolError(what + ": reply for request " + std::to_string(m.header.request_id) + " (key '" + reply.key +
+                        "'), expected request " + std::to_string(h.request_id));
+  }
+  return reply;
+}
+
+void SchedulerClient::store_set(const std::string& key, const std::string& value) {
+  store_request(MsgType::kStoreSet, StoreEntry{key, value}, cluster_.timeout_ms, "store set of key '" + key + "'");
+}
+
+std::string SchedulerClient::store_get(const std::string& key, int timeout_ms) {
+  if (timeout_ms < 1) {
+    throw ConfigError("store get of key '" + key + "': timeout_ms must be >= 1, got " + std::to_string(timeout_ms));
+  }
+  const int limit_ms = std::min(timeout_ms, cluster_.timeout_ms);  // the scheduler's own limit too
+  return store_request(MsgType::kStoreGet, StoreEntry{key, {}}, limit_ms, "store get of key '" + key + "'").value;
+}
+
+void SchedulerClient::finish() {
+  conn_->send(make_header(MsgType::kDone));
+  if (!shutdown_) wait_for(MsgType::kShutdown, "end of job", 0, true);
+  shutdown_ = true;
+  stop_heartbeats();
+}
+
+void SchedulerClient::report_failure(const std::string& reason) noexcept {
+  try {
+    stop_heartbeats();
+    conn_->send(make_header(MsgType::kAbort), Payload::bytes(reason));
+  } catch (...) {
+    // Best effort: the scheduler also notices the missing heartbeats.
+  }
+}
+
+void SchedulerClient::heartbeat_loop(std::string endpoint) {
+  try {
+    EndpointOptions options;
+    options.socket = SocketOptions{std::int64_t{1} << 20, milliseconds(0), security_};
+    options.socket.send_timeout = milliseconds(0);  // a beat that finds the queue full is skipped, never waited for
+    options.traffic = traffic_;
+    // The scheduler takes heartbeats for this node's rank only from here.
+    options.identity = "h" + token_;
+    std::unique_ptr<Connection> hb = transport_.connect(endpoint, options);
+    std::unique_lock lock(hb_mutex_);
+    while (!hb_stop_) {
+      lock.unlock();
+      try {
+        hb->send(make_header(MsgType::kHeartbeat));
+      } catch (const TransportError&) {
+        // The queue is full (the scheduler is not reading): skip this beat.
+      }
+      lock.lock();
+      hb_cv_.wait_for(lock, milliseconds(cluster_.heartbeat_interval_ms), [this] { return hb_stop_; });
+    }
+  } catch (const std::exception&) {
+    // The context is closing or the socket failed: the scheduler will see the silence.
+  }
+}
+
+void SchedulerClient::stop_heartbeats() {
+  {
+    std::lock_guard lock(hb_mutex_);
+    hb_stop_ = true;
+  }
+  hb_cv_.notify_all();
+  if (hb_thread_.joinable()) hb_thread_.join();
+}
+
+}  // namespace pstrain

@@ -1,0 +1,177 @@
+// A server's or worker's link to the scheduler: registration (rendezvous),
+// barriers, heartbeats, the end of the job and failure reports.
+//
+// The main connection belongs to the thread that constructed the client; the
+// heartbeat thread has its own (both from the node's Transport,
+// common/transport/transport.h). Callers that block on other endpoints (a server's
+// loop, a worker's waits) wait on connection() too (wait_any) and call
+// handle_incoming() when it is readable, so an abort reaches them promptly.
+// Heartbeats go both ways: the scheduler sends every node a heartbeat each
+// heartbeat_interval_ms, and check_scheduler_alive() throws once it has been
+// silent for heartbeat_timeout_ms (a killed scheduler ends every node, not
+// only the ones that happen to ask it something). Waits for other nodes
+// (a barrier, the end of the job) last while the scheduler is alive, however
+// long the slowest worker takes; registration and the store wait at most
+// ClusterConfig::timeout_ms.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <cstdint>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <zmq.hpp>
+
+#include "common/config/config.h"
+#include "common/wire/protocol.h"
+#include "common/transport/transport.h"
+#include "common/transport/zmq_transport.h"
+
+namespace pstrain {
+
+class SchedulerClient {
+ public:
+  // `traffic` (may be null, else outliving the client) counts the bytes of
+  // both sockets: requests, replies and heartbeats.
+  // `security` (may be null = plain; else outliving the client): CURVE keys
+  // for both sockets (common/wire/security.h).
+  // Over the node's transport (outliving the client).
+  SchedulerClient(Transport& transport, std::string scheduler_endpoint, Role role, const ClusterConfig& cluster,
+                  TrafficCounters* traffic = nullptr, const SecurityContext* security = nullptr);
+  // Over ZeroMQ in `ctx` (a ZmqTransport of its own on that context).
+  SchedulerClient(zmq::context_t& ctx, std::string scheduler_endpoint, Role role, const ClusterConfig& cluster,
+                  TrafficCounters* traffic = nullptr, const SecurityContext* security = nullptr);
+  ~SchedulerClient();
+  SchedulerClient(const SchedulerClient&) = delete;
+  SchedulerClient& operator=(const SchedulerClient&) = delete;
+
+  // Registers and waits until every node has: returns this node's rank, the
+  // servers' endpoints and the model layout. Starts the heartbeats.
+  RegisterReply register_node(RegisterRequest request);
+  // The same for a process replacing a dropped node of its rank
+  // (--rejoin, cluster.on_worker_failure = "restart"): the scheduler checks
+  // the rank was dropped, and its reply sets where this node's barriers
+  // continue the others' sequence. Refused (TransportError with the
+  // scheduler's reason) for a rank that is alive or never existed.
+  RegisterReply rejoin_node(RegisterRequest request);
+  // Blocks until every worker (group = workers) has reached the barrier.
+  void barrier(const std::string& name);
+  // The scheduler's key-value store, kept for the job's lifetime (the
+  // collectives' rendezvous: Gloo's addresses, NCCL's unique id). A set
+  // replaces any earlier value. A get blocks until some node has set the key,
+  // at most timeout_ms capped by cluster.timeout_ms (then TransportError with
+  // the scheduler's reason).
+  // Keys have 1..kMaxStoreKeyBytes bytes, values at most kMaxStoreValueBytes
+  // (ProtocolError before anything is sent).
+  void store_set(const std::string& key, const std::string& value);
+  std::string store_get(const std::string& key, int timeout_ms);
+  // Worker: tells the scheduler it has finished and waits for the shutdown.
+  void finish();
+  // Best effort: tells the scheduler this node failed (it aborts the job).
+  void report_failure(const std::string& reason) noexcept;
+
+  Connection& connection() { return *conn_; }
+  Transport& transport() { return transport_; }
+  // Handles one message that arrived on connection() (none: nothing):
+  // returns true on shutdown, throws AbortedError on abort, ignores nothing
+  // silently (unexpected -> ProtocolError).
+  bool handle_incoming();
+  // Handles up to `max_messages` queued messages without waiting (news a
+  // caller needs before going on: an abort, a shutdown, a server failure);
+  // returns whether the shutdown was received.
+  bool drain_incoming(int max_messages = 16);
+  // Throws TransportError naming the scheduler if it has sent nothing (not
+  // even a heartbeat) for heartbeat_timeout_ms since the rendezvous. A gap
+  // of that length (and of at least 1 s: idle callers check every 500 ms at
+  // most) between two checks, in which the process hardly used the CPU (not
+  // a long compute), is this process's own silence (it was
+  // stopped, or starved of the CPU), not the scheduler's: the window starts
+  // again, and the scheduler gets its chance to speak (a node it dropped
+  // meanwhile is told so and exits with that reason, not "the scheduler is
+  // gone").
+  void check_scheduler_alive() const;
+  bool shutdown_received() const { return shutdown_; }
+  // Workers the scheduler dropped from the job (failure policy "continue")
+  // since the last call, as they were announced.
+  std::vector<int> take_dropped() { return std::exchange(dropped_, {}); }
+  // Server restarts (cluster.on_server_failure = "restart"; workers only):
+  // whether a server failed and has not come back yet (requests to it wait
+  // without a time limit), and the servers that came back since the last
+  // call, with their new endpoints, in the order announced.
+  bool server_restarting() const { return !restarting_servers_.empty(); }
+  // How many server failures (kServerRestarting) this client has heard of.
+  std::int64_t server_failures() const { return server_failures_; }
+  bool server_restarting(int server) const { return restarting_servers_.count(server) != 0; }
+  std::vector<std::pair<int, std::string>> take_servers_back() { return std::exchange(servers_back_, {}); }
+  // Workers that a new process took back (kRejoined) since the last call:
+  // rank and the new session token, as they were announced.
+  struct Rejoined {
+    int rank = -1;
+    std::string token;
+    std::int64_t take = 0;  // which take back of that rank (1, 2, ...)
+  };
+  std::vector<Rejoined> take_rejoined() { return std::exchange(rejoined_, {}); }
+  // After rejoin_node(): which take back of this rank it was (1, 2, ...).
+  std::int64_t rejoin_take() const { return rejoin_take_; }
+  int rank() const { return rank_; }
+  // This node's session token from the register reply (empty before).
+  const std::string& token() const { return token_; }
+  Role role() const { return role_; }
+  TrafficCounters* traffic() const { return traffic_; }
+
+ private:
+  Header make_header(MsgType type) const;
+  // Waits for a message of `type` (handling aborts); throws TimeoutError naming `what`.
+  // `while_alive`: no time limit while the scheduler's heartbeats come. Either way, after the
+  // rendezvous, a scheduler silent for heartbeat_timeout_ms ends the wait (TransportError).
+  Message wait_for(MsgType type, const std::string& what, int extra_ms = 0, bool while_alive = false);
+  // Sends a store request and returns the reply's entry (checked against the request).
+  StoreEntry store_request(MsgType type, const StoreEntry& entry, int timeout_ms, const std::string& what);
+  void heartbeat_loop(std::string endpoint);
+  void note_server_news(const Message& m);  // kServerRestarting, kServerBack
+  void stop_heartbeats();
+
+  SchedulerClient(std::unique_ptr<Transport> owned, Transport* transport, std::string scheduler_endpoint, Role role,
+                  const ClusterConfig& cluster, TrafficCounters* traffic, const SecurityContext* security);
+
+  std::unique_ptr<Transport> owned_transport_;  // the zmq::context_t constructor's
+  Transport& transport_;
+  std::string endpoint_;
+  std::string token_;
+  std::vector<int> dropped_;
+  std::set<int> restarting_servers_;
+  std::int64_t server_failures_ = 0;
+  std::vector<std::pair<int, std::string>> servers_back_;
+  std::vector<Rejoined> rejoined_;
+  std::int64_t rejoin_take_ = 0;
+  RegisterReply register_as(RegisterRequest request, std::int64_t kind);
+  mutable std::chrono::steady_clock::time_point last_check_{};  // check_scheduler_alive's last call
+  mutable double last_check_cpu_s_ = 0;                          // this process's CPU time then
+  mutable std::chrono::steady_clock::time_point last_heard_;  // last message from the scheduler (main socket)  // from the register reply: names the heartbeat connection
+  Role role_;
+  ClusterConfig cluster_;
+  TrafficCounters* traffic_;
+  const SecurityContext* security_;
+  std::unique_ptr<Connection> conn_;
+  int rank_ = -1;
+  std::int64_t barrier_seq_ = 0;
+  std::uint64_t next_request_id_ = 1;
+  bool shutdown_ = false;
+
+  std::mutex hb_mutex_;
+  std::condition_variable hb_cv_;
+  bool hb_stop_ = false;
+  std::thread hb_thread_;
+};
+
+// This machine's host name (gethostname), for registration messages.
+std::string this_host();
+
+}  // namespace pstrain

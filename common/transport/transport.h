@@ -1,0 +1,325 @@
+// The PS path's transports: the interface every node uses (Transport,
+// Listener, Connection, PeerId, Envelope, wait_any: below, after the ZeroMQ
+// layer), and the ZeroMQ socket helpers ZmqTransport (common/transport/zmq_transport.h)
+// is built from; tests that play hostile peers use the helpers directly.
+//
+// Socket helpers over cppzmq. One code path for tcp://, ipc:// and inproc://
+// (inproc needs the peers to share one zmq::context_t, which the caller owns:
+// there is no process-wide context).
+//
+// Sockets are not thread-safe: each belongs to one thread.
+//
+// Queues are bounded (SocketOptions::send_hwm / receive_hwm, in messages per
+// peer connection), so no peer can make a node buffer without limit: a peer
+// that sends faster than the node reads is slowed by TCP (ZeroMQ stops
+// reading its connection once the receive queue is full; nothing is dropped),
+// and a node's memory for one peer's queued messages is at most
+// receive_hwm x max_message_bytes. Sends never drop silently: ROUTER sockets
+// are "mandatory" and send_message does not wait on them, so a reply to a
+// vanished peer (EHOSTUNREACH) or to a peer whose send queue is full because
+// it does not read (EAGAIN) raises TransportError, which the scheduler and
+// the servers count and drop for that peer (send_quietly), never blocking
+// their loop. A DEALER (worker, heartbeat) waits at most send_timeout for
+// room in its queue, then raises TransportError.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string_view>
+#include <string>
+#include <vector>
+
+#include <zmq.hpp>
+
+#include "common/wire/protocol.h"
+#include "common/observe/traffic_counters.h"
+
+namespace pstrain {
+
+struct SecurityContext;  // common/wire/security.h
+class ZapHandler;        // common/wire/security.h
+class Logger;            // common/base/log.h
+
+// Default queue bounds, in whole messages per peer connection. ZeroMQ's own
+// default (1000) for receiving; replies get more room. A worker's KV client
+// raises both on its sockets to 4 x its chunks on that server (+64), so the
+// replies of its whole pipeline always fit in its own receive queue and never
+// back up into the server's bounded send queue (where they would be dropped).
+inline constexpr int kDefaultReceiveHwm = 1000;
+inline constexpr int kDefaultSendHwm = 4000;
+// A server's send queue per connection (server/server.cc): room for the
+// replies of a worker pipelining a request for each of up to 16,000 chunks
+// held by that server (16 GB at the default 1 MiB partition).
+inline constexpr int kServerSendHwm = 1 << 16;
+
+struct SocketOptions {
+  std::int64_t max_message_bytes = std::int64_t{1} << 30;  // ZMQ_MAXMSGSIZE on receiving sockets
+  std::chrono::milliseconds linger{2000};                 // how long close() may flush
+  // CURVE (common/wire/security.h): ROUTER sockets become CURVE servers, the
+  // others CURVE clients. Null or curve off: plain TCP. Must outlive the call.
+  const SecurityContext* security = nullptr;
+  int send_hwm = kDefaultSendHwm;
+  int receive_hwm = kDefaultReceiveHwm;
+  // Non-ROUTER sockets: the longest a send waits for room in a full queue.
+  std::chrono::milliseconds send_timeout{120000};
+};
+
+// A socket with pstrain's options applied.
+zmq::socket_t make_socket(zmq::context_t& ctx, zmq::socket_type type, const SocketOptions& options = {});
+
+// Binds and returns the endpoint actually bound (ephemeral ports resolved:
+// "tcp://127.0.0.1:*" -> "tcp://127.0.0.1:40123"). Throws TransportError.
+std::string bind_socket(zmq::socket_t& socket, const std::string& endpoint);
+void connect_socket(zmq::socket_t& socket, const std::string& endpoint);
+
+// The payload frame of an outgoing message.
+class Payload {
+ public:
+  Payload() = default;
+  // Copies the bytes (control bodies, text).
+  static Payload bytes(std::string_view data);
+  // Zero-copy float data; `keep_alive` (may be null) is held until ZeroMQ has
+  // sent the frame. Without one, the caller keeps `data` alive and unchanged
+  // until the request's reply has arrived.
+  static Payload floats(std::span<const float> data, std::shared_ptr<const void> keep_alive = nullptr);
+  // Zero-copy bfloat16 data (common/base/bfloat16.h), kept alive as for floats().
+  static Payload bfloat16(std::span<const std::uint16_t> data, std::shared_ptr<const void> keep_alive = nullptr);
+
+  bool empty() const { return kind_ == Kind::kNone; }
+  DType dtype() const;
+  std::int64_t num_elems() const {
+    return kind_ == Kind::kFloats ? static_cast<std::int64_t>(floats_.size())
+           : kind_ == Kind::kBFloat16 ? static_cast<std::int64_t>(bf16_.size()) : 0;
+  }
+  zmq::message_t to_frame() &&;
+
+ private:
+  enum class Kind { kNone, kBytes, kFloats, kBFloat16 };
+  Kind kind_ = Kind::kNone;
+  std::string bytes_;
+  std::span<const float> floats_;
+  std::span<const std::uint16_t> bf16_;
+  std::shared_ptr<const void> keep_alive_;
+};
+
+// Traffic: send_message, receive_message and send_error add the bytes of the
+// header and payload frames they move to `traffic` when one is given (the
+// node's counters, common/observe/traffic_counters.h); routing ids are not counted.
+
+// Sends [routing_id]? header [payload]? . The header's dtype and num_elems
+// are set from the payload. Throws TransportError.
+void send_message(zmq::socket_t& socket, const zmq::message_t* routing_id, Header header, Payload payload = {},
+                  TrafficCounters* traffic = nullptr);
+
+// The frame layer under send_message / receive_message (ZmqTransport uses it
+// too): sends [routing_id]? head [body]? with the never-wait / send-timeout
+// rules above (TransportError naming `header`); receives one whole multipart
+// message within `timeout` (0 = do not wait), undecoded.
+void send_frames_raw(zmq::socket_t& socket, const zmq::message_t* routing_id, zmq::message_t head,
+                     std::optional<zmq::message_t> body, const Header& header);
+// The same rules for any number of frames (at least one), sent as one message.
+void send_parts_raw(zmq::socket_t& socket, const zmq::message_t* routing_id, std::span<zmq::message_t> parts,
+                    const Header& header);
+std::optional<std::vector<zmq::message_t>> receive_frames_raw(zmq::socket_t& socket,
+                                                              std::chrono::milliseconds timeout);
+// The ZAP user id a frame of an authenticated connection carries ("" if none).
+std::string frame_user_id(const zmq::message_t& frame);
+
+// A received message and, on ROUTER sockets, who sent it (the raw ZeroMQ
+// layer; nodes get the transport-neutral Envelope below).
+struct ZmqEnvelope {
+  zmq::message_t routing_id;
+  Message message;
+  // CURVE: the ZAP user id of the sender's key ("server", "worker",
+  // "worker-R": common/wire/security.h); empty on plain connections.
+  std::string user_id;
+};
+
+// Receives one whole multipart message if one is ready within `timeout`
+// (0 = do not wait). Frames that fail validation raise ProtocolError after
+// the whole multipart message was consumed (the socket stays usable), with
+// the routing id available through `bad_routing_id` so the caller can reply.
+std::optional<ZmqEnvelope> receive_message(zmq::socket_t& socket, bool has_routing_id, std::chrono::milliseconds timeout,
+                                        const DecodeLimits& limits, zmq::message_t* bad_routing_id = nullptr,
+                                        TrafficCounters* traffic = nullptr);
+
+// Sends an error reply for request `request` (status + text body).
+void send_error(zmq::socket_t& socket, const zmq::message_t* routing_id, const Header& request, Role my_role,
+                std::int32_t my_rank, Status status, const std::string& text, TrafficCounters* traffic = nullptr);
+
+// Copies a routing id frame (ROUTER replies may outlive the received message).
+zmq::message_t copy_frame(const zmq::message_t& frame);
+
+// A peer's connection for messages and per-peer limits: "connection 00a1b2c3d4"
+// (the routing id in hex, at most 16 bytes of it).
+std::string connection_name(const zmq::message_t& routing_id);
+
+
+// ---------------------------------------------------------------------------
+// The transport interface (docs/architecture.md, "Transports").
+//
+// A node owns one Transport (ZmqTransport for tcp://, ipc://, inproc://;
+// FakeTransport in tests) and makes its endpoints from it: a Listener
+// (ROUTER-like: many peers connect; receives (peer, message), replies to a
+// peer) and Connections (DEALER-like: one peer). wait_any() waits on several
+// endpoints of one transport at once. Every implementation hands received
+// frames to Endpoint, which decodes them with decode_message (the one place
+// protocol validation happens) and counts traffic; implementations only move
+// frames (zmq::message_t: a refcounted buffer, zero-copy with keep-alive via
+// Payload) and keep the guarantees below.
+//
+// Guarantees every transport keeps:
+// - bounded queues: EndpointOptions::socket.send_hwm / receive_hwm messages
+//   per peer link; max_message_bytes per frame (bigger: dropped, the peer
+//   disconnected, never buffered);
+// - Listener::send never waits: a vanished peer or a full queue raises
+//   TransportError (the caller counts it and goes on);
+// - Connection::send waits at most socket.send_timeout, then TransportError;
+// - Envelope::user_id: the authenticated key's name (CURVE), else empty.
+// ---------------------------------------------------------------------------
+
+// Who sent a message to a Listener, and where its reply goes: opaque. Its
+// bytes are the identity the peer's Connection chose
+// (EndpointOptions::identity), or one the transport made up.
+class PeerId {
+ public:
+  PeerId() = default;
+  explicit PeerId(std::string bytes) : bytes_(std::move(bytes)) {}
+  const std::string& bytes() const { return bytes_; }
+  bool empty() const { return bytes_.empty(); }
+  // For messages and per-peer limits: "connection 00a1b2c3d4" (hex, <= 16 bytes).
+  std::string name() const;
+  auto operator<=>(const PeerId&) const = default;
+
+ private:
+  std::string bytes_;
+};
+
+// A received, validated message and who sent it (Listener: `from`; a
+// Connection's messages come from its one peer, `from` empty).
+struct Envelope {
+  PeerId from;
+  Message message;
+  // CURVE: the ZAP user id of the sender's key ("server", "worker",
+  // "worker-R": common/wire/security.h); empty on plain connections.
+  std::string user_id;
+};
+
+struct EndpointOptions {
+  SocketOptions socket;                // queue bounds, frame cap, send timeout, CURVE
+  DecodeLimits limits;                 // what decode_message accepts
+  std::string identity;                // Connection: the PeerId its listener sees (empty: the transport's)
+  TrafficCounters* traffic = nullptr;  // the node's byte counters (header and payload bytes); may be null
+  // A Connection that will carry tensors (a worker's to a server): a
+  // transport may set up a faster path for it (ShmTransport: a shared-memory
+  // segment when the listener is on the same host). Others ignore it.
+  bool carries_tensors = false;
+};
+
+class Transport;
+
+class Endpoint {
+ public:
+  Endpoint(Transport& transport, EndpointOptions options) : transport_(transport), options_(std::move(options)) {}
+  virtual ~Endpoint() = default;
+  Endpoint(const Endpoint&) = delete;
+  Endpoint& operator=(const Endpoint&) = delete;
+
+  Transport& transport() const { return transport_; }
+  const EndpointOptions& options() const { return options_; }
+
+ protected:
+  // What an implementation delivers: the frames of one message (without any
+  // routing frame), its sender and the authenticated key's name.
+  struct Frames {
+    PeerId from;
+    std::vector<zmq::message_t> frames;
+    std::string user_id;
+    // Set when the transport itself found the message malformed (ShmTransport:
+    // a descriptor that does not check out): receive raises ProtocolError with
+    // this text, the sender in bad_from, as for frames decode_message refuses.
+    std::string protocol_error;
+  };
+  // One whole message if one arrives within `timeout` (0: do not wait).
+  virtual std::optional<Frames> receive_frames(std::chrono::milliseconds timeout) = 0;
+  // Sends header + optional body frame (to = null on a Connection). Throws
+  // TransportError (describe(header) names the message).
+  virtual void send_frames(const PeerId* to, zmq::message_t head, std::optional<zmq::message_t> body,
+                           const Header& header) = 0;
+
+  // The shared halves of send and receive: encoding, traffic, decoding.
+  void send_impl(const PeerId* to, Header header, Payload payload);
+  std::optional<Envelope> receive_impl(std::chrono::milliseconds timeout, PeerId* bad_from);
+
+ private:
+  Transport& transport_;
+  EndpointOptions options_;
+};
+
+// ROUTER-like: bound at an address, many peers.
+class Listener : public Endpoint {
+ public:
+  using Endpoint::Endpoint;
+  // The address actually bound ("tcp://127.0.0.1:*" -> "tcp://127.0.0.1:40123").
+  virtual const std::string& address() const = 0;
+  // Never waits; TransportError when `to` has gone or its queue is full.
+  void send(const PeerId& to, Header header, Payload payload = {}) { send_impl(&to, header, std::move(payload)); }
+  // An error reply to `request` (status + text).
+  void send_error(const PeerId& to, const Header& request, Role my_role, std::int32_t my_rank, Status status,
+                  const std::string& text);
+  // A message if one is ready within `timeout`. A message failing validation
+  // raises ProtocolError once it is consumed, its sender in `bad_from`.
+  std::optional<Envelope> receive(std::chrono::milliseconds timeout, PeerId* bad_from = nullptr) {
+    return receive_impl(timeout, bad_from);
+  }
+};
+
+// DEALER-like: connected to one listener.
+class Connection : public Endpoint {
+ public:
+  using Endpoint::Endpoint;
+  // Waits at most options().socket.send_timeout for room, then TransportError.
+  void send(Header header, Payload payload = {}) { send_impl(nullptr, header, std::move(payload)); }
+  std::optional<Envelope> receive(std::chrono::milliseconds timeout) { return receive_impl(timeout, nullptr); }
+  // Closes at once, dropping whatever is still queued to send (a peer that
+  // failed: its replacement gets a new Connection).
+  virtual void abandon() = 0;
+};
+
+struct SendFloats {
+  std::span<float> values;
+  std::shared_ptr<void> owner;
+};
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  // Binds; throws TransportError naming the address.
+  virtual std::unique_ptr<Listener> listen(const std::string& address, EndpointOptions options) = 0;
+  // Connects (may complete later, as ZeroMQ's connect does); throws TransportError.
+  virtual std::unique_ptr<Connection> connect(const std::string& address, EndpointOptions options) = 0;
+  // Which of `endpoints` (all made by this transport) have a message ready,
+  // waiting up to `timeout` for at least one.
+  virtual std::vector<bool> wait_any(std::span<Endpoint* const> endpoints, std::chrono::milliseconds timeout) = 0;
+  // A binding node's authenticator when `security` has CURVE on (null
+  // otherwise); keep it alive while the node's Listener is. Transports
+  // without CURVE throw ConfigError for security with curve on.
+  virtual std::unique_ptr<ZapHandler> authenticate(const SecurityContext* security, Logger& log) = 0;
+  // "zmq", "fake", ... for messages and test names.
+  virtual std::string_view kind() const = 0;
+  // Zeroed memory for `count` floats this node sends again and again (a
+  // worker's gradients), alive while `owner` is. Bodies sent zero-copy from it
+  // (Payload::floats) may then be read in place by a co-located peer
+  // (ShmTransport: the memory is an arena such a peer maps read-only), so
+  // the Payload contract matters all the more: unchanged until the reply.
+  // Here: ordinary memory.
+  virtual SendFloats allocate_send_floats(std::size_t count);
+};
+
+// Waits on endpoints of one transport (the first one's): wait_any over it.
+std::vector<bool> wait_any(std::span<Endpoint* const> endpoints, std::chrono::milliseconds timeout);
+
+}  // namespace pstrain

@@ -1,0 +1,217 @@
+// The wire protocol. Every message is one or two ZeroMQ frames:
+//   frame 0: Header, fixed size, cereal-encoded (kHeaderBytes bytes);
+//   frame 1: optional payload: raw float32 (or, for pushes and pull replies,
+//            bfloat16: ps.wire_dtype) tensor bytes for data messages
+//            (never through cereal, sent zero-copy) or a cereal-encoded body /
+//            UTF-8 text for control and error messages.
+// A ROUTER socket sees the peer's routing id as an extra leading frame.
+// Everything read off the wire is untrusted: decode_message() checks frame
+// count, magic, version, type, dtype, sizes and caps before anything is
+// allocated from it, and throws ProtocolError saying what was wrong.
+// See docs/protocol.md for the table of message types.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <zmq.hpp>
+
+#include "common/math/param_layout.h"
+
+namespace pstrain {
+
+inline constexpr std::uint32_t kProtocolMagic = 0x50535452;  // "PSTR"
+inline constexpr std::uint16_t kProtocolVersion = 5;  // 4: bfloat16 payloads; 5: server restart messages, rejoin (kRejoined)
+inline constexpr std::size_t kMaxBodyBytes = std::size_t{1} << 20;  // control bodies and error text
+
+enum class MsgType : std::uint8_t {
+  // node <-> scheduler
+  kRegister = 1,      // body RegisterRequest
+  kRegisterReply,     // body RegisterReply
+  kBarrier,           // key = barrier sequence number, body = barrier name
+  kBarrierReply,      // key = barrier sequence number
+  kHeartbeat,         // no payload
+  kDone,              // a worker finished; no payload
+  kShutdown,          // scheduler -> node: exit cleanly
+  kAbort,             // either way: the job failed; body = reason text
+  // worker <-> server, one chunk (key) per message
+  kInit,              // key, payload = chunk's initial weights
+  kInitReply,
+  kPush,              // key, step, lr, aux = kPushGradient, payload = chunk's gradient (float32 or bfloat16); or
+                      // aux = kPushSkip, no payload: the worker contributes nothing to this step
+  kPushReply,         // key, step, version, aux = staleness (async)
+  kPull,              // key, step = the worker's step (sync: the version it needs), aux = the reply's dtype
+                      // (DType code: kNone or kFloat32 = float32, kBFloat16 = bfloat16)
+  kPullReply,         // key, version, aux = us parked at the server, payload = chunk's weights (as asked)
+  // node <-> scheduler: the rendezvous store (allreduce: Gloo's addresses, NCCL's id)
+  kStoreSet,          // body StoreEntry (key, value); replied kStoreReply
+  kStoreGet,          // body StoreEntry (key), aux = wait limit in ms; replied kStoreReply once the key is set
+  kStoreReply,        // body StoreEntry (key; get: its value)
+  kError,             // reply to any request: status, body = message text
+  kDropped,           // scheduler -> nodes: worker `key` left the job (on_worker_failure "continue"); body = why
+  // scheduler -> workers (on_server_failure "restart"): server `key` failed and is being restarted (body = why):
+  // requests to it wait instead of timing out; then it is back at the endpoint in the body: reconnect, resend.
+  kServerRestarting,
+  kServerBack,
+  kRejoined,          // scheduler -> nodes: a new process took back worker rank `key` (on_worker_failure
+                      // "restart"); step = how many times it has rejoined; body = its new session token
+  kLast = kRejoined,
+};
+std::string_view to_string(MsgType type);
+
+// kPush's aux: a gradient (the payload) or a skip (no payload): the worker
+// saw a non-finite loss or gradient (workload.on_nonfinite = "skip") and
+// contributes nothing to this step of this chunk; the servers count it as
+// its arrival (sync) or its clock (ssp) without an update from it.
+inline constexpr std::int64_t kPushGradient = 0;
+inline constexpr std::int64_t kPushSkip = 1;
+
+// kRegister's aux: a first registration, or a process replacing a dropped
+// node of the same rank (--rejoin; the scheduler's reply then carries in its
+// key the barrier sequence number the node's next barrier takes).
+inline constexpr std::int64_t kRegisterFirst = 0;
+inline constexpr std::int64_t kRegisterRejoin = 1;
+// kPull's step for a rejoined worker's probe: answered at once with the
+// current weights, the reply's step = the step the server expects this
+// worker to push next for the chunk (its clock there; server/consistency.h).
+inline constexpr std::int64_t kPullRejoinProbe = -1;
+
+enum class Role : std::uint8_t { kScheduler = 0, kServer = 1, kWorker = 2 };
+std::string_view to_string(Role role);
+
+// kBFloat16 (common/base/bfloat16.h) only on kPush and kPullReply payloads.
+enum class DType : std::uint8_t { kNone = 0, kFloat32 = 1, kBytes = 2, kBFloat16 = 3 };
+std::string_view to_string(DType dtype);
+// Bytes per element of a tensor dtype (float32 4, bfloat16 2; 0 otherwise).
+std::size_t dtype_bytes(DType dtype);
+
+
+enum class Status : std::uint8_t {
+  kOk = 0,
+  kBadRequest = 1,   // malformed or inconsistent request
+  kRejected = 2,     // well-formed but refused: duplicate or stale push, NaN gradient
+  kNotOwner = 3,     // key not held by this server
+  kAborted = 4,      // the job is shutting down
+};
+std::string_view to_string(Status status);
+
+struct Header {
+  std::uint32_t magic = kProtocolMagic;
+  std::uint16_t proto_version = kProtocolVersion;
+  MsgType type = MsgType::kHeartbeat;
+  Role role = Role::kWorker;          // sender's role
+  DType dtype = DType::kNone;         // of the payload frame
+  Status status = Status::kOk;
+  std::int32_t sender = -1;           // sender's rank within its role (-1 before assignment)
+  std::uint64_t request_id = 0;       // echoed in the reply
+  std::int64_t key = -1;              // chunk id, or barrier sequence number
+  std::int64_t step = 0;              // push, pull: the worker's step
+  std::int64_t version = 0;           // replies: chunk version
+  std::int64_t num_elems = 0;         // tensor payload (float32, bfloat16): element count
+  std::int64_t aux = 0;               // push: kPushGradient/kPushSkip; push reply: staleness; pull reply: us parked
+  double lr = 0.0;                    // push: learning rate for this update
+
+  template <class Archive>
+  void serialize(Archive& ar) {
+    ar(magic, proto_version, type, role, dtype, status, sender, request_id, key, step, version, num_elems, aux, lr);
+  }
+};
+
+// The dtype a kPull asks its reply in (its aux: kNone or kFloat32 = float32,
+// kBFloat16); throws ProtocolError for any other code.
+DType pull_reply_dtype(const Header& pull);
+
+// Encoded size of every header (all fields are fixed size).
+std::size_t header_wire_bytes();
+
+// Body of kRegister.
+struct RegisterRequest {
+  Role role = Role::kWorker;
+  std::int32_t requested_rank = -1;   // -1: scheduler assigns
+  std::string endpoint;               // servers: where workers connect
+  std::string host;                   // for messages
+  std::int64_t pid = 0;
+  std::string job_fingerprint;        // mode, sizes: must match across nodes
+  ParamLayout layout;                 // workers: the model's layout (all must agree)
+
+  template <class Archive>
+  void serialize(Archive& ar) { ar(role, requested_rank, endpoint, host, pid, job_fingerprint, layout); }
+};
+
+// Body of kRegisterReply.
+struct RegisterReply {
+  std::int32_t rank = -1;
+  std::int32_t num_servers = 0;
+  std::int32_t num_workers = 0;
+  std::vector<std::string> server_endpoints;  // by server rank
+  ParamLayout layout;
+  // This node's session token (32 hex digits, random per job): its
+  // heartbeat connection names itself "h" + token, so the scheduler takes a
+  // heartbeat only from the node it names.
+  std::string token;
+  // Servers only: each worker's token, by rank. A worker's connection to a
+  // server names itself "w" + its token; the server takes a request for
+  // worker w only from the connection named by w's token.
+  std::vector<std::string> worker_tokens;
+
+  template <class Archive>
+  void serialize(Archive& ar) { ar(rank, num_servers, num_workers, server_endpoints, layout, token, worker_tokens); }
+};
+
+// Body of kStoreSet, kStoreGet and kStoreReply: one entry of the
+// scheduler's key-value store (keys are text, values any bytes).
+inline constexpr std::size_t kMaxStoreKeyBytes = 256;
+inline constexpr std::size_t kMaxStoreValueBytes = std::size_t{64} << 10;
+inline constexpr std::size_t kMaxStoreEntries = 4096;  // per job
+// Store keys the scheduler answers itself: the first get of
+// kEpochMembersPrefix + "<epoch>" fixes that epoch's workers as the live ones
+// ("0,2,3"; worker/train/epoch_members.h).
+inline constexpr std::string_view kEpochMembersPrefix = "pstrain/epoch-members/";
+// A get of kLiveWorkersKey is answered with the workers not dropped at that
+// moment ("0,2,3"), never stored: the PS checkpoint's manifest writer is the
+// lowest of them (worker/train/worker_checkpoint.h). A set of it is refused.
+inline constexpr std::string_view kLiveWorkersKey = "pstrain/live-workers";
+struct StoreEntry {
+  std::string key;
+  std::string value;
+
+  template <class Archive>
+  void serialize(Archive& ar) { ar(key, value); }
+};
+// Throws ProtocolError naming `op` unless the key has 1..kMaxStoreKeyBytes
+// bytes and the value at most kMaxStoreValueBytes.
+void validate_store_entry(const StoreEntry& entry, std::string_view op);
+
+// A decoded, validated message. The payload frame is kept as received
+// (no copy); float_payload() views it as floats (copying into `scratch`
+// only when ZeroMQ handed out an unaligned buffer or the payload is
+// bfloat16, which is widened there).
+struct Message {
+  Header header;
+  zmq::message_t payload;
+  bool has_payload = false;
+
+  std::span<const float> float_payload(std::vector<float>& scratch) const;
+  // Writes the tensor payload as float32 straight into `dest` (one copy, or
+  // one widening pass for bfloat16): receive into place. dest.size() must be
+  // header.num_elems (ProtocolError otherwise). `streaming`: float32 is
+  // copied with stores that bypass the caches (common/base/stream_copy.h), for a
+  // destination too big to stay in them anyway (no read of its old lines).
+  void copy_floats_to(std::span<float> dest, bool streaming = false) const;
+  std::string text_payload() const;
+};
+
+struct DecodeLimits {
+  std::int64_t max_payload_bytes = std::int64_t{1} << 30;
+};
+
+// Validates and decodes frames (without any routing-id frame).
+Message decode_message(std::vector<zmq::message_t>& frames, const DecodeLimits& limits);
+
+// Frame 0 for a header.
+zmq::message_t encode_header(const Header& header);
+
+}  // namespace pstrain
