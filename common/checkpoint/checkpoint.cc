@@ -18,42 +18,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr char kMagic[4] = {'P', 'S', 'C', 'K'};
-constexpr std::uint32_t kFormat = 1;
-enum Kind : std::uint32_t { kI64s = 1, kF32s = 2, kBytes = 3 };
+constexpr std::int64_t kManifestFormat = 2;  // 1: part CRCs over whole files (see checkpoint.h)
 constexpr const char* kManifestName = "manifest.json";
-
-template <class T>
-void append_raw(std::string& out, const T& value) {
-  out.append(reinterpret_cast<const char*>(&value), sizeof(T));
-}
-
-// Reads fixed-size values from a part's bytes; a read past the end is a
-// truncated part.
-struct Cursor {
-  const std::string& data;
-  std::size_t pos;
-  std::size_t end;
-  const std::string& what;
-
-  void need(std::size_t n) const {
-    if (n > end - pos) throw CheckpointError(what + ": truncated (ends inside a field)");
-  }
-  template <class T>
-  T get() {
-    need(sizeof(T));
-    T value;
-    std::memcpy(&value, data.data() + pos, sizeof(T));
-    pos += sizeof(T);
-    return value;
-  }
-  std::string get_string(std::size_t n) {
-    need(n);
-    std::string s = data.substr(pos, n);
-    pos += n;
-    return s;
-  }
-};
 
 std::string sys_error() { return std::strerror(errno); }
 
@@ -168,133 +134,6 @@ std::string json_string(const std::string& s) {
 
 }  // namespace
 
-// ---- parts ----
-
-void CheckpointPart::put_i64s(const std::string& name, std::vector<std::int64_t> values) {
-  i64s_[name] = std::move(values);
-}
-
-void CheckpointPart::put_f64(const std::string& name, double value) {
-  std::int64_t bits = 0;
-  std::memcpy(&bits, &value, sizeof(bits));
-  put_i64(name, bits);
-}
-
-void CheckpointPart::put_f32s(const std::string& name, std::span<const float> values) {
-  f32s_[name].assign(values.begin(), values.end());
-}
-
-void CheckpointPart::put_bytes(const std::string& name, const std::string& bytes) { bytes_[name] = bytes; }
-
-bool CheckpointPart::has(const std::string& name) const {
-  return i64s_.count(name) > 0 || f32s_.count(name) > 0 || bytes_.count(name) > 0;
-}
-
-namespace {
-template <class Map>
-const typename Map::mapped_type& field(const Map& map, const std::string& name, const std::string& what,
-                                       const char* kind) {
-  const auto it = map.find(name);
-  if (it == map.end()) throw CheckpointError(what + ": no field '" + name + "' (" + kind + ")");
-  return it->second;
-}
-}  // namespace
-
-const std::vector<std::int64_t>& CheckpointPart::i64s(const std::string& name) const {
-  return field(i64s_, name, what, "integers");
-}
-
-std::int64_t CheckpointPart::i64(const std::string& name) const {
-  const auto& v = i64s(name);
-  if (v.size() != 1) throw CheckpointError(what + ": field '" + name + "' holds " + std::to_string(v.size()) + " values, expected 1");
-  return v[0];
-}
-
-double CheckpointPart::f64(const std::string& name) const {
-  const std::int64_t bits = i64(name);
-  double value = 0;
-  std::memcpy(&value, &bits, sizeof(value));
-  return value;
-}
-
-const std::vector<float>& CheckpointPart::f32s(const std::string& name) const {
-  return field(f32s_, name, what, "floats");
-}
-
-const std::string& CheckpointPart::bytes(const std::string& name) const { return field(bytes_, name, what, "bytes"); }
-
-std::string CheckpointPart::encode() const {
-  std::string out(kMagic, sizeof(kMagic));
-  append_raw(out, kFormat);
-  append_raw(out, static_cast<std::uint32_t>(i64s_.size() + f32s_.size() + bytes_.size()));
-  const auto header = [&out](const std::string& name, Kind kind, std::size_t count) {
-    append_raw(out, static_cast<std::uint32_t>(name.size()));
-    out += name;
-    append_raw(out, static_cast<std::uint32_t>(kind));
-    append_raw(out, static_cast<std::uint64_t>(count));
-  };
-  for (const auto& [name, v] : i64s_) {
-    header(name, kI64s, v.size());
-    out.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(std::int64_t));
-  }
-  for (const auto& [name, v] : f32s_) {
-    header(name, kF32s, v.size());
-    out.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
-  }
-  for (const auto& [name, v] : bytes_) {
-    header(name, kBytes, v.size());
-    out += v;
-  }
-  append_raw(out, crc32_of(out));
-  return out;
-}
-
-CheckpointPart CheckpointPart::decode(const std::string& data, const std::string& what) {
-  if (data.size() < sizeof(kMagic) + 12) {
-    throw CheckpointError(what + ": truncated (" + std::to_string(data.size()) + " bytes, shorter than a header)");
-  }
-  if (std::memcmp(data.data(), kMagic, sizeof(kMagic)) != 0) throw CheckpointError(what + ": not a checkpoint part (bad magic)");
-  const std::size_t body = data.size() - sizeof(std::uint32_t);
-  std::uint32_t stored = 0;
-  std::memcpy(&stored, data.data() + body, sizeof(stored));
-  if (crc32_of(data.substr(0, body)) != stored) {
-    throw CheckpointError(what + ": checksum mismatch (corrupt or truncated)");
-  }
-  Cursor c{data, sizeof(kMagic), body, what};
-  const auto format = c.get<std::uint32_t>();
-  if (format != kFormat) {
-    throw CheckpointError(what + ": format version " + std::to_string(format) + ", this build reads " +
-                          std::to_string(kFormat));
-  }
-  CheckpointPart part;
-  part.what = what;
-  const auto fields = c.get<std::uint32_t>();
-  for (std::uint32_t i = 0; i < fields; ++i) {
-    const std::string name = c.get_string(c.get<std::uint32_t>());
-    const auto kind = c.get<std::uint32_t>();
-    const auto count = c.get<std::uint64_t>();
-    if (kind == kI64s) {
-      c.need(count * sizeof(std::int64_t));
-      std::vector<std::int64_t> v(count);
-      std::memcpy(v.data(), data.data() + c.pos, count * sizeof(std::int64_t));
-      c.pos += count * sizeof(std::int64_t);
-      part.i64s_[name] = std::move(v);
-    } else if (kind == kF32s) {
-      c.need(count * sizeof(float));
-      std::vector<float> v(count);
-      std::memcpy(v.data(), data.data() + c.pos, count * sizeof(float));
-      c.pos += count * sizeof(float);
-      part.f32s_[name] = std::move(v);
-    } else if (kind == kBytes) {
-      part.bytes_[name] = c.get_string(count);
-    } else {
-      throw CheckpointError(what + ": field '" + name + "' has unknown kind " + std::to_string(kind));
-    }
-  }
-  if (c.pos != body) throw CheckpointError(what + ": " + std::to_string(body - c.pos) + " bytes after the last field");
-  return part;
-}
-
 // ---- fingerprint ----
 
 CheckpointFingerprint checkpoint_fingerprint(const RunConfig& config, std::int64_t num_params) {
@@ -329,7 +168,7 @@ std::string fingerprint_mismatch(const CheckpointFingerprint& saved, const Check
 
 // ---- files ----
 
-std::uint32_t crc32_of(const std::string& data) {
+std::uint32_t crc32_of(std::string_view data) {
   uLong crc = crc32(0L, Z_NULL, 0);
   std::size_t done = 0;
   while (done < data.size()) {  // zlib takes uInt lengths
@@ -392,8 +231,35 @@ void write_checkpoint_part(const fs::path& dir, const std::string& name, const C
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) throw Error("cannot create the checkpoint directory " + dir.string() + ": " + ec.message());
-  write_file_atomic(dir / name, part.encode());
+  const PartIdentity identity{name, step_of_dir_name(dir.filename().string())};
+  write_file_atomic(dir / name, part.encode(&identity));
 }
+
+namespace {
+
+// Why part `p` (its bytes `data`) of the checkpoint in `dir` described by `m`
+// cannot be used, or "".
+std::string part_problem(const fs::path& dir, const CheckpointManifest& m, const CheckpointPartInfo& p,
+                         const std::string& data) {
+  if (static_cast<std::int64_t>(data.size()) != p.bytes) {
+    return "part " + p.name + " is " + std::to_string(data.size()) + " bytes, the manifest says " +
+           std::to_string(p.bytes) + " (truncated or rewritten)";
+  }
+  const std::uint32_t crc = m.format >= 2 ? part_body_crc32(data) : crc32_of(data);
+  if (crc != p.crc32) {
+    return "part " + p.name + " fails its CRC-32 check (corrupt, or not the part the manifest was written over)";
+  }
+  const std::string what = dir.filename().string() + "/" + p.name;
+  const PartIdentity id = CheckpointPart::identity_of(data, what);
+  if (!id.node.empty() && id.node != p.name) return "part " + p.name + " is " + id.node + "'s part, not " + p.name;
+  const std::int64_t dir_step = step_of_dir_name(dir.filename().string());
+  if (id.step >= 0 && dir_step >= 0 && id.step != dir_step) {
+    return "part " + p.name + " belongs to step " + std::to_string(id.step) + ", not to " + dir.filename().string();
+  }
+  return "";
+}
+
+}  // namespace
 
 CheckpointPart read_checkpoint_part(const fs::path& dir, const std::string& name) {
   const std::string what = dir.filename().string() + "/" + name;
@@ -401,16 +267,13 @@ CheckpointPart read_checkpoint_part(const fs::path& dir, const std::string& name
   const auto it = std::find_if(m.parts.begin(), m.parts.end(), [&](const auto& p) { return p.name == name; });
   if (it == m.parts.end()) throw CheckpointError(what + ": not listed in the manifest");
   const std::string data = read_file_bytes(dir / name);
-  if (static_cast<std::int64_t>(data.size()) != it->bytes) {
-    throw CheckpointError(what + ": " + std::to_string(data.size()) + " bytes, the manifest says " +
-                          std::to_string(it->bytes) + " (truncated or rewritten)");
-  }
-  if (crc32_of(data) != it->crc32) throw CheckpointError(what + ": CRC-32 differs from the manifest's (corrupt)");
+  const std::string problem = part_problem(dir, m, *it, data);
+  if (!problem.empty()) throw CheckpointError(dir.filename().string() + ": " + problem);
   return CheckpointPart::decode(data, what);
 }
 
 std::string manifest_json(const CheckpointManifest& m) {
-  std::string s = "{\"format\":" + std::to_string(kFormat) + ",\"step\":" + std::to_string(m.step) + ",\"fingerprint\":{";
+  std::string s = "{\"format\":" + std::to_string(m.format) + ",\"step\":" + std::to_string(m.step) + ",\"fingerprint\":{";
   for (std::size_t i = 0; i < m.fingerprint.fields.size(); ++i) {
     if (i > 0) s += ',';
     s += json_string(m.fingerprint.fields[i].first);
@@ -459,7 +322,11 @@ CheckpointManifest parse_manifest_json(const std::string& text, const std::strin
       r.fail("unknown key '" + key + "'");
     }
   });
-  if (format != kFormat) throw CheckpointError(what + ": manifest format " + std::to_string(format) + ", expected 1");
+  if (format != 1 && format != kManifestFormat) {
+    throw CheckpointError(what + ": manifest format " + std::to_string(format) + ", this build reads 1 and " +
+                          std::to_string(kManifestFormat));
+  }
+  m.format = format;
   if (!have_step) throw CheckpointError(what + ": manifest has no step");
   return m;
 }
@@ -482,7 +349,7 @@ CheckpointManifest write_checkpoint_manifest(const fs::path& dir, std::int64_t s
   for (const std::string& name : part_names) {
     const std::string data = read_file_bytes(dir / name);
     CheckpointPart::decode(data, dir.filename().string() + "/" + name);  // its own checksum
-    m.parts.push_back({name, static_cast<std::int64_t>(data.size()), crc32_of(data)});
+    m.parts.push_back({name, static_cast<std::int64_t>(data.size()), part_body_crc32(data)});
   }
   write_file_atomic(dir / kManifestName, manifest_json(m));
   return m;
@@ -492,17 +359,20 @@ std::string checkpoint_problem(const fs::path& dir) {
   try {
     const CheckpointManifest m = read_checkpoint_manifest(dir);
     if (m.parts.empty()) return "the manifest lists no parts";
+    const std::int64_t dir_step = step_of_dir_name(dir.filename().string());
+    if (dir_step >= 0 && m.step != dir_step) {
+      return "the manifest is step " + std::to_string(m.step) + "'s, not " + dir.filename().string() + "'s";
+    }
     for (const CheckpointPartInfo& p : m.parts) {
-      const std::string what = p.name;
       std::error_code ec;
       const auto size = fs::file_size(dir / p.name, ec);
-      if (ec) return "part " + what + " is missing";
+      if (ec) return "part " + p.name + " is missing";
       if (static_cast<std::int64_t>(size) != p.bytes) {
-        return "part " + what + " is " + std::to_string(size) + " bytes, the manifest says " + std::to_string(p.bytes) +
-               " (truncated)";
+        return "part " + p.name + " is " + std::to_string(size) + " bytes, the manifest says " +
+               std::to_string(p.bytes) + " (truncated)";
       }
-      const std::string data = read_file_bytes(dir / p.name);
-      if (crc32_of(data) != p.crc32) return "part " + what + " fails its CRC-32 check (corrupt)";
+      const std::string problem = part_problem(dir, m, p, read_file_bytes(dir / p.name));
+      if (!problem.empty()) return problem;
     }
     return "";
   } catch (const Error& e) {

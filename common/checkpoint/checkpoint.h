@@ -5,7 +5,8 @@
 // A checkpoint is a directory ROOT/step-NNNNNNNN/ (N = steps completed by
 // every worker) holding one part per node (server-R.ckpt, worker-R.ckpt) and
 // manifest.json, written last: the checkpoint is complete exactly when its
-// manifest exists and every part it lists has the listed size and CRC-32.
+// manifest exists and every part it lists has the listed size and CRC-32, and
+// says it is that node's part of that step (below).
 // Every file is written atomically (temporary file, fsync, rename, fsync of
 // the directory), so a crash leaves either the old state or the new file.
 //
@@ -13,10 +14,18 @@
 // fields, then per field: u32 name length, name, u32 kind (1 = i64s,
 // 2 = f32s, 3 = bytes), u64 element count, the elements; then a trailer: u32
 // CRC-32 (zlib) of everything before it. A part therefore checks itself
-// (truncation, flipped bytes) even without the manifest.
+// (truncation, flipped bytes) even without the manifest. write_checkpoint_part
+// adds the part's identity, the fields "checkpoint.node" (bytes: its file
+// name) and "checkpoint.step" (the step of its directory).
 //
-// manifest.json: {"format":1,"step":N,"fingerprint":{"mode":"sync",...},
-// "parts":[{"name":"server-0.ckpt","bytes":B,"crc32":C},...]}.
+// manifest.json: {"format":2,"step":N,"fingerprint":{"mode":"sync",...},
+// "parts":[{"name":"server-0.ckpt","bytes":B,"crc32":C},...]}. C is the CRC-32
+// of the part's body (everything before its trailer), so it names the part's
+// content: a part that checks itself but is not the one the manifest was
+// written over (copied from another checkpoint or job) is refused, and so is a
+// part whose identity names another node or step. Format 1 manifests (older
+// builds) recorded the CRC-32 of the whole file, which is the same constant for
+// every intact part; they are still read, with that weaker check.
 #pragma once
 
 #include <cstdint>
@@ -25,6 +34,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -37,6 +47,13 @@ namespace pstrain {
 class CheckpointError : public Error {
  public:
   using Error::Error;
+};
+
+// Which node's part of which checkpoint a part is (step -1 and an empty node:
+// a part written without one, by an older build or outside a step directory).
+struct PartIdentity {
+  std::string node;
+  std::int64_t step = -1;
 };
 
 // The fields of one part, by name.
@@ -56,7 +73,10 @@ class CheckpointPart {
   const std::vector<float>& f32s(const std::string& name) const;
   const std::string& bytes(const std::string& name) const;
 
-  std::string encode() const;
+  // `identity` (may be null) is written as its two fields.
+  std::string encode(const PartIdentity* identity = nullptr) const;
+  // The identity an encoded part carries, read without decoding its tensors.
+  static PartIdentity identity_of(const std::string& data, const std::string& what);
   // `what` names the source in errors ("server-0.ckpt of step-00000010").
   static CheckpointPart decode(const std::string& data, const std::string& what);
 
@@ -90,12 +110,15 @@ struct CheckpointPartInfo {
 };
 
 struct CheckpointManifest {
+  std::int64_t format = 2;  // 1: crc32 over whole part files (older builds)
   std::int64_t step = 0;
   CheckpointFingerprint fingerprint;
   std::vector<CheckpointPartInfo> parts;
 };
 
-std::uint32_t crc32_of(const std::string& data);
+std::uint32_t crc32_of(std::string_view data);
+// What a format-2 manifest records for an encoded part: the CRC-32 of its body.
+std::uint32_t part_body_crc32(const std::string& data);
 // "step-00000120".
 std::string checkpoint_dir_name(std::int64_t step);
 // The checkpoint root of a run: checkpoint.dir, else RUN_DIR/checkpoints.
