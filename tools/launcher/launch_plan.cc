@@ -14,6 +14,7 @@
 #include "common/node/node_cli.h"
 #include "common/wire/security.h"
 #include "tools/launcher/config_site.h"
+#include "tools/launcher/port_check.h"
 #include "tools/launcher/remote.h"
 #include "worker/data/load_dataset.h"
 
@@ -61,6 +62,29 @@ std::string check_hosts(const LaunchRequest& request, const RunConfig& config) {
   }
   ssh_argv(request.ssh_command, "", "");  // the ssh program is there (ConfigError otherwise), before anything starts
   return host;
+}
+
+// A fixed port that another process holds (or that two nodes of this job
+// would share) would fail its node after the launch had started and moved
+// the previous run aside; refused here instead, naming the key.
+void check_ports(const LaunchRequest& request, const RunConfig& config) {
+  const std::vector<PlannedPort> ports = planned_ports(config);
+  const auto site = [&](const PlannedPort& p) {
+    return key_site(request.config_path, request.overrides, p.key) + ": key '" + p.key + "': ";
+  };
+  for (std::size_t i = 0; i < ports.size(); ++i) {
+    for (std::size_t j = 0; j < i; ++j) {
+      if (ports[j].port != ports[i].port) continue;
+      throw ConfigError(site(ports[i]) + ports[i].who + " and " + ports[j].who + " would both listen on port " +
+                        std::to_string(ports[i].port) + "; choose ports that do not overlap, or 0 for any free port");
+    }
+  }
+  for (const PlannedPort& p : ports) {
+    const std::string problem = tcp_bind_problem(p.host, p.port);
+    if (problem.empty()) continue;
+    throw ConfigError(site(p) + p.who + " cannot listen on port " + std::to_string(p.port) + " of " + p.host + " (" +
+                      problem + "): stop what holds it, choose another port, or 0 for any free port");
+  }
 }
 
 void check_model(const LaunchRequest& request, const RunConfig& config) {
@@ -172,6 +196,7 @@ LaunchPlan plan_launch(const LaunchRequest& request) {
   check_dataset(request, plan.config);
   check_batch_fits_shard(request, plan.config);
   plan.scheduler_host = check_hosts(request, plan.config);
+  check_ports(request, plan.config);
   plan.ssh_command = request.ssh_command;
   plan.work_dir = fs::current_path();
   check_programs(plan.bin_dir, plan.num_servers > 0);

@@ -463,6 +463,10 @@ int run_launch(const LaunchOptions& options) {
     return kExitConfig;
   }
   if (options.check_only) {  // the resolved config, as config.toml would hold it; nothing touched
+    if (const std::string busy = RunDirLock::busy(plan.run_dir); !busy.empty()) {
+      say("refused: " + busy);
+      return kExitConfig;
+    }
     std::fputs(to_toml(plan.config).c_str(), stdout);
     return kExitOk;
   }

@@ -54,7 +54,27 @@ fs::path free_aside_name(const fs::path& run_dir) {
   return candidate;
 }
 
+// What a launch refused because `run_dir` is busy says.
+std::string busy_message(const fs::path& run_dir, std::optional<long> owner) {
+  const std::string who = owner ? "launch pid " + std::to_string(*owner) : "another launch";
+  return "run directory " + run_dir.string() + " is in use by " + who + " (lock " + RunDirLock::file(run_dir).string() +
+         "); wait for that run to end or stop it, or give this one another --run-dir";
+}
+
 }  // namespace
+
+std::string RunDirLock::busy(const fs::path& run_dir) {
+  const int fd = open(file(run_dir).c_str(), O_RDWR | O_CLOEXEC);
+  if (fd < 0) return "";
+  std::string message;
+  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    if (errno == EWOULDBLOCK) message = busy_message(run_dir, pid_in(fd));
+  } else {
+    flock(fd, LOCK_UN);
+  }
+  close(fd);
+  return message;
+}
 
 RunDirLock::RunDirLock(const fs::path& run_dir) {
   make_dir(run_dir);
@@ -67,10 +87,7 @@ RunDirLock::RunDirLock(const fs::path& run_dir) {
     close(fd_);
     fd_ = -1;
     if (err != EWOULDBLOCK) throw Error("cannot lock " + path.string() + ": " + std::strerror(err));
-    const std::string who = owner ? "launch pid " + std::to_string(*owner) : "another launch";
-    throw RunDirBusy("run directory " + run_dir.string() + " is in use by " + who + " (lock " + path.string() +
-                         "); wait for that run to end or stop it, or give this one another --run-dir",
-                     owner.value_or(0));
+    throw RunDirBusy(busy_message(run_dir, owner), owner.value_or(0));
   }
   stale_pid_ = pid_in(fd_);
   const std::string text = std::to_string(getpid()) + "\n";

@@ -27,6 +27,11 @@ class RunDirLock {
 
   static std::filesystem::path file(const std::filesystem::path& run_dir) { return run_dir / "launch.lock"; }
 
+  // Without taking it or creating anything: the message RunDirBusy would
+  // carry when a live launcher holds run_dir's lock now, else "" (`launch
+  // --check` refuses a busy run directory as a launch would).
+  static std::string busy(const std::filesystem::path& run_dir);
+
  private:
   int fd_ = -1;
   std::optional<long> stale_pid_;
