@@ -72,6 +72,8 @@ TEST_CASE("sync: a server part swapped in from an older checkpoint is refused; t
   }
   it::note("max relative difference, resumed past a swapped part vs never interrupted: " + std::to_string(diff / scale));
   CHECK(diff / scale < 1e-5);
+  // The summary says the run was resumed, and from which step.
+  CHECK(it::contains(it::read_file(run / "summary.json"), "\"resumed_from\": [8]"));
   // Every step once per worker: 8 before the checkpoint resumed from, 8 after it.
   CHECK(step_records(run / "metrics/worker-0.jsonl") == 16);
   CHECK(step_records(run / "metrics/worker-1.jsonl") == 16);

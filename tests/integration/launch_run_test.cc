@@ -33,7 +33,7 @@ void check_run_dir(const it::fs::path& run, const std::string& mode, const std::
   CHECK(it::read_pids(run).size() == 5);
   CHECK(it::contains(output, " worker 1] ") == echoed);  // a worker's own line, e.g. "[   0.151 worker 1] ..."
   CHECK(it::contains(output, "Run directory: " + run.string()));
-  CHECK(it::contains(output, "| worker | time (s) | images |"));
+  CHECK(it::contains(output, "| worker | status | time (s) | images |"));
 
   for (int w = 0; w < 2; ++w) {
     CAPTURE(w);

@@ -169,12 +169,13 @@ TEST_CASE("summary.json holds every documented key and reads back") {
   const JsonValue j = parse_json(summary_json(summarize(config(Mode::kAsync), m)), "summary.json");
   for (const char* key : {"mode", "workers", "servers", "model", "dataset", "final_test_accuracy", "wall_time_s",
                           "time_to_accuracy", "global_images_per_s", "per_worker", "staleness", "ssp",
-                          "dropped_workers", "restarts", "partial_updates", "server_restarts", "skipped_steps",
+                          "dropped_workers", "restarts", "resumed_from", "partial_updates", "server_restarts",
+                          "skipped_steps",
                           "resources", "warnings"}) {
     CAPTURE(key);
     CHECK(j.find(key) != nullptr);
   }
-  CHECK(j.keys().size() == 19);
+  CHECK(j.keys().size() == 20);
   CHECK(j.find("ssp")->is_null());
   CHECK(j.find("mode")->as_string("mode") == "async");
   CHECK(j.find("final_test_accuracy")->as_number("a") == doctest::Approx(0.84));
@@ -207,15 +208,15 @@ TEST_CASE("summary.md has the headline and per-worker tables with units") {
   CHECK(md.find("| time to 80% (s) | time to 85% (s) | time to 90% (s) |") != std::string::npos);
   CHECK(md.find("| 2.00 | 3.00 | n/a |") != std::string::npos);
   CHECK(md.find("| 0.50 | 2 | 0: 3, 2: 1 |") != std::string::npos);
-  CHECK(md.find("| worker | time (s) | images | throughput (images/s) | compute (s) | pull (s) | push (s) |") !=
+  CHECK(md.find("| worker | status | time (s) | images | throughput (images/s) | compute (s) | pull (s) | push (s) |") !=
         std::string::npos);
-  CHECK(md.find("| 1 | 5.00 | 600 | 120.0 | 2.00 | 0.50 | 0.25 |") != std::string::npos);
+  CHECK(md.find("| 1 | done | 5.00 | 600 | 120.0 | 2.00 | 0.50 | 0.25 |") != std::string::npos);
   CHECK(summary_markdown(summarize(config(Mode::kSync), m), "r").find("Staleness") == std::string::npos);
 }
 
 TEST_CASE("summary.md labels allreduce workers' times as update and allreduce wait, not pull and push") {
   const std::string md = summary_markdown(summarize(config(Mode::kAllreduce), two_workers()), "runs/x");
-  CHECK(md.find("| worker | time (s) | images | throughput (images/s) | compute (s) | update (s) | "
+  CHECK(md.find("| worker | status | time (s) | images | throughput (images/s) | compute (s) | update (s) | "
                 "allreduce wait (s) |") != std::string::npos);
   CHECK(md.find("pull (s)") == std::string::npos);
   CHECK(md.find("push (s)") == std::string::npos);
@@ -238,7 +239,7 @@ TEST_CASE("write_run_summary reads a run directory and writes both files") {
   const JsonValue j = parse_json(report_test::read_file(dir.path() / "summary.json"), "summary.json");
   CHECK(j.find("final_test_accuracy")->as_number("a") == doctest::Approx(0.9));
   CHECK(j.find("global_images_per_s")->as_number("g") == doctest::Approx(32.0));
-  CHECK(report_test::read_file(dir.path() / "summary.md").find("| 1 | 2.00 | 32 | 16.0 |") != std::string::npos);
+  CHECK(report_test::read_file(dir.path() / "summary.md").find("| 1 | done | 2.00 | 32 | 16.0 |") != std::string::npos);
   CHECK_FALSE(std::filesystem::exists(dir.path() / "summary.json.tmp"));
 }
 

@@ -97,10 +97,12 @@ void add_record(WorkerMetrics& m, const Fields& f) {
   } else if (type == "end") {
     m.end = read_end(f);
   } else if (type == "rejoin") {
-    m.rejoins.push_back(RejoinRecord{f.number("time_s"), f.integer("step")});
+    m.rejoins.push_back(RejoinRecord{f.number("time_s"), f.integer("step"), m.steps.size()});
+  } else if (type == "resume") {
+    m.resumes.push_back(ResumeRecord{f.number("time_s"), f.integer("step")});
   } else {
-    throw DataError(f.what("type") + ": expected \"plan\", \"step\", \"eval\", \"rejoin\" or \"end\", got \"" + type +
-                    "\"");
+    throw DataError(f.what("type") + ": expected \"plan\", \"step\", \"eval\", \"rejoin\", \"resume\" or \"end\", got \"" +
+                    type + "\"");
   }
 }
 

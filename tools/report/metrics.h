@@ -1,5 +1,6 @@
 // Readers for a run directory's metrics files (docs/run_directory.md):
-// metrics/worker-<w>.jsonl (one JSON object per line: "plan", "step", "eval", "rejoin", "end")
+// metrics/worker-<w>.jsonl (one JSON object per line: "plan", "step", "eval", "rejoin", "resume",
+// "end")
 // and metrics/server-<s>.json (update counts and the staleness histogram).
 //
 // Every documented field must be present with its type; a JSON null stands
@@ -61,13 +62,22 @@ struct EndRecord {
 // A new process took this worker's rank back (cluster.on_worker_failure =
 // "restart") and continued from `step`; its records follow in the same file.
 struct RejoinRecord {
-  double time_s = 0;  // job clock: seconds since the job started
+  double time_s = 0;  // on the rank's axis, as its predecessor's records
+  std::int64_t step = 0;
+  std::size_t steps_before = 0;  // step records earlier in the file: its predecessors' steps
+};
+
+// The run was resumed from the checkpoint of `step` (launch --resume): this
+// worker's records before it are those of the steps the checkpoint holds.
+struct ResumeRecord {
+  double time_s = 0;
   std::int64_t step = 0;
 };
 
 struct WorkerMetrics {
   int rank = -1;
   std::vector<RejoinRecord> rejoins;
+  std::vector<ResumeRecord> resumes;
   std::optional<PlanRecord> plan;  // absent in files of older runs
   std::vector<StepRecord> steps;
   std::vector<EvalRecord> evals;

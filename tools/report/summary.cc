@@ -20,18 +20,23 @@ constexpr std::array<Threshold, 3> kThresholds{{{"0.80", 0.80}, {"0.85", 0.85}, 
 // 0.799999999; a test set would need 10^8 samples for this to matter.
 constexpr double kAccuracySlack = 1e-8;
 
+void add_step(WorkerSummary& s, const StepRecord& r) {
+  s.images += r.batch;
+  s.compute_s += r.compute_ms / 1e3;
+  s.pull_s += r.pull_ms / 1e3;
+  s.push_s += r.push_ms / 1e3;
+  s.skipped_steps += r.skipped ? 1 : 0;
+}
+
 // A worker the job went on without (no "end" record): what its step records say.
 WorkerSummary dropped_worker_summary(const WorkerMetrics& w) {
   WorkerSummary s;
   s.rank = w.rank;
   s.dropped = true;
+  s.status = "dropped";
   for (const StepRecord& r : w.steps) {
     s.time_s = r.time_s;
-    s.images += r.batch;
-    s.compute_s += r.compute_ms / 1e3;
-    s.pull_s += r.pull_ms / 1e3;
-    s.push_s += r.push_ms / 1e3;
-    s.skipped_steps += r.skipped ? 1 : 0;
+    add_step(s, r);
   }
   s.images_per_s = s.time_s > 0 ? static_cast<double>(s.images) / s.time_s : std::numeric_limits<double>::quiet_NaN();
   return s;
@@ -49,7 +54,15 @@ WorkerSummary worker_summary(const WorkerMetrics& w) {
   s.push_s = e.push_s;
   s.blocked_s = e.blocked_s;
   s.skipped_steps = e.skipped_steps;
-  s.images_per_s = e.time_s > 0 ? static_cast<double>(e.images) / e.time_s : std::numeric_limits<double>::quiet_NaN();
+  // A rank taken back by a new process: the end record counts that process's
+  // work, the step records before its rejoin record its predecessors'. (Their
+  // time blocked by the consistency policy is not in step records: lost.)
+  if (!w.rejoins.empty()) {
+    s.status = "restarted";
+    const std::size_t before = std::min(w.rejoins.back().steps_before, w.steps.size());
+    for (std::size_t i = 0; i < before; ++i) add_step(s, w.steps[i]);
+  }
+  s.images_per_s = s.time_s > 0 ? static_cast<double>(s.images) / s.time_s : std::numeric_limits<double>::quiet_NaN();
   return s;
 }
 
@@ -99,7 +112,7 @@ std::string worker_json(const WorkerSummary& w) {
          ", \"pull_s\": " + json_number(w.pull_s) + ", \"push_s\": " + json_number(w.push_s) +
          ", \"blocked_s\": " + json_number(w.blocked_s) + ", \"images_per_s\": " + json_number(w.images_per_s) +
          ", \"skipped_steps\": " + std::to_string(w.skipped_steps) + ", \"dropped\": " + (w.dropped ? "true" : "false") +
-         "}";
+         ", \"status\": " + json_quote(w.status) + "}";
 }
 
 // [{"server": 1, "from_step": 20, "lost_updates": 12, "lost_pushes": 1}, ...]
@@ -122,9 +135,10 @@ std::string restarts_json(const std::vector<RestartSummary>& restarts) {
   return "[" + out + "]";
 }
 
-std::string int_list_json(const std::vector<int>& values) {
+template <class Int>
+std::string int_list_json(const std::vector<Int>& values) {
   std::string out = "[";
-  for (const int v : values) out += (out.size() > 1 ? ", " : "") + std::to_string(v);
+  for (const Int v : values) out += (out.size() > 1 ? ", " : "") + std::to_string(v);
   return out + "]";
 }
 
@@ -172,6 +186,7 @@ RunSummary summarize(const RunConfig& config, const RunMetrics& metrics) {
   const bool go_on = config.cluster.on_worker_failure == "continue" || config.cluster.on_worker_failure == "restart";
   for (const WorkerMetrics& w : metrics.workers) {
     for (const RejoinRecord& r : w.rejoins) s.restarts.push_back(RestartSummary{w.rank, r.time_s, r.step});
+    for (const ResumeRecord& r : w.resumes) s.resumed_from.push_back(r.step);
     if (!w.end && go_on) {
       s.per_worker.push_back(dropped_worker_summary(w));
       s.dropped_workers.push_back(w.rank);
@@ -183,6 +198,8 @@ RunSummary summarize(const RunConfig& config, const RunMetrics& metrics) {
     images += s.per_worker.back().images;
   }
   for (const WorkerSummary& w : s.per_worker) s.skipped_steps += w.skipped_steps;
+  std::sort(s.resumed_from.begin(), s.resumed_from.end());  // every worker of a resume says its step
+  s.resumed_from.erase(std::unique(s.resumed_from.begin(), s.resumed_from.end()), s.resumed_from.end());
   s.global_images_per_s = s.wall_time_s > 0 ? static_cast<double>(images) / s.wall_time_s
                                             : std::numeric_limits<double>::quiet_NaN();
   // Worker 0 evaluates; if it was dropped (allreduce, "continue"), the lowest
@@ -222,6 +239,7 @@ std::string summary_json(const RunSummary& s) {
          (workers.empty() ? "]" : "\n  ]") + ",\n  \"staleness\": " + staleness_json(s.staleness) +
          ",\n  \"ssp\": " + ssp_json(s.ssp) + ",\n  \"dropped_workers\": " + int_list_json(s.dropped_workers) +
          ",\n  \"restarts\": " + restarts_json(s.restarts) +
+         ",\n  \"resumed_from\": " + int_list_json(s.resumed_from) +
          ",\n  \"partial_updates\": " + std::to_string(s.partial_updates) +
          ",\n  \"server_restarts\": " + server_restarts_json(s) +
          ",\n  \"skipped_steps\": " + std::to_string(s.skipped_steps) + ",\n  \"resources\": " + resources_json(s) +

@@ -42,6 +42,10 @@ struct WorkerSummary {
   double images_per_s = 0;
   std::int64_t skipped_steps = 0;  // workload.on_nonfinite "skip": steps whose update it dropped
   bool dropped = false;  // no "end" record: lost, and dropped under on_worker_failure "continue"
+  // "done"; "restarted" (a new process took the rank back and finished: the
+  // counts above add up every process of the rank); "dropped" (the job went
+  // on without it).
+  std::string status = "done";
 };
 
 // A worker rank taken back by a new process (cluster.on_worker_failure =
@@ -84,6 +88,7 @@ struct RunSummary {
   std::optional<SspSummary> ssp;              // ssp only
   std::vector<int> dropped_workers;           // on_worker_failure "continue": workers the job went on without
   std::vector<RestartSummary> restarts;       // on_worker_failure "restart": each rejoin, by rank then time
+  std::vector<std::int64_t> resumed_from;     // launch --resume: the checkpoint step of each resume, in order
   std::int64_t partial_updates = 0;           // sync: chunk updates made without a dropped worker
   // on_server_failure "restart": each server that rejoined, and what was lost (ServerMetrics).
   struct ServerRestart {

@@ -66,13 +66,13 @@ std::string staleness(const StalenessSummary& st) {
 std::string per_worker(const RunSummary& s) {
   std::vector<std::vector<std::string>> rows;
   for (const WorkerSummary& w : s.per_worker) {
-    rows.push_back({std::to_string(w.rank), fixed(w.time_s, 2), std::to_string(w.images), fixed(w.images_per_s, 1),
-                    fixed(w.compute_s, 2), fixed(w.pull_s, 2), fixed(w.push_s, 2)});
+    rows.push_back({std::to_string(w.rank), w.status, fixed(w.time_s, 2), std::to_string(w.images),
+                    fixed(w.images_per_s, 1), fixed(w.compute_s, 2), fixed(w.pull_s, 2), fixed(w.push_s, 2)});
   }
   // Allreduce workers pull and push nothing: their records' pull and push
   // fields hold the local optimizer update and the allreduce wait after backward.
   const bool allreduce = s.mode == "allreduce";
-  return table({"worker", "time (s)", "images", "throughput (images/s)", "compute (s)",
+  return table({"worker", "status", "time (s)", "images", "throughput (images/s)", "compute (s)",
                 allreduce ? "update (s)" : "pull (s)", allreduce ? "allreduce wait (s)" : "push (s)"},
                rows);
 }
@@ -160,6 +160,12 @@ std::string summary_markdown(const RunSummary& s, const std::string& run_dir) {
            table({"bound (steps)", "largest clock gap at a pull (steps)", "mean time blocked by the bound (s)"},
                  {{std::to_string(s.ssp->staleness_bound), std::to_string(s.ssp->clock_gap_max),
                    fixed(s.ssp->blocked_s_mean, 2)}});
+  }
+  if (!s.resumed_from.empty()) {
+    std::string steps;
+    for (const std::int64_t step : s.resumed_from) steps += (steps.empty() ? "" : ", ") + std::to_string(step);
+    out += "\n## Resumed\n\nThe run was resumed (launch --resume) from the checkpoint of step " + steps +
+           "; the counts and times go on from the checkpoint's.\n";
   }
   out += "\n## Per worker\n\n" + per_worker(s);
   if (!s.resources.empty()) out += "\n## Resource use\n\n" + resources(s);

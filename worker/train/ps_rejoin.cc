@@ -3,7 +3,10 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <cstdlib>
 #include <fstream>
+#include <optional>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -57,25 +60,76 @@ void pass_rejoin_checkpoint(WorkerSession& session, const RunConfig& config, std
 }
 
 void write_rejoin_record(MetricsWriter& metrics, std::int64_t step) {
-  metrics.write(JsonLine().add("type", "rejoin").add("time_s", metrics.elapsed_s()).add("step", step));
+  metrics.write(JsonLine().add("type", "rejoin").add("time_s", metrics.elapsed_s()).add("step", step)
+                    .add("job_s", metrics.job_s()));
 }
 
-std::int64_t whole_lines_bytes(const std::string& path) {
+namespace {
+
+// The number after "key": in a metrics line, if there is one.
+std::optional<double> number_after(std::string_view line, std::string_view key) {
+  const std::string quoted = "\"" + std::string(key) + "\":";
+  const auto at = line.find(quoted);
+  if (at == std::string_view::npos) return std::nullopt;
+  const std::string rest(line.substr(at + quoted.size(), 32));
+  char* end = nullptr;
+  const double value = std::strtod(rest.c_str(), &end);
+  if (end == rest.c_str()) return std::nullopt;
+  return value;
+}
+
+// Where the rank's time axis starts on the job clock: job_s - time_s of the
+// newest record in `text` that has both (a step, rejoin or resume record,
+// written at one moment on both clocks); none in the file: nullopt.
+std::optional<double> axis_origin_job_s(std::string_view text) {
+  std::size_t end = text.size();
+  while (end > 0) {
+    const std::size_t start = text.rfind('\n', end - 1);
+    const std::size_t from = start == std::string_view::npos ? 0 : start + 1;
+    const std::string_view line = text.substr(from, end - from);
+    const auto time_s = number_after(line, "time_s");
+    const auto job_s = number_after(line, "job_s");
+    if (time_s && job_s) return *job_s - *time_s;
+    if (start == std::string_view::npos) break;
+    end = start;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+namespace {
+
+std::string file_text(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) return 0;
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (!in) return "";
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+std::int64_t whole_lines_bytes_of(const std::string& text) {
   const auto last = text.rfind('\n');
   return last == std::string::npos ? 0 : static_cast<std::int64_t>(last + 1);
 }
+
+}  // namespace
+
+std::int64_t whole_lines_bytes(const std::string& path) { return whole_lines_bytes_of(file_text(path)); }
 
 WorkerStart start_rejoined_worker(int rank, const RunConfig& config, Logger& log) {
   WorkerStart start;
   const std::string file = "worker-" + std::to_string(rank) + ".jsonl";
   std::int64_t keep = 0;
+  // The rank's records stay on one time axis: its predecessor's (whose
+  // origin its records give on the job clock), else the job clock's.
+  double time_offset_s = log.clock().now_s();
   if (!config.output.run_dir.empty()) {
-    keep = whole_lines_bytes((std::filesystem::path(config.output.run_dir) / "metrics" / file).string());
+    const std::string text = file_text((std::filesystem::path(config.output.run_dir) / "metrics" / file).string());
+    keep = whole_lines_bytes_of(text);
+    if (const auto origin = axis_origin_job_s(std::string_view(text).substr(0, static_cast<std::size_t>(keep)))) {
+      time_offset_s -= *origin;
+    }
   }
-  start.metrics = std::make_unique<MetricsWriter>(config.output.run_dir, file, keep, log.clock().now_s());
+  start.metrics = std::make_unique<MetricsWriter>(config.output.run_dir, file, keep, time_offset_s);
   start.metrics->set_log(&log);
   return start;
 }

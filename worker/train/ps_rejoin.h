@@ -47,11 +47,12 @@ void pass_rejoin_checkpoint(WorkerSession& session, const RunConfig& config, std
                             Logger& log);
 
 // The rejoined worker's metrics file: its predecessor's, kept up to its
-// last whole line and appended to, its time axis the job clock's (seconds
-// since the job started), so the records read as one worker's run.
+// last whole line and appended to, on its predecessor's time axis (whose
+// origin on the job clock the last record with time_s and job_s gives; the
+// job clock's when there is none), so the records read as one worker's run.
 WorkerStart start_rejoined_worker(int rank, const RunConfig& config, Logger& log);
 
-// The metrics record {"type": "rejoin", "time_s", "step"}: this process
+// The metrics record {"type": "rejoin", "time_s", "step", "job_s"}: this process
 // took the rank back and continues from `step` (read by the summary).
 void write_rejoin_record(MetricsWriter& metrics, std::int64_t step);
 

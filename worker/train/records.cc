@@ -37,6 +37,11 @@ void write_end_record(MetricsWriter& metrics, const TrainResult& r) {
                     .add("blocked_s", r.blocked_s).add("skipped_steps", r.skipped_steps));
 }
 
+void write_resume_record(MetricsWriter& metrics, std::int64_t step) {
+  metrics.write(JsonLine().add("type", "resume").add("time_s", metrics.elapsed_s()).add("step", step)
+                    .add("job_s", metrics.job_s()));
+}
+
 void log_progress(Logger& log, int epoch, std::int64_t step_in_epoch, std::int64_t steps_in_epoch, std::int64_t step,
                   double mean_loss, double images_per_s, double window_s) {
   char loss[48] = "";

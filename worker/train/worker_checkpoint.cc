@@ -7,6 +7,7 @@
 
 #include "common/node/scheduler_client.h"
 #include "worker/train/epoch_members.h"
+#include "worker/train/records.h"
 
 namespace pstrain {
 
@@ -181,6 +182,7 @@ WorkerStart start_worker(const std::string& resume_dir, int rank, const RunConfi
     log.info("resuming from " + resume_dir + " at step " + std::to_string(start.resume->step));
     start.metrics = std::make_unique<MetricsWriter>(config.output.run_dir, metrics_file, start.resume->metrics_bytes,
                                                     start.resume->time_s);
+    write_resume_record(*start.metrics, start.resume->step);
   } else {
     start.metrics = std::make_unique<MetricsWriter>(config.output.run_dir, metrics_file);
   }
