@@ -62,9 +62,9 @@ void Scheduler::on_rejoin(const PeerId& from, const Message& msg) {
     }
     bind_rank_to_key(*owner, key_role, req);
   }
-  if (options_.cluster.on_worker_failure != "restart") {
+  if (options_.cluster.on_worker_failure != WorkerFailurePolicy::kRestart) {
     throw ProtocolError("rejoin of " + who + ": refused, cluster.on_worker_failure is \"" +
-                        options_.cluster.on_worker_failure + "\", not \"restart\"");
+                        std::string(to_string(options_.cluster.on_worker_failure)) + "\", not \"restart\"");
   }
   if (req.requested_rank < 0 || req.requested_rank >= options_.num_workers) {
     throw ProtocolError("rejoin of " + who + ": refused, the job has no worker rank " +
@@ -74,9 +74,11 @@ void Scheduler::on_rejoin(const PeerId& from, const Message& msg) {
   Node* node = find(Role::kWorker, req.requested_rank);
   if (node == nullptr) throw ProtocolError("rejoin of " + who + ": refused, no such worker registered");
   if (!node->dropped) {
-    throw ProtocolError("rejoin of " + who + ": refused, worker " + std::to_string(node->rank) +
-                        (node->done ? " has finished" : " is alive (pid " + std::to_string(node->request.pid) + ")") +
-                        "; only a worker dropped from the job can be taken back");
+    const std::string state = node->done ? " has finished" : " is alive (pid " + std::to_string(node->request.pid) + ")";
+    const std::string why = "rejoin of " + who + ": refused, worker " + std::to_string(node->rank) + state +
+                            "; only a worker dropped from the job can be taken back";
+    if (node->done) throw ProtocolError(why);
+    throw RetryLaterError(why);  // until the scheduler has noticed the failure (heartbeat_timeout_ms)
   }
   if (node->rejoins >= options_.cluster.max_restarts) {
     throw ProtocolError("rejoin of " + who + ": refused, worker " + std::to_string(node->rank) + " was already taken back " +

@@ -44,13 +44,23 @@ Scheduler::Scheduler(std::unique_ptr<Transport> owned, Transport* transport, Sch
   endpoint_ = router_->address();
 }
 
-void Scheduler::refuse(const PeerId& from, const Header& request, const std::string& why) {
+namespace {
+
+// A refused request's status: kRetryLater when the same request may be
+// granted later (RetryLaterError), else kRefused.
+Status refusal_status(const ProtocolError& e) {
+  return dynamic_cast<const RetryLaterError*>(&e) != nullptr ? Status::kRetryLater : Status::kRefused;
+}
+
+}  // namespace
+
+void Scheduler::refuse(const PeerId& from, const Header& request, const std::string& why, Status status) {
   warnings_.warn(from.name(), why);
   Header reply;
   reply.type = MsgType::kError;
   reply.role = Role::kScheduler;
   reply.sender = 0;
-  reply.status = Status::kBadRequest;
+  reply.status = status;
   reply.request_id = request.request_id;
   reply.key = request.key;
   reply.step = request.step;
@@ -301,7 +311,7 @@ void Scheduler::handle(const PeerId& from, const Message& msg, bool registering)
       try {
         on_server_rejoin(from, msg);
       } catch (const ProtocolError& e) {
-        refuse(from, h, e.what());
+        refuse(from, h, e.what(), refusal_status(e));
       }
       return;
     }
@@ -313,10 +323,12 @@ void Scheduler::handle(const PeerId& from, const Message& msg, bool registering)
         on_rejoin(from, msg);
         return;
       }
-      if (h.aux == kRegisterRejoin) throw ProtocolError("rejoin before the rendezvous completed: nothing to rejoin");
+      if (h.aux == kRegisterRejoin) {  // its predecessor may have registered and died before the others did
+        throw RetryLaterError("rejoin before the rendezvous completed: nothing to rejoin");
+      }
       on_register(from, msg);
     } catch (const ProtocolError& e) {
-      refuse(from, h, e.what());
+      refuse(from, h, e.what(), refusal_status(e));
     }
     return;
   }
@@ -356,7 +368,8 @@ void Scheduler::handle(const PeerId& from, const Message& msg, bool registering)
       send_quietly(node->routing_id, r,
                    Payload::bytes("worker " + std::to_string(node->rank) +
                                   " was dropped from the job (cluster.on_worker_failure = \"" +
-                                  options_.cluster.on_worker_failure + "\"); the others went on without it: exit"));
+                                  std::string(to_string(options_.cluster.on_worker_failure)) +
+                                  "\"); the others went on without it: exit"));
     }
     return;
   }
@@ -455,15 +468,17 @@ void Scheduler::release_barriers() {
 }
 
 void Scheduler::worker_failed(Node& node, const std::string& reason, bool silent) {
-  const std::string& policy = options_.cluster.on_worker_failure;
-  if (policy != "continue" && policy != "restart") fail(reason);
+  const WorkerFailurePolicy policy = options_.cluster.on_worker_failure;
+  if (!drops_failed_workers(policy)) fail(reason);
+  const bool restart = policy == WorkerFailurePolicy::kRestart;
   node.dropped = true;
   node.dropped_at = Clock::now();
-  if (live_workers() == 0 && policy != "restart") fail(reason + "; no worker is left");
-  report_failure(node, reason, silent, policy);
-  log_.warn(reason + ": dropped from the job (cluster.on_worker_failure = \"" + policy + "\"); " +
+  if (live_workers() == 0 && !restart) fail(reason + "; no worker is left");
+  const std::string name(to_string(policy));
+  report_failure(node, reason, silent, name);
+  log_.warn(reason + ": dropped from the job (cluster.on_worker_failure = \"" + name + "\"); " +
             std::to_string(live_workers()) + " workers go on" +
-            (policy == "restart" ? " until a new process takes its rank back" : ""));
+            (restart ? " until a new process takes its rank back" : ""));
   Header h;
   h.type = MsgType::kDropped;
   h.role = Role::kScheduler;
@@ -478,7 +493,8 @@ void Scheduler::worker_failed(Node& node, const std::string& reason, bool silent
 
 bool Scheduler::may_rejoin(const Node& n) const {
   // Allreduce workers (their fingerprint names the collective) do not rejoin yet.
-  return options_.cluster.on_worker_failure == "restart" && n.rejoins < options_.cluster.max_restarts &&
+  return options_.cluster.on_worker_failure == WorkerFailurePolicy::kRestart &&
+         n.rejoins < options_.cluster.max_restarts &&
          n.request.job_fingerprint.find(" collective=") == std::string::npos &&
          Clock::now() - n.dropped_at < milliseconds(options_.cluster.timeout_ms);
 }
@@ -546,7 +562,7 @@ void Scheduler::on_store(const PeerId& from, const Message& msg) {
     parked_gets_count_.store(parked_gets_.size(), std::memory_order_release);
     store_[entry.key] = std::move(entry.value);
   } catch (const ProtocolError& e) {
-    refuse(from, h, e.what());
+    refuse(from, h, e.what(), refusal_status(e));
   }
 }
 
@@ -605,7 +621,7 @@ void Scheduler::tell_workers(MsgType type, std::int64_t key, const std::string& 
 }
 
 void Scheduler::server_failed(Node& node, const std::string& reason, bool silent) {
-  if (options_.cluster.on_server_failure != "restart") fail(reason);
+  if (options_.cluster.on_server_failure != ServerFailurePolicy::kRestart) fail(reason);
   if (node.restarting) return;  // the failed process spoke again before its replacement came: already handled
   if (node.restarts >= options_.cluster.max_restarts) {
     fail(reason + "; not restarted again: it was restarted " + std::to_string(node.restarts) +
@@ -648,10 +664,15 @@ void Scheduler::on_server_rejoin(const PeerId& from, const Message& msg) {
   }
   if (!node->restarting) {
     const auto silent = std::chrono::duration_cast<milliseconds>(Clock::now() - node->last_seen).count();
-    throw ProtocolError(who + " as rank " + std::to_string(node->rank) + ": refused: server " +
-                        std::to_string(node->rank) + " is alive (pid " + std::to_string(node->request.pid) +
-                        ", heard " + std::to_string(silent) + " ms ago); only a failed server's rank can be taken back" +
-                        (options_.cluster.on_server_failure == "restart" ? "" : " (and cluster.on_server_failure is \"abort\")"));
+    const std::string why = who + " as rank " + std::to_string(node->rank) + ": refused: server " +
+                            std::to_string(node->rank) + " is alive (pid " + std::to_string(node->request.pid) +
+                            ", heard " + std::to_string(silent) + " ms ago); only a failed server's rank can be taken back" +
+                            (options_.cluster.on_server_failure == ServerFailurePolicy::kRestart
+                                 ? ""
+                                 : " (and cluster.on_server_failure is \"abort\")");
+    // Under "restart" it may not have noticed the failure yet (a respawn is quicker than the heartbeat timeout).
+    if (options_.cluster.on_server_failure == ServerFailurePolicy::kRestart) throw RetryLaterError(why);
+    throw ProtocolError(why);
   }
   std::random_device entropy;
   node->token.clear();
