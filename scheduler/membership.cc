@@ -219,15 +219,15 @@ void Membership::begin_restart(Member& m, const std::string& reason, SchedulerCl
 
 bool Membership::may_rejoin(const Member& m, SchedulerClock::time_point now) const {
   // Allreduce workers (their fingerprint names the collective) do not rejoin yet.
-  return cluster_.on_worker_failure == "restart" && m.rejoins < cluster_.max_restarts &&
+  return cluster_.on_worker_failure == WorkerFailurePolicy::kRestart && m.rejoins < cluster_.max_restarts &&
          m.request.job_fingerprint.find(" collective=") == std::string::npos &&
          now - m.dropped_at < milliseconds(cluster_.timeout_ms);
 }
 
 Member& Membership::admit_worker_rejoin(const RegisterRequest& req, const std::string& who) {
-  if (cluster_.on_worker_failure != "restart") {
+  if (cluster_.on_worker_failure != WorkerFailurePolicy::kRestart) {
     throw ProtocolError("rejoin of " + who + ": refused, cluster.on_worker_failure is \"" +
-                        cluster_.on_worker_failure + "\", not \"restart\"");
+                        std::string(to_string(cluster_.on_worker_failure)) + "\", not \"restart\"");
   }
   if (req.requested_rank < 0 || req.requested_rank >= num_workers_) {
     throw ProtocolError("rejoin of " + who + ": refused, the job has no worker rank " +
@@ -237,9 +237,11 @@ Member& Membership::admit_worker_rejoin(const RegisterRequest& req, const std::s
   Member* node = find(Role::kWorker, req.requested_rank);
   if (node == nullptr) throw ProtocolError("rejoin of " + who + ": refused, no such worker registered");
   if (!node->dropped) {
-    throw ProtocolError("rejoin of " + who + ": refused, worker " + std::to_string(node->rank) +
-                        (node->done ? " has finished" : " is alive (pid " + std::to_string(node->request.pid) + ")") +
-                        "; only a worker dropped from the job can be taken back");
+    const std::string state = node->done ? " has finished" : " is alive (pid " + std::to_string(node->request.pid) + ")";
+    const std::string why = "rejoin of " + who + ": refused, worker " + std::to_string(node->rank) + state +
+                            "; only a worker dropped from the job can be taken back";
+    if (node->done) throw ProtocolError(why);
+    throw RetryLaterError(why);  // until the scheduler has noticed the failure (heartbeat_timeout_ms)
   }
   if (node->rejoins >= cluster_.max_restarts) {
     throw ProtocolError("rejoin of " + who + ": refused, worker " + std::to_string(node->rank) +
@@ -271,10 +273,14 @@ Member& Membership::admit_server_rejoin(const RegisterRequest& req, const std::s
   }
   if (!node->restarting) {
     const auto silent = std::chrono::duration_cast<milliseconds>(now - node->last_seen).count();
-    throw ProtocolError(who + " as rank " + std::to_string(node->rank) + ": refused: server " +
-                        std::to_string(node->rank) + " is alive (pid " + std::to_string(node->request.pid) +
-                        ", heard " + std::to_string(silent) + " ms ago); only a failed server's rank can be taken back" +
-                        (cluster_.on_server_failure == "restart" ? "" : " (and cluster.on_server_failure is \"abort\")"));
+    const bool restart = cluster_.on_server_failure == ServerFailurePolicy::kRestart;
+    const std::string why = who + " as rank " + std::to_string(node->rank) + ": refused: server " +
+                            std::to_string(node->rank) + " is alive (pid " + std::to_string(node->request.pid) +
+                            ", heard " + std::to_string(silent) + " ms ago); only a failed server's rank can be " +
+                            "taken back" + (restart ? "" : " (and cluster.on_server_failure is \"abort\")");
+    // Under "restart" the failure may not be noticed yet (a respawn is quicker than the heartbeat timeout).
+    if (restart) throw RetryLaterError(why);
+    throw ProtocolError(why);
   }
   return *node;
 }

@@ -46,13 +46,23 @@ Scheduler::Scheduler(std::unique_ptr<Transport> owned, Transport* transport, Sch
   endpoint_ = router_->address();
 }
 
-void Scheduler::refuse(const PeerId& from, const Header& request, const std::string& why) {
+namespace {
+
+// A refused request's status: kRetryLater when the same request may be
+// granted later (RetryLaterError), else kRefused.
+Status refusal_status(const ProtocolError& e) {
+  return dynamic_cast<const RetryLaterError*>(&e) != nullptr ? Status::kRetryLater : Status::kRefused;
+}
+
+}  // namespace
+
+void Scheduler::refuse(const PeerId& from, const Header& request, const std::string& why, Status status) {
   warnings_.warn(from.name(), why);
   Header reply;
   reply.type = MsgType::kError;
   reply.role = Role::kScheduler;
   reply.sender = 0;
-  reply.status = Status::kBadRequest;
+  reply.status = status;
   reply.request_id = request.request_id;
   reply.key = request.key;
   reply.step = request.step;
@@ -187,7 +197,7 @@ void Scheduler::handle_register(const PeerId& from, const Message& msg, bool reg
     try {
       on_server_rejoin(from, msg);
     } catch (const ProtocolError& e) {
-      refuse(from, h, e.what());
+      refuse(from, h, e.what(), refusal_status(e));
     }
     return;
   }
@@ -199,10 +209,12 @@ void Scheduler::handle_register(const PeerId& from, const Message& msg, bool reg
       on_rejoin(from, msg);
       return;
     }
-    if (h.aux == kRegisterRejoin) throw ProtocolError("rejoin before the rendezvous completed: nothing to rejoin");
+    if (h.aux == kRegisterRejoin) {  // its predecessor may have registered and died before the others did
+      throw RetryLaterError("rejoin before the rendezvous completed: nothing to rejoin");
+    }
     on_register(from, msg);
   } catch (const ProtocolError& e) {
-    refuse(from, h, e.what());
+    refuse(from, h, e.what(), refusal_status(e));
   }
 }
 
@@ -232,7 +244,8 @@ void Scheduler::tell_dropped(Member& node) {
   send_quietly(node.routing_id, r,
                Payload::bytes("worker " + std::to_string(node.rank) +
                               " was dropped from the job (cluster.on_worker_failure = \"" +
-                              options_.cluster.on_worker_failure + "\"); the others went on without it: exit"));
+                              std::string(to_string(options_.cluster.on_worker_failure)) +
+                              "\"); the others went on without it: exit"));
 }
 
 void Scheduler::handle(const PeerId& from, const Message& msg, bool registering) {
@@ -313,14 +326,16 @@ void Scheduler::release_barriers() {
 }
 
 void Scheduler::worker_failed(Member& node, const std::string& reason, bool silent) {
-  const std::string& policy = options_.cluster.on_worker_failure;
-  if (policy != "continue" && policy != "restart") fail(reason);
+  const WorkerFailurePolicy policy = options_.cluster.on_worker_failure;
+  if (!drops_failed_workers(policy)) fail(reason);
+  const bool restart = policy == WorkerFailurePolicy::kRestart;
   members_.drop(node, Clock::now());
-  if (members_.live_workers() == 0 && policy != "restart") fail(reason + "; no worker is left");
-  report_failure(node, reason, silent, policy);
-  log_.warn(reason + ": dropped from the job (cluster.on_worker_failure = \"" + policy + "\"); " +
+  if (members_.live_workers() == 0 && !restart) fail(reason + "; no worker is left");
+  const std::string name(to_string(policy));
+  report_failure(node, reason, silent, name);
+  log_.warn(reason + ": dropped from the job (cluster.on_worker_failure = \"" + name + "\"); " +
             std::to_string(members_.live_workers()) + " workers go on" +
-            (policy == "restart" ? " until a new process takes its rank back" : ""));
+            (restart ? " until a new process takes its rank back" : ""));
   Header h;
   h.type = MsgType::kDropped;
   h.role = Role::kScheduler;
@@ -360,7 +375,7 @@ void Scheduler::on_store(const PeerId& from, const Message& msg) {
     }
     parked_gets_count_.store(store_.parked(), std::memory_order_release);
   } catch (const ProtocolError& e) {
-    refuse(from, h, e.what());
+    refuse(from, h, e.what(), refusal_status(e));
   }
 }
 
@@ -409,7 +424,7 @@ void Scheduler::tell_workers(MsgType type, std::int64_t key, const std::string& 
 }
 
 void Scheduler::server_failed(Member& node, const std::string& reason, bool silent) {
-  if (options_.cluster.on_server_failure != "restart") fail(reason);
+  if (options_.cluster.on_server_failure != ServerFailurePolicy::kRestart) fail(reason);
   if (node.restarting) return;  // the failed process spoke again before its replacement came: already handled
   if (node.restarts >= options_.cluster.max_restarts) {
     fail(reason + "; not restarted again: it was restarted " + std::to_string(node.restarts) +

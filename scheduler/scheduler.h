@@ -146,7 +146,8 @@ class Scheduler {
   // Tells dropped worker `node`, once, that it was dropped (it spoke again).
   void tell_dropped(Member& node);
   // Refuses a bad message: a limited warning, an error reply if the peer is still there.
-  void refuse(const PeerId& from, const Header& request, const std::string& why);
+  // status: kBadRequest for a malformed message, else refusal_status(error).
+  void refuse(const PeerId& from, const Header& request, const std::string& why, Status status = Status::kBadRequest);
   // Sends, counting (not throwing) a failure to reach a peer that has gone.
   void send_quietly(const PeerId& to, const Header& header, Payload payload = {});
   void on_register(const PeerId& from, const Message& msg);

@@ -43,10 +43,13 @@ RegisterRequest server(int rank = -1, std::string endpoint = "tcp://s") {
   return r;
 }
 
-ClusterConfig cluster(std::string on_worker_failure = "continue", std::string on_server_failure = "abort") {
+using W = WorkerFailurePolicy;
+using S = ServerFailurePolicy;
+
+ClusterConfig cluster(W on_worker_failure = W::kContinue, S on_server_failure = S::kAbort) {
   ClusterConfig c;
-  c.on_worker_failure = std::move(on_worker_failure);
-  c.on_server_failure = std::move(on_server_failure);
+  c.on_worker_failure = on_worker_failure;
+  c.on_server_failure = on_server_failure;
   c.timeout_ms = 1000;
   c.max_restarts = 2;
   return c;
@@ -74,6 +77,19 @@ std::string refusal(F&& f) {
     return e.what();
   }
   return "(not refused)";
+}
+
+// Whether `f` is refused for now (RetryLaterError: kRetryLater), not for good.
+template <class F>
+bool refused_for_now(F&& f) {
+  try {
+    f();
+  } catch (const RetryLaterError&) {
+    return true;
+  } catch (const ProtocolError&) {
+    return false;
+  }
+  return false;
 }
 
 }  // namespace
@@ -171,7 +187,7 @@ TEST_CASE("membership: the end waits for every worker done, or dropped for good"
 }
 
 TEST_CASE("membership: under restart the end waits for a dropped worker for timeout_ms, not a moment longer") {
-  Membership m = started(0, 2, cluster("restart"));
+  Membership m = started(0, 2, cluster(W::kRestart));
   m.find(Role::kWorker, 0)->done = true;
   Member& w1 = *m.find(Role::kWorker, 1);
   m.drop(w1, kT0);
@@ -187,12 +203,14 @@ TEST_CASE("membership: under restart the end waits for a dropped worker for time
 }
 
 TEST_CASE("membership: a worker rejoin is admitted only for a dropped rank of this job, under restart") {
-  Membership m = started(0, 3, cluster("restart"));
+  Membership m = started(0, 3, cluster(W::kRestart));
   const std::string who = "worker rank 1 from host (pid 7)";
+  CHECK(refused_for_now([&] { m.admit_worker_rejoin(worker(1), who); }));  // its failure may not be noticed yet
   CHECK(refusal([&] { m.admit_worker_rejoin(worker(1), who); }) ==
         "rejoin of " + who + ": refused, worker 1 is alive (pid 101); only a worker dropped from the job can be taken back");
   m.find(Role::kWorker, 2)->done = true;
   CHECK(refusal([&] { m.admit_worker_rejoin(worker(2), who); }).find("worker 2 has finished") != std::string::npos);
+  CHECK_FALSE(refused_for_now([&] { m.admit_worker_rejoin(worker(2), who); }));
   CHECK(refusal([&] { m.admit_worker_rejoin(worker(3), who); }).find("the job has no worker rank 3 (it has 3") !=
         std::string::npos);
   CHECK(refusal([&] { m.admit_worker_rejoin(worker(-1), who); }).find("no worker rank -1") != std::string::npos);
@@ -215,7 +233,7 @@ TEST_CASE("membership: a worker rejoin is admitted only for a dropped rank of th
 }
 
 TEST_CASE("membership: a rank taken back max_restarts times is refused; so is any rejoin unless restart") {
-  Membership m = started(0, 1, cluster("restart"));
+  Membership m = started(0, 1, cluster(W::kRestart));
   Member& w0 = *m.find(Role::kWorker, 0);
   m.drop(w0, kT0);
   w0.rejoins = 2;
@@ -224,19 +242,21 @@ TEST_CASE("membership: a rank taken back max_restarts times is refused; so is an
   w0.rejoins = 1;
   CHECK(&m.admit_worker_rejoin(worker(0), "w") == &w0);
 
-  Membership c = started(0, 1, cluster("continue"));
+  Membership c = started(0, 1, cluster(W::kContinue));
   c.drop(*c.find(Role::kWorker, 0), kT0);
   CHECK(refusal([&] { c.admit_worker_rejoin(worker(0), "w"); }) ==
         "rejoin of w: refused, cluster.on_worker_failure is \"continue\", not \"restart\"");
 }
 
 TEST_CASE("membership: a server takes back its rank only while restarting, until its deadline") {
-  Membership m = started(2, 1, cluster("abort", "restart"));
+  Membership m = started(2, 1, cluster(W::kAbort, S::kRestart));
   const std::string who = "rejoin of a server from host (pid 9)";
   CHECK(refusal([&] { m.admit_server_rejoin(server(1), who, kT0 + milliseconds(250)); }) ==
         who + " as rank 1: refused: server 1 is alive (pid 201, heard 250 ms ago); only a failed server's rank can be "
               "taken back");
+  CHECK(refused_for_now([&] { m.admit_server_rejoin(server(1), who, kT0); }));  // under restart: not noticed yet
   CHECK(refusal([&] { m.admit_server_rejoin(server(2), who, kT0); }).find("R in [0, 2)") != std::string::npos);
+  CHECK_FALSE(refused_for_now([&] { m.admit_server_rejoin(server(2), who, kT0); }));
   Member& s1 = *m.find(Role::kServer, 1);
   m.begin_restart(s1, "server 1 failed: boom", kT0);
   CHECK(s1.restarting);
@@ -248,9 +268,10 @@ TEST_CASE("membership: a server takes back its rank only while restarting, until
   CHECK(s1.restarts == 1);
   CHECK(m.job_reply().server_endpoints[1] == "tcp://new");
 
-  Membership a = started(1, 1, cluster("abort", "abort"));
+  Membership a = started(1, 1, cluster(W::kAbort, S::kAbort));
   CHECK(refusal([&] { a.admit_server_rejoin(server(0), who, kT0); })
             .ends_with(" (and cluster.on_server_failure is \"abort\")"));
+  CHECK_FALSE(refused_for_now([&] { a.admit_server_rejoin(server(0), who, kT0); }));  // for good
 }
 
 TEST_CASE("membership: a per-worker key binds its rank; a shared key any") {
