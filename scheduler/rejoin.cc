@@ -40,6 +40,14 @@ bool same_layout(const ParamLayout& a, const ParamLayout& b) {
          });
 }
 
+// A rejoin for a rank not dropped: refused for good once that worker has
+// finished, else for now (until the scheduler notices its failure, if it
+// failed: heartbeat_timeout_ms).
+[[noreturn]] void refuse_live_rank(bool finished, const std::string& why) {
+  if (finished) throw ProtocolError(why);
+  throw RetryLaterError(why);
+}
+
 }  // namespace
 
 void Scheduler::on_rejoin(const PeerId& from, const Message& msg) {
@@ -75,10 +83,8 @@ void Scheduler::on_rejoin(const PeerId& from, const Message& msg) {
   if (node == nullptr) throw ProtocolError("rejoin of " + who + ": refused, no such worker registered");
   if (!node->dropped) {
     const std::string state = node->done ? " has finished" : " is alive (pid " + std::to_string(node->request.pid) + ")";
-    const std::string why = "rejoin of " + who + ": refused, worker " + std::to_string(node->rank) + state +
-                            "; only a worker dropped from the job can be taken back";
-    if (node->done) throw ProtocolError(why);
-    throw RetryLaterError(why);  // until the scheduler has noticed the failure (heartbeat_timeout_ms)
+    refuse_live_rank(node->done, "rejoin of " + who + ": refused, worker " + std::to_string(node->rank) + state +
+                                     "; only a worker dropped from the job can be taken back");
   }
   if (node->rejoins >= options_.cluster.max_restarts) {
     throw ProtocolError("rejoin of " + who + ": refused, worker " + std::to_string(node->rank) + " was already taken back " +

@@ -323,9 +323,7 @@ void Scheduler::handle(const PeerId& from, const Message& msg, bool registering)
         on_rejoin(from, msg);
         return;
       }
-      if (h.aux == kRegisterRejoin) {  // its predecessor may have registered and died before the others did
-        throw RetryLaterError("rejoin before the rendezvous completed: nothing to rejoin");
-      }
+      if (h.aux == kRegisterRejoin) throw RetryLaterError("rejoin before the rendezvous completed: nothing to rejoin");
       on_register(from, msg);
     } catch (const ProtocolError& e) {
       refuse(from, h, e.what(), refusal_status(e));
