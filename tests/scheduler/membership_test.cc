@@ -112,7 +112,8 @@ TEST_CASE("membership: a requested rank at the count, a rank asked twice, anothe
         "register: requested worker rank 3 is outside [0, 3)");
   m.admit(peer("a"), worker(2), kT0);  // the highest rank is in range
   CHECK(refusal([&] { m.admit(peer("b"), worker(2), kT0); }) == "register: worker rank 2 requested twice");
-  CHECK(refusal([&] { m.admit(peer("b"), worker(-1, "other"), kT0); }).find("runs a different job") != std::string::npos);
+  CHECK(refusal([&] { m.admit(peer("b"), worker(-1, "other"), kT0); }).find("runs a different job") !=
+        std::string::npos);
   CHECK(refusal([&] { m.admit(peer("b"), worker(-1, "job", 5), kT0); }).find("different model layout") !=
         std::string::npos);
   CHECK(m.all().size() == 1);
@@ -161,7 +162,8 @@ TEST_CASE("membership: a worker whose layout differs from the first is the rende
   m.all()[1].request.layout = layout_of(5);
   const auto mismatch = m.layout_mismatch();
   REQUIRE(mismatch);
-  CHECK(*mismatch == "worker 1 has a different model layout (1 tensors, 5 parameters) from worker 0 (1 tensors, 4 parameters)");
+  CHECK(*mismatch ==
+        "worker 1 has a different model layout (1 tensors, 5 parameters) from worker 0 (1 tensors, 4 parameters)");
 }
 
 TEST_CASE("membership: who is live, who a barrier waits for, the live ranks in order") {
@@ -207,7 +209,8 @@ TEST_CASE("membership: a worker rejoin is admitted only for a dropped rank of th
   const std::string who = "worker rank 1 from host (pid 7)";
   CHECK(refused_for_now([&] { m.admit_worker_rejoin(worker(1), who); }));  // its failure may not be noticed yet
   CHECK(refusal([&] { m.admit_worker_rejoin(worker(1), who); }) ==
-        "rejoin of " + who + ": refused, worker 1 is alive (pid 101); only a worker dropped from the job can be taken back");
+        "rejoin of " + who +
+            ": refused, worker 1 is alive (pid 101); only a worker dropped from the job can be taken back");
   m.find(Role::kWorker, 2)->done = true;
   CHECK(refusal([&] { m.admit_worker_rejoin(worker(2), who); }).find("worker 2 has finished") != std::string::npos);
   CHECK_FALSE(refused_for_now([&] { m.admit_worker_rejoin(worker(2), who); }));
