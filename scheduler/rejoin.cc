@@ -1,6 +1,10 @@
-// The scheduler's half of cluster.on_worker_failure = "restart": a new
-// process registering with --rejoin takes back the rank of a dropped worker.
+// The scheduler's half of the "restart" failure policies: a new process
+// registering after the rendezvous takes back a failed rank. Which rejoin is
+// admitted is the membership's rule (scheduler/membership.h); here the
+// scheduler checks the sender's key, applies it and tells the nodes.
 //
+// A worker (cluster.on_worker_failure = "restart", --rejoin) takes back the
+// rank of a dropped worker.
 // Accepted only after the rendezvous, for a worker rank of this job that the
 // failure policy dropped, under "restart", fewer than cluster.max_restarts
 // times per rank, with the job's fingerprint and model layout. The node gets
@@ -9,8 +13,11 @@
 // other node hears kRejoined (servers re-admit it into their consistency
 // policy and bind its new connection; allreduce workers re-form the
 // collective). Anything else is refused with the reason; the job goes on.
-#include <algorithm>
-#include <random>
+// A server (cluster.on_server_failure = "restart") takes back its restarting
+// rank: it gets the job's layout and worker tokens, and the workers its new
+// endpoint (kServerBack).
+#include <string>
+#include <string_view>
 
 #include "common/base/errors.h"
 #include "common/wire/security.h"
@@ -19,28 +26,7 @@
 
 namespace pstrain {
 
-namespace {
-
-std::string fresh_token() {
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::random_device entropy;
-  std::string token;
-  for (int i = 0; i < 8; ++i) {
-    const unsigned v = entropy();
-    for (int k = 0; k < 4; ++k) token += kHex[(v >> (4 * k)) & 15u];
-  }
-  return token;
-}
-
-bool same_layout(const ParamLayout& a, const ParamLayout& b) {
-  const auto& x = a.tensors();
-  const auto& y = b.tensors();
-  return x.size() == y.size() && std::equal(x.begin(), x.end(), y.begin(), [](const TensorSpec& p, const TensorSpec& q) {
-           return p.name == q.name && p.shape == q.shape;
-         });
-}
-
-}  // namespace
+using std::chrono::milliseconds;
 
 void Scheduler::on_rejoin(const PeerId& from, const Message& msg) {
   const std::string body = msg.text_payload();
@@ -51,109 +37,91 @@ void Scheduler::on_rejoin(const PeerId& from, const Message& msg) {
     throw ProtocolError("rejoin of a " + std::string(to_string(req.role)) +
                         ": only workers rejoin (cluster.on_worker_failure = \"restart\")");
   }
-  if (options_.security != nullptr && options_.security->curve) {
-    // CURVE: as at registration, the key decides the role, and a per-worker
-    // key the rank: worker-1's key cannot take back worker 0's rank.
-    const char* key_role = key_of(msg);
-    const std::optional<KeyOwner> owner = key_owner(key_role == nullptr ? "" : key_role);
-    if (!owner || owner->role != Role::kWorker) {
-      throw ProtocolError("rejoin: a " + std::string(key_role == nullptr ? "unknown" : key_role) +
-                          " key cannot register as a worker");
-    }
-    bind_rank_to_key(*owner, key_role, req);
-  }
-  if (options_.cluster.on_worker_failure != "restart") {
-    throw ProtocolError("rejoin of " + who + ": refused, cluster.on_worker_failure is \"" +
-                        options_.cluster.on_worker_failure + "\", not \"restart\"");
-  }
-  if (req.requested_rank < 0 || req.requested_rank >= options_.num_workers) {
-    throw ProtocolError("rejoin of " + who + ": refused, the job has no worker rank " +
-                        std::to_string(req.requested_rank) + " (it has " + std::to_string(options_.num_workers) +
-                        "; a rejoin names the rank it takes back with --rank)");
-  }
-  Node* node = find(Role::kWorker, req.requested_rank);
-  if (node == nullptr) throw ProtocolError("rejoin of " + who + ": refused, no such worker registered");
-  if (!node->dropped) {
-    throw ProtocolError("rejoin of " + who + ": refused, worker " + std::to_string(node->rank) +
-                        (node->done ? " has finished" : " is alive (pid " + std::to_string(node->request.pid) + ")") +
-                        "; only a worker dropped from the job can be taken back");
-  }
-  if (node->rejoins >= options_.cluster.max_restarts) {
-    throw ProtocolError("rejoin of " + who + ": refused, worker " + std::to_string(node->rank) + " was already taken back " +
-                        std::to_string(node->rejoins) + " times (cluster.max_restarts = " +
-                        std::to_string(options_.cluster.max_restarts) + ")");
-  }
-  if (req.job_fingerprint != node->request.job_fingerprint) {
-    throw ProtocolError("rejoin of " + who + ": refused, it runs a different job: '" + req.job_fingerprint + "' vs '" +
-                        node->request.job_fingerprint + "'");
-  }
-  req.layout.validate();
-  if (!same_layout(req.layout, node->request.layout)) {
-    throw ProtocolError("rejoin of " + who + ": refused, its model layout differs from the job's");
-  }
+  // CURVE: as at registration, the key decides the role, and a per-worker
+  // key the rank: worker-1's key cannot take back worker 0's rank.
+  check_key(msg, req, "rejoin");
+  Member& node = members_.admit_worker_rejoin(req, who);
   if (options_.security != nullptr && options_.security->curve) {
     const char* key_role = key_of(msg);
     if (key_role == nullptr || std::string(key_role) != "worker") {
       throw ProtocolError("rejoin of " + who + ": refused, not a worker's key");
     }
   }
-
-  node->routing_id = from;
-  node->request = std::move(req);
-  node->token = fresh_token();
-  node->dropped = false;
-  node->told_dropped = false;
-  node->done = false;
-  node->last_seen = Clock::now();
-  ++node->rejoins;
+  members_.take_back_worker(node, from, std::move(req), fresh_token(), Clock::now());
   // Barriers: the new process starts at the others' next number. The failed
   // process's arrival at a barrier still open does not count for it: the new
   // one comes itself (it joins below that checkpoint's step) or passes it
   // (it joins at that step), ps_rejoin.h.
-  node->barrier_shift = 0;
-  node->realign = true;
-  for (auto& [seq, arrived] : barriers_) {
-    if (std::erase(arrived, node->rank) > 0) {
-      log_.info("worker " + std::to_string(node->rank) + "'s arrival at barrier '" + barrier_names_[seq] +
-                "' was its failed process's: the barrier waits for the new one");
-    }
+  for (const std::string& name : barriers_.rejoin(node.rank)) {
+    log_.info("worker " + std::to_string(node.rank) + "'s arrival at barrier '" + name +
+              "' was its failed process's: the barrier waits for the new one");
   }
+  announce_rejoin(node, msg.header);
+}
 
+void Scheduler::announce_rejoin(Member& node, const Header& request) {
   // Everyone else first, so the servers usually know the new connection
   // before the worker's first request (it retries until they do).
   Header news;
   news.type = MsgType::kRejoined;
   news.role = Role::kScheduler;
   news.sender = 0;
-  news.key = node->rank;
-  news.step = node->rejoins;
-  for (Node& n : nodes_) {
-    if (&n == node || n.dropped || (n.role == Role::kWorker && n.done)) continue;
-    send_quietly(n.routing_id, news, Payload::bytes(node->token));
+  news.key = node.rank;
+  news.step = node.rejoins;
+  for (const Member& n : members_.all()) {
+    if (&n == &node || n.dropped || (n.role == Role::kWorker && n.done)) continue;
+    send_quietly(n.routing_id, news, Payload::bytes(node.token));
   }
 
-  RegisterReply reply;
-  reply.rank = node->rank;
-  reply.num_servers = options_.num_servers;
-  reply.num_workers = options_.num_workers;
-  reply.server_endpoints.resize(static_cast<std::size_t>(options_.num_servers));
-  for (const Node& n : nodes_) {
-    if (n.role == Role::kServer) reply.server_endpoints[static_cast<std::size_t>(n.rank)] = n.request.endpoint;
-  }
-  reply.layout = node->request.layout;
-  reply.token = node->token;
+  RegisterReply reply = members_.job_reply();
+  reply.rank = node.rank;
+  reply.layout = node.request.layout;
+  reply.token = node.token;
   Header h;
   h.type = MsgType::kRegisterReply;
   h.role = Role::kScheduler;
   h.sender = 0;
-  h.request_id = msg.header.request_id;
-  h.key = next_barrier_seq_;  // its next barrier is the others' next
-  h.step = node->rejoins;     // which take back of this rank (allreduce: names its rendezvous)
-  send_quietly(node->routing_id, h, Payload::bytes(wire_encode(reply)));
-  log_.warn("worker " + std::to_string(node->rank) + " rejoined the job: a new process from " + node->request.host +
-            " (pid " + std::to_string(node->request.pid) + "), take " + std::to_string(node->rejoins) + " of " +
+  h.request_id = request.request_id;
+  h.key = barriers_.next_seq();  // its next barrier is the others' next
+  h.step = node.rejoins;         // which take back of this rank (allreduce: names its rendezvous)
+  send_quietly(node.routing_id, h, Payload::bytes(wire_encode(reply)));
+  log_.warn("worker " + std::to_string(node.rank) + " rejoined the job: a new process from " + node.request.host +
+            " (pid " + std::to_string(node.request.pid) + "), take " + std::to_string(node.rejoins) + " of " +
             std::to_string(options_.cluster.max_restarts) + " (cluster.on_worker_failure = \"restart\"); " +
-            std::to_string(live_workers()) + " workers in the job");
+            std::to_string(members_.live_workers()) + " workers in the job");
+}
+
+void Scheduler::on_server_rejoin(const PeerId& from, const Message& msg) {
+  const std::string body = msg.text_payload();
+  RegisterRequest req = wire_decode<RegisterRequest>(std::as_bytes(std::span(body.data(), body.size())), "register body");
+  if (req.role != Role::kServer || msg.header.role != Role::kServer) {
+    throw ProtocolError("register after the rendezvous: the job is already running");
+  }
+  if (options_.security != nullptr && options_.security->curve) {
+    const char* key_role = key_of(msg);
+    if (key_role == nullptr || std::string_view(key_role) != "server") {
+      throw ProtocolError("rejoin: a " + std::string(key_role == nullptr ? "unknown" : key_role) +
+                          " key cannot register as a server");
+    }
+  }
+  const std::string who = "rejoin of a server from " + req.host + " (pid " + std::to_string(req.pid) + ")";
+  Member& node = members_.admit_server_rejoin(req, who, Clock::now());
+  members_.take_back_server(node, from, std::move(req), fresh_token(), Clock::now());
+  RegisterReply reply = members_.job_reply();
+  reply.rank = node.rank;
+  reply.worker_tokens = members_.worker_tokens();
+  reply.token = node.token;
+  Header h;
+  h.type = MsgType::kRegisterReply;
+  h.role = Role::kScheduler;
+  h.sender = 0;
+  send_quietly(node.routing_id, h, Payload::bytes(wire_encode(reply)));
+  const auto down_ms = std::chrono::duration_cast<milliseconds>(Clock::now() - node.failed_at).count();
+  log_.info("server " + std::to_string(node.rank) + " rejoined from " + node.request.host + " (pid " +
+            std::to_string(node.request.pid) + ") at " + node.request.endpoint + ", " + std::to_string(down_ms) +
+            " ms after it failed (restart " + std::to_string(node.restarts) + " of at most " +
+            std::to_string(options_.cluster.max_restarts) + "); workers reconnect");
+  tell_workers(MsgType::kServerBack, node.rank, node.request.endpoint);
 }
 
 }  // namespace pstrain

@@ -41,6 +41,11 @@
 // the job or finish it in another's name. No peer can stop the scheduler
 // either: a reply to a peer that has gone is counted and dropped, and
 // warnings about bad input are limited per peer (PeerWarnings).
+// The rules are in pure parts, no sockets and no clock of their own
+// (docs/architecture.md, "The scheduler"): Membership (registration, ranks,
+// who is live, dropped or done, rejoin admission), Barriers, KvStore (the
+// store) and Liveness (heartbeats, silence). This class receives each
+// message, calls them, sends the replies and applies the failure policy.
 // One thread owns the scheduler and its socket.
 #pragma once
 
@@ -65,6 +70,10 @@
 #include "common/observe/trace.h"
 #include "common/transport/transport.h"
 #include "common/transport/zmq_transport.h"
+#include "scheduler/barriers.h"
+#include "scheduler/kv_store.h"
+#include "scheduler/liveness.h"
+#include "scheduler/membership.h"
 
 namespace pstrain {
 
@@ -121,76 +130,55 @@ class Scheduler {
   std::size_t parked_store_gets() const { return parked_gets_count_.load(std::memory_order_acquire); }
 
  private:
-  using Clock = std::chrono::steady_clock;
-  struct Node {
-    Role role = Role::kWorker;
-    int rank = -1;
-    PeerId routing_id;
-    RegisterRequest request;
-    Clock::time_point last_seen;
-    bool done = false;
-    bool dropped = false;  // failure policy "continue": left the job
-    bool told_dropped = false;
-    std::string token;  // RegisterReply::token; the heartbeat connection is "h" + token
-    // Servers under on_server_failure "restart": failed, waiting for a rejoin until restart_deadline.
-    bool restarting = false;
-    Clock::time_point restart_deadline{};
-    Clock::time_point failed_at{};
-    std::string failure;
-    int restarts = 0;
-    int rejoins = 0;    // new processes that took this rank back (on_worker_failure "restart")
-    // A rejoined worker's barrier numbers run barrier_shift behind the
-    // others' (on_barrier); realign: its first barrier is still to come.
-    std::int64_t barrier_shift = 0;
-    bool realign = false;
-    Clock::time_point dropped_at{};
-  };
-  // Under "restart", whether the end still waits for dropped worker `n`: a
-  // new process may take its rank back (fewer than max_restarts so far, and
-  // dropped less than timeout_ms ago).
-  bool may_rejoin(const Node& n) const;
+  using Clock = SchedulerClock;
+  // A session token for a node: 32 random hex digits.
+  static std::string fresh_token();
 
   void registration();
   void assign_ranks();
   void serve_until_done();
   void handle(const PeerId& from, const Message& msg, bool registering);
+  // A kRegister: a registration before the rendezvous, a rejoin after it.
+  void handle_register(const PeerId& from, const Message& msg, bool registering);
+  // Any other message before the rendezvous: an abort from a registered node
+  // fails the job; the rest is refused.
+  void handle_unregistered(const PeerId& from, const Message& msg);
+  // Tells dropped worker `node`, once, that it was dropped (it spoke again).
+  void tell_dropped(Member& node);
   // Refuses a bad message: a limited warning, an error reply if the peer is still there.
-  void refuse(const PeerId& from, const Header& request, const std::string& why);
+  // status: kBadRequest for a malformed message, else refusal_status(error).
+  void refuse(const PeerId& from, const Header& request, const std::string& why, Status status = Status::kBadRequest);
   // Sends, counting (not throwing) a failure to reach a peer that has gone.
   void send_quietly(const PeerId& to, const Header& header, Payload payload = {});
   void on_register(const PeerId& from, const Message& msg);
-  // A worker whose model layout differs from the workers registered so far
-  // is refused at once (ProtocolError), not left to fail the rendezvous.
-  void refuse_other_layout(const RegisterRequest& req) const;
-  // CURVE with per-worker keys: worker-R's key registers rank R only.
-  static void bind_rank_to_key(const KeyOwner& owner, const std::string& key_name, RegisterRequest& req);
+  // CURVE: the role of registration or rejoin `req` is bound to the key that
+  // sent `msg`, and a per-worker key's rank too (sets req.requested_rank);
+  // `what` names it in the refusal ("register", "rejoin"). Nothing without CURVE.
+  void check_key(const Message& msg, RegisterRequest& req, const char* what) const;
   void on_barrier(const Message& msg);
   // A --rejoin registration after the rendezvous (scheduler/rejoin.cc);
   // throws ProtocolError with the reason to refuse it.
   void on_rejoin(const PeerId& from, const Message& msg);
+  // Tells the nodes and the new process that worker `node` is back (rejoin.cc).
+  void announce_rejoin(Member& node, const Header& request);
   void on_store(const PeerId& from, const Message& msg);
-  // The workers not dropped, by rank: "0,2,3".
-  std::string live_worker_ranks() const;
   void reply_store(const PeerId& to, const Header& request, const StoreEntry& entry);
   void expire_store_gets();
-  Node* find(Role role, int rank);
   void check_liveness();
   void send_heartbeats();  // to every node still in the job, each heartbeat_interval_ms
   // A worker failed: drop it (on_worker_failure "continue") or fail the job.
   // `silent`: it stopped sending heartbeats (else it reported the failure).
-  void worker_failed(Node& node, const std::string& reason, bool silent = false);
+  void worker_failed(Member& node, const std::string& reason, bool silent = false);
   void release_barriers();
   // A server failed: restart it (on_server_failure "restart") or fail the job.
-  void server_failed(Node& node, const std::string& reason, bool silent = false);
+  void server_failed(Member& node, const std::string& reason, bool silent = false);
   // Tells options_.on_failure that `node` was declared failed under `policy`.
-  void report_failure(const Node& node, const std::string& reason, bool silent, const std::string& policy);
-  // A server's registration after the rendezvous: takes back a restarting rank, else refused.
+  void report_failure(const Member& node, const std::string& reason, bool silent, const std::string& policy);
+  // A server's registration after the rendezvous: takes back a restarting rank, else refused (rejoin.cc).
   void on_server_rejoin(const PeerId& from, const Message& msg);
   void tell_workers(MsgType type, std::int64_t key, const std::string& text);
-  int live_workers() const;
   [[noreturn]] void fail(const std::string& reason);
   void broadcast(MsgType type, const std::string& text, bool include_done = true);
-  std::string roster() const;
 
   Scheduler(std::unique_ptr<Transport> owned, Transport* transport, SchedulerOptions options, Logger& log);
   // CURVE: the name of the key that sent the message being handled (its
@@ -208,23 +196,13 @@ class Scheduler {
   std::string sender_key_;  // see key_of
   PeerWarnings warnings_;
   std::int64_t unreachable_replies_ = 0;
-  Clock::time_point last_heartbeat_sent_{};
   std::string endpoint_;
-  std::vector<Node> nodes_;
-  std::map<std::int64_t, std::vector<int>> barriers_;  // sequence -> worker ranks arrived
-  std::int64_t next_barrier_seq_ = 0;  // one past the highest barrier released (a rejoiner's next)
-  std::map<std::int64_t, std::string> barrier_names_;  // sequence -> name (the first arrival's)
-  std::string last_released_barrier_;                   // its name
-  struct ParkedGet {
-    PeerId routing_id;
-    Header request;
-    std::string key;
-    std::int64_t wait_ms = 0;
-    Clock::time_point deadline;
-  };
-  std::map<std::string, std::string> store_;
-  std::vector<ParkedGet> parked_gets_;
-  std::atomic<std::size_t> parked_gets_count_{0};  // parked_gets_.size(), for other threads
+  // The parts (pure; this class receives, calls them, sends and applies the failure policy).
+  Membership members_;
+  Barriers barriers_;
+  KvStore store_;
+  Liveness liveness_;
+  std::atomic<std::size_t> parked_gets_count_{0};  // store_.parked(), for other threads
 };
 
 }  // namespace pstrain

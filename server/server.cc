@@ -4,11 +4,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <string_view>
 #include <thread>
 
 #include "common/base/bfloat16.h"
 #include "common/base/errors.h"
+#include "common/node/retry.h"
 #include "common/transport/transport.h"
 
 namespace pstrain {
@@ -127,24 +129,19 @@ void Server::run() {
 
 RegisterReply Server::register_with(SchedulerClient& scheduler, const RegisterRequest& request) {
   // A rejoin can reach the scheduler before it has noticed the failure (a
-  // respawn is quicker than the heartbeat timeout): it refuses, saying the
-  // rank is alive. Asked again until it has noticed, at most for one
-  // heartbeat timeout and a few intervals; a rank that really is alive is
-  // still refused then.
+  // respawn is quicker than the heartbeat timeout): it refuses for now
+  // (retryable), saying the rank is alive. Asked again until it has noticed,
+  // at most for one heartbeat timeout and a few intervals; a rank that really
+  // is alive is still refused then.
   const auto give_up = std::chrono::steady_clock::now() +
                        milliseconds(options_.cluster.heartbeat_timeout_ms + 4 * options_.cluster.heartbeat_interval_ms);
-  bool told = false;
-  while (true) {
-    try {
-      return scheduler.register_node(request);
-    } catch (const TransportError& e) {
-      const bool alive = std::string_view(e.what()).find(" is alive (") != std::string_view::npos;
-      if (!options_.rejoin || !alive || std::chrono::steady_clock::now() > give_up) throw;
-      if (!told) log_.info(std::string("rejoin: ") + e.what() + "; asking again until the scheduler has noticed the failure");
-      told = true;
-      std::this_thread::sleep_for(milliseconds(200));
-    }
-  }
+  RetryOptions retry;
+  retry.on_retry = [this](const std::exception& e, int earlier) {
+    if (earlier > 0) return;
+    log_.info(std::string("rejoin: ") + e.what() + "; asking again until the scheduler has noticed the failure");
+  };
+  const Retryable retryable = [this](const std::exception& e) { return options_.rejoin && retryable_refusal(e); };
+  return *retry_until(give_up, "", retryable, [&] { return std::optional(scheduler.register_node(request)); }, retry);
 }
 
 // A new process took back worker `worker`'s rank (on_worker_failure
@@ -172,7 +169,7 @@ void Server::start_checkpoints() {
   fingerprint.fields.emplace_back("parameters", std::to_string(map_.total_elems()));
   if (options_.resume_dir.empty()) {
     // A restart before the first checkpoint comes back from the initial part (server/checkpointing.h).
-    if (options_.checkpoint_interval > 0 && options_.cluster.on_server_failure == "restart") {
+    if (options_.checkpoint_interval > 0 && options_.cluster.on_server_failure == ServerFailurePolicy::kRestart) {
       checkpointer_->enable_initial_part(fingerprint);
     }
     return;

@@ -37,6 +37,10 @@ class ServerError : public TransportError {
   Status status_;
   int server_;
 };
+// A request refused for now that may be granted later (the scheduler answers
+// it with Status kRetryLater: a rejoin while the rank it takes back still
+// counts as alive); a plain ProtocolError is refused for good (kRefused).
+class RetryLaterError : public ProtocolError { using ProtocolError::ProtocolError; };
 // A blocking wait ran past its timeout; the message says what it waited for.
 class TimeoutError : public Error { using Error::Error; };
 // A compute backend or numeric check failed (shape mismatch, NaN, CUDA error).

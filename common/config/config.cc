@@ -140,10 +140,10 @@ void check_consistency(const RunConfig& c, const WhereFn& where) {
          "expected more than cluster.heartbeat_interval_ms (" + std::to_string(cl.heartbeat_interval_ms) +
              "), got " + std::to_string(cl.heartbeat_timeout_ms));
   }
-  if (cl.on_server_failure == "restart" && c.mode == Mode::kAllreduce) {
+  if (cl.on_server_failure == ServerFailurePolicy::kRestart && c.mode == Mode::kAllreduce) {
     fail("cluster.on_server_failure", "mode", "expected \"abort\" when mode is \"allreduce\" (no servers), got \"restart\"");
   }
-  if (cl.on_server_failure == "restart" && c.checkpoint.interval_steps == 0) {
+  if (cl.on_server_failure == ServerFailurePolicy::kRestart && c.checkpoint.interval_steps == 0) {
     fail("cluster.on_server_failure", "checkpoint.interval_steps",
          "expected \"abort\" when checkpoint.interval_steps is 0 (a restarted server reloads its shards from the "
          "newest checkpoint), got \"restart\"");

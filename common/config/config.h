@@ -5,16 +5,59 @@
 // whose text starts with "FILE:LINE: key 'a.b': " and says what was expected.
 #pragma once
 
+#include <array>
+#include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 namespace pstrain {
 
 enum class Mode { kSync, kAsync, kSsp, kAllreduce };
 std::string_view to_string(Mode mode);
+
+// The failure policies (cluster.on_worker_failure, cluster.on_server_failure;
+// docs/architecture.md "Failure handling"): parsed once here, compared as
+// values everywhere else.
+enum class WorkerFailurePolicy { kAbort, kContinue, kRestart };
+enum class ServerFailurePolicy { kAbort, kRestart };
+
+// The names a policy has in the TOML text, indexed by the enum's value: the
+// one list that parsing, writing, the config's error messages and readers of
+// a saved config (tools/report) use.
+template <class E>
+struct EnumNames;
+template <>
+struct EnumNames<WorkerFailurePolicy> {
+  static constexpr std::array<std::string_view, 3> names{"abort", "continue", "restart"};
+};
+template <>
+struct EnumNames<ServerFailurePolicy> {
+  static constexpr std::array<std::string_view, 2> names{"abort", "restart"};
+};
+template <class E>
+concept NamedEnum = std::is_enum_v<E> && requires { EnumNames<E>::names; };
+
+template <NamedEnum E>
+constexpr std::string_view to_string(E value) {
+  return EnumNames<E>::names[static_cast<std::size_t>(value)];
+}
+// The value named `name`; nullopt for a name not in EnumNames<E>::names.
+template <NamedEnum E>
+constexpr std::optional<E> parse_enum(std::string_view name) {
+  for (std::size_t i = 0; i < EnumNames<E>::names.size(); ++i) {
+    if (EnumNames<E>::names[i] == name) return static_cast<E>(i);
+  }
+  return std::nullopt;
+}
+
+// Whether a failed worker leaves the job and the others go on ("continue",
+// and "restart", which drops it until a new process takes its rank back).
+constexpr bool drops_failed_workers(WorkerFailurePolicy p) { return p != WorkerFailurePolicy::kAbort; }
 
 struct ClusterConfig {
   // Endpoint of the scheduler. Port 0 means "ephemeral": only for local
@@ -40,12 +83,12 @@ struct ClusterConfig {
   // with the others; "restart" drops it as "continue" does, and the launcher
   // starts a new process with the same rank (at most max_restarts times per
   // rank), which rejoins at the current step.
-  std::string on_worker_failure = "abort";
+  WorkerFailurePolicy on_worker_failure = WorkerFailurePolicy::kAbort;
   // A server that fails: "abort" ends the job; "restart" has the launcher
   // start it again (at most max_restarts times per rank): it reloads its
   // shards from the newest complete checkpoint and takes back its rank, and
   // the workers retry their requests. Needs checkpoint.interval_steps > 0.
-  std::string on_server_failure = "abort";
+  ServerFailurePolicy on_server_failure = ServerFailurePolicy::kAbort;
   int max_restarts = 3;  // per rank, for the "restart" policies
   std::int64_t max_message_bytes = std::int64_t{1} << 30;
 

@@ -10,8 +10,6 @@ namespace {
 
 constexpr std::array<std::string_view, 4> kModes{"sync", "async", "ssp", "allreduce"};
 constexpr std::array<std::string_view, 2> kStalenessRules{"none", "inverse"};
-constexpr std::array<std::string_view, 3> kWorkerFailurePolicies{"abort", "continue", "restart"};
-constexpr std::array<std::string_view, 2> kServerFailurePolicies{"abort", "restart"};
 constexpr std::array<std::string_view, 2> kNonFinitePolicies{"stop", "skip"};
 constexpr std::array<std::string_view, 3> kTransports{"tcp", "ipc", "shm"};
 constexpr std::array<std::string_view, 2> kWireDtypes{"float32", "bfloat16"};
@@ -89,8 +87,8 @@ void visit_table(C& c, const V& v) {
   v("cluster", "heartbeat_interval_ms", &cl.heartbeat_interval_ms, at_least(1));
   v("cluster", "heartbeat_timeout_ms", &cl.heartbeat_timeout_ms, at_least(1));
   v("cluster", "timeout_ms", &cl.timeout_ms, at_least(1));
-  v("cluster", "on_worker_failure", &cl.on_worker_failure, one_of(kWorkerFailurePolicies));
-  v("cluster", "on_server_failure", &cl.on_server_failure, one_of(kServerFailurePolicies));
+  v("cluster", "on_worker_failure", &cl.on_worker_failure, one_of(EnumNames<WorkerFailurePolicy>::names));
+  v("cluster", "on_server_failure", &cl.on_server_failure, one_of(EnumNames<ServerFailurePolicy>::names));
   v("cluster", "max_restarts", &cl.max_restarts, between(0, 1000));
   v("cluster", "max_message_bytes", &cl.max_message_bytes, at_least(1));
   v("ps", "partition_bytes", &c.ps.partition_bytes, positive_multiple_of(4));

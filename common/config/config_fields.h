@@ -36,7 +36,8 @@ struct Rule {
 // A pointer to the RunConfig member a key sets; the alternative is the type.
 template <template <class> class Ptr>
 using FieldPtrOf = std::variant<Ptr<int>, Ptr<std::int64_t>, Ptr<std::uint64_t>, Ptr<double>, Ptr<bool>,
-                                Ptr<std::string>, Ptr<Mode>, Ptr<std::vector<std::string>>,
+                                Ptr<std::string>, Ptr<Mode>, Ptr<WorkerFailurePolicy>,
+                                Ptr<ServerFailurePolicy>, Ptr<std::vector<std::string>>,
                                 Ptr<std::vector<double>>>;
 template <class T>
 using MutablePtr = T*;

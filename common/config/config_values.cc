@@ -123,7 +123,17 @@ std::optional<toml::table> parse_override_text(std::string_view text) {
 }
 
 template <class T>
-constexpr bool kIsStringField = std::is_same_v<T, std::string> || std::is_same_v<T, Mode>;
+constexpr bool kIsStringField = std::is_same_v<T, std::string> || std::is_same_v<T, Mode> || NamedEnum<T>;
+
+// A named enum's value from a string listed in r.choices (its names).
+template <NamedEnum E>
+void read_named(const toml::node& node, E& out, const Rule& r, const Site& site) {
+  std::string name;
+  read_value(node, name, r, site);
+  const std::optional<E> value = parse_enum<E>(name);
+  if (!value) site.fail(node, "expected " + expected(out, r) + ", got " + quote(name));
+  out = *value;
+}
 
 // read_value() of an override's TEXT; a string field takes text that is
 // not a TOML string literally.
@@ -229,6 +239,8 @@ std::string expected(std::uint64_t, const Rule& r) { return expected(std::int64_
 std::string expected(double, const Rule& r) { return "a number" + range_text(r); }
 std::string expected(bool, const Rule&) { return "a boolean (true or false)"; }
 std::string expected(Mode, const Rule& r) { return "one of " + quoted_list(r.choices); }
+std::string expected(WorkerFailurePolicy, const Rule& r) { return "one of " + quoted_list(r.choices); }
+std::string expected(ServerFailurePolicy, const Rule& r) { return "one of " + quoted_list(r.choices); }
 std::string expected(const std::vector<std::string>&, const Rule&) { return "an array of non-empty strings"; }
 std::string expected(const std::vector<double>&, const Rule& r) {
   return "an array of numbers" + range_text(r) + " in increasing order";
@@ -278,6 +290,13 @@ void read_value(const toml::node& node, Mode& out, const Rule& r, const Site& si
                               : Mode::kSync;
 }
 
+void read_value(const toml::node& node, WorkerFailurePolicy& out, const Rule& r, const Site& site) {
+  read_named(node, out, r, site);
+}
+void read_value(const toml::node& node, ServerFailurePolicy& out, const Rule& r, const Site& site) {
+  read_named(node, out, r, site);
+}
+
 void read_value(const toml::node& node, std::vector<std::string>& out, const Rule& r, const Site& site) {
   const auto* array = node.as_array();
   if (array == nullptr) site.fail(node, "expected " + expected(out, r) + ", got " + describe(node));
@@ -319,6 +338,8 @@ void write_value(std::ostream& os, double x) { os << format_number(x); }
 void write_value(std::ostream& os, bool x) { os << (x ? "true" : "false"); }
 void write_value(std::ostream& os, const std::string& x) { os << quote(x); }
 void write_value(std::ostream& os, Mode x) { os << quote(to_string(x)); }
+void write_value(std::ostream& os, WorkerFailurePolicy x) { os << quote(to_string(x)); }
+void write_value(std::ostream& os, ServerFailurePolicy x) { os << quote(to_string(x)); }
 
 void write_value(std::ostream& os, const std::vector<std::string>& items) { write_array(os, items); }
 void write_value(std::ostream& os, const std::vector<double>& items) { write_array(os, items); }

@@ -50,6 +50,8 @@ std::string expected(std::uint64_t, const Rule& r);
 std::string expected(double, const Rule& r);
 std::string expected(bool, const Rule& r);
 std::string expected(Mode, const Rule& r);
+std::string expected(WorkerFailurePolicy, const Rule& r);
+std::string expected(ServerFailurePolicy, const Rule& r);
 std::string expected(const std::string&, const Rule& r);
 std::string expected(const std::vector<std::string>&, const Rule& r);
 std::string expected(const std::vector<double>&, const Rule& r);
@@ -63,6 +65,8 @@ void read_value(const toml::node& node, double& out, const Rule& r, const Site& 
 void read_value(const toml::node& node, bool& out, const Rule& r, const Site& site);
 void read_value(const toml::node& node, std::string& out, const Rule& r, const Site& site);
 void read_value(const toml::node& node, Mode& out, const Rule& r, const Site& site);
+void read_value(const toml::node& node, WorkerFailurePolicy& out, const Rule& r, const Site& site);
+void read_value(const toml::node& node, ServerFailurePolicy& out, const Rule& r, const Site& site);
 void read_value(const toml::node& node, std::vector<std::string>& out, const Rule& r, const Site& site);
 void read_value(const toml::node& node, std::vector<double>& out, const Rule& r, const Site& site);
 
@@ -80,6 +84,8 @@ void write_value(std::ostream& os, double x);
 void write_value(std::ostream& os, bool x);
 void write_value(std::ostream& os, const std::string& x);
 void write_value(std::ostream& os, Mode x);
+void write_value(std::ostream& os, WorkerFailurePolicy x);
+void write_value(std::ostream& os, ServerFailurePolicy x);
 void write_value(std::ostream& os, const std::vector<std::string>& items);
 void write_value(std::ostream& os, const std::vector<double>& items);
 

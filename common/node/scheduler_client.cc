@@ -122,7 +122,7 @@ bool SchedulerClient::handle_incoming() {
     case MsgType::kAbort:
       throw AbortedError("job aborted by the scheduler: " + m.text_payload());
     case MsgType::kError:
-      throw TransportError("scheduler refused a request: " + m.text_payload());
+      throw SchedulerRefusal(m.header.status, "scheduler refused a request: " + m.text_payload());
     case MsgType::kDropped:
       dropped_.push_back(static_cast<int>(m.header.key));
       return shutdown_;
@@ -178,7 +178,9 @@ Message SchedulerClient::wait_for(MsgType type, const std::string& what, int ext
       continue;
     }
     if (m.header.type == MsgType::kAbort) throw AbortedError("job aborted by the scheduler: " + m.text_payload());
-    if (m.header.type == MsgType::kError) throw TransportError(what + ": scheduler answered: " + m.text_payload());
+    if (m.header.type == MsgType::kError) {
+      throw SchedulerRefusal(m.header.status, what + ": scheduler answered: " + m.text_payload());
+    }
     if (m.header.type == MsgType::kShutdown) {
       shutdown_ = true;
       throw AbortedError(what + ": the scheduler shut the job down");

@@ -29,12 +29,29 @@
 
 #include <zmq.hpp>
 
+#include "common/base/errors.h"
 #include "common/config/config.h"
 #include "common/wire/protocol.h"
 #include "common/transport/transport.h"
 #include "common/transport/zmq_transport.h"
 
 namespace pstrain {
+
+// The scheduler refused a request (an error reply), with its status and its
+// text (the message is the one a plain TransportError carried before).
+// retryable(): refused for now (Status kRetryLater), the same request may be
+// granted later (retry_until, common/node/retry.h); else refused for good
+// (kRefused, or kBadRequest for a malformed message). A TransportError, so
+// code that only cares that the request failed still catches it.
+class SchedulerRefusal : public TransportError {
+ public:
+  SchedulerRefusal(Status status, const std::string& what) : TransportError(what), status_(status) {}
+  Status status() const { return status_; }
+  bool retryable() const { return status_ == Status::kRetryLater; }
+
+ private:
+  Status status_;
+};
 
 class SchedulerClient {
  public:
@@ -58,8 +75,9 @@ class SchedulerClient {
   // The same for a process replacing a dropped node of its rank
   // (--rejoin, cluster.on_worker_failure = "restart"): the scheduler checks
   // the rank was dropped, and its reply sets where this node's barriers
-  // continue the others' sequence. Refused (TransportError with the
-  // scheduler's reason) for a rank that is alive or never existed.
+  // continue the others' sequence. Refused (SchedulerRefusal with the
+  // scheduler's reason) for a rank that is alive (retryable: until the
+  // scheduler has dropped it) or never existed (for good).
   RegisterReply rejoin_node(RegisterRequest request);
   // Blocks until every worker (group = workers) has reached the barrier.
   void barrier(const std::string& name);

@@ -54,6 +54,8 @@ std::string_view to_string(Status status) {
     case Status::kRejected: return "rejected";
     case Status::kNotOwner: return "not owner";
     case Status::kAborted: return "aborted";
+    case Status::kRetryLater: return "retry later";
+    case Status::kRefused: return "refused";
   }
   return "unknown";
 }
@@ -227,7 +229,7 @@ Message decode_message(std::vector<zmq::message_t>& frames, const DecodeLimits& 
   if (static_cast<int>(h.dtype) > static_cast<int>(DType::kBFloat16)) {
     throw ProtocolError(describe(h) + ": unknown dtype code " + std::to_string(static_cast<int>(h.dtype)));
   }
-  if (static_cast<int>(h.status) > static_cast<int>(Status::kAborted)) {
+  if (static_cast<int>(h.status) > static_cast<int>(Status::kRefused)) {
     throw ProtocolError(describe(h) + ": unknown status code " + std::to_string(static_cast<int>(h.status)));
   }
   if (h.type == MsgType::kPull) (void)pull_reply_dtype(h);  // an unknown reply dtype is malformed

@@ -24,7 +24,7 @@
 namespace pstrain {
 
 inline constexpr std::uint32_t kProtocolMagic = 0x50535452;  // "PSTR"
-inline constexpr std::uint16_t kProtocolVersion = 5;  // 4: bfloat16 payloads; 5: server restart messages, rejoin (kRejoined)
+inline constexpr std::uint16_t kProtocolVersion = 6;  // 4: bfloat16; 5: server restart, kRejoined; 6: kRetryLater, kRefused
 inline constexpr std::size_t kMaxBodyBytes = std::size_t{1} << 20;  // control bodies and error text
 
 enum class MsgType : std::uint8_t {
@@ -95,6 +95,10 @@ enum class Status : std::uint8_t {
   kRejected = 2,     // well-formed but refused: duplicate or stale push, NaN gradient
   kNotOwner = 3,     // key not held by this server
   kAborted = 4,      // the job is shutting down
+  // The scheduler's refusals of a well-formed request (SchedulerRefusal on the
+  // node's side, common/node/scheduler_client.h):
+  kRetryLater = 5,   // not yet: the same request may be granted later (a rejoin while the rank still counts as alive)
+  kRefused = 6,      // never: the same request will not be (a rank out of range, another job, a wrong key)
 };
 std::string_view to_string(Status status);
 

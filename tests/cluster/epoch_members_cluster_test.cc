@@ -24,7 +24,7 @@ LocalClusterOptions three_workers_continue() {
   o.cluster.timeout_ms = 10000;
   o.cluster.heartbeat_interval_ms = 50;
   o.cluster.heartbeat_timeout_ms = 500;
-  o.cluster.on_worker_failure = "continue";
+  o.cluster.on_worker_failure = WorkerFailurePolicy::kContinue;
   o.log_level = LogLevel::kError;
   return o;
 }

@@ -17,7 +17,7 @@ using namespace pstrain;
 
 namespace {
 
-LocalClusterOptions options(Mode mode, int workers, const std::string& policy) {
+LocalClusterOptions options(Mode mode, int workers, WorkerFailurePolicy policy) {
   LocalClusterOptions o;
   o.mode = mode;
   o.staleness_bound = 1;
@@ -79,7 +79,7 @@ struct Failures {
 TEST_CASE("continue, sync: a lost worker is dropped and every step is the mean of those left") {
   zmq::context_t ctx;
   Failures failures;
-  LocalClusterOptions o = options(Mode::kSync, 3, "continue");
+  LocalClusterOptions o = options(Mode::kSync, 3, WorkerFailurePolicy::kContinue);
   o.on_failure = failures.sink();
   LocalCluster cluster(ctx, o);
   const std::vector<float> w = run_with_a_worker_lost(cluster, ctx, 3, 4, Mode::kSync);
@@ -104,7 +104,7 @@ TEST_CASE("continue, sync: a lost worker is dropped and every step is the mean o
 
 TEST_CASE("continue, ssp: the others are no longer held back by a lost worker's clock") {
   zmq::context_t ctx;
-  LocalCluster cluster(ctx, options(Mode::kSsp, 3, "continue"));
+  LocalCluster cluster(ctx, options(Mode::kSsp, 3, WorkerFailurePolicy::kContinue));
   const std::vector<float> w = run_with_a_worker_lost(cluster, ctx, 3, 5, Mode::kSsp);
   CHECK_NOTHROW(cluster.join());
   // Every push of workers 0 and 1 applied once: 5 x (1 + 2) x 0.5.
@@ -114,7 +114,7 @@ TEST_CASE("continue, ssp: the others are no longer held back by a lost worker's 
 TEST_CASE("abort: a lost worker ends the job, naming it") {
   zmq::context_t ctx;
   Failures failures;
-  LocalClusterOptions o = options(Mode::kSync, 2, "abort");
+  LocalClusterOptions o = options(Mode::kSync, 2, WorkerFailurePolicy::kAbort);
   o.on_failure = failures.sink();
   LocalCluster cluster(ctx, o);
   CHECK_THROWS_WITH_AS(run_with_a_worker_lost(cluster, ctx, 2, 3, Mode::kSync), doctest::Contains("worker 1"),
@@ -125,7 +125,7 @@ TEST_CASE("abort: a lost worker ends the job, naming it") {
 
 TEST_CASE("a worker waiting for the servers stops at the scheduler's shutdown instead of waiting on") {
   zmq::context_t ctx;
-  LocalClusterOptions o = options(Mode::kSync, 1, "abort");
+  LocalClusterOptions o = options(Mode::kSync, 1, WorkerFailurePolicy::kAbort);
   o.cluster.timeout_ms = 20000;
   LocalCluster cluster(ctx, o);
   WorkerSession session(ctx, cluster.worker_options(0), layout());

@@ -9,6 +9,7 @@
 
 #include <functional>
 #include <optional>
+#include <string_view>
 #include <thread>
 
 #include "common/base/errors.h"
@@ -154,7 +155,7 @@ TEST_CASE("async and ssp rejoin: the rejoiner's clock starts at the slowest live
 
 namespace {
 
-LocalClusterOptions cluster_options(const std::string& policy) {
+LocalClusterOptions cluster_options(WorkerFailurePolicy policy) {
   LocalClusterOptions o;
   o.mode = Mode::kSync;
   o.num_servers = 2;
@@ -176,8 +177,16 @@ ParamLayout layout() {
   return l;
 }
 
-// A rejoin registration sent by hand; returns the scheduler's refusal ("" if accepted).
-std::string rejoin_refusal(zmq::context_t& ctx, const LocalCluster& cluster, int rank) {
+// The scheduler's refusal of a rejoin: its text ("" if accepted) and status.
+struct Refusal {
+  std::string text;
+  Status status = Status::kOk;
+  bool retryable = false;
+  std::string_view::size_type find(std::string_view part) const { return text.find(part); }
+};
+
+// A rejoin registration sent by hand; returns the scheduler's refusal.
+Refusal rejoin_refusal(zmq::context_t& ctx, const LocalCluster& cluster, int rank) {
   const WorkerSessionOptions o = cluster.worker_options(rank);
   SchedulerClient client(ctx, o.scheduler_endpoint, Role::kWorker, o.cluster);
   RegisterRequest req;
@@ -185,18 +194,23 @@ std::string rejoin_refusal(zmq::context_t& ctx, const LocalCluster& cluster, int
   req.host = "test";
   req.job_fingerprint = o.job_fingerprint;
   req.layout = layout();
-  return rejection([&] { client.rejoin_node(req); });
+  try {
+    client.rejoin_node(req);
+  } catch (const SchedulerRefusal& e) {
+    return Refusal{e.what(), e.status(), e.retryable()};
+  }
+  return {};
 }
 
 }  // namespace
 
 TEST_CASE("restart, sync: a lost worker's rank is taken back at the job's step; each step is the mean of those in it") {
   zmq::context_t ctx;
-  LocalCluster cluster(ctx, cluster_options("restart"));
+  LocalCluster cluster(ctx, cluster_options(WorkerFailurePolicy::kRestart));
   constexpr int kSteps = 30;
   std::vector<float> final0;
   std::int64_t joined_at = -1;
-  std::string alive_refusal, range_refusal;
+  Refusal alive_refusal, range_refusal;
   test::run_workers(3, [&](int r) {
     std::vector<float> params(40, 10.0f);
     std::vector<float> grad(40, static_cast<float>(r + 1));
@@ -230,7 +244,11 @@ TEST_CASE("restart, sync: a lost worker's rank is taken back at the job's step; 
   });
   CHECK_NOTHROW(cluster.join());
   CHECK(alive_refusal.find("is alive") != std::string::npos);
+  CHECK(alive_refusal.status == Status::kRetryLater);  // not yet: until the scheduler has dropped it
+  CHECK(alive_refusal.retryable);
   CHECK(range_refusal.find("has no worker rank 7") != std::string::npos);
+  CHECK(range_refusal.status == Status::kRefused);  // never
+  CHECK_FALSE(range_refusal.retryable);
   REQUIRE(joined_at > 0);
   REQUIRE(joined_at < kSteps);
   // Steps before the join: mean of 1 and 2; from it on: mean of 1, 2 and 3 (lr 0.5).
@@ -241,13 +259,15 @@ TEST_CASE("restart, sync: a lost worker's rank is taken back at the job's step; 
 
 TEST_CASE("a rejoin under on_worker_failure = \"continue\" is refused with the reason") {
   zmq::context_t ctx;
-  LocalClusterOptions o = cluster_options("continue");
+  LocalClusterOptions o = cluster_options(WorkerFailurePolicy::kContinue);
   o.num_workers = 1;
   LocalCluster cluster(ctx, o);
   WorkerSession session(ctx, cluster.worker_options(0), layout());
   std::vector<float> params(40, 1.0f);
   session.broadcast_initial(params);
-  CHECK(rejoin_refusal(ctx, cluster, 0).find("not \"restart\"") != std::string::npos);
+  const Refusal refusal = rejoin_refusal(ctx, cluster, 0);
+  CHECK(refusal.find("not \"restart\"") != std::string::npos);
+  CHECK(refusal.status == Status::kRefused);
   session.finish();
   CHECK_NOTHROW(cluster.join());
 }

@@ -15,7 +15,7 @@ using std::chrono::milliseconds;
 
 namespace {
 
-LocalClusterOptions two_workers(const std::string& on_worker_failure) {
+LocalClusterOptions two_workers(WorkerFailurePolicy on_worker_failure) {
   LocalClusterOptions o;
   o.num_servers = 1;
   o.num_workers = 2;
@@ -56,7 +56,7 @@ Header register_header() {
 
 TEST_CASE("a worker that registers and leaves before the rendezvous does not stop the scheduler") {
   zmq::context_t ctx;
-  LocalCluster cluster(ctx, two_workers("continue"));
+  LocalCluster cluster(ctx, two_workers(WorkerFailurePolicy::kContinue));
   {
     zmq::socket_t s = make_socket(ctx, zmq::socket_type::dealer, SocketOptions{std::int64_t{1} << 20, milliseconds(0)});
     connect_socket(s, cluster.scheduler_endpoint());
@@ -78,7 +78,7 @@ TEST_CASE("a worker that registers and leaves before the rendezvous does not sto
 
 TEST_CASE("a worker registering with another model layout is refused at once and does not abort the job") {
   zmq::context_t ctx;
-  LocalCluster cluster(ctx, two_workers("abort"));
+  LocalCluster cluster(ctx, two_workers(WorkerFailurePolicy::kAbort));
   // Worker 0 registers first (in a thread: its reply comes at the rendezvous).
   std::unique_ptr<WorkerSession> session;
   std::thread first([&] { session = std::make_unique<WorkerSession>(ctx, cluster.worker_options(0), layout_of(16)); });

@@ -121,6 +121,7 @@ TEST_CASE("unknown type, role, dtype and status codes are rejected") {
   CHECK(one(7, 9).find("unknown role 9") != std::string::npos);
   CHECK(one(8, 7).find("unknown dtype code 7") != std::string::npos);
   CHECK(one(9, 42).find("unknown status code 42") != std::string::npos);
+  CHECK(one(9, 7).find("unknown status code 7") != std::string::npos);  // 5 retry later and 6 refused are the last
 }
 
 TEST_CASE("payload rules per type") {

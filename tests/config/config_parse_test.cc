@@ -6,7 +6,10 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <optional>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "common/config/config.h"
 #include "common/base/errors.h"
@@ -210,6 +213,39 @@ TEST_CASE("to_string(Mode)") {
   CHECK(to_string(Mode::kSync) == "sync");
   CHECK(to_string(Mode::kAsync) == "async");
   CHECK(to_string(Mode::kAllreduce) == "allreduce");
+}
+
+TEST_CASE("failure policies: read from their TOML names into enums, written back the same, bare in --set") {
+  const RunConfig d;
+  CHECK(d.cluster.on_worker_failure == WorkerFailurePolicy::kAbort);
+  CHECK(d.cluster.on_server_failure == ServerFailurePolicy::kAbort);
+  const RunConfig c = parse_config(
+      "[cluster]\non_worker_failure = \"continue\"\non_server_failure = \"restart\"\n[checkpoint]\ninterval_steps = 5",
+      "p.toml");
+  CHECK(c.cluster.on_worker_failure == WorkerFailurePolicy::kContinue);
+  CHECK(c.cluster.on_server_failure == ServerFailurePolicy::kRestart);
+  const std::string text = to_toml(c);
+  CHECK(text.find("\non_worker_failure = \"continue\"\n") != std::string::npos);
+  CHECK(text.find("\non_server_failure = \"restart\"\n") != std::string::npos);
+  RunConfig o;
+  apply_overrides(o, std::vector<std::string>{"cluster.on_worker_failure=restart"});
+  CHECK(o.cluster.on_worker_failure == WorkerFailurePolicy::kRestart);
+  CHECK(drops_failed_workers(WorkerFailurePolicy::kContinue));
+  CHECK(drops_failed_workers(WorkerFailurePolicy::kRestart));
+  CHECK_FALSE(drops_failed_workers(WorkerFailurePolicy::kAbort));
+}
+
+TEST_CASE("parse_enum and to_string are one pair over the same names") {
+  for (const std::string_view name : EnumNames<WorkerFailurePolicy>::names) {
+    const std::optional<WorkerFailurePolicy> p = parse_enum<WorkerFailurePolicy>(name);
+    REQUIRE(p.has_value());
+    CHECK(to_string(*p) == name);
+  }
+  CHECK(to_string(WorkerFailurePolicy::kContinue) == "continue");
+  CHECK(to_string(ServerFailurePolicy::kRestart) == "restart");
+  CHECK(parse_enum<ServerFailurePolicy>("restart") == ServerFailurePolicy::kRestart);
+  CHECK_FALSE(parse_enum<ServerFailurePolicy>("continue").has_value());  // a worker's policy only
+  CHECK_FALSE(parse_enum<WorkerFailurePolicy>("Restart").has_value());
 }
 
 // A fresh directory under the system temp dir, removed at scope exit.

@@ -24,11 +24,13 @@ TEST_CASE("restart policy: names, budget per node, policy per role, the launcher
   CHECK(budget.used("server 0") == 0);
 
   RunConfig config;
-  config.cluster.on_worker_failure = "restart";
-  config.cluster.on_server_failure = "abort";
-  CHECK(failure_policy(config, "worker 2") == "restart");
-  CHECK(failure_policy(config, "server 0") == "abort");
-  CHECK(failure_policy(config, "scheduler") == "abort");
+  config.cluster.on_worker_failure = WorkerFailurePolicy::kRestart;
+  config.cluster.on_server_failure = ServerFailurePolicy::kAbort;
+  CHECK(failure_policy(config, "worker 2") == WorkerFailurePolicy::kRestart);
+  CHECK(failure_policy(config, "server 0") == WorkerFailurePolicy::kAbort);
+  CHECK(failure_policy(config, "scheduler") == WorkerFailurePolicy::kAbort);
+  config.cluster.on_server_failure = ServerFailurePolicy::kRestart;
+  CHECK(failure_policy(config, "server 0") == WorkerFailurePolicy::kRestart);
 
   CHECK(restart_line("worker 1", "exited with signal 9", 1, 3) ==
         "worker 1 exited with signal 9: restarting it (1 of 3, cluster.on_worker_failure = \"restart\")");

@@ -32,7 +32,7 @@ pstrain::RunConfig sync_restart_config() {
   c.mode = pstrain::Mode::kSync;
   c.cluster.num_servers = 1;
   c.cluster.num_workers = 2;
-  c.cluster.on_worker_failure = "restart";
+  c.cluster.on_worker_failure = pstrain::WorkerFailurePolicy::kRestart;
   c.workload.model = "small_cnn";
   c.workload.dataset = "synthetic";
   return c;

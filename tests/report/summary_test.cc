@@ -14,6 +14,7 @@
 using namespace pstrain::report;
 using pstrain::Mode;
 using pstrain::RunConfig;
+using pstrain::WorkerFailurePolicy;
 using report_test::TempDir;
 
 namespace {
@@ -145,7 +146,7 @@ TEST_CASE("under on_worker_failure = continue a worker without its end record is
   m.servers[0].partial_updates = 5;
   m.servers[1].partial_updates = 2;
   RunConfig c = config(Mode::kSync);
-  c.cluster.on_worker_failure = "continue";
+  c.cluster.on_worker_failure = WorkerFailurePolicy::kContinue;
   const RunSummary s = summarize(c, m);
   CHECK(s.dropped_workers == std::vector<int>{1});
   CHECK(s.partial_updates == 7);
@@ -256,7 +257,7 @@ TEST_CASE("skipped steps (on_nonfinite \"skip\"): per worker from its end record
     m.workers[1].steps.push_back(r);
   }
   RunConfig c = config(Mode::kSync);
-  c.cluster.on_worker_failure = "continue";
+  c.cluster.on_worker_failure = WorkerFailurePolicy::kContinue;
   const RunSummary s = summarize(c, m);
   REQUIRE(s.per_worker.size() == 2);
   CHECK(s.per_worker[0].skipped_steps == 4);
@@ -303,7 +304,7 @@ TEST_CASE("restart: each rejoin record is a restart in the summary (rank, time, 
   RunMetrics m = two_workers();
   m.workers[1].rejoins = {RejoinRecord{4.5, 12}};
   RunConfig c = config(Mode::kSync);
-  c.cluster.on_worker_failure = "restart";
+  c.cluster.on_worker_failure = WorkerFailurePolicy::kRestart;
   const RunSummary s = summarize(c, m);
   REQUIRE(s.restarts.size() == 1);
   CHECK(s.restarts[0].rank == 1);

@@ -197,7 +197,7 @@ class Launch {
     for (auto it = unfenced_.begin(); it != unfenced_.end();) {
       const std::optional<std::size_t> node = node_to_fence(nodes, *it);
       if (node && nodes[*node].spec.stdin_pipe && !job_ended_ &&
-          failure_policy(plan_.config, nodes[*node].spec.name) != "restart") {
+          failure_policy(plan_.config, nodes[*node].spec.name) != WorkerFailurePolicy::kRestart) {
         ++it;  // over ssh, under "continue": when the job has ended and it has not exited by itself
         continue;
       }
@@ -274,8 +274,8 @@ class Launch {
   bool tolerated_worker_failure(const Supervisor::Outcome& outcome) {
     if (outcome.event != Supervisor::Event::kFailure) return false;
     const NodeState n = supervisor_.states().at(outcome.node);  // states() is a copy: keep the node, not a reference
-    const std::string policy = failure_policy(plan_.config, n.spec.name);
-    if (policy == "restart") {
+    const WorkerFailurePolicy policy = failure_policy(plan_.config, n.spec.name);
+    if (policy == WorkerFailurePolicy::kRestart) {
       if (const std::optional<int> take = restarts_.take(n.spec.name)) {
         supervisor_.tolerate(outcome.node);
         say(restart_line(n.spec.name, describe_exit(*n.status), *take, restarts_.max()));
@@ -283,11 +283,11 @@ class Launch {
         return true;
       }
     }
-    if (policy != "continue" && policy != "restart") return false;
+    if (!drops_failed_workers(policy)) return false;
     if (n.spec.name.rfind("worker ", 0) != 0) return false;
     supervisor_.tolerate(outcome.node);
     say(n.spec.name + " " + describe_exit(*n.status) +
-        (policy == "restart" ? ": restarted " + std::to_string(restarts_.used(n.spec.name)) +
+        (policy == WorkerFailurePolicy::kRestart ? ": restarted " + std::to_string(restarts_.used(n.spec.name)) +
                                    " times already (cluster.max_restarts = " + std::to_string(restarts_.max()) +
                                    "): the job goes on without it, as under \"continue\""
                              : std::string(": the job goes on without it (cluster.on_worker_failure = \"continue\")")));

@@ -27,12 +27,14 @@ int RestartBudget::used(const std::string& name) const {
   return it == used_.end() ? 0 : it->second;
 }
 
-std::string failure_policy(const RunConfig& config, const std::string& name) {
+WorkerFailurePolicy failure_policy(const RunConfig& config, const std::string& name) {
   const std::optional<NodeName> n = parse_node_name(name);
-  if (!n) return "abort";
+  if (!n) return WorkerFailurePolicy::kAbort;
   if (n->role == "worker") return config.cluster.on_worker_failure;
-  if (n->role == "server") return config.cluster.on_server_failure;
-  return "abort";
+  if (n->role == "server" && config.cluster.on_server_failure == ServerFailurePolicy::kRestart) {
+    return WorkerFailurePolicy::kRestart;
+  }
+  return WorkerFailurePolicy::kAbort;
 }
 
 NodeSpec rejoin_spec(const LaunchPlan& plan, const std::string& scheduler_endpoint, const std::string& name) {

@@ -38,9 +38,10 @@ class RestartBudget {
   std::map<std::string, int> used_;
 };
 
-// The policy that applies to a failed node named `name` under `config`:
-// "restart", "continue" or "abort" (the scheduler's failure always aborts).
-std::string failure_policy(const RunConfig& config, const std::string& name);
+// The policy that applies to a failed node named `name` under `config`: a
+// worker's on_worker_failure; a server's on_server_failure as the same value
+// (kAbort or kRestart); kAbort for the scheduler (its failure always aborts).
+WorkerFailurePolicy failure_policy(const RunConfig& config, const std::string& name);
 
 // The spec that restarts node `name`: node_specs(plan, endpoint) with
 // "--rejoin" added, its log appended to. Throws Error for an unknown name.

@@ -183,7 +183,7 @@ RunSummary summarize(const RunConfig& config, const RunMetrics& metrics) {
   s.model = config.workload.model;
   s.dataset = config.workload.dataset;
   std::int64_t images = 0;
-  const bool go_on = config.cluster.on_worker_failure == "continue" || config.cluster.on_worker_failure == "restart";
+  const bool go_on = drops_failed_workers(config.cluster.on_worker_failure);
   for (const WorkerMetrics& w : metrics.workers) {
     for (const RejoinRecord& r : w.rejoins) s.restarts.push_back(RestartSummary{w.rank, r.time_s, r.step});
     for (const ResumeRecord& r : w.resumes) s.resumed_from.push_back(r.step);
@@ -250,8 +250,7 @@ RunSummary write_run_summary(const std::filesystem::path& run_dir) {
   const RunConfig config = load_config((run_dir / "config.toml").string());
   const int servers = config.mode == Mode::kAllreduce ? 0 : config.cluster.num_servers;
   const RunMetrics metrics = read_run_metrics(run_dir, config.cluster.num_workers, servers,
-                                              config.cluster.on_worker_failure == "continue" ||
-                                                  config.cluster.on_worker_failure == "restart");
+                                              drops_failed_workers(config.cluster.on_worker_failure));
   RunSummary s = summarize(config, metrics);
   for (const ResourceSeries& series : read_run_resources(run_dir, s.warnings)) {
     s.resources.push_back(summarize_resources(series));

@@ -3,26 +3,21 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <thread>
+#include <optional>
 
 #include "common/base/errors.h"
+#include "common/node/retry.h"
 
 namespace pstrain {
 
 namespace {
 
-// A rejoin is refused while the scheduler still counts the process it
-// replaces as alive (until its heartbeat timeout): asked again every 200 ms.
+// A rejoin is refused for now (retryable) while the scheduler still counts
+// the process it replaces as alive (until its heartbeat timeout): asked again
+// every 200 ms, at most for timeout_ms.
 RegisterReply rejoin_with_retries(SchedulerClient& scheduler, RegisterRequest req, const ClusterConfig& cluster) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(cluster.timeout_ms);
-  while (true) {
-    try {
-      return scheduler.rejoin_node(req);
-    } catch (const TransportError& e) {
-      if (std::chrono::steady_clock::now() > deadline) throw;
-      std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    }
-  }
+  return *retry_until(deadline, "", retryable_refusal, [&] { return std::optional(scheduler.rejoin_node(req)); });
 }
 
 }  // namespace

@@ -78,6 +78,32 @@ std::optional<AllreduceJoin> wait_to_join(WorkerSession& session, const ClusterC
   }
 }
 
+// This worker's session options (its rank, --rejoin, the job's fingerprint
+// naming the collective backend); traffic and security are the caller's.
+WorkerSessionOptions session_options(const RunConfig& config, int rank, bool rejoin, const std::string& backend_name) {
+  WorkerSessionOptions options;
+  options.scheduler_endpoint = config.cluster.scheduler;
+  options.cluster = config.cluster;
+  options.partition_bytes = config.ps.partition_bytes;
+  options.requested_rank = rank;
+  options.rejoin = rejoin;
+  options.job_fingerprint = job_fingerprint(config.mode, config.ps.partition_bytes, 0, config.cluster.num_workers) +
+                            " collective=" + backend_name;
+  return options;
+}
+
+// The options of the collective a worker starts in: the job's (`co`), or for
+// a rejoined worker the survivors' grown collective of `join`'s generation.
+CollectiveOptions first_collective(const CollectiveOptions& co, const std::optional<AllreduceJoin>& join, int worker) {
+  CollectiveOptions first = co;
+  if (join) {
+    first.rank = static_cast<int>(std::find(join->live.begin(), join->live.end(), worker) - join->live.begin());
+    first.size = static_cast<int>(join->live.size());
+    first.key_prefix += "gen-" + std::to_string(join->generation) + "/";
+  }
+  return first;
+}
+
 }  // namespace
 
 int run_allreduce_node(const RunConfig& config, int requested_rank, const std::string& resume_dir, bool rejoin) {
@@ -95,14 +121,7 @@ int run_allreduce_node(const RunConfig& config, int requested_rank, const std::s
       resolve_collective_backend(config.collective.backend, backend.is_cuda(), backend.name());
 
   zmq::context_t ctx;
-  WorkerSessionOptions options;
-  options.scheduler_endpoint = config.cluster.scheduler;
-  options.cluster = config.cluster;
-  options.partition_bytes = config.ps.partition_bytes;
-  options.requested_rank = rank;
-  options.rejoin = rejoin;
-  options.job_fingerprint = job_fingerprint(config.mode, config.ps.partition_bytes, 0, workers) +
-                            " collective=" + backend_name;
+  WorkerSessionOptions options = session_options(config, rank, rejoin, backend_name);
   TrafficCounters traffic;
   options.traffic = &traffic;
   const auto security = SecurityContext::load(config.security, Role::kWorker, rank);
@@ -130,14 +149,8 @@ int run_allreduce_node(const RunConfig& config, int requested_rank, const std::s
     co.host = collective_host(config.cluster, session.rank());
     co.cuda_device = backend.is_cuda() ? cuda_index(device) : 0;
     co.trace = &trace;
-    CollectiveOptions first = co;  // a rejoined worker's: the grown collective of the survivors' generation
-    if (join) {
-      first.rank = static_cast<int>(std::find(join->live.begin(), join->live.end(), session.rank()) - join->live.begin());
-      first.size = static_cast<int>(join->live.size());
-      first.key_prefix += "gen-" + std::to_string(join->generation) + "/";
-    }
-    std::unique_ptr<Collective> collective =
-        std::make_unique<CountingCollective>(make_collective(backend_name, first, store), traffic);
+    std::unique_ptr<Collective> collective = std::make_unique<CountingCollective>(
+        make_collective(backend_name, first_collective(co, join, session.rank()), store), traffic);
     WorkerStart start = rejoin ? start_rejoined_worker(session.rank(), config, log)
                                : start_worker(resume_dir, session.rank(), config, workload.model->num_params(), log);
     const std::optional<WorkerCheckpoint>& resume = start.resume;
@@ -152,7 +165,7 @@ int run_allreduce_node(const RunConfig& config, int requested_rank, const std::s
           std::make_unique<CountingCollective>(make_collective(backend_name, again, store), traffic));
     };
     // "restart": the others go on as under "continue" and take the restarted worker back at an epoch's end.
-    const bool can_reform = config.cluster.on_worker_failure == "continue" || config.cluster.on_worker_failure == "restart";
+    const bool can_reform = drops_failed_workers(config.cluster.on_worker_failure);
     const TrainResult r = run_allreduce_worker(config, session, workload, *collective, metrics, log, &trace,
                                                resume ? &*resume : nullptr, can_reform ? &reform : nullptr,
                                                join ? &*join : nullptr);

@@ -1,7 +1,6 @@
 #include "worker/train/allreduce_worker.h"
 
 #include <algorithm>
-#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -10,8 +9,6 @@
 #include <limits>
 #include <map>
 #include <memory>
-#include <stdexcept>
-#include <thread>
 #include <vector>
 
 #include "common/base/errors.h"
@@ -19,6 +16,7 @@
 #include "worker/collective/replica_resync.h"
 #include "worker/nn/device_buffer.h"
 #include "worker/nn/device_optimizer.h"
+#include "worker/train/allreduce_loop.h"
 #include "worker/train/checkpoint.h"
 #include "worker/train/divergence.h"
 #include "worker/train/epoch_driver.h"
@@ -29,51 +27,9 @@
 
 namespace pstrain {
 
-namespace {
+using namespace allreduce_detail;
 
-using Clock = std::chrono::steady_clock;
-double seconds_between(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
-
-// Per-run state of the loop, to keep each function short.
-struct Loop {
-  const RunConfig& config;
-  WorkerSession& session;
-  nn::Model& model;
-  const data::DatasetPair& data;
-  Collective* collective;  // the job's, or `owned` once re-formed
-  nn::DeviceOptimizer& optimizer;
-  MetricsWriter& metrics;
-  Logger& log;
-  std::vector<float> staging;  // host gradients when the collective cannot read the backend's memory
-  std::vector<float> images;
-  std::vector<std::int32_t> labels;
-  TrainResult result;
-  double last_compute_s = 0.0;
-  Straggler straggler;
-  bool buckets_logged = false;
-  std::vector<float> simulated_grads;  // simulated compute: the gradients every step (empty otherwise)
-  TraceRecorder* trace = nullptr;
-  NonFiniteGuard guard;
-  std::vector<float> check_grads;      // "skip" on a GPU without staging: the averaged gradients, to check
-  const ReformCollective* reform = nullptr;
-  std::unique_ptr<Collective> owned;   // the collective re-formed without dropped workers
-  std::vector<int> live;               // workers' ranks still in the job, ascending
-  int generation = 0;
-  EpochMembers* members = nullptr;  // each epoch's workers (recorded in checkpoints)
-  // The last collective phase this replica completed (replica_resync.h: step
-  // s is 4s + 1, the checkpoint after it 4s + 2, the check after an epoch
-  // ending at n steps 4n); a phase at or before it is not run again (after a
-  // re-form took a replica further on).
-  std::int64_t done = -1;
-  std::vector<float> checkpoint_token{};  // the checkpoint's collective operation (kept: it may outlive a failed wait)
-  std::map<int, std::int64_t> rejoined{};  // "restart": workers heard to have rejoined (rank -> take), not yet taken in
-};
-
-// Whether this worker evaluates and writes the final weights: worker 0, or
-// the lowest worker left once it has been dropped.
-bool leads(const Loop& L) { return !L.live.empty() && L.live.front() == L.session.rank(); }
-
-bool staged(const Loop& L) { return L.collective->device_memory() != L.model.backend().is_cuda(); }
+namespace allreduce_detail {
 
 // Runs `op` on a copy of `host` in the collective's memory space, then copies back.
 void on_collective_memory(Loop& L, std::span<float> host, const std::function<void(float*)>& op) {
@@ -108,93 +64,29 @@ void wait_collective(Loop& L) {
   }
 }
 
-// FNV-1a of the weights' bytes as three 11-bit integers: exact in float, and
-// so is their mean over the ranks, which equals every rank's own value only
-// when all are equal.
-std::array<float, 3> weights_fingerprint(std::span<const float> params) {
-  std::uint64_t hash = 1469598103934665603ull;
-  const auto* bytes = reinterpret_cast<const unsigned char*>(params.data());
-  for (std::size_t i = 0; i < params.size_bytes(); ++i) hash = (hash ^ bytes[i]) * 1099511628211ull;
-  return {static_cast<float>(hash & 2047u), static_cast<float>((hash >> 11) & 2047u),
-          static_cast<float>((hash >> 22) & 2047u)};
+// After a resync: when the replicas' progress is past the phase of the newest
+// checkpoint due but its manifest is missing (the worker that completed its
+// operation and would have written it was not the leader, or died before),
+// the leader writes it: every replica wrote its part before that operation.
+void complete_missed_checkpoint(Loop& L) {
+  if (!leads(L) || L.config.checkpoint.interval_steps <= 0 || L.done < checkpoint_phase(0)) return;
+  std::int64_t steps_done = (L.done - checkpoint_phase(0)) / 4 + 1;  // the newest checkpoint phase <= done: after steps_done steps
+  steps_done -= steps_done % L.config.checkpoint.interval_steps;
+  if (!checkpoint_due(L.config, steps_done)) return;
+  std::error_code ec;
+  const auto dir = checkpoint_root(L.config) / checkpoint_dir_name(steps_done);
+  if (std::filesystem::exists(dir / "manifest.json", ec) || !std::filesystem::exists(dir, ec)) return;
+  L.log.info("completing the checkpoint after step " + std::to_string(steps_done) +
+             " whose collective operation another replica completed: " +
+             complete_checkpoint(L.config, steps_done, L.model.num_params(), 0));
 }
 
-// Whether rejoined workers are taken back into the collective (cluster.on_worker_failure = "restart").
-bool grows(const Loop& L) { return L.reform != nullptr && L.config.cluster.on_worker_failure == "restart"; }
+}  // namespace allreduce_detail
 
-// The replica check at an epoch's end. Under "restart" the same allreduce
-// carries, per worker rank, the take of a rejoin this replica has heard of
-// (and a 1, to count the replicas that heard it), so every replica returns
-// the same workers to take in (rank -> take), however late each heard.
-std::map<int, std::int64_t> check_replicas(Loop& L, const char* when) {
-  std::vector<float> params(static_cast<std::size_t>(L.model.num_params()));
-  L.model.get_params(params);
-  const std::array<float, 3> mine = weights_fingerprint(params);
-  const auto workers = static_cast<std::size_t>(L.session.num_workers());
-  std::vector<float> v(mine.begin(), mine.end());
-  if (grows(L)) {
-    v.resize(3 + 2 * workers, 0.0f);
-    for (const auto& r : L.session.scheduler().take_rejoined()) {
-      std::int64_t& take = L.rejoined[r.rank];
-      take = std::max(take, r.take);
-    }
-    for (const auto& [rank, take] : L.rejoined) {
-      if (rank < 0 || static_cast<std::size_t>(rank) >= workers || take >= (1 << 20)) continue;
-      if (std::find(L.live.begin(), L.live.end(), rank) != L.live.end()) continue;
-      v[3 + 2 * static_cast<std::size_t>(rank)] = static_cast<float>(take);
-      v[4 + 2 * static_cast<std::size_t>(rank)] = 1.0f;
-    }
-  }
-  on_collective_memory(L, v, [&](float* data) { L.collective->allreduce_mean(data, v.size()); });
-  const std::array<float, 3> mean{v[0], v[1], v[2]};
-  if (mean != mine) {
-    throw ComputeError(std::string("replica check ") + when + ": worker " + std::to_string(L.session.rank()) +
-                       "'s weights differ from another worker's (fingerprint " + std::to_string(mine[0]) + "/" +
-                       std::to_string(mine[1]) + "/" + std::to_string(mine[2]) + ", mean over workers " +
-                       std::to_string(mean[0]) + "/" + std::to_string(mean[1]) + "/" + std::to_string(mean[2]) + ")");
-  }
-  std::map<int, std::int64_t> joiners;
-  const auto ranks = static_cast<double>(L.collective->size());
-  for (std::size_t r = 0; 3 + 2 * r + 1 < v.size(); ++r) {
-    const std::int64_t heard = std::llround(static_cast<double>(v[4 + 2 * r]) * ranks);
-    if (heard > 0) joiners[static_cast<int>(r)] = std::llround(static_cast<double>(v[3 + 2 * r]) * ranks) / heard;
-  }
-  return joiners;
-}
+namespace {
 
-int resync_replicas(Loop& L);
-
-// "restart": takes the rejoined workers `joiners` (agreed by check_replicas)
-// into the collective after `steps_done` steps (an epoch's end): the next
-// generation with them, published for them by the lowest worker, then the
-// resync in which they take the most advanced replica.
-void grow_collective(Loop& L, const std::map<int, std::int64_t>& joiners, std::int64_t steps_done) {
-  AllreduceJoin join{L.live, L.generation + 1, steps_done};
-  std::string names;
-  for (const auto& [rank, take] : joiners) {
-    join.live.push_back(rank);
-    names += (names.empty() ? "" : ", ") + std::to_string(rank);
-  }
-  std::sort(join.live.begin(), join.live.end());
-  join.live.erase(std::unique(join.live.begin(), join.live.end()), join.live.end());
-  if (leads(L)) {
-    for (const auto& [rank, take] : joiners) L.session.scheduler().store_set(allreduce_join_key(rank, take), format_join(join));
-  }
-  for (const auto& [rank, take] : joiners) L.rejoined.erase(rank);
-  const auto me = std::find(join.live.begin(), join.live.end(), L.session.rank());
-  const int rank = static_cast<int>(me - join.live.begin());
-  const int size = static_cast<int>(join.live.size());
-  L.collective = nullptr;
-  L.owned.reset();
-  L.live = join.live;
-  L.generation = join.generation;
-  L.owned = (*L.reform)(rank, size, L.generation);
-  L.collective = L.owned.get();
-  const int leader = resync_replicas(L);
-  L.log.warn("took rejoined worker(s) " + names + " back into the collective after step " + std::to_string(steps_done) +
-             ": " + std::to_string(size) + " workers, this one rank " + std::to_string(rank) + ", generation " +
-             std::to_string(L.generation) + "; replicas took worker " + std::to_string(leader) + "'s weights");
-}
+using Clock = std::chrono::steady_clock;
+double seconds_between(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
 
 void broadcast_initial(Loop& L) {
   std::vector<float> params(static_cast<std::size_t>(L.model.num_params()));
@@ -259,23 +151,6 @@ void take_checkpoint(Loop& L, std::int64_t steps_done) {
   });
   L.done = checkpoint_phase(steps_done - 1);
   if (leads(L)) L.log.info(complete_checkpoint(L.config, steps_done, L.model.num_params(), 0));
-}
-
-// After a resync: when the replicas' progress is past the phase of the newest
-// checkpoint due but its manifest is missing (the worker that completed its
-// operation and would have written it was not the leader, or died before),
-// the leader writes it: every replica wrote its part before that operation.
-void complete_missed_checkpoint(Loop& L) {
-  if (!leads(L) || L.config.checkpoint.interval_steps <= 0 || L.done < checkpoint_phase(0)) return;
-  std::int64_t steps_done = (L.done - checkpoint_phase(0)) / 4 + 1;  // the newest checkpoint phase <= done: after steps_done steps
-  steps_done -= steps_done % L.config.checkpoint.interval_steps;
-  if (!checkpoint_due(L.config, steps_done)) return;
-  std::error_code ec;
-  const auto dir = checkpoint_root(L.config) / checkpoint_dir_name(steps_done);
-  if (std::filesystem::exists(dir / "manifest.json", ec) || !std::filesystem::exists(dir, ec)) return;
-  L.log.info("completing the checkpoint after step " + std::to_string(steps_done) +
-             " whose collective operation another replica completed: " +
-             complete_checkpoint(L.config, steps_done, L.model.num_params(), 0));
 }
 
 // time_s: when training reached these weights (the record's time axis).
@@ -412,113 +287,37 @@ double train_step(Loop& L, std::span<const std::int64_t> batch, std::int64_t ste
   return simulated ? std::numeric_limits<double>::quiet_NaN() : s.loss;
 }
 
-// After a re-form: every replica takes the most advanced one's weights,
-// optimizer state and progress (worker/collective/replica_resync.h), so the
-// phases it completed are not repeated and the survivors' operations in the
-// new collective stay in step. Returns the leader's worker rank.
-int resync_replicas(Loop& L) {
-  ReplicaState state;
-  state.done = L.done;
-  state.optimizer_steps = L.optimizer.steps_taken();
-  state.params.resize(static_cast<std::size_t>(L.model.num_params()));
-  L.model.get_params(state.params);
-  state.optimizer_state = L.optimizer.state();
-  const ResyncOutcome r = resync_from_leader(*L.collective, state, [&L](std::span<float> host, const std::function<void(float*)>& op) {
-    on_collective_memory(L, host, op);
-  });
-  L.model.set_params(state.params);
-  L.optimizer.set_state(state.optimizer_state, state.optimizer_steps);
-  L.model.backend().synchronize();
-  L.done = state.done;
-  const int leader = L.live.at(static_cast<std::size_t>(r.leader));
-  if (r.own_done != state.done) {
-    L.log.warn("worker " + std::to_string(leader) + " had completed more of the job before the failure (phase " +
-               std::to_string(state.done) + ", this worker " + std::to_string(r.own_done) +
-               "): its updates are taken, not repeated");
-  }
-  return leader;
-}
-
-// After the collective failed with `why`: true once it has been re-formed
-// among the workers the scheduler has not dropped (see allreduce_worker.h);
-// false when it cannot be (no reform, or nobody was dropped in time).
-bool reform_collective(Loop& L, const std::string& why) {
-  if (L.reform == nullptr) return false;
-  L.log.warn("the collective failed: " + why + "; waiting for the scheduler to drop the failed worker");
-  const std::size_t before = static_cast<std::size_t>(L.collective->size());
-  const auto limit = Clock::now() + std::chrono::milliseconds(L.config.cluster.heartbeat_timeout_ms) +
-                     std::chrono::milliseconds(L.config.cluster.timeout_ms);
-  for (;;) {
-    for (const int r : L.session.scheduler().take_dropped()) std::erase(L.live, r);
-    if (L.live.size() < before) break;
-    if (Clock::now() >= limit) return false;
-    if (L.session.scheduler().handle_incoming()) {
-      throw AbortedError("the scheduler ended the job while worker " + std::to_string(L.session.rank()) +
-                         " was re-forming the collective");
+// Step s, and the checkpoint after it when one is due; returns the step's
+// loss (NaN under simulated compute, or when the replica taken after a
+// re-form had completed the step).
+double run_step(Loop& L, std::span<const std::int64_t> batch, std::int64_t s, int epoch, double lr) {
+  double loss = std::numeric_limits<double>::quiet_NaN();
+  in_collective(L, [&] {
+    if (L.done < step_phase(s)) {
+      loss = train_step(L, batch, s, epoch, lr);
+      L.done = step_phase(s);
     }
-    L.session.scheduler().check_scheduler_alive();
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  const auto me = std::find(L.live.begin(), L.live.end(), L.session.rank());
-  if (me == L.live.end()) throw AbortedError("worker " + std::to_string(L.session.rank()) + " was dropped from the job");
-  const int rank = static_cast<int>(me - L.live.begin());
-  const int size = static_cast<int>(L.live.size());
-  L.collective = nullptr;
-  L.owned.reset();  // the failed one goes first (its communication thread with it)
-  ++L.generation;
-  L.owned = (*L.reform)(rank, size, L.generation);
-  L.collective = L.owned.get();
-  const int leader = resync_replicas(L);
-  complete_missed_checkpoint(L);
-  std::string ranks;
-  for (const int r : L.live) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
-  L.log.warn("re-formed the collective without the dropped worker(s): " + std::to_string(size) + " workers (" + ranks +
-             "), this one rank " + std::to_string(rank) + ", generation " + std::to_string(L.generation) +
-             "; replicas took worker " + std::to_string(leader) + "'s weights and optimizer state (the most advanced)");
-  return true;
+    if (checkpoint_due(L.config, s + 1) && L.done < checkpoint_phase(s)) take_checkpoint(L, s + 1);
+  });
+  return loss;
 }
 
-}  // namespace
-
-std::string allreduce_join_key(int rank, std::int64_t take) {
-  return "allreduce/join/" + std::to_string(rank) + "/" + std::to_string(take);
+// The end of an epoch after s steps: the replica check (and under "restart"
+// the rejoined workers taken in), then the leader's evaluation.
+void end_epoch(Loop& L, std::int64_t s, int epoch, bool last, const AllreduceJoin* join) {
+  in_collective(L, [&] {
+    if (L.done >= epoch_check_phase(s)) return;
+    const std::map<int, std::int64_t> joiners = check_replicas(L, ("after epoch " + std::to_string(epoch)).c_str());
+    L.done = epoch_check_phase(s);
+    if (!joiners.empty() && !last) grow_collective(L, joiners, s);
+  });
+  const bool joined_here = join != nullptr && s == join->first_step;  // evaluated by the others
+  if (leads(L) && !last && !joined_here) evaluate_and_record(L, s, epoch, L.metrics.elapsed_s());
 }
 
-// "generation step rank,rank,..." or "end" (the job ended before it could be taken in: live empty).
-std::string format_join(const AllreduceJoin& join) {
-  if (join.live.empty()) return "end";
-  std::string text = std::to_string(join.generation) + " " + std::to_string(join.first_step) + " ";
-  for (std::size_t i = 0; i < join.live.size(); ++i) {
-    if (i > 0) text += ',';
-    text += std::to_string(join.live[i]);
-  }
-  return text;
-}
-
-AllreduceJoin parse_join(const std::string& text) {
-  AllreduceJoin join;
-  if (text == "end") return join;
-  const auto a = text.find(' ');
-  const auto b = a == std::string::npos ? a : text.find(' ', a + 1);
-  try {
-    if (b == std::string::npos) throw std::invalid_argument("fields");
-    join.generation = std::stoi(text.substr(0, a));
-    join.first_step = std::stoll(text.substr(a + 1, b - a - 1));
-    join.live = parse_members(text.substr(b + 1));
-  } catch (const std::exception&) {
-    throw ProtocolError("allreduce join: malformed value '" + text + "' (expected 'generation step ranks' or 'end')");
-  }
-  if (join.generation < 1 || join.first_step < 0) throw ProtocolError("allreduce join: bad value '" + text + "'");
-  return join;
-}
-
-TrainResult run_allreduce_worker(const RunConfig& config, WorkerSession& session, Workload& workload,
-                                 Collective& collective, MetricsWriter& metrics, Logger& log, TraceRecorder* trace,
-                                 const WorkerCheckpoint* resume, const ReformCollective* reform,
-                                 const AllreduceJoin* join) {
-  if (config.mode != Mode::kAllreduce) {
-    throw ConfigError("run_allreduce_worker: mode " + std::string(to_string(config.mode)) + " needs the servers");
-  }
+// Throws ConfigError unless `collective` is this worker's place in the job
+// (or, rejoining, in the survivors' grown collective `join`).
+void check_collective(const WorkerSession& session, const Collective& collective, const AllreduceJoin* join) {
   if (join != nullptr) {
     const auto me = std::find(join->live.begin(), join->live.end(), session.rank());
     if (me == join->live.end() || collective.size() != static_cast<int>(join->live.size()) ||
@@ -532,6 +331,57 @@ TrainResult run_allreduce_worker(const RunConfig& config, WorkerSession& session
                       std::to_string(collective.size()) + " does not match worker " + std::to_string(session.rank()) +
                       " of " + std::to_string(session.num_workers()));
   }
+}
+
+// The replicas' first weights: the survivors' resync for a rejoined worker,
+// worker 0's saved ones on a resume, else worker 0's initial ones.
+void start_replicas(Loop& L, const WorkerCheckpoint* resume, const AllreduceJoin* join) {
+  TraceSpan span(L.trace, TraceLevel::kSteps, "initial weights", "worker");
+  if (join != nullptr) {  // the survivors' resync at the epoch boundary they took this worker in
+    const int leader = resync_replicas(L);
+    L.log.info("rejoined the collective: " + std::to_string(L.collective->size()) + " workers (" +
+               format_members(join->live) + "), generation " + std::to_string(join->generation) + ", from step " +
+               std::to_string(join->first_step) + " with worker " + std::to_string(leader) + "'s weights");
+    write_rejoin_record(L.metrics, join->first_step);
+  } else if (resume != nullptr) {
+    broadcast_resumed(L, *resume);
+    const double time_s = L.result.time_s;
+    L.result = resume->result;
+    L.result.time_s = time_s;
+  } else {
+    broadcast_initial(L);  // worker 0's initial weights everywhere
+  }
+}
+
+// After the last step: rejoined workers the job ended before taking in are
+// told so ("end"), the leader evaluates and writes the final weights.
+void finish_training(Loop& L, std::int64_t step, const EpochDriver& driver) {
+  L.result.steps = step;
+  L.result.time_s = L.metrics.elapsed_s();
+  SchedulerClient& scheduler = L.session.scheduler();
+  if (leads(L) && grows(L)) {
+    for (const auto& r : scheduler.take_rejoined()) L.rejoined[r.rank] = std::max(L.rejoined[r.rank], r.take);
+    for (const auto& [rank, take] : L.rejoined) scheduler.store_set(allreduce_join_key(rank, take), "end");
+  }
+  if (leads(L)) {
+    evaluate_and_record(L, step, driver.epoch_after(step), L.result.time_s);
+    std::vector<float> params(static_cast<std::size_t>(L.model.num_params()));
+    L.model.get_params(params);
+    write_final_weights(L.config.output.run_dir, L.model.layout(), params);
+  }
+  write_end_record(L.metrics, L.result);
+}
+
+}  // namespace
+
+TrainResult run_allreduce_worker(const RunConfig& config, WorkerSession& session, Workload& workload,
+                                 Collective& collective, MetricsWriter& metrics, Logger& log, TraceRecorder* trace,
+                                 const WorkerCheckpoint* resume, const ReformCollective* reform,
+                                 const AllreduceJoin* join) {
+  if (config.mode != Mode::kAllreduce) {
+    throw ConfigError("run_allreduce_worker: mode " + std::string(to_string(config.mode)) + " needs the servers");
+  }
+  check_collective(session, collective, join);
   const WorkloadConfig& w = config.workload;
   nn::Model& model = *workload.model;
   nn::DeviceOptimizer optimizer(config.optimizer, model.backend(), model.num_params());
@@ -549,23 +399,7 @@ TrainResult run_allreduce_worker(const RunConfig& config, WorkerSession& session
   L.images.resize(static_cast<std::size_t>(w.batch_size) * static_cast<std::size_t>(train.channels * train.height * train.width));
   L.labels.resize(static_cast<std::size_t>(w.batch_size));
 
-  {
-    TraceSpan span(trace, TraceLevel::kSteps, "initial weights", "worker");
-    if (join != nullptr) {  // the survivors' resync at the epoch boundary they took this worker in
-      const int leader = resync_replicas(L);
-      log.info("rejoined the collective: " + std::to_string(collective.size()) + " workers (" +
-               format_members(join->live) + "), generation " + std::to_string(join->generation) + ", from step " +
-               std::to_string(join->first_step) + " with worker " + std::to_string(leader) + "'s weights");
-      write_rejoin_record(metrics, join->first_step);
-    } else if (resume != nullptr) {
-      broadcast_resumed(L, *resume);
-      const double time_s = L.result.time_s;
-      L.result = resume->result;
-      L.result.time_s = time_s;
-    } else {
-      broadcast_initial(L);  // worker 0's initial weights everywhere
-    }
-  }
+  start_replicas(L, resume, join);
   model.set_dropout_seed(w.seed * 1000003ULL + static_cast<std::uint64_t>(session.rank()));
   if (resume != nullptr) model.set_dropout_step(resume->dropout_step);
 
@@ -582,56 +416,11 @@ TrainResult run_allreduce_worker(const RunConfig& config, WorkerSession& session
   const std::int64_t step = driver.run(
       log, metrics, L.result.images,
       [&](std::span<const std::int64_t> batch, std::int64_t s, int epoch, double lr) {
-        // A step the collective failed in is repeated once it is re-formed,
-        // unless the replica taken then had completed it (replica_resync.h).
-        double loss = std::numeric_limits<double>::quiet_NaN();
-        for (;;) {
-          try {
-            if (L.done < step_phase(s)) {
-              loss = train_step(L, batch, s, epoch, lr);
-              L.done = step_phase(s);
-            }
-            if (checkpoint_due(config, s + 1) && L.done < checkpoint_phase(s)) take_checkpoint(L, s + 1);
-            return loss;
-          } catch (const TransportError& e) {
-            if (!reform_collective(L, e.what())) throw;
-          } catch (const TimeoutError& e) {
-            if (!reform_collective(L, e.what())) throw;
-          }
-        }
+        return run_step(L, batch, s, epoch, lr);
       },
-      [&](std::int64_t s, int epoch, bool last) {
-        for (;;) {
-          try {
-            if (L.done < epoch_check_phase(s)) {
-              const std::map<int, std::int64_t> joiners = check_replicas(L, ("after epoch " + std::to_string(epoch)).c_str());
-              L.done = epoch_check_phase(s);
-              if (!joiners.empty() && !last) grow_collective(L, joiners, s);
-            }
-            break;
-          } catch (const TransportError& e) {
-            if (!reform_collective(L, e.what())) throw;
-          } catch (const TimeoutError& e) {
-            if (!reform_collective(L, e.what())) throw;
-          }
-        }
-        const bool joined_here = join != nullptr && s == join->first_step;  // evaluated by the others
-        if (leads(L) && !last && !joined_here) evaluate_and_record(L, s, epoch, L.metrics.elapsed_s());
-      },
+      [&](std::int64_t s, int epoch, bool last) { end_epoch(L, s, epoch, last, join); },
       join != nullptr ? join->first_step : resume != nullptr ? resume->step : 0, &members);
-  L.result.steps = step;
-  L.result.time_s = metrics.elapsed_s();
-  if (leads(L) && grows(L)) {  // rejoined workers the job ended before taking in: they end too
-    for (const auto& r : session.scheduler().take_rejoined()) L.rejoined[r.rank] = std::max(L.rejoined[r.rank], r.take);
-    for (const auto& [rank, take] : L.rejoined) session.scheduler().store_set(allreduce_join_key(rank, take), "end");
-  }
-  if (leads(L)) {
-    evaluate_and_record(L, step, driver.epoch_after(step), L.result.time_s);
-    std::vector<float> params(static_cast<std::size_t>(model.num_params()));
-    model.get_params(params);
-    write_final_weights(config.output.run_dir, model.layout(), params);
-  }
-  write_end_record(metrics, L.result);
+  finish_training(L, step, driver);
   return L.result;
 }
 

@@ -7,31 +7,29 @@
 #include <fstream>
 #include <optional>
 #include <string_view>
-#include <thread>
 #include <vector>
 
 #include "common/base/errors.h"
+#include "common/node/retry.h"
 
 namespace pstrain {
 
 std::int64_t rejoin_ps_job(WorkerSession& session, std::span<float> params, const ClusterConfig& cluster, Logger& log) {
   KVClient& kv = session.kv();
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(cluster.timeout_ms);
-  TicketResult probe;
-  int refused = 0;
-  while (true) {
-    try {
-      probe = kv.wait(kv.pull(params, kPullRejoinProbe));
-      break;
-    } catch (const TransportError& e) {  // a server has not heard of the rejoin yet
-      if (std::chrono::steady_clock::now() > deadline) {
-        throw TransportError(std::string("rejoin: the servers did not take this worker back within cluster.timeout_ms (") +
-                             std::to_string(cluster.timeout_ms) + " ms): " + e.what());
-      }
-      if (refused++ == 0) log.info(std::string("rejoin: a server does not know this worker yet; trying again: ") + e.what());
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-  }
+  RetryOptions retry;
+  retry.interval = std::chrono::milliseconds(100);
+  retry.watch = watch_scheduler(session.scheduler(), "worker " + std::to_string(session.rank()) + " was rejoining");
+  retry.on_retry = [&log](const std::exception& e, int earlier) {
+    if (earlier == 0) log.info(std::string("rejoin: a server does not know this worker yet; trying again: ") + e.what());
+  };
+  // A server has not heard of the rejoin yet: refused, asked again.
+  const auto not_yet = [](const std::exception& e) { return dynamic_cast<const TransportError*>(&e) != nullptr; };
+  const TicketResult probe = *retry_until(
+      deadline,
+      "rejoin: the servers did not take this worker back within cluster.timeout_ms (" +
+          std::to_string(cluster.timeout_ms) + " ms)",
+      not_yet, [&] { return std::optional(kv.wait(kv.pull(params, kPullRejoinProbe))); }, retry);
   std::int64_t join = 0;
   for (const auto& [key, next] : probe.next_steps) join = std::max(join, next);
   std::vector<std::int64_t> behind;

@@ -37,7 +37,7 @@ std::int64_t rejoin_ps_job(WorkerSession& session, std::span<float> params, cons
 // J after step J-1, which it did not run here) passes their barrier without
 // a part: pass_rejoin_checkpoint(). The scheduler matches it by name, so the
 // barriers stay paired whether the others are still in it, have finished it
-// or have not reached it yet (scheduler.cc, on_barrier). The checkpoint then
+// or have not reached it yet (scheduler/barriers.h, Barriers::arrive). The checkpoint then
 // holds the failed process's part for J if it wrote one before dying, else
 // none (a resume treats the rank as dropped at J: it starts there with fresh
 // counters). Past the barrier it writes the manifest when it is the lowest

@@ -2,9 +2,10 @@
 
 #include <algorithm>
 #include <chrono>
-#include <thread>
 #include <cstdio>
+#include <optional>
 
+#include "common/node/retry.h"
 #include "common/node/scheduler_client.h"
 #include "worker/train/epoch_members.h"
 #include "worker/train/records.h"
@@ -56,13 +57,20 @@ std::string complete_checkpoint(const RunConfig& config, std::int64_t step, std:
     std::error_code ec;
     return std::all_of(parts.begin(), parts.end(), [&](const std::string& p) { return fs::exists(dir / p, ec); });
   };
-  while (!all_there() && std::chrono::steady_clock::now() < limit) {
-    if (server_failed && server_failed()) {
-      if (abandoned != nullptr) *abandoned = true;
-      return "checkpoint " + dir.string() + " abandoned: a server failed before writing its part (its replacement "
-             "reloads an older checkpoint); no manifest, so resume passes over it";
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  RetryOptions poll;
+  poll.interval = std::chrono::milliseconds(10);
+  const std::optional<bool> server_lost = retry_until(
+      limit, "", nullptr,
+      [&]() -> std::optional<bool> {
+        if (all_there()) return false;
+        if (server_failed && server_failed()) return true;
+        return std::nullopt;
+      },
+      poll);
+  if (server_lost.value_or(false)) {
+    if (abandoned != nullptr) *abandoned = true;
+    return "checkpoint " + dir.string() + " abandoned: a server failed before writing its part (its replacement "
+           "reloads an older checkpoint); no manifest, so resume passes over it";
   }
   std::string missing;  // workers dropped by the failure policy write no part
   for (int w = 0; w < config.cluster.num_workers; ++w) {

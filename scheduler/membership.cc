@@ -1,0 +1,310 @@
+#include "scheduler/membership.h"
+
+#include <algorithm>
+#include <set>
+
+#include "common/base/errors.h"
+
+namespace pstrain {
+
+using std::chrono::milliseconds;
+
+bool same_layout(const ParamLayout& a, const ParamLayout& b) {
+  const auto& x = a.tensors();
+  const auto& y = b.tensors();
+  return x.size() == y.size() && std::equal(x.begin(), x.end(), y.begin(), [](const TensorSpec& p, const TensorSpec& q) {
+           return p.name == q.name && p.shape == q.shape;
+         });
+}
+
+void bind_rank_to_key(const KeyOwner& owner, const std::string& key_name, RegisterRequest& req) {
+  if (owner.rank < 0) return;  // a key shared by the role: any free rank
+  if (req.requested_rank >= 0 && req.requested_rank != owner.rank) {
+    throw ProtocolError("register: a " + key_name + " key cannot register as " + std::string(to_string(req.role)) +
+                        " rank " + std::to_string(req.requested_rank) + ": refused");
+  }
+  req.requested_rank = owner.rank;  // a per-worker key registers its own rank only
+}
+
+Membership::Membership(int num_servers, int num_workers, ClusterConfig cluster)
+    : num_servers_(num_servers), num_workers_(num_workers), cluster_(std::move(cluster)) {}
+
+Member& Membership::admit(const PeerId& from, RegisterRequest req, SchedulerClock::time_point now) {
+  const int limit = req.role == Role::kServer ? num_servers_ : num_workers_;
+  int count = 0;
+  for (const Member& n : nodes_) count += n.role == req.role ? 1 : 0;
+  if (count >= limit) {
+    throw ProtocolError("register: the job already has its " + std::to_string(limit) + " " +
+                        std::string(to_string(req.role)) + "s (a " + std::string(to_string(req.role)) + " from " +
+                        req.host + " pid " + std::to_string(req.pid) + " is one too many)");
+  }
+  if (req.requested_rank >= limit) {
+    throw ProtocolError("register: requested " + std::string(to_string(req.role)) + " rank " +
+                        std::to_string(req.requested_rank) + " is outside [0, " + std::to_string(limit) + ")");
+  }
+  for (const Member& n : nodes_) {
+    if (!n.request.job_fingerprint.empty() && n.request.job_fingerprint != req.job_fingerprint) {
+      throw ProtocolError("register: refused a " + std::string(to_string(req.role)) + " from " + req.host + " (pid " +
+                          std::to_string(req.pid) + "): it runs a different job: '" + req.job_fingerprint +
+                          "' vs '" + n.request.job_fingerprint + "' (are all nodes using the same config?)");
+    }
+    if (n.role == req.role && req.requested_rank >= 0 && n.request.requested_rank == req.requested_rank) {
+      throw ProtocolError("register: " + std::string(to_string(req.role)) + " rank " +
+                          std::to_string(req.requested_rank) + " requested twice");
+    }
+  }
+  if (req.role == Role::kWorker) {
+    req.layout.validate();
+    refuse_other_layout(req);
+  }
+  Member node;
+  node.role = req.role;
+  node.routing_id = from;
+  node.request = std::move(req);
+  node.last_seen = now;
+  nodes_.push_back(std::move(node));
+  return nodes_.back();
+}
+
+void Membership::refuse_other_layout(const RegisterRequest& req) const {
+  for (const Member& n : nodes_) {
+    if (n.role != Role::kWorker) continue;
+    if (!same_layout(n.request.layout, req.layout)) {
+      throw ProtocolError("register: refused a worker from " + req.host + " (pid " + std::to_string(req.pid) +
+                          "): it has a different model layout (" + std::to_string(req.layout.tensors().size()) +
+                          " tensors, " + std::to_string(req.layout.total_elems()) +
+                          " parameters) from the workers registered (" +
+                          std::to_string(n.request.layout.tensors().size()) + " tensors, " +
+                          std::to_string(n.request.layout.total_elems()) + " parameters)");
+    }
+    return;  // every registered worker has the first one's layout
+  }
+}
+
+bool Membership::complete() const {
+  return nodes_.size() >= static_cast<std::size_t>(num_servers_ + num_workers_);
+}
+
+std::string Membership::roster() const {
+  int servers = 0, workers = 0;
+  for (const Member& n : nodes_) (n.role == Role::kServer ? servers : workers)++;
+  return "registered " + std::to_string(servers) + "/" + std::to_string(num_servers_) + " servers and " +
+         std::to_string(workers) + "/" + std::to_string(num_workers_) + " workers";
+}
+
+void Membership::assign_ranks() {
+  for (Role role : {Role::kServer, Role::kWorker}) {
+    std::set<int> taken;
+    for (Member& n : nodes_) {
+      if (n.role == role && n.request.requested_rank >= 0) {
+        n.rank = n.request.requested_rank;
+        taken.insert(n.rank);
+      }
+    }
+    int next = 0;
+    for (Member& n : nodes_) {
+      if (n.role != role || n.rank >= 0) continue;
+      while (taken.count(next)) ++next;
+      n.rank = next;
+      taken.insert(next);
+    }
+  }
+}
+
+std::optional<std::string> Membership::layout_mismatch() const {
+  const Member* first_worker = nullptr;
+  for (const Member& n : nodes_) {
+    if (n.role != Role::kWorker) continue;
+    if (first_worker == nullptr) {
+      first_worker = &n;
+      continue;
+    }
+    if (!same_layout(first_worker->request.layout, n.request.layout)) {
+      auto describe = [](const ParamLayout& l) {
+        return std::to_string(l.tensors().size()) + " tensors, " + std::to_string(l.total_elems()) + " parameters";
+      };
+      return "worker " + std::to_string(n.rank) + " has a different model layout (" + describe(n.request.layout) +
+             ") from worker " + std::to_string(first_worker->rank) + " (" + describe(first_worker->request.layout) +
+             ")";
+    }
+  }
+  return std::nullopt;
+}
+
+RegisterReply Membership::job_reply() const {
+  RegisterReply reply;
+  reply.num_servers = num_servers_;
+  reply.num_workers = num_workers_;
+  reply.server_endpoints.resize(static_cast<std::size_t>(num_servers_));
+  bool have_layout = false;
+  for (const Member& n : nodes_) {
+    if (n.role == Role::kServer) reply.server_endpoints[static_cast<std::size_t>(n.rank)] = n.request.endpoint;
+    if (n.role == Role::kWorker && !have_layout) {
+      reply.layout = n.request.layout;
+      have_layout = true;
+    }
+  }
+  return reply;
+}
+
+std::vector<std::string> Membership::worker_tokens() const {
+  std::vector<std::string> tokens(static_cast<std::size_t>(num_workers_));
+  for (const Member& n : nodes_) {
+    if (n.role == Role::kWorker) tokens[static_cast<std::size_t>(n.rank)] = n.token;
+  }
+  return tokens;
+}
+
+Member* Membership::find(Role role, int rank) {
+  for (Member& n : nodes_) {
+    if (n.role == role && n.rank == rank) return &n;
+  }
+  return nullptr;
+}
+
+const Member* Membership::on_connection(const PeerId& from) const {
+  for (const Member& n : nodes_) {
+    if (n.routing_id == from) return &n;
+  }
+  return nullptr;
+}
+
+int Membership::live_workers() const {
+  int live = 0;
+  for (const Member& n : nodes_) live += n.role == Role::kWorker && !n.dropped ? 1 : 0;
+  return live;
+}
+
+std::vector<int> Membership::live_worker_list() const {
+  std::vector<int> ranks;
+  for (const Member& n : nodes_) {
+    if (n.role == Role::kWorker && !n.dropped) ranks.push_back(n.rank);
+  }
+  std::sort(ranks.begin(), ranks.end());
+  return ranks;
+}
+
+std::string Membership::live_worker_ranks() const {
+  std::string live;
+  for (const int r : live_worker_list()) {
+    if (!live.empty()) live += ',';
+    live += std::to_string(r);
+  }
+  return live;
+}
+
+int Membership::barrier_members() const {
+  int members = 0;  // a worker that is done has passed every barrier (a rejoiner may come after it)
+  for (const Member& n : nodes_) members += n.role == Role::kWorker && !n.dropped && !n.done ? 1 : 0;
+  return members;
+}
+
+bool Membership::workers_done(SchedulerClock::time_point now) const {
+  return std::all_of(nodes_.begin(), nodes_.end(), [&](const Member& n) {
+    return n.role != Role::kWorker || n.done || (n.dropped && !may_rejoin(n, now));
+  });
+}
+
+void Membership::drop(Member& m, SchedulerClock::time_point now) {
+  m.dropped = true;
+  m.dropped_at = now;
+}
+
+void Membership::begin_restart(Member& m, const std::string& reason, SchedulerClock::time_point now) {
+  m.restarting = true;
+  m.failed_at = now;
+  m.restart_deadline = now + milliseconds(cluster_.timeout_ms);
+  m.failure = reason;
+}
+
+bool Membership::may_rejoin(const Member& m, SchedulerClock::time_point now) const {
+  // Allreduce workers (their fingerprint names the collective) do not rejoin yet.
+  return cluster_.on_worker_failure == WorkerFailurePolicy::kRestart && m.rejoins < cluster_.max_restarts &&
+         m.request.job_fingerprint.find(" collective=") == std::string::npos &&
+         now - m.dropped_at < milliseconds(cluster_.timeout_ms);
+}
+
+Member& Membership::admit_worker_rejoin(const RegisterRequest& req, const std::string& who) {
+  if (cluster_.on_worker_failure != WorkerFailurePolicy::kRestart) {
+    throw ProtocolError("rejoin of " + who + ": refused, cluster.on_worker_failure is \"" +
+                        std::string(to_string(cluster_.on_worker_failure)) + "\", not \"restart\"");
+  }
+  if (req.requested_rank < 0 || req.requested_rank >= num_workers_) {
+    throw ProtocolError("rejoin of " + who + ": refused, the job has no worker rank " +
+                        std::to_string(req.requested_rank) + " (it has " + std::to_string(num_workers_) +
+                        "; a rejoin names the rank it takes back with --rank)");
+  }
+  Member* node = find(Role::kWorker, req.requested_rank);
+  if (node == nullptr) throw ProtocolError("rejoin of " + who + ": refused, no such worker registered");
+  if (!node->dropped) {
+    const std::string state = node->done ? " has finished" : " is alive (pid " + std::to_string(node->request.pid) + ")";
+    const std::string why = "rejoin of " + who + ": refused, worker " + std::to_string(node->rank) + state +
+                            "; only a worker dropped from the job can be taken back";
+    if (node->done) throw ProtocolError(why);
+    throw RetryLaterError(why);  // until the scheduler has noticed the failure (heartbeat_timeout_ms)
+  }
+  if (node->rejoins >= cluster_.max_restarts) {
+    throw ProtocolError("rejoin of " + who + ": refused, worker " + std::to_string(node->rank) +
+                        " was already taken back " + std::to_string(node->rejoins) + " times (cluster.max_restarts = " +
+                        std::to_string(cluster_.max_restarts) + ")");
+  }
+  if (req.job_fingerprint != node->request.job_fingerprint) {
+    throw ProtocolError("rejoin of " + who + ": refused, it runs a different job: '" + req.job_fingerprint + "' vs '" +
+                        node->request.job_fingerprint + "'");
+  }
+  req.layout.validate();
+  if (!same_layout(req.layout, node->request.layout)) {
+    throw ProtocolError("rejoin of " + who + ": refused, its model layout differs from the job's");
+  }
+  return *node;
+}
+
+Member& Membership::admit_server_rejoin(const RegisterRequest& req, const std::string& who,
+                                        SchedulerClock::time_point now) {
+  if (req.requested_rank < 0 || req.requested_rank >= num_servers_) {
+    throw ProtocolError(who + ": refused: the job is running, a server can only take back a failed rank (--rank R "
+                        "--rejoin, R in [0, " + std::to_string(num_servers_) + "))");
+  }
+  Member* node = find(Role::kServer, req.requested_rank);
+  if (node == nullptr) throw ProtocolError(who + ": refused: no server of rank " + std::to_string(req.requested_rank));
+  if (node->request.job_fingerprint != req.job_fingerprint) {
+    throw ProtocolError(who + ": refused: it runs a different job: '" + req.job_fingerprint + "' vs '" +
+                        node->request.job_fingerprint + "' (the same config?)");
+  }
+  if (!node->restarting) {
+    const auto silent = std::chrono::duration_cast<milliseconds>(now - node->last_seen).count();
+    const bool restart = cluster_.on_server_failure == ServerFailurePolicy::kRestart;
+    const std::string why = who + " as rank " + std::to_string(node->rank) + ": refused: server " +
+                            std::to_string(node->rank) + " is alive (pid " + std::to_string(node->request.pid) +
+                            ", heard " + std::to_string(silent) + " ms ago); only a failed server's rank can be " +
+                            "taken back" + (restart ? "" : " (and cluster.on_server_failure is \"abort\")");
+    // Under "restart" the failure may not be noticed yet (a respawn is quicker than the heartbeat timeout).
+    if (restart) throw RetryLaterError(why);
+    throw ProtocolError(why);
+  }
+  return *node;
+}
+
+void Membership::take_back_worker(Member& m, const PeerId& from, RegisterRequest req, std::string token,
+                                  SchedulerClock::time_point now) {
+  m.routing_id = from;
+  m.request = std::move(req);
+  m.token = std::move(token);
+  m.dropped = false;
+  m.told_dropped = false;
+  m.done = false;
+  m.last_seen = now;
+  ++m.rejoins;
+}
+
+void Membership::take_back_server(Member& m, const PeerId& from, RegisterRequest req, std::string token,
+                                  SchedulerClock::time_point now) {
+  m.token = std::move(token);
+  m.routing_id = from;
+  m.request = std::move(req);
+  m.restarting = false;
+  m.last_seen = now;
+  ++m.restarts;
+}
+
+}  // namespace pstrain

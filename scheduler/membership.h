@@ -1,0 +1,135 @@
+// The scheduler's membership: who is in the job. Registration (the checks a
+// node must pass to be admitted, ranks, the rendezvous reply's shared part),
+// which nodes are live, dropped, restarting or done, and the admission of a
+// rejoin (a new process taking back a failed rank). Pure: no sockets, no clock
+// of its own (every time is passed in), no randomness (tokens come from the
+// caller). A refusal throws ProtocolError with the reason the node is told.
+// Owned by the scheduler's thread (scheduler/scheduler.h).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/config/config.h"
+#include "common/wire/protocol.h"
+#include "common/wire/security.h"
+#include "common/transport/transport.h"
+
+namespace pstrain {
+
+using SchedulerClock = std::chrono::steady_clock;
+
+// One registered node.
+struct Member {
+  Role role = Role::kWorker;
+  int rank = -1;
+  PeerId routing_id;
+  RegisterRequest request;
+  SchedulerClock::time_point last_seen;
+  bool done = false;
+  bool dropped = false;  // failure policy "continue" or "restart": left the job
+  bool told_dropped = false;
+  std::string token;  // RegisterReply::token; the heartbeat connection is "h" + token
+  // Servers under on_server_failure "restart": failed, waiting for a rejoin until restart_deadline.
+  bool restarting = false;
+  SchedulerClock::time_point restart_deadline{};
+  SchedulerClock::time_point failed_at{};
+  std::string failure;
+  int restarts = 0;
+  int rejoins = 0;  // new processes that took this rank back (on_worker_failure "restart")
+  SchedulerClock::time_point dropped_at{};
+};
+
+// Whether two layouts name the same tensors with the same shapes, in order.
+bool same_layout(const ParamLayout& a, const ParamLayout& b);
+
+// CURVE with per-worker keys: worker-R's key (`owner`, named `key_name`)
+// registers rank R only; a key shared by the role, any free rank.
+void bind_rank_to_key(const KeyOwner& owner, const std::string& key_name, RegisterRequest& req);
+
+class Membership {
+ public:
+  Membership(int num_servers, int num_workers, ClusterConfig cluster);
+
+  // --- Registration (before the rendezvous) ---
+  // Admits `req` from connection `from`, heard at `now`: refused when the
+  // job has all the nodes of its role, the requested rank is out of range or
+  // taken, it runs another job (fingerprint), or a worker's layout is invalid
+  // or differs from the workers registered so far.
+  Member& admit(const PeerId& from, RegisterRequest req, SchedulerClock::time_point now);
+  bool complete() const;  // every server and worker registered
+  // "registered S/N servers and W/M workers".
+  std::string roster() const;
+  // Ranks: a requested rank is kept, the rest fill the gaps in arrival order.
+  void assign_ranks();
+  // After assign_ranks: the reason the job cannot start when a worker's
+  // layout differs from the first worker's; nullopt when all agree.
+  std::optional<std::string> layout_mismatch() const;
+  // The part of every RegisterReply that is the job's: counts, the servers'
+  // endpoints by rank, the model layout (the first worker's).
+  RegisterReply job_reply() const;
+  // Every worker's token, by rank.
+  std::vector<std::string> worker_tokens() const;
+
+  // --- Who is in the job ---
+  std::vector<Member>& all() { return nodes_; }
+  const std::vector<Member>& all() const { return nodes_; }
+  Member* find(Role role, int rank);
+  // The node registered on connection `from`; null if none.
+  const Member* on_connection(const PeerId& from) const;
+  int live_workers() const;  // workers not dropped
+  // The workers not dropped, by rank ascending.
+  std::vector<int> live_worker_list() const;
+  // The same as text: "0,2,3".
+  std::string live_worker_ranks() const;
+  // Workers neither dropped nor done: those a barrier waits for.
+  int barrier_members() const;
+  // Whether the end of the job has come at `now`: every worker done, or
+  // dropped with no rejoin to wait for (may_rejoin).
+  bool workers_done(SchedulerClock::time_point now) const;
+
+  // --- Failure and rejoin ---
+  // Drops worker `m` at `now` (failure policy "continue" or "restart").
+  void drop(Member& m, SchedulerClock::time_point now);
+  // Server `m` failed at `now` under on_server_failure "restart": it waits
+  // for a rejoin until now + timeout_ms.
+  void begin_restart(Member& m, const std::string& reason, SchedulerClock::time_point now);
+  // Under "restart", whether the end still waits for dropped worker `m`: a
+  // new process may take its rank back (fewer than max_restarts so far, not
+  // an allreduce worker, dropped less than timeout_ms before `now`).
+  bool may_rejoin(const Member& m, SchedulerClock::time_point now) const;
+  // The worker whose rank a --rejoin registration `req` (described as `who`)
+  // may take back; refused unless on_worker_failure is "restart" and it names
+  // a dropped worker of this job, taken back fewer than max_restarts times,
+  // with the job's fingerprint and layout.
+  Member& admit_worker_rejoin(const RegisterRequest& req, const std::string& who);
+  // The restarting server whose rank a registration after the rendezvous
+  // (`req`, described as `who`) takes back; refused for a rank out of range,
+  // another job, or a server that is alive (heard at last_seen, before `now`).
+  Member& admit_server_rejoin(const RegisterRequest& req, const std::string& who, SchedulerClock::time_point now);
+  // A new process (`req` on `from`, with `token`) takes back admitted worker `m`.
+  void take_back_worker(Member& m, const PeerId& from, RegisterRequest req, std::string token,
+                        SchedulerClock::time_point now);
+  // Likewise a restarting server.
+  void take_back_server(Member& m, const PeerId& from, RegisterRequest req, std::string token,
+                        SchedulerClock::time_point now);
+
+  const ClusterConfig& cluster() const { return cluster_; }
+  int num_servers() const { return num_servers_; }
+  int num_workers() const { return num_workers_; }
+
+ private:
+  // A worker whose model layout differs from the workers registered so far
+  // is refused at once, not left to fail the rendezvous.
+  void refuse_other_layout(const RegisterRequest& req) const;
+
+  int num_servers_;
+  int num_workers_;
+  ClusterConfig cluster_;
+  std::vector<Member> nodes_;  // in registration order
+};
+
+}  // namespace pstrain

@@ -1,0 +1,290 @@
+// scheduler/membership.h without sockets: admission at registration, ranks,
+// who is live/dropped/done, the end of the job, and rejoin admission.
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <string>
+
+#include "common/base/errors.h"
+#include "scheduler/membership.h"
+
+using namespace pstrain;
+using std::chrono::milliseconds;
+
+namespace {
+
+const SchedulerClock::time_point kT0{std::chrono::seconds(1000)};
+
+ParamLayout layout_of(std::int64_t n) {
+  ParamLayout layout;
+  layout.add("w", {n});
+  return layout;
+}
+
+RegisterRequest worker(int rank = -1, std::string fingerprint = "job", std::int64_t n = 4) {
+  RegisterRequest r;
+  r.role = Role::kWorker;
+  r.requested_rank = rank;
+  r.host = "host";
+  r.pid = 100 + rank;
+  r.job_fingerprint = std::move(fingerprint);
+  r.layout = layout_of(n);
+  return r;
+}
+
+RegisterRequest server(int rank = -1, std::string endpoint = "tcp://s") {
+  RegisterRequest r;
+  r.role = Role::kServer;
+  r.requested_rank = rank;
+  r.host = "host";
+  r.pid = 200 + rank;
+  r.endpoint = std::move(endpoint);
+  r.job_fingerprint = "job";
+  return r;
+}
+
+using W = WorkerFailurePolicy;
+using S = ServerFailurePolicy;
+
+ClusterConfig cluster(W on_worker_failure = W::kContinue, S on_server_failure = S::kAbort) {
+  ClusterConfig c;
+  c.on_worker_failure = on_worker_failure;
+  c.on_server_failure = on_server_failure;
+  c.timeout_ms = 1000;
+  c.max_restarts = 2;
+  return c;
+}
+
+PeerId peer(const std::string& name) { return PeerId(name); }
+
+// `prefix` then `i`: "s0".
+std::string numbered(std::string prefix, int i) { return prefix.append(std::to_string(i)); }
+
+// A job past its rendezvous: `servers` servers and `workers` workers, ranks in order.
+Membership started(int servers, int workers, ClusterConfig c = cluster()) {
+  Membership m(servers, workers, std::move(c));
+  for (int s = 0; s < servers; ++s) m.admit(peer(numbered("s", s)), server(s, numbered("tcp://s", s)), kT0);
+  for (int w = 0; w < workers; ++w) m.admit(peer(numbered("w", w)), worker(w), kT0);
+  m.assign_ranks();
+  return m;
+}
+
+template <class F>
+std::string refusal(F&& f) {
+  try {
+    f();
+  } catch (const ProtocolError& e) {
+    return e.what();
+  }
+  return "(not refused)";
+}
+
+// Whether `f` is refused for now (RetryLaterError: kRetryLater), not for good.
+template <class F>
+bool refused_for_now(F&& f) {
+  try {
+    f();
+  } catch (const RetryLaterError&) {
+    return true;
+  } catch (const ProtocolError&) {
+    return false;
+  }
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("membership: registration admits each role up to its count, then refuses one too many") {
+  Membership m(1, 2, cluster());
+  m.admit(peer("a"), worker(), kT0);
+  CHECK_FALSE(m.complete());
+  m.admit(peer("b"), worker(), kT0);
+  CHECK(refusal([&] { m.admit(peer("c"), worker(), kT0); }).find("is one too many") != std::string::npos);
+  CHECK(m.roster() == "registered 0/1 servers and 2/2 workers");
+  CHECK_FALSE(m.complete());
+  m.admit(peer("s"), server(), kT0);
+  CHECK(m.complete());
+}
+
+TEST_CASE("membership: a requested rank at the count, a rank asked twice, another job, another layout are refused") {
+  Membership m(0, 3, cluster());
+  CHECK(refusal([&] { m.admit(peer("a"), worker(3), kT0); }) ==
+        "register: requested worker rank 3 is outside [0, 3)");
+  m.admit(peer("a"), worker(2), kT0);  // the highest rank is in range
+  CHECK(refusal([&] { m.admit(peer("b"), worker(2), kT0); }) == "register: worker rank 2 requested twice");
+  CHECK(refusal([&] { m.admit(peer("b"), worker(-1, "other"), kT0); }).find("runs a different job") !=
+        std::string::npos);
+  CHECK(refusal([&] { m.admit(peer("b"), worker(-1, "job", 5), kT0); }).find("different model layout") !=
+        std::string::npos);
+  CHECK(m.all().size() == 1);
+}
+
+TEST_CASE("membership: requested ranks are kept, the rest fill the gaps in arrival order") {
+  Membership m(0, 4, cluster());
+  m.admit(peer("a"), worker(), kT0);
+  m.admit(peer("b"), worker(1), kT0);
+  m.admit(peer("c"), worker(), kT0);
+  m.admit(peer("d"), worker(3), kT0);
+  m.assign_ranks();
+  CHECK(m.all()[0].rank == 0);
+  CHECK(m.all()[1].rank == 1);
+  CHECK(m.all()[2].rank == 2);
+  CHECK(m.all()[3].rank == 3);
+
+  Membership n(0, 3, cluster());
+  n.admit(peer("a"), worker(), kT0);
+  n.admit(peer("b"), worker(0), kT0);
+  n.admit(peer("c"), worker(), kT0);
+  n.assign_ranks();
+  CHECK(n.all()[0].rank == 1);  // rank 0 was asked for: the first free one after it
+  CHECK(n.all()[1].rank == 0);
+  CHECK(n.all()[2].rank == 2);
+}
+
+TEST_CASE("membership: the job's reply has the servers' endpoints by rank and the first worker's layout") {
+  Membership m(2, 1, cluster());
+  m.admit(peer("s1"), server(1, "tcp://one"), kT0);
+  m.admit(peer("s0"), server(-1, "tcp://zero"), kT0);
+  m.admit(peer("w"), worker(), kT0);
+  m.assign_ranks();
+  CHECK_FALSE(m.layout_mismatch());
+  const RegisterReply reply = m.job_reply();
+  CHECK(reply.num_servers == 2);
+  CHECK(reply.num_workers == 1);
+  CHECK(reply.server_endpoints == std::vector<std::string>{"tcp://zero", "tcp://one"});
+  CHECK(same_layout(reply.layout, layout_of(4)));
+  m.find(Role::kWorker, 0)->token = "t0";
+  CHECK(m.worker_tokens() == std::vector<std::string>{"t0"});
+}
+
+TEST_CASE("membership: a worker whose layout differs from the first is the rendezvous' failure") {
+  Membership m = started(0, 2);
+  m.all()[1].request.layout = layout_of(5);
+  const auto mismatch = m.layout_mismatch();
+  REQUIRE(mismatch);
+  CHECK(*mismatch ==
+        "worker 1 has a different model layout (1 tensors, 5 parameters) from worker 0 (1 tensors, 4 parameters)");
+}
+
+TEST_CASE("membership: who is live, who a barrier waits for, the live ranks in order") {
+  Membership m = started(1, 4);
+  CHECK(m.live_workers() == 4);
+  m.drop(*m.find(Role::kWorker, 1), kT0);
+  m.find(Role::kWorker, 3)->done = true;
+  CHECK(m.live_workers() == 3);  // done is still in the job
+  CHECK(m.live_worker_list() == std::vector<int>{0, 2, 3});
+  CHECK(m.live_worker_ranks() == "0,2,3");
+  CHECK(m.barrier_members() == 2);  // neither dropped nor done
+  CHECK(m.on_connection(peer("w2")) == m.find(Role::kWorker, 2));
+  CHECK(m.on_connection(peer("nobody")) == nullptr);
+}
+
+TEST_CASE("membership: the end waits for every worker done, or dropped for good") {
+  Membership m = started(0, 2);
+  CHECK_FALSE(m.workers_done(kT0));
+  m.find(Role::kWorker, 0)->done = true;
+  CHECK_FALSE(m.workers_done(kT0));
+  m.drop(*m.find(Role::kWorker, 1), kT0);
+  CHECK(m.workers_done(kT0));  // "continue": a dropped worker never comes back
+}
+
+TEST_CASE("membership: under restart the end waits for a dropped worker for timeout_ms, not a moment longer") {
+  Membership m = started(0, 2, cluster(W::kRestart));
+  m.find(Role::kWorker, 0)->done = true;
+  Member& w1 = *m.find(Role::kWorker, 1);
+  m.drop(w1, kT0);
+  CHECK(m.may_rejoin(w1, kT0 + milliseconds(999)));
+  CHECK_FALSE(m.workers_done(kT0 + milliseconds(999)));
+  CHECK_FALSE(m.may_rejoin(w1, kT0 + milliseconds(1000)));
+  CHECK(m.workers_done(kT0 + milliseconds(1000)));
+  w1.rejoins = 2;  // max_restarts used up
+  CHECK_FALSE(m.may_rejoin(w1, kT0));
+  w1.rejoins = 0;
+  w1.request.job_fingerprint = "mode=allreduce collective=gloo";  // allreduce workers do not rejoin yet
+  CHECK_FALSE(m.may_rejoin(w1, kT0));
+}
+
+TEST_CASE("membership: a worker rejoin is admitted only for a dropped rank of this job, under restart") {
+  Membership m = started(0, 3, cluster(W::kRestart));
+  const std::string who = "worker rank 1 from host (pid 7)";
+  CHECK(refused_for_now([&] { m.admit_worker_rejoin(worker(1), who); }));  // its failure may not be noticed yet
+  CHECK(refusal([&] { m.admit_worker_rejoin(worker(1), who); }) ==
+        "rejoin of " + who +
+            ": refused, worker 1 is alive (pid 101); only a worker dropped from the job can be taken back");
+  m.find(Role::kWorker, 2)->done = true;
+  CHECK(refusal([&] { m.admit_worker_rejoin(worker(2), who); }).find("worker 2 has finished") != std::string::npos);
+  CHECK_FALSE(refused_for_now([&] { m.admit_worker_rejoin(worker(2), who); }));
+  CHECK(refusal([&] { m.admit_worker_rejoin(worker(3), who); }).find("the job has no worker rank 3 (it has 3") !=
+        std::string::npos);
+  CHECK(refusal([&] { m.admit_worker_rejoin(worker(-1), who); }).find("no worker rank -1") != std::string::npos);
+  Member& w1 = *m.find(Role::kWorker, 1);
+  m.drop(w1, kT0);
+  w1.told_dropped = true;
+  CHECK(refusal([&] { m.admit_worker_rejoin(worker(1, "other"), who); }).find("runs a different job") !=
+        std::string::npos);
+  CHECK(refusal([&] { m.admit_worker_rejoin(worker(1, "job", 5), who); }).find("model layout differs") !=
+        std::string::npos);
+  CHECK(&m.admit_worker_rejoin(worker(1), who) == &w1);
+  m.take_back_worker(w1, peer("new"), worker(1), "tok", kT0 + milliseconds(5));
+  CHECK_FALSE(w1.dropped);
+  CHECK_FALSE(w1.told_dropped);
+  CHECK(w1.rejoins == 1);
+  CHECK(w1.token == "tok");
+  CHECK(w1.routing_id == peer("new"));
+  CHECK(w1.last_seen == kT0 + milliseconds(5));
+  CHECK(m.live_workers() == 3);
+}
+
+TEST_CASE("membership: a rank taken back max_restarts times is refused; so is any rejoin unless restart") {
+  Membership m = started(0, 1, cluster(W::kRestart));
+  Member& w0 = *m.find(Role::kWorker, 0);
+  m.drop(w0, kT0);
+  w0.rejoins = 2;
+  CHECK(refusal([&] { m.admit_worker_rejoin(worker(0), "w"); }) ==
+        "rejoin of w: refused, worker 0 was already taken back 2 times (cluster.max_restarts = 2)");
+  w0.rejoins = 1;
+  CHECK(&m.admit_worker_rejoin(worker(0), "w") == &w0);
+
+  Membership c = started(0, 1, cluster(W::kContinue));
+  c.drop(*c.find(Role::kWorker, 0), kT0);
+  CHECK(refusal([&] { c.admit_worker_rejoin(worker(0), "w"); }) ==
+        "rejoin of w: refused, cluster.on_worker_failure is \"continue\", not \"restart\"");
+}
+
+TEST_CASE("membership: a server takes back its rank only while restarting, until its deadline") {
+  Membership m = started(2, 1, cluster(W::kAbort, S::kRestart));
+  const std::string who = "rejoin of a server from host (pid 9)";
+  CHECK(refusal([&] { m.admit_server_rejoin(server(1), who, kT0 + milliseconds(250)); }) ==
+        who + " as rank 1: refused: server 1 is alive (pid 201, heard 250 ms ago); only a failed server's rank can be "
+              "taken back");
+  CHECK(refused_for_now([&] { m.admit_server_rejoin(server(1), who, kT0); }));  // under restart: not noticed yet
+  CHECK(refusal([&] { m.admit_server_rejoin(server(2), who, kT0); }).find("R in [0, 2)") != std::string::npos);
+  CHECK_FALSE(refused_for_now([&] { m.admit_server_rejoin(server(2), who, kT0); }));
+  Member& s1 = *m.find(Role::kServer, 1);
+  m.begin_restart(s1, "server 1 failed: boom", kT0);
+  CHECK(s1.restarting);
+  CHECK(s1.restart_deadline == kT0 + milliseconds(1000));
+  CHECK(s1.failure == "server 1 failed: boom");
+  CHECK(&m.admit_server_rejoin(server(1), who, kT0) == &s1);
+  m.take_back_server(s1, peer("s1-new"), server(1, "tcp://new"), "tok", kT0 + milliseconds(3));
+  CHECK_FALSE(s1.restarting);
+  CHECK(s1.restarts == 1);
+  CHECK(m.job_reply().server_endpoints[1] == "tcp://new");
+
+  Membership a = started(1, 1, cluster(W::kAbort, S::kAbort));
+  CHECK(refusal([&] { a.admit_server_rejoin(server(0), who, kT0); })
+            .ends_with(" (and cluster.on_server_failure is \"abort\")"));
+  CHECK_FALSE(refused_for_now([&] { a.admit_server_rejoin(server(0), who, kT0); }));  // for good
+}
+
+TEST_CASE("membership: a per-worker key binds its rank; a shared key any") {
+  RegisterRequest r = worker();
+  bind_rank_to_key(KeyOwner{Role::kWorker, 1}, "worker-1", r);
+  CHECK(r.requested_rank == 1);
+  RegisterRequest other = worker(0);
+  CHECK(refusal([&] { bind_rank_to_key(KeyOwner{Role::kWorker, 1}, "worker-1", other); }) ==
+        "register: a worker-1 key cannot register as worker rank 0: refused");
+  RegisterRequest shared = worker(2);
+  bind_rank_to_key(KeyOwner{Role::kWorker, -1}, "worker", shared);
+  CHECK(shared.requested_rank == 2);
+}

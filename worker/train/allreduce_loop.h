@@ -1,0 +1,86 @@
+// Internal to the allreduce worker (allreduce_worker.cc: the training loop;
+// allreduce_reform.cc: the re-forming collective): the loop's per-run state
+// and what the two files share. Not part of the public API.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "worker/nn/device_optimizer.h"
+#include "worker/train/allreduce_worker.h"
+#include "worker/train/divergence.h"
+#include "worker/train/epoch_members.h"
+#include "worker/train/straggler.h"
+
+namespace pstrain::allreduce_detail {
+
+// Per-run state of the loop, to keep each function short.
+struct Loop {
+  const RunConfig& config;
+  WorkerSession& session;
+  nn::Model& model;
+  const data::DatasetPair& data;
+  Collective* collective;  // the job's, or `owned` once re-formed
+  nn::DeviceOptimizer& optimizer;
+  MetricsWriter& metrics;
+  Logger& log;
+  std::vector<float> staging;  // host gradients when the collective cannot read the backend's memory
+  std::vector<float> images;
+  std::vector<std::int32_t> labels;
+  TrainResult result;
+  double last_compute_s = 0.0;
+  Straggler straggler;
+  bool buckets_logged = false;
+  std::vector<float> simulated_grads;  // simulated compute: the gradients every step (empty otherwise)
+  TraceRecorder* trace = nullptr;
+  NonFiniteGuard guard;
+  std::vector<float> check_grads;      // "skip" on a GPU without staging: the averaged gradients, to check
+  const ReformCollective* reform = nullptr;
+  std::unique_ptr<Collective> owned;   // the collective re-formed without dropped workers
+  std::vector<int> live;               // workers' ranks still in the job, ascending
+  int generation = 0;
+  EpochMembers* members = nullptr;  // each epoch's workers (recorded in checkpoints)
+  // The last collective phase this replica completed (replica_resync.h: step
+  // s is 4s + 1, the checkpoint after it 4s + 2, the check after an epoch
+  // ending at n steps 4n); a phase at or before it is not run again (after a
+  // re-form took a replica further on).
+  std::int64_t done = -1;
+  std::vector<float> checkpoint_token{};  // the checkpoint's collective operation (kept: it may outlive a failed wait)
+  std::map<int, std::int64_t> rejoined{};  // "restart": workers heard to have rejoined (rank -> take), not yet taken in
+};
+
+// Whether this worker evaluates and writes the final weights: worker 0, or
+// the lowest worker left once it has been dropped.
+inline bool leads(const Loop& L) { return !L.live.empty() && L.live.front() == L.session.rank(); }
+
+inline bool staged(const Loop& L) { return L.collective->device_memory() != L.model.backend().is_cuda(); }
+
+// Runs `op` on a copy of `host` in the collective's memory space, then copies back.
+void on_collective_memory(Loop& L, std::span<float> host, const std::function<void(float*)>& op);
+// Waits for every started collective operation, handling the scheduler's
+// messages meanwhile (an abort, a drop: TransportError when re-forming may follow).
+void wait_collective(Loop& L);
+// After a resync: the manifest of a checkpoint whose operation another replica completed.
+void complete_missed_checkpoint(Loop& L);
+
+// ---- The re-forming collective (allreduce_reform.cc) --------------------------
+
+// Whether rejoined workers are taken back into the collective (cluster.on_worker_failure = "restart").
+bool grows(const Loop& L);
+// The replica check at an epoch's end; returns the rejoined workers all
+// replicas take in there (rank -> take), under "restart".
+std::map<int, std::int64_t> check_replicas(Loop& L, const char* when);
+// "restart": takes `joiners` into the collective after `steps_done` steps.
+void grow_collective(Loop& L, const std::map<int, std::int64_t>& joiners, std::int64_t steps_done);
+// Every replica takes the most advanced one's state; returns the leader's worker rank.
+int resync_replicas(Loop& L);
+// Runs one collective phase, re-forming the collective and running the phase
+// again after a failure it can recover from.
+void in_collective(Loop& L, const std::function<void()>& phase);
+
+}  // namespace pstrain::allreduce_detail

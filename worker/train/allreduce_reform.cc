@@ -1,0 +1,238 @@
+// The allreduce worker's re-forming collective (allreduce_worker.h): the
+// replica check at an epoch's end, a collective re-formed without the dropped
+// workers (cluster.on_worker_failure = "continue") or grown with rejoined ones
+// ("restart"), the resync to the most advanced replica, and in_collective,
+// which runs one phase again after a re-form.
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cmath>
+#include <functional>
+#include <map>
+#include <optional>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "common/base/errors.h"
+#include "common/node/retry.h"
+#include "worker/collective/replica_resync.h"
+#include "worker/train/allreduce_loop.h"
+
+namespace pstrain {
+namespace allreduce_detail {
+namespace {
+
+// FNV-1a of the weights' bytes as three 11-bit integers: exact in float, and
+// so is their mean over the ranks, which equals every rank's own value only
+// when all are equal.
+std::array<float, 3> weights_fingerprint(std::span<const float> params) {
+  std::uint64_t hash = 1469598103934665603ull;
+  const auto* bytes = reinterpret_cast<const unsigned char*>(params.data());
+  for (std::size_t i = 0; i < params.size_bytes(); ++i) hash = (hash ^ bytes[i]) * 1099511628211ull;
+  return {static_cast<float>(hash & 2047u), static_cast<float>((hash >> 11) & 2047u),
+          static_cast<float>((hash >> 22) & 2047u)};
+}
+
+}  // namespace
+
+// Whether rejoined workers are taken back into the collective (cluster.on_worker_failure = "restart").
+bool grows(const Loop& L) {
+  return L.reform != nullptr && L.config.cluster.on_worker_failure == WorkerFailurePolicy::kRestart;
+}
+
+// The replica check at an epoch's end. Under "restart" the same allreduce
+// carries, per worker rank, the take of a rejoin this replica has heard of
+// (and a 1, to count the replicas that heard it), so every replica returns
+// the same workers to take in (rank -> take), however late each heard.
+std::map<int, std::int64_t> check_replicas(Loop& L, const char* when) {
+  std::vector<float> params(static_cast<std::size_t>(L.model.num_params()));
+  L.model.get_params(params);
+  const std::array<float, 3> mine = weights_fingerprint(params);
+  const auto workers = static_cast<std::size_t>(L.session.num_workers());
+  std::vector<float> v(mine.begin(), mine.end());
+  if (grows(L)) {
+    v.resize(3 + 2 * workers, 0.0f);
+    for (const auto& r : L.session.scheduler().take_rejoined()) {
+      std::int64_t& take = L.rejoined[r.rank];
+      take = std::max(take, r.take);
+    }
+    for (const auto& [rank, take] : L.rejoined) {
+      if (rank < 0 || static_cast<std::size_t>(rank) >= workers || take >= (1 << 20)) continue;
+      if (std::find(L.live.begin(), L.live.end(), rank) != L.live.end()) continue;
+      v[3 + 2 * static_cast<std::size_t>(rank)] = static_cast<float>(take);
+      v[4 + 2 * static_cast<std::size_t>(rank)] = 1.0f;
+    }
+  }
+  on_collective_memory(L, v, [&](float* data) { L.collective->allreduce_mean(data, v.size()); });
+  const std::array<float, 3> mean{v[0], v[1], v[2]};
+  if (mean != mine) {
+    throw ComputeError(std::string("replica check ") + when + ": worker " + std::to_string(L.session.rank()) +
+                       "'s weights differ from another worker's (fingerprint " + std::to_string(mine[0]) + "/" +
+                       std::to_string(mine[1]) + "/" + std::to_string(mine[2]) + ", mean over workers " +
+                       std::to_string(mean[0]) + "/" + std::to_string(mean[1]) + "/" + std::to_string(mean[2]) + ")");
+  }
+  std::map<int, std::int64_t> joiners;
+  const auto ranks = static_cast<double>(L.collective->size());
+  for (std::size_t r = 0; 3 + 2 * r + 1 < v.size(); ++r) {
+    const std::int64_t heard = std::llround(static_cast<double>(v[4 + 2 * r]) * ranks);
+    if (heard > 0) joiners[static_cast<int>(r)] = std::llround(static_cast<double>(v[3 + 2 * r]) * ranks) / heard;
+  }
+  return joiners;
+}
+
+// "restart": takes the rejoined workers `joiners` (agreed by check_replicas)
+// into the collective after `steps_done` steps (an epoch's end): the next
+// generation with them, published for them by the lowest worker, then the
+// resync in which they take the most advanced replica.
+void grow_collective(Loop& L, const std::map<int, std::int64_t>& joiners, std::int64_t steps_done) {
+  AllreduceJoin join{L.live, L.generation + 1, steps_done};
+  std::string names;
+  for (const auto& [rank, take] : joiners) {
+    join.live.push_back(rank);
+    names += (names.empty() ? "" : ", ") + std::to_string(rank);
+  }
+  std::sort(join.live.begin(), join.live.end());
+  join.live.erase(std::unique(join.live.begin(), join.live.end()), join.live.end());
+  if (leads(L)) {
+    for (const auto& [rank, take] : joiners) L.session.scheduler().store_set(allreduce_join_key(rank, take), format_join(join));
+  }
+  for (const auto& [rank, take] : joiners) L.rejoined.erase(rank);
+  const auto me = std::find(join.live.begin(), join.live.end(), L.session.rank());
+  const int rank = static_cast<int>(me - join.live.begin());
+  const int size = static_cast<int>(join.live.size());
+  L.collective = nullptr;
+  L.owned.reset();
+  L.live = join.live;
+  L.generation = join.generation;
+  L.owned = (*L.reform)(rank, size, L.generation);
+  L.collective = L.owned.get();
+  const int leader = resync_replicas(L);
+  L.log.warn("took rejoined worker(s) " + names + " back into the collective after step " + std::to_string(steps_done) +
+             ": " + std::to_string(size) + " workers, this one rank " + std::to_string(rank) + ", generation " +
+             std::to_string(L.generation) + "; replicas took worker " + std::to_string(leader) + "'s weights");
+}
+
+// After a re-form: every replica takes the most advanced one's weights,
+// optimizer state and progress (worker/collective/replica_resync.h), so the
+// phases it completed are not repeated and the survivors' operations in the
+// new collective stay in step. Returns the leader's worker rank.
+int resync_replicas(Loop& L) {
+  ReplicaState state;
+  state.done = L.done;
+  state.optimizer_steps = L.optimizer.steps_taken();
+  state.params.resize(static_cast<std::size_t>(L.model.num_params()));
+  L.model.get_params(state.params);
+  state.optimizer_state = L.optimizer.state();
+  const ResyncOutcome r = resync_from_leader(*L.collective, state, [&L](std::span<float> host, const std::function<void(float*)>& op) {
+    on_collective_memory(L, host, op);
+  });
+  L.model.set_params(state.params);
+  L.optimizer.set_state(state.optimizer_state, state.optimizer_steps);
+  L.model.backend().synchronize();
+  L.done = state.done;
+  const int leader = L.live.at(static_cast<std::size_t>(r.leader));
+  if (r.own_done != state.done) {
+    L.log.warn("worker " + std::to_string(leader) + " had completed more of the job before the failure (phase " +
+               std::to_string(state.done) + ", this worker " + std::to_string(r.own_done) +
+               "): its updates are taken, not repeated");
+  }
+  return leader;
+}
+
+namespace {
+
+// After the collective failed with `why`: true once it has been re-formed
+// among the workers the scheduler has not dropped (see allreduce_worker.h);
+// false when it cannot be (no reform, or nobody was dropped in time).
+bool reform_collective(Loop& L, const std::string& why) {
+  if (L.reform == nullptr) return false;
+  L.log.warn("the collective failed: " + why + "; waiting for the scheduler to drop the failed worker");
+  const std::size_t before = static_cast<std::size_t>(L.collective->size());
+  const auto limit = RetryClock::now() + std::chrono::milliseconds(L.config.cluster.heartbeat_timeout_ms) +
+                     std::chrono::milliseconds(L.config.cluster.timeout_ms);
+  RetryOptions poll;
+  poll.interval = std::chrono::milliseconds(50);
+  poll.watch = watch_scheduler(L.session.scheduler(),
+                               "worker " + std::to_string(L.session.rank()) + " was re-forming the collective");
+  const std::optional<bool> dropped = retry_until(limit, "", nullptr, [&]() -> std::optional<bool> {
+    for (const int r : L.session.scheduler().take_dropped()) std::erase(L.live, r);
+    if (L.live.size() < before) return true;
+    return std::nullopt;
+  }, poll);
+  if (!dropped) return false;
+  const auto me = std::find(L.live.begin(), L.live.end(), L.session.rank());
+  if (me == L.live.end()) throw AbortedError("worker " + std::to_string(L.session.rank()) + " was dropped from the job");
+  const int rank = static_cast<int>(me - L.live.begin());
+  const int size = static_cast<int>(L.live.size());
+  L.collective = nullptr;
+  L.owned.reset();  // the failed one goes first (its communication thread with it)
+  ++L.generation;
+  L.owned = (*L.reform)(rank, size, L.generation);
+  L.collective = L.owned.get();
+  const int leader = resync_replicas(L);
+  complete_missed_checkpoint(L);
+  std::string ranks;
+  for (const int r : L.live) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+  L.log.warn("re-formed the collective without the dropped worker(s): " + std::to_string(size) + " workers (" + ranks +
+             "), this one rank " + std::to_string(rank) + ", generation " + std::to_string(L.generation) +
+             "; replicas took worker " + std::to_string(leader) + "'s weights and optimizer state (the most advanced)");
+  return true;
+}
+
+}  // namespace
+
+// Runs `phase` of the collective: when the collective fails in it (a peer
+// gone: TransportError, TimeoutError), re-forms it among the workers left
+// (reform_collective; the replicas take the most advanced one) and runs the
+// phase again, which skips what the replica taken had completed (L.done).
+// Rethrows when the collective cannot be re-formed.
+void in_collective(Loop& L, const std::function<void()>& phase) {
+  for (;;) {
+    try {
+      phase();
+      return;
+    } catch (const TransportError& e) {
+      if (!reform_collective(L, e.what())) throw;
+    } catch (const TimeoutError& e) {
+      if (!reform_collective(L, e.what())) throw;
+    }
+  }
+}
+
+}  // namespace allreduce_detail
+
+std::string allreduce_join_key(int rank, std::int64_t take) {
+  return "allreduce/join/" + std::to_string(rank) + "/" + std::to_string(take);
+}
+
+// "generation step rank,rank,..." or "end" (the job ended before it could be taken in: live empty).
+std::string format_join(const AllreduceJoin& join) {
+  if (join.live.empty()) return "end";
+  std::string text = std::to_string(join.generation) + " " + std::to_string(join.first_step) + " ";
+  for (std::size_t i = 0; i < join.live.size(); ++i) {
+    if (i > 0) text += ',';
+    text += std::to_string(join.live[i]);
+  }
+  return text;
+}
+
+AllreduceJoin parse_join(const std::string& text) {
+  AllreduceJoin join;
+  if (text == "end") return join;
+  const auto a = text.find(' ');
+  const auto b = a == std::string::npos ? a : text.find(' ', a + 1);
+  try {
+    if (b == std::string::npos) throw std::invalid_argument("fields");
+    join.generation = std::stoi(text.substr(0, a));
+    join.first_step = std::stoll(text.substr(a + 1, b - a - 1));
+    join.live = parse_members(text.substr(b + 1));
+  } catch (const std::exception&) {
+    throw ProtocolError("allreduce join: malformed value '" + text + "' (expected 'generation step ranks' or 'end')");
+  }
+  if (join.generation < 1 || join.first_step < 0) throw ProtocolError("allreduce join: bad value '" + text + "'");
+  return join;
+}
+
+}  // namespace pstrain
