@@ -158,19 +158,12 @@ class ShardStore {
   // C, the workers are at some step S > C. begin_catch_up() marks every
   // chunk; then each worker's first request to a chunk says how far the
   // failed server had got, and the chunk jumps there instead of waiting for
-  // steps that will not come:
-  //  - sync: a push of step t, or a pull for step t+1, means every worker
-  //    pushed the steps before t: the version jumps to t (the updates between
-  //    are lost and counted) and the step being collected is started afresh.
-  //    A pull for step version+1 from a worker that has not pushed the
-  //    current step here means its push went to the failed server: it counts
-  //    as a lost contribution (the update is the mean of the others). The
-  //    chunk leaves catch-up at its first update.
-  //  - async, ssp: the worker's clock jumps to the request's step (the pushes
-  //    between are lost and counted); nothing waits.
-  // What moves, by mode, is the consistency policy's
-  // (ConsistencyPolicy::catch_up). The server calls it as a step of its own
-  // before it applies a push, skip or pull (server/server.cc), only while
+  // steps that will not come (sync: the version, and a contribution that went
+  // with the failed server; async, ssp: the worker's clock). The rule per
+  // mode is the consistency policy's (ConsistencyPolicy::catch_up); the
+  // store moves the version and counts what was lost (lost_updates,
+  // lost_pushes). The server calls catch_up() as a step of its own before it
+  // applies a push, skip or pull (server/server.cc), only while
   // catching_up(). Returns whether the chunk's version or a clock moved
   // (parked pulls may be answerable, a checkpoint's step reached).
   void begin_catch_up(std::int64_t restored_step);
