@@ -91,16 +91,7 @@ void Server::run() {
       } else {
         scheduler.check_scheduler_alive();  // nothing queued: silent since its last message
       }
-      for (const int worker : scheduler.take_dropped()) {
-        const std::vector<std::int64_t> advanced = store_->drop_worker(worker);
-        // Its drop may complete a checkpoint's step on chunks no push will complete.
-        for (const std::int64_t key : store_->keys()) checkpointer_->at_step_boundary(*store_, key);
-        log_.info("worker " + std::to_string(worker) + " was dropped from the job: no longer waited for (" +
-                  std::to_string(advanced.size()) + " chunks completed their step without it)");
-        std::vector<std::int64_t> waiting;  // any parked pull may be answerable now (ssp: a slowest clock left)
-        for (const auto& entry : parked_) waiting.push_back(entry.first);
-        for (const std::int64_t key : waiting) answer_parked(key);
-      }
+      for (const int worker : scheduler.take_dropped()) on_worker_dropped(worker);
       for (const SchedulerClient::Rejoined& r : scheduler.take_rejoined()) on_worker_rejoined(r.rank, r.token);
       expire_parked();
     }
@@ -143,6 +134,21 @@ RegisterReply Server::register_with(SchedulerClient& scheduler, const RegisterRe
       std::this_thread::sleep_for(milliseconds(200));
     }
   }
+}
+
+// The failure policy dropped `worker` (on_worker_failure "continue"): the
+// consistency policy stops waiting for it, which is a step boundary of every
+// chunk (its drop may complete a step, or a checkpoint's step, that no push
+// will complete), and any parked pull may be answerable now (ssp: a slowest
+// clock left).
+void Server::on_worker_dropped(int worker) {
+  const std::vector<std::int64_t> advanced = store_->drop_worker(worker);
+  for (const std::int64_t key : store_->keys()) checkpointer_->at_step_boundary(*store_, key);
+  log_.info("worker " + std::to_string(worker) + " was dropped from the job: no longer waited for (" +
+            std::to_string(advanced.size()) + " chunks completed their step without it)");
+  std::vector<std::int64_t> waiting;
+  for (const auto& entry : parked_) waiting.push_back(entry.first);
+  for (const std::int64_t key : waiting) answer_parked(key);
 }
 
 // A new process took back worker `worker`'s rank (on_worker_failure

@@ -125,6 +125,7 @@ class Server {
   void handle_request();
   // Registration; a rejoin refused because the scheduler has not yet noticed the failure is asked again.
   RegisterReply register_with(SchedulerClient& scheduler, const RegisterRequest& request);
+  void on_worker_dropped(int worker);
   void on_worker_rejoined(int worker, const std::string& token);
   void start_checkpoints();  // server/checkpointing.h: the saver, and the restore on resume
   // Stages 2-5 of an admitted request (above), by type.
