@@ -195,7 +195,8 @@ class SyncPolicy final : public ConsistencyPolicy {
   // is the mean of the others).
   CatchUp catch_up(std::size_t chunk, std::int64_t version, std::int64_t key, int worker, std::int64_t step,
                    bool pull) override {
-    CatchUp r{version};
+    CatchUp r;
+    r.version = version;
     const std::int64_t target = pull ? step - 1 : step;  // every worker pushed the steps below it
     if (target > version) {
       r.lost_updates = target - version;
@@ -455,7 +456,8 @@ class AsyncPolicy : public ConsistencyPolicy {
   // lost); nothing waits. The chunk is caught up once every worker was heard from.
   CatchUp catch_up(std::size_t chunk, std::int64_t version, std::int64_t, int worker, std::int64_t step,
                    bool) override {
-    CatchUp r{version};
+    CatchUp r;
+    r.version = version;
     const std::int64_t before = clock(chunk, worker);
     if (step > before) {
       r.lost_updates = step - before;

@@ -47,7 +47,7 @@ Server::Server(std::unique_ptr<Transport> owned, Transport* transport, ServerOpt
     : owned_transport_(std::move(owned)), transport_(transport != nullptr ? *transport : *owned_transport_), options_(std::move(options)), log_(log),
       zap_(transport_.authenticate(options_.security, log)),
       router_(transport_.listen(options_.bind_endpoint, server_endpoint_options(options_))),
-      warnings_(log), admission_(options_.security) {
+      admission_(options_.security), warnings_(log) {
   endpoint_ = advertised_endpoint(router_->address(), options_.advertise_host);
 }
 
