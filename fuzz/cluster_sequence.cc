@@ -54,6 +54,7 @@
 #include "fuzz/fuzz_input.h"
 #include "scheduler/scheduler.h"
 #include "server/server.h"
+#include "server/server_options.h"
 
 using namespace pstrain;
 using std::chrono::milliseconds;
@@ -241,17 +242,17 @@ class Harness {
   }
 
   ServerOptions server_options() {
-    ServerOptions o;
-    o.mode = Mode::kSync;
-    o.partition_bytes = kPartitionBytes;
-    o.cluster = cluster_config();
-    o.cluster.heartbeat_timeout_ms = 3000;  // bounds its wait for a registration reply (see kEndBoundMs)
-    o.scheduler_endpoint = kScheduler;
+    RunConfig config;
+    config.mode = Mode::kSync;
+    config.ps.partition_bytes = kPartitionBytes;
+    config.cluster = cluster_config();
+    config.cluster.heartbeat_timeout_ms = 3000;  // bounds its wait for a registration reply (see kEndBoundMs)
+    config.cluster.scheduler = kScheduler;
+    config.optimizer.momentum = 0.0;
+    ServerOptions o = pstrain::server_options(config);  // its job fingerprint is fingerprint()
     o.bind_endpoint = kServer;
     o.requested_rank = 0;
-    o.job_fingerprint = fingerprint();
     o.on_registered = [this](int) { server_registered_.store(true); };
-    o.optimizer.momentum = 0.0;
     return o;
   }
 

@@ -111,7 +111,7 @@ CheckpointPart ServerCheckpointer::encode_part(const ShardStore& store,
   return part;
 }
 
-void ServerCheckpointer::after_push(const ShardStore& store, std::int64_t key) {
+void ServerCheckpointer::at_step_boundary(const ShardStore& store, std::int64_t key) {
   if (interval_ <= 0) return;
   const std::int64_t clock = store.slowest_clock(key);
   snapshot_before_first(store, key, clock);

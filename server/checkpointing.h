@@ -3,9 +3,10 @@
 //
 // Saving: a checkpoint at step S (S a multiple of checkpoint.interval_steps)
 // holds each chunk as it is when every live worker has pushed its steps
-// 0..S-1 and none has pushed step S. The server checks after each accepted
-// push (or skip) of a chunk whether the slowest live worker's clock of that
-// chunk has just reached S; if so it copies the chunk (weights, optimizer
+// 0..S-1 and none has pushed step S. At each step boundary of a chunk (a
+// push, skip, catch-up or drop that moved the slowest live worker's clock of
+// that chunk) the server checks whether that clock has just reached S; if
+// so it copies the chunk (weights, optimizer
 // state, version, per-worker clocks). Sync: that is the moment the step S-1
 // update is applied, before any pull for step S is answered. Async and ssp:
 // the workers meet at the scheduler's barrier "checkpoint S" before pushing
@@ -62,8 +63,12 @@ class ServerCheckpointer {
       : interval_(interval_steps), root_(std::move(root)), log_(log) {}
 
   void set_rank(int rank) { rank_ = rank; }
-  // After a push or skip of chunk `key` was accepted by `store`.
-  void after_push(const ShardStore& store, std::int64_t key);
+  // At a step boundary of chunk `key` in `store`: its slowest live clock may
+  // have moved (an accepted push or skip that moved it,
+  // PushOutcome::clock_advanced; a catch-up; a dropped worker). Called only
+  // there, not after every push: between two boundaries the clock, and so
+  // what this would copy, stays the same.
+  void at_step_boundary(const ShardStore& store, std::int64_t key);
   std::int64_t parts_written() const { return parts_written_; }
   // Writes the initial part (above) once every chunk of `store` is set by
   // the workers' inits; `fingerprint` is the config's with the layout. Call

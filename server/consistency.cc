@@ -82,6 +82,17 @@ std::vector<std::int64_t> ConsistencyPolicy::rejoin_worker(int worker, std::span
   return start;
 }
 
+void ConsistencyPolicy::begin_catch_up() {
+  catching_.assign(num_chunks(), true);
+  num_catching_ = catching_.size();
+}
+
+void ConsistencyPolicy::end_catch_up(std::size_t chunk) {
+  if (!catching_up(chunk)) return;
+  catching_[chunk] = false;
+  --num_catching_;
+}
+
 std::int64_t ConsistencyPolicy::min_live_clock(std::size_t chunk) const {
   std::int64_t lowest = std::numeric_limits<std::int64_t>::max();
   for (int w = 0; w < num_workers_; ++w) {
@@ -128,7 +139,8 @@ class SyncPolicy final : public ConsistencyPolicy {
       if (f->early_rank >= 0) s.has_early[static_cast<std::size_t>(f->early_rank)] = false;
       const int skips = skips_of(s);
       s.reset();
-      return fused_update(*f, push, skips);
+      end_catch_up(chunk);  // its first update after a rejoin
+      return counted(fused_update(*f, push, skips));
     }
     // The gradient goes in first, checked in the same pass: a NaN or Inf
     // throws before anything is recorded or summed.
@@ -146,7 +158,7 @@ class SyncPolicy final : public ConsistencyPolicy {
     s.arrived[w] = true;
     ++s.num_arrived;
     if (push.skip) s.skipped[w] = true;  // its rank is passed over when its turn comes
-    return advance(s);
+    return completed(chunk, advance(s));
   }
 
   std::optional<Update> update_on_arrival(std::size_t chunk, std::int64_t version,
@@ -155,7 +167,7 @@ class SyncPolicy final : public ConsistencyPolicy {
     const Step& s = steps_[chunk];
     const std::optional<Fusion> f = fusion(s, push);
     if (!f) return std::nullopt;
-    return fused_update(*f, push, skips_of(s));
+    return counted(fused_update(*f, push, skips_of(s)));
   }
 
   bool pull_ready(std::size_t, std::int64_t version, int, std::int64_t step) const override {
@@ -166,17 +178,39 @@ class SyncPolicy final : public ConsistencyPolicy {
     mark_dropped(worker);
     std::vector<std::optional<Update>> out(steps_.size());
     for (std::size_t i = 0; i < steps_.size(); ++i) {
-      if (steps_[i].num_arrived > 0) out[i] = advance(steps_[i]);
+      if (steps_[i].num_arrived > 0) out[i] = completed(i, advance(steps_[i]));
     }
     return out;
   }
 
   std::int64_t clock_gap(std::size_t, std::int64_t) const override { return 0; }
 
-  void forget_step(std::size_t chunk) override {
-    Step& s = steps_.at(chunk);
-    s.reset();
-    std::fill(s.has_early.begin(), s.has_early.end(), false);
+  std::optional<std::int64_t> staleness(std::int64_t, std::int64_t) const override { return std::nullopt; }
+
+  // A push of step t, or a pull for step t+1, means every worker pushed the
+  // steps before t: the version jumps to t (the updates between are lost)
+  // and the step being collected starts afresh. A pull for step version+1
+  // from a worker that has not pushed the current step here means its push
+  // went to the failed server: a lost contribution, as a skip (the update
+  // is the mean of the others).
+  CatchUp catch_up(std::size_t chunk, std::int64_t version, std::int64_t key, int worker, std::int64_t step,
+                   bool pull) override {
+    CatchUp r;
+    r.version = version;
+    const std::int64_t target = pull ? step - 1 : step;  // every worker pushed the steps below it
+    if (target > version) {
+      r.lost_updates = target - version;
+      r.version = target;
+      forget_step(chunk);
+      for (int w = 0; w < num_workers_; ++w) raise_clock(chunk, w, target);
+    }
+    if (pull && step == r.version + 1 && clock(chunk, worker) <= r.version) {
+      PushRequest lost{key, worker, r.version, {}, 0, 0.0};
+      lost.skip = true;
+      r.lost_push = true;
+      r.update = on_push(chunk, r.version, lost);
+    }
+    return r;
   }
 
  protected:
@@ -251,6 +285,25 @@ class SyncPolicy final : public ConsistencyPolicy {
     }
     if (s.num_added > 0) return std::nullopt;
     return Fusion{s.early[static_cast<std::size_t>(early)].data(), 2, push.lr, early};
+  }
+
+  // An update with fewer workers in it than the job has (one dropped) is partial.
+  Update counted(Update u) const {
+    u.partial = u.contributors + u.skips < num_workers_;
+    return u;
+  }
+
+  // An update of `chunk` to apply (counted) ends its catch-up after a rejoin.
+  std::optional<Update> completed(std::size_t chunk, std::optional<Update> u) {
+    if (!u) return u;
+    end_catch_up(chunk);
+    return counted(*u);
+  }
+
+  void forget_step(std::size_t chunk) {
+    Step& s = steps_.at(chunk);
+    s.reset();
+    std::fill(s.has_early.begin(), s.has_early.end(), false);
   }
 
   static Update fused_update(const Fusion& f, const PushRequest& push, int skips) {
@@ -390,8 +443,33 @@ class AsyncPolicy : public ConsistencyPolicy {
 
   std::int64_t clock_gap(std::size_t, std::int64_t) const override { return 0; }
 
+  std::optional<std::int64_t> staleness(std::int64_t version, std::int64_t pulled) const override {
+    return version - pulled;
+  }
+
+  void begin_catch_up() override {
+    ConsistencyPolicy::begin_catch_up();
+    unseen_.assign(num_chunks(), std::vector<bool>(static_cast<std::size_t>(num_workers_), true));
+  }
+
+  // The worker's clock jumps to the request's step (the pushes between are
+  // lost); nothing waits. The chunk is caught up once every worker was heard from.
+  CatchUp catch_up(std::size_t chunk, std::int64_t version, std::int64_t, int worker, std::int64_t step,
+                   bool) override {
+    CatchUp r;
+    r.version = version;
+    const std::int64_t before = clock(chunk, worker);
+    if (step > before) {
+      r.lost_updates = step - before;
+      raise_clock(chunk, worker, step);
+    }
+    std::vector<bool>& unseen = unseen_[chunk];
+    unseen[static_cast<std::size_t>(worker)] = false;
+    if (std::find(unseen.begin(), unseen.end(), true) == unseen.end()) end_catch_up(chunk);
+    return r;
+  }
+
  protected:
-  std::size_t num_chunks() const { return chunks_; }
   // A push applied as it arrives: its own gradient, checked by the store's update pass.
   static Update own_update(const PushRequest& push) {
     Update u{push.grad, push.num_elems, push.lr, 1, 0};
@@ -403,10 +481,7 @@ class AsyncPolicy : public ConsistencyPolicy {
   }
 
  private:
-  std::size_t chunks_ = 0;
-
-  friend std::unique_ptr<ConsistencyPolicy> pstrain::make_consistency_policy(const ConsistencyOptions&,
-                                                                             const std::vector<std::int64_t>&, int);
+  std::vector<std::vector<bool>> unseen_;  // catching up: [chunk][worker] not heard from yet
 };
 
 class SspPolicy final : public AsyncPolicy {

@@ -1,7 +1,9 @@
-// The consistency policy of a server's chunks: when a push is applied and
-// when a pull may be answered. One object per mode, chosen once when the
-// store is built; ShardStore owns the weights, optimizer and versions and asks
-// the policy at every push and pull, so no call site switches on the mode.
+// The consistency policy of a server's chunks: when a push is applied, when
+// a pull may be answered, how stale an applied push is, and how a chunk
+// catches up after its server rejoined. One object per mode, chosen once
+// when the store is built; ShardStore owns the weights, optimizer and
+// versions and asks the policy whatever differs by mode, so neither it nor
+// the server switches on the mode.
 //
 // sync: a chunk at version v takes exactly one push per live worker for step
 //   v. Gradients are reduced in worker-rank order whatever order they arrive
@@ -78,6 +80,18 @@ struct Update {
   // The push's own gradient is in it, not yet checked for NaN/Inf
   // (update_on_arrival): only the pass that checks it may apply it.
   bool unchecked = false;
+  // sync: fewer workers arrived than the job has (one was dropped); counted
+  // as a partial update when it is applied.
+  bool partial = false;
+};
+
+// What a rejoined server's chunk learns from a worker's first request
+// (ConsistencyPolicy::catch_up, ShardStore::catch_up).
+struct CatchUp {
+  std::int64_t version = 0;       // the chunk's version now (sync: jumped to the workers' step)
+  std::int64_t lost_updates = 0;  // updates the failed server applied past the checkpoint
+  bool lost_push = false;         // sync: the worker's push of the step went with the failed server
+  std::optional<Update> update;   // sync: that loss completed the step: to apply now
 };
 
 // Rejects `push`, whose gradient has `bad` NaN or Inf values (kRejected,
@@ -135,6 +149,27 @@ class ConsistencyPolicy {
   // Ssp: how far a pull's step led the slowest live worker's clock when it
   // was answered (0 in the other modes).
   virtual std::int64_t clock_gap(std::size_t chunk, std::int64_t step) const = 0;
+  // The staleness of a push applied at `version` by a worker that last
+  // pulled `pulled` (async, ssp: version - pulled); nothing in sync, where
+  // every push is of the version it pulled.
+  virtual std::optional<std::int64_t> staleness(std::int64_t version, std::int64_t pulled) const = 0;
+
+  // Catching up after a rejoin (ShardStore::begin_catch_up, catch_up): every
+  // chunk is marked, then each worker's first request to a chunk says how
+  // far the failed server had got (`pull`: a pull for `step`, else a push of
+  // it), and catch_up() moves the clocks there: sync, the version jumps to
+  // the step every worker has pushed (clocks raised, the step being
+  // collected forgotten) and a pull for the next step from a worker without
+  // a push of the current one makes its contribution lost (a skip); the
+  // chunk leaves catch-up at its first update. Async and ssp: the worker's
+  // clock jumps to the request's step; the chunk leaves catch-up once every
+  // worker has been heard from. Call only while catching_up(chunk), for a
+  // live worker in range.
+  virtual void begin_catch_up();
+  bool catching_up(std::size_t chunk) const { return !catching_.empty() && catching_[chunk]; }
+  bool any_catching_up() const { return num_catching_ > 0; }
+  virtual CatchUp catch_up(std::size_t chunk, std::int64_t version, std::int64_t key, int worker, std::int64_t step,
+                           bool pull) = 0;
 
   bool live(int worker) const { return live_.at(static_cast<std::size_t>(worker)); }
   // Checkpoints: the slowest live worker's clock of a chunk (sync: its
@@ -146,17 +181,14 @@ class ConsistencyPolicy {
     last_step_.at(chunk).at(static_cast<std::size_t>(worker)) = clock_value - 1;
   }
   int num_live() const { return num_live_; }
-  // A server that rejoined after a failure (server/shard_store.h, "catch
-  // up"): raises `worker`'s clock of a chunk to `clock_value` (no-op when it
-  // is already there), and (sync) forgets the arrivals of the step being
-  // collected, whose update will not come.
+
+ protected:
+  // Catching up: raises `worker`'s clock of a chunk to `clock_value` (no-op
+  // when it is already there).
   void raise_clock(std::size_t chunk, int worker, std::int64_t clock_value) {
     std::int64_t& last = last_step_.at(chunk).at(static_cast<std::size_t>(worker));
     last = std::max(last, clock_value - 1);
   }
-  virtual void forget_step(std::size_t /*chunk*/) {}
-
- protected:
   ConsistencyPolicy(std::size_t num_chunks, int num_workers);
   // Common checks: the worker is in range and live, its step is above its
   // last for the chunk (else a duplicate or stale push). Does not record it.
@@ -179,6 +211,7 @@ class ConsistencyPolicy {
   }
   std::int64_t min_live_clock(std::size_t chunk) const;
   std::size_t num_chunks() const { return last_step_.size(); }
+  void end_catch_up(std::size_t chunk);
 
   int num_workers_;
 
@@ -186,6 +219,8 @@ class ConsistencyPolicy {
   std::vector<std::vector<std::int64_t>> last_step_;  // [chunk][worker], -1 = none
   std::vector<bool> live_;
   int num_live_;
+  std::vector<bool> catching_;  // per chunk, after begin_catch_up()
+  std::size_t num_catching_ = 0;
 };
 
 // Throws ConfigError for allreduce (no servers) or a negative bound.

@@ -14,10 +14,9 @@
 #include "common/node/node_cli.h"
 #include "common/observe/resource_sampler.h"
 #include "common/transport/shm_transport.h"
-#include "common/math/optimizer.h"
 #include "common/observe/trace.h"
 #include "server/server.h"
-#include "common/config/job_fingerprint.h"
+#include "server/server_options.h"
 #include "common/base/json_line.h"
 
 namespace {
@@ -147,11 +146,8 @@ int main(int argc, char** argv) {
     trace.set_process("server", rank);
     trace.name_this_thread("requests");
     const pstrain::TraceFileGuard trace_file(trace, pstrain::trace_dir(config.output.run_dir));
-    pstrain::ServerOptions o;
-    o.mode = config.mode;
-    o.staleness_bound = config.ps.staleness_bound;
     double implicit = 0.0;
-    o.optimizer = pstrain::server_optimizer(config, &implicit);
+    pstrain::ServerOptions o = pstrain::server_options(config, &implicit);
     if (o.optimizer.momentum != config.optimizer.momentum) {
       char line[200];
       std::snprintf(line, sizeof(line),
@@ -160,18 +156,10 @@ int main(int argc, char** argv) {
                     o.optimizer.momentum, config.optimizer.momentum, implicit, config.cluster.num_workers);
       log.info(line);
     }
-    o.partition_bytes = config.ps.partition_bytes;
-    o.cluster = config.cluster;
-    o.scheduler_endpoint = config.cluster.scheduler;
     o.requested_rank = rank;
-    o.job_fingerprint = pstrain::job_fingerprint(config.mode, config.ps.partition_bytes, config.cluster.num_servers,
-                                                 config.cluster.num_workers);
     o.trace = &trace;
     const auto security = pstrain::SecurityContext::load(config.security, pstrain::Role::kServer);
     o.security = &security;
-    o.checkpoint_interval = config.checkpoint.interval_steps;
-    o.checkpoint_root = pstrain::checkpoint_root(config).string();
-    o.fingerprint = pstrain::checkpoint_fingerprint(config);
     o.resume_dir = pstrain::resume_checkpoint(args, config, [&log](const std::string& m) { log.warn(m); });
     if (args.rejoin) o.resume_dir = rejoin_checkpoint(config, rank, log, o);
     choose_endpoint(config, rank, o);

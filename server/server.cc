@@ -49,7 +49,7 @@ Server::Server(std::unique_ptr<Transport> owned, Transport* transport, ServerOpt
     : owned_transport_(std::move(owned)), transport_(transport != nullptr ? *transport : *owned_transport_), options_(std::move(options)), log_(log),
       zap_(transport_.authenticate(options_.security, log)),
       router_(transport_.listen(options_.bind_endpoint, server_endpoint_options(options_))),
-      warnings_(log) {
+      admission_(options_.security), warnings_(log) {
   endpoint_ = advertised_endpoint(router_->address(), options_.advertise_host);
 }
 
@@ -77,9 +77,7 @@ void Server::run() {
     // workers map read-only, from which they read pull replies in place.
     store_options.allocate = [&transport = transport_](std::size_t count) { return transport.allocate_send_floats(count); };
     store_ = std::make_unique<ShardStore>(map_, rank_, info.num_workers, store_options);
-    for (std::size_t w = 0; w < info.worker_tokens.size(); ++w) {
-      worker_of_connection_["w" + info.worker_tokens[w]] = static_cast<int>(w);
-    }
+    admission_.bind(info.worker_tokens);
     store_->set_trace(options_.trace);
     start_checkpoints();
     if (options_.trace != nullptr) options_.trace->set_process("server", rank_);
@@ -95,16 +93,7 @@ void Server::run() {
       } else {
         scheduler.check_scheduler_alive();  // nothing queued: silent since its last message
       }
-      for (const int worker : scheduler.take_dropped()) {
-        const std::vector<std::int64_t> advanced = store_->drop_worker(worker);
-        // Its drop may complete a checkpoint's step on chunks no push will complete.
-        for (const std::int64_t key : store_->keys()) checkpointer_->after_push(*store_, key);
-        log_.info("worker " + std::to_string(worker) + " was dropped from the job: no longer waited for (" +
-                  std::to_string(advanced.size()) + " chunks completed their step without it)");
-        std::vector<std::int64_t> waiting;  // any parked pull may be answerable now (ssp: a slowest clock left)
-        for (const auto& entry : parked_) waiting.push_back(entry.first);
-        for (const std::int64_t key : waiting) answer_parked(key);
-      }
+      for (const int worker : scheduler.take_dropped()) on_worker_dropped(worker);
       for (const SchedulerClient::Rejoined& r : scheduler.take_rejoined()) on_worker_rejoined(r.rank, r.token);
       expire_parked();
     }
@@ -144,13 +133,27 @@ RegisterReply Server::register_with(SchedulerClient& scheduler, const RegisterRe
   return *retry_until(give_up, "", retryable, [&] { return std::optional(scheduler.register_node(request)); }, retry);
 }
 
+// The failure policy dropped `worker` (on_worker_failure "continue"): the
+// consistency policy stops waiting for it, which is a step boundary of every
+// chunk (its drop may complete a step, or a checkpoint's step, that no push
+// will complete), and any parked pull may be answerable now (ssp: a slowest
+// clock left).
+void Server::on_worker_dropped(int worker) {
+  const std::vector<std::int64_t> advanced = store_->drop_worker(worker);
+  for (const std::int64_t key : store_->keys()) checkpointer_->at_step_boundary(*store_, key);
+  log_.info("worker " + std::to_string(worker) + " was dropped from the job: no longer waited for (" +
+            std::to_string(advanced.size()) + " chunks completed their step without it)");
+  std::vector<std::int64_t> waiting;
+  for (const auto& entry : parked_) waiting.push_back(entry.first);
+  for (const std::int64_t key : waiting) answer_parked(key);
+}
+
 // A new process took back worker `worker`'s rank (on_worker_failure
 // "restart"): its connection is the one named by its new token (the old
 // one's requests are refused from now on) and the consistency policy
 // re-admits it at the step the job is at (server/consistency.h).
 void Server::on_worker_rejoined(int worker, const std::string& token) {
-  std::erase_if(worker_of_connection_, [&](const auto& entry) { return entry.second == worker; });
-  worker_of_connection_["w" + token] = worker;
+  admission_.rebind(worker, token);
   const std::vector<std::int64_t> start = store_->rejoin_worker(worker);
   std::int64_t lowest = 0, highest = 0;
   if (!start.empty()) {
@@ -229,7 +232,7 @@ void Server::handle_request() {
   span.rename(request_span_name(h.type));
   span.arg("chunk", h.key).arg("worker", h.sender).arg("step", h.step);
   try {
-    check_key_binding(*env);
+    admission_.admit(*env);
     serve(env->from, env->message);
   } catch (const RequestError& e) {
     log_.debug(e.what());
@@ -238,17 +241,6 @@ void Server::handle_request() {
     // The reply's peer has gone (ROUTER_MANDATORY): nothing to answer.
     if (unreachable_replies_++ == 0) log_.info(std::string("a reply found its peer gone: ") + e.what());
   }
-}
-
-void Server::check_key_binding(const Envelope& env) const {
-  if (options_.security == nullptr || !options_.security->curve) return;
-  const Header& h = env.message.header;
-  const std::optional<KeyOwner> owner = key_owner(env.user_id);
-  if (owner && owner->role == Role::kWorker && (owner->rank < 0 || owner->rank == h.sender)) return;
-  throw RequestError(Status::kBadRequest, std::string(to_string(h.type)) + " claiming to be worker " +
-                                              std::to_string(h.sender) + " over a connection authenticated with the " +
-                                              (env.user_id.empty() ? std::string("unknown") : env.user_id) +
-                                              " key: refused");
 }
 
 void Server::reply_error(const PeerId& to, const Header& request, Status status, const std::string& text) {
@@ -300,62 +292,58 @@ void Server::expire_parked() {
 }
 
 void Server::serve(const PeerId& from, const Message& msg) {
-  const Header& h = msg.header;
-  if (h.role != Role::kWorker) {
-    throw RequestError(Status::kBadRequest, std::string(to_string(h.type)) + " from a " +
-                                                std::string(to_string(h.role)) + ": servers only serve workers");
-  }
-  const auto bound = worker_of_connection_.find(from.bytes());
-  if (bound == worker_of_connection_.end()) {
-    throw RequestError(Status::kBadRequest, std::string(to_string(h.type)) + " claiming to be worker " +
-                                                std::to_string(h.sender) +
-                                                " from a connection no worker of this job was given: refused");
-  }
-  if (bound->second != h.sender) {
-    throw RequestError(Status::kBadRequest, std::string(to_string(h.type)) + " claiming to be worker " +
-                                                std::to_string(h.sender) + " on worker " +
-                                                std::to_string(bound->second) + "'s connection: refused");
-  }
-  switch (h.type) {
-    case MsgType::kInit: {
-      store_->init(h.key, msg.float_payload(scratch_));
-      checkpointer_->after_init(*store_);  // the last chunk's init: the initial part, before its reply
-      Header r = h;
-      r.type = MsgType::kInitReply;
-      reply(from, r);
-      answer_parked(h.key);
-      return;
-    }
-    case MsgType::kPush: {
-      const bool skip = h.aux == kPushSkip;
-      const std::int64_t version_before = store_->owns(h.key) ? store_->version(h.key) : -1;
-      const PushOutcome out = skip ? store_->skip(h.sender, h.key, h.step)
-                                   : store_->push(h.sender, msg, scratch_);  // bfloat16 widened in the update's pass
-      checkpointer_->after_push(*store_, h.key);  // before the reply: see server/checkpointing.h
-      Header r = h;
-      r.type = MsgType::kPushReply;
-      r.version = out.version;
-      r.aux = out.staleness;
-      reply(from, r);
-      // A skip may advance an ssp clock; a rejoined server's catch-up may move the version.
-      if (out.applied || skip || out.version != version_before) answer_parked(h.key);
-      return;
-    }
-    case MsgType::kPull:
-      store_->num_elems(h.key);  // ownership check before parking
-      if (store_->catch_up(h.sender, h.key, h.step, true)) {  // a rejoined server: the pull says how far it got
-        checkpointer_->after_push(*store_, h.key);
-        answer_parked(h.key);
-      }
-      if (store_->ready(h.key, h.sender, h.step)) {
-        reply_pull(from, h);
-      } else {
-        park(from, h);
-      }
-      return;
+  switch (msg.header.type) {
+    case MsgType::kInit: return serve_init(from, msg);
+    case MsgType::kPush: return serve_push(from, msg);
+    case MsgType::kPull: return serve_pull(from, msg.header);
     default:
-      throw RequestError(Status::kBadRequest,
-                         "unexpected " + std::string(to_string(h.type)) + " request: a server takes init, push and pull");
+      throw RequestError(Status::kBadRequest, "unexpected " + std::string(to_string(msg.header.type)) +
+                                                  " request: a server takes init, push and pull");
+  }
+}
+
+bool Server::catch_up(const Header& h, bool pull) {
+  return store_->catching_up() && store_->catch_up(h.sender, h.key, h.step, pull);
+}
+
+void Server::serve_init(const PeerId& from, const Message& msg) {
+  const Header& h = msg.header;
+  store_->init(h.key, msg.float_payload(scratch_));
+  checkpointer_->after_init(*store_);  // the last chunk's init: the initial part, before its reply
+  Header r = h;
+  r.type = MsgType::kInitReply;
+  reply(from, r);
+  answer_parked(h.key);
+}
+
+void Server::serve_push(const PeerId& from, const Message& msg) {
+  const Header& h = msg.header;
+  const bool skip = h.aux == kPushSkip;
+  const bool caught_up = catch_up(h, false);
+  const PushOutcome out = skip ? store_->skip(h.sender, h.key, h.step)
+                               : store_->push(h.sender, msg, scratch_);  // bfloat16 widened in the update's pass
+  if (out.clock_advanced || caught_up) {
+    checkpointer_->at_step_boundary(*store_, h.key);  // before the reply: see server/checkpointing.h
+  }
+  Header r = h;
+  r.type = MsgType::kPushReply;
+  r.version = out.version;
+  r.aux = out.staleness;
+  reply(from, r);
+  // A skip may advance an ssp clock; a rejoined server's catch-up may move the version.
+  if (out.applied || skip || caught_up) answer_parked(h.key);
+}
+
+void Server::serve_pull(const PeerId& from, const Header& h) {
+  store_->num_elems(h.key);  // ownership check before parking
+  if (catch_up(h, true)) {  // a rejoined server: the pull says how far it got
+    checkpointer_->at_step_boundary(*store_, h.key);
+    answer_parked(h.key);
+  }
+  if (store_->ready(h.key, h.sender, h.step)) {
+    reply_pull(from, h);
+  } else {
+    park(from, h);
   }
 }
 

@@ -5,14 +5,25 @@
 //
 // One event-loop thread owns everything (socket, store). A bad request gets
 // an error reply saying what was wrong and the loop goes on; only the
-// scheduler's abort or shutdown and a broken socket end run(). Nothing here
-// watches the scheduler itself: a server whose scheduler died keeps serving
-// until it is stopped (the launcher stops it; by hand, kill it).
-// A request is served only if it comes from the connection of the worker
-// it names: each worker's connection is named "w" + the session token the
-// scheduler gave it, and the server learns the tokens at the rendezvous; a
-// push or pull in another worker's name, or from a connection no worker of
-// this job was given, is refused.
+// scheduler's abort or shutdown, a broken socket and a scheduler gone silent
+// end run(): the loop waits on the scheduler's connection too and, when
+// nothing came from it, checks that it is still alive
+// (SchedulerClient::check_scheduler_alive: silent for
+// cluster.heartbeat_timeout_ms throws), so a server whose scheduler died ends.
+// A request goes through one stage per concern, in this order:
+//  1. receive and decode (handle_request; a malformed message gets an error
+//     reply), then admit: who may send what (server/admission.h: only a
+//     worker, over its own connection and key);
+//  2. catch up, a rejoined server's own step, only while any chunk is
+//     catching up (ShardStore::catch_up, the policy's rule);
+//  3. consistency and apply: the shard store (server/shard_store.h) checks
+//     and applies it, asking the consistency policy (server/consistency.h)
+//     whatever differs by mode;
+//  4. at a step boundary only (the chunk's slowest clock moved:
+//     PushOutcome::clock_advanced, a catch-up, a drop), the checkpoint copy
+//     (server/checkpointing.h), before the reply;
+//  5. reply, then answer the parked pulls the request made ready.
+// A refused request (RequestError from any stage) gets an error reply.
 // No peer can stop or exhaust a server: a reply to a peer that has gone is
 // counted and dropped, warnings about bad input are limited per connection,
 // and parked pulls are capped per connection (kMaxParkedPerChunk per chunk
@@ -45,6 +56,7 @@
 #include "common/observe/trace.h"
 #include "common/transport/transport.h"
 #include "common/transport/zmq_transport.h"
+#include "server/admission.h"
 #include "server/checkpointing.h"
 #include "server/shard_store.h"
 
@@ -113,11 +125,16 @@ class Server {
   void handle_request();
   // Registration; a rejoin refused because the scheduler has not yet noticed the failure is asked again.
   RegisterReply register_with(SchedulerClient& scheduler, const RegisterRequest& request);
+  void on_worker_dropped(int worker);
   void on_worker_rejoined(int worker, const std::string& token);
-  // CURVE with per-worker keys: a request in worker R's name only over worker-R's key.
-  void check_key_binding(const Envelope& env) const;
   void start_checkpoints();  // server/checkpointing.h: the saver, and the restore on resume
+  // Stages 2-5 of an admitted request (above), by type.
   void serve(const PeerId& from, const Message& msg);
+  void serve_init(const PeerId& from, const Message& msg);
+  void serve_push(const PeerId& from, const Message& msg);
+  void serve_pull(const PeerId& from, const Header& h);
+  // Stage 2: whether the request moved its chunk's version or a clock.
+  bool catch_up(const Header& h, bool pull);
   void reply_pull(const PeerId& to, const Header& request, std::int64_t parked_us = 0);
   void answer_parked(std::int64_t key);
   void reply(const PeerId& to, Header header, Payload payload = {});
@@ -155,7 +172,7 @@ class Server {
   std::int64_t unreachable_replies_ = 0;
   std::int64_t expired_pulls_ = 0;
   std::map<PeerId, int> parked_per_peer_;  // connection -> parked pulls
-  std::map<std::string, int> worker_of_connection_;  // "w" + token -> worker rank (from the rendezvous)
+  Admission admission_;  // stage 1: who may send what
   PeerWarnings warnings_;
   StoreStats no_stats_;  // what stats() returns before the rendezvous
 };

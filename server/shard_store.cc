@@ -110,7 +110,6 @@ PushOutcome ShardStore::push_gradient(int worker, std::int64_t key, std::int64_t
       throw RequestError(Status::kBadRequest, what + ": worker rank outside [0, " + std::to_string(num_workers_) + ")");
     }
     if (!c.initialized) throw RequestError(Status::kRejected, what + ": chunk not initialized yet");
-    catch_up(worker, key, step, false);
     if (auto dup = duplicate(c, at, worker, step)) return *dup;
     if (static_cast<std::int64_t>(num_elems) != c.num_elems) {
       throw RequestError(Status::kBadRequest, what + ": expected " + std::to_string(c.num_elems) + " elements, got " +
@@ -123,16 +122,17 @@ PushOutcome ShardStore::push_gradient(int worker, std::int64_t key, std::int64_t
       throw RequestError(Status::kBadRequest, what + ": no gradient values");
     }
     const PushRequest request{key, worker, step, grad, num_elems, lr};
-    const bool sync = options_.consistency.mode == Mode::kSync;
+    const std::int64_t slowest = policy_->slowest_clock(at);
     if (const std::optional<Update> arrival = policy_->update_on_arrival(at, c.version, request)) {
       // One pass: the update (async, ssp: as stale as the updates since the
       // worker's pull; sync: the last contribution of the step, added to the
       // sum of the others in this pass) is staged out of place while the
       // gradient is checked; with a NaN or Inf it is dropped and nothing has
       // changed.
-      const std::int64_t staleness = sync ? 0 : c.version - c.pulled_version[static_cast<std::size_t>(worker)];
+      const std::optional<std::int64_t> stale =
+          policy_->staleness(c.version, c.pulled_version[static_cast<std::size_t>(worker)]);
       double step_lr = arrival->lr;
-      if (!sync && inverse_staleness_ && staleness > 1) step_lr /= static_cast<double>(staleness);
+      if (stale && inverse_staleness_ && *stale > 1) step_lr /= static_cast<double>(*stale);
       std::int64_t bad = 0;
       {
         TraceSpan span(trace_, TraceLevel::kAll, "update", "server");
@@ -144,19 +144,21 @@ PushOutcome ShardStore::push_gradient(int worker, std::int64_t key, std::int64_t
       ++stats_.pushes_accepted;
       if (!update) throw ComputeError(what + ": the consistency policy staged an update, then applied none");
       commit(c, *update);
-      if (!sync) ++stats_.staleness_histogram[staleness];
-      return PushOutcome{true, c.version, staleness};
+      if (stale) ++stats_.staleness_histogram[*stale];
+      return PushOutcome{true, c.version, stale.value_or(0), policy_->slowest_clock(at) > slowest};
     }
     std::optional<Update> update;
     {
-      // sync: the rank-ordered sum, which checks the gradient as it adds it
-      TraceSpan span(sync ? trace_ : nullptr, TraceLevel::kAll, "sum", "server");
+      // The rank-ordered sum (only sync gets here: async and ssp apply every
+      // push as it arrives), which checks the gradient as it adds it.
+      TraceSpan span(trace_, TraceLevel::kAll, "sum", "server");
       update = policy_->on_push(at, c.version, request);
     }
     ++stats_.pushes_accepted;
-    if (!update) return PushOutcome{false, c.version, 0};
+    const bool advanced = policy_->slowest_clock(at) > slowest;
+    if (!update) return PushOutcome{false, c.version, 0, advanced};
     apply(c, *update);  // sync: the mean of the sum, taken in the update's pass
-    return PushOutcome{true, c.version, 0};
+    return PushOutcome{true, c.version, 0, advanced};
   } catch (const RequestError&) {
     ++stats_.pushes_rejected;
     throw;
@@ -172,16 +174,17 @@ PushOutcome ShardStore::skip(int worker, std::int64_t key, std::int64_t step) {
                                                   std::to_string(num_workers_) + ")");
     }
     if (!c.initialized) throw RequestError(Status::kRejected, "skip " + describe_push(key, worker, step) + ": chunk not initialized yet");
-    catch_up(worker, key, step, false);
     if (auto dup = duplicate(c, at, worker, step)) return *dup;
     PushRequest request{key, worker, step, {}, 0, 0.0};
     request.skip = true;
+    const std::int64_t slowest = policy_->slowest_clock(at);
     const std::optional<Update> update = policy_->on_push(at, c.version, request);
     ++stats_.pushes_accepted;
     ++stats_.skip_pushes;
-    if (!update) return PushOutcome{false, c.version, 0};
+    const bool advanced = policy_->slowest_clock(at) > slowest;
+    if (!update) return PushOutcome{false, c.version, 0, advanced};
     apply(c, *update);  // sync: this skip completed the step
-    return PushOutcome{true, c.version, 0};
+    return PushOutcome{true, c.version, 0, advanced};
   } catch (const RequestError&) {
     ++stats_.pushes_rejected;
     throw;
@@ -193,7 +196,7 @@ std::optional<PushOutcome> ShardStore::duplicate(ChunkState& c, std::size_t at, 
   if (step >= policy_->worker_clock(at, worker)) return std::nullopt;
   // Pushed before (worker steps increase per chunk): a resend after a lost
   // reply or a reconnect. Catching up, it is one the failed server took.
-  ++(c.catching_up ? stats_.lost_pushes : stats_.duplicate_pushes);
+  ++(policy_->catching_up(at) ? stats_.lost_pushes : stats_.duplicate_pushes);
   return PushOutcome{false, c.version, 0};
 }
 
@@ -205,44 +208,25 @@ void ShardStore::count_lost(ChunkState& c, std::int64_t updates) {
 
 void ShardStore::begin_catch_up(std::int64_t restored_step) {
   stats_.rejoined_from_step = restored_step;
-  for (ChunkState& c : chunks_) {
-    c.catching_up = true;
-    c.unseen.assign(static_cast<std::size_t>(num_workers_), true);
-  }
+  policy_->begin_catch_up();
 }
 
 bool ShardStore::catch_up(int worker, std::int64_t key, std::int64_t step, bool pull) {
   const std::size_t at = position(key, pull ? "pull" : "push");
   ChunkState& c = chunks_[at];
-  if (!c.catching_up || !c.initialized || worker < 0 || worker >= num_workers_ || !policy_->live(worker)) return false;
+  if (!policy_->catching_up(at) || !c.initialized || worker < 0 || worker >= num_workers_ || !policy_->live(worker)) {
+    return false;
+  }
   const std::int64_t version_before = c.version;
   const std::int64_t clock_before = policy_->worker_clock(at, worker);
-  if (options_.consistency.mode == Mode::kSync) {
-    const std::int64_t target = pull ? step - 1 : step;  // every worker pushed the steps below it
-    if (target > c.version) {
-      count_lost(c, target - c.version);
-      c.version = target;
-      policy_->forget_step(at);
-      for (int w = 0; w < num_workers_; ++w) {
-        policy_->raise_clock(at, w, target);
-        c.pulled_version[static_cast<std::size_t>(w)] = target;
-      }
-    }
-    if (pull && step == c.version + 1 && policy_->worker_clock(at, worker) <= c.version) {
-      // It pushed this step to the server that failed: its contribution is lost.
-      PushRequest lost{key, worker, c.version, {}, 0, 0.0};
-      lost.skip = true;
-      ++stats_.lost_pushes;
-      if (const std::optional<Update> update = policy_->on_push(at, c.version, lost)) apply(c, *update);
-    }
-  } else {
-    if (step > clock_before) {
-      count_lost(c, step - clock_before);
-      policy_->raise_clock(at, worker, step);
-    }
-    c.unseen[static_cast<std::size_t>(worker)] = false;
-    c.catching_up = std::find(c.unseen.begin(), c.unseen.end(), true) != c.unseen.end();
+  const CatchUp found = policy_->catch_up(at, c.version, key, worker, step, pull);
+  count_lost(c, found.lost_updates);
+  if (found.version != c.version) {  // every worker pushed the steps below it, having pulled them
+    c.version = found.version;
+    std::fill(c.pulled_version.begin(), c.pulled_version.end(), found.version);
   }
+  if (found.lost_push) ++stats_.lost_pushes;
+  if (found.update) apply(c, *found.update);
   return c.version != version_before || policy_->worker_clock(at, worker) != clock_before;
 }
 
@@ -267,14 +251,11 @@ std::int64_t ShardStore::stage(ChunkState& c, update::GradSource grad, std::size
 }
 
 void ShardStore::commit(ChunkState& c, const Update& update) {
-  if (options_.consistency.mode == Mode::kSync) c.catching_up = false;  // its first update after a rejoin
   c.optimizer->commit();
   std::swap(c.weights, c.spares[c.staged]);
   ++c.version;
   ++stats_.updates_applied;
-  if (update.contributors + update.skips < num_workers_ && options_.consistency.mode == Mode::kSync) {
-    ++stats_.partial_updates;  // a dropped worker's gradient is missing (skips are counted as skip_pushes)
-  }
+  if (update.partial) ++stats_.partial_updates;  // a dropped worker's gradient is missing (skips are skip_pushes)
 }
 
 void ShardStore::apply(ChunkState& c, const Update& update) {
@@ -283,7 +264,6 @@ void ShardStore::apply(ChunkState& c, const Update& update) {
                        "gradient outside the pass that checks it");
   }
   if (update.contributors == 0) {  // sync, every worker skipped (or the rest dropped): the weights stay, the step is done
-    if (options_.consistency.mode == Mode::kSync) c.catching_up = false;
     ++c.version;
     ++stats_.empty_updates;
     return;

@@ -40,6 +40,9 @@ struct PushOutcome {
   bool applied = false;         // an update happened with this push (async: always; sync: last arrival)
   std::int64_t version = 0;     // chunk version after the push
   std::int64_t staleness = 0;   // async and ssp
+  // The chunk's slowest live clock moved (sync: the step completed): a step
+  // boundary, where the server takes its checkpoint copies.
+  bool clock_advanced = false;
 };
 
 // A chunk's weights: floats in memory from StoreOptions::allocate (the
@@ -155,21 +158,17 @@ class ShardStore {
   // C, the workers are at some step S > C. begin_catch_up() marks every
   // chunk; then each worker's first request to a chunk says how far the
   // failed server had got, and the chunk jumps there instead of waiting for
-  // steps that will not come:
-  //  - sync: a push of step t, or a pull for step t+1, means every worker
-  //    pushed the steps before t: the version jumps to t (the updates between
-  //    are lost and counted) and the step being collected is started afresh.
-  //    A pull for step version+1 from a worker that has not pushed the
-  //    current step here means its push went to the failed server: it counts
-  //    as a lost contribution (the update is the mean of the others). The
-  //    chunk leaves catch-up at its first update.
-  //  - async, ssp: the worker's clock jumps to the request's step (the pushes
-  //    between are lost and counted); nothing waits.
-  // push() and skip() call it themselves; the server calls it for a pull
-  // before ready(). Returns whether the chunk's version or a clock moved
-  // (parked pulls may be answerable).
+  // steps that will not come (sync: the version, and a contribution that went
+  // with the failed server; async, ssp: the worker's clock). The rule per
+  // mode is the consistency policy's (ConsistencyPolicy::catch_up); the
+  // store moves the version and counts what was lost (lost_updates,
+  // lost_pushes). The server calls catch_up() as a step of its own before it
+  // applies a push, skip or pull (server/server.cc), only while
+  // catching_up(). Returns whether the chunk's version or a clock moved
+  // (parked pulls may be answerable, a checkpoint's step reached).
   void begin_catch_up(std::int64_t restored_step);
   bool catch_up(int worker, std::int64_t key, std::int64_t step, bool pull);
+  bool catching_up() const { return policy_->any_catching_up(); }
   std::vector<std::int64_t> keys() const;
 
   const StoreStats& stats() const { return stats_; }
@@ -194,8 +193,6 @@ class ShardStore {
     std::size_t staged = 0;  // the spare stage() wrote
     std::unique_ptr<Optimizer> optimizer;
     std::vector<std::int64_t> pulled_version;  // per worker: version last pulled
-    bool catching_up = false;                  // begin_catch_up(): see above
-    std::vector<bool> unseen;                  // catching up: workers not heard from yet
   };
   // Idempotence: a push of a step below the worker's clock of the chunk was
   // accepted before (worker steps increase): acknowledged, not applied.

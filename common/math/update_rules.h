@@ -1,7 +1,7 @@
 // The optimizer update rules, each written once, for every place that applies
 // them: the servers' per-chunk Optimizer (common/math/optimizer.cc), the CPU backend
 // that allreduce workers and the single-worker trainer use
-// (worker/nn/cpu_ops.cc), and the CUDA kernels (worker/nn/cuda/
+// (worker/nn/cpu_backend.cc), and the CUDA kernels (worker/nn/cuda/
 // optimizer_kernels.cu, which nvcc compiles with this header's element
 // functions for the device, without FMA contraction).
 //

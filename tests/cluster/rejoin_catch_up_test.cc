@@ -89,7 +89,10 @@ TEST_CASE("async and ssp rejoin: each worker's clock jumps to its first request;
     ShardStore after(f.map, 0, 2, f.options);
     after.init(0, constant(0.0f));
     after.begin_catch_up(3);
-    // Restored at clock 0 for both (a fresh init here); worker 0 pushes step 7.
+    // Restored at clock 0 for both (a fresh init here); worker 0 pushes step 7
+    // (the server's catch-up step, then the push).
+    CHECK(after.catching_up());
+    CHECK(after.catch_up(0, 0, 7, false));
     CHECK(after.push(0, 0, 7, constant(1.0f), 1.0).applied);
     CHECK(after.stats().lost_updates == 7);
     if (mode == Mode::kSsp) CHECK_FALSE(after.ready(0, 0, 8));  // ssp: worker 1 is at clock 0 here
@@ -100,6 +103,7 @@ TEST_CASE("async and ssp rejoin: each worker's clock jumps to its first request;
     CHECK(after.ready(0, 1, 6));
     CHECK(after.push(1, 0, 6, constant(1.0f), 1.0).applied);
     CHECK_FALSE(after.catch_up(1, 0, 20, false));  // every worker seen: catch-up is over
+    CHECK_FALSE(after.catching_up());
     CHECK_FALSE(after.push(0, 0, 7, constant(1.0f), 1.0).applied);  // a repeat
     CHECK(after.stats().duplicate_pushes == 1);
     CHECK(after.stats().updates_applied == 2);

@@ -154,3 +154,28 @@ TEST_CASE("copy on write keeps a sent snapshot intact") {
   CHECK(held.values() == constant(6, 1.0f));
   CHECK(store.snapshot(0, 0).values() == constant(6, 0.0f));
 }
+
+// The server takes its checkpoint copies only at step boundaries: a push,
+// skip or drop that moved the chunk's slowest live clock says so
+// (PushOutcome::clock_advanced); a push that leaves it where it was does not.
+TEST_CASE("a push says when it moved the chunk's slowest clock (a step boundary)") {
+  for (const Mode mode : {Mode::kSync, Mode::kAsync, Mode::kSsp}) {
+    CAPTURE(mode);
+    Fixture f;
+    ShardStore store(f.map, 0, 3, options(mode, f.sgd, 2));
+    store.init(0, constant(6, 1.0f));
+    for (std::int64_t step = 0; step < 2; ++step) {
+      CHECK_FALSE(store.push(0, 0, step, constant(6, 1.0f), 0.5).clock_advanced);
+      CHECK_FALSE(store.skip(2, 0, step).clock_advanced);
+      CHECK(store.slowest_clock(0) == step);
+      CHECK(store.push(1, 0, step, constant(6, 1.0f), 0.5).clock_advanced);  // the last of the step
+      CHECK(store.slowest_clock(0) == step + 1);
+      CHECK_FALSE(store.push(1, 0, step, constant(6, 1.0f), 0.5).clock_advanced);  // a repeat
+    }
+    // Worker 2 alone still to push step 2: it is the slowest, and its push moves the clock.
+    CHECK_FALSE(store.push(0, 0, 2, constant(6, 1.0f), 0.5).clock_advanced);
+    CHECK_FALSE(store.push(1, 0, 2, constant(6, 1.0f), 0.5).clock_advanced);
+    CHECK(store.push(2, 0, 2, constant(6, 1.0f), 0.5).clock_advanced);
+    CHECK(store.slowest_clock(0) == 3);
+  }
+}

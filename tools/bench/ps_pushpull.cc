@@ -12,6 +12,7 @@
 #include "common/transport/transport.h"
 #include "scheduler/scheduler.h"
 #include "server/server.h"
+#include "server/server_options.h"
 #include "tools/bench/processes.h"
 #include "worker/client/worker_session.h"
 
@@ -92,15 +93,17 @@ PsRound ps_pushpull_round(std::size_t num_bytes, int rounds, const PsBenchOption
       const SecurityContext security = security_for(a.key_dir, Role::kServer);
       zmq::context_t ctx;
       Logger log("server", LogLevel::kWarn);
-      ServerOptions o;
+      RunConfig config;
+      config.optimizer.momentum = 0.0;
+      config.ps.partition_bytes = partition;
+      config.cluster = cluster;
+      config.cluster.num_servers = a.servers;
+      config.cluster.num_workers = a.workers;
+      config.cluster.scheduler = sched;
+      ServerOptions o = server_options(config);  // its job fingerprint is fp
       o.security = &security;
-      o.optimizer.momentum = 0.0;
-      o.partition_bytes = partition;
-      o.cluster = cluster;
-      o.scheduler_endpoint = sched;
       o.bind_endpoint = a.transport == "ipc" ? "ipc:///tmp/pstrain-bench-" + std::to_string(getpid()) : "tcp://127.0.0.1:*";
       o.requested_rank = s;
-      o.job_fingerprint = fp;
       const std::unique_ptr<Transport> transport = make_transport(ctx, a.transport, partition);
       Server server(*transport, o, log);
       server.run();

@@ -1,6 +1,7 @@
 #include "tools/cluster/local_cluster.h"
 
 #include "common/base/errors.h"
+#include "server/server_options.h"
 
 #include <unistd.h>
 
@@ -19,6 +20,18 @@ std::string unique_tag(const void* self) {
   return buf;
 }
 }  // namespace
+
+RunConfig run_config(const LocalClusterOptions& options) {
+  RunConfig config;
+  config.mode = options.mode;
+  config.ps.staleness_bound = options.staleness_bound;
+  config.ps.partition_bytes = options.partition_bytes;
+  config.optimizer = options.optimizer;
+  config.cluster = options.cluster;
+  config.cluster.num_servers = options.num_servers;
+  config.cluster.num_workers = options.num_workers;
+  return config;
+}
 
 LocalCluster::LocalCluster(zmq::context_t& ctx, LocalClusterOptions options)
     : ctx_(ctx), options_(std::move(options)),
@@ -66,18 +79,11 @@ LocalCluster::LocalCluster(zmq::context_t& ctx, LocalClusterOptions options)
   for (int s = 0; s < options_.num_servers; ++s) {
     threads_.emplace_back([this, s] {
       run_guarded([this, s] {
-        ServerOptions opt;
-        opt.mode = options_.mode;
-        opt.staleness_bound = options_.staleness_bound;
-        opt.optimizer = options_.optimizer;
-        opt.partition_bytes = options_.partition_bytes;
-        opt.cluster = options_.cluster;
+        ServerOptions opt = server_options(run_config(options_));
         opt.scheduler_endpoint = scheduler_endpoint_;
         opt.bind_endpoint = endpoint_for("server" + std::to_string(s));
         opt.requested_rank = s;
         opt.security = &server_security_;
-        opt.job_fingerprint =
-            job_fingerprint(options_.mode, options_.partition_bytes, options_.num_servers, options_.num_workers);
         Logger log("server", options_.log_level);
         if (server_security_.curve) {  // one ZAP handler per context: a context of its own
           zmq::context_t own_ctx;

@@ -46,6 +46,11 @@ struct LocalClusterOptions {
   std::string key_dir;
 };
 
+// The run config `options` stand for (mode, sizes, optimizer, cluster with
+// num_servers and num_workers): its servers get server_options() of it
+// (server/server_options.h), as pstrain-server would for that config.
+RunConfig run_config(const LocalClusterOptions& options);
+
 class LocalCluster {
  public:
   LocalCluster(zmq::context_t& ctx, LocalClusterOptions options);

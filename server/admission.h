@@ -1,0 +1,44 @@
+// The first stage of a server's request path (server/server.h): who may send
+// what. A request decoded off the server's socket is served only if it comes
+// from the connection of the worker it names: each worker's connection is
+// named "w" + the session token the scheduler gave it, and the server learns
+// the tokens at the rendezvous (and a rejoined worker's new one later); a
+// request from a node that is not a worker, in another worker's name, or
+// from a connection no worker of this job was given, is refused. With CURVE
+// and per-worker keys, a request in worker R's name is admitted only over
+// worker R's key.
+// Not thread-safe: owned by the server's event-loop thread.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/transport/transport.h"
+#include "common/wire/protocol.h"
+#include "common/wire/security.h"
+
+namespace pstrain {
+
+class Admission {
+ public:
+  // `security` may be null (CURVE off); it must outlive this object.
+  explicit Admission(const SecurityContext* security) : security_(security) {}
+
+  // The rendezvous: worker w's connection is "w" + worker_tokens[w].
+  void bind(const std::vector<std::string>& worker_tokens);
+  // A new process took back `worker`'s rank: its connection is the one
+  // named by `token`; the old one's requests are refused from now on.
+  void rebind(int worker, const std::string& token);
+  // Throws RequestError (kBadRequest, saying why) unless `env` may be
+  // served: sent by a worker, over its own connection (and key).
+  void admit(const Envelope& env) const;
+
+ private:
+  void check_key_binding(const Envelope& env) const;
+
+  const SecurityContext* security_;
+  std::map<std::string, int> worker_of_connection_;  // "w" + token -> worker rank
+};
+
+}  // namespace pstrain

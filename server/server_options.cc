@@ -1,0 +1,25 @@
+#include "server/server_options.h"
+
+#include "common/checkpoint/checkpoint.h"
+#include "common/config/job_fingerprint.h"
+#include "common/math/optimizer.h"
+
+namespace pstrain {
+
+ServerOptions server_options(const RunConfig& config, double* implicit_momentum) {
+  ServerOptions o;
+  o.mode = config.mode;
+  o.staleness_bound = config.ps.staleness_bound;
+  o.optimizer = server_optimizer(config, implicit_momentum);
+  o.partition_bytes = config.ps.partition_bytes;
+  o.cluster = config.cluster;
+  o.scheduler_endpoint = config.cluster.scheduler;
+  o.job_fingerprint = job_fingerprint(config.mode, config.ps.partition_bytes, config.cluster.num_servers,
+                                      config.cluster.num_workers);
+  o.checkpoint_interval = config.checkpoint.interval_steps;
+  o.checkpoint_root = checkpoint_root(config).string();
+  o.fingerprint = checkpoint_fingerprint(config);
+  return o;
+}
+
+}  // namespace pstrain
