@@ -55,8 +55,6 @@
 #include <string>
 #include <vector>
 
-#include <zmq.hpp>
-
 #include "common/config/config.h"
 #include "common/base/log.h"
 #include "common/wire/protocol.h"
@@ -64,7 +62,6 @@
 #include "common/observe/traffic_counters.h"
 #include "common/observe/trace.h"
 #include "common/transport/transport.h"
-#include "common/transport/zmq_transport.h"
 
 namespace pstrain {
 
@@ -111,8 +108,8 @@ class Scheduler {
   // Binds at once so endpoint() is known before run().
   // Over the node's transport (common/transport/transport.h; outliving the scheduler).
   Scheduler(Transport& transport, SchedulerOptions options, Logger& log);
-  // Over ZeroMQ in `ctx` (a ZmqTransport of its own on that context).
-  Scheduler(zmq::context_t& ctx, SchedulerOptions options, Logger& log);
+  // Over a transport of its own (make_transport, common/transport/make_transport.h).
+  Scheduler(std::unique_ptr<Transport> transport, SchedulerOptions options, Logger& log);
 
   const std::string& endpoint() const { return endpoint_; }
   void run();
@@ -199,7 +196,7 @@ class Scheduler {
     return msg.has_payload && !sender_key_.empty() ? sender_key_.c_str() : nullptr;
   }
 
-  std::unique_ptr<Transport> owned_transport_;  // the zmq::context_t constructor's
+  std::unique_ptr<Transport> owned_transport_;  // the owning constructor's
   Transport& transport_;
   SchedulerOptions options_;
   Logger& log_;

@@ -8,6 +8,7 @@
 #include "common/base/errors.h"
 #include "tests/cluster/run_workers.h"
 #include "tools/cluster/local_cluster.h"
+#include "common/transport/zmq/zmq_transport.h"
 
 using namespace pstrain;
 using pstrain::test::run_workers;
@@ -144,7 +145,7 @@ TEST_CASE("the same cluster over tcp and ipc") {
     LocalCluster cluster(ctx, o);
     const ParamLayout layout = test_layout();
     run_workers(2, [&](int r) {
-      WorkerSession session(ctx, cluster.worker_options(r), layout);
+      WorkerSession session(std::make_unique<ZmqTransport>(ctx), cluster.worker_options(r), layout);
       std::vector<float> params(static_cast<std::size_t>(layout.total_elems()), 1.0f);
       session.broadcast_initial(params);
       std::vector<float> grad(params.size(), 2.0f);

@@ -12,6 +12,7 @@
 #include "common/transport/transport.h"
 #include "tests/cluster/run_workers.h"
 #include "tools/cluster/local_cluster.h"
+#include "common/transport/zmq/zmq_transport.h"
 
 using namespace pstrain;
 
@@ -45,7 +46,7 @@ std::vector<float> run_with_a_worker_lost(LocalCluster& cluster, zmq::context_t&
                                           Mode mode) {
   std::vector<float> final0;
   test::run_workers(workers, [&](int r) {
-    WorkerSession session(ctx, cluster.worker_options(r), layout());
+    WorkerSession session(std::make_unique<ZmqTransport>(ctx), cluster.worker_options(r), layout());
     std::vector<float> params(40, 10.0f);
     session.broadcast_initial(params);
     if (r == workers - 1) return;  // lost: no push, no heartbeat from here on
@@ -128,7 +129,7 @@ TEST_CASE("a worker waiting for the servers stops at the scheduler's shutdown in
   LocalClusterOptions o = options(Mode::kSync, 1, "abort");
   o.cluster.timeout_ms = 20000;
   LocalCluster cluster(ctx, o);
-  WorkerSession session(ctx, cluster.worker_options(0), layout());
+  WorkerSession session(std::make_unique<ZmqTransport>(ctx), cluster.worker_options(0), layout());
   std::vector<float> params(40, 1.0f);
   session.broadcast_initial(params);
   const KVClient::Ticket never = session.kv().pull(params, 5);  // a version that never comes

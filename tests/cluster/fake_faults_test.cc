@@ -1,5 +1,5 @@
 // The failure and staleness logic under faults only the fake transport
-// (common/transport/fake_transport.h) makes deterministic: a whole cluster (scheduler,
+// (common/transport/fake/fake_transport.h) makes deterministic: a whole cluster (scheduler,
 // servers, workers as threads) over one FakeTransport with a fault plan.
 #include <doctest/doctest.h>
 

@@ -16,6 +16,7 @@
 #include "tests/cluster/run_workers.h"
 #include "tools/cluster/local_cluster.h"
 #include "worker/train/ps_rejoin.h"
+#include "common/transport/zmq/zmq_transport.h"
 
 using namespace pstrain;
 
@@ -179,7 +180,7 @@ ParamLayout layout() {
 // A rejoin registration sent by hand; returns the scheduler's refusal ("" if accepted).
 std::string rejoin_refusal(zmq::context_t& ctx, const LocalCluster& cluster, int rank) {
   const WorkerSessionOptions o = cluster.worker_options(rank);
-  SchedulerClient client(ctx, o.scheduler_endpoint, Role::kWorker, o.cluster);
+  SchedulerClient client(std::make_unique<ZmqTransport>(ctx), o.scheduler_endpoint, Role::kWorker, o.cluster);
   RegisterRequest req;
   req.requested_rank = rank;
   req.host = "test";
@@ -202,14 +203,14 @@ TEST_CASE("restart, sync: a lost worker's rank is taken back at the job's step; 
     std::vector<float> grad(40, static_cast<float>(r + 1));
     std::int64_t first = 0;
     std::optional<WorkerSession> session;
-    session.emplace(ctx, cluster.worker_options(r), layout());
+    session.emplace(std::make_unique<ZmqTransport>(ctx), cluster.worker_options(r), layout());
     session->broadcast_initial(params);
     if (r == 2) {
       // Lost at once: no push, and no heartbeat from here on.
       session.reset();
       WorkerSessionOptions again = cluster.worker_options(2);
       again.rejoin = true;  // refused while worker 2 is alive, then accepted once dropped
-      session.emplace(ctx, again, layout());
+      session.emplace(std::make_unique<ZmqTransport>(ctx), again, layout());
       Logger log("rejoiner", LogLevel::kError);
       first = rejoin_ps_job(*session, params, again.cluster, log);
       joined_at = first;
@@ -244,7 +245,7 @@ TEST_CASE("a rejoin under on_worker_failure = \"continue\" is refused with the r
   LocalClusterOptions o = cluster_options("continue");
   o.num_workers = 1;
   LocalCluster cluster(ctx, o);
-  WorkerSession session(ctx, cluster.worker_options(0), layout());
+  WorkerSession session(std::make_unique<ZmqTransport>(ctx), cluster.worker_options(0), layout());
   std::vector<float> params(40, 1.0f);
   session.broadcast_initial(params);
   CHECK(rejoin_refusal(ctx, cluster, 0).find("not \"restart\"") != std::string::npos);

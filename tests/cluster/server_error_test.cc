@@ -9,6 +9,7 @@
 #include "common/wire/protocol.h"
 #include "tools/cluster/local_cluster.h"
 #include "worker/client/kv_client.h"
+#include "common/transport/zmq/zmq_transport.h"
 
 using namespace pstrain;
 
@@ -24,7 +25,7 @@ TEST_CASE("a server's error status reaches the worker as a typed ServerError") {
   LocalCluster cluster(ctx, o);
   ParamLayout layout;
   layout.add("w", {64});
-  WorkerSession session(ctx, cluster.worker_options(), layout);
+  WorkerSession session(std::make_unique<ZmqTransport>(ctx), cluster.worker_options(), layout);
   std::vector<float> params(64, 1.0f);
   session.broadcast_initial(params);
   const ShardMap& map = session.shard_map();

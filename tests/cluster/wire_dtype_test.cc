@@ -13,6 +13,7 @@
 #include "common/math/update_rules.h"
 #include "tests/cluster/run_workers.h"
 #include "tools/cluster/local_cluster.h"
+#include "common/transport/zmq/zmq_transport.h"
 
 using namespace pstrain;
 using pstrain::test::run_workers;
@@ -60,7 +61,7 @@ std::vector<std::vector<float>> run(bool bf16_wire, int servers, int workers, in
   run_workers(workers, [&](int r) {
     WorkerSessionOptions wo = cluster.worker_options(r);
     if (bf16_wire) wo.wire_dtype = DType::kBFloat16;
-    WorkerSession session(ctx, wo, l);
+    WorkerSession session(std::make_unique<ZmqTransport>(ctx), wo, l);
     std::vector<float> params(n);
     for (std::size_t i = 0; i < n; ++i) params[i] = 0.01f * static_cast<float>(i % 13) - 0.05f;
     session.broadcast_initial(params);  // init is float32 either way
@@ -142,7 +143,7 @@ TEST_CASE("a non-finite gradient sent in bfloat16 is still refused by the server
   const auto n = static_cast<std::size_t>(l.total_elems());
   WorkerSessionOptions wo = cluster.worker_options(0);
   wo.wire_dtype = DType::kBFloat16;
-  WorkerSession session(ctx, wo, l);
+  WorkerSession session(std::make_unique<ZmqTransport>(ctx), wo, l);
   std::vector<float> params(n, 0.5f);
   session.broadcast_initial(params);
   std::vector<float> grad(n, 0.25f);

@@ -50,7 +50,6 @@ LocalCluster::LocalCluster(zmq::context_t& ctx, LocalClusterOptions options)
       worker_security_ = SecurityContext::load(sec, Role::kWorker);
     }
     for (int w = 0; w < options_.num_workers; ++w) worker_security_of_rank_.push_back(SecurityContext::load(sec, Role::kWorker, w));
-    scheduler_ctx_ = std::make_unique<zmq::context_t>();
   }
   SchedulerOptions so;
   so.security = &scheduler_security_;
@@ -59,8 +58,9 @@ LocalCluster::LocalCluster(zmq::context_t& ctx, LocalClusterOptions options)
   so.cluster = options_.cluster;
   so.bind_endpoint = endpoint_for("scheduler");
   so.on_failure = options_.on_failure;
-  scheduler_ = scheduler_ctx_ ? std::make_unique<Scheduler>(*scheduler_ctx_, so, log_)
-                             : std::make_unique<Scheduler>(*transport_, so, log_);
+  // CURVE: one ZAP handler per context, so the scheduler and each server a transport (a context) of their own.
+  scheduler_ = scheduler_security_.curve ? std::make_unique<Scheduler>(std::make_unique<ZmqTransport>(), so, log_)
+                                         : std::make_unique<Scheduler>(*transport_, so, log_);
   scheduler_endpoint_ = scheduler_->endpoint();
   threads_.emplace_back([this] { run_guarded([this] { scheduler_->run(); }); });
   for (int s = 0; s < options_.num_servers; ++s) {
@@ -80,8 +80,7 @@ LocalCluster::LocalCluster(zmq::context_t& ctx, LocalClusterOptions options)
             job_fingerprint(options_.mode, options_.partition_bytes, options_.num_servers, options_.num_workers);
         Logger log("server", options_.log_level);
         if (server_security_.curve) {  // one ZAP handler per context: a context of its own
-          zmq::context_t own_ctx;
-          Server server(own_ctx, opt, log);
+          Server server(std::make_unique<ZmqTransport>(), opt, log);
           server.run();
         } else {
           Server server(*transport_, opt, log);

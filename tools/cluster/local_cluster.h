@@ -17,10 +17,10 @@
 #include <zmq.hpp>
 
 #include "common/config/config.h"
-#include "common/transport/fake_transport.h"
+#include "common/transport/fake/fake_transport.h"
 #include "common/base/log.h"
-#include "common/transport/shm_transport.h"
-#include "common/transport/zmq_transport.h"
+#include "common/transport/shm/shm_transport.h"
+#include "common/transport/zmq/zmq_transport.h"
 #include "scheduler/scheduler.h"
 #include "server/server.h"
 #include "worker/client/worker_session.h"
@@ -80,7 +80,6 @@ class LocalCluster {
   SecurityContext server_security_;
   SecurityContext worker_security_;               // the shared worker.key (rank -1)
   std::vector<SecurityContext> worker_security_of_rank_;  // by rank: worker-R.key, or worker.key
-  std::unique_ptr<zmq::context_t> scheduler_ctx_;  // curve: the scheduler's own context
   std::unique_ptr<Scheduler> scheduler_;
   std::string scheduler_endpoint_;
   std::vector<std::thread> threads_;
