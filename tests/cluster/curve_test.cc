@@ -170,8 +170,8 @@ TEST_CASE("with curve on, a peer without a worker key gets nothing from a server
   const CurveKeyPair server_client = read_key_file(keys.path() / "server.key", true);  // the job's, not a worker's
   const CurveKeyPair worker_client = read_key_file(keys.path() / "worker.key", true);
 
-  zmq::context_t ctx;
-  LocalCluster cluster(ctx, curve_options(keys.path()));
+  LocalCluster cluster(curve_options(keys.path()));
+  zmq::context_t& ctx = cluster.zmq_context();  // inproc peers share the cluster's
   WorkerSession session(std::make_unique<ZmqTransport>(ctx), cluster.worker_options(0), layout_of(16));
   std::vector<float> params(16, 1.0f);
   session.broadcast_initial(params);
@@ -218,8 +218,8 @@ TEST_CASE("with curve on, a forged abort from a peer without a job key never rea
   write_job_keys(other.path(), false);
   const std::string bind_public = read_key_file(keys.path() / "bind.pub", false).public_z85;
   const CurveKeyPair stranger = read_key_file(other.path() / "worker.key", true);
-  zmq::context_t ctx;
-  LocalCluster cluster(ctx, curve_options(keys.path()));
+  LocalCluster cluster(curve_options(keys.path()));
+  zmq::context_t& ctx = cluster.zmq_context();  // inproc peers share the cluster's
   WorkerSession session(std::make_unique<ZmqTransport>(ctx), cluster.worker_options(0), layout_of(16));
   std::vector<float> params(16, 1.0f);
   session.broadcast_initial(params);
@@ -246,8 +246,8 @@ TEST_CASE("with curve on, a role is bound to its key: a worker's key cannot regi
   const std::string bind_public = read_key_file(keys.path() / "bind.pub", false).public_z85;
   const CurveKeyPair worker_client = read_key_file(keys.path() / "worker.key", true);
   LocalClusterOptions o = curve_options(keys.path());
-  zmq::context_t ctx;
-  LocalCluster cluster(ctx, o);
+  LocalCluster cluster(o);
+  zmq::context_t& ctx = cluster.zmq_context();  // inproc peers share the cluster's
   std::this_thread::sleep_for(milliseconds(200));
   zmq::socket_t s = outsider(ctx, cluster.scheduler_endpoint(), bind_public, &worker_client, "");
   RegisterRequest req;

@@ -33,8 +33,8 @@ LocalClusterOptions three_workers_continue() {
 }  // namespace
 
 TEST_CASE("epoch members: fixed by the first ask; after a drop the next epoch is the survivors'") {
-  zmq::context_t ctx;
-  LocalCluster cluster(ctx, three_workers_continue());
+  LocalCluster cluster(three_workers_continue());
+  zmq::context_t& ctx = cluster.zmq_context();  // inproc peers share the cluster's
   ParamLayout layout;
   layout.add("w", {8});
   std::mutex mutex;
@@ -69,8 +69,8 @@ TEST_CASE("epoch members: fixed by the first ask; after a drop the next epoch is
 }
 
 TEST_CASE("live workers: asked now, every time; the lowest is the manifest writer, worker 1 once worker 0 is dropped") {
-  zmq::context_t ctx;
-  LocalCluster cluster(ctx, three_workers_continue());
+  LocalCluster cluster(three_workers_continue());
+  zmq::context_t& ctx = cluster.zmq_context();  // inproc peers share the cluster's
   ParamLayout layout;
   layout.add("w", {8});
   std::mutex mutex;

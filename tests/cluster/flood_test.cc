@@ -41,8 +41,8 @@ TEST_CASE("a flood of pushes from unpaced peers that never read their replies st
   o.cluster.heartbeat_interval_ms = 50;
   o.cluster.heartbeat_timeout_ms = 5000;
   o.log_level = LogLevel::kError;
-  zmq::context_t ctx;
-  LocalCluster cluster(ctx, o);
+  LocalCluster cluster(o);
+  zmq::context_t& ctx = cluster.zmq_context();  // inproc peers share the cluster's
   ParamLayout layout;
   layout.add("w", {16});
   WorkerSession session(std::make_unique<ZmqTransport>(ctx), cluster.worker_options(0), layout);
@@ -123,8 +123,8 @@ TEST_CASE("a worker with more chunks per server than the default queue bounds ge
   o.partition_bytes = 4096;
   o.cluster.timeout_ms = 30000;
   o.log_level = LogLevel::kError;
-  zmq::context_t ctx;
-  LocalCluster cluster(ctx, o);
+  LocalCluster cluster(o);
+  zmq::context_t& ctx = cluster.zmq_context();  // inproc peers share the cluster's
   ParamLayout layout;
   layout.add("w", {12000 * 1024});
   WorkerSession session(std::make_unique<ZmqTransport>(ctx), cluster.worker_options(0), layout);

@@ -81,8 +81,8 @@ void train_steps(WorkerSession& session, int steps) {
 }  // namespace
 
 TEST_CASE("requests whose sender left before the error reply do not stop the scheduler or a server") {
-  zmq::context_t ctx;
-  LocalCluster cluster(ctx, tcp_options(1));
+  LocalCluster cluster(tcp_options(1));
+  zmq::context_t& ctx = cluster.zmq_context();  // inproc peers share the cluster's
   WorkerSession session(std::make_unique<ZmqTransport>(ctx), cluster.worker_options(0), layout_of(16));
   // 200 bad store-sets to the scheduler (an empty key is refused), each from a
   // connection that leaves at once: the refusals find their peers gone.
@@ -99,8 +99,8 @@ TEST_CASE("requests whose sender left before the error reply do not stop the sch
 }
 
 TEST_CASE("heartbeat, done, abort and barrier are taken only from the node they name") {
-  zmq::context_t ctx;
-  LocalCluster cluster(ctx, tcp_options(1));
+  LocalCluster cluster(tcp_options(1));
+  zmq::context_t& ctx = cluster.zmq_context();  // inproc peers share the cluster's
   WorkerSession session(std::make_unique<ZmqTransport>(ctx), cluster.worker_options(0), layout_of(16));
   zmq::socket_t raw = make_socket(ctx, zmq::socket_type::dealer);
   connect_socket(raw, cluster.scheduler_endpoint());
@@ -127,8 +127,8 @@ TEST_CASE("heartbeat, done, abort and barrier are taken only from the node they 
 }
 
 TEST_CASE("a registration with another job's fingerprint is refused and does not abort the job") {
-  zmq::context_t ctx;
-  LocalCluster cluster(ctx, tcp_options(1));
+  LocalCluster cluster(tcp_options(1));
+  zmq::context_t& ctx = cluster.zmq_context();  // inproc peers share the cluster's
   // The server has registered; an outsider registers as a worker of another job.
   zmq::socket_t raw = make_socket(ctx, zmq::socket_type::dealer);
   connect_socket(raw, cluster.scheduler_endpoint());
@@ -151,8 +151,8 @@ TEST_CASE("a registration with another job's fingerprint is refused and does not
 }
 
 TEST_CASE("a push in another worker's name is refused at the server, with or without a worker's connection") {
-  zmq::context_t ctx;
-  LocalCluster cluster(ctx, tcp_options(2));
+  LocalCluster cluster(tcp_options(2));
+  zmq::context_t& ctx = cluster.zmq_context();  // inproc peers share the cluster's
   std::vector<float> weights_after;
   std::thread real([&] {
     WorkerSession session(std::make_unique<ZmqTransport>(ctx), cluster.worker_options(0), layout_of(16));
@@ -202,10 +202,10 @@ TEST_CASE("a push in another worker's name is refused at the server, with or wit
 }
 
 TEST_CASE("far-future pulls are capped per connection and expire after timeout_ms") {
-  zmq::context_t ctx;
   LocalClusterOptions o = tcp_options(1);
   o.cluster.timeout_ms = 1500;  // the servers drop a parked pull after this
-  LocalCluster cluster(ctx, o);
+  LocalCluster cluster(o);
+  zmq::context_t& ctx = cluster.zmq_context();  // inproc peers share the cluster's
   WorkerSessionOptions wo = cluster.worker_options(0);
   wo.cluster.timeout_ms = 20000;  // the worker itself waits longer, to see the server's answer
   WorkerSession session(std::make_unique<ZmqTransport>(ctx), wo, layout_of(16));

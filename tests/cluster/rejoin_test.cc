@@ -192,8 +192,8 @@ std::string rejoin_refusal(zmq::context_t& ctx, const LocalCluster& cluster, int
 }  // namespace
 
 TEST_CASE("restart, sync: a lost worker's rank is taken back at the job's step; each step is the mean of those in it") {
-  zmq::context_t ctx;
-  LocalCluster cluster(ctx, cluster_options("restart"));
+  LocalCluster cluster(cluster_options("restart"));
+  zmq::context_t& ctx = cluster.zmq_context();  // inproc peers share the cluster's
   constexpr int kSteps = 30;
   std::vector<float> final0;
   std::int64_t joined_at = -1;
@@ -241,10 +241,10 @@ TEST_CASE("restart, sync: a lost worker's rank is taken back at the job's step; 
 }
 
 TEST_CASE("a rejoin under on_worker_failure = \"continue\" is refused with the reason") {
-  zmq::context_t ctx;
   LocalClusterOptions o = cluster_options("continue");
   o.num_workers = 1;
-  LocalCluster cluster(ctx, o);
+  LocalCluster cluster(o);
+  zmq::context_t& ctx = cluster.zmq_context();  // inproc peers share the cluster's
   WorkerSession session(std::make_unique<ZmqTransport>(ctx), cluster.worker_options(0), layout());
   std::vector<float> params(40, 1.0f);
   session.broadcast_initial(params);

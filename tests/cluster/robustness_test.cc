@@ -65,8 +65,8 @@ Header worker_header(MsgType type, std::int64_t key, std::int64_t num_elems) {
 }  // namespace
 
 TEST_CASE("a server answers malformed requests with errors and keeps serving") {
-  zmq::context_t ctx;
-  LocalCluster cluster(ctx, small_options(1));
+  LocalCluster cluster(small_options(1));
+  zmq::context_t& ctx = cluster.zmq_context();  // inproc peers share the cluster's
   const ParamLayout layout = layout_of(16);
   WorkerSession session(std::make_unique<ZmqTransport>(ctx), cluster.worker_options(), layout);
   std::vector<float> params(16, 1.0f);
@@ -115,8 +115,8 @@ TEST_CASE("a server answers malformed requests with errors and keeps serving") {
 }
 
 TEST_CASE("a worker that stops heartbeating aborts the job, and everyone hears why") {
-  zmq::context_t ctx;
-  LocalCluster cluster(ctx, small_options(2));
+  LocalCluster cluster(small_options(2));
+  zmq::context_t& ctx = cluster.zmq_context();  // inproc peers share the cluster's
   const ParamLayout layout = layout_of(8);
   std::string worker0_error;
   std::thread w0([&] {
@@ -138,8 +138,8 @@ TEST_CASE("a worker that stops heartbeating aborts the job, and everyone hears w
 }
 
 TEST_CASE("a worker's reported failure aborts the job") {
-  zmq::context_t ctx;
-  LocalCluster cluster(ctx, small_options(2));
+  LocalCluster cluster(small_options(2));
+  zmq::context_t& ctx = cluster.zmq_context();  // inproc peers share the cluster's
   const ParamLayout layout = layout_of(8);
   std::string worker0_error;
   std::thread w0([&] {
@@ -162,18 +162,18 @@ TEST_CASE("a worker's reported failure aborts the job") {
 }
 
 TEST_CASE("registration times out naming who is missing") {
-  zmq::context_t ctx;
   LocalClusterOptions o = small_options(2);
   o.cluster.timeout_ms = 500;
-  LocalCluster cluster(ctx, o);
+  LocalCluster cluster(o);
+  zmq::context_t& ctx = cluster.zmq_context();  // inproc peers share the cluster's
   CHECK_THROWS_WITH_AS(WorkerSession(std::make_unique<ZmqTransport>(ctx), cluster.worker_options(0), layout_of(4)),
                        doctest::Contains("registered 1/1 servers and 1/2 workers"), AbortedError);
   CHECK_THROWS_AS(cluster.join(), AbortedError);
 }
 
 TEST_CASE("workers with different models are refused") {
-  zmq::context_t ctx;
-  LocalCluster cluster(ctx, small_options(2));
+  LocalCluster cluster(small_options(2));
+  zmq::context_t& ctx = cluster.zmq_context();  // inproc peers share the cluster's
   std::string err0, err1;
   std::thread w0([&] {
     try { WorkerSession s(std::make_unique<ZmqTransport>(ctx), cluster.worker_options(0), layout_of(4)); } catch (const Error& e) { err0 = e.what(); }

@@ -57,8 +57,8 @@ Header register_header() {
 }  // namespace
 
 TEST_CASE("a worker that registers and leaves before the rendezvous does not stop the scheduler") {
-  zmq::context_t ctx;
-  LocalCluster cluster(ctx, two_workers("continue"));
+  LocalCluster cluster(two_workers("continue"));
+  zmq::context_t& ctx = cluster.zmq_context();  // inproc peers share the cluster's
   {
     zmq::socket_t s = make_socket(ctx, zmq::socket_type::dealer, SocketOptions{std::int64_t{1} << 20, milliseconds(0)});
     connect_socket(s, cluster.scheduler_endpoint());
@@ -79,8 +79,8 @@ TEST_CASE("a worker that registers and leaves before the rendezvous does not sto
 }
 
 TEST_CASE("a worker registering with another model layout is refused at once and does not abort the job") {
-  zmq::context_t ctx;
-  LocalCluster cluster(ctx, two_workers("abort"));
+  LocalCluster cluster(two_workers("abort"));
+  zmq::context_t& ctx = cluster.zmq_context();  // inproc peers share the cluster's
   // Worker 0 registers first (in a thread: its reply comes at the rendezvous).
   std::unique_ptr<WorkerSession> session;
   std::thread first([&] { session = std::make_unique<WorkerSession>(std::make_unique<ZmqTransport>(ctx), cluster.worker_options(0), layout_of(16)); });

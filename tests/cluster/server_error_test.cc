@@ -14,7 +14,6 @@
 using namespace pstrain;
 
 TEST_CASE("a server's error status reaches the worker as a typed ServerError") {
-  zmq::context_t ctx;
   LocalClusterOptions o;
   o.num_servers = 2;
   o.num_workers = 1;
@@ -22,7 +21,8 @@ TEST_CASE("a server's error status reaches the worker as a typed ServerError") {
   o.partition_bytes = 64;  // 16 floats a chunk: both servers hold some
   o.cluster.timeout_ms = 5000;
   o.log_level = LogLevel::kError;
-  LocalCluster cluster(ctx, o);
+  LocalCluster cluster(o);
+  zmq::context_t& ctx = cluster.zmq_context();  // inproc peers share the cluster's
   ParamLayout layout;
   layout.add("w", {64});
   WorkerSession session(std::make_unique<ZmqTransport>(ctx), cluster.worker_options(), layout);

@@ -50,8 +50,8 @@ TEST_CASE("ssp over sockets: a straggler holds the others within the bound at ev
     CAPTURE(bound);
     constexpr int kWorkers = 3;
     constexpr int kSteps = 16;
-    zmq::context_t ctx;
-    LocalCluster cluster(ctx, options(Mode::kSsp, 2, kWorkers, bound));
+    LocalCluster cluster(options(Mode::kSsp, 2, kWorkers, bound));
+    zmq::context_t& ctx = cluster.zmq_context();  // inproc peers share the cluster's
     const ParamLayout l = layout();
     const auto n = static_cast<std::size_t>(l.total_elems());
     // clock[w]: steps worker w has sent its push for (raised before the push
@@ -101,8 +101,8 @@ TEST_CASE("sync over sockets: two runs with different arrival orders give identi
   const ParamLayout l = layout();
   const auto n = static_cast<std::size_t>(l.total_elems());
   auto run = [&](unsigned jitter_seed) {
-    zmq::context_t ctx;
-    LocalCluster cluster(ctx, options(Mode::kSync, 3, kWorkers));
+    LocalCluster cluster(options(Mode::kSync, 3, kWorkers));
+    zmq::context_t& ctx = cluster.zmq_context();  // inproc peers share the cluster's
     std::vector<float> final_params;
     run_workers(kWorkers, [&](int r) {
       WorkerSession session(std::make_unique<ZmqTransport>(ctx), cluster.worker_options(r), l);

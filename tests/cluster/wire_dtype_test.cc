@@ -53,8 +53,8 @@ float gradient(int rank, std::size_t i, int step, float weight) {
 // otherwise float32 on the wire with every gradient and every pulled weight
 // rounded to bfloat16 by the worker itself.
 std::vector<std::vector<float>> run(bool bf16_wire, int servers, int workers, int steps) {
-  zmq::context_t ctx;
-  LocalCluster cluster(ctx, options(servers, workers));
+  LocalCluster cluster(options(servers, workers));
+  zmq::context_t& ctx = cluster.zmq_context();  // inproc peers share the cluster's
   const ParamLayout l = layout();
   const auto n = static_cast<std::size_t>(l.total_elems());
   std::vector<std::vector<float>> finals(static_cast<std::size_t>(workers));
@@ -137,8 +137,8 @@ TEST_CASE("sync with bfloat16 on the wire equals allreduce fed the same rounded 
 }
 
 TEST_CASE("a non-finite gradient sent in bfloat16 is still refused by the servers") {
-  zmq::context_t ctx;
-  LocalCluster cluster(ctx, options(1, 1));
+  LocalCluster cluster(options(1, 1));
+  zmq::context_t& ctx = cluster.zmq_context();  // inproc peers share the cluster's
   const ParamLayout l = layout();
   const auto n = static_cast<std::size_t>(l.total_elems());
   WorkerSessionOptions wo = cluster.worker_options(0);

@@ -164,9 +164,9 @@ TEST_CASE("pstrain-keygen --workers N: one private keypair per worker rank, and 
 TEST_CASE("per-worker keys: worker-1's key can neither register as rank 0 nor push in worker 0's name") {
   KeyDir keys;
   write_job_keys(keys.path(), false, 2);
-  zmq::context_t ctx;
   const LocalClusterOptions o = options_for(keys.path(), 2);
-  LocalCluster cluster(ctx, o);
+  LocalCluster cluster(o);
+  zmq::context_t& ctx = cluster.zmq_context();  // inproc peers share the cluster's
 
   // 1. A peer holding worker-1.key registers as rank 0: refused at once.
   {
@@ -246,8 +246,8 @@ TEST_CASE("per-worker keys: worker-1's key can neither register as rank 0 nor pu
 TEST_CASE("per-worker keys through the local cluster: each worker session uses its own key and the job trains") {
   KeyDir keys;
   write_job_keys(keys.path(), false, 2);
-  zmq::context_t ctx;
-  LocalCluster cluster(ctx, options_for(keys.path(), 2));
+  LocalCluster cluster(options_for(keys.path(), 2));
+  zmq::context_t& ctx = cluster.zmq_context();  // inproc peers share the cluster's
   CHECK(error_text([&] { (void)cluster.worker_options(-1); }).find("needs a rank") != std::string::npos);
   auto train = [&](int rank) {
     WorkerSession session(std::make_unique<ZmqTransport>(ctx), cluster.worker_options(rank), layout_of(16));

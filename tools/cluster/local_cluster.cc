@@ -20,8 +20,8 @@ std::string unique_tag(const void* self) {
 }
 }  // namespace
 
-LocalCluster::LocalCluster(zmq::context_t& ctx, LocalClusterOptions options)
-    : ctx_(ctx), options_(std::move(options)),
+LocalCluster::LocalCluster(LocalClusterOptions options)
+    : ctx_(std::make_unique<zmq::context_t>()), options_(std::move(options)),
       tag_(unique_tag(this)),
       log_("local", options_.log_level) {
   if (options_.transport == "fake") {
@@ -29,11 +29,11 @@ LocalCluster::LocalCluster(zmq::context_t& ctx, LocalClusterOptions options)
     fake_ = fake.get();
     transport_ = std::move(fake);
   } else if (options_.transport == "inproc" || options_.transport == "ipc" || options_.transport == "tcp") {
-    transport_ = std::make_unique<ZmqTransport>(ctx_);
+    transport_ = std::make_unique<ZmqTransport>(*ctx_);
   } else if (options_.transport == "shm") {  // tcp endpoints, tensors through shared memory (one process here)
     ShmTransportOptions shm_options = shm_options_for(options_.partition_bytes);
     shm_options.min_bytes = 1;  // every payload through the slots, however small the test's chunks
-    auto shm = std::make_unique<ShmTransport>(ctx_, shm_options);
+    auto shm = std::make_unique<ShmTransport>(*ctx_, shm_options);
     shm_ = shm.get();
     transport_ = std::move(shm);
   } else {
