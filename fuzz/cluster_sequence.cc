@@ -55,6 +55,8 @@
 #include "scheduler/scheduler.h"
 #include "server/server.h"
 #include "server/server_options.h"
+#include "common/transport/zmq/zmq_transport.h"
+#include "common/transport/zmq/zmq_socket.h"
 
 using namespace pstrain;
 using std::chrono::milliseconds;
@@ -127,7 +129,7 @@ SocketOptions peer_socket_options() {
 // Sends a header and an optional payload frame exactly as given (header
 // fields need not match the payload: that is the point).
 void send_raw(zmq::socket_t& s, const Header& h, const std::optional<std::string>& payload) {
-  zmq::message_t head = encode_header(h);
+  zmq::message_t head = to_message(encode_header(h));
   if (!payload) {
     (void)s.send(head, zmq::send_flags::dontwait);
     return;
@@ -161,9 +163,9 @@ class Harness {
   Harness()
       : log_("fuzz scheduler", log_level()),
         map_(job_layout(), 1, kPartitionBytes),
-        scheduler_(ctx_, scheduler_options(), log_),
+        scheduler_(std::make_unique<ZmqTransport>(ctx_), scheduler_options(), log_),
         server_log_("fuzz server", log_level()),
-        server_(ctx_, server_options(), server_log_) {
+        server_(std::make_unique<ZmqTransport>(ctx_), server_options(), server_log_) {
     scheduler_thread_ = std::thread([this] { run_node(scheduler_error_, scheduler_done_, [this] { scheduler_.run(); }); });
     server_thread_ = std::thread([this] { run_node(server_error_, server_done_, [this] { server_.run(); }); });
     honest_sched_.emplace(make_socket(ctx_, zmq::socket_type::dealer, peer_socket_options()));
@@ -582,7 +584,7 @@ class Harness {
     auto bytes = in.take(n);
     zmq::socket_t& s = (flags & 1) ? server_socket(p, true) : sched_socket(p);
     if (flags & 2) {
-      zmq::message_t head = encode_header(header(MsgType::kPush, Role::kWorker, p.rank));
+      zmq::message_t head = to_message(encode_header(header(MsgType::kPush, Role::kWorker, p.rank)));
       if (s.send(head, zmq::send_flags::sndmore | zmq::send_flags::dontwait)) {
         zmq::message_t body(bytes.data(), bytes.size());
         (void)s.send(body, zmq::send_flags::dontwait);

@@ -79,7 +79,7 @@ void write_shm_seeds(const fs::path& dir) {
   h.role = pstrain::Role::kWorker;
   h.dtype = pstrain::DType::kFloat32;
   h.num_elems = 4;
-  const zmq::message_t head = pstrain::encode_header(h);
+  const pstrain::Buffer head = pstrain::encode_header(h);
   const std::string head_bytes(static_cast<const char*>(head.data()), head.size());
   const auto push = [&](char field) {
     std::string op{'\1', '\1'};
@@ -141,7 +141,7 @@ int main(int argc, char** argv) {
       h.dtype = DType::kBytes;
       h.num_elems = static_cast<std::int64_t>(body.size());
     }
-    const zmq::message_t head = encode_header(h);
+    const pstrain::Buffer head = encode_header(h);
     const std::string head_bytes(static_cast<const char*>(head.data()), head.size());
     const std::string input = body.empty() ? std::string(1, '\0') + head_bytes
                                            : std::string(1, '\1') + frame_prefix(head.size()) + head_bytes + body;

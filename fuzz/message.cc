@@ -10,7 +10,7 @@
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   pstrain::fuzz::Input in(data, size);
   const int count = 1 + in.byte() % 4;
-  std::vector<zmq::message_t> frames;
+  std::vector<pstrain::Buffer> frames;
   for (int i = 0; i < count; ++i) {
     std::span<const std::byte> bytes;
     if (i + 1 < count) {
@@ -19,7 +19,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     } else {
       bytes = in.rest();
     }
-    frames.emplace_back(bytes.data(), bytes.size());
+    frames.push_back(pstrain::Buffer::copy(bytes.data(), bytes.size()));
   }
   try {
     const pstrain::Message m = pstrain::decode_message(frames, pstrain::DecodeLimits{std::int64_t{1} << 16});

@@ -1,4 +1,4 @@
-// libFuzzer target: a ShmTransport listener (common/transport/shm_transport.h) fed by a
+// libFuzzer target: a ShmTransport listener (common/transport/shm/shm_transport.h) fed by a
 // hostile peer that shares a segment with it. Per input the peer makes a
 // fresh segment, says hello (the listener attaches) and then plays up to 8
 // operations from the input:
@@ -24,8 +24,9 @@
 
 #include "common/base/errors.h"
 #include "common/wire/protocol.h"
-#include "common/transport/shm_segment.h"
-#include "common/transport/shm_transport.h"
+#include "common/transport/shm/shm_segment.h"
+#include "common/transport/shm/shm_transport.h"
+#include "common/transport/zmq/zmq_socket.h"
 #include "fuzz/fuzz_input.h"
 
 namespace {
@@ -98,6 +99,116 @@ World& world() {
   return w;
 }
 
+// Hello; the listener attaches (and drops the previous input's segment).
+void say_hello(World& w, const ShmSegment& segment) {
+  const auto a = encode_shm_address(segment.address());
+  std::string hello(reinterpret_cast<const char*>(a.data()), a.size());
+  hello += w.transport->boot_id();
+  std::vector<zmq::message_t> frames;
+  frames.push_back(tag('H'));
+  frames.emplace_back(hello.data(), hello.size());
+  w.send(std::move(frames));
+  (void)w.listener->receive(milliseconds(5));  // handles the hello (nothing for the caller)
+  zmq::message_t yes;
+  while (w.peer.recv(yes, zmq::recv_flags::dontwait)) {
+  }
+}
+
+std::uint64_t take_u64(fuzz::Input& in) {
+  std::uint64_t v = 0;
+  const auto b = in.take(8);
+  std::memcpy(&v, b.data(), b.size());
+  return v;
+}
+
+// Op 0: a slot published (and maybe taken back again: stale) under a header
+// of fuzzed size. Whether a message went.
+bool send_published_slot(World& w, ShmSegment& segment, fuzz::Input& in) {
+  const std::uint64_t v = take_u64(in);
+  std::optional<ShmSegment::WriteSlot> s = segment.try_acquire();
+  if (!s) return false;
+  const ShmDescriptor d = s->publish(static_cast<std::size_t>(v % (s->bytes().size() + 1)));
+  if ((v >> 32) % 2 == 0) segment.retract(d);
+  Header h;
+  h.type = MsgType::kPush;
+  h.role = Role::kWorker;
+  h.dtype = (v >> 33) % 2 == 0 ? DType::kFloat32 : DType::kBFloat16;
+  h.num_elems = static_cast<std::int64_t>((v >> 40) % 2048);
+  std::vector<zmq::message_t> frames;
+  frames.push_back(tag('D'));
+  frames.push_back(to_message(encode_header(h)));
+  const auto e = encode_shm_descriptor(d);
+  frames.emplace_back(e.data(), e.size());
+  w.send(std::move(frames));
+  return true;
+}
+
+// Op 1: a real slot, maybe one field forged.
+bool send_forged_slot(World& w, ShmSegment& segment, fuzz::Input& in) {
+  std::optional<ShmSegment::WriteSlot> s = segment.try_acquire();
+  if (!s) return false;
+  const auto fill = in.take(in.byte() * 16);
+  std::memcpy(s->bytes().data(), fill.data(), fill.size());
+  const std::size_t length = (in.byte() | (std::size_t{in.byte()} << 8)) % (s->bytes().size() + 1);
+  ShmDescriptor d = s->publish(length);
+  const std::uint64_t v = take_u64(in);
+  switch (in.byte() % 6) {
+    case 0: d.segment_id = v; break;
+    case 1: d.slot = static_cast<std::uint32_t>(v); break;
+    case 2: d.generation = static_cast<std::uint32_t>(v); break;
+    case 3: d.offset = v; break;
+    case 4: d.length = v; break;
+    default: break;
+  }
+  const auto head = in.take(header_wire_bytes());
+  std::vector<zmq::message_t> frames;
+  frames.push_back(tag('D'));
+  frames.push_back(bytes_frame(head));
+  const auto e = encode_shm_descriptor(d);
+  frames.emplace_back(e.data(), e.size());
+  w.send(std::move(frames));
+  return true;
+}
+
+// Op 3: a layer message of a fuzzed kind.
+bool send_layer_message(World& w, fuzz::Input& in) {
+  std::vector<zmq::message_t> frames;
+  const char kind = static_cast<char>(in.byte());
+  // A hello, an arena offer or an answer to one is not handed to the
+  // caller, and an arena descriptor of an unknown id is dropped: covered
+  // by the tests.
+  if (kind == 'H' || kind == 'G' || kind == 'B' || kind == 'N' || kind == 'P') return false;
+  frames.push_back(tag(kind));
+  const int extra = in.byte() % 4;
+  for (int f = 0; f < extra; ++f) frames.push_back(bytes_frame(in.take(in.byte())));
+  w.send(std::move(frames));
+  return true;
+}
+
+// Op 5: an arena descriptor (the arena offered at the first one).
+void send_arena_data(World& w, std::unique_ptr<ShmArena>& arena, fuzz::Input& in) {
+  if (!arena) {
+    arena = ShmArena::create(8192);
+    const auto fill = in.take(in.byte() * 16);
+    std::memcpy(arena->data(), fill.data(), fill.size());
+    const auto a = encode_shm_address(arena->address());
+    std::vector<zmq::message_t> offer;
+    offer.push_back(tag('G'));
+    offer.emplace_back(a.data(), a.size());
+    w.send(std::move(offer));
+  }
+  const std::uint64_t v = take_u64(in);
+  ShmArenaDescriptor d{arena->id(), (v & 0xffff) % 9000, ((v >> 16) & 0xffff) % 9000};
+  if ((v >> 32) % 8 == 0) d.offset = v;  // huge: offset + length may overflow
+  if ((v >> 35) % 8 == 0) d.length = ~v;
+  std::vector<zmq::message_t> frames;
+  frames.push_back(tag('P'));
+  frames.push_back(bytes_frame(in.take(header_wire_bytes())));
+  const auto e = encode_shm_arena_descriptor(d);
+  frames.emplace_back(e.data(), e.size());
+  w.send(std::move(frames));
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
@@ -109,70 +220,16 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   so.name = "fuzz";
   so.populate = false;
   std::unique_ptr<ShmSegment> segment = ShmSegment::create(so);
-  {  // hello; the listener attaches (and drops the previous input's segment)
-    const auto a = encode_shm_address(segment->address());
-    std::string hello(reinterpret_cast<const char*>(a.data()), a.size());
-    hello += w.transport->boot_id();
-    std::vector<zmq::message_t> frames;
-    frames.push_back(tag('H'));
-    frames.emplace_back(hello.data(), hello.size());
-    w.send(std::move(frames));
-    (void)w.listener->receive(milliseconds(5));  // handles the hello (nothing for the caller)
-    zmq::message_t yes;
-    while (w.peer.recv(yes, zmq::recv_flags::dontwait)) {
-    }
-  }
+  say_hello(w, *segment);
   std::unique_ptr<ShmArena> arena;  // offered at the first op 5
   const int ops = 1 + in.byte() % 8;
   int sent = 0;
   for (int i = 0; i < ops && in.left() > 0; ++i) {
     const int op = in.byte() % 6;
-    if (op == 0) {  // a slot published (and maybe taken back again: stale) under a header of fuzzed size
-      std::uint64_t v = 0;
-      const auto b = in.take(8);
-      std::memcpy(&v, b.data(), b.size());
-      std::optional<ShmSegment::WriteSlot> s = segment->try_acquire();
-      if (!s) continue;
-      const ShmDescriptor d = s->publish(static_cast<std::size_t>(v % (s->bytes().size() + 1)));
-      if ((v >> 32) % 2 == 0) segment->retract(d);
-      Header h;
-      h.type = MsgType::kPush;
-      h.role = Role::kWorker;
-      h.dtype = (v >> 33) % 2 == 0 ? DType::kFloat32 : DType::kBFloat16;
-      h.num_elems = static_cast<std::int64_t>((v >> 40) % 2048);
-      std::vector<zmq::message_t> frames;
-      frames.push_back(tag('D'));
-      frames.push_back(encode_header(h));
-      const auto e = encode_shm_descriptor(d);
-      frames.emplace_back(e.data(), e.size());
-      w.send(std::move(frames));
-      ++sent;
-    } else if (op == 1) {  // a real slot, maybe one field forged
-      std::optional<ShmSegment::WriteSlot> s = segment->try_acquire();
-      if (!s) continue;
-      const auto fill = in.take(in.byte() * 16);
-      std::memcpy(s->bytes().data(), fill.data(), fill.size());
-      const std::size_t length = (in.byte() | (std::size_t{in.byte()} << 8)) % (s->bytes().size() + 1);
-      ShmDescriptor d = s->publish(length);
-      std::uint64_t v = 0;
-      const auto vb = in.take(8);
-      std::memcpy(&v, vb.data(), vb.size());
-      switch (in.byte() % 6) {
-        case 0: d.segment_id = v; break;
-        case 1: d.slot = static_cast<std::uint32_t>(v); break;
-        case 2: d.generation = static_cast<std::uint32_t>(v); break;
-        case 3: d.offset = v; break;
-        case 4: d.length = v; break;
-        default: break;
-      }
-      const auto head = in.take(header_wire_bytes());
-      std::vector<zmq::message_t> frames;
-      frames.push_back(tag('D'));
-      frames.push_back(bytes_frame(head));
-      const auto e = encode_shm_descriptor(d);
-      frames.emplace_back(e.data(), e.size());
-      w.send(std::move(frames));
-      ++sent;
+    if (op == 0) {
+      if (send_published_slot(w, *segment, in)) ++sent;
+    } else if (op == 1) {
+      if (send_forged_slot(w, *segment, in)) ++sent;
     } else if (op == 2) {
       std::vector<zmq::message_t> frames;
       frames.push_back(tag('D'));
@@ -181,40 +238,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       w.send(std::move(frames));
       ++sent;
     } else if (op == 3) {
-      std::vector<zmq::message_t> frames;
-      const char kind = static_cast<char>(in.byte());
-      // A hello, an arena offer or an answer to one is not handed to the
-      // caller, and an arena descriptor of an unknown id is dropped: covered
-      // by the tests.
-      if (kind == 'H' || kind == 'G' || kind == 'B' || kind == 'N' || kind == 'P') continue;
-      frames.push_back(tag(kind));
-      const int extra = in.byte() % 4;
-      for (int f = 0; f < extra; ++f) frames.push_back(bytes_frame(in.take(in.byte())));
-      w.send(std::move(frames));
-      ++sent;
+      if (send_layer_message(w, in)) ++sent;
     } else if (op == 5) {
-      if (!arena) {
-        arena = ShmArena::create(8192);
-        const auto fill = in.take(in.byte() * 16);
-        std::memcpy(arena->data(), fill.data(), fill.size());
-        const auto a = encode_shm_address(arena->address());
-        std::vector<zmq::message_t> offer;
-        offer.push_back(tag('G'));
-        offer.emplace_back(a.data(), a.size());
-        w.send(std::move(offer));
-      }
-      std::uint64_t v = 0;
-      const auto vb = in.take(8);
-      std::memcpy(&v, vb.data(), vb.size());
-      ShmArenaDescriptor d{arena->id(), (v & 0xffff) % 9000, ((v >> 16) & 0xffff) % 9000};
-      if ((v >> 32) % 8 == 0) d.offset = v;  // huge: offset + length may overflow
-      if ((v >> 35) % 8 == 0) d.length = ~v;
-      std::vector<zmq::message_t> frames;
-      frames.push_back(tag('P'));
-      frames.push_back(bytes_frame(in.take(header_wire_bytes())));
-      const auto e = encode_shm_arena_descriptor(d);
-      frames.emplace_back(e.data(), e.size());
-      w.send(std::move(frames));
+      send_arena_data(w, arena, in);
       ++sent;
     } else {
       std::vector<zmq::message_t> frames;

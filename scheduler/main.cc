@@ -5,11 +5,13 @@
 #include <fstream>
 #include <functional>
 
+#include "common/base/endpoint_address.h"
 #include "common/base/errors.h"
 #include "common/base/log.h"
 #include "common/node/node_cli.h"
 #include "common/observe/resource_sampler.h"
 #include "common/observe/trace.h"
+#include "common/transport/make_transport.h"
 #include "scheduler/scheduler.h"
 
 namespace {
@@ -17,15 +19,15 @@ namespace {
 // Where to listen for a configured scheduler endpoint: port 0 means any free
 // port; a non-loopback host means every interface of this machine.
 std::string bind_endpoint_for(const std::string& endpoint) {
-  if (endpoint.rfind("tcp://", 0) != 0) return endpoint;
-  const auto colon = endpoint.rfind(':');
-  if (colon == std::string::npos || colon < 6) throw pstrain::ConfigError("cluster.scheduler '" + endpoint + "': expected tcp://HOST:PORT");
-  std::string host = endpoint.substr(6, colon - 6);
-  std::string port = endpoint.substr(colon + 1);
+  if (!endpoint.starts_with("tcp://")) return endpoint;
+  const std::optional<pstrain::EndpointAddress> address = pstrain::parse_endpoint(endpoint);
+  if (!address) throw pstrain::ConfigError("cluster.scheduler '" + endpoint + "': expected tcp://HOST:PORT");
+  std::string host = address->host;
+  std::string port = address->port;
   if (port == "0") port = "*";
   if (host != "localhost" && host.rfind("127.", 0) != 0) host = "*";
   if (host == "localhost") host = "127.0.0.1";
-  return "tcp://" + host + ":" + port;
+  return pstrain::tcp_endpoint(host, port);
 }
 
 // A job started without `launch` (by hand, SLURM or mpirun: tools/pstrain-node.sh)
@@ -95,8 +97,7 @@ int main(int argc, char** argv) {
     const auto security = pstrain::SecurityContext::load(config.security, pstrain::Role::kScheduler);
     options.security = &security;
     if (!failures_file.empty()) options.on_failure = failure_file_writer(failures_file, log);
-    zmq::context_t ctx;
-    pstrain::Scheduler scheduler(ctx, options, log);
+    pstrain::Scheduler scheduler(pstrain::make_zmq_transport(), options, log);
     if (!endpoint_file.empty()) {
       const std::string tmp = endpoint_file + ".tmp";
       std::ofstream(tmp) << scheduler.endpoint() << "\n";

@@ -26,8 +26,8 @@ EndpointOptions scheduler_endpoint_options(const SchedulerOptions& options) {
 Scheduler::Scheduler(Transport& transport, SchedulerOptions options, Logger& log)
     : Scheduler(nullptr, &transport, std::move(options), log) {}
 
-Scheduler::Scheduler(zmq::context_t& ctx, SchedulerOptions options, Logger& log)
-    : Scheduler(std::make_unique<ZmqTransport>(ctx), nullptr, std::move(options), log) {}
+Scheduler::Scheduler(std::unique_ptr<Transport> transport, SchedulerOptions options, Logger& log)
+    : Scheduler(std::move(transport), nullptr, std::move(options), log) {}
 
 Scheduler::Scheduler(std::unique_ptr<Transport> owned, Transport* transport, SchedulerOptions options, Logger& log)
     : owned_transport_(std::move(owned)), transport_(transport != nullptr ? *transport : *owned_transport_),

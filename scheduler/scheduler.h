@@ -60,8 +60,6 @@
 #include <string>
 #include <vector>
 
-#include <zmq.hpp>
-
 #include "common/config/config.h"
 #include "common/base/log.h"
 #include "common/wire/protocol.h"
@@ -69,7 +67,6 @@
 #include "common/observe/traffic_counters.h"
 #include "common/observe/trace.h"
 #include "common/transport/transport.h"
-#include "common/transport/zmq_transport.h"
 #include "scheduler/barriers.h"
 #include "scheduler/kv_store.h"
 #include "scheduler/liveness.h"
@@ -120,8 +117,8 @@ class Scheduler {
   // Binds at once so endpoint() is known before run().
   // Over the node's transport (common/transport/transport.h; outliving the scheduler).
   Scheduler(Transport& transport, SchedulerOptions options, Logger& log);
-  // Over ZeroMQ in `ctx` (a ZmqTransport of its own on that context).
-  Scheduler(zmq::context_t& ctx, SchedulerOptions options, Logger& log);
+  // Over a transport of its own (make_transport, common/transport/make_transport.h).
+  Scheduler(std::unique_ptr<Transport> transport, SchedulerOptions options, Logger& log);
 
   const std::string& endpoint() const { return endpoint_; }
   void run();
@@ -187,7 +184,7 @@ class Scheduler {
     return msg.has_payload && !sender_key_.empty() ? sender_key_.c_str() : nullptr;
   }
 
-  std::unique_ptr<Transport> owned_transport_;  // the zmq::context_t constructor's
+  std::unique_ptr<Transport> owned_transport_;  // the owning constructor's
   Transport& transport_;
   SchedulerOptions options_;
   Logger& log_;

@@ -13,7 +13,8 @@
 #include "common/base/log.h"
 #include "common/node/node_cli.h"
 #include "common/observe/resource_sampler.h"
-#include "common/transport/shm_transport.h"
+#include "common/transport/make_transport.h"
+#include "common/transport/shm/shm_transport.h"
 #include "common/observe/trace.h"
 #include "server/server.h"
 #include "server/server_options.h"
@@ -167,9 +168,8 @@ int main(int argc, char** argv) {
     std::unique_ptr<pstrain::ResourceSampler> sampler;  // from registration, when the rank is known
     o.traffic = &traffic;
     o.on_registered = [&](int r) { sampler = pstrain::start_resource_sampler(config.output, "server", r, &traffic, log); };
-    zmq::context_t ctx;
     const std::unique_ptr<pstrain::Transport> transport =
-        pstrain::make_transport(ctx, config.cluster.transport, config.ps.partition_bytes);
+        pstrain::make_transport(config.cluster.transport, config.ps.partition_bytes);
     pstrain::Server server(*transport, o, log);
     server.run();
     write_server_metrics(config.output.run_dir, server, *transport);

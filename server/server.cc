@@ -8,6 +8,7 @@
 #include <string_view>
 #include <thread>
 
+#include "common/base/endpoint_address.h"
 #include "common/base/bfloat16.h"
 #include "common/base/errors.h"
 #include "common/node/retry.h"
@@ -18,9 +19,9 @@ namespace pstrain {
 using std::chrono::milliseconds;
 
 std::string advertised_endpoint(const std::string& bound, const std::string& host) {
-  if (host.empty() || bound.rfind("tcp://", 0) != 0) return bound;
-  const auto colon = bound.rfind(':');
-  return "tcp://" + host + bound.substr(colon);
+  const std::optional<EndpointAddress> address = parse_endpoint(bound);
+  if (host.empty() || !address || !address->is_tcp()) return bound;
+  return tcp_endpoint(host, address->port);
 }
 
 // The ROUTER's send queue per connection holds kServerSendHwm replies: a
@@ -42,8 +43,8 @@ static EndpointOptions server_endpoint_options(const ServerOptions& options) {
 Server::Server(Transport& transport, ServerOptions options, Logger& log)
     : Server(nullptr, &transport, std::move(options), log) {}
 
-Server::Server(zmq::context_t& ctx, ServerOptions options, Logger& log)
-    : Server(std::make_unique<ZmqTransport>(ctx), nullptr, std::move(options), log) {}
+Server::Server(std::unique_ptr<Transport> transport, ServerOptions options, Logger& log)
+    : Server(std::move(transport), nullptr, std::move(options), log) {}
 
 Server::Server(std::unique_ptr<Transport> owned, Transport* transport, ServerOptions options, Logger& log)
     : owned_transport_(std::move(owned)), transport_(transport != nullptr ? *transport : *owned_transport_), options_(std::move(options)), log_(log),

@@ -44,8 +44,6 @@
 #include <string>
 #include <vector>
 
-#include <zmq.hpp>
-
 #include "common/config/config.h"
 #include "common/base/log.h"
 #include "common/wire/protocol.h"
@@ -55,7 +53,6 @@
 #include "common/observe/traffic_counters.h"
 #include "common/observe/trace.h"
 #include "common/transport/transport.h"
-#include "common/transport/zmq_transport.h"
 #include "server/admission.h"
 #include "server/checkpointing.h"
 #include "server/shard_store.h"
@@ -105,8 +102,8 @@ class Server {
  public:
   // Over the node's transport (outliving the server).
   Server(Transport& transport, ServerOptions options, Logger& log);
-  // Over ZeroMQ in `ctx` (a ZmqTransport of its own on that context).
-  Server(zmq::context_t& ctx, ServerOptions options, Logger& log);
+  // Over a transport of its own (make_transport, common/transport/make_transport.h).
+  Server(std::unique_ptr<Transport> transport, ServerOptions options, Logger& log);
 
   // Serves until shutdown (returns) or failure (throws).
   void run();
@@ -146,7 +143,7 @@ class Server {
 
   Server(std::unique_ptr<Transport> owned, Transport* transport, ServerOptions options, Logger& log);
 
-  std::unique_ptr<Transport> owned_transport_;  // the zmq::context_t constructor's
+  std::unique_ptr<Transport> owned_transport_;  // the owning constructor's
   Transport& transport_;
   ServerOptions options_;
   Logger& log_;

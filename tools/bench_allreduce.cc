@@ -40,6 +40,7 @@
 #include "tools/bench/ps_pushpull.h"
 #include "worker/collective/collective_factory.h"
 #include "worker/collective/scheduler_store.h"
+#include "common/transport/make_transport.h"
 
 using namespace pstrain;
 using Clock = std::chrono::steady_clock;
@@ -98,8 +99,7 @@ double time_ops(int rounds, Op op, Barrier barrier) {
 std::string worker_run(const std::string& sched, int rank, int workers, std::size_t num_elems, int rounds) {
   ClusterConfig cluster;
   cluster.timeout_ms = 120000;
-  zmq::context_t ctx;
-  SchedulerClient client(ctx, sched, Role::kWorker, cluster);
+  SchedulerClient client(make_zmq_transport(), sched, Role::kWorker, cluster);
   RegisterRequest req;
   req.requested_rank = rank;
   client.register_node(req);
@@ -142,9 +142,8 @@ void allreduce_round(std::size_t num_bytes, int rounds, const Args& a, Result& o
   bench::LinePipe endpoint_pipe, result_pipe;
   std::vector<pid_t> pids;
   pids.push_back(bench::spawn([&] {
-    zmq::context_t ctx;
     Logger log("scheduler", LogLevel::kWarn);
-    Scheduler s(ctx, SchedulerOptions{0, a.workers, cluster, "tcp://127.0.0.1:*"}, log);
+    Scheduler s(make_zmq_transport(), SchedulerOptions{0, a.workers, cluster, "tcp://127.0.0.1:*"}, log);
     if (!endpoint_pipe.write_line(s.endpoint())) return 1;
     s.run();
     return 0;

@@ -42,6 +42,7 @@
 #include "common/transport/transport.h"
 #include "tools/bench/processes.h"
 #include "tools/bench/ps_pushpull.h"
+#include "common/transport/zmq/zmq_socket.h"
 
 using namespace pstrain;
 using Clock = std::chrono::steady_clock;

@@ -1,4 +1,4 @@
-// Push+pull through shared memory (common/transport/shm_segment.h) between two
+// Push+pull through shared memory (common/transport/shm/shm_segment.h) between two
 // processes, the way the "shm" transport will move tensors: the tensor's bytes
 // go through a segment, a ZeroMQ ipc DEALER/ROUTER pair carries only the
 // descriptors. Beside it, memcpy of the same size measured in the same run.
@@ -39,9 +39,10 @@
 
 #include "common/base/errors.h"
 #include "common/base/json_line.h"
-#include "common/transport/shm_segment.h"
+#include "common/transport/shm/shm_segment.h"
 #include "common/transport/transport.h"
 #include "tools/bench/processes.h"
+#include "common/transport/zmq/zmq_socket.h"
 
 using namespace pstrain;
 using Clock = std::chrono::steady_clock;

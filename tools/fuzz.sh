@@ -37,18 +37,19 @@ compile() {  # SRC... -> appends their objects to objs
   done
 }
 objs=()
-compile common/wire/protocol.cc common/base/bfloat16.cc common/math/param_layout.cc common/math/shard_map.cc common/base/stream_copy.cc
+compile common/wire/protocol.cc common/wire/buffer.cc common/base/bfloat16.cc common/math/param_layout.cc common/math/shard_map.cc common/base/stream_copy.cc
 config_objs() {  # only the config target (and the seeds) need the TOML parser
   compile common/config/config.cc common/config/config_values.cc common/config/config_fields.cc
 }
 # cluster_sequence runs a real scheduler and server: all of common/ (the
-# server's checkpoints, optimizer, logs, ...), server/ and the scheduler.
+# server's checkpoints, optimizer, logs, ...; the ZeroMQ and shared-memory
+# transports), server/ and the scheduler.
 cluster_objs() {
-  local srcs=(common/*/*.cc server/*.cc scheduler/*.cc)
+  local srcs=(common/*/*.cc common/transport/zmq/*.cc common/transport/shm/*.cc server/*.cc scheduler/*.cc)
   local src
   for src in "${srcs[@]}"; do
     case "$src" in
-      */main.cc|common/wire/protocol.cc|common/base/bfloat16.cc|common/math/param_layout.cc|common/math/shard_map.cc|common/base/stream_copy.cc) ;;
+      */main.cc|common/wire/protocol.cc|common/wire/buffer.cc|common/base/bfloat16.cc|common/math/param_layout.cc|common/math/shard_map.cc|common/base/stream_copy.cc) ;;
       *) compile "$src" ;;
     esac
   done

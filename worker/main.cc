@@ -7,7 +7,7 @@
 #include "common/base/log.h"
 #include "common/node/node_cli.h"
 #include "common/observe/resource_sampler.h"
-#include "common/transport/shm_transport.h"
+#include "common/transport/make_transport.h"
 #include "common/observe/trace.h"
 #include "worker/client/worker_session.h"
 #include "worker/collective/gpu_assignment.h"
@@ -40,7 +40,6 @@ int run_worker(const pstrain::NodeArgs& args) {
   }
   Workload workload = make_workload(local, config.workload.batch_size, log);
 
-  zmq::context_t ctx;
   WorkerSessionOptions options;
   options.scheduler_endpoint = config.cluster.scheduler;
   options.cluster = config.cluster;
@@ -55,7 +54,7 @@ int run_worker(const pstrain::NodeArgs& args) {
   const auto security = SecurityContext::load(config.security, Role::kWorker, rank);
   options.security = &security;
   // cluster.transport "shm": pushes and pull replies through shared memory with servers on this host.
-  const std::unique_ptr<Transport> transport = make_transport(ctx, config.cluster.transport, config.ps.partition_bytes);
+  const std::unique_ptr<Transport> transport = make_transport(config.cluster.transport, config.ps.partition_bytes);
   WorkerSession session(*transport, options, workload.model->layout());
   log.set_name("worker " + std::to_string(session.rank()));
   trace.set_process("worker", session.rank());

@@ -64,7 +64,7 @@ struct ClusterConfig {
   // launches, where the launcher learns the bound port and passes it on.
   std::string scheduler = "tcp://127.0.0.1:0";
   // "shm": servers listen on tcp; a worker and a server on one host move
-  // tensors through shared memory (common/transport/shm_transport.h), other pairs over
+  // tensors through shared memory (common/transport/shm/shm_transport.h), other pairs over
   // tcp. "tcp": tensors always over the sockets. "ipc": servers listen on
   // ipc:// (one host only), tensors over the sockets.
   std::string transport = "shm";

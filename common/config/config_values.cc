@@ -13,6 +13,7 @@
 #include <utility>
 #include <variant>
 
+#include "common/base/endpoint_address.h"
 #include "common/base/errors.h"
 
 namespace pstrain::config_detail {
@@ -67,17 +68,6 @@ std::size_t edit_distance(std::string_view a, std::string_view b) {
     }
   }
   return at(a.size(), b.size());
-}
-
-bool is_endpoint(std::string_view s) {
-  if (s.starts_with("ipc://")) return s.size() > 6;
-  if (!s.starts_with("tcp://")) return false;
-  const auto colon = s.rfind(':');
-  if (colon <= 6) return false;  // no host, or only the scheme's colon
-  const std::string_view port = s.substr(colon + 1);
-  int value = -1;
-  const auto res = std::from_chars(port.data(), port.data() + port.size(), value);
-  return res.ec == std::errc{} && res.ptr == port.data() + port.size() && value >= 0 && value <= 65535;
 }
 
 std::int64_t read_integer(const toml::node& node, const Rule& r, const Site& site, std::int64_t lo,

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "common/base/endpoint_address.h"
 #include "common/checkpoint/checkpoint.h"
 #include "common/base/errors.h"
 #include "common/base/fatal_signal.h"
@@ -53,8 +54,8 @@ RunConfig load_node_config(const NodeArgs& args) {
 
 void check_scheduler_known(const RunConfig& config, const char* role) {
   const std::string& endpoint = config.cluster.scheduler;
-  const auto colon = endpoint.rfind(':');
-  const std::string port = colon == std::string::npos ? "" : endpoint.substr(colon + 1);
+  const std::optional<EndpointAddress> address = parse_endpoint(endpoint);
+  const std::string port = address && address->is_tcp() ? address->port : "";
   if (port != "0" && port != "*") return;
   throw ConfigError(std::string("a ") + role + " needs the scheduler's actual endpoint, but cluster.scheduler = '" +
                     endpoint +

@@ -36,10 +36,10 @@ SchedulerClient::SchedulerClient(Transport& transport, std::string scheduler_end
                                  const SecurityContext* security)
     : SchedulerClient(nullptr, &transport, std::move(scheduler_endpoint), role, cluster, traffic, security) {}
 
-SchedulerClient::SchedulerClient(zmq::context_t& ctx, std::string scheduler_endpoint, Role role,
+SchedulerClient::SchedulerClient(std::unique_ptr<Transport> transport, std::string scheduler_endpoint, Role role,
                                  const ClusterConfig& cluster, TrafficCounters* traffic,
                                  const SecurityContext* security)
-    : SchedulerClient(std::make_unique<ZmqTransport>(ctx), nullptr, std::move(scheduler_endpoint), role, cluster, traffic,
+    : SchedulerClient(std::move(transport), nullptr, std::move(scheduler_endpoint), role, cluster, traffic,
                       security) {}
 
 SchedulerClient::SchedulerClient(std::unique_ptr<Transport> owned, Transport* transport,

@@ -27,13 +27,10 @@
 #include <utility>
 #include <vector>
 
-#include <zmq.hpp>
-
 #include "common/base/errors.h"
 #include "common/config/config.h"
 #include "common/wire/protocol.h"
 #include "common/transport/transport.h"
-#include "common/transport/zmq_transport.h"
 
 namespace pstrain {
 
@@ -62,8 +59,8 @@ class SchedulerClient {
   // Over the node's transport (outliving the client).
   SchedulerClient(Transport& transport, std::string scheduler_endpoint, Role role, const ClusterConfig& cluster,
                   TrafficCounters* traffic = nullptr, const SecurityContext* security = nullptr);
-  // Over ZeroMQ in `ctx` (a ZmqTransport of its own on that context).
-  SchedulerClient(zmq::context_t& ctx, std::string scheduler_endpoint, Role role, const ClusterConfig& cluster,
+  // Over a transport of its own (make_transport, common/transport/make_transport.h).
+  SchedulerClient(std::unique_ptr<Transport> transport, std::string scheduler_endpoint, Role role, const ClusterConfig& cluster,
                   TrafficCounters* traffic = nullptr, const SecurityContext* security = nullptr);
   ~SchedulerClient();
   SchedulerClient(const SchedulerClient&) = delete;
@@ -159,7 +156,7 @@ class SchedulerClient {
   SchedulerClient(std::unique_ptr<Transport> owned, Transport* transport, std::string scheduler_endpoint, Role role,
                   const ClusterConfig& cluster, TrafficCounters* traffic, const SecurityContext* security);
 
-  std::unique_ptr<Transport> owned_transport_;  // the zmq::context_t constructor's
+  std::unique_ptr<Transport> owned_transport_;  // the owning constructor's
   Transport& transport_;
   std::string endpoint_;
   std::string token_;

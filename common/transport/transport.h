@@ -1,26 +1,29 @@
 // The PS path's transports: the interface every node uses (Transport,
-// Listener, Connection, PeerId, Envelope, wait_any: below, after the ZeroMQ
-// layer), and the ZeroMQ socket helpers ZmqTransport (common/transport/zmq_transport.h)
-// is built from; tests that play hostile peers use the helpers directly.
-//
-// Socket helpers over cppzmq. One code path for tcp://, ipc:// and inproc://
-// (inproc needs the peers to share one zmq::context_t, which the caller owns:
-// there is no process-wide context).
-//
-// Sockets are not thread-safe: each belongs to one thread.
+// Listener, Connection, PeerId, Envelope, Payload, wait_any), with no
+// transport's own types in it: frames are Buffers (common/wire/buffer.h).
+// The implementations live one folder each (docs/architecture.md,
+// "Transports"):
+//   common/transport/shm/   ShmTransport: ZeroMQ for messages, shared memory
+//                           for a co-located worker's and server's tensors
+//                           (cluster.transport = "shm", the default)
+//   common/transport/zmq/   ZmqTransport (tcp://, ipc://, inproc://) and the
+//                           ZeroMQ socket helpers both are built from
+//   common/transport/fake/  FakeTransport: in memory with a fault plan, for
+//                           tests (its own library, not in pstrain_common)
+// make_transport (common/transport/make_transport.h) builds a node's from
+// cluster.transport.
 //
 // Queues are bounded (SocketOptions::send_hwm / receive_hwm, in messages per
 // peer connection), so no peer can make a node buffer without limit: a peer
-// that sends faster than the node reads is slowed by TCP (ZeroMQ stops
+// that sends faster than the node reads is slowed down (ZeroMQ stops
 // reading its connection once the receive queue is full; nothing is dropped),
 // and a node's memory for one peer's queued messages is at most
-// receive_hwm x max_message_bytes. Sends never drop silently: ROUTER sockets
-// are "mandatory" and send_message does not wait on them, so a reply to a
-// vanished peer (EHOSTUNREACH) or to a peer whose send queue is full because
-// it does not read (EAGAIN) raises TransportError, which the scheduler and
-// the servers count and drop for that peer (send_quietly), never blocking
-// their loop. A DEALER (worker, heartbeat) waits at most send_timeout for
-// room in its queue, then raises TransportError.
+// receive_hwm x max_message_bytes. Sends never drop silently: a reply to a
+// vanished peer or to a peer whose send queue is full because it does not
+// read raises TransportError, which the scheduler and the servers count and
+// drop for that peer (send_quietly), never blocking their loop. A Connection
+// (worker, heartbeat) waits at most send_timeout for room in its queue, then
+// raises TransportError.
 #pragma once
 
 #include <chrono>
@@ -32,10 +35,9 @@
 #include <string>
 #include <vector>
 
-#include <zmq.hpp>
-
-#include "common/wire/protocol.h"
 #include "common/observe/traffic_counters.h"
+#include "common/wire/buffer.h"
+#include "common/wire/protocol.h"
 
 namespace pstrain {
 
@@ -67,22 +69,14 @@ struct SocketOptions {
   std::chrono::milliseconds send_timeout{120000};
 };
 
-// A socket with pstrain's options applied.
-zmq::socket_t make_socket(zmq::context_t& ctx, zmq::socket_type type, const SocketOptions& options = {});
-
-// Binds and returns the endpoint actually bound (ephemeral ports resolved:
-// "tcp://127.0.0.1:*" -> "tcp://127.0.0.1:40123"). Throws TransportError.
-std::string bind_socket(zmq::socket_t& socket, const std::string& endpoint);
-void connect_socket(zmq::socket_t& socket, const std::string& endpoint);
-
 // The payload frame of an outgoing message.
 class Payload {
  public:
   Payload() = default;
   // Copies the bytes (control bodies, text).
   static Payload bytes(std::string_view data);
-  // Zero-copy float data; `keep_alive` (may be null) is held until ZeroMQ has
-  // sent the frame. Without one, the caller keeps `data` alive and unchanged
+  // Zero-copy float data; `keep_alive` (may be null) is held until the
+  // transport has sent the frame (ZeroMQ: until its I/O thread is done with it). Without one, the caller keeps `data` alive and unchanged
   // until the request's reply has arrived.
   static Payload floats(std::span<const float> data, std::shared_ptr<const void> keep_alive = nullptr);
   // Zero-copy bfloat16 data (common/base/bfloat16.h), kept alive as for floats().
@@ -94,7 +88,8 @@ class Payload {
     return kind_ == Kind::kFloats ? static_cast<std::int64_t>(floats_.size())
            : kind_ == Kind::kBFloat16 ? static_cast<std::int64_t>(bf16_.size()) : 0;
   }
-  zmq::message_t to_frame() &&;
+  // The frame to send (zero-copy for floats and bfloat16, keeping keep_alive).
+  Buffer to_buffer() &&;
 
  private:
   enum class Kind { kNone, kBytes, kFloats, kBFloat16 };
@@ -105,71 +100,20 @@ class Payload {
   std::shared_ptr<const void> keep_alive_;
 };
 
-// Traffic: send_message, receive_message and send_error add the bytes of the
-// header and payload frames they move to `traffic` when one is given (the
-// node's counters, common/observe/traffic_counters.h); routing ids are not counted.
-
-// Sends [routing_id]? header [payload]? . The header's dtype and num_elems
-// are set from the payload. Throws TransportError.
-void send_message(zmq::socket_t& socket, const zmq::message_t* routing_id, Header header, Payload payload = {},
-                  TrafficCounters* traffic = nullptr);
-
-// The frame layer under send_message / receive_message (ZmqTransport uses it
-// too): sends [routing_id]? head [body]? with the never-wait / send-timeout
-// rules above (TransportError naming `header`); receives one whole multipart
-// message within `timeout` (0 = do not wait), undecoded.
-void send_frames_raw(zmq::socket_t& socket, const zmq::message_t* routing_id, zmq::message_t head,
-                     std::optional<zmq::message_t> body, const Header& header);
-// The same rules for any number of frames (at least one), sent as one message.
-void send_parts_raw(zmq::socket_t& socket, const zmq::message_t* routing_id, std::span<zmq::message_t> parts,
-                    const Header& header);
-std::optional<std::vector<zmq::message_t>> receive_frames_raw(zmq::socket_t& socket,
-                                                              std::chrono::milliseconds timeout);
-// The ZAP user id a frame of an authenticated connection carries ("" if none).
-std::string frame_user_id(const zmq::message_t& frame);
-
-// A received message and, on ROUTER sockets, who sent it (the raw ZeroMQ
-// layer; nodes get the transport-neutral Envelope below).
-struct ZmqEnvelope {
-  zmq::message_t routing_id;
-  Message message;
-  // CURVE: the ZAP user id of the sender's key ("server", "worker",
-  // "worker-R": common/wire/security.h); empty on plain connections.
-  std::string user_id;
-};
-
-// Receives one whole multipart message if one is ready within `timeout`
-// (0 = do not wait). Frames that fail validation raise ProtocolError after
-// the whole multipart message was consumed (the socket stays usable), with
-// the routing id available through `bad_routing_id` so the caller can reply.
-std::optional<ZmqEnvelope> receive_message(zmq::socket_t& socket, bool has_routing_id, std::chrono::milliseconds timeout,
-                                        const DecodeLimits& limits, zmq::message_t* bad_routing_id = nullptr,
-                                        TrafficCounters* traffic = nullptr);
-
-// Sends an error reply for request `request` (status + text body).
-void send_error(zmq::socket_t& socket, const zmq::message_t* routing_id, const Header& request, Role my_role,
-                std::int32_t my_rank, Status status, const std::string& text, TrafficCounters* traffic = nullptr);
-
-// Copies a routing id frame (ROUTER replies may outlive the received message).
-zmq::message_t copy_frame(const zmq::message_t& frame);
-
-// A peer's connection for messages and per-peer limits: "connection 00a1b2c3d4"
-// (the routing id in hex, at most 16 bytes of it).
-std::string connection_name(const zmq::message_t& routing_id);
-
-
 // ---------------------------------------------------------------------------
 // The transport interface (docs/architecture.md, "Transports").
 //
-// A node owns one Transport (ZmqTransport for tcp://, ipc://, inproc://;
-// FakeTransport in tests) and makes its endpoints from it: a Listener
+// A node owns one Transport (ShmTransport, the default, or ZmqTransport:
+// make_transport from cluster.transport; FakeTransport in tests) and makes
+// its endpoints from it: a Listener
 // (ROUTER-like: many peers connect; receives (peer, message), replies to a
 // peer) and Connections (DEALER-like: one peer). wait_any() waits on several
 // endpoints of one transport at once. Every implementation hands received
 // frames to Endpoint, which decodes them with decode_message (the one place
 // protocol validation happens) and counts traffic; implementations only move
-// frames (zmq::message_t: a refcounted buffer, zero-copy with keep-alive via
-// Payload) and keep the guarantees below.
+// frames (Buffer: bytes and their keep-alive, zero-copy with Payload's
+// keep-alive on the way out, a received ZeroMQ message or a shared-memory
+// slot held open on the way in) and keep the guarantees below.
 //
 // Guarantees every transport keeps:
 // - bounded queues: EndpointOptions::socket.send_hwm / receive_hwm messages
@@ -180,6 +124,10 @@ std::string connection_name(const zmq::message_t& routing_id);
 // - Connection::send waits at most socket.send_timeout, then TransportError;
 // - Envelope::user_id: the authenticated key's name (CURVE), else empty.
 // ---------------------------------------------------------------------------
+
+// "connection 00a1b2c3d4": a peer's routing id in hex (at most 16 bytes of
+// it), for messages and per-peer limits.
+std::string connection_name(std::string_view routing_id);
 
 // Who sent a message to a Listener, and where its reply goes: opaque. Its
 // bytes are the identity the peer's Connection chose
@@ -236,7 +184,7 @@ class Endpoint {
   // routing frame), its sender and the authenticated key's name.
   struct Frames {
     PeerId from;
-    std::vector<zmq::message_t> frames;
+    std::vector<Buffer> frames;
     std::string user_id;
     // Set when the transport itself found the message malformed (ShmTransport:
     // a descriptor that does not check out): receive raises ProtocolError with
@@ -247,7 +195,7 @@ class Endpoint {
   virtual std::optional<Frames> receive_frames(std::chrono::milliseconds timeout) = 0;
   // Sends header + optional body frame (to = null on a Connection). Throws
   // TransportError (describe(header) names the message).
-  virtual void send_frames(const PeerId* to, zmq::message_t head, std::optional<zmq::message_t> body,
+  virtual void send_frames(const PeerId* to, Buffer head, std::optional<Buffer> body,
                            const Header& header) = 0;
 
   // The shared halves of send and receive: encoding, traffic, decoding.
@@ -308,7 +256,7 @@ class Transport {
   // otherwise); keep it alive while the node's Listener is. Transports
   // without CURVE throw ConfigError for security with curve on.
   virtual std::unique_ptr<ZapHandler> authenticate(const SecurityContext* security, Logger& log) = 0;
-  // "zmq", "fake", ... for messages and test names.
+  // "shm", "zmq", "fake" for messages and test names.
   virtual std::string_view kind() const = 0;
   // Zeroed memory for `count` floats this node sends again and again (a
   // worker's gradients), alive while `owner` is. Bodies sent zero-copy from it

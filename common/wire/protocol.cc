@@ -103,9 +103,9 @@ void validate_store_entry(const StoreEntry& entry, std::string_view op) {
   }
 }
 
-zmq::message_t encode_header(const Header& header) {
+Buffer encode_header(const Header& header) {
   const std::string bytes = wire_encode(header);
-  return zmq::message_t(bytes.data(), bytes.size());
+  return Buffer::copy(bytes);
 }
 
 namespace {
@@ -195,11 +195,11 @@ void validate_payload(const Header& h, bool has_payload, std::size_t payload_byt
 
 }  // namespace
 
-Message decode_message(std::vector<zmq::message_t>& frames, const DecodeLimits& limits) {
+Message decode_message(std::vector<Buffer>& frames, const DecodeLimits& limits) {
   if (frames.empty() || frames.size() > 2) {
     throw ProtocolError("message has " + std::to_string(frames.size()) + " frames, expected 1 or 2");
   }
-  const zmq::message_t& head = frames[0];
+  const Buffer& head = frames[0];
   if (head.size() != header_wire_bytes()) {
     throw ProtocolError("header frame is " + std::to_string(head.size()) + " bytes, expected " +
                         std::to_string(header_wire_bytes()));

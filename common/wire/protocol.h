@@ -1,4 +1,5 @@
-// The wire protocol. Every message is one or two ZeroMQ frames:
+// The wire protocol. Every message is one or two frames (common/wire/buffer.h;
+// over ZeroMQ, one ZeroMQ frame each):
 //   frame 0: Header, fixed size, cereal-encoded (kHeaderBytes bytes);
 //   frame 1: optional payload: raw float32 (or, for pushes and pull replies,
 //            bfloat16: ps.wire_dtype) tensor bytes for data messages
@@ -17,9 +18,8 @@
 #include <string_view>
 #include <vector>
 
-#include <zmq.hpp>
-
 #include "common/math/param_layout.h"
+#include "common/wire/buffer.h"
 
 namespace pstrain {
 
@@ -190,12 +190,13 @@ struct StoreEntry {
 void validate_store_entry(const StoreEntry& entry, std::string_view op);
 
 // A decoded, validated message. The payload frame is kept as received
-// (no copy); float_payload() views it as floats (copying into `scratch`
-// only when ZeroMQ handed out an unaligned buffer or the payload is
-// bfloat16, which is widened there).
+// (no copy: the transport's own buffer, a ZeroMQ message or a shared-memory
+// slot, held in the Buffer); float_payload() views it as floats (copying
+// into `scratch` only when the transport handed out an unaligned buffer or
+// the payload is bfloat16, which is widened there).
 struct Message {
   Header header;
-  zmq::message_t payload;
+  Buffer payload;
   bool has_payload = false;
 
   std::span<const float> float_payload(std::vector<float>& scratch) const;
@@ -213,9 +214,9 @@ struct DecodeLimits {
 };
 
 // Validates and decodes frames (without any routing-id frame).
-Message decode_message(std::vector<zmq::message_t>& frames, const DecodeLimits& limits);
+Message decode_message(std::vector<Buffer>& frames, const DecodeLimits& limits);
 
-// Frame 0 for a header.
-zmq::message_t encode_header(const Header& header);
+// Frame 0 for a header (its bytes inside the Buffer: no heap block).
+Buffer encode_header(const Header& header);
 
 }  // namespace pstrain

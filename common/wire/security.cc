@@ -11,6 +11,8 @@
 #include <map>
 #include <sstream>
 
+#include <zmq.h>
+
 #include "common/base/errors.h"
 
 namespace pstrain {
@@ -20,15 +22,6 @@ namespace fs = std::filesystem;
 
 constexpr std::size_t kZ85KeyChars = 40;
 constexpr std::size_t kBinaryKeyBytes = 32;
-constexpr const char* kZapEndpoint = "inproc://zeromq.zap.01";
-
-// The 32 bytes a Z85 key stands for; empty when the text is not a Z85 key.
-std::string z85_to_binary(const std::string& z85) {
-  if (z85.size() != kZ85KeyChars) return {};
-  std::array<std::uint8_t, kBinaryKeyBytes> out{};
-  if (zmq_z85_decode(out.data(), z85.c_str()) == nullptr) return {};
-  return std::string(reinterpret_cast<const char*>(out.data()), out.size());
-}
 
 void write_private_file(const fs::path& path, const std::string& text, bool force) {
   const int flags = O_WRONLY | O_CREAT | O_TRUNC | (force ? 0 : O_EXCL);
@@ -64,6 +57,14 @@ std::string key_file_text(const std::string& what, const CurveKeyPair& keys, boo
 }
 
 }  // namespace
+
+// The 32 bytes a Z85 key stands for; empty when the text is not a Z85 key.
+std::string curve_key_bytes(const std::string& z85) {
+  if (z85.size() != kZ85KeyChars) return {};
+  std::array<std::uint8_t, kBinaryKeyBytes> out{};
+  if (zmq_z85_decode(out.data(), z85.c_str()) == nullptr) return {};
+  return std::string(reinterpret_cast<const char*>(out.data()), out.size());
+}
 
 CurveKeyPair generate_curve_keypair() {
   std::array<char, kZ85KeyChars + 1> pub{};
@@ -144,7 +145,7 @@ CurveKeyPair read_key_file(const fs::path& path, bool need_secret) {
     const auto eq = line.find(" = ");
     const std::string name = eq == std::string::npos ? "" : line.substr(0, eq);
     const std::string value = eq == std::string::npos ? "" : line.substr(eq + 3);
-    if ((name != "public" && name != "secret") || z85_to_binary(value).empty()) {
+    if ((name != "public" && name != "secret") || curve_key_bytes(value).empty()) {
       throw ConfigError("security: key file " + path.string() + ":" + std::to_string(line_no) +
                         ": expected 'public = <40 Z85 characters>' or 'secret = <...>'");
     }
@@ -211,102 +212,6 @@ SecurityContext SecurityContext::load(const SecurityConfig& config, Role role, i
     }
   }
   return s;
-}
-
-void SecurityContext::apply(zmq::socket_t& socket, bool binding) const {
-  if (!curve) return;
-  try {
-    if (binding) {
-      if (bind.secret_z85.empty()) throw TransportError("a CURVE server socket needs the bind keypair (bind.key)");
-      socket.set(zmq::sockopt::zap_domain, "pstrain");
-      socket.set(zmq::sockopt::curve_server, 1);
-      socket.set(zmq::sockopt::curve_secretkey, bind.secret_z85);
-    } else {
-      if (client.secret_z85.empty() || server_public_z85.empty()) {
-        throw TransportError("a CURVE client socket needs its keypair and bind.pub");
-      }
-      socket.set(zmq::sockopt::curve_serverkey, server_public_z85);
-      socket.set(zmq::sockopt::curve_publickey, client.public_z85);
-      socket.set(zmq::sockopt::curve_secretkey, client.secret_z85);
-    }
-  } catch (const zmq::error_t& e) {
-    throw TransportError(std::string("setting CURVE keys on a socket: ") + e.what());
-  }
-}
-
-ZapHandler::ZapHandler(zmq::context_t& ctx, const std::vector<AllowedClient>& allowed, Logger& log)
-    : socket_(ctx, zmq::socket_type::rep), log_(log) {
-  for (const AllowedClient& a : allowed) {
-    const std::string key = z85_to_binary(a.public_z85);
-    if (key.empty()) throw ConfigError("security: the allowed " + a.name + " key is not a Z85 CURVE key");
-    allowed_.emplace_back(key, a.name);
-  }
-  socket_.set(zmq::sockopt::linger, 0);
-  try {
-    socket_.bind(kZapEndpoint);
-  } catch (const zmq::error_t& e) {
-    throw TransportError(std::string("ZAP handler: bind ") + kZapEndpoint + ": " + e.what() +
-                         " (one CURVE binding node per zmq context)");
-  }
-  thread_ = std::thread([this] { serve(); });
-}
-
-ZapHandler::~ZapHandler() {
-  stop_.store(true, std::memory_order_release);
-  if (thread_.joinable()) thread_.join();
-}
-
-void ZapHandler::serve() {
-  // Refusals are logged per client address, a few per minute (PeerWarnings).
-  PeerWarnings warnings(log_);
-  try {
-    while (!stop_.load(std::memory_order_acquire)) {
-      zmq::pollitem_t item{socket_.handle(), 0, ZMQ_POLLIN, 0};
-      if (zmq::poll(&item, 1, std::chrono::milliseconds(100)) == 0) continue;
-      std::vector<zmq::message_t> frames;
-      while (true) {
-        zmq::message_t frame;
-        if (!socket_.recv(frame, zmq::recv_flags::none)) break;
-        const bool more = frame.more();
-        frames.push_back(std::move(frame));
-        if (!more) break;
-      }
-      // version, request id, domain, address, identity, mechanism, credentials...
-      const auto text = [&frames](std::size_t i) { return i < frames.size() ? frames[i].to_string() : std::string(); };
-      std::string user;
-      bool ok = false;
-      if (frames.size() >= 7 && text(0) == "1.0" && text(5) == "CURVE") {
-        for (const auto& [key, name] : allowed_) {
-          if (text(6) == key) {
-            ok = true;
-            user = name;
-            break;
-          }
-        }
-      }
-      const std::string address = text(3);
-      if (ok) {
-        accepted_.fetch_add(1, std::memory_order_relaxed);
-      } else {
-        refused_.fetch_add(1, std::memory_order_relaxed);
-        warnings.warn("address " + address, "refused a connection from " + address + " (mechanism " + text(5) +
-                                                "): its key is not one of the job's");
-      }
-      const std::string reply[] = {"1.0", text(1), ok ? "200" : "400", ok ? "OK" : "key not allowed", user, ""};
-      for (std::size_t i = 0; i < std::size(reply); ++i) {
-        const auto flags = i + 1 < std::size(reply) ? zmq::send_flags::sndmore : zmq::send_flags::none;
-        socket_.send(zmq::buffer(reply[i]), flags);
-      }
-    }
-  } catch (const zmq::error_t& e) {
-    // The context is closing; nothing left to authenticate.
-    if (e.num() != ETERM) log_.error(std::string("ZAP handler stopped: ") + e.what());
-  }
-}
-
-std::unique_ptr<ZapHandler> start_zap_handler(zmq::context_t& ctx, const SecurityContext* security, Logger& log) {
-  if (security == nullptr || !security->curve) return nullptr;
-  return std::make_unique<ZapHandler>(ctx, security->allowed, log);
 }
 
 }  // namespace pstrain

@@ -29,21 +29,19 @@
 // the scheduler's bind.key, server.pub, worker.pub.
 //
 // No process-wide state: a SecurityContext is a value each node builds from
-// its config and passes to its sockets (SocketOptions::security); a
-// ZapHandler belongs to one binding node and serves its zmq context.
+// its config and passes to its transport's endpoints (SocketOptions::security);
+// a ZapHandler (Transport::authenticate) belongs to one binding node. The
+// ZeroMQ side (CURVE socket options, the ZAP handler serving a context) is
+// the ZeroMQ transport's: common/transport/zmq/zmq_curve.h.
 #pragma once
 
-#include <atomic>
 #include <cstdint>
 #include <filesystem>
 #include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
-#include <thread>
 #include <vector>
-
-#include <zmq.hpp>
 
 #include "common/config/config.h"
 #include "common/base/log.h"
@@ -111,42 +109,21 @@ struct SecurityContext {
   // keys, else the shared worker.key; the scheduler and servers admit every
   // worker-R.pub (R = 0, 1, ... while present) and worker.pub if present.
   static SecurityContext load(const SecurityConfig& config, Role role, int rank = -1);
-
-  // Sets the CURVE options on a socket before it binds (`binding`: CURVE
-  // server) or connects (CURVE client). Nothing when curve is off.
-  void apply(zmq::socket_t& socket, bool binding) const;
 };
 
-// The ZAP handler (ZeroMQ RFC 27) of one zmq context: a REP socket bound to
-// inproc://zeromq.zap.01, served on a thread this object owns, answering
-// 200 for CURVE clients whose public key is in the allowed list and 400 to
-// everyone else (the handshake then fails and the peer gets nothing). Must
-// be constructed before the node's CURVE server socket binds and destroyed
-// before the context (declare it before that socket). Only one per context:
-// a second one throws TransportError.
+// The 32 bytes a Z85 CURVE key stands for; empty when the text is not one.
+std::string curve_key_bytes(const std::string& z85);
+
+// A binding node's authenticator (Transport::authenticate makes it): decides
+// which CURVE clients its Listener admits, those whose public key is in the
+// SecurityContext's allowed list (the ZeroMQ transports':
+// common/transport/zmq/zmq_curve.h). Keep it alive while the Listener is.
 class ZapHandler {
  public:
-  ZapHandler(zmq::context_t& ctx, const std::vector<AllowedClient>& allowed, Logger& log);
-  ~ZapHandler();
-  ZapHandler(const ZapHandler&) = delete;
-  ZapHandler& operator=(const ZapHandler&) = delete;
-
-  std::int64_t accepted() const { return accepted_.load(std::memory_order_relaxed); }
-  std::int64_t refused() const { return refused_.load(std::memory_order_relaxed); }
-
- private:
-  void serve();
-
-  zmq::socket_t socket_;
-  std::vector<std::pair<std::string, std::string>> allowed_;  // (32-byte binary key, name)
-  Logger& log_;
-  std::atomic<bool> stop_{false};
-  std::atomic<std::int64_t> accepted_{0};
-  std::atomic<std::int64_t> refused_{0};
-  std::thread thread_;
+  virtual ~ZapHandler() = default;
+  // Handshakes admitted and refused so far.
+  virtual std::int64_t accepted() const = 0;
+  virtual std::int64_t refused() const = 0;
 };
-
-// A ZapHandler for a binding node when `security` has curve on, else null.
-std::unique_ptr<ZapHandler> start_zap_handler(zmq::context_t& ctx, const SecurityContext* security, Logger& log);
 
 }  // namespace pstrain

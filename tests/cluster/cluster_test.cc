@@ -8,6 +8,7 @@
 #include "common/base/errors.h"
 #include "tests/cluster/run_workers.h"
 #include "tools/cluster/local_cluster.h"
+#include "common/transport/zmq/zmq_transport.h"
 
 using namespace pstrain;
 using pstrain::test::run_workers;
@@ -41,10 +42,9 @@ float gradient(int rank, std::size_t i, int step) { return static_cast<float>(ra
 
 
 void run_rounds(Mode mode, int servers, int workers, int rounds, const std::string& transport = "inproc") {
-  zmq::context_t ctx;
   LocalClusterOptions o = options(mode, servers, workers);
   o.transport = transport;
-  LocalCluster cluster(ctx, o);
+  LocalCluster cluster(o);
   const ParamLayout layout = test_layout();
   const auto n = static_cast<std::size_t>(layout.total_elems());
   std::vector<std::vector<float>> finals(static_cast<std::size_t>(workers));
@@ -138,13 +138,13 @@ TEST_CASE("shared memory with 1, 2, 4 and 8 workers x 1 and 2 servers, sync, asy
 TEST_CASE("the same cluster over tcp and ipc") {
   for (const char* transport : {"tcp", "ipc"}) {
     CAPTURE(transport);
-    zmq::context_t ctx;
     LocalClusterOptions o = options(Mode::kSync, 2, 2);
     o.transport = transport;
-    LocalCluster cluster(ctx, o);
+    LocalCluster cluster(o);
+    zmq::context_t& ctx = cluster.zmq_context();  // inproc peers share the cluster's
     const ParamLayout layout = test_layout();
     run_workers(2, [&](int r) {
-      WorkerSession session(ctx, cluster.worker_options(r), layout);
+      WorkerSession session(std::make_unique<ZmqTransport>(ctx), cluster.worker_options(r), layout);
       std::vector<float> params(static_cast<std::size_t>(layout.total_elems()), 1.0f);
       session.broadcast_initial(params);
       std::vector<float> grad(params.size(), 2.0f);

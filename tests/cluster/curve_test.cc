@@ -17,6 +17,8 @@
 #include "common/wire/wire_archive.h"
 #include "common/transport/transport.h"
 #include "tools/cluster/local_cluster.h"
+#include "common/transport/zmq/zmq_transport.h"
+#include "common/transport/zmq/zmq_socket.h"
 
 using namespace pstrain;
 using std::chrono::milliseconds;
@@ -168,9 +170,9 @@ TEST_CASE("with curve on, a peer without a worker key gets nothing from a server
   const CurveKeyPair server_client = read_key_file(keys.path() / "server.key", true);  // the job's, not a worker's
   const CurveKeyPair worker_client = read_key_file(keys.path() / "worker.key", true);
 
-  zmq::context_t ctx;
-  LocalCluster cluster(ctx, curve_options(keys.path()));
-  WorkerSession session(ctx, cluster.worker_options(0), layout_of(16));
+  LocalCluster cluster(curve_options(keys.path()));
+  zmq::context_t& ctx = cluster.zmq_context();  // inproc peers share the cluster's
+  WorkerSession session(std::make_unique<ZmqTransport>(ctx), cluster.worker_options(0), layout_of(16));
   std::vector<float> params(16, 1.0f);
   session.broadcast_initial(params);
   const std::string server = session.server_endpoints().at(0);
@@ -216,9 +218,9 @@ TEST_CASE("with curve on, a forged abort from a peer without a job key never rea
   write_job_keys(other.path(), false);
   const std::string bind_public = read_key_file(keys.path() / "bind.pub", false).public_z85;
   const CurveKeyPair stranger = read_key_file(other.path() / "worker.key", true);
-  zmq::context_t ctx;
-  LocalCluster cluster(ctx, curve_options(keys.path()));
-  WorkerSession session(ctx, cluster.worker_options(0), layout_of(16));
+  LocalCluster cluster(curve_options(keys.path()));
+  zmq::context_t& ctx = cluster.zmq_context();  // inproc peers share the cluster's
+  WorkerSession session(std::make_unique<ZmqTransport>(ctx), cluster.worker_options(0), layout_of(16));
   std::vector<float> params(16, 1.0f);
   session.broadcast_initial(params);
   for (const CurveKeyPair* key : {static_cast<const CurveKeyPair*>(nullptr), &stranger}) {
@@ -244,8 +246,8 @@ TEST_CASE("with curve on, a role is bound to its key: a worker's key cannot regi
   const std::string bind_public = read_key_file(keys.path() / "bind.pub", false).public_z85;
   const CurveKeyPair worker_client = read_key_file(keys.path() / "worker.key", true);
   LocalClusterOptions o = curve_options(keys.path());
-  zmq::context_t ctx;
-  LocalCluster cluster(ctx, o);
+  LocalCluster cluster(o);
+  zmq::context_t& ctx = cluster.zmq_context();  // inproc peers share the cluster's
   std::this_thread::sleep_for(milliseconds(200));
   zmq::socket_t s = outsider(ctx, cluster.scheduler_endpoint(), bind_public, &worker_client, "");
   RegisterRequest req;
@@ -264,7 +266,7 @@ TEST_CASE("with curve on, a role is bound to its key: a worker's key cannot regi
   CHECK(reply->message.header.type == MsgType::kError);
   CHECK(reply->message.text_payload().find("a worker key cannot register as a server") != std::string::npos);
   // Refused, not fatal: the real job runs and ends normally.
-  WorkerSession session(ctx, cluster.worker_options(0), layout_of(16));
+  WorkerSession session(std::make_unique<ZmqTransport>(ctx), cluster.worker_options(0), layout_of(16));
   std::vector<float> params(16, 1.0f);
   session.broadcast_initial(params);
   session.finish();

@@ -10,6 +10,7 @@
 #include "tests/cluster/run_workers.h"
 #include "tools/cluster/local_cluster.h"
 #include "worker/train/epoch_members.h"
+#include "common/transport/zmq/zmq_transport.h"
 
 using namespace pstrain;
 
@@ -32,14 +33,14 @@ LocalClusterOptions three_workers_continue() {
 }  // namespace
 
 TEST_CASE("epoch members: fixed by the first ask; after a drop the next epoch is the survivors'") {
-  zmq::context_t ctx;
-  LocalCluster cluster(ctx, three_workers_continue());
+  LocalCluster cluster(three_workers_continue());
+  zmq::context_t& ctx = cluster.zmq_context();  // inproc peers share the cluster's
   ParamLayout layout;
   layout.add("w", {8});
   std::mutex mutex;
   std::vector<std::vector<int>> before, again, after;
   test::run_workers(3, [&](int r) {
-    WorkerSession session(ctx, cluster.worker_options(r), layout);
+    WorkerSession session(std::make_unique<ZmqTransport>(ctx), cluster.worker_options(r), layout);
     std::vector<float> params(8, 1.0f);
     session.broadcast_initial(params);
     const auto ask = EpochMembers::from_scheduler(session.scheduler(), 5000);
@@ -68,15 +69,15 @@ TEST_CASE("epoch members: fixed by the first ask; after a drop the next epoch is
 }
 
 TEST_CASE("live workers: asked now, every time; the lowest is the manifest writer, worker 1 once worker 0 is dropped") {
-  zmq::context_t ctx;
-  LocalCluster cluster(ctx, three_workers_continue());
+  LocalCluster cluster(three_workers_continue());
+  zmq::context_t& ctx = cluster.zmq_context();  // inproc peers share the cluster's
   ParamLayout layout;
   layout.add("w", {8});
   std::mutex mutex;
   std::vector<int> lowest_before, lowest_after;
   std::vector<std::string> live_after, refusals;
   test::run_workers(3, [&](int r) {
-    WorkerSession session(ctx, cluster.worker_options(r), layout);
+    WorkerSession session(std::make_unique<ZmqTransport>(ctx), cluster.worker_options(r), layout);
     std::vector<float> params(8, 1.0f);
     session.broadcast_initial(params);
     const int first = lowest_live_worker(session.scheduler(), 5000);

@@ -12,6 +12,7 @@
 #include "common/transport/transport.h"
 #include "tests/cluster/run_workers.h"
 #include "tools/cluster/local_cluster.h"
+#include "common/transport/zmq/zmq_transport.h"
 
 using namespace pstrain;
 
@@ -45,7 +46,7 @@ std::vector<float> run_with_a_worker_lost(LocalCluster& cluster, zmq::context_t&
                                           Mode mode) {
   std::vector<float> final0;
   test::run_workers(workers, [&](int r) {
-    WorkerSession session(ctx, cluster.worker_options(r), layout());
+    WorkerSession session(std::make_unique<ZmqTransport>(ctx), cluster.worker_options(r), layout());
     std::vector<float> params(40, 10.0f);
     session.broadcast_initial(params);
     if (r == workers - 1) return;  // lost: no push, no heartbeat from here on
@@ -77,11 +78,11 @@ struct Failures {
 };
 
 TEST_CASE("continue, sync: a lost worker is dropped and every step is the mean of those left") {
-  zmq::context_t ctx;
   Failures failures;
   LocalClusterOptions o = options(Mode::kSync, 3, WorkerFailurePolicy::kContinue);
   o.on_failure = failures.sink();
-  LocalCluster cluster(ctx, o);
+  LocalCluster cluster(o);
+  zmq::context_t& ctx = cluster.zmq_context();  // inproc peers share the cluster's
   const std::vector<float> w = run_with_a_worker_lost(cluster, ctx, 3, 4, Mode::kSync);
   CHECK_NOTHROW(cluster.join());
   // Worker 2 never pushed: each of the 4 updates is the mean of 1 and 2 at lr 0.5.
@@ -103,8 +104,8 @@ TEST_CASE("continue, sync: a lost worker is dropped and every step is the mean o
 }
 
 TEST_CASE("continue, ssp: the others are no longer held back by a lost worker's clock") {
-  zmq::context_t ctx;
-  LocalCluster cluster(ctx, options(Mode::kSsp, 3, WorkerFailurePolicy::kContinue));
+  LocalCluster cluster(options(Mode::kSsp, 3, WorkerFailurePolicy::kContinue));
+  zmq::context_t& ctx = cluster.zmq_context();  // inproc peers share the cluster's
   const std::vector<float> w = run_with_a_worker_lost(cluster, ctx, 3, 5, Mode::kSsp);
   CHECK_NOTHROW(cluster.join());
   // Every push of workers 0 and 1 applied once: 5 x (1 + 2) x 0.5.
@@ -112,11 +113,11 @@ TEST_CASE("continue, ssp: the others are no longer held back by a lost worker's 
 }
 
 TEST_CASE("abort: a lost worker ends the job, naming it") {
-  zmq::context_t ctx;
   Failures failures;
   LocalClusterOptions o = options(Mode::kSync, 2, WorkerFailurePolicy::kAbort);
   o.on_failure = failures.sink();
-  LocalCluster cluster(ctx, o);
+  LocalCluster cluster(o);
+  zmq::context_t& ctx = cluster.zmq_context();  // inproc peers share the cluster's
   CHECK_THROWS_WITH_AS(run_with_a_worker_lost(cluster, ctx, 2, 3, Mode::kSync), doctest::Contains("worker 1"),
                        AbortedError);
   CHECK_THROWS_WITH_AS(cluster.join(), doctest::Contains("sent no heartbeat"), AbortedError);
@@ -124,11 +125,11 @@ TEST_CASE("abort: a lost worker ends the job, naming it") {
 }
 
 TEST_CASE("a worker waiting for the servers stops at the scheduler's shutdown instead of waiting on") {
-  zmq::context_t ctx;
   LocalClusterOptions o = options(Mode::kSync, 1, WorkerFailurePolicy::kAbort);
   o.cluster.timeout_ms = 20000;
-  LocalCluster cluster(ctx, o);
-  WorkerSession session(ctx, cluster.worker_options(0), layout());
+  LocalCluster cluster(o);
+  zmq::context_t& ctx = cluster.zmq_context();  // inproc peers share the cluster's
+  WorkerSession session(std::make_unique<ZmqTransport>(ctx), cluster.worker_options(0), layout());
   std::vector<float> params(40, 1.0f);
   session.broadcast_initial(params);
   const KVClient::Ticket never = session.kv().pull(params, 5);  // a version that never comes

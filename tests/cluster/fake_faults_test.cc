@@ -1,5 +1,5 @@
 // The failure and staleness logic under faults only the fake transport
-// (common/transport/fake_transport.h) makes deterministic: a whole cluster (scheduler,
+// (common/transport/fake/fake_transport.h) makes deterministic: a whole cluster (scheduler,
 // servers, workers as threads) over one FakeTransport with a fault plan.
 #include <doctest/doctest.h>
 
@@ -43,8 +43,7 @@ LocalClusterOptions fake_options(Mode mode, int workers, int bound = 0) {
 TEST_CASE("fake: ssp with the slow worker's pushes delayed, the fast worker is held exactly from the step past the bound") {
   constexpr int kBound = 2;
   constexpr int kSteps = 6;
-  zmq::context_t ctx;
-  LocalCluster cluster(ctx, fake_options(Mode::kSsp, 2, kBound));
+  LocalCluster cluster(fake_options(Mode::kSsp, 2, kBound));
   FakeFault slow;
   slow.action = FakeFault::Action::kDelay;
   slow.type = MsgType::kPush;
@@ -74,10 +73,9 @@ TEST_CASE("fake: ssp with the slow worker's pushes delayed, the fast worker is h
 }
 
 TEST_CASE("fake: a push reply that never comes makes the KV client time out, naming what is missing (no resend)") {
-  zmq::context_t ctx;
   LocalClusterOptions o = fake_options(Mode::kAsync, 1);
   o.cluster.timeout_ms = 1500;
-  LocalCluster cluster(ctx, o);
+  LocalCluster cluster(o);
   FakeFault drop;
   drop.type = MsgType::kPushReply;
   drop.nth = 1;
@@ -107,8 +105,7 @@ TEST_CASE("fake: a push reply that never comes makes the KV client time out, nam
 // without an error at the worker. ZeroMQ links never reorder; a transport
 // that could would need sequence numbers before this policy is safe.
 TEST_CASE("fake: a push pair arriving swapped (step 1 before step 0): step 1 applies, step 0 is acknowledged as a resend and not applied") {
-  zmq::context_t ctx;
-  LocalCluster cluster(ctx, fake_options(Mode::kAsync, 1));
+  LocalCluster cluster(fake_options(Mode::kAsync, 1));
   FakeFault hold;
   hold.action = FakeFault::Action::kHold;
   hold.type = MsgType::kPush;
@@ -133,8 +130,7 @@ TEST_CASE("fake: a push pair arriving swapped (step 1 before step 0): step 1 app
 }
 
 TEST_CASE("fake: a worker whose connection vanishes mid-request leaves the server serving the others") {
-  zmq::context_t ctx;
-  LocalCluster cluster(ctx, fake_options(Mode::kAsync, 2));
+  LocalCluster cluster(fake_options(Mode::kAsync, 2));
   FakeFault gone;
   gone.action = FakeFault::Action::kDisconnect;
   gone.type = MsgType::kPull;

@@ -11,6 +11,8 @@
 #include "common/base/errors.h"
 #include "common/transport/transport.h"
 #include "tools/cluster/local_cluster.h"
+#include "common/transport/zmq/zmq_transport.h"
+#include "common/transport/zmq/zmq_socket.h"
 
 using namespace pstrain;
 using std::chrono::milliseconds;
@@ -39,11 +41,11 @@ TEST_CASE("a flood of pushes from unpaced peers that never read their replies st
   o.cluster.heartbeat_interval_ms = 50;
   o.cluster.heartbeat_timeout_ms = 5000;
   o.log_level = LogLevel::kError;
-  zmq::context_t ctx;
-  LocalCluster cluster(ctx, o);
+  LocalCluster cluster(o);
+  zmq::context_t& ctx = cluster.zmq_context();  // inproc peers share the cluster's
   ParamLayout layout;
   layout.add("w", {16});
-  WorkerSession session(ctx, cluster.worker_options(0), layout);
+  WorkerSession session(std::make_unique<ZmqTransport>(ctx), cluster.worker_options(0), layout);
   std::vector<float> params(16, 1.0f);
   session.broadcast_initial(params);
   const std::string server = session.server_endpoints().at(0);
@@ -121,11 +123,11 @@ TEST_CASE("a worker with more chunks per server than the default queue bounds ge
   o.partition_bytes = 4096;
   o.cluster.timeout_ms = 30000;
   o.log_level = LogLevel::kError;
-  zmq::context_t ctx;
-  LocalCluster cluster(ctx, o);
+  LocalCluster cluster(o);
+  zmq::context_t& ctx = cluster.zmq_context();  // inproc peers share the cluster's
   ParamLayout layout;
   layout.add("w", {12000 * 1024});
-  WorkerSession session(ctx, cluster.worker_options(0), layout);
+  WorkerSession session(std::make_unique<ZmqTransport>(ctx), cluster.worker_options(0), layout);
   REQUIRE(session.shard_map().chunks().size() == 12000);
   std::vector<float> params(12000 * 1024, 1.0f);
   session.broadcast_initial(params);

@@ -12,6 +12,8 @@
 #include "common/transport/transport.h"
 #include "common/wire/wire_archive.h"
 #include "tools/cluster/local_cluster.h"
+#include "common/transport/zmq/zmq_transport.h"
+#include "common/transport/zmq/zmq_socket.h"
 
 using namespace pstrain;
 using std::chrono::milliseconds;
@@ -79,9 +81,9 @@ void train_steps(WorkerSession& session, int steps) {
 }  // namespace
 
 TEST_CASE("requests whose sender left before the error reply do not stop the scheduler or a server") {
-  zmq::context_t ctx;
-  LocalCluster cluster(ctx, tcp_options(1));
-  WorkerSession session(ctx, cluster.worker_options(0), layout_of(16));
+  LocalCluster cluster(tcp_options(1));
+  zmq::context_t& ctx = cluster.zmq_context();  // inproc peers share the cluster's
+  WorkerSession session(std::make_unique<ZmqTransport>(ctx), cluster.worker_options(0), layout_of(16));
   // 200 bad store-sets to the scheduler (an empty key is refused), each from a
   // connection that leaves at once: the refusals find their peers gone.
   Header set = forged(MsgType::kStoreSet, Role::kWorker, 0);
@@ -97,9 +99,9 @@ TEST_CASE("requests whose sender left before the error reply do not stop the sch
 }
 
 TEST_CASE("heartbeat, done, abort and barrier are taken only from the node they name") {
-  zmq::context_t ctx;
-  LocalCluster cluster(ctx, tcp_options(1));
-  WorkerSession session(ctx, cluster.worker_options(0), layout_of(16));
+  LocalCluster cluster(tcp_options(1));
+  zmq::context_t& ctx = cluster.zmq_context();  // inproc peers share the cluster's
+  WorkerSession session(std::make_unique<ZmqTransport>(ctx), cluster.worker_options(0), layout_of(16));
   zmq::socket_t raw = make_socket(ctx, zmq::socket_type::dealer);
   connect_socket(raw, cluster.scheduler_endpoint());
   for (MsgType type : {MsgType::kHeartbeat, MsgType::kDone, MsgType::kBarrier, MsgType::kAbort}) {
@@ -125,8 +127,8 @@ TEST_CASE("heartbeat, done, abort and barrier are taken only from the node they 
 }
 
 TEST_CASE("a registration with another job's fingerprint is refused and does not abort the job") {
-  zmq::context_t ctx;
-  LocalCluster cluster(ctx, tcp_options(1));
+  LocalCluster cluster(tcp_options(1));
+  zmq::context_t& ctx = cluster.zmq_context();  // inproc peers share the cluster's
   // The server has registered; an outsider registers as a worker of another job.
   zmq::socket_t raw = make_socket(ctx, zmq::socket_type::dealer);
   connect_socket(raw, cluster.scheduler_endpoint());
@@ -142,18 +144,18 @@ TEST_CASE("a registration with another job's fingerprint is refused and does not
   REQUIRE(env.has_value());
   CHECK(env->message.text_payload().find("runs a different job") != std::string::npos);
   // The real worker still registers and the job runs.
-  WorkerSession session(ctx, cluster.worker_options(0), layout_of(16));
+  WorkerSession session(std::make_unique<ZmqTransport>(ctx), cluster.worker_options(0), layout_of(16));
   train_steps(session, 2);
   session.finish();
   CHECK_NOTHROW(cluster.join());
 }
 
 TEST_CASE("a push in another worker's name is refused at the server, with or without a worker's connection") {
-  zmq::context_t ctx;
-  LocalCluster cluster(ctx, tcp_options(2));
+  LocalCluster cluster(tcp_options(2));
+  zmq::context_t& ctx = cluster.zmq_context();  // inproc peers share the cluster's
   std::vector<float> weights_after;
   std::thread real([&] {
-    WorkerSession session(ctx, cluster.worker_options(0), layout_of(16));
+    WorkerSession session(std::make_unique<ZmqTransport>(ctx), cluster.worker_options(0), layout_of(16));
     std::vector<float> params(16, 1.0f);
     session.broadcast_initial(params);
     session.scheduler().barrier("forgeries sent");
@@ -163,7 +165,7 @@ TEST_CASE("a push in another worker's name is refused at the server, with or wit
     session.finish();
   });
   // Worker 1 registers by hand: it has its own token and a connection named by it.
-  SchedulerClient sc(ctx, cluster.scheduler_endpoint(), Role::kWorker, tcp_options(2).cluster);
+  SchedulerClient sc(std::make_unique<ZmqTransport>(ctx), cluster.scheduler_endpoint(), Role::kWorker, tcp_options(2).cluster);
   RegisterRequest req;
   req.requested_rank = 1;
   req.host = "test";
@@ -200,13 +202,13 @@ TEST_CASE("a push in another worker's name is refused at the server, with or wit
 }
 
 TEST_CASE("far-future pulls are capped per connection and expire after timeout_ms") {
-  zmq::context_t ctx;
   LocalClusterOptions o = tcp_options(1);
   o.cluster.timeout_ms = 1500;  // the servers drop a parked pull after this
-  LocalCluster cluster(ctx, o);
+  LocalCluster cluster(o);
+  zmq::context_t& ctx = cluster.zmq_context();  // inproc peers share the cluster's
   WorkerSessionOptions wo = cluster.worker_options(0);
   wo.cluster.timeout_ms = 20000;  // the worker itself waits longer, to see the server's answer
-  WorkerSession session(ctx, wo, layout_of(16));
+  WorkerSession session(std::make_unique<ZmqTransport>(ctx), wo, layout_of(16));
   std::vector<float> params(16, 1.0f);
   session.broadcast_initial(params);
   // The server holds one chunk: at most kMaxParkedPerChunk parked pulls per connection.

@@ -17,6 +17,7 @@
 #include "tests/cluster/run_workers.h"
 #include "tools/cluster/local_cluster.h"
 #include "worker/train/ps_rejoin.h"
+#include "common/transport/zmq/zmq_transport.h"
 
 using namespace pstrain;
 
@@ -188,7 +189,7 @@ struct Refusal {
 // A rejoin registration sent by hand; returns the scheduler's refusal.
 Refusal rejoin_refusal(zmq::context_t& ctx, const LocalCluster& cluster, int rank) {
   const WorkerSessionOptions o = cluster.worker_options(rank);
-  SchedulerClient client(ctx, o.scheduler_endpoint, Role::kWorker, o.cluster);
+  SchedulerClient client(std::make_unique<ZmqTransport>(ctx), o.scheduler_endpoint, Role::kWorker, o.cluster);
   RegisterRequest req;
   req.requested_rank = rank;
   req.host = "test";
@@ -205,8 +206,8 @@ Refusal rejoin_refusal(zmq::context_t& ctx, const LocalCluster& cluster, int ran
 }  // namespace
 
 TEST_CASE("restart, sync: a lost worker's rank is taken back at the job's step; each step is the mean of those in it") {
-  zmq::context_t ctx;
-  LocalCluster cluster(ctx, cluster_options(WorkerFailurePolicy::kRestart));
+  LocalCluster cluster(cluster_options(WorkerFailurePolicy::kRestart));
+  zmq::context_t& ctx = cluster.zmq_context();  // inproc peers share the cluster's
   constexpr int kSteps = 30;
   std::vector<float> final0;
   std::int64_t joined_at = -1;
@@ -216,14 +217,14 @@ TEST_CASE("restart, sync: a lost worker's rank is taken back at the job's step; 
     std::vector<float> grad(40, static_cast<float>(r + 1));
     std::int64_t first = 0;
     std::optional<WorkerSession> session;
-    session.emplace(ctx, cluster.worker_options(r), layout());
+    session.emplace(std::make_unique<ZmqTransport>(ctx), cluster.worker_options(r), layout());
     session->broadcast_initial(params);
     if (r == 2) {
       // Lost at once: no push, and no heartbeat from here on.
       session.reset();
       WorkerSessionOptions again = cluster.worker_options(2);
       again.rejoin = true;  // refused while worker 2 is alive, then accepted once dropped
-      session.emplace(ctx, again, layout());
+      session.emplace(std::make_unique<ZmqTransport>(ctx), again, layout());
       Logger log("rejoiner", LogLevel::kError);
       first = rejoin_ps_job(*session, params, again.cluster, log);
       joined_at = first;
@@ -258,11 +259,11 @@ TEST_CASE("restart, sync: a lost worker's rank is taken back at the job's step; 
 }
 
 TEST_CASE("a rejoin under on_worker_failure = \"continue\" is refused with the reason") {
-  zmq::context_t ctx;
   LocalClusterOptions o = cluster_options(WorkerFailurePolicy::kContinue);
   o.num_workers = 1;
-  LocalCluster cluster(ctx, o);
-  WorkerSession session(ctx, cluster.worker_options(0), layout());
+  LocalCluster cluster(o);
+  zmq::context_t& ctx = cluster.zmq_context();  // inproc peers share the cluster's
+  WorkerSession session(std::make_unique<ZmqTransport>(ctx), cluster.worker_options(0), layout());
   std::vector<float> params(40, 1.0f);
   session.broadcast_initial(params);
   const Refusal refusal = rejoin_refusal(ctx, cluster, 0);

@@ -7,6 +7,8 @@
 #include "common/base/errors.h"
 #include "common/transport/transport.h"
 #include "tools/cluster/local_cluster.h"
+#include "common/transport/zmq/zmq_transport.h"
+#include "common/transport/zmq/zmq_socket.h"
 
 using namespace pstrain;
 using std::chrono::milliseconds;
@@ -44,7 +46,7 @@ std::string error_reply(zmq::socket_t& raw, std::vector<zmq::message_t> frames) 
 
 std::vector<zmq::message_t> request(Header h, std::size_t payload_bytes) {
   std::vector<zmq::message_t> frames;
-  frames.push_back(encode_header(h));
+  frames.push_back(to_message(encode_header(h)));
   if (payload_bytes > 0) frames.emplace_back(payload_bytes);
   return frames;
 }
@@ -63,10 +65,10 @@ Header worker_header(MsgType type, std::int64_t key, std::int64_t num_elems) {
 }  // namespace
 
 TEST_CASE("a server answers malformed requests with errors and keeps serving") {
-  zmq::context_t ctx;
-  LocalCluster cluster(ctx, small_options(1));
+  LocalCluster cluster(small_options(1));
+  zmq::context_t& ctx = cluster.zmq_context();  // inproc peers share the cluster's
   const ParamLayout layout = layout_of(16);
-  WorkerSession session(ctx, cluster.worker_options(), layout);
+  WorkerSession session(std::make_unique<ZmqTransport>(ctx), cluster.worker_options(), layout);
   std::vector<float> params(16, 1.0f);
   session.broadcast_initial(params);
 
@@ -113,20 +115,20 @@ TEST_CASE("a server answers malformed requests with errors and keeps serving") {
 }
 
 TEST_CASE("a worker that stops heartbeating aborts the job, and everyone hears why") {
-  zmq::context_t ctx;
-  LocalCluster cluster(ctx, small_options(2));
+  LocalCluster cluster(small_options(2));
+  zmq::context_t& ctx = cluster.zmq_context();  // inproc peers share the cluster's
   const ParamLayout layout = layout_of(8);
   std::string worker0_error;
   std::thread w0([&] {
     try {
-      WorkerSession session(ctx, cluster.worker_options(0), layout);
+      WorkerSession session(std::make_unique<ZmqTransport>(ctx), cluster.worker_options(0), layout);
       session.scheduler().barrier("never completes");
     } catch (const AbortedError& e) {
       worker0_error = e.what();
     }
   });
   {
-    WorkerSession dying(ctx, cluster.worker_options(1), layout);
+    WorkerSession dying(std::make_unique<ZmqTransport>(ctx), cluster.worker_options(1), layout);
     // Leaves without finish(): its heartbeats stop when the session is destroyed.
   }
   w0.join();
@@ -136,13 +138,13 @@ TEST_CASE("a worker that stops heartbeating aborts the job, and everyone hears w
 }
 
 TEST_CASE("a worker's reported failure aborts the job") {
-  zmq::context_t ctx;
-  LocalCluster cluster(ctx, small_options(2));
+  LocalCluster cluster(small_options(2));
+  zmq::context_t& ctx = cluster.zmq_context();  // inproc peers share the cluster's
   const ParamLayout layout = layout_of(8);
   std::string worker0_error;
   std::thread w0([&] {
     try {
-      WorkerSession session(ctx, cluster.worker_options(0), layout);
+      WorkerSession session(std::make_unique<ZmqTransport>(ctx), cluster.worker_options(0), layout);
       std::vector<float> params(8, 0.0f);
       session.broadcast_initial(params);
       session.kv().wait(session.kv().pull(params, 5));  // a version that never comes
@@ -151,7 +153,7 @@ TEST_CASE("a worker's reported failure aborts the job") {
     }
   });
   {
-    WorkerSession session(ctx, cluster.worker_options(1), layout);
+    WorkerSession session(std::make_unique<ZmqTransport>(ctx), cluster.worker_options(1), layout);
     session.report_failure("worker 1: out of memory (simulated)");
   }
   w0.join();
@@ -160,24 +162,24 @@ TEST_CASE("a worker's reported failure aborts the job") {
 }
 
 TEST_CASE("registration times out naming who is missing") {
-  zmq::context_t ctx;
   LocalClusterOptions o = small_options(2);
   o.cluster.timeout_ms = 500;
-  LocalCluster cluster(ctx, o);
-  CHECK_THROWS_WITH_AS(WorkerSession(ctx, cluster.worker_options(0), layout_of(4)),
+  LocalCluster cluster(o);
+  zmq::context_t& ctx = cluster.zmq_context();  // inproc peers share the cluster's
+  CHECK_THROWS_WITH_AS(WorkerSession(std::make_unique<ZmqTransport>(ctx), cluster.worker_options(0), layout_of(4)),
                        doctest::Contains("registered 1/1 servers and 1/2 workers"), AbortedError);
   CHECK_THROWS_AS(cluster.join(), AbortedError);
 }
 
 TEST_CASE("workers with different models are refused") {
-  zmq::context_t ctx;
-  LocalCluster cluster(ctx, small_options(2));
+  LocalCluster cluster(small_options(2));
+  zmq::context_t& ctx = cluster.zmq_context();  // inproc peers share the cluster's
   std::string err0, err1;
   std::thread w0([&] {
-    try { WorkerSession s(ctx, cluster.worker_options(0), layout_of(4)); } catch (const Error& e) { err0 = e.what(); }
+    try { WorkerSession s(std::make_unique<ZmqTransport>(ctx), cluster.worker_options(0), layout_of(4)); } catch (const Error& e) { err0 = e.what(); }
   });
   std::thread w1([&] {
-    try { WorkerSession s(ctx, cluster.worker_options(1), layout_of(5)); } catch (const Error& e) { err1 = e.what(); }
+    try { WorkerSession s(std::make_unique<ZmqTransport>(ctx), cluster.worker_options(1), layout_of(5)); } catch (const Error& e) { err1 = e.what(); }
   });
   w0.join();
   w1.join();

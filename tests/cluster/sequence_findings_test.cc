@@ -9,6 +9,8 @@
 #include "common/transport/transport.h"
 #include "common/wire/wire_archive.h"
 #include "tools/cluster/local_cluster.h"
+#include "common/transport/zmq/zmq_transport.h"
+#include "common/transport/zmq/zmq_socket.h"
 
 using namespace pstrain;
 using std::chrono::milliseconds;
@@ -55,8 +57,8 @@ Header register_header() {
 }  // namespace
 
 TEST_CASE("a worker that registers and leaves before the rendezvous does not stop the scheduler") {
-  zmq::context_t ctx;
-  LocalCluster cluster(ctx, two_workers(WorkerFailurePolicy::kContinue));
+  LocalCluster cluster(two_workers(WorkerFailurePolicy::kContinue));
+  zmq::context_t& ctx = cluster.zmq_context();  // inproc peers share the cluster's
   {
     zmq::socket_t s = make_socket(ctx, zmq::socket_type::dealer, SocketOptions{std::int64_t{1} << 20, milliseconds(0)});
     connect_socket(s, cluster.scheduler_endpoint());
@@ -68,7 +70,7 @@ TEST_CASE("a worker that registers and leaves before the rendezvous does not sto
   // The real worker 0 completes the rendezvous: the reply to the vanished
   // peer is dropped, worker 0 gets its own, and (silent, the vanished one is
   // dropped by the failure policy) worker 0 trains alone and the job ends.
-  WorkerSession session(ctx, cluster.worker_options(0), layout_of(16));
+  WorkerSession session(std::make_unique<ZmqTransport>(ctx), cluster.worker_options(0), layout_of(16));
   CHECK(session.rank() == 0);
   std::vector<float> params(16, 1.0f);
   session.broadcast_initial(params);
@@ -77,11 +79,11 @@ TEST_CASE("a worker that registers and leaves before the rendezvous does not sto
 }
 
 TEST_CASE("a worker registering with another model layout is refused at once and does not abort the job") {
-  zmq::context_t ctx;
-  LocalCluster cluster(ctx, two_workers(WorkerFailurePolicy::kAbort));
+  LocalCluster cluster(two_workers(WorkerFailurePolicy::kAbort));
+  zmq::context_t& ctx = cluster.zmq_context();  // inproc peers share the cluster's
   // Worker 0 registers first (in a thread: its reply comes at the rendezvous).
   std::unique_ptr<WorkerSession> session;
-  std::thread first([&] { session = std::make_unique<WorkerSession>(ctx, cluster.worker_options(0), layout_of(16)); });
+  std::thread first([&] { session = std::make_unique<WorkerSession>(std::make_unique<ZmqTransport>(ctx), cluster.worker_options(0), layout_of(16)); });
   std::this_thread::sleep_for(milliseconds(300));
   zmq::socket_t s = make_socket(ctx, zmq::socket_type::dealer, SocketOptions{std::int64_t{1} << 20, milliseconds(0)});
   connect_socket(s, cluster.scheduler_endpoint());
@@ -92,7 +94,7 @@ TEST_CASE("a worker registering with another model layout is refused at once and
   CHECK(env->message.text_payload().find("different model layout") != std::string::npos);
   // The real worker 1 completes the job.
   std::thread second([&] {
-    WorkerSession w1(ctx, cluster.worker_options(1), layout_of(16));
+    WorkerSession w1(std::make_unique<ZmqTransport>(ctx), cluster.worker_options(1), layout_of(16));
     std::vector<float> params(16, 1.0f);
     w1.broadcast_initial(params);
     w1.finish();

@@ -9,11 +9,11 @@
 #include "common/wire/protocol.h"
 #include "tools/cluster/local_cluster.h"
 #include "worker/client/kv_client.h"
+#include "common/transport/zmq/zmq_transport.h"
 
 using namespace pstrain;
 
 TEST_CASE("a server's error status reaches the worker as a typed ServerError") {
-  zmq::context_t ctx;
   LocalClusterOptions o;
   o.num_servers = 2;
   o.num_workers = 1;
@@ -21,10 +21,11 @@ TEST_CASE("a server's error status reaches the worker as a typed ServerError") {
   o.partition_bytes = 64;  // 16 floats a chunk: both servers hold some
   o.cluster.timeout_ms = 5000;
   o.log_level = LogLevel::kError;
-  LocalCluster cluster(ctx, o);
+  LocalCluster cluster(o);
+  zmq::context_t& ctx = cluster.zmq_context();  // inproc peers share the cluster's
   ParamLayout layout;
   layout.add("w", {64});
-  WorkerSession session(ctx, cluster.worker_options(), layout);
+  WorkerSession session(std::make_unique<ZmqTransport>(ctx), cluster.worker_options(), layout);
   std::vector<float> params(64, 1.0f);
   session.broadcast_initial(params);
   const ShardMap& map = session.shard_map();

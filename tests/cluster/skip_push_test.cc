@@ -62,9 +62,9 @@ Header skip_header() {
 }
 
 std::string decode_error(const Header& h, std::size_t payload_bytes, bool with_payload) {
-  std::vector<zmq::message_t> frames;
+  std::vector<Buffer> frames;
   frames.push_back(encode_header(h));
-  if (with_payload) frames.emplace_back(payload_bytes);
+  if (with_payload) frames.push_back(Buffer::zeros(payload_bytes));
   try {
     decode_message(frames, {});
   } catch (const ProtocolError& e) {
@@ -187,7 +187,7 @@ TEST_CASE("ssp: a skip advances the worker's clock, so the others go on") {
 }
 
 TEST_CASE("protocol: a skip push is a push with aux = kPushSkip and no payload") {
-  std::vector<zmq::message_t> frames;
+  std::vector<Buffer> frames;
   frames.push_back(encode_header(skip_header()));
   const Message m = decode_message(frames, {});
   CHECK(m.header.type == MsgType::kPush);

@@ -13,6 +13,7 @@
 
 #include "tests/cluster/run_workers.h"
 #include "tools/cluster/local_cluster.h"
+#include "common/transport/zmq/zmq_transport.h"
 
 using namespace pstrain;
 using pstrain::test::run_workers;
@@ -49,8 +50,8 @@ TEST_CASE("ssp over sockets: a straggler holds the others within the bound at ev
     CAPTURE(bound);
     constexpr int kWorkers = 3;
     constexpr int kSteps = 16;
-    zmq::context_t ctx;
-    LocalCluster cluster(ctx, options(Mode::kSsp, 2, kWorkers, bound));
+    LocalCluster cluster(options(Mode::kSsp, 2, kWorkers, bound));
+    zmq::context_t& ctx = cluster.zmq_context();  // inproc peers share the cluster's
     const ParamLayout l = layout();
     const auto n = static_cast<std::size_t>(l.total_elems());
     // clock[w]: steps worker w has sent its push for (raised before the push
@@ -60,7 +61,7 @@ TEST_CASE("ssp over sockets: a straggler holds the others within the bound at ev
     std::array<std::int64_t, kWorkers> parked_us{};
     std::vector<std::vector<float>> finals(kWorkers);
     run_workers(kWorkers, [&](int r) {
-      WorkerSession session(ctx, cluster.worker_options(r), l);
+      WorkerSession session(std::make_unique<ZmqTransport>(ctx), cluster.worker_options(r), l);
       std::vector<float> params(n, 0.0f);
       session.broadcast_initial(params);
       std::vector<float> grad(n, 1.0f);
@@ -100,11 +101,11 @@ TEST_CASE("sync over sockets: two runs with different arrival orders give identi
   const ParamLayout l = layout();
   const auto n = static_cast<std::size_t>(l.total_elems());
   auto run = [&](unsigned jitter_seed) {
-    zmq::context_t ctx;
-    LocalCluster cluster(ctx, options(Mode::kSync, 3, kWorkers));
+    LocalCluster cluster(options(Mode::kSync, 3, kWorkers));
+    zmq::context_t& ctx = cluster.zmq_context();  // inproc peers share the cluster's
     std::vector<float> final_params;
     run_workers(kWorkers, [&](int r) {
-      WorkerSession session(ctx, cluster.worker_options(r), l);
+      WorkerSession session(std::make_unique<ZmqTransport>(ctx), cluster.worker_options(r), l);
       const int me = session.rank();
       std::vector<float> params(n);
       for (std::size_t i = 0; i < n; ++i) params[i] = std::sin(static_cast<float>(i));

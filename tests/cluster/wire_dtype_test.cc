@@ -13,6 +13,7 @@
 #include "common/math/update_rules.h"
 #include "tests/cluster/run_workers.h"
 #include "tools/cluster/local_cluster.h"
+#include "common/transport/zmq/zmq_transport.h"
 
 using namespace pstrain;
 using pstrain::test::run_workers;
@@ -52,15 +53,15 @@ float gradient(int rank, std::size_t i, int step, float weight) {
 // otherwise float32 on the wire with every gradient and every pulled weight
 // rounded to bfloat16 by the worker itself.
 std::vector<std::vector<float>> run(bool bf16_wire, int servers, int workers, int steps) {
-  zmq::context_t ctx;
-  LocalCluster cluster(ctx, options(servers, workers));
+  LocalCluster cluster(options(servers, workers));
+  zmq::context_t& ctx = cluster.zmq_context();  // inproc peers share the cluster's
   const ParamLayout l = layout();
   const auto n = static_cast<std::size_t>(l.total_elems());
   std::vector<std::vector<float>> finals(static_cast<std::size_t>(workers));
   run_workers(workers, [&](int r) {
     WorkerSessionOptions wo = cluster.worker_options(r);
     if (bf16_wire) wo.wire_dtype = DType::kBFloat16;
-    WorkerSession session(ctx, wo, l);
+    WorkerSession session(std::make_unique<ZmqTransport>(ctx), wo, l);
     std::vector<float> params(n);
     for (std::size_t i = 0; i < n; ++i) params[i] = 0.01f * static_cast<float>(i % 13) - 0.05f;
     session.broadcast_initial(params);  // init is float32 either way
@@ -136,13 +137,13 @@ TEST_CASE("sync with bfloat16 on the wire equals allreduce fed the same rounded 
 }
 
 TEST_CASE("a non-finite gradient sent in bfloat16 is still refused by the servers") {
-  zmq::context_t ctx;
-  LocalCluster cluster(ctx, options(1, 1));
+  LocalCluster cluster(options(1, 1));
+  zmq::context_t& ctx = cluster.zmq_context();  // inproc peers share the cluster's
   const ParamLayout l = layout();
   const auto n = static_cast<std::size_t>(l.total_elems());
   WorkerSessionOptions wo = cluster.worker_options(0);
   wo.wire_dtype = DType::kBFloat16;
-  WorkerSession session(ctx, wo, l);
+  WorkerSession session(std::make_unique<ZmqTransport>(ctx), wo, l);
   std::vector<float> params(n, 0.5f);
   session.broadcast_initial(params);
   std::vector<float> grad(n, 0.25f);

@@ -18,6 +18,8 @@
 #include "common/transport/transport.h"
 #include "common/wire/wire_archive.h"
 #include "tools/cluster/local_cluster.h"
+#include "common/transport/zmq/zmq_transport.h"
+#include "common/transport/zmq/zmq_socket.h"
 
 using namespace pstrain;
 using std::chrono::milliseconds;
@@ -162,9 +164,9 @@ TEST_CASE("pstrain-keygen --workers N: one private keypair per worker rank, and 
 TEST_CASE("per-worker keys: worker-1's key can neither register as rank 0 nor push in worker 0's name") {
   KeyDir keys;
   write_job_keys(keys.path(), false, 2);
-  zmq::context_t ctx;
   const LocalClusterOptions o = options_for(keys.path(), 2);
-  LocalCluster cluster(ctx, o);
+  LocalCluster cluster(o);
+  zmq::context_t& ctx = cluster.zmq_context();  // inproc peers share the cluster's
 
   // 1. A peer holding worker-1.key registers as rank 0: refused at once.
   {
@@ -182,8 +184,8 @@ TEST_CASE("per-worker keys: worker-1's key can neither register as rank 0 nor pu
   const SecurityConfig curve{"curve", keys.path().string()};
   const SecurityContext key0 = SecurityContext::load(curve, Role::kWorker, 0);
   const SecurityContext key1 = SecurityContext::load(curve, Role::kWorker, 1);
-  SchedulerClient sc0(ctx, cluster.scheduler_endpoint(), Role::kWorker, cluster_config, nullptr, &key0);
-  SchedulerClient sc1(ctx, cluster.scheduler_endpoint(), Role::kWorker, cluster_config, nullptr, &key1);
+  SchedulerClient sc0(std::make_unique<ZmqTransport>(ctx), cluster.scheduler_endpoint(), Role::kWorker, cluster_config, nullptr, &key0);
+  SchedulerClient sc1(std::make_unique<ZmqTransport>(ctx), cluster.scheduler_endpoint(), Role::kWorker, cluster_config, nullptr, &key1);
   RegisterReply info0;
   std::thread first([&] { info0 = sc0.register_node(worker_request(-1, 2)); });
   const RegisterReply info1 = sc1.register_node(worker_request(-1, 2));
@@ -244,11 +246,11 @@ TEST_CASE("per-worker keys: worker-1's key can neither register as rank 0 nor pu
 TEST_CASE("per-worker keys through the local cluster: each worker session uses its own key and the job trains") {
   KeyDir keys;
   write_job_keys(keys.path(), false, 2);
-  zmq::context_t ctx;
-  LocalCluster cluster(ctx, options_for(keys.path(), 2));
+  LocalCluster cluster(options_for(keys.path(), 2));
+  zmq::context_t& ctx = cluster.zmq_context();  // inproc peers share the cluster's
   CHECK(error_text([&] { (void)cluster.worker_options(-1); }).find("needs a rank") != std::string::npos);
   auto train = [&](int rank) {
-    WorkerSession session(ctx, cluster.worker_options(rank), layout_of(16));
+    WorkerSession session(std::make_unique<ZmqTransport>(ctx), cluster.worker_options(rank), layout_of(16));
     std::vector<float> params(16, 1.0f);
     session.broadcast_initial(params);
     std::vector<float> grad(16, 1.0f);

@@ -14,6 +14,7 @@
 #include "common/wire/wire_archive.h"
 #include "scheduler/scheduler.h"
 #include "worker/collective/scheduler_store.h"
+#include "common/transport/zmq/zmq_transport.h"
 
 namespace pstrain {
 namespace {
@@ -36,7 +37,7 @@ bool eventually(const std::function<bool()>& condition) {
 struct SchedulerThread {
   explicit SchedulerThread(zmq::context_t& ctx, int workers)
       : log("scheduler", LogLevel::kError),
-        scheduler(ctx, SchedulerOptions{0, workers, cluster(), "inproc://store-test-" + std::to_string(next_id++)}, log),
+        scheduler(std::make_unique<ZmqTransport>(ctx), SchedulerOptions{0, workers, cluster(), "inproc://store-test-" + std::to_string(next_id++)}, log),
         thread([this] {
           try {
             scheduler.run();
@@ -70,7 +71,7 @@ std::string key_of(std::size_t i) {
 // A registered worker's scheduler link, run on its own thread by the test.
 void as_worker(zmq::context_t& ctx, const std::string& endpoint, int rank,
                const std::function<void(SchedulerClient&)>& body) {
-  SchedulerClient client(ctx, endpoint, Role::kWorker, SchedulerThread::cluster());
+  SchedulerClient client(std::make_unique<ZmqTransport>(ctx), endpoint, Role::kWorker, SchedulerThread::cluster());
   RegisterRequest req;
   req.requested_rank = rank;
   client.register_node(req);

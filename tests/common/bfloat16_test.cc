@@ -21,9 +21,9 @@ namespace {
 float round_trip(float v) { return from_bfloat16(to_bfloat16(v)); }
 
 std::string decode_error(Header h, std::size_t payload_bytes, bool with_payload = true) {
-  std::vector<zmq::message_t> frames;
+  std::vector<Buffer> frames;
   frames.push_back(encode_header(h));
-  if (with_payload) frames.emplace_back(payload_bytes);
+  if (with_payload) frames.push_back(Buffer::zeros(payload_bytes));
   try {
     decode_message(frames, DecodeLimits{});
   } catch (const ProtocolError& e) {
@@ -125,9 +125,9 @@ TEST_CASE("protocol: bfloat16 payloads only on pushes and pull replies, two byte
   CHECK(decode_error(tensor_header(MsgType::kPush, DType::kBytes, 8), 16)
             .find("expected dtype float32 or bfloat16") != std::string::npos);
   // The element cap counts two bytes per element.
-  std::vector<zmq::message_t> frames;
+  std::vector<Buffer> frames;
   frames.push_back(encode_header(tensor_header(MsgType::kPush, DType::kBFloat16, 600)));
-  frames.emplace_back(1200);
+  frames.push_back(Buffer::zeros(1200));
   std::string err;
   try {
     decode_message(frames, DecodeLimits{1024});
@@ -162,7 +162,7 @@ TEST_CASE("bfloat16 payloads decode straight into the destination, aligned or no
     m.header.type = MsgType::kPullReply;
     m.header.dtype = DType::kBFloat16;
     m.header.num_elems = static_cast<std::int64_t>(values.size());
-    m.payload = zmq::message_t(raw.data() + shift, narrow.size() * 2);
+    m.payload = Buffer::borrow(raw.data() + shift, narrow.size() * 2);
     m.has_payload = true;
     std::vector<float> dest(values.size());
     m.copy_floats_to(dest);
@@ -178,7 +178,7 @@ TEST_CASE("bfloat16 payloads decode straight into the destination, aligned or no
   Payload p = Payload::bfloat16(narrow);
   CHECK(p.dtype() == DType::kBFloat16);
   CHECK(p.num_elems() == 4);
-  CHECK(std::move(p).to_frame().size() == 8);
+  CHECK(std::move(p).to_buffer().size() == 8);
 }
 
 TEST_CASE("copy_floats_to with streaming stores writes exactly the payload, whatever the destination's alignment and size") {
@@ -194,7 +194,7 @@ TEST_CASE("copy_floats_to with streaming stores writes exactly the payload, what
       m.header.type = MsgType::kPullReply;
       m.header.dtype = DType::kFloat32;
       m.header.num_elems = static_cast<std::int64_t>(n);
-      m.payload = zmq::message_t(values.data(), n * sizeof(float));
+      m.payload = Buffer::copy(values.data(), n * sizeof(float));
       m.has_payload = true;
       std::vector<float> raw(n + 8, -1.0f);
       const std::span<float> dest(raw.data() + shift, n);

@@ -27,14 +27,14 @@ Header push_header(std::int64_t num_elems) {
   return h;
 }
 
-std::vector<zmq::message_t> frames_of(const Header& h, std::size_t payload_bytes, bool with_payload = true) {
-  std::vector<zmq::message_t> frames;
+std::vector<Buffer> frames_of(const Header& h, std::size_t payload_bytes, bool with_payload = true) {
+  std::vector<Buffer> frames;
   frames.push_back(encode_header(h));
-  if (with_payload) frames.emplace_back(payload_bytes);
+  if (with_payload) frames.push_back(Buffer::zeros(payload_bytes));
   return frames;
 }
 
-std::string decode_error(std::vector<zmq::message_t> frames, DecodeLimits limits = {}) {
+std::string decode_error(std::vector<Buffer> frames, DecodeLimits limits = {}) {
   try {
     decode_message(frames, limits);
   } catch (const ProtocolError& e) {
@@ -45,10 +45,10 @@ std::string decode_error(std::vector<zmq::message_t> frames, DecodeLimits limits
 
 // Re-encodes a header after changing one raw byte range (for fields whose
 // enum types cannot hold bad values).
-zmq::message_t patched_header(const Header& h, std::size_t offset, std::uint8_t value) {
+Buffer patched_header(const Header& h, std::size_t offset, std::uint8_t value) {
   std::string bytes = wire_encode(h);
   bytes[offset] = static_cast<char>(value);
-  return zmq::message_t(bytes.data(), bytes.size());
+  return Buffer::copy(bytes);
 }
 
 }  // namespace
@@ -59,7 +59,7 @@ TEST_CASE("header round trip keeps every field") {
   h.version = 9;
   h.aux = -4;
   h.status = Status::kRejected;
-  std::vector<zmq::message_t> frames = frames_of(h, 4096);
+  std::vector<Buffer> frames = frames_of(h, 4096);
   Message m = decode_message(frames, {});
   CHECK(m.header.type == MsgType::kPullReply);
   CHECK(m.header.role == Role::kWorker);
@@ -88,14 +88,14 @@ TEST_CASE("every message type round trips") {
 
 TEST_CASE("frame count is checked") {
   CHECK(decode_error({}).find("0 frames") != std::string::npos);
-  std::vector<zmq::message_t> three = frames_of(push_header(1), 4);
-  three.emplace_back(4);
+  std::vector<Buffer> three = frames_of(push_header(1), 4);
+  three.push_back(Buffer::zeros(4));
   CHECK(decode_error(std::move(three)).find("3 frames") != std::string::npos);
 }
 
 TEST_CASE("header size, magic and version are checked") {
-  std::vector<zmq::message_t> short_header;
-  short_header.emplace_back(10);
+  std::vector<Buffer> short_header;
+  short_header.push_back(Buffer::zeros(10));
   CHECK(decode_error(std::move(short_header)).find("header frame is 10 bytes") != std::string::npos);
 
   Header bad_magic = push_header(1);
@@ -111,9 +111,9 @@ TEST_CASE("unknown type, role, dtype and status codes are rejected") {
   const Header h = push_header(1);
   // Field offsets in the encoded header: magic(4) version(2) type(1) role(1) dtype(1) status(1).
   auto one = [&](std::size_t offset, std::uint8_t value) {
-    std::vector<zmq::message_t> frames;
+    std::vector<Buffer> frames;
     frames.push_back(patched_header(h, offset, value));
-    frames.emplace_back(4);
+    frames.push_back(Buffer::zeros(4));
     return decode_error(std::move(frames));
   };
   CHECK(one(6, 0).find("unknown message type 0") != std::string::npos);
@@ -209,7 +209,7 @@ TEST_CASE("float payload view handles unaligned buffers") {
   std::memcpy(raw.data() + 1, values, sizeof(values));
   Message m;
   m.header.num_elems = 4;
-  m.payload = zmq::message_t(raw.data() + 1, sizeof(values));
+  m.payload = Buffer::borrow(raw.data() + 1, sizeof(values));
   m.has_payload = true;
   std::vector<float> scratch;
   auto view = m.float_payload(scratch);

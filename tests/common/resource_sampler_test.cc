@@ -22,6 +22,7 @@
 #include "common/observe/nvml_gpu.h"
 #include "common/observe/resource_sampler.h"
 #include "common/transport/transport.h"
+#include "common/transport/zmq/zmq_socket.h"
 
 using namespace pstrain;
 using namespace std::chrono_literals;

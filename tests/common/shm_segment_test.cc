@@ -1,4 +1,4 @@
-// common/transport/shm_segment.h: slots handed between two sides, every check of a
+// common/transport/shm/shm_segment.h: slots handed between two sides, every check of a
 // descriptor, and real processes killed with SIGKILL at several points (no
 // segment left behind, the survivor gets a clear error, no hang).
 #include <doctest/doctest.h>
@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "common/base/errors.h"
-#include "common/transport/shm_segment.h"
+#include "common/transport/shm/shm_segment.h"
 #include "tests/common/shm_test_util.h"
 
 using namespace pstrain;

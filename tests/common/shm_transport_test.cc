@@ -1,4 +1,4 @@
-// common/transport/shm_transport.h: tensors through shared memory after the hello,
+// common/transport/shm/shm_transport.h: tensors through shared memory after the hello,
 // inline before it, when slots run out, when the listener says no; every bad
 // thing a peer can send the layer (forged, replayed and stale descriptors,
 // wrong frames, a hello from another host); and real processes killed with
@@ -24,9 +24,10 @@
 #include <vector>
 
 #include "common/base/errors.h"
-#include "common/transport/shm_segment.h"
-#include "common/transport/shm_transport.h"
-#include "common/transport/zmq_transport.h"
+#include "common/transport/shm/shm_segment.h"
+#include "common/transport/shm/shm_transport.h"
+#include "common/transport/zmq/zmq_socket.h"
+#include "common/transport/zmq/zmq_transport.h"
 #include "tests/common/shm_test_util.h"
 
 using namespace pstrain;
@@ -152,7 +153,7 @@ struct RawPeer {
     const auto bytes = encode_shm_descriptor(d);
     std::vector<zmq::message_t> frames;
     frames.push_back(layer_tag('D'));
-    frames.push_back(encode_header(header));
+    frames.push_back(to_message(encode_header(header)));
     frames.emplace_back(bytes.data(), bytes.size());
     send(std::move(frames));
   }
@@ -325,7 +326,7 @@ TEST_CASE("shm transport: forged, replayed and malformed layer messages are Prot
   {
     std::vector<zmq::message_t> two;
     two.push_back(layer_tag('D'));
-    two.push_back(encode_header(h));
+    two.push_back(to_message(encode_header(h)));
     evil.send(std::move(two));
     expect_refused("2 frames");
     std::vector<zmq::message_t> odd;
@@ -334,7 +335,7 @@ TEST_CASE("shm transport: forged, replayed and malformed layer messages are Prot
     expect_refused("unknown kind");
     std::vector<zmq::message_t> short_desc;
     short_desc.push_back(layer_tag('D'));
-    short_desc.push_back(encode_header(h));
+    short_desc.push_back(to_message(encode_header(h)));
     short_desc.emplace_back("12345", 5);
     evil.send(std::move(short_desc));
     expect_refused("descriptor of 5 bytes");
@@ -603,7 +604,7 @@ void arena_data(RawPeer& peer, const Header& header, const ShmArenaDescriptor& d
   const auto bytes = encode_shm_arena_descriptor(d);
   std::vector<zmq::message_t> frames;
   frames.push_back(layer_tag('P'));
-  frames.push_back(encode_header(header));
+  frames.push_back(to_message(encode_header(header)));
   frames.emplace_back(bytes.data(), bytes.size());
   peer.send(std::move(frames));
 }
@@ -793,13 +794,13 @@ TEST_CASE("shm transport: forged arena offers and descriptors get a no or a Prot
   {
     std::vector<zmq::message_t> frames;
     frames.push_back(layer_tag('P'));
-    frames.push_back(encode_header(h));
+    frames.push_back(to_message(encode_header(h)));
     frames.emplace_back("123", 3);
     evil.send(std::move(frames));
     expect_refused("arena descriptor of 3 bytes");
     std::vector<zmq::message_t> two;
     two.push_back(layer_tag('P'));
-    two.push_back(encode_header(h));
+    two.push_back(to_message(encode_header(h)));
     evil.send(std::move(two));
     expect_refused("2 frames");
   }
@@ -1073,7 +1074,7 @@ TEST_CASE("shm transport: forged arena replies to a connection are ProtocolError
     const auto t2 = encode_shm_arena_descriptor(where);
     std::vector<zmq::message_t> frames;
     frames.push_back(layer_tag('W'));
-    frames.push_back(encode_header(h));
+    frames.push_back(to_message(encode_header(h)));
     frames.emplace_back(t1.data(), t1.size());
     if (frames_wanted == 4) frames.emplace_back(t2.data(), t2.size());
     send_to_conn(std::move(frames));
@@ -1113,7 +1114,7 @@ TEST_CASE("shm transport: forged arena replies to a connection are ProtocolError
   {
     std::vector<zmq::message_t> frames;
     frames.push_back(layer_tag('P'));  // a push-side arena message sent to a connection
-    frames.push_back(encode_header(h));
+    frames.push_back(to_message(encode_header(h)));
     frames.emplace_back("x", 1);
     send_to_conn(std::move(frames));
     expect_refused("arena data sent to a connection");

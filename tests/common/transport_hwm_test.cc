@@ -10,6 +10,7 @@
 
 #include "common/base/errors.h"
 #include "common/transport/transport.h"
+#include "common/transport/zmq/zmq_socket.h"
 
 using namespace pstrain;
 using std::chrono::milliseconds;

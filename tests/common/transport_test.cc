@@ -14,12 +14,12 @@
 #include <vector>
 
 #include "common/base/errors.h"
-#include "common/transport/fake_transport.h"
+#include "common/transport/fake/fake_transport.h"
 #include "common/base/log.h"
 #include "common/wire/security.h"
-#include "common/transport/shm_transport.h"
+#include "common/transport/shm/shm_transport.h"
 #include "common/transport/transport.h"
-#include "common/transport/zmq_transport.h"
+#include "common/transport/zmq/zmq_transport.h"
 
 using namespace pstrain;
 using std::chrono::milliseconds;

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "common/base/errors.h"
-#include "common/transport/shm_transport.h"
+#include "common/transport/make_transport.h"
 #include "common/transport/transport.h"
 #include "scheduler/scheduler.h"
 #include "server/server.h"
@@ -29,8 +29,7 @@ SecurityContext security_for(const std::string& key_dir, Role role) {
 std::string worker_rounds(const std::string& sched, const ClusterConfig& cluster, std::int64_t partition, int rank,
                           const std::string& fp, const ParamLayout& layout, int rounds, const std::string& key_dir,
                           DType wire_dtype) {
-  zmq::context_t ctx;
-  const std::unique_ptr<Transport> transport = make_transport(ctx, cluster.transport, partition);
+  const std::unique_ptr<Transport> transport = make_transport(cluster.transport, partition);
   const SecurityContext security = security_for(key_dir, Role::kWorker);
   WorkerSessionOptions options{sched, cluster, partition, rank, fp};
   options.security = &security;
@@ -77,11 +76,10 @@ PsRound ps_pushpull_round(std::size_t num_bytes, int rounds, const PsBenchOption
   std::vector<pid_t> pids;
   pids.push_back(spawn([&] {
     const SecurityContext security = security_for(a.key_dir, Role::kScheduler);
-    zmq::context_t ctx;
     Logger log("scheduler", LogLevel::kWarn);
     SchedulerOptions so{a.servers, a.workers, cluster, "tcp://127.0.0.1:*"};
     so.security = &security;
-    Scheduler s(ctx, so, log);
+    Scheduler s(make_zmq_transport(), so, log);
     if (!endpoint_pipe.write_line(s.endpoint())) return 1;
     s.run();
     return 0;
@@ -91,7 +89,6 @@ PsRound ps_pushpull_round(std::size_t num_bytes, int rounds, const PsBenchOption
   for (int s = 0; s < a.servers; ++s) {
     pids.push_back(spawn([&, s] {
       const SecurityContext security = security_for(a.key_dir, Role::kServer);
-      zmq::context_t ctx;
       Logger log("server", LogLevel::kWarn);
       RunConfig config;
       config.optimizer.momentum = 0.0;
@@ -104,7 +101,7 @@ PsRound ps_pushpull_round(std::size_t num_bytes, int rounds, const PsBenchOption
       o.security = &security;
       o.bind_endpoint = a.transport == "ipc" ? "ipc:///tmp/pstrain-bench-" + std::to_string(getpid()) : "tcp://127.0.0.1:*";
       o.requested_rank = s;
-      const std::unique_ptr<Transport> transport = make_transport(ctx, a.transport, partition);
+      const std::unique_ptr<Transport> transport = make_transport(a.transport, partition);
       Server server(*transport, o, log);
       server.run();
       return 0;

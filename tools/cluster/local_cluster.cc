@@ -33,8 +33,8 @@ RunConfig run_config(const LocalClusterOptions& options) {
   return config;
 }
 
-LocalCluster::LocalCluster(zmq::context_t& ctx, LocalClusterOptions options)
-    : ctx_(ctx), options_(std::move(options)),
+LocalCluster::LocalCluster(LocalClusterOptions options)
+    : ctx_(std::make_unique<zmq::context_t>()), options_(std::move(options)),
       tag_(unique_tag(this)),
       log_("local", options_.log_level) {
   if (options_.transport == "fake") {
@@ -42,11 +42,11 @@ LocalCluster::LocalCluster(zmq::context_t& ctx, LocalClusterOptions options)
     fake_ = fake.get();
     transport_ = std::move(fake);
   } else if (options_.transport == "inproc" || options_.transport == "ipc" || options_.transport == "tcp") {
-    transport_ = std::make_unique<ZmqTransport>(ctx_);
+    transport_ = std::make_unique<ZmqTransport>(*ctx_);
   } else if (options_.transport == "shm") {  // tcp endpoints, tensors through shared memory (one process here)
     ShmTransportOptions shm_options = shm_options_for(options_.partition_bytes);
     shm_options.min_bytes = 1;  // every payload through the slots, however small the test's chunks
-    auto shm = std::make_unique<ShmTransport>(ctx_, shm_options);
+    auto shm = std::make_unique<ShmTransport>(*ctx_, shm_options);
     shm_ = shm.get();
     transport_ = std::move(shm);
   } else {
@@ -63,7 +63,6 @@ LocalCluster::LocalCluster(zmq::context_t& ctx, LocalClusterOptions options)
       worker_security_ = SecurityContext::load(sec, Role::kWorker);
     }
     for (int w = 0; w < options_.num_workers; ++w) worker_security_of_rank_.push_back(SecurityContext::load(sec, Role::kWorker, w));
-    scheduler_ctx_ = std::make_unique<zmq::context_t>();
   }
   SchedulerOptions so;
   so.security = &scheduler_security_;
@@ -72,8 +71,9 @@ LocalCluster::LocalCluster(zmq::context_t& ctx, LocalClusterOptions options)
   so.cluster = options_.cluster;
   so.bind_endpoint = endpoint_for("scheduler");
   so.on_failure = options_.on_failure;
-  scheduler_ = scheduler_ctx_ ? std::make_unique<Scheduler>(*scheduler_ctx_, so, log_)
-                             : std::make_unique<Scheduler>(*transport_, so, log_);
+  // CURVE: one ZAP handler per context, so the scheduler and each server a transport (a context) of their own.
+  scheduler_ = scheduler_security_.curve ? std::make_unique<Scheduler>(std::make_unique<ZmqTransport>(), so, log_)
+                                         : std::make_unique<Scheduler>(*transport_, so, log_);
   scheduler_endpoint_ = scheduler_->endpoint();
   threads_.emplace_back([this] { run_guarded([this] { scheduler_->run(); }); });
   for (int s = 0; s < options_.num_servers; ++s) {
@@ -86,8 +86,7 @@ LocalCluster::LocalCluster(zmq::context_t& ctx, LocalClusterOptions options)
         opt.security = &server_security_;
         Logger log("server", options_.log_level);
         if (server_security_.curve) {  // one ZAP handler per context: a context of its own
-          zmq::context_t own_ctx;
-          Server server(own_ctx, opt, log);
+          Server server(std::make_unique<ZmqTransport>(), opt, log);
           server.run();
         } else {
           Server server(*transport_, opt, log);

@@ -1,9 +1,10 @@
 // A whole parameter-server job inside one process: the scheduler and the
 // servers run as threads over one shared Transport (common/transport/transport.h):
-// ZeroMQ on the caller's zmq::context_t (inproc:// by default, or tcp/ipc on
+// ZeroMQ on a context the cluster owns (inproc:// by default, or tcp/ipc on
 // loopback) or a FakeTransport (transport = "fake"), and the caller runs the
-// workers on its own threads with WorkerSession (over transport()). Used by
-// the unit tests and benchmarks.
+// workers on its own threads with WorkerSession (over transport(), or a
+// ZmqTransport of their own on zmq_context()). Used by the unit tests and
+// benchmarks.
 #pragma once
 
 #include <exception>
@@ -14,13 +15,11 @@
 #include <thread>
 #include <vector>
 
-#include <zmq.hpp>
-
 #include "common/config/config.h"
-#include "common/transport/fake_transport.h"
+#include "common/transport/fake/fake_transport.h"
 #include "common/base/log.h"
-#include "common/transport/shm_transport.h"
-#include "common/transport/zmq_transport.h"
+#include "common/transport/shm/shm_transport.h"
+#include "common/transport/zmq/zmq_transport.h"
 #include "scheduler/scheduler.h"
 #include "server/server.h"
 #include "worker/client/worker_session.h"
@@ -53,7 +52,7 @@ RunConfig run_config(const LocalClusterOptions& options);
 
 class LocalCluster {
  public:
-  LocalCluster(zmq::context_t& ctx, LocalClusterOptions options);
+  explicit LocalCluster(LocalClusterOptions options);
   ~LocalCluster();  // joins the threads
   LocalCluster(const LocalCluster&) = delete;
   LocalCluster& operator=(const LocalCluster&) = delete;
@@ -67,6 +66,10 @@ class LocalCluster {
   FakeTransport* fake() { return fake_; }
   // transport "shm": the ShmTransport (its counters say what went through shared memory); else null.
   ShmTransport* shm() { return shm_; }
+  // The ZeroMQ context the cluster's endpoints live in: a worker's own
+  // ZmqTransport, or a test's raw socket, must share it to reach inproc://
+  // endpoints (any transport; "fake" has one all the same, unused).
+  zmq::context_t& zmq_context() { return *ctx_; }
   // Waits for the scheduler and servers to end; rethrows the first failure.
   void join();
 
@@ -74,7 +77,7 @@ class LocalCluster {
   std::string endpoint_for(const std::string& name) const;
   void run_guarded(const std::function<void()>& body);
 
-  zmq::context_t& ctx_;
+  std::unique_ptr<zmq::context_t> ctx_;  // before transport_: outlives its sockets
   LocalClusterOptions options_;
   std::unique_ptr<Transport> transport_;  // ZmqTransport or ShmTransport over ctx_, or a FakeTransport
   FakeTransport* fake_ = nullptr;
@@ -85,7 +88,6 @@ class LocalCluster {
   SecurityContext server_security_;
   SecurityContext worker_security_;               // the shared worker.key (rank -1)
   std::vector<SecurityContext> worker_security_of_rank_;  // by rank: worker-R.key, or worker.key
-  std::unique_ptr<zmq::context_t> scheduler_ctx_;  // curve: the scheduler's own context
   std::unique_ptr<Scheduler> scheduler_;
   std::string scheduler_endpoint_;
   std::vector<std::thread> threads_;

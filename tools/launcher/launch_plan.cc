@@ -7,6 +7,7 @@
 
 #include <system_error>
 
+#include "common/base/endpoint_address.h"
 #include "common/checkpoint/checkpoint.h"
 #include "common/base/errors.h"
 #include "common/base/job_clock.h"
@@ -50,10 +51,7 @@ std::string check_hosts(const LaunchRequest& request, const RunConfig& config) {
                       "it the servers listen on this machine's loopback only)");
   }
   const std::string& endpoint = config.cluster.scheduler;
-  const auto colon = endpoint.rfind(':');
-  const std::string host = endpoint.rfind("tcp://", 0) == 0 && colon != std::string::npos && colon > 6
-                               ? endpoint.substr(6, colon - 6)
-                               : std::string();
+  const std::string host = tcp_host(endpoint).value_or("");
   if (host.empty() || host == "localhost" || host.rfind("127.", 0) == 0 || host == "*" || host == "0.0.0.0") {
     throw ConfigError(key_site(request.config_path, request.overrides, "cluster.scheduler") +
                       ": key 'cluster.scheduler': " + quoted(endpoint) +
@@ -218,8 +216,8 @@ std::vector<NodeSpec> node_specs(const LaunchPlan& plan, const std::string& sche
                                  const std::vector<std::string>& extra_args) {
   // Other hosts dial the scheduler by the configured name and the port it got.
   std::string remote_endpoint = scheduler_endpoint;
-  if (const auto colon = scheduler_endpoint.rfind(':'); !plan.scheduler_host.empty() && colon != std::string::npos) {
-    remote_endpoint = "tcp://" + plan.scheduler_host + scheduler_endpoint.substr(colon);
+  if (const auto address = parse_endpoint(scheduler_endpoint); !plan.scheduler_host.empty() && address && address->is_tcp()) {
+    remote_endpoint = tcp_endpoint(plan.scheduler_host, address->port);
   }
   std::map<std::string, std::string> env;
   for (const char* name : {kJobStartEnv, kLauncherEnv}) {

@@ -31,8 +31,6 @@
 #include <utility>
 #include <vector>
 
-#include <zmq.hpp>
-
 #include "common/config/config.h"
 #include "common/wire/protocol.h"
 #include "common/node/scheduler_client.h"

@@ -22,8 +22,9 @@ RegisterReply rejoin_with_retries(SchedulerClient& scheduler, RegisterRequest re
 
 }  // namespace
 
-WorkerSession::WorkerSession(zmq::context_t& ctx, const WorkerSessionOptions& options, const ParamLayout& layout)
-    : scheduler_(ctx, options.scheduler_endpoint, Role::kWorker, options.cluster, options.traffic, options.security) {
+WorkerSession::WorkerSession(std::unique_ptr<Transport> transport, const WorkerSessionOptions& options,
+                             const ParamLayout& layout)
+    : scheduler_(std::move(transport), options.scheduler_endpoint, Role::kWorker, options.cluster, options.traffic, options.security) {
   start(options, layout);
 }
 

@@ -8,8 +8,6 @@
 #include <memory>
 #include <string>
 
-#include <zmq.hpp>
-
 #include "common/config/config.h"
 #include "common/config/job_fingerprint.h"
 #include "common/math/param_layout.h"
@@ -41,7 +39,8 @@ DType wire_dtype_of(const std::string& name);
 
 class WorkerSession {
  public:
-  WorkerSession(zmq::context_t& ctx, const WorkerSessionOptions& options, const ParamLayout& layout);
+  // Over a transport of its own (make_transport, common/transport/make_transport.h).
+  WorkerSession(std::unique_ptr<Transport> transport, const WorkerSessionOptions& options, const ParamLayout& layout);
   // Over the node's transport (common/transport/transport.h; outliving the session).
   WorkerSession(Transport& transport, const WorkerSessionOptions& options, const ParamLayout& layout);
 

@@ -4,10 +4,12 @@
 #include <cstdio>
 #include <optional>
 
+#include "common/base/endpoint_address.h"
 #include "common/base/errors.h"
 #include "common/config/job_fingerprint.h"
 #include "common/node/node_cli.h"
 #include "common/observe/resource_sampler.h"
+#include "common/transport/make_transport.h"
 #include "worker/collective/counting_collective.h"
 #include "worker/collective/collective_factory.h"
 #include "worker/collective/gpu_assignment.h"
@@ -25,11 +27,7 @@ bool is_loopback(const std::string& host) { return host == "localhost" || host.r
 // this machine's host name.
 std::string collective_host(const ClusterConfig& cluster, int rank) {
   if (!cluster.worker_hosts.empty()) return cluster.worker_hosts.at(static_cast<std::size_t>(rank));
-  const std::string& ep = cluster.scheduler;
-  const auto colon = ep.rfind(':');
-  const std::string host = ep.rfind("tcp://", 0) == 0 && colon != std::string::npos && colon > 6
-                               ? ep.substr(6, colon - 6)
-                               : std::string("127.0.0.1");
+  const std::string host = tcp_host(cluster.scheduler).value_or("127.0.0.1");
   return is_loopback(host) ? "127.0.0.1" : this_host();
 }
 
@@ -120,13 +118,12 @@ int run_allreduce_node(const RunConfig& config, int requested_rank, const std::s
   const std::string backend_name =
       resolve_collective_backend(config.collective.backend, backend.is_cuda(), backend.name());
 
-  zmq::context_t ctx;
   WorkerSessionOptions options = session_options(config, rank, rejoin, backend_name);
   TrafficCounters traffic;
   options.traffic = &traffic;
   const auto security = SecurityContext::load(config.security, Role::kWorker, rank);
   options.security = &security;
-  WorkerSession session(ctx, options, workload.model->layout());
+  WorkerSession session(make_zmq_transport(), options, workload.model->layout());
   log.set_name("worker " + std::to_string(session.rank()));
   trace.set_process("worker", session.rank());
   const auto sampler = start_resource_sampler(config.output, "worker", session.rank(), &traffic, log,

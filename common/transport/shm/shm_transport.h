@@ -8,7 +8,7 @@
 // shared memory goes as ZmqTransport's would: nothing changes for a peer on
 // another host or for the scheduler. What is added:
 //   - A Connection made with EndpointOptions::carries_tensors (a worker's KV
-//     client to a server) creates a segment (common/transport/shm_segment.h) and sends
+//     client to a server) creates a segment (common/transport/shm/shm_segment.h) and sends
 //     its address in a hello. The listener attaches to it when it can (same
 //     host, same user: the creator's /proc/<pid>/fd/<fd>) and answers yes or
 //     no; until a yes arrives, and after a no, everything goes inline.
@@ -31,7 +31,7 @@
 //     (it shares the memory) only loses the segment: that body goes inline
 //     and the segment is dropped (listener) or no longer used (connection).
 //   - Memory from allocate_send_floats() is a block of an arena
-//     (common/transport/shm_segment.h, ShmArena) of this process. A body lying wholly
+//     (common/transport/shm/shm_segment.h, ShmArena) of this process. A body lying wholly
 //     in one is not copied at all: the other side reads it in place through
 //     its read-only mapping. Per connection an arena is offered once (its
 //     address), in either direction, and used after the other side's yes;
@@ -51,7 +51,7 @@
 //     the arena's size.
 //   - A hello carries the host's boot id and the process's pid namespace;
 //     the listener attaches only with both equal, only to a pstrain memfd
-//     (common/transport/shm_segment.h), only up to twice this job's segment size, and
+//     (common/transport/shm/shm_segment.h), only up to twice this job's segment size, and
 //     a new hello from a connection replaces its old segment.
 // Messages of the shared-memory layer start with an 8-byte tag frame
 // ("PSTRSHM" + kind), which no header frame can be:
@@ -63,7 +63,7 @@
 //   arena data  [tag 'P', header, arena descriptor (24 bytes)]          (to a listener)
 //   arena reply [tag 'W', header, slot descriptor, arena descriptor]  (to a connection)
 // Nothing is left behind by a killed process: segments are memfds
-// (common/transport/shm_segment.h); a listener drops a segment once its peer's process
+// (common/transport/shm/shm_segment.h); a listener drops a segment once its peer's process
 // is gone or its connection is replaced by a new hello.
 #pragma once
 
@@ -75,10 +75,12 @@
 #include <string>
 #include <vector>
 
-#include <zmq.hpp>
-
-#include "common/transport/shm_segment.h"
+#include "common/transport/shm/shm_segment.h"
 #include "common/transport/transport.h"
+
+namespace zmq {
+class context_t;  // cppzmq's; only the .cc files of this folder need it whole
+}  // namespace zmq
 
 namespace pstrain {
 
@@ -99,6 +101,9 @@ class ShmTransport final : public Transport {
  public:
   // Uses `ctx` (not owned; it must outlive the transport and its endpoints).
   ShmTransport(zmq::context_t& ctx, ShmTransportOptions options);
+  // Owns a context of its own.
+  explicit ShmTransport(ShmTransportOptions options);
+  ~ShmTransport() override;
 
   std::unique_ptr<Listener> listen(const std::string& address, EndpointOptions options) override;
   std::unique_ptr<Connection> connect(const std::string& address, EndpointOptions options) override;
@@ -142,16 +147,12 @@ class ShmTransport final : public Transport {
   Counters& counters() { return counters_; }
 
  private:
+  std::unique_ptr<zmq::context_t> owned_;
   zmq::context_t& ctx_;
   ShmTransportOptions options_;
   std::string boot_id_;  // this host's boot: a hello from another is refused at once
   Counters counters_;
   std::shared_ptr<class ShmArenaPool> pool_;  // allocate_send_floats' arenas (shared with the blocks it gave out)
 };
-
-// A node's transport from cluster.transport: "tcp" and "ipc" are
-// ZmqTransport, "shm" is ShmTransport (options from shm_options_for).
-// ConfigError for anything else.
-std::unique_ptr<Transport> make_transport(zmq::context_t& ctx, const std::string& kind, std::int64_t partition_bytes);
 
 }  // namespace pstrain

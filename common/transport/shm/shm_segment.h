@@ -221,7 +221,7 @@ class ShmSegment {
 
 // Memory a process sends tensors from (a worker's gradients), readable in
 // place by co-located peers: the "arena" of the shm transport
-// (common/transport/shm_transport.h). Unlike a segment's slots it has no state words:
+// (common/transport/shm/shm_transport.h). Unlike a segment's slots it has no state words:
 // its owner writes it as its own memory, and a peer reads bodies lying in it
 // only when told to by a message, while the owner keeps them unchanged
 // until that message's reply (the contract of Payload's zero-copy sends).

@@ -10,7 +10,7 @@
 
 #include <zmq.hpp>
 
-#include "common/transport/transport.h"
+#include "common/transport/zmq/zmq_socket.h"
 
 namespace pstrain {
 

@@ -74,12 +74,12 @@ class FakeTransport final : public Transport {
   // Implementation (the endpoints' side).
   struct Item {
     PeerId from;
-    std::vector<zmq::message_t> frames;
+    std::vector<Buffer> frames;
     std::chrono::steady_clock::time_point at;
     std::uint64_t seq = 0;
   };
   struct Box;  // one endpoint's inbox
-  void deliver(Box* sender_box, Box* to, const PeerId& from, const Header& header, std::vector<zmq::message_t> frames,
+  void deliver(Box* sender_box, Box* to, const PeerId& from, const Header& header, std::vector<Buffer> frames,
                bool sender_waits);
   std::optional<Item> take(Box* box, std::chrono::milliseconds timeout);
   Box* find_listener_box(const std::string& address);
@@ -88,6 +88,12 @@ class FakeTransport final : public Transport {
   std::mutex& mutex() { return mu_; }
 
  private:
+  // What the fault plan does to a message with `header` (counting the rules' matches).
+  struct FaultEffect {
+    bool drop = false, hold = false, disconnect = false;
+    std::chrono::milliseconds delay{0};
+  };
+  FaultEffect fault_effect_locked(const Header& header);
   bool ready_locked(const Box* box, std::chrono::steady_clock::time_point now) const;
   std::optional<std::chrono::steady_clock::time_point> next_due_locked(const Box* box) const;
 

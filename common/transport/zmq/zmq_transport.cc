@@ -1,8 +1,9 @@
-#include "common/transport/zmq_transport.h"
+#include "common/transport/zmq/zmq_transport.h"
 
 #include "common/base/errors.h"
-#include "common/wire/security.h"
-#include "common/transport/zmq_endpoint.h"
+#include "common/transport/zmq/zmq_curve.h"
+#include "common/transport/zmq/zmq_endpoint.h"
+#include "common/transport/zmq/zmq_socket.h"
 
 namespace pstrain {
 
@@ -18,19 +19,18 @@ class ZmqListener final : public Listener, public ZmqSocketHolder {
 
  protected:
   std::optional<Frames> receive_frames(std::chrono::milliseconds timeout) override {
-    std::optional<std::vector<zmq::message_t>> got = receive_frames_raw(socket_, timeout);
+    std::optional<RawFrames> got = receive_frames_raw(socket_, timeout, /*routed=*/true);
     if (!got) return std::nullopt;
     Frames f;
-    f.from = PeerId(got->front().to_string());
-    got->erase(got->begin());
-    if (!got->empty()) f.user_id = frame_user_id(got->front());
-    f.frames = std::move(*got);
+    f.from = PeerId(got->frames.front().to_string());
+    got->frames.erase(got->frames.begin());
+    f.user_id = std::move(got->user_id);
+    f.frames = std::move(got->frames);
     return f;
   }
-  void send_frames(const PeerId* to, zmq::message_t head, std::optional<zmq::message_t> body,
-                   const Header& header) override {
+  void send_frames(const PeerId* to, Buffer head, std::optional<Buffer> body, const Header& header) override {
     const zmq::message_t id(to->bytes().data(), to->bytes().size());
-    send_frames_raw(socket_, &id, std::move(head), std::move(body), header);
+    send_frames_raw(socket_, &id, to_message(std::move(head)), to_optional_message(std::move(body)), header);
   }
 
  private:
@@ -51,16 +51,15 @@ class ZmqConnection final : public Connection, public ZmqSocketHolder {
 
  protected:
   std::optional<Frames> receive_frames(std::chrono::milliseconds timeout) override {
-    std::optional<std::vector<zmq::message_t>> got = receive_frames_raw(socket_, timeout);
+    std::optional<RawFrames> got = receive_frames_raw(socket_, timeout);
     if (!got) return std::nullopt;
     Frames f;
-    if (!got->empty()) f.user_id = frame_user_id(got->front());
-    f.frames = std::move(*got);
+    f.user_id = std::move(got->user_id);
+    f.frames = std::move(got->frames);
     return f;
   }
-  void send_frames(const PeerId* /*to*/, zmq::message_t head, std::optional<zmq::message_t> body,
-                   const Header& header) override {
-    send_frames_raw(socket_, nullptr, std::move(head), std::move(body), header);
+  void send_frames(const PeerId* /*to*/, Buffer head, std::optional<Buffer> body, const Header& header) override {
+    send_frames_raw(socket_, nullptr, to_message(std::move(head)), to_optional_message(std::move(body)), header);
   }
 };
 

@@ -1,4 +1,4 @@
-#include "common/transport/shm_segment.h"
+#include "common/transport/shm/shm_segment.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -11,7 +11,6 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
@@ -22,8 +21,12 @@
 
 #include "common/base/errors.h"
 #include "common/base/stream_copy.h"
+#include "common/transport/shm/shm_memfd.h"
 
 namespace pstrain {
+
+using namespace shm_detail;  // shm_memfd.h
+
 namespace {
 
 constexpr std::uint64_t kMagic = 0x314d485352545350ULL;  // "PSTRSHM1" read little-endian
@@ -31,8 +34,6 @@ constexpr std::uint32_t kVersion = 1;
 constexpr std::size_t kControlBytes = 128;  // the control block; the slots' state words follow
 constexpr std::uint32_t kMaxSlotsPerSide = 65536;
 constexpr std::size_t kMaxSlotBytes = std::size_t{1} << 30;
-constexpr std::uint64_t kMaxTotalBytes = std::uint64_t{64} << 30;
-constexpr unsigned kRequiredSeals = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL;
 
 // Slot states (the low 32 bits of a slot's state word).
 constexpr std::uint32_t kFree = 0, kWriting = 1, kReady = 2, kReading = 3;
@@ -69,12 +70,6 @@ const char* state_name(std::uint32_t state) {
   }
 }
 
-std::size_t page_size() {
-  const long page = sysconf(_SC_PAGESIZE);
-  return page > 0 ? static_cast<std::size_t>(page) : 4096;
-}
-std::size_t round_up(std::size_t value, std::size_t to) { return (value + to - 1) / to * to; }
-
 struct Geometry {
   std::size_t slot_bytes = 0, payload_offset = 0, total_bytes = 0;
 };
@@ -85,31 +80,6 @@ Geometry geometry(std::uint32_t slots_per_side, std::size_t slot_bytes) {
   g.payload_offset = round_up(kControlBytes + 2 * std::size_t{slots_per_side} * sizeof(std::uint64_t), page_size());
   g.total_bytes = g.payload_offset + 2 * std::size_t{slots_per_side} * g.slot_bytes;
   return g;
-}
-
-std::string hex(std::uint64_t value) {
-  char text[17];
-  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(value));
-  return text;
-}
-
-void put(std::byte* out, std::uint64_t value, int bytes) {
-  for (int i = 0; i < bytes; ++i) out[i] = static_cast<std::byte>((value >> (8 * i)) & 0xff);
-}
-std::uint64_t get(const std::byte* in, int bytes) {
-  std::uint64_t value = 0;
-  for (int i = 0; i < bytes; ++i) value |= std::uint64_t{std::to_integer<std::uint8_t>(in[i])} << (8 * i);
-  return value;
-}
-
-std::uint64_t random_id() {
-  std::uint64_t id = 0;
-  while (id == 0) {
-    if (getrandom(&id, sizeof id, 0) != static_cast<ssize_t>(sizeof id)) {
-      throw Error(std::string("shm segment: getrandom failed: ") + std::strerror(errno));
-    }
-  }
-  return id;
 }
 
 template <typename T>
@@ -195,30 +165,6 @@ bool shm_process_alive(pid_t pid) {
   return state != 'Z' && state != 'X' && state != 'x';
 }
 
-namespace {
-
-// A pidfd for `pid` (Linux 5.3+), or -1.
-int open_pidfd(pid_t pid) {
-#ifdef SYS_pidfd_open
-  if (pid <= 0) return -1;
-  const long fd = ::syscall(SYS_pidfd_open, pid, 0);
-  if (fd < 0) return -1;
-  ::fcntl(static_cast<int>(fd), F_SETFD, FD_CLOEXEC);
-  return static_cast<int>(fd);
-#else
-  (void)pid;
-  return -1;
-#endif
-}
-
-// A pidfd turns readable once its process has exited (zombie or reaped).
-bool pidfd_exited(int pidfd) {
-  pollfd p{pidfd, POLLIN, 0};
-  return ::poll(&p, 1, 0) > 0 && (p.revents & (POLLIN | POLLHUP | POLLERR)) != 0;
-}
-
-}  // namespace
-
 std::unique_ptr<ShmSegment> ShmSegment::create(const ShmOptions& options) {
   if (options.slots_per_side < 1 || options.slots_per_side > kMaxSlotsPerSide) {
     throw ConfigError("shm segment: slots_per_side must be 1.." + std::to_string(kMaxSlotsPerSide) + ", got " +
@@ -278,76 +224,6 @@ std::unique_ptr<ShmSegment> ShmSegment::create(const ShmOptions& options) {
   atomic_at(control->peer_pid).store(0, std::memory_order_release);
   return s;
 }
-
-namespace {
-
-// A descriptor and pidfd closed unless released.
-struct OpenedMemfd {
-  int fd = -1;
-  int pidfd = -1;
-  OpenedMemfd() = default;
-  OpenedMemfd(const OpenedMemfd&) = delete;
-  OpenedMemfd& operator=(const OpenedMemfd&) = delete;
-  ~OpenedMemfd() {
-    if (fd >= 0) ::close(fd);
-    if (pidfd >= 0) ::close(pidfd);
-  }
-};
-
-// Opens the memfd `address` names in its creator's process, after checking
-// that it is one of ours (a pstrain memfd, sealed against resizing, shmem)
-// of exactly address.bytes (at least min_bytes, at most 64 GiB), with a
-// pidfd pinning that process. ProtocolError / TransportError as attach says.
-void open_creator_memfd(const ShmAddress& address, const std::string& what, bool read_only, std::uint64_t min_bytes,
-                        OpenedMemfd& out) {
-  if (address.pid <= 0 || address.fd < 0 || address.segment_id == 0) {
-    throw ProtocolError(what + ": bad address (pid " + std::to_string(address.pid) + ", fd " +
-                        std::to_string(address.fd) + ")");
-  }
-  if (address.bytes < min_bytes || address.bytes > kMaxTotalBytes) {
-    throw ProtocolError(what + ": size " + std::to_string(address.bytes) + " outside " + std::to_string(min_bytes) +
-                        ".." + std::to_string(kMaxTotalBytes));
-  }
-  if (!shm_process_alive(address.pid)) throw TransportError(what + ": the creating process is gone");
-  // Pin the process first: if it is still alive once the descriptor below is
-  // open, the descriptor was that process's (its pid cannot have been reused
-  // meanwhile), and the pidfd tells when exactly it is gone.
-  out.pidfd = open_pidfd(address.pid);
-  const std::string path = "/proc/" + std::to_string(address.pid) + "/fd/" + std::to_string(address.fd);
-  // Only ever open one of our memfds: a peer could name any descriptor of any
-  // process of this user (a tty, a FIFO, a device), and opening some of
-  // those has effects of its own.
-  char target[256] = {};
-  const ssize_t n = ::readlink(path.c_str(), target, sizeof target - 1);
-  if (n < 0) {
-    throw TransportError(what + ": cannot read " + path + ": " + std::strerror(errno) +
-                         (errno == ENOENT ? " (the creator is gone or closed it)" : ""));
-  }
-  if (std::string_view(target, static_cast<std::size_t>(n)).rfind("/memfd:pstrain-", 0) != 0) {
-    throw ProtocolError(what + ": " + path + " is not a pstrain memfd (it is " +
-                        std::string(target, static_cast<std::size_t>(n)) + ")");
-  }
-  out.fd = ::open(path.c_str(), (read_only ? O_RDONLY : O_RDWR) | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
-  if (out.fd < 0) {
-    throw TransportError(what + ": cannot open " + path + ": " + std::strerror(errno) +
-                         (errno == ENOENT ? " (the creator is gone or closed it)" : ""));
-  }
-  const int seals = fcntl(out.fd, F_GET_SEALS);
-  if (seals < 0 || (static_cast<unsigned>(seals) & kRequiredSeals) != kRequiredSeals) {
-    throw ProtocolError(what + ": " + path + " is not a memfd sealed against resizing");
-  }
-  struct statfs fs {};
-  if (fstatfs(out.fd, &fs) != 0 || fs.f_type != TMPFS_MAGIC) {  // not hugetlbfs: its pages can run out (SIGBUS)
-    throw ProtocolError(what + ": " + path + " is not an ordinary (shmem) memfd");
-  }
-  struct stat st {};
-  if (fstat(out.fd, &st) != 0 || !S_ISREG(st.st_mode) || static_cast<std::uint64_t>(st.st_size) != address.bytes) {
-    throw ProtocolError(what + ": its size is " + std::to_string(st.st_size) + " bytes, the address says " +
-                        std::to_string(address.bytes));
-  }
-}
-
-}  // namespace
 
 std::unique_ptr<ShmSegment> ShmSegment::attach(const ShmAddress& address, bool populate) {
   const std::string what = "shm segment " + hex(address.segment_id) + " of pid " + std::to_string(address.pid);
@@ -630,109 +506,6 @@ void ShmSegment::ReadSlot::release() {
                         " was changed by the peer while being read (now generation " +
                         std::to_string(generation_of(expected)) + ", " + state_name(state_of(expected)) + ")");
   }
-}
-
-// ---------------------------------------------------------------------------
-// ShmArena
-
-namespace {
-
-constexpr std::uint64_t kArenaMagic = 0x314e524152545350ULL;  // "PSTRARN1" read little-endian
-
-struct ArenaHeader {
-  std::uint64_t magic;
-  std::uint64_t arena_id;
-  std::uint64_t bytes;  // after the header page
-  std::int32_t creator_pid;
-};
-
-}  // namespace
-
-std::unique_ptr<ShmArena> ShmArena::create(std::size_t bytes) {
-  if (bytes == 0 || bytes > kMaxTotalBytes - kHeaderBytes) {
-    throw ConfigError("shm arena: size must be 1.." + std::to_string(kMaxTotalBytes - kHeaderBytes) + " bytes, got " +
-                      std::to_string(bytes));
-  }
-  std::unique_ptr<ShmArena> a(new ShmArena());
-  a->id_ = random_id();
-  a->bytes_ = round_up(bytes, page_size());
-  a->creator_pid_ = getpid();
-  const std::size_t total = kHeaderBytes + a->bytes_;
-  a->fd_ = memfd_create("pstrain-arena", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-  if (a->fd_ < 0) throw Error(std::string("shm arena: memfd_create failed: ") + std::strerror(errno));
-  if (ftruncate(a->fd_, static_cast<off_t>(total)) != 0) {
-    throw Error("shm arena: cannot size it to " + std::to_string(total) + " bytes: " + std::strerror(errno));
-  }
-  if (fcntl(a->fd_, F_ADD_SEALS, kRequiredSeals) != 0) {
-    throw Error(std::string("shm arena: cannot seal its size: ") + std::strerror(errno));
-  }
-  void* base = mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED, a->fd_, 0);
-  if (base == MAP_FAILED) {
-    throw Error("shm arena: cannot map " + std::to_string(total) + " bytes: " + std::strerror(errno));
-  }
-  a->base_ = static_cast<std::byte*>(base);
-  ArenaHeader header{kArenaMagic, a->id_, a->bytes_, a->creator_pid_};
-  std::memcpy(a->base_, &header, sizeof header);
-  return a;
-}
-
-std::unique_ptr<ShmArena> ShmArena::attach_read_only(const ShmAddress& address) {
-  const std::string what = "shm arena " + hex(address.segment_id) + " of pid " + std::to_string(address.pid);
-  OpenedMemfd opened;
-  open_creator_memfd(address, what, /*read_only=*/true, kHeaderBytes + 1, opened);
-  void* base = mmap(nullptr, address.bytes, PROT_READ, MAP_SHARED, opened.fd, 0);
-  if (base == MAP_FAILED) throw Error(what + ": cannot map it: " + std::strerror(errno));
-  std::unique_ptr<ShmArena> a(new ShmArena());
-  a->base_ = static_cast<std::byte*>(base);
-  a->bytes_ = address.bytes - kHeaderBytes;  // what is mapped: the destructor unmaps it whatever happens below
-  ArenaHeader header;
-  std::memcpy(&header, base, sizeof header);  // one snapshot, never read again
-  if (header.magic != kArenaMagic) throw ProtocolError(what + ": not a pstrain arena");
-  if (header.arena_id != address.segment_id || header.creator_pid != address.pid ||
-      header.bytes != address.bytes - kHeaderBytes) {
-    throw ProtocolError(what + ": the arena there is " + hex(header.arena_id) + " of pid " +
-                        std::to_string(header.creator_pid) + ", " + std::to_string(header.bytes) +
-                        " bytes (descriptor number reused?)");
-  }
-  a->id_ = header.arena_id;
-  a->creator_pid_ = header.creator_pid;
-  if (opened.pidfd >= 0 && pidfd_exited(opened.pidfd)) throw TransportError(what + ": the creating process is gone");
-  return a;
-}
-
-ShmArena::~ShmArena() {
-  if (base_ != nullptr) munmap(base_, kHeaderBytes + bytes_);
-  if (fd_ >= 0) ::close(fd_);
-}
-
-bool ShmArena::holds(const void* p, std::size_t n) const {
-  const auto at = reinterpret_cast<std::uintptr_t>(p);
-  const auto begin = reinterpret_cast<std::uintptr_t>(data());
-  return at >= begin && at - begin <= bytes_ && n <= bytes_ - (at - begin);
-}
-
-std::span<const std::byte> ShmArena::range(std::uint64_t offset, std::uint64_t length) const {
-  if (offset > bytes_ || length > bytes_ - offset) {
-    throw ProtocolError("shm arena " + hex(id_) + ": bytes [" + std::to_string(offset) + ", +" +
-                        std::to_string(length) + ") lie outside its " + std::to_string(bytes_) + " bytes");
-  }
-  return {data() + offset, static_cast<std::size_t>(length)};
-}
-
-std::array<std::byte, kShmArenaDescriptorBytes> encode_shm_arena_descriptor(const ShmArenaDescriptor& d) {
-  std::array<std::byte, kShmArenaDescriptorBytes> out{};
-  put(out.data(), d.arena_id, 8);
-  put(out.data() + 8, d.offset, 8);
-  put(out.data() + 16, d.length, 8);
-  return out;
-}
-
-ShmArenaDescriptor decode_shm_arena_descriptor(std::span<const std::byte> bytes) {
-  if (bytes.size() != kShmArenaDescriptorBytes) {
-    throw ProtocolError("shm arena descriptor: expected " + std::to_string(kShmArenaDescriptorBytes) +
-                        " bytes, got " + std::to_string(bytes.size()));
-  }
-  return ShmArenaDescriptor{get(bytes.data(), 8), get(bytes.data() + 8, 8), get(bytes.data() + 16, 8)};
 }
 
 }  // namespace pstrain

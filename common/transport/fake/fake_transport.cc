@@ -1,4 +1,4 @@
-#include "common/transport/fake_transport.h"
+#include "common/transport/fake/fake_transport.h"
 
 #include <algorithm>
 
@@ -60,9 +60,9 @@ class FakeListenerImpl final : public Listener, public FakeBoxHolder {
     if (!item) return std::nullopt;
     return Frames{std::move(item->from), std::move(item->frames), {}, {}};
   }
-  void send_frames(const PeerId* to, zmq::message_t head, std::optional<zmq::message_t> body,
+  void send_frames(const PeerId* to, Buffer head, std::optional<Buffer> body,
                    const Header& header) override {
-    std::vector<zmq::message_t> frames;
+    std::vector<Buffer> frames;
     frames.push_back(std::move(head));
     if (body) frames.push_back(std::move(*body));
     FakeTransport::Box* peer = net_.find_connection_box(box_, *to);
@@ -89,9 +89,9 @@ class FakeConnectionImpl final : public Connection, public FakeBoxHolder {
     if (!item) return std::nullopt;
     return Frames{PeerId(), std::move(item->frames), {}, {}};
   }
-  void send_frames(const PeerId* /*to*/, zmq::message_t head, std::optional<zmq::message_t> body,
+  void send_frames(const PeerId* /*to*/, Buffer head, std::optional<Buffer> body,
                    const Header& header) override {
-    std::vector<zmq::message_t> frames;
+    std::vector<Buffer> frames;
     frames.push_back(std::move(head));
     if (body) frames.push_back(std::move(*body));
     net_.deliver(box_, net_.find_listener_box(box_->address), box_->self, header, std::move(frames), true);
@@ -192,20 +192,8 @@ FakeTransport::Box* FakeTransport::find_connection_box(Box* listener, const Peer
   return nullptr;
 }
 
-void FakeTransport::deliver(Box* sender, Box* to, const PeerId& from, const Header& header,
-                            std::vector<zmq::message_t> frames, bool sender_waits) {
-  std::unique_lock lock(mu_);
-  const auto describe = [&] {
-    return "send of " + std::string(to_string(header.type)) + " (key " + std::to_string(header.key) + ")";
-  };
-  // The listener may have been unregistered meanwhile: look it up again under the lock.
-  if (to == nullptr || std::find(boxes_.begin(), boxes_.end(), to) == boxes_.end() || sender->gone || to->gone) {
-    ++lost_;  // nobody there (ZeroMQ would queue for a peer that may come; tests want no such waits)
-    return;
-  }
-  // The fault plan.
-  bool disconnect_after = false, hold = false;
-  auto at = Clock::now();
+FakeTransport::FaultEffect FakeTransport::fault_effect_locked(const Header& header) {
+  FaultEffect effect;
   for (std::size_t i = 0; i < faults_.size(); ++i) {
     const FakeFault& f = faults_[i];
     if ((f.type && *f.type != header.type) || (f.sender_role && *f.sender_role != header.role) ||
@@ -220,14 +208,32 @@ void FakeTransport::deliver(Box* sender, Box* to, const PeerId& from, const Head
     }
     ++acted_[i];
     switch (f.action) {
-      case FakeFault::Action::kDrop: return;
-      case FakeFault::Action::kDelay: at += f.delay; break;
-      case FakeFault::Action::kHold: hold = true; break;
-      case FakeFault::Action::kDisconnect: disconnect_after = true; break;
+      case FakeFault::Action::kDrop: effect.drop = true; return effect;
+      case FakeFault::Action::kDelay: effect.delay += f.delay; break;
+      case FakeFault::Action::kHold: effect.hold = true; break;
+      case FakeFault::Action::kDisconnect: effect.disconnect = true; break;
     }
   }
+  return effect;
+}
+
+void FakeTransport::deliver(Box* sender, Box* to, const PeerId& from, const Header& header,
+                            std::vector<Buffer> frames, bool sender_waits) {
+  std::unique_lock lock(mu_);
+  const auto describe = [&] {
+    return "send of " + std::string(to_string(header.type)) + " (key " + std::to_string(header.key) + ")";
+  };
+  // The listener may have been unregistered meanwhile: look it up again under the lock.
+  if (to == nullptr || std::find(boxes_.begin(), boxes_.end(), to) == boxes_.end() || sender->gone || to->gone) {
+    ++lost_;  // nobody there (ZeroMQ would queue for a peer that may come; tests want no such waits)
+    return;
+  }
+  const FaultEffect effect = fault_effect_locked(header);
+  if (effect.drop) return;
+  auto at = Clock::now() + effect.delay;
+  const bool disconnect_after = effect.disconnect, hold = effect.hold;
   // Limits: a frame over the receiver's cap is dropped (ZeroMQ drops the peer's connection).
-  for (const zmq::message_t& f : frames) {
+  for (const Buffer& f : frames) {
     if (static_cast<std::int64_t>(f.size()) > to->options.socket.max_message_bytes + 4096) {
       ++lost_;
       return;
@@ -249,7 +255,7 @@ void FakeTransport::deliver(Box* sender, Box* to, const PeerId& from, const Head
   // A copy, as a wire makes: the sender's buffers (zero-copy payloads) are released now.
   Item item;
   item.from = from;
-  for (const zmq::message_t& f : frames) item.frames.emplace_back(f.data(), f.size());
+  for (const Buffer& f : frames) item.frames.push_back(Buffer::copy(f.data(), f.size()));
   frames.clear();
   Clock::time_point& last = sender->link_last_at[to];
   item.at = std::max(at, last);
