@@ -12,6 +12,8 @@
 #include "common/transport/transport.h"
 #include "common/wire/wire_archive.h"
 #include "tools/cluster/local_cluster.h"
+#include "tests/support/wait.h"
+#include "tests/support/stderr_capture.h"
 
 using namespace pstrain;
 using std::chrono::milliseconds;
@@ -125,8 +127,11 @@ TEST_CASE("heartbeat, done, abort and barrier are taken only from the node they 
 }
 
 TEST_CASE("a registration with another job's fingerprint is refused and does not abort the job") {
+  pstrain::test::StderrCapture log;  // the scheduler's log, to wait for the server's registration
+  LocalClusterOptions o = tcp_options(1);
+  o.log_level = LogLevel::kInfo;
   zmq::context_t ctx;
-  LocalCluster cluster(ctx, tcp_options(1));
+  LocalCluster cluster(ctx, o);
   // The server has registered; an outsider registers as a worker of another job.
   zmq::socket_t raw = make_socket(ctx, zmq::socket_type::dealer);
   connect_socket(raw, cluster.scheduler_endpoint());
@@ -136,7 +141,8 @@ TEST_CASE("a registration with another job's fingerprint is refused and does not
   req.job_fingerprint = "mode=async partition_bytes=1 servers=9 workers=9";
   req.layout = layout_of(16);
   Header h = forged(MsgType::kRegister, Role::kWorker, -1);
-  std::this_thread::sleep_for(milliseconds(200));  // let the server register first
+  REQUIRE(pstrain::test::wait_until([&] { return log.has("registered server from"); }, milliseconds(30000),
+                                     "the server's registration"));  // the server registers first
   send_message(raw, nullptr, h, Payload::bytes(wire_encode(req)));
   auto env = receive_message(raw, false, milliseconds(3000), DecodeLimits{});
   REQUIRE(env.has_value());

@@ -9,6 +9,8 @@
 #include "common/transport/transport.h"
 #include "common/wire/wire_archive.h"
 #include "tools/cluster/local_cluster.h"
+#include "tests/support/wait.h"
+#include "tests/support/stderr_capture.h"
 
 using namespace pstrain;
 using std::chrono::milliseconds;
@@ -77,12 +79,16 @@ TEST_CASE("a worker that registers and leaves before the rendezvous does not sto
 }
 
 TEST_CASE("a worker registering with another model layout is refused at once and does not abort the job") {
+  pstrain::test::StderrCapture log;  // the scheduler's log, to wait for worker 0's registration
+  LocalClusterOptions o = two_workers("abort");
+  o.log_level = LogLevel::kInfo;
   zmq::context_t ctx;
-  LocalCluster cluster(ctx, two_workers("abort"));
+  LocalCluster cluster(ctx, o);
   // Worker 0 registers first (in a thread: its reply comes at the rendezvous).
   std::unique_ptr<WorkerSession> session;
   std::thread first([&] { session = std::make_unique<WorkerSession>(ctx, cluster.worker_options(0), layout_of(16)); });
-  std::this_thread::sleep_for(milliseconds(300));
+  CHECK(pstrain::test::wait_until([&] { return log.has("registered worker from"); }, milliseconds(30000),
+                                   "worker 0's registration"));  // CHECK: `first` is joined below
   zmq::socket_t s = make_socket(ctx, zmq::socket_type::dealer, SocketOptions{std::int64_t{1} << 20, milliseconds(0)});
   connect_socket(s, cluster.scheduler_endpoint());
   send_message(s, nullptr, register_header(), Payload::bytes(wire_encode(worker_request(1, layout_of(25)))));

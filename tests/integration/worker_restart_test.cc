@@ -80,7 +80,8 @@ void kill_and_restart(const std::string& mode, unsigned seed) {
   const auto run = dir.path() / "run";
   it::LaunchProcess p(restart_args(run, mode, 3), dir.path() / "out.txt");
   const auto metrics = run / ("metrics/worker-" + std::to_string(victim) + ".jsonl");
-  const bool training = it::wait_until([&] { return step_records(metrics) >= kill_after; }, std::chrono::seconds(180));
+  const bool training = it::wait_until([&] { return step_records(metrics) >= kill_after; }, std::chrono::seconds(180),
+                                       "the step records before the kill");
   INFO(p.output());
   REQUIRE(training);
   const auto pids = it::read_pids(run);
@@ -98,7 +99,7 @@ void kill_and_restart(const std::string& mode, unsigned seed) {
         return rejoin != std::string::npos && (text.find("\"type\":\"step\"", rejoin) != std::string::npos ||
                                                text.find("\"type\":\"end\"", rejoin) != std::string::npos);
       },
-      std::chrono::seconds(120));
+      std::chrono::seconds(120), "a step (or the end) after worker 1's rejoin");
   const double recovery_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed_at).count();
   std::printf("worker restart test (%s): recovery (kill to the restarted worker's first step) %.2f s; %d step records "
               "before the kill\n",
@@ -157,7 +158,8 @@ TEST_CASE("restart: a worker stopped (SIGSTOP) past the heartbeat timeout is fen
   const auto run = dir.path() / "run";
   it::LaunchProcess p(restart_args(run, "sync", 3), dir.path() / "out.txt");
   const auto metrics = run / "metrics/worker-1.jsonl";
-  REQUIRE(it::wait_until([&] { return step_records(metrics) >= 4; }, std::chrono::seconds(180)));
+  REQUIRE(it::wait_until([&] { return step_records(metrics) >= 4; }, std::chrono::seconds(180),
+                         "4 step records of worker 1"));
   const pid_t stopped = it::read_pids(run).at("worker-1");
   REQUIRE(kill(stopped, SIGSTOP) == 0);
   // Before fencing, the stopped process never exited, so no replacement was started.
@@ -183,7 +185,8 @@ TEST_CASE("restart: past cluster.max_restarts the worker is let go as under \"co
   auto args = restart_args(run, "sync", 1);
   it::LaunchProcess p(args, dir.path() / "out.txt");
   const auto metrics = run / "metrics/worker-1.jsonl";
-  REQUIRE(it::wait_until([&] { return step_records(metrics) >= 3; }, std::chrono::seconds(180)));
+  REQUIRE(it::wait_until([&] { return step_records(metrics) >= 3; }, std::chrono::seconds(180),
+                         "3 step records of worker 1"));
   REQUIRE(kill(it::read_pids(run).at("worker-1"), SIGKILL) == 0);
   // The restarted process: wait for its first step, then kill it too.
   const bool rejoined = it::wait_until(
@@ -192,7 +195,7 @@ TEST_CASE("restart: past cluster.max_restarts the worker is let go as under \"co
         const auto rejoin = text.find("\"type\":\"rejoin\"");
         return rejoin != std::string::npos && text.find("\"type\":\"step\"", rejoin) != std::string::npos;
       },
-      std::chrono::seconds(120));
+      std::chrono::seconds(120), "a step after worker 1's rejoin");
   INFO(p.output());
   REQUIRE(rejoined);
   REQUIRE(kill(it::read_pids(run).at("worker-1"), SIGKILL) == 0);
@@ -230,7 +233,8 @@ TEST_CASE("restart: the launcher starts a killed server again; it rejoins from t
     it::LaunchProcess p(args, dir.path() / "out.txt");
     const auto metrics = run / "metrics/worker-0.jsonl";
     // Past the first checkpoint (step 4) and a few steps more.
-    REQUIRE(it::wait_until([&] { return step_records(metrics) >= 7; }, std::chrono::seconds(180)));
+    REQUIRE(it::wait_until([&] { return step_records(metrics) >= 7; }, std::chrono::seconds(180),
+                           "7 step records of worker 1"));
     REQUIRE(kill(it::read_pids(run).at("server-1"), SIGKILL) == 0);
     const auto exit = p.wait(std::chrono::seconds(240));
     const std::string output = p.output();
@@ -289,8 +293,9 @@ void rejoin_during_checkpoint(const std::string& mode, int victim = 1) {
   it::LaunchProcess p(args, dir.path() / "out.txt");
   const std::string first = pstrain::checkpoint_dir_name(interval);
   const std::string victim_name = "worker-" + std::to_string(victim);
-  const bool in_barrier = it::wait_until(
-      [&] { return it::fs::exists(run / "checkpoints" / first / (victim_name + ".ckpt")); }, std::chrono::seconds(180));
+  const bool in_barrier =
+      it::wait_until([&] { return it::fs::exists(run / "checkpoints" / first / (victim_name + ".ckpt")); },
+                     std::chrono::seconds(180), "the victim's part of the first checkpoint");
   INFO(p.output());
   REQUIRE(in_barrier);
   REQUIRE(kill(it::read_pids(run).at(victim_name), SIGKILL) == 0);
