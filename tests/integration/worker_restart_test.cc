@@ -272,11 +272,12 @@ TEST_CASE("restart: the launcher starts a killed server again; it rejoins from t
 void rejoin_during_checkpoint(const std::string& mode, int victim = 1) {
   it::TempDir dir;
   const auto run = dir.path() / "run";
-  // Async: a checkpoint every 8 steps, the straggler's steps 800 ms (the others' 10 ms), so the
-  // others wait about 6 s at each checkpoint's barrier. Sync: every step waits for the
-  // straggler, whose steps are 4 s, and the barrier is open while it computes the last step
-  // before the checkpoint. Both outlast the heartbeat timeout (2 s; shorter ones starved the
-  // scheduler on a loaded machine) and the restart.
+  // Async: a checkpoint every 8 steps, the straggler's steps 2 s (the others' 10 ms), so the
+  // others wait about 16 s at each checkpoint's barrier (16 steps in all; with 800 ms steps,
+  // 6 s, a loaded machine once restarted the victim after the barrier had closed). Sync:
+  // every step waits for the straggler, whose steps are 4 s, and the barrier is open while it
+  // computes the last step before the checkpoint. Both outlast the heartbeat timeout (2 s;
+  // shorter ones starved the scheduler on a loaded machine) and the restart.
   const bool sync = mode == "sync";
   const int interval = sync ? 4 : 8;
   auto args = it::launch_args(it::kSourceDir / "configs/tiny_sync.toml", run);
@@ -286,10 +287,10 @@ void rejoin_during_checkpoint(const std::string& mode, int victim = 1) {
                            "cluster.timeout_ms=30000", "--set",
                            "output.trace=off", "--quiet", "--set", "workload.simulated_step_ms=10", "--set",
                            "workload.straggler_rank=2", "--set",
-                           std::string("workload.straggler_slowdown=") + (sync ? "400" : "80"), "--set",
+                           std::string("workload.straggler_slowdown=") + (sync ? "400" : "200"), "--set",
                            "workload.epochs=3", "--set", "checkpoint.interval_steps=" + std::to_string(interval),
                            "--set", "checkpoint.keep=20"});
-  if (sync) args.insert(args.end(), {"--set", "workload.max_steps=8"});
+  args.insert(args.end(), {"--set", std::string("workload.max_steps=") + (sync ? "8" : "16")});
   it::LaunchProcess p(args, dir.path() / "out.txt");
   const std::string first = pstrain::checkpoint_dir_name(interval);
   const std::string victim_name = "worker-" + std::to_string(victim);
