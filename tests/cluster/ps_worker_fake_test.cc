@@ -3,7 +3,7 @@
 // LocalCluster over one FakeTransport (common/transport/fake_transport.h)
 // with a fault plan. Delayed messages and lost heartbeats must not change a
 // sync run's final weights by one bit; a lost reply fails the worker that
-// waits for it, naming what it waited for, and never hangs the job.
+// waits for it, saying how many replies never came, and ends the job.
 #include <doctest/doctest.h>
 
 #include <chrono>
@@ -149,7 +149,7 @@ TEST_CASE("run_ps_worker over a fake network: delays and lost heartbeats leave a
   }
 }
 
-TEST_CASE("run_ps_worker over a fake network: a lost push reply fails its worker, naming the wait, and ends the job") {
+TEST_CASE("run_ps_worker over a fake network: a lost push reply fails its worker, saying so, and ends the job") {
   const test::TempDir dir("ps-lost");
   RunConfig c = tiny_sync(dir.path().string());
   c.cluster.timeout_ms = 5000;  // how long the worker waits for the reply that never comes
