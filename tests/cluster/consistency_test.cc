@@ -10,6 +10,7 @@
 #include <random>
 
 #include "server/shard_store.h"
+#include "tests/support/throw_text.h"
 
 using namespace pstrain;
 
@@ -35,14 +36,7 @@ StoreOptions options(Mode mode, const OptimizerConfig& optimizer, int bound = 0)
   return o;
 }
 
-std::string rejection(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const RequestError& e) {
-    return e.what();
-  }
-  return "";
-}
+using pstrain::test::thrown_text;  // tests/support/throw_text.h
 
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
@@ -126,11 +120,11 @@ TEST_CASE("sync: a dropped worker is no longer waited for; the update is the mea
     CHECK_FALSE(store.push(0, 0, 0, std::vector<float>(4, 2.0f), 1.0).applied);
     CHECK(store.push(2, 0, 0, std::vector<float>(4, 4.0f), 1.0).applied);
     CHECK(store.snapshot(0, 0).values() == std::vector<float>(4, 7.0f));
-    CHECK(rejection([&] { store.push(1, 0, 1, std::vector<float>(4, 1.0f), 1.0); }).find("dropped") !=
+    CHECK(thrown_text<RequestError>([&] { store.push(1, 0, 1, std::vector<float>(4, 1.0f), 1.0); }).find("dropped") !=
           std::string::npos);
     // One it had computed before it was stopped (its step is behind the chunk's version now):
     // refused as a dropped worker's, which it is, not as a stale push.
-    const std::string old_step = rejection([&] { store.push(1, 0, 0, std::vector<float>(4, 1.0f), 1.0); });
+    const std::string old_step = thrown_text<RequestError>([&] { store.push(1, 0, 0, std::vector<float>(4, 1.0f), 1.0); });
     CHECK(old_step.find("dropped") != std::string::npos);
     CHECK(old_step.find("stale") == std::string::npos);
     CHECK(store.stats().pushes_rejected == 2);

@@ -19,6 +19,10 @@
 #include "tools/cluster/local_cluster.h"
 #include "common/transport/zmq/zmq_transport.h"
 #include "common/transport/zmq/zmq_socket.h"
+#include "tests/support/temp_dir.h"
+#include "tests/support/throw_text.h"
+#include "tests/support/wait.h"
+#include "tests/support/stderr_capture.h"
 
 using namespace pstrain;
 using std::chrono::milliseconds;
@@ -26,33 +30,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-class KeyDir {
- public:
-  KeyDir() {
-    std::string pattern = (fs::temp_directory_path() / "pstrain-keys-XXXXXX").string();
-    if (mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-    path_ = pattern;
-  }
-  ~KeyDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  KeyDir(const KeyDir&) = delete;
-  KeyDir& operator=(const KeyDir&) = delete;
-  const fs::path& path() const { return path_; }
+using KeyDir = pstrain::test::TempDir;
 
- private:
-  fs::path path_;
-};
-
-std::string error_text(const std::function<void()>& body) {
-  try {
-    body();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
-}
+using pstrain::test::thrown_text;  // tests/support/throw_text.h
 
 LocalClusterOptions curve_options(const fs::path& keys) {
   LocalClusterOptions o;
@@ -131,7 +111,7 @@ TEST_CASE("pstrain-keygen's key files: private, complete, never silently replace
   CHECK(worker.secret_z85.size() == 40);
   CHECK(read_key_file(dir.path() / "k" / "worker.pub", false).public_z85 == worker.public_z85);
   CHECK(read_key_file(dir.path() / "k" / "worker.pub", false).secret_z85.empty());
-  CHECK(error_text([&] { write_job_keys(dir.path() / "k", false); }).find("already exists") != std::string::npos);
+  CHECK(thrown_text([&] { write_job_keys(dir.path() / "k", false); }).find("already exists") != std::string::npos);
   CHECK(read_key_file(dir.path() / "k" / "worker.key", true).secret_z85 == worker.secret_z85);  // untouched
   write_job_keys(dir.path() / "k", true);
   CHECK(read_key_file(dir.path() / "k" / "worker.key", true).secret_z85 != worker.secret_z85);
@@ -139,11 +119,11 @@ TEST_CASE("pstrain-keygen's key files: private, complete, never silently replace
   // A missing file is a config error naming it; a file without its secret too.
   fs::remove(dir.path() / "k" / "worker.key");
   const SecurityConfig curve{"curve", (dir.path() / "k").string()};
-  const std::string missing = error_text([&] { SecurityContext::load(curve, Role::kWorker); });
+  const std::string missing = thrown_text([&] { SecurityContext::load(curve, Role::kWorker); });
   CHECK(missing.find((dir.path() / "k" / "worker.key").string()) != std::string::npos);
   CHECK(missing.find("does not exist") != std::string::npos);
   fs::copy_file(dir.path() / "k" / "worker.pub", dir.path() / "k" / "worker.key");
-  CHECK(error_text([&] { SecurityContext::load(curve, Role::kWorker); }).find("has no secret key") != std::string::npos);
+  CHECK(thrown_text([&] { SecurityContext::load(curve, Role::kWorker); }).find("has no secret key") != std::string::npos);
   CHECK_THROWS_AS(SecurityContext::load(SecurityConfig{"curve", ""}, Role::kServer), ConfigError);
   CHECK_FALSE(SecurityContext::load(SecurityConfig{"off", ""}, Role::kServer).curve);
 }
@@ -153,10 +133,10 @@ TEST_CASE("[security] in the config: mode off or curve, anything else is an erro
   CHECK(c.security.mode == "curve");
   CHECK(c.security.key_dir == "/k");
   CHECK(parse_config("", "s.toml").security.mode == "off");
-  const std::string bad = error_text([] { parse_config("[security]\nmode = \"tls\"\n", "s.toml"); });
+  const std::string bad = thrown_text([] { parse_config("[security]\nmode = \"tls\"\n", "s.toml"); });
   CHECK(bad.find("s.toml:2") != std::string::npos);
   CHECK(bad.find("security.mode") != std::string::npos);
-  CHECK(error_text([] { parse_config("[security]\nkeys = \"/k\"\n", "s.toml"); }).find("security.keys") !=
+  CHECK(thrown_text([] { parse_config("[security]\nkeys = \"/k\"\n", "s.toml"); }).find("security.keys") !=
         std::string::npos);
 }
 
@@ -246,9 +226,12 @@ TEST_CASE("with curve on, a role is bound to its key: a worker's key cannot regi
   const std::string bind_public = read_key_file(keys.path() / "bind.pub", false).public_z85;
   const CurveKeyPair worker_client = read_key_file(keys.path() / "worker.key", true);
   LocalClusterOptions o = curve_options(keys.path());
+  o.log_level = LogLevel::kInfo;
+  pstrain::test::StderrCapture log;  // the scheduler's log, to wait for the real server's registration
   LocalCluster cluster(o);
   zmq::context_t& ctx = cluster.zmq_context();  // inproc peers share the cluster's
-  std::this_thread::sleep_for(milliseconds(200));
+  REQUIRE(pstrain::test::wait_until([&] { return log.has("registered server from"); }, milliseconds(30000),
+                                     "the real server's registration"));
   zmq::socket_t s = outsider(ctx, cluster.scheduler_endpoint(), bind_public, &worker_client, "");
   RegisterRequest req;
   req.role = Role::kServer;

@@ -14,6 +14,8 @@
 #include "tools/cluster/local_cluster.h"
 #include "common/transport/zmq/zmq_transport.h"
 #include "common/transport/zmq/zmq_socket.h"
+#include "tests/support/wait.h"
+#include "tests/support/stderr_capture.h"
 
 using namespace pstrain;
 using std::chrono::milliseconds;
@@ -127,7 +129,10 @@ TEST_CASE("heartbeat, done, abort and barrier are taken only from the node they 
 }
 
 TEST_CASE("a registration with another job's fingerprint is refused and does not abort the job") {
-  LocalCluster cluster(tcp_options(1));
+  pstrain::test::StderrCapture log;  // the scheduler's log, to wait for the server's registration
+  LocalClusterOptions o = tcp_options(1);
+  o.log_level = LogLevel::kInfo;
+  LocalCluster cluster(o);
   zmq::context_t& ctx = cluster.zmq_context();  // inproc peers share the cluster's
   // The server has registered; an outsider registers as a worker of another job.
   zmq::socket_t raw = make_socket(ctx, zmq::socket_type::dealer);
@@ -138,7 +143,8 @@ TEST_CASE("a registration with another job's fingerprint is refused and does not
   req.job_fingerprint = "mode=async partition_bytes=1 servers=9 workers=9";
   req.layout = layout_of(16);
   Header h = forged(MsgType::kRegister, Role::kWorker, -1);
-  std::this_thread::sleep_for(milliseconds(200));  // let the server register first
+  REQUIRE(pstrain::test::wait_until([&] { return log.has("registered server from"); }, milliseconds(30000),
+                                     "the server's registration"));  // the server registers first
   send_message(raw, nullptr, h, Payload::bytes(wire_encode(req)));
   auto env = receive_message(raw, false, milliseconds(3000), DecodeLimits{});
   REQUIRE(env.has_value());

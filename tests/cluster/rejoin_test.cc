@@ -7,6 +7,7 @@
 // rule predicts.
 #include <doctest/doctest.h>
 
+#include <atomic>
 #include <functional>
 #include <optional>
 #include <string_view>
@@ -18,6 +19,8 @@
 #include "tools/cluster/local_cluster.h"
 #include "worker/train/ps_rejoin.h"
 #include "common/transport/zmq/zmq_transport.h"
+#include "tests/support/throw_text.h"
+#include "tests/support/wait.h"
 
 using namespace pstrain;
 
@@ -44,14 +47,7 @@ struct Fixture {
 
 std::vector<float> g(float v) { return std::vector<float>(4, v); }
 
-std::string rejection(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
-}
+using pstrain::test::thrown_text;  // tests/support/throw_text.h
 
 }  // namespace
 
@@ -151,7 +147,7 @@ TEST_CASE("async and ssp rejoin: the rejoiner's clock starts at the slowest live
   }
   ShardStore fresh(f.map, 0, 2, f.options(Mode::kAsync));
   fresh.init(0, g(0.0f));
-  CHECK(rejection([&] { fresh.rejoin_worker(1); }).find("never dropped") != std::string::npos);
+  CHECK(thrown_text([&] { fresh.rejoin_worker(1); }).find("never dropped") != std::string::npos);
 }
 
 namespace {
@@ -211,6 +207,7 @@ TEST_CASE("restart, sync: a lost worker's rank is taken back at the job's step; 
   constexpr int kSteps = 30;
   std::vector<float> final0;
   std::int64_t joined_at = -1;
+  std::atomic<bool> joined{false};
   Refusal alive_refusal, range_refusal;
   test::run_workers(3, [&](int r) {
     std::vector<float> params(40, 10.0f);
@@ -228,15 +225,18 @@ TEST_CASE("restart, sync: a lost worker's rank is taken back at the job's step; 
       Logger log("rejoiner", LogLevel::kError);
       first = rejoin_ps_job(*session, params, again.cluster, log);
       joined_at = first;
+      joined = true;
     }
     if (r == 1) {
       alive_refusal = rejoin_refusal(ctx, cluster, 0);
       range_refusal = rejoin_refusal(ctx, cluster, 7);
     }
     for (std::int64_t step = first; step < kSteps; ++step) {
+      if (r != 2 && step == kSteps / 3) {  // so the rejoin lands mid-run: the others wait for it here
+        CHECK(test::wait_until([&] { return joined.load(); }, std::chrono::seconds(30), "worker 2's rejoin"));
+      }
       session->kv().wait(session->kv().pull(params, step));
       session->kv().wait(session->kv().push(grad, step, 0.5));
-      if (r != 2) std::this_thread::sleep_for(std::chrono::milliseconds(20));  // so the rejoin lands mid-run
     }
     session->scheduler().barrier("all pushed");
     session->kv().wait(session->kv().pull(params, kSteps));

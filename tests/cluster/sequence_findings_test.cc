@@ -11,6 +11,8 @@
 #include "tools/cluster/local_cluster.h"
 #include "common/transport/zmq/zmq_transport.h"
 #include "common/transport/zmq/zmq_socket.h"
+#include "tests/support/wait.h"
+#include "tests/support/stderr_capture.h"
 
 using namespace pstrain;
 using std::chrono::milliseconds;
@@ -79,12 +81,18 @@ TEST_CASE("a worker that registers and leaves before the rendezvous does not sto
 }
 
 TEST_CASE("a worker registering with another model layout is refused at once and does not abort the job") {
-  LocalCluster cluster(two_workers(WorkerFailurePolicy::kAbort));
+  pstrain::test::StderrCapture log;  // the scheduler's log, to wait for worker 0's registration
+  LocalClusterOptions o = two_workers(WorkerFailurePolicy::kAbort);
+  o.log_level = LogLevel::kInfo;
+  LocalCluster cluster(o);
   zmq::context_t& ctx = cluster.zmq_context();  // inproc peers share the cluster's
   // Worker 0 registers first (in a thread: its reply comes at the rendezvous).
   std::unique_ptr<WorkerSession> session;
-  std::thread first([&] { session = std::make_unique<WorkerSession>(std::make_unique<ZmqTransport>(ctx), cluster.worker_options(0), layout_of(16)); });
-  std::this_thread::sleep_for(milliseconds(300));
+  std::thread first([&] {
+    session = std::make_unique<WorkerSession>(std::make_unique<ZmqTransport>(ctx), cluster.worker_options(0), layout_of(16));
+  });
+  CHECK(pstrain::test::wait_until([&] { return log.has("registered worker from"); }, milliseconds(30000),
+                                   "worker 0's registration"));  // CHECK: `first` is joined below
   zmq::socket_t s = make_socket(ctx, zmq::socket_type::dealer, SocketOptions{std::int64_t{1} << 20, milliseconds(0)});
   connect_socket(s, cluster.scheduler_endpoint());
   send_message(s, nullptr, register_header(), Payload::bytes(wire_encode(worker_request(1, layout_of(25)))));

@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "server/shard_store.h"
+#include "tests/support/throw_text.h"
 
 using namespace pstrain;
 
@@ -35,14 +36,7 @@ StoreOptions options(Mode mode, const OptimizerConfig& optimizer, int bound = 0)
 
 std::vector<float> constant(std::size_t n, float v) { return std::vector<float>(n, v); }
 
-std::string rejection(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const RequestError& e) {
-    return e.what();
-  }
-  return "";
-}
+using pstrain::test::thrown_text;  // tests/support/throw_text.h
 
 }  // namespace
 
@@ -82,7 +76,7 @@ TEST_CASE("sync: a repeated push is acknowledged, not applied; an early push is 
   const PushOutcome again = store.push(0, 0, 0, constant(6, 100.0f), 1.0);
   CHECK_FALSE(again.applied);
   CHECK(again.version == 0);
-  CHECK(rejection([&] { store.push(1, 0, 1, constant(6, 2.0f), 1.0); }).find("ahead of the chunk's version 0") !=
+  CHECK(thrown_text<RequestError>([&] { store.push(1, 0, 1, constant(6, 2.0f), 1.0); }).find("ahead of the chunk's version 0") !=
         std::string::npos);
   CHECK(store.push(1, 0, 0, constant(6, 4.0f), 1.0).applied);  // completes step 0: mean 3
   // After the update, a resend of either step-0 push is still acknowledged only.
@@ -119,21 +113,21 @@ TEST_CASE("async: every push applied once, staleness recorded") {
 TEST_CASE("bad pushes: NaN, wrong size, unknown worker, uninitialized, not owner") {
   Fixture f;
   ShardStore store(f.map, 0, 2, options(Mode::kAsync, f.sgd));
-  CHECK(rejection([&] { store.push(0, 0, 0, constant(6, 1.0f), 1.0); }).find("not initialized") != std::string::npos);
+  CHECK(thrown_text<RequestError>([&] { store.push(0, 0, 0, constant(6, 1.0f), 1.0); }).find("not initialized") != std::string::npos);
   store.init(0, constant(6, 1.0f));
-  CHECK(rejection([&] { store.init(0, constant(6, 1.0f)); }).find("already initialized") != std::string::npos);
+  CHECK(thrown_text<RequestError>([&] { store.init(0, constant(6, 1.0f)); }).find("already initialized") != std::string::npos);
   std::vector<float> nan_grad = constant(6, 1.0f);
   nan_grad[4] = std::numeric_limits<float>::quiet_NaN();
   nan_grad[5] = std::numeric_limits<float>::infinity();
-  CHECK(rejection([&] { store.push(0, 0, 0, nan_grad, 1.0); })
+  CHECK(thrown_text<RequestError>([&] { store.push(0, 0, 0, nan_grad, 1.0); })
             .find("push of chunk 0 from worker 0 at step 0: gradient has 2 non-finite values (first at element 4)") !=
         std::string::npos);
   CHECK(store.snapshot(0, 0).values() == constant(6, 1.0f));  // nothing applied
-  CHECK(rejection([&] { store.push(0, 0, 0, constant(5, 1.0f), 1.0); }).find("expected 6 elements, got 5") !=
+  CHECK(thrown_text<RequestError>([&] { store.push(0, 0, 0, constant(5, 1.0f), 1.0); }).find("expected 6 elements, got 5") !=
         std::string::npos);
-  CHECK(rejection([&] { store.push(7, 0, 0, constant(6, 1.0f), 1.0); }).find("worker rank outside [0, 2)") !=
+  CHECK(thrown_text<RequestError>([&] { store.push(7, 0, 0, constant(6, 1.0f), 1.0); }).find("worker rank outside [0, 2)") !=
         std::string::npos);
-  CHECK(rejection([&] { store.push(0, 0, 0, constant(6, 1.0f), -1.0); }).find("invalid learning rate") !=
+  CHECK(thrown_text<RequestError>([&] { store.push(0, 0, 0, constant(6, 1.0f), -1.0); }).find("invalid learning rate") !=
         std::string::npos);
   try {
     store.push(0, 9, 0, constant(6, 1.0f), 1.0);

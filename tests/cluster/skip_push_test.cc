@@ -13,6 +13,7 @@
 #include "common/base/errors.h"
 #include "common/wire/protocol.h"
 #include "server/shard_store.h"
+#include "tests/support/throw_text.h"
 
 using namespace pstrain;
 
@@ -40,14 +41,7 @@ StoreOptions options(Mode mode, const OptimizerConfig& optimizer, int bound = 0)
 
 std::vector<float> constant(float v) { return std::vector<float>(4, v); }
 
-std::string rejection(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const RequestError& e) {
-    return e.what();
-  }
-  return "";
-}
+using pstrain::test::thrown_text;  // tests/support/throw_text.h
 
 Header skip_header() {
   Header h;
@@ -65,12 +59,7 @@ std::string decode_error(const Header& h, std::size_t payload_bytes, bool with_p
   std::vector<Buffer> frames;
   frames.push_back(encode_header(h));
   if (with_payload) frames.push_back(Buffer::zeros(payload_bytes));
-  try {
-    decode_message(frames, {});
-  } catch (const ProtocolError& e) {
-    return e.what();
-  }
-  return "";
+  return pstrain::test::thrown_text<ProtocolError>([&] { decode_message(frames, {}); });
 }
 
 }  // namespace
@@ -122,10 +111,10 @@ TEST_CASE("sync: the mean is over the workers that contributed; skips are arriva
 TEST_CASE("sync: skips are checked like pushes and counted") {
   Fixture f;
   ShardStore store(f.map, 0, 2, options(Mode::kSync, f.sgd));
-  CHECK(rejection([&] { store.skip(0, 0, 0); }).find("chunk not initialized yet") != std::string::npos);
+  CHECK(thrown_text<RequestError>([&] { store.skip(0, 0, 0); }).find("chunk not initialized yet") != std::string::npos);
   store.init(0, constant(1.0f));
-  CHECK(rejection([&] { store.skip(5, 0, 0); }).find("worker rank outside [0, 2)") != std::string::npos);
-  CHECK(rejection([&] { store.skip(0, 0, 1); }).find("ahead of the chunk's version 0") != std::string::npos);
+  CHECK(thrown_text<RequestError>([&] { store.skip(5, 0, 0); }).find("worker rank outside [0, 2)") != std::string::npos);
+  CHECK(thrown_text<RequestError>([&] { store.skip(0, 0, 1); }).find("ahead of the chunk's version 0") != std::string::npos);
   CHECK_FALSE(store.skip(0, 0, 0).applied);
   // Worker 0's step 0 is taken by its skip: a repeat (skip or push) is acknowledged, not counted.
   CHECK_FALSE(store.skip(0, 0, 0).applied);

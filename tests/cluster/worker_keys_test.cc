@@ -20,6 +20,8 @@
 #include "tools/cluster/local_cluster.h"
 #include "common/transport/zmq/zmq_transport.h"
 #include "common/transport/zmq/zmq_socket.h"
+#include "tests/support/temp_dir.h"
+#include "tests/support/throw_text.h"
 
 using namespace pstrain;
 using std::chrono::milliseconds;
@@ -27,33 +29,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-class KeyDir {
- public:
-  KeyDir() {
-    std::string pattern = (fs::temp_directory_path() / "pstrain-wkeys-XXXXXX").string();
-    if (mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-    path_ = pattern;
-  }
-  ~KeyDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  KeyDir(const KeyDir&) = delete;
-  KeyDir& operator=(const KeyDir&) = delete;
-  const fs::path& path() const { return path_; }
+using KeyDir = pstrain::test::TempDir;
 
- private:
-  fs::path path_;
-};
-
-std::string error_text(const std::function<void()>& body) {
-  try {
-    body();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
-}
+using pstrain::test::thrown_text;  // tests/support/throw_text.h
 
 ParamLayout layout_of(std::int64_t n) {
   ParamLayout layout;
@@ -129,7 +107,7 @@ TEST_CASE("pstrain-keygen --workers N: one private keypair per worker rank, and 
   CHECK_FALSE(fs::exists(dir.path() / "worker.key"));  // no shared key to steal
   const SecurityConfig curve{"curve", dir.path().string()};
   CHECK(SecurityContext::load(curve, Role::kWorker, 1).client.public_z85 == publics[1]);
-  CHECK(error_text([&] { SecurityContext::load(curve, Role::kWorker); }).find("needs its rank") != std::string::npos);
+  CHECK(thrown_text([&] { SecurityContext::load(curve, Role::kWorker); }).find("needs its rank") != std::string::npos);
   // The binding nodes admit each worker's key under its own name.
   for (const Role role : {Role::kScheduler, Role::kServer}) {
     const SecurityContext s = SecurityContext::load(curve, role);
@@ -143,7 +121,7 @@ TEST_CASE("pstrain-keygen --workers N: one private keypair per worker rank, and 
     CHECK(workers == 3);
   }
   // Existing files are never silently replaced; --force replaces them.
-  CHECK(error_text([&] { write_job_keys(dir.path(), false, 3); }).find("already exists") != std::string::npos);
+  CHECK(thrown_text([&] { write_job_keys(dir.path(), false, 3); }).find("already exists") != std::string::npos);
   write_job_keys(dir.path(), true, 3);
   CHECK(read_key_file(dir.path() / "worker-0.pub", false).public_z85 != publics[0]);
   // Whose key a ZAP user id names.
@@ -248,7 +226,7 @@ TEST_CASE("per-worker keys through the local cluster: each worker session uses i
   write_job_keys(keys.path(), false, 2);
   LocalCluster cluster(options_for(keys.path(), 2));
   zmq::context_t& ctx = cluster.zmq_context();  // inproc peers share the cluster's
-  CHECK(error_text([&] { (void)cluster.worker_options(-1); }).find("needs a rank") != std::string::npos);
+  CHECK(thrown_text([&] { (void)cluster.worker_options(-1); }).find("needs a rank") != std::string::npos);
   auto train = [&](int rank) {
     WorkerSession session(std::make_unique<ZmqTransport>(ctx), cluster.worker_options(rank), layout_of(16));
     std::vector<float> params(16, 1.0f);

@@ -10,20 +10,14 @@
 #include "common/checkpoint/checkpoint.h"
 #include "worker/train/checkpoint.h"
 #include "worker/train/worker_checkpoint.h"
+#include "tests/support/temp_dir.h"
 
 namespace pstrain {
 namespace {
 
 namespace fs = std::filesystem;
 
-struct TempDir {
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "pstrain-ckpt-XXXXXX").string();
-    path = mkdtemp(pattern.data());
-  }
-  ~TempDir() { fs::remove_all(path); }
-  fs::path path;
-};
+using pstrain::test::TempDir;
 
 std::string bytes_of(const fs::path& file) {
   std::ifstream in(file, std::ios::binary);
@@ -37,9 +31,9 @@ void write_bytes(const fs::path& file, const std::string& bytes) { std::ofstream
 TEST_CASE("final weights round trip through run_dir/weights.bin") {
   TempDir dir;
   const std::vector<float> params{1.5f, -2.0f, 0.0f, 3.25e-7f};
-  write_final_weights((dir.path / "run").string(), params);
-  const std::string path = weights_path((dir.path / "run").string());
-  CHECK(path == (dir.path / "run" / "weights.bin").string());
+  write_final_weights((dir.path() / "run").string(), params);
+  const std::string path = weights_path((dir.path() / "run").string());
+  CHECK(path == (dir.path() / "run" / "weights.bin").string());
   CHECK(read_weights(path) == params);
   CHECK(bytes_of(path).size() == 16 + 4 * 4);
   CHECK_FALSE(fs::exists(path + ".tmp"));
@@ -48,9 +42,9 @@ TEST_CASE("final weights round trip through run_dir/weights.bin") {
 
 TEST_CASE("malformed weight files are refused naming the file and the problem") {
   TempDir dir;
-  const std::string path = (dir.path / "weights.bin").string();
+  const std::string path = (dir.path() / "weights.bin").string();
   CHECK_THROWS_WITH_AS(read_weights(path), doctest::Contains(("cannot read " + path).c_str()), DataError);
-  write_final_weights(dir.path.string(), std::vector<float>{1, 2, 3});
+  write_final_weights(dir.path().string(), std::vector<float>{1, 2, 3});
   const std::string good = bytes_of(path);
 
   write_bytes(path, good.substr(0, 10));
@@ -75,7 +69,7 @@ TEST_CASE("malformed weight files are refused naming the file and the problem") 
 TEST_CASE("a checkpoint whose server part will never come (the server failed) is abandoned at once, without a manifest") {
   TempDir dir;
   RunConfig config;
-  config.output.run_dir = dir.path.string();
+  config.output.run_dir = dir.path().string();
   config.checkpoint.interval_steps = 4;
   config.cluster.num_workers = 1;
   config.cluster.timeout_ms = 60000;

@@ -7,6 +7,7 @@
 #include "collective_test_util.h"
 #include "common/base/errors.h"
 #include "worker/collective/gpu_assignment.h"
+#include "tests/support/skip.h"
 
 namespace pstrain {
 
@@ -16,7 +17,7 @@ TEST_CASE("auto picks Gloo for a model on the CPU; nccl there is refused with th
   CHECK(resolve_collective_backend("gloo", false, "cpu") == "gloo");
   CHECK(resolve_collective_backend("gloo", true, "cuda:0") == "gloo");
   CHECK(resolve_collective_backend("auto", true, "cuda:0") == (nccl_compiled_in() ? "nccl" : "gloo"));
-  const std::string err = testing::error_of([] { resolve_collective_backend("nccl", false, "cpu (oneDNN, 2 threads)"); });
+  const std::string err = testing::thrown_text([] { resolve_collective_backend("nccl", false, "cpu (oneDNN, 2 threads)"); });
   if (nccl_compiled_in()) {
     CHECK(err == "collective.backend \"nccl\": NCCL reduces GPU memory, but this worker's model runs on cpu (oneDNN, "
                  "2 threads) (no usable CUDA device); use \"gloo\" or \"auto\"");
@@ -35,18 +36,18 @@ TEST_CASE("make_collective checks rank, size, timeout and the backend's name") {
                        "collective: rank 0 of 0 ranks: expected size >= 1 and 0 <= rank < size", ConfigError);
   CHECK_THROWS_WITH_AS(make_collective("gloo", testing::rank_options(0, 1, 0), store),
                        "collective: timeout of 0 ms, expected >= 1", ConfigError);
-  const std::string err = testing::error_of([&] { make_collective("mpi", testing::rank_options(0, 1), store); });
+  const std::string err = testing::thrown_text([&] { make_collective("mpi", testing::rank_options(0, 1), store); });
   CHECK(err.find("collective backend 'mpi': not available in this build") == 0);
 }
 
 #if defined(PSTRAIN_HAVE_NCCL)
+// Its own CTest entry (collective_nccl_no_gpu), skipped where a GPU is present.
 TEST_CASE("nccl without a GPU fails with a clear error, not a crash") {
   if (visible_cuda_devices() > 0) {
-    MESSAGE("a CUDA device is present: the no-GPU error path is not exercised here");
-    return;
+    return pstrain::test::skip_case("a CUDA device is present: the no-GPU error path is not exercised here");
   }
   InProcessStore store;
-  const std::string err = testing::error_of([&] { make_collective("nccl", testing::rank_options(0, 1), store); });
+  const std::string err = testing::thrown_text([&] { make_collective("nccl", testing::rank_options(0, 1), store); });
   CHECK(err.find("nccl setup (rank 0 of 1, cuda:0): no CUDA device") == 0);
 }
 #endif

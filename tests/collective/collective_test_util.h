@@ -14,6 +14,7 @@
 
 #include "worker/collective/collective_factory.h"
 #include "worker/collective/in_process_store.h"
+#include "tests/support/throw_text.h"
 
 namespace pstrain::testing {
 
@@ -49,14 +50,6 @@ inline void run_ranks(int size, const std::function<void(int, Collective&)>& bod
 }
 
 // The message of what `f` throws, "" when nothing.
-template <class F>
-std::string error_of(F f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
-}
+using pstrain::test::thrown_text;
 
 }  // namespace pstrain::testing

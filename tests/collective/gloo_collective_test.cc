@@ -12,7 +12,7 @@
 namespace pstrain {
 namespace {
 
-using testing::error_of;
+using testing::thrown_text;
 using testing::run_ranks;
 
 // Rank r's element i: W * ((i mod 17) + r). The mean over the ranks,
@@ -98,8 +98,8 @@ TEST_CASE("gloo broadcast copies the root's data to every rank, and barrier retu
 TEST_CASE("gloo broadcast with a root outside the ranks is refused") {
   run_ranks(2, [&](int, Collective& c) {
     std::vector<float> x(4);
-    CHECK(error_of([&] { c.broadcast(x.data(), x.size(), 2); }).find("gloo broadcast") != std::string::npos);
-    CHECK(error_of([&] { c.broadcast(x.data(), x.size(), -1); }).find("root -1 outside [0, 2)") != std::string::npos);
+    CHECK(thrown_text([&] { c.broadcast(x.data(), x.size(), 2); }).find("gloo broadcast") != std::string::npos);
+    CHECK(thrown_text([&] { c.broadcast(x.data(), x.size(), -1); }).find("root -1 outside [0, 2)") != std::string::npos);
     c.barrier();
   });
 }
@@ -115,7 +115,7 @@ TEST_CASE("gloo: a peer that leaves makes the allreduce fail with a TransportErr
     } catch (const TransportError& e) {
       first = e.what();
     }
-    second = error_of([&] { c.start_allreduce_mean(x.data(), x.size()); });
+    second = thrown_text([&] { c.start_allreduce_mean(x.data(), x.size()); });
   });
   CHECK(first.find("gloo allreduce of 1000 floats (rank 0 of 2)") != std::string::npos);
   CHECK(second == first);
@@ -123,7 +123,7 @@ TEST_CASE("gloo: a peer that leaves makes the allreduce fail with a TransportErr
 
 TEST_CASE("gloo rendezvous without the other rank times out naming the store key") {
   InProcessStore store;
-  const std::string err = error_of([&] { make_collective("gloo", testing::rank_options(0, 2, 300), store); });
+  const std::string err = thrown_text([&] { make_collective("gloo", testing::rank_options(0, 2, 300), store); });
   CHECK(err.find("store get of key 'collective/gloo/") != std::string::npos);
   CHECK(err.find("within 300 ms") != std::string::npos);
 }

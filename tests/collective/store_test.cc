@@ -15,23 +15,17 @@
 #include "scheduler/scheduler.h"
 #include "worker/collective/scheduler_store.h"
 #include "common/transport/zmq/zmq_transport.h"
+#include "tests/support/wait.h"
 
 namespace pstrain {
 namespace {
 
 using namespace std::chrono_literals;
-using testing::error_of;
+using testing::thrown_text;
 
-// Polls `condition` until it holds, at most 5 s: orders two threads' steps by
-// an event rather than by a sleep that a slow machine can outlast.
-bool eventually(const std::function<bool()>& condition) {
-  const auto limit = std::chrono::steady_clock::now() + 5s;
-  while (!condition()) {
-    if (std::chrono::steady_clock::now() > limit) return false;
-    std::this_thread::sleep_for(1ms);
-  }
-  return true;
-}
+// Two threads' steps are ordered by an event (tests/support/wait.h), not by
+// a sleep that a slow machine can outlast.
+using pstrain::test::wait_until;
 
 // A scheduler for `workers` workers and no servers, running on a thread.
 struct SchedulerThread {
@@ -84,7 +78,7 @@ void as_worker(zmq::context_t& ctx, const std::string& endpoint, int rank,
 TEST_CASE("in-process store: a get waits for the set, and times out naming the key") {
   InProcessStore store;
   auto later = std::async(std::launch::async, [&] { return store.get("addr/1", 5s); });
-  REQUIRE(eventually([&] { return store.waiting() == 1; }));  // the get waits before the set
+  REQUIRE(wait_until([&] { return store.waiting() == 1; }, 30s, "the get to wait"));  // before the set
   store.set("addr/1", std::string("\0\1\2", 3));
   CHECK(later.get() == std::string("\0\1\2", 3));
   store.set("addr/1", "replaced");
@@ -121,7 +115,8 @@ TEST_CASE("scheduler store: a get parked before the set is answered by it; value
   });
   as_worker(ctx, endpoint, 0, [&](SchedulerClient& c) {
     SchedulerStore store(c);
-    REQUIRE(eventually([&] { return sched.scheduler.parked_store_gets() == 1; }));  // parked before the set
+    REQUIRE(wait_until([&] { return sched.scheduler.parked_store_gets() == 1; }, 30s,
+                       "the get to be parked"));  // parked before the set
     store.set("nccl/unique_id", id);
     c.barrier("read");
   });
@@ -135,13 +130,13 @@ TEST_CASE("scheduler store: a get nobody answers ends with the scheduler's reaso
   SchedulerThread sched(ctx, 1);
   as_worker(ctx, sched.scheduler.endpoint(), 0, [&](SchedulerClient& c) {
     SchedulerStore store(c);
-    const std::string err = error_of([&] { store.get("gloo/1", 200ms); });
+    const std::string err = thrown_text([&] { store.get("gloo/1", 200ms); });
     CHECK(err == "store get of key 'gloo/1': scheduler answered: store get of key 'gloo/1' from worker 0: no node set "
                  "it within 200 ms");
     // Refused by the client before sending...
-    CHECK(error_of([&] { store.set(std::string(300, 'k'), "v"); }) ==
+    CHECK(thrown_text([&] { store.set(std::string(300, 'k'), "v"); }) ==
           "store set of key '" + std::string(300, 'k') + "': key of 300 bytes, expected 1 to 256");
-    CHECK(error_of([&] { c.store_get("k", 0); }) == "store get of key 'k': timeout_ms must be >= 1, got 0");
+    CHECK(thrown_text([&] { c.store_get("k", 0); }) == "store get of key 'k': timeout_ms must be >= 1, got 0");
     // ...and by the scheduler when a client skips that check.
     Header h;
     h.type = MsgType::kStoreSet;
@@ -168,7 +163,7 @@ TEST_CASE("scheduler store: at most kMaxStoreEntries keys per job") {
   as_worker(ctx, sched.scheduler.endpoint(), 0, [&](SchedulerClient& c) {
     for (std::size_t i = 1; i < kMaxStoreEntries; ++i) c.store_set(key_of(i), "v");
     c.store_set("still", "room");
-    CHECK(error_of([&] { c.store_set("one-more", "v"); }) ==
+    CHECK(thrown_text([&] { c.store_set("one-more", "v"); }) ==
           "store set of key 'one-more': scheduler answered: store set of key 'one-more': the store is full (4096 keys)");
     c.store_set("k1", "replaced");
     CHECK(c.store_get("k1", 1000) == "replaced");

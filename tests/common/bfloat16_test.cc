@@ -13,6 +13,7 @@
 #include "common/base/errors.h"
 #include "common/wire/protocol.h"
 #include "common/transport/transport.h"
+#include "tests/support/throw_text.h"
 
 using namespace pstrain;
 
@@ -24,12 +25,7 @@ std::string decode_error(Header h, std::size_t payload_bytes, bool with_payload 
   std::vector<Buffer> frames;
   frames.push_back(encode_header(h));
   if (with_payload) frames.push_back(Buffer::zeros(payload_bytes));
-  try {
-    decode_message(frames, DecodeLimits{});
-  } catch (const ProtocolError& e) {
-    return e.what();
-  }
-  return "";
+  return pstrain::test::thrown_text<ProtocolError>([&] { decode_message(frames, DecodeLimits{}); });
 }
 
 Header tensor_header(MsgType type, DType dtype, std::int64_t num_elems) {

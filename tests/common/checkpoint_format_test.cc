@@ -9,20 +9,14 @@
 
 #include "common/checkpoint/checkpoint.h"
 #include "common/config/config.h"
+#include "tests/support/temp_dir.h"
 
 namespace pstrain {
 namespace {
 
 namespace fs = std::filesystem;
 
-struct TempDir {
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "pstrain-ckptfmt-XXXXXX").string();
-    path = mkdtemp(pattern.data());
-  }
-  ~TempDir() { fs::remove_all(path); }
-  fs::path path;
-};
+using pstrain::test::TempDir;
 
 RunConfig tiny_config(const fs::path& run_dir) {
   RunConfig c;
@@ -85,7 +79,7 @@ TEST_CASE("a truncated or byte-flipped part fails its own check") {
 
 TEST_CASE("a complete checkpoint is found, its parts read back through the manifest") {
   TempDir tmp;
-  const RunConfig config = tiny_config(tmp.path);
+  const RunConfig config = tiny_config(tmp.path());
   const fs::path dir = make_checkpoint(config, 10);
   CHECK(checkpoint_problem(dir).empty());
   const CheckpointManifest m = read_checkpoint_manifest(dir);
@@ -105,7 +99,7 @@ TEST_CASE("a complete checkpoint is found, its parts read back through the manif
 
 TEST_CASE("newest checkpoint unusable: the previous complete one is used and the reason given") {
   TempDir tmp;
-  const RunConfig config = tiny_config(tmp.path);
+  const RunConfig config = tiny_config(tmp.path());
   const fs::path root = checkpoint_root(config);
   make_checkpoint(config, 10);
   std::vector<std::string> skipped;
@@ -157,24 +151,24 @@ TEST_CASE("newest checkpoint unusable: the previous complete one is used and the
     CHECK(doctest::String(skipped[0].c_str()) == doctest::Contains("not a valid manifest"));
   }
   // A part read through the manifest of the unusable checkpoint is refused too.
-  CHECK(resolve_resume(tmp.path, config).manifest.step == 10);
+  CHECK(resolve_resume(tmp.path(), config).manifest.step == 10);
 }
 
 TEST_CASE("no complete checkpoint: resume says what it looked at") {
   TempDir tmp;
-  const RunConfig config = tiny_config(tmp.path);
-  CHECK_THROWS_WITH_AS(resolve_resume(tmp.path, config), doctest::Contains("no step-* directory found"),
+  const RunConfig config = tiny_config(tmp.path());
+  CHECK_THROWS_WITH_AS(resolve_resume(tmp.path(), config), doctest::Contains("no step-* directory found"),
                        CheckpointError);
   const fs::path dir = make_checkpoint(config, 5);
   fs::remove(dir / "manifest.json");
-  CHECK_THROWS_WITH_AS(resolve_resume(tmp.path, config), doctest::Contains("no complete checkpoint in"),
+  CHECK_THROWS_WITH_AS(resolve_resume(tmp.path(), config), doctest::Contains("no complete checkpoint in"),
                        CheckpointError);
   CHECK_THROWS_WITH_AS(resolve_resume(dir, config), doctest::Contains("no manifest.json"), CheckpointError);
 }
 
 TEST_CASE("pruning keeps the newest `keep` complete checkpoints and anything newer") {
   TempDir tmp;
-  const RunConfig config = tiny_config(tmp.path);
+  const RunConfig config = tiny_config(tmp.path());
   const fs::path root = checkpoint_root(config);
   for (const std::int64_t step : {5, 10, 15, 20}) make_checkpoint(config, step);
   const fs::path unfinished = root / checkpoint_dir_name(25);
@@ -190,7 +184,7 @@ TEST_CASE("pruning keeps the newest `keep` complete checkpoints and anything new
 
 TEST_CASE("resume removes the checkpoints newer than the one it starts from") {
   TempDir tmp;
-  const RunConfig config = tiny_config(tmp.path);
+  const RunConfig config = tiny_config(tmp.path());
   const fs::path root = checkpoint_root(config);
   for (const std::int64_t step : {4, 8, 12}) make_checkpoint(config, step);
   const auto removed = remove_checkpoints_after(root, 4);

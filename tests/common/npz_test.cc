@@ -13,6 +13,7 @@
 
 #include "common/base/errors.h"
 #include "common/checkpoint/npz.h"
+#include "tests/support/temp_dir.h"
 
 namespace pstrain {
 namespace {
@@ -59,8 +60,8 @@ TEST_CASE("write_npz: one stored member per tensor with its crc, a central direc
   std::vector<float> params(static_cast<std::size_t>(layout.total_elems()));
   for (std::size_t i = 0; i < params.size(); ++i) params[i] = static_cast<float>(i) * 0.5f - 1.0f;
 
-  std::string pattern = (fs::temp_directory_path() / "pstrain-npz-XXXXXX").string();
-  const fs::path dir = mkdtemp(pattern.data());
+  const pstrain::test::TempDir temp("npz");
+  const fs::path& dir = temp.path();
   const std::string path = (dir / "weights.npz").string();
   write_npz(path, layout, params);
   CHECK_FALSE(fs::exists(path + ".tmp"));
@@ -93,7 +94,6 @@ TEST_CASE("write_npz: one stored member per tensor with its crc, a central direc
     offset_expected = data + size;
     entry += 46 + name_len;
   }
-  fs::remove_all(dir);
 }
 
 TEST_CASE("write_npz refuses weights that do not match the layout, and an unwritable path") {

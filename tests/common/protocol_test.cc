@@ -8,6 +8,7 @@
 #include "common/wire/protocol.h"
 #include "common/transport/transport.h"
 #include "common/wire/wire_archive.h"
+#include "tests/support/throw_text.h"
 
 using namespace pstrain;
 
@@ -35,12 +36,7 @@ std::vector<Buffer> frames_of(const Header& h, std::size_t payload_bytes, bool w
 }
 
 std::string decode_error(std::vector<Buffer> frames, DecodeLimits limits = {}) {
-  try {
-    decode_message(frames, limits);
-  } catch (const ProtocolError& e) {
-    return e.what();
-  }
-  return "";
+  return pstrain::test::thrown_text<ProtocolError>([&] { decode_message(frames, limits); });
 }
 
 // Re-encodes a header after changing one raw byte range (for fields whose

@@ -23,6 +23,7 @@
 #include "common/observe/resource_sampler.h"
 #include "common/transport/transport.h"
 #include "common/transport/zmq/zmq_socket.h"
+#include "tests/support/temp_dir.h"
 
 using namespace pstrain;
 using namespace std::chrono_literals;
@@ -30,24 +31,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "pstrain-resources-XXXXXX").string();
-    if (mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-    path_ = pattern;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
+using pstrain::test::TempDir;  // tests/support/temp_dir.h
 
 // Sets (or with null, unsets) an environment variable for one scope.
 class EnvVar {

@@ -24,6 +24,7 @@
 #include "common/base/errors.h"
 #include "common/transport/shm/shm_segment.h"
 #include "tests/common/shm_test_util.h"
+#include "tests/support/throw_text.h"
 
 using namespace pstrain;
 using namespace std::chrono_literals;
@@ -51,14 +52,7 @@ bool matches(std::span<const std::byte> bytes, std::uint8_t seed) {
   return true;
 }
 
-std::string error_of(const std::function<void()>& body) {
-  try {
-    body();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
-}
+using pstrain::test::thrown_text;  // tests/support/throw_text.h
 
 template <std::size_t N>
 void send_bytes(int fd, const std::array<std::byte, N>& bytes) {
@@ -105,7 +99,7 @@ TEST_CASE("shm: bad options are a ConfigError") {
   options = small_options();
   options.slots_per_side = 65536;
   options.slot_bytes = std::size_t{1} << 30;  // 128 TiB in all
-  CHECK(error_of([&] { ShmSegment::create(options); }).find("exceed the cap") != std::string::npos);
+  CHECK(thrown_text([&] { ShmSegment::create(options); }).find("exceed the cap") != std::string::npos);
 }
 
 TEST_CASE("shm: slots go both ways, in place, and are reused") {
@@ -147,7 +141,7 @@ TEST_CASE("shm: slots go both ways, in place, and are reused") {
 
   peer.reset();
   CHECK(creator->peer_state() == ShmSegment::PeerState::kClosed);
-  CHECK(error_of([&] { creator->check_peer(); }).find("closed the segment") != std::string::npos);
+  CHECK(thrown_text([&] { creator->check_peer(); }).find("closed the segment") != std::string::npos);
 }
 
 TEST_CASE("shm: a hostile or corrupt descriptor is a ProtocolError, never a read out of bounds") {
@@ -157,7 +151,7 @@ TEST_CASE("shm: a hostile or corrupt descriptor is a ProtocolError, never a read
   const ShmDescriptor good = slot.publish(64);
 
   auto rejects = [&](ShmDescriptor d, const std::string& why) {
-    const std::string what = error_of([&] {
+    const std::string what = thrown_text([&] {
       try {
         creator->open(d);
       } catch (const ProtocolError&) {
@@ -220,10 +214,10 @@ TEST_CASE("shm: attach checks the address against the segment") {
 
   ShmAddress wrong = a;
   wrong.segment_id ^= 1;
-  CHECK(error_of([&] { ShmSegment::attach(wrong); }).find("descriptor number reused") != std::string::npos);
+  CHECK(thrown_text([&] { ShmSegment::attach(wrong); }).find("descriptor number reused") != std::string::npos);
   wrong = a;
   wrong.bytes += 4096;
-  CHECK(error_of([&] { ShmSegment::attach(wrong); }).find("its size is") != std::string::npos);
+  CHECK(thrown_text([&] { ShmSegment::attach(wrong); }).find("its size is") != std::string::npos);
   wrong = a;
   wrong.fd = 0x7fff;
   CHECK_THROWS_AS(ShmSegment::attach(wrong), TransportError);
@@ -241,7 +235,7 @@ TEST_CASE("shm: attach checks the address against the segment") {
   REQUIRE(ftruncate(file, static_cast<off_t>(a.bytes)) == 0);
   wrong = a;
   wrong.fd = file;
-  CHECK(error_of([&] { ShmSegment::attach(wrong); }).find("not a pstrain memfd") != std::string::npos);
+  CHECK(thrown_text([&] { ShmSegment::attach(wrong); }).find("not a pstrain memfd") != std::string::npos);
   ::close(file);
   std::filesystem::remove(path);
   // A memfd with our name but no seals (anyone could shrink it under a mapping).
@@ -249,13 +243,13 @@ TEST_CASE("shm: attach checks the address against the segment") {
   REQUIRE(unsealed >= 0);
   REQUIRE(ftruncate(unsealed, static_cast<off_t>(a.bytes)) == 0);
   wrong.fd = unsealed;
-  CHECK(error_of([&] { ShmSegment::attach(wrong); }).find("not a memfd sealed") != std::string::npos);
+  CHECK(thrown_text([&] { ShmSegment::attach(wrong); }).find("not a memfd sealed") != std::string::npos);
   ::close(unsealed);
 
   // The failed attaches left the segment unclaimed; the first real one wins, a second is refused.
   CHECK(creator->peer_state() == ShmSegment::PeerState::kNotAttached);
   auto peer = ShmSegment::attach(a);
-  CHECK(error_of([&] { ShmSegment::attach(a); }).find("already attached by pid") != std::string::npos);
+  CHECK(thrown_text([&] { ShmSegment::attach(a); }).find("already attached by pid") != std::string::npos);
   CHECK(creator->peer_state() == ShmSegment::PeerState::kAttached);  // the refused one did not mark it closed
 }
 
@@ -267,7 +261,7 @@ TEST_CASE("shm: a writer out of slots times out while the peer lives") {
   CHECK_FALSE(creator->try_acquire().has_value());
   const auto start = std::chrono::steady_clock::now();
   CHECK_THROWS_AS(creator->acquire(50ms), TimeoutError);
-  CHECK(std::chrono::steady_clock::now() - start < 2s);
+  CHECK(std::chrono::steady_clock::now() - start < 10s);  // its 50 ms, with a margin for a loaded machine
   // The reader releasing one lets a waiting writer through.
   std::thread reader([&] {
     std::this_thread::sleep_for(20ms);
@@ -311,7 +305,7 @@ TEST_CASE("shm: a creator killed before the peer maps leaves nothing, and the pe
   });
   const ShmAddress address = decode_shm_address(child.read(kShmAddressBytes));
   child.kill_and_reap();
-  const std::string what = error_of([&] { ShmSegment::attach(address); });
+  const std::string what = thrown_text([&] { ShmSegment::attach(address); });
   CHECK_MESSAGE(what.find("creating process is gone") != std::string::npos, what);
   CHECK(our_shm_names() == 0);
   CHECK(our_mappings() == mappings_before);
@@ -331,7 +325,7 @@ TEST_CASE("shm: a creator killed while mapped: the peer sees it gone, waits end,
     for (int i = 0; i < 4; ++i) (void)peer->acquire(1s).publish(8);
     std::string waited;
     std::chrono::steady_clock::time_point killed;
-    std::thread writer([&] { waited = error_of([&] { peer->acquire(60s); }); });
+    std::thread writer([&] { waited = thrown_text([&] { peer->acquire(60s); }); });
     std::this_thread::sleep_for(100ms);
     // ...and is woken with an error soon after the child is killed, not after its 60 s.
     killed = std::chrono::steady_clock::now();
@@ -340,7 +334,7 @@ TEST_CASE("shm: a creator killed while mapped: the peer sees it gone, waits end,
     CHECK(std::chrono::steady_clock::now() - killed < 5s);
     CHECK_MESSAGE(waited.find("is gone") != std::string::npos, waited);
     CHECK(peer->peer_state() == ShmSegment::PeerState::kGone);
-    CHECK(error_of([&] { peer->check_peer(); }).find("is gone") != std::string::npos);
+    CHECK(thrown_text([&] { peer->check_peer(); }).find("is gone") != std::string::npos);
     CHECK(our_mappings() == 1);  // the survivor's own mapping keeps the memory until it lets go
   }
   CHECK(our_mappings() == 0);
@@ -370,11 +364,11 @@ TEST_CASE("shm: a peer killed mid-write or holding slots: the creator gets clear
     child.kill_and_reap();
     CHECK(creator->peer_state() == ShmSegment::PeerState::kGone);
     // The slot the child was writing never reaches the creator.
-    const std::string what = error_of([&] { creator->open(unfinished); });
+    const std::string what = thrown_text([&] { creator->open(unfinished); });
     CHECK_MESSAGE(what.find("being written, not published") != std::string::npos, what);
     CHECK(creator->free_slots() == 0);
     const auto start = std::chrono::steady_clock::now();
-    const std::string waited = error_of([&] { creator->acquire(60s); });
+    const std::string waited = thrown_text([&] { creator->acquire(60s); });
     CHECK_MESSAGE(waited.find("is gone") != std::string::npos, waited);
     CHECK(std::chrono::steady_clock::now() - start < 5s);
   }

@@ -7,17 +7,13 @@
 
 #include "common/config/config.h"
 #include "common/base/errors.h"
+#include "tests/support/throw_text.h"
 
 namespace pstrain {
 namespace {
 
 std::string override_error(RunConfig& config, const std::string& assignment) {
-  try {
-    apply_override(config, assignment);
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  return "(no error)";
+  return pstrain::test::thrown_text<ConfigError>([&] { apply_override(config, assignment); });
 }
 
 TEST_CASE("overrides set values of every type") {

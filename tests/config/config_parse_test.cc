@@ -13,6 +13,7 @@
 
 #include "common/config/config.h"
 #include "common/base/errors.h"
+#include "tests/support/temp_dir.h"
 
 namespace pstrain {
 namespace {
@@ -249,16 +250,11 @@ TEST_CASE("parse_enum and to_string are one pair over the same names") {
 }
 
 // A fresh directory under the system temp dir, removed at scope exit.
-struct TempDir {
-  std::filesystem::path path =
-      std::filesystem::temp_directory_path() / ("pstrain_config_test_" + std::to_string(::getpid()));
-  TempDir() { std::filesystem::create_directories(path); }
-  ~TempDir() { std::filesystem::remove_all(path); }
-};
+using pstrain::test::TempDir;
 
 TEST_CASE("load_config reads a file and names it in errors") {
   const TempDir dir;
-  const std::string file = (dir.path / "run.toml").string();
+  const std::string file = (dir.path() / "run.toml").string();
   std::ofstream(file) << "[workload]\nbatch_size = 128\n";
   const RunConfig c = load_config(file);
   CHECK(c.workload.batch_size == 128);
@@ -268,12 +264,12 @@ TEST_CASE("load_config reads a file and names it in errors") {
   CHECK_THROWS_WITH_AS(load_config(file),
                        (file + ":3: key 'workload.batch_size': expected an integer >= 1, got 0").c_str(),
                        ConfigError);
-  const std::string missing = (dir.path / "missing.toml").string();
+  const std::string missing = (dir.path() / "missing.toml").string();
   CHECK_THROWS_WITH_AS(load_config(missing),
                        (missing + ": cannot open config file: No such file or directory").c_str(),
                        ConfigError);
-  CHECK_THROWS_WITH_AS(load_config(dir.path.string()),
-                       (dir.path.string() + ": cannot read config file: Is a directory").c_str(),
+  CHECK_THROWS_WITH_AS(load_config(dir.path().string()),
+                       (dir.path().string() + ": cannot read config file: Is a directory").c_str(),
                        ConfigError);
 }
 

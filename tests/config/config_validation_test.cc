@@ -7,6 +7,7 @@
 
 #include "common/config/config.h"
 #include "common/base/errors.h"
+#include "tests/support/throw_text.h"
 
 namespace pstrain {
 namespace {
@@ -17,12 +18,7 @@ struct BadCase {
 };
 
 std::string error_of(const std::string& toml) {
-  try {
-    parse_config(toml, "bad.toml");
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  return "(no error)";
+  return pstrain::test::thrown_text<ConfigError>([&] { parse_config(toml, "bad.toml"); });
 }
 
 void check_cases(const std::vector<BadCase>& cases) {

@@ -15,30 +15,14 @@
 #include <doctest/doctest.h>
 #include <zlib.h>
 
+#include "tests/support/temp_dir.h"
+#include "tests/support/throw_text.h"
+
 namespace pstrain::data::testing {
 
 using Bytes = std::vector<std::uint8_t>;
 
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (std::filesystem::temp_directory_path() / "pstrain-data-XXXXXX").string();
-    if (mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-    path_ = pattern;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-  const std::filesystem::path& path() const { return path_; }
-
- private:
-  std::filesystem::path path_;
-};
+using pstrain::test::TempDir;  // tests/support/temp_dir.h
 
 inline void write_plain(const std::string& path, const Bytes& bytes) {
   std::FILE* file = std::fopen(path.c_str(), "wb");
@@ -99,17 +83,8 @@ inline Bytes cifar_record(std::uint8_t label, std::uint32_t seed) {
   return record;
 }
 
-// The text of the E thrown by f(); "<no exception>" when it throws nothing.
-// Any other exception type escapes, failing the test.
-template <typename E, typename F>
-std::string thrown_message(F&& f) {
-  try {
-    f();
-  } catch (const E& error) {
-    return error.what();
-  }
-  return "<no exception>";
-}
+// The text of the E thrown by f(); "" when it throws nothing.
+using pstrain::test::thrown_text;
 
 inline bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;

@@ -11,7 +11,7 @@
 namespace pstrain::data {
 namespace {
 
-using testing::thrown_message;
+using testing::thrown_text;
 
 // 4 samples of 1x2x3; image i is filled with 10 * i + j, label 3 - i.
 Dataset tiny() {
@@ -50,7 +50,7 @@ TEST_CASE("dataset: gather refuses out-of-range indices before writing") {
   std::vector<std::int32_t> labels(2, -1);
   for (const std::int64_t bad : {std::int64_t{4}, std::int64_t{-1}}) {
     const std::vector<std::int64_t> indices{1, bad};
-    CHECK_HAS(thrown_message<DataError>([&] { dataset.gather(indices, images.data(), labels.data()); }),
+    CHECK_HAS(thrown_text<DataError>([&] { dataset.gather(indices, images.data(), labels.data()); }),
                    "gather from tiny: index " + std::to_string(bad) + " (position 1) out of range [0, 4)");
   }
   CHECK(images[0] == -1.0f);
@@ -59,7 +59,7 @@ TEST_CASE("dataset: gather refuses out-of-range indices before writing") {
 
 TEST_CASE("dataset: validate names the first inconsistency") {
   auto error = [](const Dataset& dataset) {
-    return thrown_message<DataError>([&] { dataset.validate(); });
+    return thrown_text<DataError>([&] { dataset.validate(); });
   };
   Dataset empty = tiny();
   empty.num_samples = 0;

@@ -10,6 +10,7 @@
 
 #include "common/base/errors.h"
 #include "tests/data/data_test_util.h"
+#include "tests/support/skip.h"
 
 namespace pstrain::data {
 namespace {
@@ -17,7 +18,7 @@ namespace {
 using testing::Bytes;
 using testing::make_idx;
 using testing::TempDir;
-using testing::thrown_message;
+using testing::thrown_text;
 
 // Writes the four IDX files of a 28x28 dataset with `count` train and test images.
 void write_idx_set(const TempDir& dir, std::uint32_t count, bool gzip) {
@@ -48,22 +49,22 @@ TEST_CASE("load_dataset: IDX directory, preferring .gz over plain files") {
 }
 
 TEST_CASE("load_dataset: unknown names, missing directories and files") {
-  CHECK_HAS(thrown_message<ConfigError>([] { load_dataset("imagenet", "/x"); }),
+  CHECK_HAS(thrown_text<ConfigError>([] { load_dataset("imagenet", "/x"); }),
                  "load of dataset 'imagenet': unknown name (expected fashion-mnist, mnist, cifar10 or synthetic)");
-  CHECK_HAS(thrown_message<ConfigError>([] { load_dataset("cifar10", ""); }),
+  CHECK_HAS(thrown_text<ConfigError>([] { load_dataset("cifar10", ""); }),
                  "load of dataset 'cifar10': no default path");
-  const std::string fashion = thrown_message<DataError>([] { load_dataset("fashion-mnist", "/no/such/dir"); });
+  const std::string fashion = thrown_text<DataError>([] { load_dataset("fashion-mnist", "/no/such/dir"); });
   CHECK_HAS(fashion, "load of fashion-mnist: dataset directory /no/such/dir not found");
   CHECK_HAS(fashion, "apt-get install dataset-fashion-mnist");
-  CHECK_HAS(thrown_message<DataError>([] { load_dataset("mnist", "/no/such/dir"); }),
+  CHECK_HAS(thrown_text<DataError>([] { load_dataset("mnist", "/no/such/dir"); }),
                  "t10k-labels-idx1-ubyte.gz");
-  CHECK_HAS(thrown_message<DataError>([] { load_dataset("cifar10", "/no/such/dir"); }),
+  CHECK_HAS(thrown_text<DataError>([] { load_dataset("cifar10", "/no/such/dir"); }),
                  "cifar-10-binary.tar.gz");
   TempDir dir;
   testing::write_plain(dir.file("a-file"), {1});
-  CHECK_HAS(thrown_message<DataError>([&] { load_dataset("mnist", dir.file("a-file")); }),
+  CHECK_HAS(thrown_text<DataError>([&] { load_dataset("mnist", dir.file("a-file")); }),
                  "dataset directory " + dir.file("a-file") + " is not a directory");
-  CHECK_HAS(thrown_message<DataError>([&] { load_dataset("mnist", dir.path().string()); }),
+  CHECK_HAS(thrown_text<DataError>([&] { load_dataset("mnist", dir.path().string()); }),
                  "load of mnist from " + dir.path().string() +
                      ": neither train-images-idx3-ubyte.gz nor train-images-idx3-ubyte found");
 }
@@ -80,11 +81,11 @@ TEST_CASE("load_dataset: synthetic uses the options") {
   CHECK(pair.train.images == load_dataset("synthetic", "/ignored", options).train.images);
 }
 
+// Its own CTest entry (data_fashion_mnist), skipped without the dataset.
 TEST_CASE("load_dataset: the real Fashion-MNIST files") {
   const std::string dir = default_data_path("fashion-mnist");
   if (!std::filesystem::is_directory(dir)) {
-    MESSAGE("skipped: " << dir << " missing (apt-get install dataset-fashion-mnist)");
-    return;
+    return pstrain::test::skip_case(dir + " missing (apt-get install dataset-fashion-mnist)");
   }
   const auto start = std::chrono::steady_clock::now();
   const DatasetPair pair = load_dataset("fashion-mnist", "");

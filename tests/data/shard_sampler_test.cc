@@ -17,7 +17,7 @@
 namespace pstrain::data {
 namespace {
 
-using testing::thrown_message;
+using testing::thrown_text;
 
 // Every rank's indices for one epoch.
 std::vector<std::vector<std::int64_t>> all_shards(std::int64_t n, int replicas, int epoch,
@@ -99,19 +99,19 @@ TEST_CASE("sampler: without shuffle rank r takes r, r+R, ... wrapping around") {
 }
 
 TEST_CASE("sampler: validation") {
-  CHECK_HAS(thrown_message<ConfigError>([] { ShardSampler(10, 2, 2, 1); }),
+  CHECK_HAS(thrown_text<ConfigError>([] { ShardSampler(10, 2, 2, 1); }),
                  "shard sampler (num_samples 10, num_replicas 2, rank 2): rank 2 outside [0, 2)");
-  CHECK_HAS(thrown_message<ConfigError>([] { ShardSampler(10, 2, -1, 1); }),
+  CHECK_HAS(thrown_text<ConfigError>([] { ShardSampler(10, 2, -1, 1); }),
                  "rank -1 outside [0, 2)");
-  CHECK_HAS(thrown_message<ConfigError>([] { ShardSampler(10, 0, 0, 1); }),
+  CHECK_HAS(thrown_text<ConfigError>([] { ShardSampler(10, 0, 0, 1); }),
                  "num_replicas must be >= 1");
-  CHECK_HAS(thrown_message<ConfigError>([] { ShardSampler(0, 2, 0, 1); }),
+  CHECK_HAS(thrown_text<ConfigError>([] { ShardSampler(0, 2, 0, 1); }),
                  "num_samples must be >= 1");
-  CHECK_HAS(thrown_message<ConfigError>([] { ShardSampler(3, 4, 0, 1, true, true); }),
+  CHECK_HAS(thrown_text<ConfigError>([] { ShardSampler(3, 4, 0, 1, true, true); }),
                  "drop_last with fewer samples than replicas leaves every shard empty");
-  CHECK_HAS(thrown_message<ConfigError>([] { ShardSampler(10, 2, 0, 1).indices(-1); }),
+  CHECK_HAS(thrown_text<ConfigError>([] { ShardSampler(10, 2, 0, 1).indices(-1); }),
                  "shard sampler: epoch -1 < 0");
-  CHECK_HAS(thrown_message<ConfigError>([] { epoch_permutation(0, 1, 0); }),
+  CHECK_HAS(thrown_text<ConfigError>([] { epoch_permutation(0, 1, 0); }),
                  "epoch permutation: num_samples 0 < 1");
 }
 
@@ -151,9 +151,9 @@ TEST_CASE("batches: split keeps or drops the last partial batch") {
   CHECK(num_batches(7, 3, false) == 3);
   CHECK(num_batches(7, 3, true) == 2);
   CHECK(num_batches(0, 3, false) == 0);
-  CHECK_HAS(thrown_message<ConfigError>([&] { split_batches(indices, 0, false); }),
+  CHECK_HAS(thrown_text<ConfigError>([&] { split_batches(indices, 0, false); }),
                  "batching: batch_size 0 < 1");
-  CHECK_HAS(thrown_message<ConfigError>([] { num_batches(-1, 4, false); }),
+  CHECK_HAS(thrown_text<ConfigError>([] { num_batches(-1, 4, false); }),
                  "batching: num_indices -1 < 0");
 }
 

@@ -14,7 +14,7 @@
 namespace pstrain::data {
 namespace {
 
-using testing::thrown_message;
+using testing::thrown_text;
 
 // Per-class mean image of `dataset`.
 std::vector<std::vector<double>> class_means(const Dataset& dataset) {
@@ -126,15 +126,15 @@ TEST_CASE("synthetic: noise_std sets the difficulty") {
 }
 
 TEST_CASE("synthetic: argument validation") {
-  CHECK_HAS(thrown_message<ConfigError>([] { make_synthetic(5, 1, 1, 28, 28, 10, SyntheticSplit::kTrain, -1.0); }),
+  CHECK_HAS(thrown_text<ConfigError>([] { make_synthetic(5, 1, 1, 28, 28, 10, SyntheticSplit::kTrain, -1.0); }),
             "noise_std must be a finite number >= 0, got -1");
-  CHECK_HAS(thrown_message<ConfigError>([] { make_synthetic(0, 1); }),
+  CHECK_HAS(thrown_text<ConfigError>([] { make_synthetic(0, 1); }),
                  "make_synthetic(num_samples=0, shape=1x28x28, num_classes=10): num_samples must be >= 1");
-  CHECK_HAS(thrown_message<ConfigError>([] { make_synthetic(5, 1, 1, 0, 28); }),
+  CHECK_HAS(thrown_text<ConfigError>([] { make_synthetic(5, 1, 1, 0, 28); }),
                  "every dim must be >= 1");
-  CHECK_HAS(thrown_message<ConfigError>([] { make_synthetic(5, 1, 1, 28, 28, 0); }),
+  CHECK_HAS(thrown_text<ConfigError>([] { make_synthetic(5, 1, 1, 28, 28, 0); }),
                  "num_classes must be >= 1");
-  CHECK_HAS(thrown_message<ConfigError>([] { make_synthetic(1 << 20, 1, 3, 256, 256); }),
+  CHECK_HAS(thrown_text<ConfigError>([] { make_synthetic(1 << 20, 1, 3, 256, 256); }),
                  "more than the limit of 268435456 floats");
 }
 

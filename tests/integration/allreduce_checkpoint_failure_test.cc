@@ -64,7 +64,9 @@ void kill_before_checkpoint(int victim, int interval) {
                            "--set", "checkpoint.keep=1000", "--set", "output.trace=off", "--quiet"});
   it::LaunchProcess p(args, dir.path() / "out.txt");
   const auto metrics = run / ("metrics/worker-" + std::to_string(victim) + ".jsonl");
-  const bool training = it::wait_until([&] { return step_records(metrics).size() >= static_cast<std::size_t>(kill_after); }, 180s);
+  const bool training =
+      it::wait_until([&] { return step_records(metrics).size() >= static_cast<std::size_t>(kill_after); }, 180s,
+                     "the victim's step records before the kill");
   INFO(p.output());
   REQUIRE(training);
   const auto pids = it::read_pids(run);

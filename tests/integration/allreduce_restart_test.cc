@@ -98,8 +98,9 @@ void kill_and_take_back(int victim, unsigned seed, int checkpoint_every = 0) {
   const auto run = dir.path() / "run";
   it::LaunchProcess p(args_for(run, checkpoint_every), dir.path() / "out.txt");
   const auto metrics = run / ("metrics/worker-" + std::to_string(victim) + ".jsonl");
-  const bool training = it::wait_until([&] { return count_of(it::read_file(metrics), "\"type\":\"step\"") >= kill_after; },
-                                       std::chrono::seconds(180));
+  const bool training =
+      it::wait_until([&] { return count_of(it::read_file(metrics), "\"type\":\"step\"") >= kill_after; },
+                     std::chrono::seconds(180), "worker step records before the kill");
   INFO(p.output());
   REQUIRE(training);
   const auto pids = it::read_pids(run);

@@ -95,7 +95,7 @@ TEST_CASE("sync: killed with kill -9 and resumed == never interrupted (newest ch
           const auto newest = pstrain::find_newest_checkpoint(run / "checkpoints");
           return newest.has_value() && newest->manifest.step >= 12;
         },
-        180s);
+        180s, "a checkpoint of step 12 or later");
     INFO(p.output());
     REQUIRE(reached);
     for (const auto& [name, pid] : it::read_pids(run)) kill(pid, SIGKILL);
@@ -228,8 +228,8 @@ void continue_after_kill(const it::fs::path& run, const it::fs::path& out, int v
                                       "cluster.heartbeat_timeout_ms=3000", "workload.straggler_rank=2",
                                       "workload.straggler_slowdown=3"}),
                       out);
-  const bool reached = it::wait_until(
-      [&] { return it::fs::exists(run / "checkpoints/step-00000004/manifest.json"); }, 180s);
+  const bool reached = it::wait_until([&] { return it::fs::exists(run / "checkpoints/step-00000004/manifest.json"); },
+                                      180s, "the checkpoint of step 4");
   INFO(p.output());
   REQUIRE(reached);
   REQUIRE(kill(it::read_pids(run).at("worker-" + std::to_string(victim)), SIGKILL) == 0);

@@ -38,7 +38,7 @@ TEST_CASE("a job started by hand with RANK, WORLD_SIZE, MASTER_ADDR and MASTER_P
         }
         return done;
       },
-      std::chrono::seconds(120));
+      std::chrono::seconds(120), "every node started by hand to exit");
   for (std::size_t i = 0; i < pids.size(); ++i) {
     if (codes[i]) continue;
     kill(pids[i], SIGKILL);

@@ -12,7 +12,8 @@ TEST_CASE("killing worker 1 mid-run stops the run with a message naming it") {
   args.insert(args.end(), {"--set", "workload.epochs=1000", "--quiet"});  // far longer than the test
   it::LaunchProcess p(args, dir.path() / "out.txt");
   const auto metrics = run / "metrics/worker-1.jsonl";
-  const bool training = it::wait_until([&] { return it::count_lines(metrics) >= 3; }, std::chrono::seconds(180));
+  const bool training = it::wait_until([&] { return it::count_lines(metrics) >= 3; }, std::chrono::seconds(180),
+                                       "3 metrics lines of worker 1");
   INFO(p.output());
   REQUIRE(training);
   const auto pids = it::read_pids(run);

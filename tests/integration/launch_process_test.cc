@@ -190,7 +190,8 @@ TEST_CASE("SIGINT or SIGTERM to the launcher stops every process") {
     it::TempDir dir;
     it::write_fake_bin(dir.path() / "bin", it::scheduler_body("exec sleep 60"), "exec sleep 60", "exec sleep 60");
     it::LaunchProcess p(it::launch_args(kTinySync, dir.path() / "run", dir.path() / "bin"), dir.path() / "out.txt");
-    REQUIRE(it::wait_until([&] { return it::read_pids(dir.path() / "run").size() == 5; }, std::chrono::seconds(20)));
+    REQUIRE(it::wait_until([&] { return it::read_pids(dir.path() / "run").size() == 5; }, std::chrono::seconds(20),
+                           "pids.txt with all 5 nodes"));
     kill(p.pid(), sig);
     const auto exit = p.wait(std::chrono::seconds(20));
     INFO(p.output());

@@ -6,6 +6,7 @@
 
 #include "common/config/config.h"
 #include "tests/integration/launch_test_util.h"
+#include "tests/integration/summary_checks.h"
 #include "tools/report/json_value.h"
 #include "tools/report/metrics.h"
 
@@ -99,10 +100,7 @@ TEST_CASE("the tiny async config runs to a summary with staleness through the la
   CHECK(it::count_lines(run / "logs/server-0.log") > 0);
   check_run_dir(run, "async", r.output, false);
   const JsonValue summary = pstrain::report::parse_json(it::read_file(run / "summary.json"), "summary.json");
-  const JsonValue& staleness = *summary.find("staleness");
-  REQUIRE(staleness.kind() == JsonValue::Kind::kObject);
-  CHECK(staleness.find("histogram")->keys().size() >= 1);
-  CHECK(staleness.find("mean")->as_number("mean") >= 0.0);
+  it::check_staleness(*summary.find("staleness"));
 }
 
 TEST_CASE("cluster.transport shm (the default): each worker's connection shares memory with each server; tcp does not") {

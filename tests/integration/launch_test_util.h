@@ -1,5 +1,6 @@
 // Helpers of the integration tests: run the `launch` program as a real
-// process (output to a file), temp dirs, and reading a run directory.
+// process (output to a file, with tests/support/process.h) and reading a run
+// directory.
 #pragma once
 
 #include <fcntl.h>
@@ -25,6 +26,10 @@
 #include <thread>
 #include <vector>
 
+#include "tests/support/process.h"
+#include "tests/support/temp_dir.h"
+#include "tests/support/wait.h"
+
 namespace it {
 
 namespace fs = std::filesystem;
@@ -33,25 +38,9 @@ using namespace std::chrono_literals;
 inline const fs::path kBinDir = PSTRAIN_BIN_DIR;
 inline const fs::path kSourceDir = PSTRAIN_SOURCE_DIR;
 
-// A fresh directory under the system's temp dir, removed with its contents.
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "pstrain-it-XXXXXX").string();
-    if (mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-    path_ = pattern;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
+using pstrain::test::TempDir;  // tests/support/temp_dir.h
+using pstrain::test::wait_until;  // tests/support/wait.h
+using pstrain::test::Exit;
 
 inline std::string read_file(const fs::path& file) {
   std::ifstream in(file);
@@ -99,71 +88,18 @@ inline int count_lines(const fs::path& file) {
   return n;
 }
 
-// Polls `condition` every 50 ms for at most `limit`.
-inline bool wait_until(const std::function<bool()>& condition, std::chrono::milliseconds limit) {
-  const auto deadline = std::chrono::steady_clock::now() + limit;
-  while (!condition()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(50ms);
-  }
-  return true;
-}
-
-struct Exit {
-  bool signaled = false;
-  int code = 0;  // or the signal
-};
-
 // The `launch` program running with `args`, stdout and stderr into one file.
-class LaunchProcess {
+class LaunchProcess : public pstrain::test::ChildProcess {
  public:
-  LaunchProcess(const std::vector<std::string>& args, fs::path output_file) : output_file_(std::move(output_file)) {
-    std::vector<std::string> argv{(kBinDir / "launch").string()};
-    argv.insert(argv.end(), args.begin(), args.end());
-    std::vector<char*> raw;
-    for (std::string& a : argv) raw.push_back(a.data());
-    raw.push_back(nullptr);
-    const int fd = open(output_file_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) throw std::runtime_error("cannot create " + output_file_.string());
-    pid_ = fork();
-    if (pid_ == 0) {
-      dup2(fd, STDOUT_FILENO);
-      dup2(fd, STDERR_FILENO);
-      execv(raw[0], raw.data());
-      _exit(127);
-    }
-    close(fd);
-  }
-  ~LaunchProcess() {
-    if (!exit_) {
-      kill(pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
-    }
-  }
-  LaunchProcess(const LaunchProcess&) = delete;
-  LaunchProcess& operator=(const LaunchProcess&) = delete;
-
-  pid_t pid() const { return pid_; }
-  std::string output() const { return read_file(output_file_); }
-
-  // Its exit, waiting at most `limit`; empty if it is still running.
-  std::optional<Exit> wait(std::chrono::milliseconds limit) {
-    wait_until([&] { return reap(); }, limit);
-    return exit_;
-  }
+  LaunchProcess(const std::vector<std::string>& args, fs::path output_file)
+      : ChildProcess(launch_command(args), std::move(output_file)) {}
 
  private:
-  bool reap() {
-    if (exit_) return true;
-    int status = 0;
-    if (waitpid(pid_, &status, WNOHANG) != pid_) return false;
-    exit_ = WIFSIGNALED(status) ? Exit{true, WTERMSIG(status)} : Exit{false, WEXITSTATUS(status)};
-    return true;
+  static pstrain::test::Command launch_command(const std::vector<std::string>& args) {
+    pstrain::test::Command c{{(kBinDir / "launch").string()}, {}, {}};
+    c.argv.insert(c.argv.end(), args.begin(), args.end());
+    return c;
   }
-
-  fs::path output_file_;
-  pid_t pid_ = -1;
-  std::optional<Exit> exit_;
 };
 
 struct Result {
@@ -224,38 +160,17 @@ inline int free_port() {
 // removed first), stdout and stderr into `output`, as a role started by hand.
 inline pid_t spawn(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
                    const fs::path& output) {
-  const int fd = open(output.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw std::runtime_error("cannot open " + output.string());
-  const pid_t pid = fork();
-  if (pid == 0) {
-    for (const char* name : {"RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK", "SLURM_PROCID",
-                             "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "PSTRAIN_JOB_START_US"}) {
-      unsetenv(name);
-    }
-    for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
-    dup2(fd, STDOUT_FILENO);
-    dup2(fd, STDERR_FILENO);
-    std::vector<char*> raw;
-    for (const std::string& a : argv) raw.push_back(const_cast<char*>(a.c_str()));
-    raw.push_back(nullptr);
-    execv(raw[0], raw.data());
-    _exit(127);
-  }
-  close(fd);
-  return pid;
+  return pstrain::test::spawn({argv, env, {"RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK",
+                                           "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK",
+                                           "PSTRAIN_JOB_START_US"}},
+                              output);
 }
 
 // The exit code of `pid` (128 + signal when killed) once it has exited, within `limit`.
 inline std::optional<int> wait_exit(pid_t pid, std::chrono::milliseconds limit) {
-  std::optional<int> code;
-  wait_until(
-      [&] {
-        int status = 0;
-        if (waitpid(pid, &status, WNOHANG) == pid) code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-        return code.has_value();
-      },
-      limit);
-  return code;
+  const std::optional<Exit> exit = pstrain::test::wait_exit(pid, limit);
+  if (!exit) return std::nullopt;
+  return exit->signaled ? 128 + exit->code : exit->code;
 }
 
 }  // namespace it

@@ -97,6 +97,7 @@ TEST_CASE("a tiny sync run samples every process's resources and summarizes them
     CHECK(p.find("role")->as_string("role") == order[i].first);
     CHECK(p.find("rank")->as_integer("rank") == order[i].second);
     CHECK(p.find("cpu_percent_mean")->as_number("mean") >= 0);
+    if (order[i].first == "worker") CHECK(p.find("cpu_percent_mean")->as_number("mean") > 0);  // it trained
     CHECK(p.find("cpu_percent_peak")->as_number("peak") >= p.find("cpu_percent_mean")->as_number("mean") - 1e-6);
     CHECK(p.find("rss_peak_bytes")->as_integer("rss") > 1000000);
     CHECK(p.find("bytes_sent")->as_integer("sent") > 0);

@@ -35,7 +35,7 @@ TEST_CASE("a killed scheduler ends every node within the heartbeat timeout, by i
                        it::spawn(role("pstrain-worker", std::to_string(w)), {}, dir.path() / ("worker-" + std::to_string(w) + ".txt")));
   }
   const bool training = it::wait_until([&] { return it::count_lines(run / "metrics/worker-1.jsonl") >= 4; },
-                                       std::chrono::seconds(120));
+                                       std::chrono::seconds(120), "4 metrics lines of worker 1");
   INFO(it::read_file(dir.path() / "scheduler.txt"));
   REQUIRE(training);
   REQUIRE(kill(scheduler, SIGKILL) == 0);
@@ -56,8 +56,9 @@ TEST_CASE("a killed scheduler ends every node within the heartbeat timeout, by i
     CHECK(it::contains(output, "the scheduler at tcp://127.0.0.1:" + port + " sent nothing for"));
     CHECK(it::contains(output, "it is gone"));
   }
-  // All within the heartbeat timeout (2 s) and some slack, not the 120 s of timeout_ms.
-  CHECK(std::chrono::steady_clock::now() - killed < std::chrono::seconds(12));
+  // All within the heartbeat timeout (2 s) and a margin for a loaded machine,
+  // not the 120 s of timeout_ms.
+  CHECK(std::chrono::steady_clock::now() - killed < std::chrono::seconds(60));
 }
 
 TEST_CASE("async with a 5x straggler: the fast worker waits at the final barrier longer than timeout_ms, and the job ends well") {

@@ -72,7 +72,7 @@ TEST_CASE("shm: a worker killed (SIGKILL) mid-run with the default CNN: the othe
   const auto run = dir.path() / "run";
   it::LaunchProcess p(cnn_args(run, {"cluster.workers=3", "cluster.on_worker_failure=continue"}),
                       dir.path() / "out.txt");
-  const bool training = it::wait_until([&] { return steps_of(run, 1) >= 4; }, 180s);
+  const bool training = it::wait_until([&] { return steps_of(run, 1) >= 4; }, 180s, "4 steps of worker 1");
   INFO(p.output());
   REQUIRE(training);
   REQUIRE(kill(it::read_pids(run).at("worker-1"), SIGKILL) == 0);
@@ -101,7 +101,8 @@ static std::pair<std::string, pid_t> server_fault_then_restart(const it::TempDir
   it::LaunchProcess p(cnn_args(run, {"cluster.on_server_failure=restart", "checkpoint.interval_steps=8"}),
                       dir.path() / "out.txt");
   const bool past_checkpoint = it::wait_until(
-      [&] { return it::fs::exists(run / "checkpoints/step-00000008/manifest.json") && steps_of(run, 0) >= 10; }, 180s);
+      [&] { return it::fs::exists(run / "checkpoints/step-00000008/manifest.json") && steps_of(run, 0) >= 10; }, 180s,
+      "the checkpoint of step 8 and 10 steps of worker 0");
   INFO(p.output());
   REQUIRE(past_checkpoint);
   const pid_t victim = it::read_pids(run).at("server-1");

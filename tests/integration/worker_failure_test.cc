@@ -181,7 +181,8 @@ void kill_worker_mid_run(const std::string& mode, int victim = 1) {
   const auto metrics = run / ("metrics/worker-" + std::to_string(victim) + ".jsonl");
   const int kill_after = kill_after_steps(mode, victim);
   MESSAGE(mode << ": killing worker " << victim << " after its step " << kill_after - 1 << " (seed " << fault_seed() << ")");
-  const bool training = it::wait_until([&] { return it::count_lines(metrics) >= 1 + kill_after; }, std::chrono::seconds(180));
+  const bool training = it::wait_until([&] { return it::count_lines(metrics) >= 1 + kill_after; },
+                                       std::chrono::seconds(180), "the step records before the kill");
   INFO(p.output());
   REQUIRE(training);
   const auto pids = it::read_pids(run);
@@ -260,7 +261,8 @@ static void stopped_never_continued(const std::string& mode) {
   const auto metrics = run / "metrics/worker-1.jsonl";
   const int stop_after = kill_after_steps(mode + ", SIGSTOP", 1);
   MESSAGE(mode << ": stopping worker 1 after its step " << stop_after - 1 << " (seed " << fault_seed() << ")");
-  REQUIRE(it::wait_until([&] { return it::count_lines(metrics) >= 1 + stop_after; }, std::chrono::seconds(180)));
+  REQUIRE(it::wait_until([&] { return it::count_lines(metrics) >= 1 + stop_after; }, std::chrono::seconds(180),
+                         "the step records before the SIGSTOP"));
   const pid_t w1 = it::read_pids(run).at("worker-1");
   const auto stopped_at = std::chrono::steady_clock::now();
   REQUIRE(kill(w1, SIGSTOP) == 0);
@@ -335,13 +337,15 @@ TEST_CASE("continue, roles started by hand: a worker stopped past the heartbeat 
   const pid_t w1 = nodes[4].second;
   const int stop_after = kill_after_steps("sync, SIGSTOP by hand", 1);
   MESSAGE("stopping worker 1 after its step " << stop_after - 1 << " (seed " << fault_seed() << ")");
-  const bool training = it::wait_until([&] { return it::count_lines(run / "metrics/worker-1.jsonl") >= 1 + stop_after; },
-                                       std::chrono::seconds(180));
+  const bool training =
+      it::wait_until([&] { return it::count_lines(run / "metrics/worker-1.jsonl") >= 1 + stop_after; },
+                     std::chrono::seconds(180), "worker 1's step records before the SIGSTOP");
   INFO(it::read_file(out("scheduler")));
   REQUIRE(training);
   REQUIRE(kill(w1, SIGSTOP) == 0);
-  const bool dropped = it::wait_until([&] { return it::contains(it::read_file(out("scheduler")), "dropped from the job"); },
-                                      std::chrono::seconds(30));
+  const bool dropped =
+      it::wait_until([&] { return it::contains(it::read_file(out("scheduler")), "dropped from the job"); },
+                     std::chrono::seconds(30), "the scheduler's \"dropped from the job\" line");
   REQUIRE(kill(w1, SIGCONT) == 0);
   CHECK(dropped);
   for (auto& [name, pid] : nodes) {
@@ -369,7 +373,7 @@ TEST_CASE("abort: a worker stopped past the heartbeat timeout is named in the la
                            "output.trace=off", "--quiet"});
   it::LaunchProcess p(args, dir.path() / "out.txt");
   REQUIRE(it::wait_until([&] { return it::count_lines(run / "metrics/worker-1.jsonl") >= 4; },
-                         std::chrono::seconds(180)));
+                         std::chrono::seconds(180), "4 metrics lines of worker 1"));
   const pid_t w1 = it::read_pids(run).at("worker-1");
   REQUIRE(kill(w1, SIGSTOP) == 0);
   const auto exit = p.wait(std::chrono::seconds(60));

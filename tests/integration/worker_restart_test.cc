@@ -80,7 +80,8 @@ void kill_and_restart(const std::string& mode, unsigned seed) {
   const auto run = dir.path() / "run";
   it::LaunchProcess p(restart_args(run, mode, 3), dir.path() / "out.txt");
   const auto metrics = run / ("metrics/worker-" + std::to_string(victim) + ".jsonl");
-  const bool training = it::wait_until([&] { return step_records(metrics) >= kill_after; }, std::chrono::seconds(180));
+  const bool training = it::wait_until([&] { return step_records(metrics) >= kill_after; }, std::chrono::seconds(180),
+                                       "the step records before the kill");
   INFO(p.output());
   REQUIRE(training);
   const auto pids = it::read_pids(run);
@@ -98,7 +99,7 @@ void kill_and_restart(const std::string& mode, unsigned seed) {
         return rejoin != std::string::npos && (text.find("\"type\":\"step\"", rejoin) != std::string::npos ||
                                                text.find("\"type\":\"end\"", rejoin) != std::string::npos);
       },
-      std::chrono::seconds(120));
+      std::chrono::seconds(120), "a step (or the end) after worker 1's rejoin");
   const double recovery_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed_at).count();
   std::printf("worker restart test (%s): recovery (kill to the restarted worker's first step) %.2f s; %d step records "
               "before the kill\n",
@@ -157,7 +158,8 @@ TEST_CASE("restart: a worker stopped (SIGSTOP) past the heartbeat timeout is fen
   const auto run = dir.path() / "run";
   it::LaunchProcess p(restart_args(run, "sync", 3), dir.path() / "out.txt");
   const auto metrics = run / "metrics/worker-1.jsonl";
-  REQUIRE(it::wait_until([&] { return step_records(metrics) >= 4; }, std::chrono::seconds(180)));
+  REQUIRE(it::wait_until([&] { return step_records(metrics) >= 4; }, std::chrono::seconds(180),
+                         "4 step records of worker 1"));
   const pid_t stopped = it::read_pids(run).at("worker-1");
   REQUIRE(kill(stopped, SIGSTOP) == 0);
   // Before fencing, the stopped process never exited, so no replacement was started.
@@ -183,7 +185,8 @@ TEST_CASE("restart: past cluster.max_restarts the worker is let go as under \"co
   auto args = restart_args(run, "sync", 1);
   it::LaunchProcess p(args, dir.path() / "out.txt");
   const auto metrics = run / "metrics/worker-1.jsonl";
-  REQUIRE(it::wait_until([&] { return step_records(metrics) >= 3; }, std::chrono::seconds(180)));
+  REQUIRE(it::wait_until([&] { return step_records(metrics) >= 3; }, std::chrono::seconds(180),
+                         "3 step records of worker 1"));
   REQUIRE(kill(it::read_pids(run).at("worker-1"), SIGKILL) == 0);
   // The restarted process: wait for its first step, then kill it too.
   const bool rejoined = it::wait_until(
@@ -192,7 +195,7 @@ TEST_CASE("restart: past cluster.max_restarts the worker is let go as under \"co
         const auto rejoin = text.find("\"type\":\"rejoin\"");
         return rejoin != std::string::npos && text.find("\"type\":\"step\"", rejoin) != std::string::npos;
       },
-      std::chrono::seconds(120));
+      std::chrono::seconds(120), "a step after worker 1's rejoin");
   INFO(p.output());
   REQUIRE(rejoined);
   REQUIRE(kill(it::read_pids(run).at("worker-1"), SIGKILL) == 0);
@@ -230,7 +233,8 @@ TEST_CASE("restart: the launcher starts a killed server again; it rejoins from t
     it::LaunchProcess p(args, dir.path() / "out.txt");
     const auto metrics = run / "metrics/worker-0.jsonl";
     // Past the first checkpoint (step 4) and a few steps more.
-    REQUIRE(it::wait_until([&] { return step_records(metrics) >= 7; }, std::chrono::seconds(180)));
+    REQUIRE(it::wait_until([&] { return step_records(metrics) >= 7; }, std::chrono::seconds(180),
+                           "7 step records of worker 1"));
     REQUIRE(kill(it::read_pids(run).at("server-1"), SIGKILL) == 0);
     const auto exit = p.wait(std::chrono::seconds(240));
     const std::string output = p.output();
@@ -268,11 +272,12 @@ TEST_CASE("restart: the launcher starts a killed server again; it rejoins from t
 void rejoin_during_checkpoint(const std::string& mode, int victim = 1) {
   it::TempDir dir;
   const auto run = dir.path() / "run";
-  // Async: a checkpoint every 8 steps, the straggler's steps 800 ms (the others' 10 ms), so the
-  // others wait about 6 s at each checkpoint's barrier. Sync: every step waits for the
-  // straggler, whose steps are 4 s, and the barrier is open while it computes the last step
-  // before the checkpoint. Both outlast the heartbeat timeout (2 s; shorter ones starved the
-  // scheduler on a loaded machine) and the restart.
+  // Async: a checkpoint every 8 steps, the straggler's steps 2 s (the others' 10 ms), so the
+  // others wait about 16 s at each checkpoint's barrier (16 steps in all; with 800 ms steps,
+  // 6 s, a loaded machine once restarted the victim after the barrier had closed). Sync:
+  // every step waits for the straggler, whose steps are 4 s, and the barrier is open while it
+  // computes the last step before the checkpoint. Both outlast the heartbeat timeout (2 s;
+  // shorter ones starved the scheduler on a loaded machine) and the restart.
   const bool sync = mode == "sync";
   const int interval = sync ? 4 : 8;
   auto args = it::launch_args(it::kSourceDir / "configs/tiny_sync.toml", run);
@@ -282,15 +287,16 @@ void rejoin_during_checkpoint(const std::string& mode, int victim = 1) {
                            "cluster.timeout_ms=30000", "--set",
                            "output.trace=off", "--quiet", "--set", "workload.simulated_step_ms=10", "--set",
                            "workload.straggler_rank=2", "--set",
-                           std::string("workload.straggler_slowdown=") + (sync ? "400" : "80"), "--set",
+                           std::string("workload.straggler_slowdown=") + (sync ? "400" : "200"), "--set",
                            "workload.epochs=3", "--set", "checkpoint.interval_steps=" + std::to_string(interval),
                            "--set", "checkpoint.keep=20"});
-  if (sync) args.insert(args.end(), {"--set", "workload.max_steps=8"});
+  args.insert(args.end(), {"--set", std::string("workload.max_steps=") + (sync ? "8" : "16")});
   it::LaunchProcess p(args, dir.path() / "out.txt");
   const std::string first = pstrain::checkpoint_dir_name(interval);
   const std::string victim_name = "worker-" + std::to_string(victim);
-  const bool in_barrier = it::wait_until(
-      [&] { return it::fs::exists(run / "checkpoints" / first / (victim_name + ".ckpt")); }, std::chrono::seconds(180));
+  const bool in_barrier =
+      it::wait_until([&] { return it::fs::exists(run / "checkpoints" / first / (victim_name + ".ckpt")); },
+                     std::chrono::seconds(180), "the victim's part of the first checkpoint");
   INFO(p.output());
   REQUIRE(in_barrier);
   REQUIRE(kill(it::read_pids(run).at(victim_name), SIGKILL) == 0);

@@ -9,6 +9,7 @@
 #include <iterator>
 
 #include "worker/train/metrics.h"
+#include "tests/support/temp_dir.h"
 
 namespace pstrain {
 namespace {
@@ -26,8 +27,8 @@ std::string read_all(std::FILE* f) {
 }  // namespace
 
 TEST_CASE("a metrics file that cannot be written is reported once as incomplete, and not written to again") {
-  std::string pattern = (fs::temp_directory_path() / "pstrain-metrics-XXXXXX").string();
-  const fs::path run = mkdtemp(pattern.data());
+  const pstrain::test::TempDir dir("metrics");
+  const fs::path& run = dir.path();
   fs::create_directories(run / "metrics");
   fs::create_symlink("/dev/full", run / "metrics" / "worker-0.jsonl");  // ENOSPC on every write
 
@@ -45,12 +46,11 @@ TEST_CASE("a metrics file that cannot be written is reported once as incomplete,
   CHECK(logged.find(expected) != std::string::npos);
   CHECK(logged.find("cannot write", logged.find(expected) + expected.size()) == std::string::npos);  // said once
   std::fclose(log_out);
-  fs::remove_all(run);
 }
 
 TEST_CASE("a metrics file that can be written holds every record, one per line") {
-  std::string pattern = (fs::temp_directory_path() / "pstrain-metrics-XXXXXX").string();
-  const fs::path run = mkdtemp(pattern.data());
+  const pstrain::test::TempDir dir("metrics");
+  const fs::path& run = dir.path();
   {
     MetricsWriter metrics(run.string(), "worker-1.jsonl");
     for (int step = 0; step < 3; ++step) metrics.write(JsonLine().add("type", "step").add("step", step));
@@ -59,7 +59,6 @@ TEST_CASE("a metrics file that can be written holds every record, one per line")
   std::ifstream in(run / "metrics" / "worker-1.jsonl");
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   CHECK(text == "{\"type\":\"step\",\"step\":0}\n{\"type\":\"step\",\"step\":1}\n{\"type\":\"step\",\"step\":2}\n");
-  fs::remove_all(run);
 }
 
 }  // namespace pstrain

@@ -11,19 +11,13 @@
 
 #include "common/base/errors.h"
 #include "worker/train/divergence.h"
+#include "tests/support/throw_text.h"
 
 using namespace pstrain;
 
 namespace {
 
-std::string diverged(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const DivergedError& e) {
-    return e.what();
-  }
-  return "";
-}
+using pstrain::test::thrown_text;  // tests/support/throw_text.h
 
 WorkloadConfig workload(const std::string& policy, int max_skipped = 10) {
   WorkloadConfig w;
@@ -38,7 +32,7 @@ TEST_CASE("stop: the first non-finite value ends training with the one line") {
   NonFiniteGuard guard(workload("stop"), 3);
   CHECK_FALSE(guard.skipping());
   guard.end_step(0, 0.05, false);
-  CHECK(diverged([&] { guard.seen(177, 0.05, "loss nan"); }) ==
+  CHECK(thrown_text<DivergedError>([&] { guard.seen(177, 0.05, "loss nan"); }) ==
         "worker 3: training diverged at step 177 (loss nan, lr 0.05): lower optimizer.lr, or lengthen "
         "schedule.warmup_epochs, or set workload.on_nonfinite = \"skip\"");
 }
@@ -60,7 +54,7 @@ TEST_CASE("skip: steps are counted; max_skipped_steps in a row ends training, na
   CHECK(guard.skipped_steps() == 4);
   guard.seen(9, 0.25, "non-finite averaged gradient");
   guard.seen(9, 0.25, "loss nan");  // the step's first value is the one named
-  CHECK(diverged([&] { guard.end_step(9, 0.25, true); }) ==
+  CHECK(thrown_text<DivergedError>([&] { guard.end_step(9, 0.25, true); }) ==
         "worker 1: training diverged at step 9 (non-finite averaged gradient; 3 steps skipped in a row, "
         "workload.max_skipped_steps = 3, lr 0.25): lower optimizer.lr, or lengthen schedule.warmup_epochs");
   CHECK(guard.skipped_steps() == 5);
@@ -69,7 +63,7 @@ TEST_CASE("skip: steps are counted; max_skipped_steps in a row ends training, na
 TEST_CASE("skip with max_skipped_steps = 1: the first skipped step ends training") {
   NonFiniteGuard guard(workload("skip", 1), 0);
   guard.seen(2, 0.1, "loss nan");
-  CHECK(diverged([&] { guard.end_step(2, 0.1, true); }).find("1 steps skipped in a row") != std::string::npos);
+  CHECK(thrown_text<DivergedError>([&] { guard.end_step(2, 0.1, true); }).find("1 steps skipped in a row") != std::string::npos);
 }
 
 TEST_CASE("bad settings are config errors") {

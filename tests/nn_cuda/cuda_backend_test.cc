@@ -15,6 +15,7 @@
 #include "parity_harness.h"
 #if defined(PSTRAIN_HAVE_CUDA)
 #include "worker/nn/cuda/arg_checks.h"
+#include "tests/support/throw_text.h"
 #endif
 
 namespace pstrain::nn::parity {
@@ -89,16 +90,7 @@ TEST_CASE("CUDA argument checks reject bad input with the CPU backend's wording"
 }
 #endif
 
-// The error text of `call` on one backend, or "" when it does not throw ComputeError.
-template <class Call>
-std::string error_of(Call&& call) {
-  try {
-    call();
-  } catch (const ComputeError& e) {
-    return e.what();
-  }
-  return "";
-}
+using pstrain::test::thrown_text;  // tests/support/throw_text.h
 
 TEST_CASE("CUDA backend rejects invalid input like the CPU backend and stays usable") {
   auto b = backends_or_skip();
@@ -111,8 +103,8 @@ TEST_CASE("CUDA backend rejects invalid input like the CPU backend and stays usa
 
   auto both = [&](const char* what, auto call) {
     CAPTURE(what);
-    const std::string cpu_error = error_of([&] { call(*b->cpu, scratch.cpu.f32()); });
-    const std::string cuda_error = error_of([&] { call(*b->cuda, scratch.cuda.f32()); });
+    const std::string cpu_error = thrown_text<ComputeError>([&] { call(*b->cpu, scratch.cpu.f32()); });
+    const std::string cuda_error = thrown_text<ComputeError>([&] { call(*b->cuda, scratch.cuda.f32()); });
     CHECK_FALSE(cuda_error.empty());
     CHECK(cuda_error == cpu_error);
   };

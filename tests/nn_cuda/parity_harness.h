@@ -3,8 +3,9 @@
 //
 // Every parity test starts with
 //   auto pair = backends_or_skip();
-//   if (!pair) return;   // no CUDA device: the reason was printed (MESSAGE)
-// so the suite passes, with the reason in its output, on machines without a GPU.
+//   if (!pair) return;   // no CUDA device: skipped, the reason printed
+// so on machines without a GPU every case is skipped, with the reason in its
+// output, and CTest reports the nn_cuda entry as skipped (tests/support/skip.h).
 #pragma once
 
 #include <doctest/doctest.h>
@@ -22,6 +23,7 @@
 #include <vector>
 
 #include "worker/nn/backend.h"
+#include "tests/support/skip.h"
 
 namespace pstrain::nn::parity {
 
@@ -30,12 +32,12 @@ struct Backends {
   std::unique_ptr<Backend> cuda;
 };
 
-// Both backends, or nullopt after logging "skipped: <reason>" for the current test case.
+// Both backends, or nullopt after skipping the current test case ("skipped: <reason>").
 inline std::optional<Backends> backends_or_skip() {
   std::string why_not;
   auto cuda = make_cuda_backend(0, &why_not);
   if (!cuda) {
-    MESSAGE("skipped (no CUDA backend): " << why_not);
+    pstrain::test::skip_case("no CUDA backend: " + why_not);
     return std::nullopt;
   }
   return Backends{make_cpu_backend(1), std::move(cuda)};

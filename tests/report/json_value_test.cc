@@ -8,6 +8,7 @@
 #include "common/base/errors.h"
 #include "common/base/json_line.h"
 #include "tools/report/json_value.h"
+#include "tests/support/throw_text.h"
 
 using pstrain::DataError;
 using pstrain::report::JsonValue;
@@ -16,12 +17,7 @@ using pstrain::report::parse_json;
 namespace {
 
 std::string error_of(const std::string& text) {
-  try {
-    parse_json(text, "f.jsonl:3");
-  } catch (const DataError& e) {
-    return e.what();
-  }
-  return "(no error)";
+  return pstrain::test::thrown_text<DataError>([&] { parse_json(text, "f.jsonl:3"); });
 }
 
 }  // namespace

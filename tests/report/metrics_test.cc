@@ -7,6 +7,7 @@
 #include "common/base/errors.h"
 #include "tests/report/report_test_util.h"
 #include "tools/report/metrics.h"
+#include "tests/support/throw_text.h"
 
 using namespace pstrain::report;
 using pstrain::DataError;
@@ -15,16 +16,13 @@ using report_test::TempDir;
 namespace {
 
 std::string read_error(const std::filesystem::path& file, bool server) {
-  try {
+  return pstrain::test::thrown_text<DataError>([&] {
     if (server) {
       read_server_metrics(file, 0);
     } else {
       read_worker_metrics(file, 0);
     }
-  } catch (const DataError& e) {
-    return e.what();
-  }
-  return "(no error)";
+  });
 }
 
 const std::string kServer0 =

@@ -7,6 +7,7 @@
 #include "tools/report/json_value.h"
 #include "tools/report/resources.h"
 #include "tools/report/summary.h"
+#include "tests/support/throw_text.h"
 
 using namespace pstrain::report;
 using report_test::TempDir;
@@ -24,12 +25,7 @@ const std::string kWorkerRows =
     "3.000,1.7000,0.4000,100.0,15728640,2097152,500,,,,\n";
 
 std::string error_of(const std::filesystem::path& file) {
-  try {
-    read_resource_csv(file, "worker", 0);
-  } catch (const pstrain::DataError& e) {
-    return e.what();
-  }
-  return "no error";
+  return pstrain::test::thrown_text<pstrain::DataError>([&] { read_resource_csv(file, "worker", 0); });
 }
 
 }  // namespace
