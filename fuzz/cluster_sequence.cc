@@ -51,6 +51,7 @@
 #include "common/math/shard_map.h"
 #include "common/transport/transport.h"
 #include "common/wire/wire_archive.h"
+#include "fuzz/cluster_sequence_peers.h"
 #include "fuzz/fuzz_input.h"
 #include "scheduler/scheduler.h"
 #include "server/server.h"
@@ -63,100 +64,7 @@ using std::chrono::milliseconds;
 
 namespace {
 
-constexpr int kPeers = 3;
-constexpr int kWorkers = 2;
-constexpr int kMaxOps = 48;
-constexpr std::int64_t kPartitionBytes = 64;  // 16 floats per chunk
-constexpr int kReplyBoundMs = 3000;           // a fresh request's answer
-// Both nodes end after the honest abort. A server whose registration the
-// scheduler never took (the job failed first: its thread started late)
-// waits timeout_ms + its heartbeat_timeout_ms for an answer (4 s here).
-constexpr int kEndBoundMs = 15000;
-const char* const kScheduler = "inproc://fuzz-scheduler";
-const char* const kServer = "inproc://fuzz-server";
-
-// What a node thread ended with, for a finding's message.
-std::string describe_end(const std::atomic<bool>& done, const std::exception_ptr& error) {
-  if (!done.load()) return "running";
-  if (!error) return "returned";
-  try {
-    std::rethrow_exception(error);
-  } catch (const std::exception& e) {
-    return std::string("threw: ") + e.what();
-  } catch (...) {
-    return "threw a non-exception";
-  }
-}
-
-[[noreturn]] void finding(const std::string& what) {
-  std::fprintf(stderr, "cluster_sequence: invariant broken: %s\n", what.c_str());
-  std::fflush(stderr);
-  std::abort();
-}
-
-ParamLayout job_layout() {
-  ParamLayout l;
-  l.add("w", {24});
-  l.add("b", {8});
-  return l;
-}
-
-ParamLayout other_layout() {
-  ParamLayout l;
-  l.add("w", {5, 5});
-  return l;
-}
-
-std::string fingerprint() { return job_fingerprint(Mode::kSync, kPartitionBytes, 1, kWorkers); }
-
-ClusterConfig cluster_config() {
-  ClusterConfig c;
-  c.num_servers = 1;
-  c.num_workers = kWorkers;
-  c.timeout_ms = 2000;  // registration wait and parked-pull / store-get expiry
-  c.heartbeat_interval_ms = 100;
-  c.heartbeat_timeout_ms = 60000;  // nobody is declared dead within an input
-  return c;
-}
-
-SocketOptions peer_socket_options() {
-  SocketOptions o;
-  o.linger = milliseconds(0);
-  o.send_timeout = milliseconds(100);
-  return o;
-}
-
-// Sends a header and an optional payload frame exactly as given (header
-// fields need not match the payload: that is the point).
-void send_raw(zmq::socket_t& s, const Header& h, const std::optional<std::string>& payload) {
-  zmq::message_t head = to_message(encode_header(h));
-  if (!payload) {
-    (void)s.send(head, zmq::send_flags::dontwait);
-    return;
-  }
-  if (!s.send(head, zmq::send_flags::sndmore | zmq::send_flags::dontwait)) return;
-  zmq::message_t body(payload->data(), payload->size());
-  (void)s.send(body, zmq::send_flags::dontwait);
-}
-
-// A control message with a bytes body (text or an encoded struct), well formed.
-void send_body(zmq::socket_t& s, Header h, const std::string& body) {
-  h.dtype = DType::kBytes;
-  h.num_elems = static_cast<std::int64_t>(body.size());
-  send_raw(s, h, body);
-}
-
-std::string floats_bytes(const std::vector<float>& v) {
-  return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
-}
-
-struct Peer {
-  std::optional<zmq::socket_t> sched, heartbeat, server;
-  bool registered_here = false;  // sent a register on `sched`
-  int rank = -1;                 // from its register reply
-  std::string token;
-  bool leave_after_send = false;
-};
+using namespace pstrain::fuzz_cluster;
 
 class Harness {
  public:

@@ -13,20 +13,13 @@
 
 #include "common/checkpoint/checkpoint.h"
 #include "common/config/config.h"
+#include "tests/support/temp_dir.h"
 
 namespace pstrain {
 namespace {
 
 namespace fs = std::filesystem;
-
-struct Scratch {
-  Scratch() {
-    std::string pattern = (fs::temp_directory_path() / "pstrain-ckptid-XXXXXX").string();
-    path = mkdtemp(pattern.data());
-  }
-  ~Scratch() { fs::remove_all(path); }
-  fs::path path;
-};
+using test::TempDir;
 
 RunConfig config_in(const fs::path& run_dir) {
   RunConfig c;
@@ -62,8 +55,8 @@ std::string skipped_reason(const fs::path& root, std::int64_t expect_step) {
 }
 
 TEST_CASE("the manifest's CRCs tell the parts apart: they are not the CRC-32 residue") {
-  Scratch tmp;
-  const RunConfig config = config_in(tmp.path);
+  TempDir tmp("ckptid");
+  const RunConfig config = config_in(tmp.path());
   const fs::path dir = checkpoint_at(config, 10, 1.0f);
   const CheckpointManifest m = read_checkpoint_manifest(dir);
   CHECK(m.format == 2);
@@ -77,8 +70,8 @@ TEST_CASE("the manifest's CRCs tell the parts apart: they are not the CRC-32 res
 }
 
 TEST_CASE("each part names its node and step, read back without decoding its tensors") {
-  Scratch tmp;
-  const RunConfig config = config_in(tmp.path);
+  TempDir tmp("ckptid");
+  const RunConfig config = config_in(tmp.path());
   const fs::path dir = checkpoint_at(config, 40, 2.0f);
   const PartIdentity id = CheckpointPart::identity_of(read_file_bytes(dir / "server-1.ckpt"), "test");
   CHECK(id.node == "server-1.ckpt");
@@ -94,8 +87,8 @@ TEST_CASE("each part names its node and step, read back without decoding its ten
 }
 
 TEST_CASE("a part that does not belong is refused and the previous complete checkpoint is used") {
-  Scratch tmp;
-  const RunConfig config = config_in(tmp.path);
+  TempDir tmp("ckptid");
+  const RunConfig config = config_in(tmp.path());
   const fs::path root = checkpoint_root(config);
   const fs::path older = checkpoint_at(config, 10, 1.0f);
   const fs::path newer = checkpoint_at(config, 20, 5.0f);
@@ -108,9 +101,9 @@ TEST_CASE("a part that does not belong is refused and the previous complete chec
                          CheckpointError);
   }
   SUBCASE("two nodes' parts swapped") {
-    fs::rename(newer / "server-0.ckpt", tmp.path / "s0");
+    fs::rename(newer / "server-0.ckpt", tmp.path() / "s0");
     fs::rename(newer / "server-1.ckpt", newer / "server-0.ckpt");
-    fs::rename(tmp.path / "s0", newer / "server-1.ckpt");
+    fs::rename(tmp.path() / "s0", newer / "server-1.ckpt");
     CHECK(doctest::String(skipped_reason(root, 10).c_str()) == doctest::Contains("fails its CRC-32 check"));
   }
   SUBCASE("a whole step directory renamed: its parts and manifest name another step") {
@@ -133,12 +126,12 @@ TEST_CASE("a part that does not belong is refused and the previous complete chec
     CHECK(doctest::String(skipped_reason(root, 10).c_str()) ==
           doctest::Contains("part server-0.ckpt is server-1.ckpt's part, not server-0.ckpt"));
   }
-  CHECK(resolve_resume(tmp.path, config).manifest.step == 10);
+  CHECK(resolve_resume(tmp.path(), config).manifest.step == 10);
 }
 
 TEST_CASE("a format-1 manifest of an older build is still read, with its whole-file CRCs") {
-  Scratch tmp;
-  const RunConfig config = config_in(tmp.path);
+  TempDir tmp("ckptid");
+  const RunConfig config = config_in(tmp.path());
   const fs::path dir = checkpoint_root(config) / checkpoint_dir_name(8);
   write_checkpoint_part(dir, "server-0.ckpt", part_at(8, 1.0f));
   const std::string data = read_file_bytes(dir / "server-0.ckpt");
