@@ -5,8 +5,6 @@
 #include <algorithm>
 #include <chrono>
 #include <optional>
-#include <string_view>
-#include <thread>
 
 #include "common/base/endpoint_address.h"
 #include "common/base/bfloat16.h"

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "common/base/errors.h"
 #include "worker/nn/device_optimizer.h"
 #include "worker/train/allreduce_worker.h"
 #include "worker/train/divergence.h"
@@ -79,8 +80,29 @@ std::map<int, std::int64_t> check_replicas(Loop& L, const char* when);
 void grow_collective(Loop& L, const std::map<int, std::int64_t>& joiners, std::int64_t steps_done);
 // Every replica takes the most advanced one's state; returns the leader's worker rank.
 int resync_replicas(Loop& L);
-// Runs one collective phase, re-forming the collective and running the phase
-// again after a failure it can recover from.
-void in_collective(Loop& L, const std::function<void()>& phase);
+// After the collective failed with `why`: true once it has been re-formed
+// among the workers the scheduler has not dropped (it waits for the drop,
+// retry_until watching the scheduler) and the replicas resynced; false when
+// it cannot be (no reform, or nobody was dropped in time).
+bool reform_collective(Loop& L, const std::string& why);
+
+// Runs `phase` of the collective: when the collective fails in it (a peer
+// gone: TransportError, TimeoutError), re-forms it among the workers left
+// (reform_collective; the replicas take the most advanced one) and runs the
+// phase again, which skips what the replica taken had completed (L.done).
+// Rethrows when the collective cannot be re-formed.
+template <class Phase>
+void in_collective(Loop& L, Phase&& phase) {
+  for (;;) {
+    try {
+      phase();
+      return;
+    } catch (const TransportError& e) {
+      if (!reform_collective(L, e.what())) throw;
+    } catch (const TimeoutError& e) {
+      if (!reform_collective(L, e.what())) throw;
+    }
+  }
+}
 
 }  // namespace pstrain::allreduce_detail

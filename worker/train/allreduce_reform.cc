@@ -1,8 +1,8 @@
 // The allreduce worker's re-forming collective (allreduce_worker.h): the
 // replica check at an epoch's end, a collective re-formed without the dropped
 // workers (cluster.on_worker_failure = "continue") or grown with rejoined ones
-// ("restart"), the resync to the most advanced replica, and in_collective,
-// which runs one phase again after a re-form.
+// ("restart"), the resync to the most advanced replica: reform_collective,
+// through which in_collective (allreduce_loop.h) runs one phase again.
 #include <algorithm>
 #include <array>
 #include <chrono>
@@ -141,11 +141,7 @@ int resync_replicas(Loop& L) {
   return leader;
 }
 
-namespace {
-
-// After the collective failed with `why`: true once it has been re-formed
-// among the workers the scheduler has not dropped (see allreduce_worker.h);
-// false when it cannot be (no reform, or nobody was dropped in time).
+// See allreduce_loop.h; what a re-form does: allreduce_worker.h (ReformCollective).
 bool reform_collective(Loop& L, const std::string& why) {
   if (L.reform == nullptr) return false;
   L.log.warn("the collective failed: " + why + "; waiting for the scheduler to drop the failed worker");
@@ -179,26 +175,6 @@ bool reform_collective(Loop& L, const std::string& why) {
              "), this one rank " + std::to_string(rank) + ", generation " + std::to_string(L.generation) +
              "; replicas took worker " + std::to_string(leader) + "'s weights and optimizer state (the most advanced)");
   return true;
-}
-
-}  // namespace
-
-// Runs `phase` of the collective: when the collective fails in it (a peer
-// gone: TransportError, TimeoutError), re-forms it among the workers left
-// (reform_collective; the replicas take the most advanced one) and runs the
-// phase again, which skips what the replica taken had completed (L.done).
-// Rethrows when the collective cannot be re-formed.
-void in_collective(Loop& L, const std::function<void()>& phase) {
-  for (;;) {
-    try {
-      phase();
-      return;
-    } catch (const TransportError& e) {
-      if (!reform_collective(L, e.what())) throw;
-    } catch (const TimeoutError& e) {
-      if (!reform_collective(L, e.what())) throw;
-    }
-  }
 }
 
 }  // namespace allreduce_detail
