@@ -1,6 +1,6 @@
 // run_ps_worker, the training loop of the PS worker program (worker/main.cc),
 // in-process: the workers on threads, the scheduler and servers of a
-// LocalCluster over one FakeTransport (common/transport/fake_transport.h)
+// LocalCluster over one FakeTransport (common/transport/fake/fake_transport.h)
 // with a fault plan. Delayed messages and lost heartbeats must not change a
 // sync run's final weights by one bit; a lost reply fails the worker that
 // waits for it, saying how many replies never came, and ends the job.
@@ -14,7 +14,7 @@
 
 #include "common/base/errors.h"
 #include "common/config/config.h"
-#include "common/transport/fake_transport.h"
+#include "common/transport/fake/fake_transport.h"
 #include "tests/cluster/run_workers.h"
 #include "tests/support/temp_dir.h"
 #include "tools/cluster/local_cluster.h"

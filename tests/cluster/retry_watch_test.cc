@@ -17,7 +17,6 @@
 using namespace pstrain;
 
 TEST_CASE("retry_until watching the scheduler: another worker's reported failure ends the wait with the reason") {
-  zmq::context_t ctx;
   LocalClusterOptions o;
   o.mode = Mode::kSync;
   o.num_servers = 1;
@@ -27,14 +26,14 @@ TEST_CASE("retry_until watching the scheduler: another worker's reported failure
   o.cluster.heartbeat_timeout_ms = 5000;
   o.cluster.on_worker_failure = WorkerFailurePolicy::kAbort;
   o.log_level = LogLevel::kError;
-  LocalCluster cluster(ctx, o);
+  LocalCluster cluster(o);
   ParamLayout layout;
   layout.add("w", {16});
   std::string reason;
   int attempts = 0;
   const auto start = RetryClock::now();
   test::run_workers(2, [&](int r) {
-    WorkerSession session(ctx, cluster.worker_options(r), layout);
+    WorkerSession session(cluster.transport(), cluster.worker_options(r), layout);
     std::vector<float> params(16, 1.0f);
     session.broadcast_initial(params);
     if (r == 1) {

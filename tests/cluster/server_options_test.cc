@@ -73,8 +73,7 @@ TEST_CASE("LocalCluster: an async cluster applies the momentum a real server wou
     reference->step(expected, g, 0.5);
   }
 
-  zmq::context_t ctx;
-  LocalCluster cluster(ctx, o);
+  LocalCluster cluster(o);
   std::vector<float> final_weights;
   run_workers(2, [&](int r) {
     WorkerSession session(cluster.transport(), cluster.worker_options(r), layout);

@@ -66,7 +66,8 @@ TEST_CASE("restart: the summary counts every process of a restarted rank, on one
   args.push_back("--quiet");
   it::LaunchProcess p(args, dir.path() / "out.txt");
   const auto victim_file = run / "metrics/worker-1.jsonl";
-  const bool training = it::wait_until([&] { return step_count(victim_file) >= 4; }, 180s);
+  const bool training =
+      it::wait_until([&] { return step_count(victim_file) >= 4; }, 180s, "worker 1's fourth step record");
   INFO(p.output());
   REQUIRE(training);
   REQUIRE(kill(it::read_pids(run).at("worker-1"), SIGKILL) == 0);
