@@ -12,8 +12,6 @@
 #include <string>
 #include <vector>
 
-#include <zmq.hpp>
-
 #include "common/config/job_fingerprint.h"
 #include "common/math/param_layout.h"
 #include "common/transport/zmq/zmq_socket.h"
