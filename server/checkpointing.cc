@@ -38,9 +38,8 @@ std::string server_part_name(int rank) { return "server-" + std::to_string(rank)
 fs::path initial_part_dir(const fs::path& root, int rank) { return root / ("initial-server-" + std::to_string(rank)); }
 
 std::optional<fs::path> usable_initial_part(const fs::path& root, int rank) {
-  const fs::path dir = initial_part_dir(root, rank);
-  if (!fs::exists(dir / "manifest.json") || !checkpoint_problem(dir).empty()) return std::nullopt;
-  return dir;
+  if (const auto found = find_newest_checkpoint(initial_part_dir(root, rank))) return found->dir;
+  return std::nullopt;
 }
 
 void ServerCheckpointer::after_init(const ShardStore& store) {
@@ -74,9 +73,13 @@ void ServerCheckpointer::snapshot_before_first(const ShardStore& store, std::int
 void ServerCheckpointer::write_initial_part(const ShardStore& store,
                                            const std::map<std::int64_t, ChunkCheckpoint>& copies, std::int64_t step) {
   const auto start = std::chrono::steady_clock::now();
-  const fs::path dir = initial_part_dir(root_, rank_);
+  // A new directory per refresh, the older ones removed once it is complete:
+  // a kill mid-write leaves the previous one whole (rewriting one directory's
+  // part, then its manifest, left a part its manifest did not describe).
+  const fs::path dir = initial_part_dir(root_, rank_) / checkpoint_dir_name(step);
   write_checkpoint_part(dir, server_part_name(rank_), encode_part(store, copies, step));
   write_checkpoint_manifest(dir, step, *initial_fingerprint_, {server_part_name(rank_)});
+  prune_checkpoints(initial_part_dir(root_, rank_), 1);
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   char line[160];
   std::snprintf(line, sizeof(line), " (%zu chunks, step %lld) in %.1f ms", copies.size(), static_cast<long long>(step), ms);

@@ -23,7 +23,8 @@
 // failed before the first checkpoint has no step-N part to come back from.
 // So, once the workers' inits have set every chunk of a fresh server, it
 // writes its shard as it is at step 0 (weights, zero optimizer state,
-// versions, clocks) to ROOT/initial-server-R/ with a one-part manifest,
+// versions, clocks) to ROOT/initial-server-R/step-T/ with a one-part manifest
+// (each refresh a new step-T directory; the older ones go once it is complete),
 // before the reply to the init that completed it, and until the first
 // checkpoint replaces it with the shard at every max(1, interval / 8)
 // steps (copied as for a checkpoint, when the slowest live worker's clock
@@ -51,9 +52,10 @@ namespace pstrain {
 
 // "server-3.ckpt".
 std::string server_part_name(int rank);
-// ROOT/initial-server-3: the initial part's directory (not a step-N checkpoint).
+// ROOT/initial-server-3: the initial parts' root (its step-T directories are
+// not the job's step-N checkpoints).
 std::filesystem::path initial_part_dir(const std::filesystem::path& root, int rank);
-// The initial part of `rank` when it is complete (manifest, size, CRC); else none.
+// The newest complete initial part of `rank` (its step-T directory); else none.
 std::optional<std::filesystem::path> usable_initial_part(const std::filesystem::path& root, int rank);
 
 class ServerCheckpointer {

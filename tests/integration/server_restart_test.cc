@@ -13,6 +13,7 @@
 #include <cmath>
 #include <random>
 
+#include "common/checkpoint/checkpoint.h"
 #include "tests/integration/launch_test_util.h"
 #include "tools/report/json_value.h"
 
@@ -151,7 +152,7 @@ Outcome run_job(const std::string& mode, int kill_step, bool early = false) {
     REQUIRE(reached);
     if (early) {
       REQUIRE_FALSE(job.has_checkpoint());
-      CHECK(std::filesystem::exists(job.run / "checkpoints/initial-server-1/manifest.json"));
+      CHECK(pstrain::find_newest_checkpoint(job.run / "checkpoints/initial-server-1").has_value());
     }
     REQUIRE(kill(job.pid_of("server-1"), SIGKILL) == 0);
     const auto killed = Clock::now();
@@ -191,7 +192,7 @@ Outcome run_job(const std::string& mode, int kill_step, bool early = false) {
       // has its push reply and writes record S-1 (seen: part at 15, 14 records).
       CHECK(number(m, "rejoined_from_step") <= steps_at_kill + 1);
       CHECK(number(m, "rejoined_from_step") == std::floor(number(m, "rejoined_from_step") / 5) * 5);
-      CHECK(std::filesystem::exists(job.run / "checkpoints/initial-server-1/manifest.json"));
+      CHECK(pstrain::find_newest_checkpoint(job.run / "checkpoints/initial-server-1").has_value());
     } else {
       CHECK(number(m, "rejoined_from_step") >= 4);
       CHECK(number(m, "rejoined_from_step") <= steps_at_kill + 1);  // as above: a checkpoint's part precedes the reply
