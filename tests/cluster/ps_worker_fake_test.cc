@@ -169,13 +169,17 @@ TEST_CASE("run_ps_worker over a fake network: a lost push reply fails its worker
   for (int w = 0; w < 3; ++w) {
     const std::string& own = r.errors[static_cast<std::size_t>(w)];
     CHECK(r.steps[static_cast<std::size_t>(w)] == -1);
+    // The scheduler's reason names the worker once; the cluster's first error is the
+    // scheduler's own or a server's, which the abort reached first.
+    const std::string reason = "worker " + std::to_string(w) + " failed: " + own;
     if (timed_out(own, w) &&
-        cluster == "cluster: worker " + std::to_string(w) + " failed: worker " + std::to_string(w) + ": " + own) {
+        (cluster == "cluster: " + reason || cluster == "cluster: job aborted by the scheduler: " + reason)) {
       reporter = w;
     }
   }
   REQUIRE(reporter >= 0);
-  const std::string abort = "job aborted by the scheduler: " + cluster.substr(std::string("cluster: ").size());
+  const std::string abort = "job aborted by the scheduler: " + ("worker " + std::to_string(reporter) + " failed: " +
+                                                                r.errors[static_cast<std::size_t>(reporter)]);
   for (int w = 0; w < 3; ++w) {
     const std::string& own = r.errors[static_cast<std::size_t>(w)];
     CAPTURE(own);

@@ -75,7 +75,10 @@ void WorkerSession::run_reporting_failure(const std::function<void()>& body) {
     report_failure(e.what());  // already names the worker
     throw;
   } catch (const std::exception& e) {
-    report_failure("worker " + std::to_string(rank()) + ": " + e.what());
+    // Named once: the KV client's errors already start with "worker R: ".
+    const std::string name = "worker " + std::to_string(rank()) + ": ";
+    const std::string what = e.what();
+    report_failure(what.rfind(name, 0) == 0 ? what : name + what);
     throw;
   }
 }
