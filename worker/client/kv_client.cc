@@ -70,7 +70,7 @@ Payload KVClient::payload_of(const Pending& p) {
   const Chunk& c = map_.chunk(p.key);
   const std::span<const float> values(p.src, static_cast<std::size_t>(c.num_elems));
   if (p.expect == MsgType::kPushReply && options_.wire_dtype == DType::kBFloat16) return narrow(p.key, values);
-  return Payload::floats(values);
+  return Payload::floats(values, p.keep_alive);
 }
 
 bool KVClient::reconnect_restarted() {
@@ -123,9 +123,9 @@ void KVClient::check_flat(std::size_t num_elems, const char* op) const {
 }
 
 KVClient::Ticket KVClient::push(std::span<const float> flat, std::int64_t step, double lr,
-                                std::span<const std::int64_t> keys) {
+                                std::span<const std::int64_t> keys, std::shared_ptr<const void> keep_alive) {
   check_flat(flat.size(), "push");
-  return start(MsgType::kPush, flat, nullptr, step, lr, keys);
+  return start(MsgType::kPush, flat, nullptr, step, lr, keys, false, keep_alive);
 }
 
 KVClient::Ticket KVClient::push_skip(std::int64_t step, std::span<const std::int64_t> keys) {
@@ -143,7 +143,8 @@ KVClient::Ticket KVClient::init(std::span<const float> flat, std::span<const std
 }
 
 KVClient::Ticket KVClient::start(MsgType type, std::span<const float> src, float* dest, std::int64_t step, double lr,
-                                 std::span<const std::int64_t> keys, bool skip) {
+                                 std::span<const std::int64_t> keys, bool skip,
+                                 const std::shared_ptr<const void>& keep_alive) {
   const Ticket ticket = next_ticket_++;
   TicketState& state = tickets_[ticket];
   const auto num_keys = keys.empty() ? map_.chunks().size() : keys.size();
@@ -175,7 +176,7 @@ KVClient::Ticket KVClient::start(MsgType type, std::span<const float> src, float
     const Pending& p = pending_[h.request_id] =
         Pending{ticket, expect, key, dest == nullptr ? nullptr : dest + offset, trace_chunks_ ? options_.trace->now_us() : 0,
                 skip, h, type != MsgType::kPull && !skip ? src.data() + offset : nullptr,
-                type == MsgType::kPull && step == kPullRejoinProbe};
+                type == MsgType::kPull && step == kPullRejoinProbe, skip ? nullptr : keep_alive};
     try {
       conns_[static_cast<std::size_t>(c.server)]->send(h, payload_of(p));
     } catch (const TransportError&) {

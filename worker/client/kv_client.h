@@ -80,7 +80,13 @@ class KVClient {
 
   // `flat` is the whole flat buffer (map.total_elems() floats); the request
   // covers the given chunk ids, or all chunks when `keys` is empty.
-  Ticket push(std::span<const float> flat, std::int64_t step, double lr, std::span<const std::int64_t> keys = {});
+  // `keep_alive` (may be null) owns `flat`'s memory: each chunk's frame holds
+  // it until the transport has sent or dropped the frame, so a worker that
+  // unwinds past its pushes (an abort, a failure) never has memory it freed
+  // read by a frame still queued (a woken, dropped worker once died of that
+  // in ZeroMQ's I/O thread: its arena was unmapped under a queued push).
+  Ticket push(std::span<const float> flat, std::int64_t step, double lr, std::span<const std::int64_t> keys = {},
+              std::shared_ptr<const void> keep_alive = nullptr);
   // Skip pushes (no payload): this worker contributes nothing to `step` of
   // these chunks (workload.on_nonfinite = "skip"; server/consistency.h).
   // Their replies count in no staleness.
@@ -106,6 +112,7 @@ class KVClient {
     Header header;               // as sent: a server restart resends it
     const float* src = nullptr;  // push, init: the chunk's values (the caller keeps them until wait())
     bool probe = false;          // a rejoin probe (pull at kPullRejoinProbe)
+    std::shared_ptr<const void> keep_alive;  // push: the owner of `src`'s memory (may be null)
   };
   struct TicketState {
     std::size_t outstanding = 0;
@@ -119,7 +126,7 @@ class KVClient {
   };
 
   Ticket start(MsgType type, std::span<const float> src, float* dest, std::int64_t step, double lr,
-               std::span<const std::int64_t> keys, bool skip = false);
+               std::span<const std::int64_t> keys, bool skip = false, const std::shared_ptr<const void>& keep_alive = nullptr);
   void check_flat(std::size_t num_elems, const char* op) const;
   Payload narrow(std::int64_t key, std::span<const float> values);
   void receive_from(std::size_t server);

@@ -108,7 +108,9 @@ void push_range(Loop& L, std::int64_t offset, std::int64_t count, std::int64_t s
   }
   TraceSpan span(L.trace, TraceLevel::kAll, L.skipping_step ? "skip push send" : "push send", "worker");
   span.arg("first_chunk", keys.front()).arg("chunks", static_cast<std::int64_t>(keys.size()));
-  tickets.push_back(L.skipping_step ? L.session.kv().push_skip(step, keys) : L.session.kv().push(L.grads.values, step, lr, keys));
+  // The frames hold the gradients' owner: an abort that unwinds past this step frees nothing they read.
+  tickets.push_back(L.skipping_step ? L.session.kv().push_skip(step, keys)
+                                    : L.session.kv().push(L.grads.values, step, lr, keys, L.grads.owner));
 }
 
 // time_s: when training reached these weights (the record's time axis).

@@ -108,7 +108,12 @@ ShmTransport::ShmTransport(zmq::context_t& ctx, ShmTransportOptions options)
     : ctx_(ctx), options_(std::move(options)), boot_id_(shm_detail::read_boot_id()),
       pool_(std::make_shared<ShmArenaPool>()) {}
 
-ShmTransport::~ShmTransport() = default;
+// An owned context ends first (zmq_ctx_term waits for the frames still queued,
+// up to each socket's linger), then the arena pool: a queued frame may point
+// into an arena, and the I/O thread must not read an unmapped one.
+ShmTransport::~ShmTransport() {
+  if (owned_) owned_->close();
+}
 
 ShmTransport::ShmTransport(ShmTransportOptions options)
     : owned_(std::make_unique<zmq::context_t>()), ctx_(*owned_), options_(std::move(options)),
