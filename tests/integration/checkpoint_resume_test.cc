@@ -224,9 +224,12 @@ TEST_CASE("allreduce: stopped after 10 steps and resumed to 16 == 16 steps at on
 // 43 steps. Every checkpoint after the kill completes without the victim's part, written by the
 // lowest live worker (`writer`; before, worker 0 always: with worker 0 the victim, none completed).
 void continue_after_kill(const it::fs::path& run, const it::fs::path& out, int victim, int writer) {
+  // The kill must land in epoch 0 (steps 4..10): worker 2 straggles 30x (steps of about 0.1 s), so
+  // the test has about 0.6 s after checkpoint 4 to kill; at 3x (0.03 s steps) a loaded machine let
+  // the job reach epoch 1 first twice (the survivors then split only epoch 2: 38 steps, not 43).
   it::LaunchProcess p(ckpt_args(run, {"cluster.workers=3", "cluster.on_worker_failure=continue",
                                       "cluster.heartbeat_timeout_ms=3000", "workload.straggler_rank=2",
-                                      "workload.straggler_slowdown=3"}),
+                                      "workload.straggler_slowdown=30"}),
                       out);
   const bool reached = it::wait_until([&] { return it::fs::exists(run / "checkpoints/step-00000004/manifest.json"); },
                                       180s, "the checkpoint of step 4");
