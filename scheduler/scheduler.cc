@@ -292,7 +292,11 @@ void Scheduler::on_barrier(const Message& msg) {
   const Header& h = msg.header;
   if (h.role != Role::kWorker) throw ProtocolError("barrier from a " + std::string(to_string(h.role)) + ": only workers take barriers");
   const std::string name = msg.has_payload ? msg.text_payload() : std::string();
-  if (barriers_.arrive(h.sender, h.key, name) == Barriers::Arrival::kPassed) {
+  const Barriers::Arrival arrival = barriers_.arrive(h.sender, h.key, name);
+  if (arrival != Barriers::Arrival::kPassed && log_.enabled(LogLevel::kDebug)) {
+    log_.debug("worker " + std::to_string(h.sender) + " arrived at barrier '" + name + "'");
+  }
+  if (arrival == Barriers::Arrival::kPassed) {
     // A rejoined worker's first barrier: a checkpoint the others had
     // finished before it rejoined (Barriers::arrive), answered at once.
     Member* node = members_.find(Role::kWorker, h.sender);

@@ -289,14 +289,22 @@ void rejoin_during_checkpoint(const std::string& mode, int victim = 1) {
                            "workload.straggler_rank=2", "--set",
                            std::string("workload.straggler_slowdown=") + (sync ? "400" : "200"), "--set",
                            "workload.epochs=3", "--set", "checkpoint.interval_steps=" + std::to_string(interval),
-                           "--set", "checkpoint.keep=20"});
+                           "--set", "checkpoint.keep=20", "--set", "output.log_level=debug"});
   args.insert(args.end(), {"--set", std::string("workload.max_steps=") + (sync ? "8" : "16")});
   it::LaunchProcess p(args, dir.path() / "out.txt");
   const std::string first = pstrain::checkpoint_dir_name(interval);
   const std::string victim_name = "worker-" + std::to_string(victim);
-  const bool in_barrier =
-      it::wait_until([&] { return it::fs::exists(run / "checkpoints" / first / (victim_name + ".ckpt")); },
-                     std::chrono::seconds(180), "the victim's part of the first checkpoint");
+  // In the barrier: the scheduler has counted the victim's arrival (its debug line). The part's file
+  // alone is not enough: the worker writes it before it sends its arrival, and a kill between the
+  // two left no arrival to forget (the check below then failed, about 1 run in 10 under load).
+  const std::string arrived = "worker " + std::to_string(victim) + " arrived at barrier 'checkpoint " +
+                              std::to_string(interval) + "'";
+  const bool in_barrier = it::wait_until(
+      [&] {
+        return it::fs::exists(run / "checkpoints" / first / (victim_name + ".ckpt")) &&
+               it::contains(it::read_file(run / "logs/scheduler.log"), arrived);
+      },
+      std::chrono::seconds(180), "the victim's arrival at the first checkpoint's barrier");
   INFO(p.output());
   REQUIRE(in_barrier);
   REQUIRE(kill(it::read_pids(run).at(victim_name), SIGKILL) == 0);
