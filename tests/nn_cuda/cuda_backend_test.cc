@@ -13,9 +13,9 @@
 
 #include "common/base/errors.h"
 #include "parity_harness.h"
+#include "tests/support/throw_text.h"
 #if defined(PSTRAIN_HAVE_CUDA)
 #include "worker/nn/cuda/arg_checks.h"
-#include "tests/support/throw_text.h"
 #endif
 
 namespace pstrain::nn::parity {
