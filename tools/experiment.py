@@ -13,4 +13,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from experiment.cli import main  # noqa: E402  (needs the path above)
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:  # outside a run (a run's Ctrl-C is handled in cli.main)
+        print("\nexperiment: interrupted; the runs finished so far are kept. To continue: run the same command "
+              "again.", file=sys.stderr)
+        sys.exit(130)

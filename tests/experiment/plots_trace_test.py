@@ -69,6 +69,23 @@ class ExtractStepTest(unittest.TestCase):
                                 if not (e.get("pid") == 4 and e.get("args", {}).get("step") == 1)]
         self.assertIn(extract_step(trace).step, (0, 2))
 
+    def test_the_default_step_is_typical_not_an_evaluation_or_an_outlier(self):
+        # Seven steps: the middle one (3) holds worker 0's evaluation, step 1 is four times as
+        # long as the rest; the first and last are start-up and the end. Before, the middle
+        # step was shown: the evaluation.
+        events = [meta(3, "worker 0"), meta(3, "training", 1, "thread_name"),
+                  meta(4, "worker 1"), meta(4, "training", 1, "thread_name")]
+        for step in range(7):
+            t0, dur = 10000 * step, (3200 if step == 1 else 800)
+            for pid in (3, 4):
+                events.append(span(pid, 1, "step", t0, dur, step=step))
+                events.append(span(pid, 1, "forward+backward", t0 + 100, dur - 200))
+            if step == 3:
+                events.append(span(3, 1, "eval", t0 + 500, 200))
+        view = extract_step({"traceEvents": events})
+        self.assertIn(view.step, (2, 4, 5))
+        self.assertEqual(view.step, 4)  # lengths 800 (steps 2, 4, 5) and 3200 (1): the lower median, step 4
+
     def test_no_steps_is_a_clear_error(self):
         with self.assertRaisesRegex(TraceDataError, "no step recorded by every worker"):
             extract_step({"traceEvents": [meta(1, "scheduler"), span(1, 1, "job", 0, 10)]})

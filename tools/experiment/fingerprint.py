@@ -49,6 +49,7 @@ class Fingerprinter:
     def __init__(self, launch: Path):
         self.launch = launch
         self._binaries = None
+        self._checks = {}
 
     def binaries(self) -> dict:
         if self._binaries is None:
@@ -59,13 +60,22 @@ class Fingerprinter:
             self._binaries = out
         return self._binaries
 
+    def check(self, base_config: Path, run_dir: Path, overrides: list) -> subprocess.CompletedProcess:
+        """`launch --check` of one run (asked once per run: the answer is kept):
+        exit 0 with the resolved config on stdout, or the launcher's refusal."""
+        key = (str(base_config), str(run_dir), tuple(overrides))
+        if key not in self._checks:
+            command = [str(self.launch), "--check", "--config", str(base_config), "--run-dir", str(run_dir)]
+            for assignment in overrides:
+                command += ["--set", assignment]
+            self._checks[key] = subprocess.run(command, capture_output=True, text=True, stdin=subprocess.DEVNULL,
+                                               timeout=120)
+        return self._checks[key]
+
     def resolved_config(self, base_config: Path, run_dir: Path, overrides: list) -> str | None:
         """The config the launcher would run (`launch --check`), or None when
         the launcher refuses it (the run will then fail and say why)."""
-        command = [str(self.launch), "--check", "--config", str(base_config), "--run-dir", str(run_dir)]
-        for assignment in overrides:
-            command += ["--set", assignment]
-        proc = subprocess.run(command, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=120)
+        proc = self.check(base_config, run_dir, overrides)
         return proc.stdout if proc.returncode == 0 else None
 
     def of(self, base_config: Path, run_dir: Path, overrides: list) -> Fingerprint | None:

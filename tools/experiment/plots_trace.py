@@ -1,8 +1,9 @@
 """trace_step.png: a Gantt chart of one training step from a run's
 RUN_DIR/trace.json (the job timeline, docs/run_directory.md).
 
-The step shown is one that every worker recorded (by default the middle one,
-away from start-up), and the time window is from the earliest start to the
+The step shown is one that every worker recorded (by default a typical one:
+not the first or last, none with an evaluation or checkpoint in it, of median
+length), and the time window is from the earliest start to the
 latest end of that step's "step" spans over all workers, a little padded.
 Rows are the threads and tracks of the workers (training thread, the
 per-server chunk tracks, the allreduce thread) and of the servers, in the
@@ -90,6 +91,30 @@ def _depths(spans: list) -> list:
     return depths
 
 
+def _window(step_spans: list) -> tuple:
+    return min(e["ts"] for e in step_spans), max(e["ts"] + e["dur"] for e in step_spans)
+
+
+def representative_step(spans: list, workers: list, steps_of: dict, common: list) -> int:
+    """A typical step: of the steps every worker recorded, leave out the first
+    and the last (start-up, the end) where others remain, and any step whose
+    window holds an evaluation or a checkpoint (a worker's "eval" or
+    "checkpoint" span), then take the one of median length. Falls back to the
+    middle step when every step was left out."""
+    busy = [(e["ts"], e["ts"] + e["dur"]) for e in spans
+            if e["pid"] in workers and e["name"] in ("eval", "checkpoint")]
+    inner = common[1:-1] if len(common) > 2 else common
+    typical = []
+    for s in inner:
+        lo, hi = _window(steps_of[s])
+        if not any(b < hi and lo < e for b, e in busy):
+            typical.append((hi - lo, s))
+    if not typical:
+        return common[len(common) // 2]
+    typical.sort()
+    return typical[(len(typical) - 1) // 2][1]
+
+
 def extract_step(trace: dict, step: int | None = None, pad: float = 0.03) -> StepView:
     """The rows and bars of one step that every worker recorded (see the module text)."""
     events = trace["traceEvents"]
@@ -104,7 +129,7 @@ def extract_step(trace: dict, step: int | None = None, pad: float = 0.03) -> Ste
     if not workers or not common:
         raise TraceDataError("no step recorded by every worker (was output.trace \"off\"?)")
     if step is None:
-        step = common[len(common) // 2]
+        step = representative_step(spans, workers, steps_of, common)
     elif step not in common:
         raise TraceDataError(f"step {step} is not recorded by every worker (have {common[0]}..{common[-1]})")
     begin = min(e["ts"] for e in steps_of[step])
@@ -171,16 +196,24 @@ def plot_trace_step(trace_json: Path, out_png: Path, step: int | None = None, ti
     return plot_step(view, out_png, title)
 
 
-def plot_report_timeline(results: list, out_dir: Path) -> Path | None:
-    """trace_step.png of the experiment report: the first point's first
-    repetition that left a trace.json (None when no run has one)."""
+def plot_report_timelines(results: list, out_dir: Path) -> list:
+    """The experiment report's step charts, one per mode: trace_step_<mode>.png
+    of the first point of that mode whose first finished repetition left a
+    trace.json. Returns [(mode, png path)] in the order the modes first appear."""
+    made = []
     for res in results:
+        mode = res.mode
+        if any(m == mode for m, _ in made):
+            continue
         for run in res.runs:
             trace_json = Path(run.run_dir) / "trace.json"
             if trace_json.exists():
-                return plot_trace_step(trace_json, out_dir / "trace_step.png",
-                                       title=f"One step of {res.point.label} (first repetition)")
-    return None
+                png = plot_trace_step(trace_json, out_dir / f"trace_step_{mode}.png",
+                                      title=f"One typical step of {res.point.label} ({mode})")
+                if png is not None:
+                    made.append((mode, png))
+                break
+    return made
 
 
 def main(argv=None) -> int:

@@ -177,16 +177,16 @@ def _ssp_figures(spec, results: list, out: Path) -> list:
 
 
 def _timeline_figure(results: list, out: Path) -> list:
-    """The Gantt chart of one step, when some run wrote a timeline (output.trace not "off")."""
-    png = plots_trace.plot_report_timeline(results, out)
-    if png is None:
-        return []
-    return [Figure("Timeline of one step",
-                   "One training step of the first point with a trace (its first repetition), from the run's "
-                   "trace.json: rows are each worker's training thread, its per-server chunk tracks (push and "
-                   "pull replies; at output.trace = \"all\") and the servers' request threads; nested spans are "
-                   "drawn narrower on their parents. Open the run's trace.json in ui.perfetto.dev for all steps.",
-                   png.name)]
+    """A Gantt chart of one typical step per mode, for the modes whose runs wrote a
+    timeline (output.trace not "off")."""
+    return [Figure(f"Timeline of one step: {mode}",
+                   f"One typical step of the first {mode} point with a trace (its first repetition), from the "
+                   "run's trace.json: not the first or last step, none with an evaluation or checkpoint in it, "
+                   "the one of median length. Rows are each worker's training thread, its per-server chunk tracks "
+                   "(push and pull replies; at output.trace = \"all\") and the servers' request threads; nested "
+                   "spans are drawn narrower on their parents. Open the run's trace.json in ui.perfetto.dev for "
+                   "all steps.", png.name)
+            for mode, png in plots_trace.plot_report_timelines(results, out)]
 
 
 def simulated_note(results: list) -> str:

@@ -20,11 +20,12 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from experiment import fingerprint
+from experiment import fingerprint, progress
 from experiment.points import Point, launch_overrides
 from experiment.spec import ExperimentSpec
 
@@ -61,7 +62,14 @@ def run_dir_of(output_dir: Path, point: Point, repetition: int) -> Path:
 
 
 def is_finished(run_dir: Path) -> bool:
-    return (run_dir / "summary.json").is_file()
+    """The run ended with its summary: summary.json is there, is not a
+    partial one (an interrupted or failed run's) and no failed.json says otherwise."""
+    if not (run_dir / "summary.json").is_file() or (run_dir / FAILURE_FILE).exists():
+        return False
+    try:
+        return not json.loads((run_dir / "summary.json").read_text(encoding="utf-8")).get("partial", False)
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def is_done(run_dir: Path, expected: str | None) -> bool:
@@ -114,25 +122,55 @@ def failure_reason(output: str, exit_code: int) -> str:
     return lines[-1] if lines else f"launch exited with code {exit_code} and printed nothing"
 
 
-def _wait_or_stop(proc: subprocess.Popen, timeout_s: float) -> int:
+class Interrupted(Exception):
+    """Ctrl-C during a run: the launcher stopped it; `outcome` is that run, marked interrupted."""
+
+    def __init__(self, outcome: "RunOutcome"):
+        super().__init__(outcome.reason)
+        self.outcome = outcome
+
+
+INTERRUPTED_REASON = "interrupted (Ctrl-C) before it finished; run the experiment again to redo it"
+PROGRESS_EVERY_S = 15.0  # a progress line this often (a terminal: one line rewritten every second)
+
+
+def _wait_or_stop(proc: subprocess.Popen, timeout_s: float, on_tick=None) -> int:
+    """Waits for the launcher, calling on_tick(elapsed_s) every second; past
+    timeout_s stops it (SIGTERM: the launcher stops its processes, then kill).
+    Ctrl-C reaches the launcher too (same process group): wait for it to
+    clean up, then raise KeyboardInterrupt."""
+    start = time.monotonic()
     try:
-        return proc.wait(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        proc.send_signal(signal.SIGTERM)  # the launcher stops its processes
+        while True:
+            try:
+                return proc.wait(timeout=1.0)
+            except subprocess.TimeoutExpired:
+                elapsed = time.monotonic() - start
+                if elapsed > timeout_s:
+                    break
+                if on_tick is not None:
+                    on_tick(elapsed)
+        proc.send_signal(signal.SIGTERM)
         try:
             return proc.wait(timeout=60)
         except subprocess.TimeoutExpired:
             proc.kill()
             return proc.wait()
-    except KeyboardInterrupt:  # the launcher got the same Ctrl-C; let it clean up
-        proc.wait()
+    except KeyboardInterrupt:
+        try:
+            proc.wait(timeout=60)
+        except (subprocess.TimeoutExpired, KeyboardInterrupt):
+            proc.kill()
+            proc.wait()
         raise
 
 
 def run_one(launch: Path, spec: ExperimentSpec, point: Point, base: dict, repetition: int,
-            run_dir: Path, fp: fingerprint.Fingerprint | None = None) -> RunOutcome:
+            run_dir: Path, fp: fingerprint.Fingerprint | None = None, on_tick=None) -> RunOutcome:
     """Runs one repetition of one point into run_dir (emptied first); records
-    fp in fingerprint.json when it succeeds."""
+    fp in fingerprint.json when it succeeds. on_tick(elapsed_s) is called
+    every second while it runs. Ctrl-C: the run is marked interrupted in
+    failed.json and Interrupted is raised."""
     if run_dir.exists():
         shutil.rmtree(run_dir)
     run_dir.mkdir(parents=True)
@@ -148,7 +186,14 @@ def run_one(launch: Path, spec: ExperimentSpec, point: Point, base: dict, repeti
         except OSError as e:
             code, output = 127, f"cannot start {launch}: {e.strerror}"
         else:
-            code = _wait_or_stop(proc, spec.timeout_s + _EXTRA_TIMEOUT_S)
+            try:
+                code = _wait_or_stop(proc, spec.timeout_s + _EXTRA_TIMEOUT_S, on_tick)
+            except KeyboardInterrupt:
+                seconds = time.monotonic() - start
+                record = {"exit_code": proc.returncode, "reason": INTERRUPTED_REASON, "interrupted": True,
+                          "command": command, "seconds": seconds}
+                (run_dir / FAILURE_FILE).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+                raise Interrupted(RunOutcome(point, repetition, run_dir, "failed", INTERRUPTED_REASON, seconds))
             output = ""
     seconds = time.monotonic() - start
     output = output or (run_dir / LAUNCH_LOG).read_text(encoding="utf-8", errors="replace")
@@ -170,35 +215,97 @@ def recorded_failure(run_dir: Path) -> str | None:
         return None
 
 
-def run_all(spec: ExperimentSpec, points: list, base: dict, launch: Path, output_dir: Path,
-            echo=print) -> list:
-    """Runs every (point, repetition) not yet done; returns one RunOutcome each."""
-    outcomes = []
-    total = len(points) * spec.repetitions
-    n = 0
-    fingerprints = fingerprint.Fingerprinter(launch)
+@dataclass
+class Refusal:
+    point: Point
+    repetition: int
+    error: str   # the launcher's complaint, without its prefix
+
+
+def precheck(spec: ExperimentSpec, points: list, base: dict, output_dir: Path,
+             fingerprints: fingerprint.Fingerprinter) -> list:
+    """`launch --check` of every (point, repetition) before anything runs: the
+    launcher checks each point's whole config (with its overrides), its run
+    directory and its ports. Returns one Refusal per point it refuses."""
+    refusals = []
     for point in points:
         for rep in range(spec.repetitions):
-            n += 1
             run_dir = run_dir_of(output_dir, point, rep)
-            head = f"[{n}/{total}] {point.label} (rep {rep + 1}/{spec.repetitions})"
+            proc = fingerprints.check(spec.base_config, run_dir, launch_overrides(spec, point, base, rep))
+            if proc.returncode != 0:
+                said = launcher_messages(proc.stderr + proc.stdout) or \
+                    [ln for ln in (proc.stderr + proc.stdout).splitlines() if ln.strip()]
+                refusals.append(Refusal(point, rep, said[0].strip() if said else
+                                        f"launch --check exited with code {proc.returncode}"))
+    return refusals
+
+
+class _Progress:
+    """Progress lines of the running point: on a terminal one line rewritten
+    every second, otherwise a line every every_s seconds."""
+
+    def __init__(self, head: str, run_dir: Path, completed_s: list, runs_after: int, echo, tty: bool,
+                 every_s: float):
+        self.head, self.run_dir, self.completed_s, self.runs_after = head, run_dir, completed_s, runs_after
+        self.echo, self.tty, self.every_s, self.last = echo, tty, every_s, 0.0
+
+    def __call__(self, elapsed_s: float) -> None:
+        if not self.tty and elapsed_s - self.last < self.every_s:
+            return
+        self.last = elapsed_s
+        text = f"{self.head}: " + progress.progress_text(progress.run_progress(self.run_dir), elapsed_s,
+                                                         self.completed_s, self.runs_after)
+        if self.tty:
+            sys.stdout.write("\r\033[K" + text)
+            sys.stdout.flush()
+        else:
+            self.echo(text)
+
+    def end(self) -> None:
+        if self.tty and self.last > 0:
+            sys.stdout.write("\r\033[K")
+            sys.stdout.flush()
+
+
+def run_all(spec: ExperimentSpec, points: list, base: dict, launch: Path, output_dir: Path,
+            echo=print, fingerprints: fingerprint.Fingerprinter | None = None, tty: bool = False,
+            progress_every_s: float = PROGRESS_EVERY_S) -> list:
+    """Runs every (point, repetition) not yet done; returns one RunOutcome
+    each. Ctrl-C: Interrupted, after the running point is marked so."""
+    fingerprints = fingerprints or fingerprint.Fingerprinter(launch)
+    plan = []  # (point, rep, run_dir, fingerprint or None, done earlier)
+    for point in points:
+        for rep in range(spec.repetitions):
+            run_dir = run_dir_of(output_dir, point, rep)
             fp = fingerprints.of(spec.base_config, run_dir, launch_overrides(spec, point, base, rep))
-            if fp is not None and is_done(run_dir, fp.value):
-                echo(f"{head}: done earlier, kept (same config and build, fingerprint {fp.short})")
-                outcomes.append(RunOutcome(point, rep, run_dir, "done", fingerprint=fp.value))
-                continue
-            if is_finished(run_dir):
-                old = fingerprint.recorded(run_dir)
-                aside = move_aside(run_dir)
-                was = f"fingerprint {old[:10]}" if old else "no fingerprint"
-                echo(f"{head}: done earlier with another config or build ({was}, now "
-                     f"{fp.short if fp else 'refused by launch --check'}): running again; the earlier run is kept "
-                     f"in {aside}")
-            echo(f"{head}: running ...")
-            outcome = run_one(launch, spec, point, base, rep, run_dir, fp)
-            status = "ok" if outcome.status == "ran" else f"FAILED: {outcome.reason}"
-            echo(f"{head}: {status} ({outcome.seconds:.1f} s)")
-            outcomes.append(outcome)
+            plan.append((point, rep, run_dir, fp, fp is not None and is_done(run_dir, fp.value)))
+    outcomes, completed_s = [], []
+    for n, (point, rep, run_dir, fp, done) in enumerate(plan, start=1):
+        head = f"[{n}/{len(plan)}] {point.label} (rep {rep + 1}/{spec.repetitions})"
+        if done:
+            echo(f"{head}: done earlier, kept (same config and build, fingerprint {fp.short})")
+            outcomes.append(RunOutcome(point, rep, run_dir, "done", fingerprint=fp.value))
+            continue
+        if is_finished(run_dir):
+            old = fingerprint.recorded(run_dir)
+            aside = move_aside(run_dir)
+            was = f"fingerprint {old[:10]}" if old else "no fingerprint"
+            echo(f"{head}: done earlier with another config or build ({was}, now "
+                 f"{fp.short if fp else 'refused by launch --check'}): running again; the earlier run is kept "
+                 f"in {aside}")
+        elif recorded_failure(run_dir) == INTERRUPTED_REASON:
+            echo(f"{head}: interrupted earlier: starting it again")
+        echo(f"{head}: running ...")
+        runs_after = sum(1 for entry in plan[n:] if not entry[4])
+        ticker = _Progress(head, run_dir, completed_s, runs_after, echo, tty, progress_every_s)
+        try:
+            outcome = run_one(launch, spec, point, base, rep, run_dir, fp, ticker)
+        finally:
+            ticker.end()
+        completed_s.append(outcome.seconds)
+        status = "ok" if outcome.status == "ran" else f"FAILED: {outcome.reason}"
+        echo(f"{head}: {status} ({outcome.seconds:.1f} s)")
+        outcomes.append(outcome)
     return outcomes
 
 
