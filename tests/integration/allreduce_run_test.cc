@@ -3,6 +3,8 @@
 // Gloo over TCP loopback; the run directory is the same as the other modes'.
 #include <doctest/doctest.h>
 
+#include "common/observe/gpu_presence.h"
+
 #include "common/config/config.h"
 #include "tests/integration/launch_test_util.h"
 #include "tests/support/skip.h"
@@ -85,18 +87,62 @@ TEST_CASE("simulated compute runs in allreduce mode too, with null losses like t
   CHECK(m.evals.empty());
 }
 
-// Its own CTest entry (integration_nccl_no_gpu), skipped where a GPU is present.
-TEST_CASE("collective.backend nccl on a machine without a GPU fails with a clear error") {
-  if (it::fs::exists("/dev/nvidia0")) {
+// How often `what` occurs in `text`.
+static int occurrences(const std::string& text, const std::string& what) {
+  int n = 0;
+  for (std::size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + what.size())) ++n;
+  return n;
+}
+
+// Its own CTest entry (integration_no_gpu), skipped where a GPU is present.
+// Refused before anything starts (tools/launcher/gpu_check.h): before, the
+// job started and every worker failed in NCCL's set-up (exit 1).
+TEST_CASE("collective.backend nccl on a machine without a GPU: a config error before anything starts") {
+  if (pstrain::probe_gpu_presence().driver) {
     return pstrain::test::skip_case("a GPU is present: the no-GPU error is not exercised here");
   }
   it::TempDir dir;
-  auto args = it::launch_args(it::kSourceDir / "configs/tiny_allreduce.toml", dir.path() / "run");
+  const auto run = dir.path() / "run";
+  auto args = it::launch_args(it::kSourceDir / "configs/tiny_allreduce.toml", run);
   args.insert(args.end(), {"--set", "workload.device=auto", "--set", "collective.backend=nccl", "--quiet"});
   const it::Result r = it::run_launch(args, dir.path(), std::chrono::seconds(120));
   INFO(r.output);
   CHECK_FALSE(r.exit.signaled);
-  CHECK(r.exit.code == 1);
-  CHECK(it::contains(r.output, "collective.backend \"nccl\": "));
-  CHECK((it::contains(r.output, "no usable CUDA device") || it::contains(r.output, "built without NCCL")));
+  CHECK(r.exit.code == 3);
+  CHECK(it::contains(r.output, "config error: --set collective.backend=nccl: key 'collective.backend': \"nccl\" "
+                               "reduces on GPUs, but this machine has no usable GPU (no NVIDIA driver: "));
+  CHECK(it::contains(r.output, "use \"gloo\" or \"auto\""));
+  CHECK_FALSE(it::fs::exists(run));
+}
+
+// The same entry: device "cuda" without a GPU is refused up front, and "auto" says once, in the
+// launcher, that the workers use the CPU (before, each worker printed CUDA's error, after
+// about a second of CUDA start-up).
+TEST_CASE("workload.device cuda on a machine without a GPU: a config error; auto: one launcher line") {
+  if (pstrain::probe_gpu_presence().driver) {
+    return pstrain::test::skip_case("a GPU is present: the no-GPU paths are not exercised here");
+  }
+  it::TempDir dir;
+  const auto run = dir.path() / "run";
+  for (const char* config : {"configs/tiny_sync.toml", "configs/tiny_allreduce.toml"}) {
+    CAPTURE(config);
+    auto cuda = it::launch_args(it::kSourceDir / config, run);
+    cuda.insert(cuda.end(), {"--set", "workload.device=cuda", "--check"});
+    const it::Result refused = it::run_launch(cuda, dir.path(), std::chrono::seconds(60));
+    INFO(refused.output);
+    CHECK(refused.exit.code == 3);
+    CHECK(it::contains(refused.output, "key 'workload.device': \"cuda\" but this machine has no usable GPU (no NVIDIA "
+                                       "driver: none of /proc/driver/nvidia/version, /dev/nvidiactl, /dev/dxg); use "
+                                       "\"auto\""));
+  }
+  auto args = it::launch_args(it::kSourceDir / "configs/tiny_sync.toml", run);
+  args.insert(args.end(), {"--set", "workload.device=auto"});
+  const it::Result r = it::run_launch(args, dir.path(), std::chrono::seconds(120));
+  INFO(r.output);
+  REQUIRE(r.exit.code == 0);
+  CHECK(occurrences(r.output, "workload.device = \"auto\": this machine has no NVIDIA driver, so its 2 worker(s) "
+                            "train on the CPU") == 1);
+  CHECK_FALSE(it::contains(r.output, "cudaGetDeviceCount"));
+  CHECK_FALSE(it::contains(r.output, "driver version is insufficient"));
+  CHECK(occurrences(r.output, "device auto: no NVIDIA driver") == 2);  // each worker's start-up line, no CUDA error
 }

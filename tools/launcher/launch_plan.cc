@@ -15,6 +15,7 @@
 #include "common/node/node_cli.h"
 #include "common/wire/security.h"
 #include "tools/launcher/config_site.h"
+#include "tools/launcher/gpu_check.h"
 #include "tools/launcher/port_check.h"
 #include "tools/launcher/remote.h"
 #include "worker/data/load_dataset.h"
@@ -173,6 +174,26 @@ void choose_checkpoint(const LaunchRequest& request, LaunchPlan& plan) {
   }
 }
 
+// GPUs the workers on this machine need (tools/launcher/gpu_check.h).
+void check_local_gpus(const LaunchRequest& request, LaunchPlan& plan) {
+  int local = 0;
+  const std::vector<std::string>& hosts = plan.config.cluster.worker_hosts;
+  for (int w = 0; w < plan.num_workers; ++w) {
+    if (hosts.empty() || !plan.remote(hosts.at(static_cast<std::size_t>(w)))) ++local;
+  }
+#if defined(PSTRAIN_HAVE_NCCL)
+  constexpr bool kNcclBuilt = true;
+#else
+  constexpr bool kNcclBuilt = false;
+#endif
+  const GpuCheck check = check_gpus(plan.config, local, probe_gpu_presence(), kNcclBuilt);
+  if (!check.problem.empty()) {
+    throw ConfigError(key_site(request.config_path, request.overrides, check.key) + ": key '" + check.key + "': " +
+                      check.problem);
+  }
+  if (!check.note.empty()) plan.notes.push_back(check.note);
+}
+
 }  // namespace
 
 LaunchPlan plan_launch(const LaunchRequest& request) {
@@ -195,6 +216,7 @@ LaunchPlan plan_launch(const LaunchRequest& request) {
   check_batch_fits_shard(request, plan.config);
   plan.scheduler_host = check_hosts(request, plan.config);
   check_ports(request, plan.config);
+  check_local_gpus(request, plan);
   plan.ssh_command = request.ssh_command;
   plan.work_dir = fs::current_path();
   check_programs(plan.bin_dir, plan.num_servers > 0);

@@ -40,6 +40,9 @@ struct LaunchPlan {
   std::filesystem::path resume_dir;
   std::int64_t resume_step = 0;
   std::vector<std::string> resume_skipped;
+  // Lines for the launcher to print before it starts anyone (e.g. that the
+  // workers train on the CPU: tools/launcher/gpu_check.h).
+  std::vector<std::string> notes;
 
   bool remote(const std::string& host) const;
   std::filesystem::path config_file() const { return run_dir / "config.toml"; }

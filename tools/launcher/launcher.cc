@@ -424,8 +424,9 @@ class Launch {
     try {
       const report::RunSummary s = report::write_run_summary(plan_.run_dir);
       std::fflush(stderr);
-      std::printf("\n%s\nRun directory: %s\n", report::summary_markdown(s, plan_.run_dir.string()).c_str(),
-                  plan_.run_dir.string().c_str());
+      std::printf("\n%s\nRun directory: %s\nFigures and an HTML page: tools/report.sh %s (writes %s)\n",
+                  report::summary_markdown(s, plan_.run_dir.string()).c_str(), plan_.run_dir.string().c_str(),
+                  plan_.run_dir.string().c_str(), (plan_.run_dir / "report" / "index.html").string().c_str());
       std::fflush(stdout);
       return kExitOk;
     } catch (const std::exception& e) {
@@ -462,6 +463,7 @@ int run_launch(const LaunchOptions& options) {
     say(std::string("config error: ") + e.what());
     return kExitConfig;
   }
+  for (const std::string& note : plan.notes) say(note);
   if (options.check_only) {  // the resolved config, as config.toml would hold it; nothing touched
     if (const std::string busy = RunDirLock::busy(plan.run_dir); !busy.empty()) {
       say("refused: " + busy);

@@ -6,6 +6,7 @@
 #include <charconv>
 
 #include "common/base/errors.h"
+#include "common/observe/gpu_presence.h"
 
 namespace pstrain::nn {
 namespace {
@@ -32,7 +33,13 @@ std::unique_ptr<Backend> make_backend(std::string_view device, int threads, std:
     message = "device cpu: using " + backend->name();
   } else if (device == "auto") {
     std::string why_not;
-    backend = make_cuda_backend(0, &why_not);
+    // No driver here: the CPU at once, without the CUDA runtime's start (about a
+    // second) and its "driver version is insufficient" (common/observe/gpu_presence.h).
+    if (const GpuPresence gpus = probe_gpu_presence(); gpus.driver) {
+      backend = make_cuda_backend(0, &why_not);
+    } else {
+      why_not = gpus.detail;
+    }
     if (backend) {
       message = "device auto: using " + backend->name();
     } else {

@@ -98,7 +98,8 @@ class Backend {
 // device: "auto" (CUDA if a device is present, else CPU), "cpu" or "cuda".
 // threads: CPU threads (0 = all cores). `chosen` (optional) receives a
 // one-line message saying which backend was picked and why, e.g.
-// "device auto: no CUDA device found (cudaGetDeviceCount: no CUDA-capable device), using cpu".
+// "device auto: no CUDA device: cudaGetDeviceCount returned ..., using cpu"; on a host without
+// NVIDIA's driver "auto" takes the CPU without starting CUDA (common/observe/gpu_presence.h).
 // "cuda" without a usable device throws ComputeError with that reason.
 std::unique_ptr<Backend> make_backend(std::string_view device, int threads, std::string* chosen = nullptr);
 
