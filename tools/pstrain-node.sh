@@ -8,7 +8,7 @@
 # the scheduler and WORLD_SIZE, if set, must be 1+S+W. The run directory
 # gets what `launch` writes: config.toml (the scheduler), logs/ (this
 # script), metrics/, weights and, from rank 0 once the job ends well,
-# summary.json and summary.md (pstrain-summary). It needs a file system
+# summary.json and summary.md (pstrain-summary), and trace.json (merge_trace). It needs a file system
 # every host shares, as the metrics already do.
 #   srun --ntasks=$((1+S+W)) tools/pstrain-node.sh CONFIG [--set key=value ...]
 #   RANK=0 WORLD_SIZE=5 MASTER_ADDR=node1 MASTER_PORT=29500 tools/pstrain-node.sh CONFIG
@@ -49,6 +49,19 @@ if [ "$rank" -eq 0 ]; then
   "$bin/pstrain-scheduler" --config "$config" "$@" || status=$?
   if [ "$status" -eq 0 ] && [ -n "$run_dir" ]; then
     "$bin/pstrain-summary" "$run_dir" || status=$?
+  fi
+  # The job's timeline, as launch merges it (also after a failure): each
+  # process writes trace/<role>-<rank>.json as it exits, the others just after
+  # the scheduler; wait (at most 30 s) for one part per task when the task
+  # count is known, then merge what is there.
+  if [ -n "$run_dir" ] && [ -d "$run_dir/trace" ]; then
+    tasks="${WORLD_SIZE-${OMPI_COMM_WORLD_SIZE-${PMI_SIZE-${SLURM_NTASKS-}}}}"
+    for _ in $(seq 300); do
+      parts=$(find "$run_dir/trace" -maxdepth 1 -name '*.json' | wc -l)
+      if [ -n "$tasks" ] && [ "$parts" -ge "$tasks" ]; then break; fi
+      sleep 0.1
+    done
+    "$bin/merge_trace" "$run_dir" || true
   fi
   exit "$status"
 elif [ "$rank" -le "$servers" ]; then
