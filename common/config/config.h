@@ -139,6 +139,9 @@ struct WorkloadConfig {
   std::int64_t max_steps = 0;             // 0 = no limit; else stop after this many steps
   std::uint64_t seed = 1;
   std::string device = "auto";            // "auto" | "cpu" | "cuda"
+  // GPU math: "fp32" (plain FP32, close to the CPU reference) or "tf32" (cuBLAS and cuDNN may
+  // use TF32 tensor cores: faster, about 10 bits of mantissa in products). The CPU ignores it.
+  std::string precision = "fp32";
   int threads = 0;                        // CPU threads per worker; 0 = all cores / workers
   int synthetic_train = 2048;             // "synthetic": sizes of the sets
   int synthetic_test = 512;

@@ -11,6 +11,7 @@ namespace {
 constexpr std::array<std::string_view, 4> kModes{"sync", "async", "ssp", "allreduce"};
 constexpr std::array<std::string_view, 2> kStalenessRules{"none", "inverse"};
 constexpr std::array<std::string_view, 2> kNonFinitePolicies{"stop", "skip"};
+constexpr std::array<std::string_view, 2> kPrecisions{"fp32", "tf32"};
 constexpr std::array<std::string_view, 3> kTransports{"tcp", "ipc", "shm"};
 constexpr std::array<std::string_view, 2> kWireDtypes{"float32", "bfloat16"};
 constexpr std::array<std::string_view, 4> kDatasets{"fashion-mnist", "mnist", "cifar10", "synthetic"};
@@ -103,6 +104,7 @@ void visit_table(C& c, const V& v) {
   v("workload", "max_steps", &wl.max_steps, at_least(0));
   v("workload", "seed", &wl.seed, at_least(0));
   v("workload", "device", &wl.device, one_of(kDevices));
+  v("workload", "precision", &wl.precision, one_of(kPrecisions));
   v("workload", "threads", &wl.threads, at_least(0));
   v("workload", "synthetic_train", &wl.synthetic_train, at_least(1));
   v("workload", "synthetic_test", &wl.synthetic_test, at_least(1));

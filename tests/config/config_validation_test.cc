@@ -108,6 +108,8 @@ TEST_CASE("per-key ranges, enums and shapes are enforced with file:line and key"
        "bad.toml:2: key 'optimizer.weight_decay': expected a number >= 0, got -1"},
       {"[workload]\non_nonfinite = \"ignore\"",
        "bad.toml:2: key 'workload.on_nonfinite': expected one of \"stop\", \"skip\", got \"ignore\""},
+      {"[workload]\nprecision = \"fp16\"",
+       "bad.toml:2: key 'workload.precision': expected one of \"fp32\", \"tf32\", got \"fp16\""},
       {"[workload]\nmax_skipped_steps = 0",
        "bad.toml:2: key 'workload.max_skipped_steps': expected an integer >= 1, got 0"},
       {"[cluster]\non_worker_failure = \"later\"",
@@ -196,7 +198,7 @@ TEST_CASE("unknown keys and sections are rejected with the closest known name") 
       {"[workload.extra]\nx = 1",
        "bad.toml:1: key 'workload.extra': unknown key; expected one of model, dataset, data_path, "
        "batch_size, "
-       "epochs, max_steps, seed, device, threads, synthetic_train, synthetic_test, synthetic_noise, straggler_rank, "
+       "epochs, max_steps, seed, device, precision, threads, synthetic_train, synthetic_test, synthetic_noise, straggler_rank, "
        "straggler_slowdown, simulated_step_ms, on_nonfinite, max_skipped_steps in [workload]"},
       {"zzz = 1",
        "bad.toml:1: key 'zzz': unknown top-level key; expected one of mode, [cluster], [ps], [workload], "

@@ -131,5 +131,33 @@ TEST_CASE("linear forward/backward: CPU and CUDA agree") {
   }
 }
 
+// The cuDNN path (builds with cuDNN) against the own im2col kernels, both on the GPU: the
+// same convolutions within the GEMM tolerance, and the backend's name says which path it took.
+TEST_CASE("conv2d by cuDNN and by the own im2col kernels agree; name() says which ran") {
+  auto b = backends_or_skip();
+  if (!b) return;
+  std::string why_not;
+  ComputeOptions own;
+  own.cudnn = false;
+  auto own_kernels = make_cuda_backend(0, &why_not, own);
+  REQUIRE(own_kernels != nullptr);
+  CHECK(own_kernels->name().find("own conv kernels (cuDNN not asked for)") != std::string::npos);
+#if defined(PSTRAIN_HAVE_CUDNN)
+  const bool cudnn = b->cuda->name().find("convolutions by cuDNN") != std::string::npos;
+  INFO(b->cuda->name());
+  CHECK((cudnn || b->cuda->name().find("another major version") != std::string::npos));
+#else
+  CHECK(b->cuda->name().find("own conv kernels (built without cuDNN)") != std::string::npos);
+#endif
+  Backends pair{std::move(own_kernels), std::move(b->cuda)};
+  std::uint32_t seed = 300;
+  for (const Conv2dShape& s : {Conv2dShape{64, 1, 28, 28, 32, 5, 5, 1, 2}, Conv2dShape{64, 32, 14, 14, 64, 5, 5, 1, 2},
+                               Conv2dShape{3, 4, 9, 11, 5, 3, 3, 2, 1}, Conv2dShape{7, 1, 28, 28, 32, 5, 5, 1, 2}}) {
+    CAPTURE(s.n);
+    CAPTURE(s.c_in);
+    check_conv_parity(pair, s, seed += 10);
+  }
+}
+
 }  // namespace
 }  // namespace pstrain::nn::parity

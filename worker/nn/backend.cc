@@ -25,7 +25,8 @@ int cuda_index(std::string_view device) {
 
 }  // namespace
 
-std::unique_ptr<Backend> make_backend(std::string_view device, int threads, std::string* chosen) {
+std::unique_ptr<Backend> make_backend(std::string_view device, int threads, std::string* chosen,
+                                      const ComputeOptions& options) {
   std::string message;
   std::unique_ptr<Backend> backend;
   if (device == "cpu") {
@@ -36,7 +37,7 @@ std::unique_ptr<Backend> make_backend(std::string_view device, int threads, std:
     // No driver here: the CPU at once, without the CUDA runtime's start (about a
     // second) and its "driver version is insufficient" (common/observe/gpu_presence.h).
     if (const GpuPresence gpus = probe_gpu_presence(); gpus.driver) {
-      backend = make_cuda_backend(0, &why_not);
+      backend = make_cuda_backend(0, &why_not, options);
     } else {
       why_not = gpus.detail;
     }
@@ -48,7 +49,7 @@ std::unique_ptr<Backend> make_backend(std::string_view device, int threads, std:
     }
   } else if (const int index = cuda_index(device); index >= 0) {
     std::string why_not;
-    backend = make_cuda_backend(index, &why_not);
+    backend = make_cuda_backend(index, &why_not, options);
     if (!backend) throw ComputeError("device " + std::string(device) + ": " + why_not);
     message = "device " + std::string(device) + ": using " + backend->name();
   } else {
@@ -59,7 +60,7 @@ std::unique_ptr<Backend> make_backend(std::string_view device, int threads, std:
 }
 
 #if !defined(PSTRAIN_HAVE_CUDA)
-std::unique_ptr<Backend> make_cuda_backend(int /*device_index*/, std::string* why_not) {
+std::unique_ptr<Backend> make_cuda_backend(int /*device_index*/, std::string* why_not, const ComputeOptions& /*options*/) {
   if (why_not != nullptr) *why_not = "pstrain was built without CUDA";
   return nullptr;
 }

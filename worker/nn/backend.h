@@ -95,17 +95,24 @@ class Backend {
                          const update::AdamCoefficients& c) = 0;
 };
 
+// How a GPU backend computes (the CPU backend ignores it).
+struct ComputeOptions {
+  bool tf32 = false;   // workload.precision = "tf32": cuBLAS and cuDNN may use TF32 tensor cores
+  bool cudnn = true;   // convolutions by cuDNN when the build has it (else the own im2col kernels)
+};
+
 // device: "auto" (CUDA if a device is present, else CPU), "cpu" or "cuda".
 // threads: CPU threads (0 = all cores). `chosen` (optional) receives a
 // one-line message saying which backend was picked and why, e.g.
 // "device auto: no CUDA device: cudaGetDeviceCount returned ..., using cpu"; on a host without
 // NVIDIA's driver "auto" takes the CPU without starting CUDA (common/observe/gpu_presence.h).
 // "cuda" without a usable device throws ComputeError with that reason.
-std::unique_ptr<Backend> make_backend(std::string_view device, int threads, std::string* chosen = nullptr);
+std::unique_ptr<Backend> make_backend(std::string_view device, int threads, std::string* chosen = nullptr,
+                                      const ComputeOptions& options = {});
 
 // CPU backend, always available.
 std::unique_ptr<Backend> make_cpu_backend(int threads);
 // CUDA backend, or nullptr with `why_not` set when built without CUDA or no device is present.
-std::unique_ptr<Backend> make_cuda_backend(int device_index, std::string* why_not);
+std::unique_ptr<Backend> make_cuda_backend(int device_index, std::string* why_not, const ComputeOptions& options = {});
 
 }  // namespace pstrain::nn

@@ -40,7 +40,9 @@ Workload make_workload(const RunConfig& config, int max_batch, Logger& log, int 
   out.data = simulated ? shape_only(w) : data::load_dataset(w.dataset, w.data_path, load);
   if (simulated) max_batch = 1;  // the model only provides the layout
   std::string chosen;
-  out.backend = nn::make_backend(w.device, threads > 0 ? threads : w.threads, &chosen);
+  nn::ComputeOptions compute;
+  compute.tf32 = w.precision == "tf32";
+  out.backend = nn::make_backend(w.device, threads > 0 ? threads : w.threads, &chosen, compute);
   log.info(chosen);
   const data::Dataset& train = out.data.train;
   const nn::ModelSpec spec = nn::model_spec(w.model, train.channels, train.height, train.width, train.num_classes);

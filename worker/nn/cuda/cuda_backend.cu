@@ -11,6 +11,9 @@
 #include "common/base/errors.h"
 #include "worker/nn/cuda/arg_checks.h"
 #include "worker/nn/cuda/cuda_check.h"
+#if defined(PSTRAIN_HAVE_CUDNN)
+#include "worker/nn/cuda/cudnn_conv.h"
+#endif
 #include "worker/nn/cuda/kernels.cuh"
 #include "worker/nn/shape_checks.h"
 
@@ -42,12 +45,20 @@ void CudaBackend::CublasDeleter::operator()(cublasHandle_t handle) const noexcep
   static_cast<void>(cublasDestroy(handle));
 }
 
-CudaBackend::CudaBackend(int device_index) : device_index_(device_index) {
+void CudaBackend::CudnnDeleter::operator()(CudnnConv* conv) const noexcept {
+#if defined(PSTRAIN_HAVE_CUDNN)
+  delete conv;
+#else
+  static_cast<void>(conv);  // never made without cuDNN
+#endif
+}
+
+CudaBackend::CudaBackend(int device_index, const ComputeOptions& options) : device_index_(device_index) {
   activate();
   cudaDeviceProp props{};
   check(cudaGetDeviceProperties(&props, device_index_), "cudaGetDeviceProperties");
   name_ = "cuda:" + std::to_string(device_index_) + " (" + props.name + ", sm_" + std::to_string(props.major) +
-          std::to_string(props.minor) + ")";
+          std::to_string(props.minor);
   cudaStream_t stream = nullptr;
   check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
   stream_.reset(stream);
@@ -55,12 +66,28 @@ CudaBackend::CudaBackend(int device_index) : device_index_(device_index) {
   check(cublasCreate(&handle), "cublasCreate");
   cublas_.reset(handle);
   check(cublasSetStream(handle, stream), "cublasSetStream");
-  // Plain FP32 GEMMs (no TF32), so results match the CPU reference closely.
-  check(cublasSetMathMode(handle, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
+  // Plain FP32 GEMMs (no TF32) unless asked, so results match the CPU reference closely.
+  check(cublasSetMathMode(handle, options.tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH),
+        "cublasSetMathMode");
+  name_ += ", " + convolution_path(options, stream) + (options.tf32 ? ", tf32)" : ", fp32)");
   // Probe: fails here (not mid-training) when the binary has no kernel image for this GPU.
   auto* probe = static_cast<float*>(xent_scratch_.reserve(sizeof(float), stream, "startup probe"));
   cuda::fill(probe, 0.0f, 1, stream);
   check(cudaStreamSynchronize(stream), "startup probe kernel");
+}
+
+std::string CudaBackend::convolution_path(const ComputeOptions& options, cudaStream_t stream) {
+#if defined(PSTRAIN_HAVE_CUDNN)
+  if (!options.cudnn) return "own conv kernels (cuDNN not asked for)";
+  const CudnnVersion version = cudnn_version();
+  if (!version.usable()) return "own conv kernels (" + version.text() + ": another major version)";
+  cudnn_.reset(new CudnnConv(stream, options.tf32 ? CudnnConv::Math::kTf32 : CudnnConv::Math::kFp32));
+  return "convolutions by " + version.text();
+#else
+  static_cast<void>(options);
+  static_cast<void>(stream);
+  return "own conv kernels (built without cuDNN)";
+#endif
 }
 
 CudaBackend::~CudaBackend() {
@@ -211,7 +238,7 @@ void CudaBackend::adam_step(float* w, const float* g, float* m, float* v, std::s
 
 }  // namespace cuda
 
-std::unique_ptr<Backend> make_cuda_backend(int device_index, std::string* why_not) {
+std::unique_ptr<Backend> make_cuda_backend(int device_index, std::string* why_not, const ComputeOptions& options) {
   auto refuse = [why_not](std::string reason) -> std::unique_ptr<Backend> {
     if (why_not != nullptr) *why_not = std::move(reason);
     return nullptr;
@@ -229,7 +256,7 @@ std::unique_ptr<Backend> make_cuda_backend(int device_index, std::string* why_no
                   " present (valid indices 0.." + std::to_string(count - 1) + ")");
   }
   try {
-    return std::make_unique<cuda::CudaBackend>(device_index);
+    return std::make_unique<cuda::CudaBackend>(device_index, options);
   } catch (const ComputeError& e) {
     static_cast<void>(cudaGetLastError());
     return refuse("CUDA device " + std::to_string(device_index) + " unusable: " + e.what());

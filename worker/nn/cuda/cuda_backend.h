@@ -29,16 +29,23 @@
 
 namespace pstrain::nn::cuda {
 
+class CudnnConv;  // cudnn_conv.h: in builds with cuDNN
+
 class CudaBackend final : public Backend {
  public:
-  // Sets up stream, cuBLAS and a probe kernel on `device_index` (which must
-  // exist); throws ComputeError when any of it fails.
-  explicit CudaBackend(int device_index);
+  // Sets up stream, cuBLAS (FP32 math, or TF32 with options.tf32), cuDNN for
+  // the convolutions (with options.cudnn, in builds with cuDNN, when the loaded
+  // cuDNN is of the build's major version) and a probe kernel on
+  // `device_index` (which must exist); throws ComputeError when any of it fails.
+  // name() says which path the convolutions take.
+  explicit CudaBackend(int device_index, const ComputeOptions& options = {});
   ~CudaBackend() override;
   CudaBackend(const CudaBackend&) = delete;
   CudaBackend& operator=(const CudaBackend&) = delete;
 
-  std::string name() const override { return name_; }  // "cuda:0 (NVIDIA H200, sm_90)"
+  // "cuda:0 (NVIDIA H200, sm_90, cuDNN 9.14.0 (built with 9.19.0), fp32)" or "... own conv kernels ..."
+  std::string name() const override { return name_; }
+  bool uses_cudnn() const { return cudnn_ != nullptr; }
   bool is_cuda() const override { return true; }
 
   void* allocate(std::size_t num_bytes) override;
@@ -76,8 +83,11 @@ class CudaBackend final : public Backend {
  private:
   struct StreamDeleter { void operator()(cudaStream_t stream) const noexcept; };
   struct CublasDeleter { void operator()(cublasHandle_t handle) const noexcept; };
+  struct CudnnDeleter { void operator()(CudnnConv* conv) const noexcept; };
 
   void activate() const;  // cudaSetDevice(device_index_)
+  // Sets up cudnn_ when asked for and usable; says which path the convolutions take.
+  std::string convolution_path(const ComputeOptions& options, cudaStream_t stream);
   // Throw ComputeError "cuda:N <what>: <error name> ('<error string>')" on failure.
   void check(cudaError_t status, std::string_view what) const;
   void check(cublasStatus_t status, std::string_view what) const;
@@ -91,6 +101,7 @@ class CudaBackend final : public Backend {
   std::unique_ptr<cublasContext, CublasDeleter> cublas_;
   DeviceBuffer workspace_;     // im2col columns and per-image dW partials
   DeviceBuffer xent_scratch_;  // softmax_xent totals and per-row terms
+  std::unique_ptr<CudnnConv, CudnnDeleter> cudnn_;  // null: the own im2col kernels
 };
 
 }  // namespace pstrain::nn::cuda

@@ -14,6 +14,9 @@
 #include <algorithm>
 
 #include "worker/nn/cuda/cuda_backend.h"
+#if defined(PSTRAIN_HAVE_CUDNN)
+#include "worker/nn/cuda/cudnn_conv.h"
+#endif
 #include "worker/nn/cuda/kernels.cuh"
 #include "worker/nn/shape_checks.h"
 
@@ -55,6 +58,9 @@ void CudaBackend::conv2d_forward(const Conv2dShape& s, const float* x, const flo
                                  float* y) {
   check_shape(s, "conv2d_forward");
   activate();
+#if defined(PSTRAIN_HAVE_CUDNN)
+  if (cudnn_) return cudnn_->forward(s, x, w, b, y, workspace_);
+#endif
   const ConvSizes z = conv_sizes(s);
   const std::size_t col_floats = static_cast<std::size_t>(z.rows) * z.cols;
   const int chunk = images_per_chunk(s.n, col_floats);
@@ -76,6 +82,9 @@ void CudaBackend::conv2d_backward(const Conv2dShape& s, const float* x, const fl
                                   float* dx, float* dw, float* db) {
   check_shape(s, "conv2d_backward");
   activate();
+#if defined(PSTRAIN_HAVE_CUDNN)
+  if (cudnn_) return cudnn_->backward(s, x, w, dy, dx, dw, db, workspace_);
+#endif
   const ConvSizes z = conv_sizes(s);
   const std::size_t col_floats = static_cast<std::size_t>(z.rows) * z.cols;
   const std::size_t dw_floats = static_cast<std::size_t>(s.c_out) * z.rows;
