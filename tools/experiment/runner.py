@@ -61,7 +61,14 @@ def run_dir_of(output_dir: Path, point: Point, repetition: int) -> Path:
 
 
 def is_finished(run_dir: Path) -> bool:
-    return (run_dir / "summary.json").is_file()
+    """Has a summary.json, and not a partial one (a run that was interrupted or failed)."""
+    try:
+        summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
+    except OSError:
+        return False
+    except ValueError:
+        return True  # not JSON: reading the results says so
+    return not (isinstance(summary, dict) and summary.get("partial") is True)
 
 
 def is_done(run_dir: Path, expected: str | None) -> bool:
