@@ -71,11 +71,13 @@ std::function<void(const pstrain::NodeFailure&)> failure_file_writer(const std::
 int main(int argc, char** argv) {
   CLI::App app{"pstrain scheduler: rendezvous, barriers, liveness and the end of a job"};
   pstrain::NodeArgs args;
-  std::string endpoint_file, failures_file;
+  std::string endpoint_file, failures_file, exits_file;
   pstrain::add_node_options(app, args);
   app.add_option("--endpoint-file", endpoint_file, "write the bound endpoint to this file once listening");
   app.add_option("--failures-file", failures_file,
                  "append each node declared failed to this file, one JSON object per line (docs/run_directory.md)");
+  app.add_option("--exits-file", exits_file,
+                 "read the launcher's reports of node exits from this file (common/node/exit_report.h)");
   CLI11_PARSE(app, argc, argv);
   return pstrain::guarded_main("pstrain-scheduler", [&] {
     const pstrain::RunConfig config = pstrain::load_node_config(args);
@@ -97,6 +99,7 @@ int main(int argc, char** argv) {
     const auto security = pstrain::SecurityContext::load(config.security, pstrain::Role::kScheduler);
     options.security = &security;
     if (!failures_file.empty()) options.on_failure = failure_file_writer(failures_file, log);
+    options.exits_file = exits_file;
     pstrain::Scheduler scheduler(pstrain::make_zmq_transport(), options, log);
     if (!endpoint_file.empty()) {
       const std::string tmp = endpoint_file + ".tmp";

@@ -44,6 +44,7 @@ Scheduler::Scheduler(std::unique_ptr<Transport> owned, Transport* transport, Sch
                       " servers");
   }
   endpoint_ = router_->address();
+  if (!options_.exits_file.empty()) exits_.emplace(options_.exits_file);
 }
 
 namespace {
@@ -74,6 +75,9 @@ void Scheduler::send_quietly(const PeerId& to, const Header& header, Payload pay
     router_->send(to, header, std::move(payload));
   } catch (const TransportError& e) {
     // The peer has gone (ROUTER_MANDATORY: EHOSTUNREACH): nobody to answer.
+    // A heartbeat's says nothing new: the node's exit report or its silence
+    // is how its failure is known and told.
+    if (header.type == MsgType::kHeartbeat) return;
     if (unreachable_replies_++ == 0) log_.info(std::string("a reply found its peer gone: ") + e.what());
   }
 }
@@ -186,6 +190,7 @@ void Scheduler::serve_until_done() {
       refuse(from, Header{}, std::string("malformed message: ") + e.what());
     }
     expire_store_gets();
+    take_exit_reports();
     check_liveness();
     send_heartbeats();
   }
@@ -193,6 +198,7 @@ void Scheduler::serve_until_done() {
 
 void Scheduler::handle_register(const PeerId& from, const Message& msg, bool registering) {
   const Header& h = msg.header;
+  if (!registering) take_exit_reports();  // a rejoin's predecessor may have just exited: know it first
   if (!registering && h.role == Role::kServer) {
     try {
       on_server_rejoin(from, msg);

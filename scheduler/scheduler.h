@@ -17,6 +17,12 @@
 //     consistency policies stop waiting for it), barriers and the end count
 //     only the workers left, and if the dropped worker speaks again it is
 //     told to exit. The job fails only when no worker is left.
+//     Under `launch` a node whose process exited is known at once: the
+//     launcher's exit reports (SchedulerOptions::exits_file,
+//     common/node/exit_report.h) are read every turn of the loop and before
+//     a rejoin is admitted, and declare the node failed as its own report
+//     would (scheduler/exit_reports.cc); the heartbeat timeout stays for a
+//     hung or cut-off node and for jobs without the launcher.
 //     A server under cluster.on_server_failure = "restart" that fails (silent
 //     past the heartbeat timeout, or reporting a failure) does not end the
 //     job: its rank is marked restarting and the workers are told
@@ -62,6 +68,7 @@
 
 #include "common/config/config.h"
 #include "common/base/log.h"
+#include "common/node/exit_report.h"
 #include "common/wire/protocol.h"
 #include "common/wire/security.h"
 #include "common/observe/traffic_counters.h"
@@ -110,6 +117,10 @@ struct SchedulerOptions {
   // Called, on the scheduler's thread, for each NodeFailure (pstrain-scheduler
   // --failures-file appends them to a file); may be empty.
   std::function<void(const NodeFailure&)> on_failure = nullptr;
+  // The launcher's reports of node exits (common/node/exit_report.h,
+  // pstrain-scheduler --exits-file): a failure acted on at once. Empty: none
+  // (a job without `launch`: the heartbeat timeout finds failures).
+  std::string exits_file;
 };
 
 class Scheduler {
@@ -162,6 +173,9 @@ class Scheduler {
   void reply_store(const PeerId& to, const Header& request, const StoreEntry& entry);
   void expire_store_gets();
   void check_liveness();
+  // The launcher's new exit reports (scheduler/exit_reports.cc): a node
+  // still in the job whose process exited is declared failed now.
+  void take_exit_reports();
   void send_heartbeats();  // to every node still in the job, each heartbeat_interval_ms
   // A worker failed: drop it (on_worker_failure "continue") or fail the job.
   // `silent`: it stopped sending heartbeats (else it reported the failure).
@@ -199,6 +213,7 @@ class Scheduler {
   Barriers barriers_;
   KvStore store_;
   Liveness liveness_;
+  std::optional<AppendedLines> exits_;  // options_.exits_file, when given
   std::atomic<std::size_t> parked_gets_count_{0};  // store_.parked(), for other threads
 };
 

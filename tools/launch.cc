@@ -21,11 +21,15 @@
 // writes the resolved config to <run_dir>/config.toml, starts pstrain-scheduler, then the servers
 // and workers (each told the scheduler's actual endpoint), streams their
 // output (one "[  12.345 worker 1] " prefix per line, job clock) and into
-// <run_dir>/logs/, shows a live status line (steps, recent steps/s, loss,
-// ETA; redrawn in place on a terminal, else a plain line every
-// --status-interval-s), and stops them all if one fails or on Ctrl-C. When
-// all exit 0 it writes summary.json/summary.md and prints the summary. Run
-// directory format: docs/run_directory.md.
+// <run_dir>/logs/, shows a live status line (steps, epoch, recent steps/s,
+// loss, accuracy, ETA, dropped workers; redrawn in place on a terminal, else
+// a plain line every --status-interval-s; a last "done" line in every
+// ending: tools/launcher/status_line.h), tells the scheduler at once of a
+// node's exit the job goes on without (common/node/exit_report.h), and stops
+// them all if one fails or on Ctrl-C. When all exit 0 it writes
+// summary.json/summary.md and prints the summary; a run interrupted or failed
+// gets a partial one (its "partial_reason" says why). Run directory format:
+// docs/run_directory.md.
 //
 // Exit codes: 0 ok; 1 a process failed, a timeout, or the summary failed;
 // 3 config or usage error, or the run directory in use (nothing started);

@@ -1,15 +1,22 @@
 #include "common/node/node_cli.h"
 
+#include <pthread.h>
+#include <signal.h>
+
 #include <cerrno>
 #include <climits>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <thread>
 
 #include "common/base/endpoint_address.h"
 #include "common/checkpoint/checkpoint.h"
 #include "common/base/errors.h"
 #include "common/base/fatal_signal.h"
+#include "common/observe/trace.h"
 
 namespace pstrain {
 
@@ -149,6 +156,51 @@ int role_rank_from_launcher(int role_offset, int role_count, const char* role_na
   return rank;
 }
 
+namespace {
+
+sigset_t g_termination_signals;  // set once, before any thread (install_termination_watch)
+
+// A forked child has no signal thread: SIGTERM and SIGINT act in it as by default again.
+void unblock_termination_in_child() { pthread_sigmask(SIG_UNBLOCK, &g_termination_signals, nullptr); }
+
+// The signal thread: waits for SIGTERM or SIGINT, writes the trace parts,
+// then ends the process by that signal's default action.
+void await_termination(const std::string& program) {
+  int sig = 0;
+  while (sigwait(&g_termination_signals, &sig) != 0) {
+  }
+  for (const std::string& error : write_live_trace_files()) {
+    std::fprintf(stderr, "%s: SIG%s: trace not written: %s\n", program.c_str(), sigabbrev_np(sig), error.c_str());
+  }
+  std::fflush(nullptr);
+  std::signal(sig, SIG_DFL);
+  sigset_t one;
+  sigemptyset(&one);
+  sigaddset(&one, sig);
+  pthread_sigmask(SIG_UNBLOCK, &one, nullptr);
+  raise(sig);  // the default action ends the process, and its status names the signal
+  _exit(128 + sig);
+}
+
+}  // namespace
+
+void install_termination_watch(const char* program) {
+  static std::once_flag once;
+  std::call_once(once, [program] {
+    sigemptyset(&g_termination_signals);
+    for (const int sig : {SIGTERM, SIGINT}) {
+      struct sigaction current {};
+      sigaction(sig, nullptr, &current);
+      // Ignored (a shell's background job ignores SIGINT): it stays ignored.
+      if (current.sa_handler != SIG_IGN) sigaddset(&g_termination_signals, sig);
+    }
+    if (sigisemptyset(&g_termination_signals)) return;
+    pthread_sigmask(SIG_BLOCK, &g_termination_signals, nullptr);  // inherited by every thread made later
+    pthread_atfork(nullptr, nullptr, unblock_termination_in_child);
+    std::thread(await_termination, std::string(program)).detach();
+  });
+}
+
 int guarded_main(const char* program, const std::function<int()>& body) {
   // A peer that closes its connection while this node writes to it must be an
   // error on that write (EPIPE), handled by whoever wrote, never a signal that
@@ -157,6 +209,7 @@ int guarded_main(const char* program, const std::function<int()>& body) {
   // killed mid-step).
   std::signal(SIGPIPE, SIG_IGN);
   install_fatal_signal_report(program);  // a crash leaves its signal and a backtrace on stderr
+  install_termination_watch(program);    // SIGTERM, SIGINT: the trace is written first
   try {
     return body();
   } catch (const CLI::ParseError&) {

@@ -100,10 +100,21 @@ void check_world_size(int expected);
 // both are, with a port in 1..65535); empty when neither is.
 std::string scheduler_from_master_env();
 
+// SIGTERM and SIGINT end the process as before (their default action, so
+// its exit status still names the signal), but first every trace part
+// alive in it is written (common/observe/trace.h, write_live_trace_files):
+// an interrupted run keeps its timeline. Blocks both signals in the calling
+// thread, which every later thread inherits, and starts one thread that
+// waits for them: call it first thing in main, before any thread starts. A
+// signal ignored at the start stays ignored; a forked child gets both back
+// unblocked (no signal thread there). Once per process; guarded_main calls it.
+void install_termination_watch(const char* program);
+
 // Runs `body`, mapping exceptions to one clear line on stderr and an exit
 // code: 0 ok, 1 error, 2 job aborted by a peer's failure, 3 usage/config error.
 // SIGPIPE is ignored from then on: a write to a closed connection fails with
-// EPIPE instead of killing the process.
+// EPIPE instead of killing the process. Installs the fatal-signal report
+// (common/base/fatal_signal.h) and the termination watch (above).
 int guarded_main(const char* program, const std::function<int()>& body);
 
 }  // namespace pstrain

@@ -246,10 +246,49 @@ std::string TraceRecorder::write_noexcept(const std::filesystem::path& dir) cons
   }
 }
 
+namespace {
+
+// The TraceFileGuards alive in this process; the lock also keeps one guard's
+// writes (at a signal, at the end of its scope) from overlapping.
+struct LiveGuards {
+  std::mutex mutex;
+  std::vector<const TraceFileGuard*> guards;
+};
+
+LiveGuards& live_guards() {
+  static LiveGuards* guards = new LiveGuards;  // never destroyed: a signal may come during exit
+  return *guards;
+}
+
+}  // namespace
+
+TraceFileGuard::TraceFileGuard(const TraceRecorder& trace, std::filesystem::path dir)
+    : trace_(trace), dir_(std::move(dir)) {
+  LiveGuards& live = live_guards();
+  std::lock_guard lock(live.mutex);
+  live.guards.push_back(this);
+}
+
 TraceFileGuard::~TraceFileGuard() {
-  if (dir_.empty()) return;
-  const std::string error = trace_.write_noexcept(dir_);
+  LiveGuards& live = live_guards();
+  std::lock_guard lock(live.mutex);
+  std::erase(live.guards, this);
+  const std::string error = write_now();
   if (!error.empty()) std::fprintf(stderr, "trace: %s\n", error.c_str());
+}
+
+std::vector<std::string> write_live_trace_files() noexcept {
+  std::vector<std::string> errors;
+  try {
+    LiveGuards& live = live_guards();
+    std::lock_guard lock(live.mutex);
+    for (const TraceFileGuard* guard : live.guards) {
+      if (std::string error = guard->write_now(); !error.empty()) errors.push_back(std::move(error));
+    }
+  } catch (const std::exception& e) {
+    errors.emplace_back(e.what());
+  }
+  return errors;
 }
 
 std::filesystem::path trace_dir(const std::string& run_dir) {

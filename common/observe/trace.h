@@ -178,18 +178,30 @@ class TraceSpan {
 };
 
 // Writes the recorder's part file when it goes out of scope, also when an
-// exception unwinds the role's main (a failed job's timeline is kept).
+// exception unwinds the role's main (a failed job's timeline is kept), and
+// when the process is ended by SIGTERM or SIGINT: every live guard is in a
+// process-wide list that write_live_trace_files() writes (guarded_main's
+// signal thread calls it, common/node/node_cli.h). The two writes of one
+// guard never overlap (one lock); a part written at a signal is rewritten,
+// whole, if the scope still ends.
 class TraceFileGuard {
  public:
-  TraceFileGuard(const TraceRecorder& trace, std::filesystem::path dir) : trace_(trace), dir_(std::move(dir)) {}
+  TraceFileGuard(const TraceRecorder& trace, std::filesystem::path dir);
   ~TraceFileGuard();
   TraceFileGuard(const TraceFileGuard&) = delete;
   TraceFileGuard& operator=(const TraceFileGuard&) = delete;
+
+  // write_noexcept() of the part; "" when written (or the level is off).
+  std::string write_now() const noexcept { return dir_.empty() ? "" : trace_.write_noexcept(dir_); }
 
  private:
   const TraceRecorder& trace_;
   std::filesystem::path dir_;
 };
+
+// Writes the part of every TraceFileGuard alive now (a process ended by a
+// signal); returns the errors, one line each ("" parts written or off).
+std::vector<std::string> write_live_trace_files() noexcept;
 
 // RUN_DIR/trace, where each process writes its part ("" run dir: none).
 std::filesystem::path trace_dir(const std::string& run_dir);

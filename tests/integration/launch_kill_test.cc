@@ -29,7 +29,10 @@ TEST_CASE("killing worker 1 mid-run stops the run with a message naming it") {
   CHECK(exit->code == 1);
   CHECK(it::contains(output, " launch] worker 1 was killed by signal 9"));
   CHECK(it::contains(output, "run failed"));
-  CHECK_FALSE(it::fs::exists(run / "summary.json"));
+  // Only a partial summary (what ran until the failure), saying why it ended.
+  const std::string summary = it::read_file(run / "summary.json");
+  CHECK(it::contains(summary, "\"partial\": true"));
+  CHECK(it::contains(summary, "\"partial_reason\": \"failed: worker 1 was killed by signal 9"));
   // Stopped at once (SIGTERM to the rest), not after the scheduler's heartbeat timeout.
   CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(8));
   for (const auto& [name, pid] : pids) {

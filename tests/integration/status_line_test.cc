@@ -9,6 +9,7 @@
 
 #include "tests/integration/launch_test_util.h"
 #include "tools/launcher/line_prefix.h"
+#include "tools/launcher/live_status.h"
 #include "tools/launcher/metrics_tail.h"
 #include "tools/launcher/status_line.h"
 
@@ -201,4 +202,151 @@ TEST_CASE("echo: a line with the node's own logger prefix keeps it, any other li
   CHECK(echo_line("pstrain-worker: error: out of memory", "worker 1", 2.5) ==
         "[   2.500 worker 1] pstrain-worker: error: out of memory");
   CHECK(echo_line("", "worker 1", 2.5) == "[   2.500 worker 1] ");
+}
+
+TEST_CASE("status: a dropped or restarting worker is shown as such and no longer holds the headline back") {
+  StatusSnapshot s = two_workers(false);
+  s.workers.push_back(worker(2, 120, 1000, 0.0, 2.0));  // stopped at step 120 when it was lost
+  s.workers[2].state = WorkerStatus::State::kDropped;
+  CHECK(render_plain(s) == "[  12.345 status] step 340/1000 34% | 28.0 steps/s | loss 0.4100 | ETA 24s | "
+                           "w0 342 28.1/s | w1 340 28.0/s | w2 dropped");
+  s.workers[2].state = WorkerStatus::State::kRestarting;
+  CHECK(it::contains(render_plain(s), "step 340/1000 34% | 28.0 steps/s | loss 0.4100 | ETA 24s |"));
+  CHECK(it::contains(render_plain(s), "| w2 restarting"));
+  // The live ones finished: the job is done, whatever the dropped one's step.
+  s.workers[2].state = WorkerStatus::State::kDropped;
+  for (int w = 0; w < 2; ++w) {
+    s.workers[w].finished = true;
+    s.workers[w].steps_done = 1000;
+  }
+  CHECK(render_plain(s) == "[  12.345 status] done: 1000 steps | loss 0.4100 | w0 done | w1 done | w2 dropped");
+  CHECK(eta_s(s).value() == 0.0);
+}
+
+TEST_CASE("status: every ending has a done line, saying how it ended") {
+  StatusSnapshot s = two_workers(false);
+  s.ending = "interrupted";
+  CHECK(render_plain(s) == "[  12.345 status] done (interrupted): step 340/1000 34% | loss 0.4100 | w0 342 28.1/s | "
+                           "w1 340 28.0/s");
+  s.ending = "failed";
+  CHECK(it::contains(render_plain(s), "] done (failed): step 340/1000 34% | loss 0.4100 |"));
+  s.workers = {worker(0, 0, -1, std::nullopt)};
+  s.phase = "registering 2/2 servers 0/1 workers";
+  CHECK(render_plain(s) == "[  12.345 status] done (failed): step 0 | w0 0");
+  s.ending = "";
+  s.workers[0].finished = true;
+  s.workers[0].steps_done = 50;
+  CHECK(render_plain(s) == "[  12.345 status] done: 50 steps | w0 done");
+}
+
+TEST_CASE("status: the phase before the first step, evaluating after the last, epoch, accuracy and checkpoint") {
+  StatusSnapshot s;
+  s.elapsed_s = 1.5;
+  s.workers = {worker(0, 0, -1, std::nullopt), worker(1, 0, -1, std::nullopt)};
+  s.phase = "registering 2/2 servers 1/2 workers";
+  CHECK(render_plain(s) == "[   1.500 status] registering 2/2 servers 1/2 workers | - steps/s | ETA - | w0 0 | w1 0");
+  s.workers = {worker(0, 64, 96, 10.0, 0.25), worker(1, 60, 96, 10.0, 0.35)};
+  s.workers[1].epoch = 1;
+  s.workers[1].epochs = 3;
+  s.workers[0].test_accuracy = 0.96875;
+  s.checkpoint_step = 40;
+  CHECK(render_plain(s) == "[   1.500 status] step 60/96 62% | epoch 2/3 | 10.0 steps/s | loss 0.3000 | acc 96.88% | "
+                           "ETA 4s | checkpoint step 40 | w0 64 10.0/s | w1 60 10.0/s");
+  s.workers[0].steps_done = 96;
+  s.workers[1].steps_done = 96;
+  s.workers[0].epoch = 2;  // equal steps: the lowest rank is the slowest
+  s.workers[0].epochs = 3;
+  CHECK(it::contains(render_plain(s), "] step 96/96 100% evaluating | epoch 3/3 |"));
+}
+
+TEST_CASE("status: the loss is a moving average of the last steps' losses, not a long window's mean") {
+  WorkerProgress p(0, 10.0);
+  p.add_line("{\"type\":\"plan\",\"time_s\":0,\"total_steps\":100,\"steps_per_epoch\":50,\"epochs\":2}", 0.0);
+  for (int i = 0; i < 40; ++i) p.add_line(step_json(0.1 * (i + 1), i, "2.5"), 0.1 * (i + 1));
+  for (int i = 40; i < 60; ++i) p.add_line(step_json(0.1 * (i + 1), i, "0.03"), 0.1 * (i + 1));
+  const WorkerStatus s = p.status(6.0);
+  // 20 steps at 0.03 after 40 at 2.5: the EMA (weight 0.2) is within 2.47 * 0.8^20 = 0.029 of 0.03;
+  // the 10 s window's mean was 1.68.
+  CHECK(s.loss.value() == doctest::Approx(0.03 + 2.47 * std::pow(0.8, 20)));
+  CHECK(s.loss.value() < 0.07);
+  CHECK(s.epochs == 2);
+  CHECK(s.epoch == -1);  // no step record said its epoch
+  p.add_line("{\"type\":\"step\",\"time_s\":6.05,\"step\":60,\"epoch\":1,\"loss\":0.03}", 6.05);
+  CHECK(p.status(6.1).epoch == 1);
+  p.add_line("{\"type\":\"eval\",\"time_s\":6.1,\"step\":59,\"epoch\":0,\"test_loss\":0.1,\"test_accuracy\":0.9}", 6.1);
+  CHECK(p.status(6.2).test_accuracy.value() == doctest::Approx(0.9));
+}
+
+TEST_CASE("status: on resume the earlier lines give the plan only, and progress starts at the resume point") {
+  it::TempDir dir;
+  const auto file = dir.path() / "metrics" / "worker-0.jsonl";
+  it::fs::create_directories(file.parent_path());
+  std::string before = "{\"type\":\"plan\",\"time_s\":0,\"total_steps\":100,\"steps_per_epoch\":50,\"epochs\":2}\n";
+  for (int i = 0; i < 70; ++i) before += step_json(0.1 * (i + 1), i, "1.0") + "\n";  // killed at step 69
+  append(file, before);
+  std::FILE* out = std::tmpfile();
+  REQUIRE(out != nullptr);
+  LiveStatusOptions o;
+  o.run_dir = dir.path();
+  o.num_workers = 1;
+  o.out = out;
+  o.interval_s = 1000;
+  o.redraw_s = 0;  // every tick reads the files
+  o.resume = true;
+  LiveStatus status(o);
+  status.tick();
+  WorkerStatus w = status.snapshot().workers.at(0);
+  CHECK(w.steps_done == 0);  // none of the interrupted run's progress
+  CHECK(w.total_steps == 100);
+  CHECK_FALSE(w.steps_per_s.has_value());
+  append(file, "{\"type\":\"resume\",\"time_s\":7.5,\"step\":40}\n");
+  status.tick();
+  CHECK(status.snapshot().workers.at(0).steps_done == 40);  // the checkpoint's step
+  append(file, step_json(7.6, 40, "0.5") + "\n");
+  status.tick();
+  w = status.snapshot().workers.at(0);
+  CHECK(w.steps_done == 41);
+  CHECK(w.loss.value() == doctest::Approx(0.5));
+  std::fclose(out);
+}
+
+TEST_CASE("status: the scheduler's registration lines give the phase; a server's checkpoint line the step") {
+  it::TempDir dir;
+  std::FILE* out = std::tmpfile();
+  REQUIRE(out != nullptr);
+  LiveStatusOptions o;
+  o.run_dir = dir.path();
+  o.num_workers = 2;
+  o.out = out;
+  o.interval_s = 1000;
+  o.redraw_s = 0;  // every tick reads the files
+  LiveStatus status(o);
+  status.node_line("scheduler", "[   0.210 scheduler] registered server from h (pid 7); registered 1/2 servers and "
+                                "0/2 workers");
+  CHECK(status.snapshot().phase == "registering 1/2 servers 0/2 workers");
+  status.node_line("worker 0", "[   0.300 worker 0] registered 9/9 servers and 9/9 workers");  // not the scheduler's
+  CHECK(status.snapshot().phase == "registering 1/2 servers 0/2 workers");
+  status.node_line("scheduler", "[   0.500 scheduler] rendezvous complete: 4 tensors, 100 parameters");
+  CHECK(status.snapshot().phase.empty());
+  status.node_line("server 1", "[   3.000 server 1] checkpoint step-00000040: wrote server-1.part (3 chunks, 0.1 MB "
+                               "of state) in 1.0 ms");
+  CHECK(status.snapshot().checkpoint_step.value() == 40);
+  status.node_line("server 0", "[   3.100 server 0] checkpoint step-00000020: wrote server-0.part");  // older
+  CHECK(status.snapshot().checkpoint_step.value() == 40);
+  status.set_worker_state(1, WorkerStatus::State::kRestarting);
+  CHECK(status.snapshot().workers.at(1).state == WorkerStatus::State::kRestarting);
+  it::fs::create_directories(dir.path() / "metrics");
+  append(dir.path() / "metrics" / "worker-1.jsonl", "{\"type\":\"rejoin\",\"time_s\":4.0,\"step\":40}\n");
+  status.tick();
+  CHECK(status.snapshot().workers.at(1).state == WorkerStatus::State::kLive);  // its new process rejoined
+  status.set_worker_state(0, WorkerStatus::State::kDropped);
+  CHECK(status.snapshot().workers.at(0).state == WorkerStatus::State::kDropped);
+  status.finish("interrupted");
+  std::rewind(out);
+  char buf[512] = {};
+  const std::size_t n = std::fread(buf, 1, sizeof(buf) - 1, out);
+  const std::string written(buf, n);
+  CHECK(it::contains(written, " status] done (interrupted): "));
+  CHECK(it::contains(written, "| w0 dropped | w1 "));
+  std::fclose(out);
 }

@@ -170,7 +170,9 @@ TEST_CASE("read_run_metrics needs every worker's end record and every server's f
   report_test::write_file(worker_metrics_path(dir.path(), 0), report_test::end_line(1, 1, 32));
   report_test::write_file(worker_metrics_path(dir.path(), 1), report_test::step_line(0, 0.1, 2.0));
   CHECK_THROWS_WITH_AS(read_run_metrics(dir.path(), 2, 0),
-                       (worker_metrics_path(dir.path(), 1).string() + ": no \"end\" record (did worker 1 finish?)").c_str(),
+                       (worker_metrics_path(dir.path(), 1).string() +
+                        ": no \"end\" record (did worker 1 finish? pstrain-summary --partial summarizes a run that did "
+                        "not)").c_str(),
                        DataError);
   report_test::write_file(worker_metrics_path(dir.path(), 1), report_test::end_line(2, 1, 32));
   CHECK_THROWS_WITH_AS(read_run_metrics(dir.path(), 2, 1),

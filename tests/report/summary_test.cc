@@ -172,11 +172,11 @@ TEST_CASE("summary.json holds every documented key and reads back") {
                           "time_to_accuracy", "global_images_per_s", "per_worker", "staleness", "ssp",
                           "dropped_workers", "restarts", "resumed_from", "partial_updates", "server_restarts",
                           "skipped_steps",
-                          "resources", "warnings"}) {
+                          "resources", "partial", "partial_reason", "warnings"}) {
     CAPTURE(key);
     CHECK(j.find(key) != nullptr);
   }
-  CHECK(j.keys().size() == 20);
+  CHECK(j.keys().size() == 22);
   CHECK(j.find("ssp")->is_null());
   CHECK(j.find("mode")->as_string("mode") == "async");
   CHECK(j.find("final_test_accuracy")->as_number("a") == doctest::Approx(0.84));
@@ -184,7 +184,7 @@ TEST_CASE("summary.json holds every documented key and reads back") {
   CHECK(j.find("time_to_accuracy")->find("0.90")->is_null());
   const JsonValue& w1 = j.find("per_worker")->items().at(1);
   for (const char* key : {"rank", "time_s", "images", "compute_s", "pull_s", "push_s", "blocked_s", "images_per_s",
-                          "skipped_steps"}) {
+                          "skipped_steps", "steps_done"}) {
     CAPTURE(key);
     CHECK(w1.find(key) != nullptr);
   }

@@ -49,6 +49,8 @@ struct LaunchPlan {
   std::filesystem::path endpoint_file() const { return run_dir / "scheduler.endpoint"; }
   // The nodes the scheduler declared failed (tools/launcher/fencing.h).
   std::filesystem::path failures_file() const { return run_dir / "failures.jsonl"; }
+  // Node exits the launcher tells the scheduler of (common/node/exit_report.h).
+  std::filesystem::path exits_file() const { return run_dir / "exits.txt"; }
 };
 
 // Loads and checks the config (ConfigError "FILE:LINE: key 'a.b': ...", or

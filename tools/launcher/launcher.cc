@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <functional>
 #include <optional>
 #include <string>
@@ -22,6 +23,7 @@
 #include "tools/launcher/metrics_tail.h"
 #include "tools/launcher/restart_policy.h"
 #include "tools/launcher/run_dir.h"
+#include "tools/launcher/run_end.h"
 #include "tools/launcher/supervisor.h"
 #include "tools/report/summary.h"
 #include "tools/report/text_file.h"
@@ -49,6 +51,12 @@ void say(const JobClock& clock, const std::string& message) {
 constexpr const char* kEnclosingJobEnv[] = {"RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK",
                                             "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID",
                                             "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID"};
+
+// "SIGINT"
+std::string sigabbrev(int signal) {
+  const char* name = sigabbrev_np(signal);
+  return name != nullptr ? std::string("SIG") + name : "signal " + std::to_string(signal);
+}
 
 // "1.5 s", "30 s"
 std::string seconds_text(double seconds) {
@@ -97,7 +105,11 @@ class Launch {
         job_clock_(clock),
         status_(status_options(options_, plan_, job_clock_)),
         supervisor_(SupervisorOptions{plan_.run_dir / "logs", !options.quiet, stdout, 5, job_clock_,
-                                      [this] { status_.hide(); }, !plan_.resume_dir.empty()},
+                                      [this] { status_.hide(); },
+                                      [this](const std::string& node, std::string_view line) {
+                                        status_.node_line(node, line);
+                                      },
+                                      !plan_.resume_dir.empty()},
                     signals),
         start_(Clock::now()),
         failures_(plan_.failures_file()) {
@@ -106,12 +118,17 @@ class Launch {
     setenv(kJobStartEnv, std::to_string(job_clock_.origin_unix_us()).c_str(), 1);
     for (const char* name : kEnclosingJobEnv) unsetenv(name);
     setenv(kLauncherEnv, std::to_string(getpid()).c_str(), 1);  // it writes config.toml, not the scheduler
+    std::ofstream(plan_.exits_file(), std::ios::trunc);  // this launch's node exits, for its scheduler
   }
 
-  // The job, then its timeline (also after a failure: it shows where it stopped).
+  // The job, then its timeline (also after a failure: it shows where it
+  // stopped) and, when it ended early, the summary of what ran.
   int run() {
     const int code = run_job();
     merge_timeline();
+    if (!ending_.empty()) {
+      if (const std::string line = write_partial_summary(plan_.run_dir, ending_); !line.empty()) say(line);
+    }
     return code;
   }
 
@@ -156,6 +173,7 @@ class Launch {
     s.terminal = isatty(STDOUT_FILENO) != 0;
     s.interval_s = o.status_interval_s;
     s.clock = clock;
+    s.resume = !plan.resume_dir.empty();
     return s;
   }
 
@@ -188,6 +206,11 @@ class Launch {
     for (const std::string& line : failures_.read_lines()) {
       std::string error;
       if (std::optional<DeclaredFailure> failure = parse_declared_failure(line, error)) {
+        const std::optional<int> rank = worker_rank_of(failure->node);
+        if (rank && failure->silent) {  // one that exited is shown when its exit is reaped
+          const bool restart = failure_policy(plan_.config, failure->node) == WorkerFailurePolicy::kRestart;
+          status_.set_worker_state(*rank, restart ? WorkerStatus::State::kRestarting : WorkerStatus::State::kDropped);
+        }
         unfenced_.push_back(std::move(*failure));
       } else {
         say("ignored a line of " + plan_.failures_file().string() + ": " + error);
@@ -278,6 +301,7 @@ class Launch {
     if (policy == WorkerFailurePolicy::kRestart) {
       if (const std::optional<int> take = restarts_.take(n.spec.name)) {
         supervisor_.tolerate(outcome.node);
+        tell_scheduler_of_exit(n, WorkerStatus::State::kRestarting);
         say(restart_line(n.spec.name, describe_exit(*n.status), *take, restarts_.max()));
         start(rejoin_spec(plan_, endpoint_, n.spec.name));
         return true;
@@ -286,6 +310,7 @@ class Launch {
     if (!drops_failed_workers(policy)) return false;
     if (n.spec.name.rfind("worker ", 0) != 0) return false;
     supervisor_.tolerate(outcome.node);
+    tell_scheduler_of_exit(n, WorkerStatus::State::kDropped);
     say(n.spec.name + " " + describe_exit(*n.status) +
         (policy == WorkerFailurePolicy::kRestart ? ": restarted " + std::to_string(restarts_.used(n.spec.name)) +
                                    " times already (cluster.max_restarts = " + std::to_string(restarts_.max()) +
@@ -297,6 +322,16 @@ class Launch {
       for (const std::string& line : n.stderr_tail) say("  " + line);
     }
     return true;
+  }
+
+  // A node's failure the job goes on without: the scheduler is told now (not
+  // after its heartbeat timeout; a node over ssh is left to it: its exit may
+  // be the link's), and the status line shows the worker as `state`.
+  void tell_scheduler_of_exit(const NodeState& n, WorkerStatus::State state) {
+    if (const std::optional<int> rank = worker_rank_of(n.spec.name)) status_.set_worker_state(*rank, state);
+    if (n.spec.stdin_pipe) return;
+    const std::string error = report_exit(plan_.exits_file(), n.spec.name, n.pid, describe_exit(*n.status));
+    if (!error.empty()) say("could not tell the scheduler of " + n.spec.name + "'s exit: " + error);
   }
 
   // Whether every node still running is one the scheduler declared failed
@@ -327,7 +362,11 @@ class Launch {
   }
 
   int abort_run(const Supervisor::Outcome& outcome, bool starting) {
-    status_.finish();
+    if (outcome.event == Supervisor::Event::kSignal) {
+      ending_ = std::string("interrupted by signal ") + std::to_string(outcome.signal) + " (" +
+                sigabbrev(outcome.signal) + ")";
+    }
+    status_.finish(outcome.event == Supervisor::Event::kSignal ? "interrupted" : "failed");
     switch (outcome.event) {
       case Supervisor::Event::kSignal:
         say(std::string("got signal ") + std::to_string(outcome.signal) + " (" + strsignal(outcome.signal) +
@@ -338,6 +377,7 @@ class Launch {
         if (starting) {
           say("the scheduler did not write its endpoint to " + plan_.endpoint_file().string() + " in time");
         } else {
+          ending_ = "failed: did not finish within --timeout-s " + seconds_text(*options_.timeout_s);
           say("the run did not finish within --timeout-s " + seconds_text(*options_.timeout_s) +
               "; still running: " + running_names());
         }
@@ -355,7 +395,8 @@ class Launch {
   }
 
   int fail_after_stop() {
-    status_.finish();
+    status_.finish("failed");
+    if (ending_.empty()) ending_ = "failed";
     supervisor_.stop_all(to_ms(options_.grace_s));
     say("run failed; logs in " + (plan_.run_dir / "logs").string());
     return kExitFailed;
@@ -387,6 +428,7 @@ class Launch {
       }
     }
     say(cause->spec.name + " " + describe_exit(*cause->status));
+    ending_ = "failed: " + cause->spec.name + " " + describe_exit(*cause->status);
     if (!cause->stderr_tail.empty()) say("last lines of " + cause->spec.name + "'s stderr:");
     for (const std::string& line : cause->stderr_tail) say("  " + line);
     for (const NodeState& n : nodes) {
@@ -420,7 +462,7 @@ class Launch {
   }
 
   int summarize() {
-    status_.finish();
+    status_.finish("");
     try {
       const report::RunSummary s = report::write_run_summary(plan_.run_dir);
       std::fflush(stderr);
@@ -449,6 +491,9 @@ class Launch {
   // The job is over and only nodes declared failed are left (after
   // --shutdown-timeout-s): fence those over ssh too.
   bool job_ended_ = false;
+  // How a run that ended early ended ("interrupted by signal 2 (SIGINT)",
+  // "failed: ..."): its partial summary's reason; empty: it finished.
+  std::string ending_;
 };
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <sys/ioctl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 
 #include "tools/report/metrics.h"
@@ -13,7 +14,12 @@ LiveStatus::LiveStatus(LiveStatusOptions options) : options_(std::move(options))
   for (int w = 0; w < options_.num_workers; ++w) {
     tails_.emplace_back(report::worker_metrics_path(options_.run_dir, w));
     workers_.emplace_back(w, options_.window_s);
+    if (options_.resume) {
+      for (const std::string& line : tails_.back().read_lines()) workers_.back().add_history_line(line);
+    }
   }
+  states_.assign(workers_.size(), WorkerStatus::State::kLive);
+  rejoins_at_restart_.assign(workers_.size(), 0);
   next_line_s_ = options_.clock.now_s() + options_.interval_s;
 }
 
@@ -28,8 +34,49 @@ StatusSnapshot LiveStatus::snapshot() const {
   StatusSnapshot s;
   s.elapsed_s = options_.clock.now_s();
   s.async = options_.async;
-  for (const WorkerProgress& w : workers_) s.workers.push_back(w.status(s.elapsed_s));
+  for (std::size_t w = 0; w < workers_.size(); ++w) {
+    s.workers.push_back(workers_[w].status(s.elapsed_s));
+    s.workers.back().state = states_[w];
+    if (states_[w] == WorkerStatus::State::kRestarting && workers_[w].rejoins() > rejoins_at_restart_[w]) {
+      s.workers.back().state = WorkerStatus::State::kLive;  // its new process rejoined
+    }
+  }
+  s.phase = phase_;
+  s.checkpoint_step = checkpoint_step_;
+  s.ending = ending_;
   return s;
+}
+
+void LiveStatus::set_worker_state(int rank, WorkerStatus::State state) {
+  if (rank < 0 || static_cast<std::size_t>(rank) >= states_.size()) return;
+  poll();  // a "rejoin" record already written belongs to an earlier restart
+  states_[static_cast<std::size_t>(rank)] = state;
+  rejoins_at_restart_[static_cast<std::size_t>(rank)] = workers_[static_cast<std::size_t>(rank)].rejoins();
+}
+
+void LiveStatus::node_line(const std::string& node, std::string_view line) {
+  if (node == "scheduler") {
+    static constexpr std::string_view kRoster = "; registered ";  // "...; registered 2/2 servers and 1/2 workers"
+    if (const auto at = line.find(kRoster); at != std::string_view::npos) {
+      std::string roster(line.substr(at + kRoster.size()));
+      if (const auto and_at = roster.find(" servers and "); and_at != std::string::npos) {
+        roster.replace(and_at, 13, " servers ");
+      }
+      phase_ = "registering " + roster;
+    } else if (line.find("rendezvous complete") != std::string_view::npos) {
+      phase_.clear();
+    }
+    return;
+  }
+  static constexpr std::string_view kCheckpoint = "checkpoint step-";  // "checkpoint step-00000040: wrote ..."
+  const auto at = line.find(kCheckpoint);
+  if (at == std::string_view::npos || line.find(": wrote", at) == std::string_view::npos) return;
+  std::int64_t step = 0;
+  std::size_t digits = 0;
+  for (std::size_t i = at + kCheckpoint.size(); i < line.size() && line[i] >= '0' && line[i] <= '9'; ++i, ++digits) {
+    step = step * 10 + (line[i] - '0');
+  }
+  if (digits > 0 && digits < 18) checkpoint_step_ = std::max(checkpoint_step_.value_or(0), step);
 }
 
 std::size_t LiveStatus::width() const {
@@ -79,11 +126,12 @@ void LiveStatus::hide() {
   drawn_ = false;
 }
 
-void LiveStatus::finish() {
+void LiveStatus::finish(const std::string& ending) {
   if (!enabled() || finished_) return;
   hide();
   poll();
   finished_ = true;
+  ending_ = ending;
   const StatusSnapshot s = snapshot();
   write((options_.terminal ? render_terminal(s, width()) : render_plain(s)) + "\n");
 }

@@ -7,11 +7,19 @@
 //  - otherwise: a plain line every interval_s seconds, and one at finish().
 // Driven by the launcher's poll loop (tick() after every wake-up); it never
 // blocks. Single-threaded.
+// Besides the metrics it learns from the launcher what only the launcher
+// knows (set_worker_state: a worker dropped or restarting) and reads the
+// nodes' output lines (node_line): the scheduler's "registered 2/2 servers
+// and 1/2 workers" (the phase until the first step) and a checkpoint's
+// "checkpoint step-N: wrote" lines. With `resume`, the metrics files' lines
+// written before this launch give only the plan: no stale progress.
 #pragma once
 
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/base/job_clock.h"
@@ -29,6 +37,7 @@ struct LiveStatusOptions {
   double redraw_s = 0.5;     // terminal: how often
   double window_s = 10;      // the recent window of the rates
   JobClock clock = JobClock::from_environment();
+  bool resume = false;       // launch --resume: the files' earlier lines are the interrupted run's
 };
 
 class LiveStatus {
@@ -40,8 +49,14 @@ class LiveStatus {
   void tick();
   // Terminal: erases the drawn line (call before writing anything else).
   void hide();
-  // The last state: a normal line on the terminal, a last plain line otherwise. Once.
-  void finish();
+  // The last state: a normal line on the terminal, a last plain line
+  // otherwise, saying "done" and, unless `ending` is empty, how it ended
+  // ("interrupted", "failed"). Once.
+  void finish(const std::string& ending = "");
+  // Worker `rank` was dropped, or is restarting (until its "rejoin" record).
+  void set_worker_state(int rank, WorkerStatus::State state);
+  // A line node `node` ("scheduler", "server 0") wrote.
+  void node_line(const std::string& node, std::string_view line);
 
   StatusSnapshot snapshot() const;
 
@@ -53,6 +68,11 @@ class LiveStatus {
   LiveStatusOptions options_;
   std::vector<MetricsTail> tails_;
   std::vector<WorkerProgress> workers_;
+  std::vector<WorkerStatus::State> states_;
+  std::vector<int> rejoins_at_restart_;  // rejoin records read when it began restarting
+  std::string phase_;
+  std::optional<std::int64_t> checkpoint_step_;
+  std::optional<std::string> ending_;
   double next_poll_s_ = 0;
   double next_line_s_ = 0;
   bool drawn_ = false;

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <exception>
@@ -64,6 +65,18 @@ std::vector<std::string> MetricsTail::read_lines() {
   return lines;
 }
 
+void WorkerProgress::add_history_line(std::string_view line) {
+  try {
+    const report::JsonValue record = report::parse_json(line, "metrics");
+    const report::JsonValue* type = record.find("type");
+    if (type == nullptr || type->as_string("type") != "plan") return;
+    total_steps_ = integer(record, "total_steps");
+    epochs_ = integer(record, "epochs");
+  } catch (const std::exception&) {
+    ++bad_lines_;
+  }
+}
+
 void WorkerProgress::add_line(std::string_view line, double read_s) {
   if (line.empty()) return;
   try {
@@ -73,14 +86,24 @@ void WorkerProgress::add_line(std::string_view line, double read_s) {
     const std::string& kind = type->as_string("type");
     if (kind == "plan") {
       total_steps_ = integer(record, "total_steps");
+      epochs_ = integer(record, "epochs");
     } else if (kind == "step") {
       const double time_s = number_or_nan(record, "time_s");
       if (!std::isfinite(time_s)) throw std::runtime_error("no time");
-      window_.add(time_s, integer(record, "step") + 1, number_or_nan(record, "loss"),
-                  number_or_nan(record, "staleness"));
+      const double loss = number_or_nan(record, "loss");
+      window_.add(time_s, integer(record, "step") + 1, loss, number_or_nan(record, "staleness"));
+      if (const report::JsonValue* epoch = record.find("epoch")) epoch_ = epoch->as_integer("epoch");
+      if (std::isfinite(loss)) loss_ema_ = loss_ema_ ? *loss_ema_ + kLossWeight * (loss - *loss_ema_) : loss;
       const double offset = read_s - time_s;
       if (!have_offset_ || offset < offset_s_) offset_s_ = offset;
       have_offset_ = true;
+    } else if (kind == "eval") {
+      const double accuracy = number_or_nan(record, "test_accuracy");
+      if (std::isfinite(accuracy)) test_accuracy_ = accuracy;
+    } else if (kind == "rejoin") {
+      ++rejoins_;
+    } else if (kind == "resume") {
+      resumed_steps_ = integer(record, "step");
     } else if (kind == "end") {
       end_steps_ = integer(record, "steps");
     }
@@ -93,12 +116,15 @@ WorkerStatus WorkerProgress::status(double now_s) const {
   WorkerStatus s;
   s.rank = rank_;
   s.total_steps = total_steps_;
-  s.steps_done = end_steps_ >= 0 ? end_steps_ : window_.steps_done();
+  s.steps_done = end_steps_ >= 0 ? end_steps_ : std::max(window_.steps_done(), resumed_steps_);
   s.finished = end_steps_ >= 0;
+  s.epoch = epoch_;
+  s.epochs = epochs_;
+  s.test_accuracy = test_accuracy_;
   const double now_w = now_s - offset_s_;  // now on the worker's clock
   if (have_offset_) {
     s.steps_per_s = window_.rate(now_w);
-    s.loss = window_.mean_loss(now_w);
+    s.loss = loss_ema_;
     s.staleness = window_.mean_staleness(now_w);
   }
   return s;

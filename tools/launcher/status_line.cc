@@ -15,44 +15,73 @@ std::string fixed(double x, int decimals) {
   return buf;
 }
 
+bool live(const WorkerStatus& w) { return w.state == WorkerStatus::State::kLive; }
+
+// What the head is made of: the live workers (all, if none is live).
+struct HeadFacts {
+  const WorkerStatus* slowest = nullptr;
+  std::int64_t total = -1;
+  double loss_sum = 0, stale_sum = 0;
+  int losses = 0, stales = 0, done = 0, counted = 0;
+  std::optional<double> min_rate;
+  std::optional<double> accuracy;  // the lowest rank's that has one
+};
+
+HeadFacts head_facts(const StatusSnapshot& s) {
+  bool any_live = false;
+  for (const WorkerStatus& w : s.workers) any_live = any_live || live(w);
+  HeadFacts f;
+  for (const WorkerStatus& w : s.workers) {
+    if (!f.accuracy && w.test_accuracy) f.accuracy = w.test_accuracy;
+    if (any_live && !live(w)) continue;
+    ++f.counted;
+    if (f.slowest == nullptr || w.steps_done < f.slowest->steps_done) f.slowest = &w;
+    f.total = std::max(f.total, w.total_steps);
+    if (w.loss) f.loss_sum += *w.loss, ++f.losses;
+    if (w.staleness) f.stale_sum += *w.staleness, ++f.stales;
+    if (w.finished) ++f.done;
+    if (!w.finished && w.steps_per_s) f.min_rate = std::min(f.min_rate.value_or(*w.steps_per_s), *w.steps_per_s);
+  }
+  return f;
+}
+
+// "step 340/1000 34%" (+ " evaluating"), "done: 1000 steps", the phase or "starting".
+std::string progress_text(const StatusSnapshot& s, const HeadFacts& f) {
+  const WorkerStatus& slowest = *f.slowest;
+  if (f.done == f.counted) return "done: " + std::to_string(slowest.steps_done) + " steps";
+  if (f.total < 0 && slowest.steps_done == 0) {
+    if (s.ending) return "step 0";
+    return s.phase.empty() ? "starting" : s.phase;
+  }
+  std::string out = "step " + std::to_string(slowest.steps_done);
+  if (f.total > 0) {
+    out.append("/").append(std::to_string(f.total)).append(" ");
+    out.append(fixed(100.0 * static_cast<double>(slowest.steps_done) / static_cast<double>(f.total), 0)).append("%");
+  }
+  if (!s.ending && f.total > 0 && slowest.steps_done >= f.total) out += " evaluating";
+  if (slowest.epoch >= 0 && slowest.epochs > 0) {
+    out += " | epoch " + std::to_string(slowest.epoch + 1) + "/" + std::to_string(slowest.epochs);
+  }
+  return out;
+}
+
 // The head: everything but the per-worker parts.
 std::string head_text(const StatusSnapshot& s) {
   if (s.workers.empty()) return "no workers";
-  const auto slowest = std::min_element(s.workers.begin(), s.workers.end(), [](const auto& a, const auto& b) {
-    return a.steps_done < b.steps_done;
-  });
-  std::int64_t total = -1;
-  double loss_sum = 0, stale_sum = 0;
-  int losses = 0, stales = 0, done = 0;
-  std::optional<double> min_rate;
-  for (const WorkerStatus& w : s.workers) {
-    total = std::max(total, w.total_steps);
-    if (w.loss) loss_sum += *w.loss, ++losses;
-    if (w.staleness) stale_sum += *w.staleness, ++stales;
-    if (w.finished) ++done;
-    if (!w.finished && w.steps_per_s) min_rate = std::min(min_rate.value_or(*w.steps_per_s), *w.steps_per_s);
-  }
+  const HeadFacts f = head_facts(s);
+  const bool running = !s.ending && f.done < f.counted;
   std::string out;
-  if (done == static_cast<int>(s.workers.size())) {
-    out = "done: " + std::to_string(slowest->steps_done) + " steps";
-  } else if (total < 0 && slowest->steps_done == 0) {
-    out = "starting";
-  } else {
-    out = "step " + std::to_string(slowest->steps_done);
-    if (total > 0) {
-      out += "/" + std::to_string(total) + " " +
-             fixed(100.0 * static_cast<double>(slowest->steps_done) / static_cast<double>(total), 0) + "%";
-    }
-  }
-  if (done < static_cast<int>(s.workers.size())) {
-    out += " | " + (min_rate ? fixed(*min_rate, 1) : std::string("-")) + " steps/s";
-  }
-  if (losses > 0) out += " | loss " + fixed(loss_sum / losses, 4);
-  if (done < static_cast<int>(s.workers.size())) {
+  if (s.ending && !s.ending->empty()) out = "done (" + *s.ending + "): ";
+  out += progress_text(s, f);
+  if (running) out += " | " + (f.min_rate ? fixed(*f.min_rate, 1) : std::string("-")) + " steps/s";
+  if (f.losses > 0) out += " | loss " + fixed(f.loss_sum / f.losses, 4);
+  if (f.accuracy) out += " | acc " + fixed(100.0 * *f.accuracy, 2) + "%";
+  if (running) {
     const auto eta = eta_s(s);
     out += " | ETA " + (eta ? duration_text(*eta) : std::string("-"));
   }
-  if (s.async && stales > 0) out += " | staleness " + fixed(stale_sum / stales, 2);
+  if (s.async && f.stales > 0) out += " | staleness " + fixed(f.stale_sum / f.stales, 2);
+  if (s.checkpoint_step) out += " | checkpoint step " + std::to_string(*s.checkpoint_step);
   return out;
 }
 
@@ -60,6 +89,8 @@ std::string worker_text(const WorkerStatus& w) {
   std::string out = "w";
   out += std::to_string(w.rank);
   out += ' ';
+  if (w.state == WorkerStatus::State::kDropped) return out.append("dropped");
+  if (w.state == WorkerStatus::State::kRestarting) return out.append("restarting");
   if (w.finished) return out.append("done");
   out += std::to_string(w.steps_done);
   if (w.steps_per_s) out.append(" ").append(fixed(*w.steps_per_s, 1)).append("/s");
@@ -71,7 +102,7 @@ std::string worker_text(const WorkerStatus& w) {
 std::optional<double> eta_s(const StatusSnapshot& s) {
   double longest = 0;
   for (const WorkerStatus& w : s.workers) {
-    if (w.finished) continue;
+    if (w.finished || !live(w)) continue;
     if (w.total_steps < 0 || !w.steps_per_s || *w.steps_per_s <= 0) return std::nullopt;
     const auto left = static_cast<double>(std::max<std::int64_t>(w.total_steps - w.steps_done, 0));
     longest = std::max(longest, left / *w.steps_per_s);

@@ -2,14 +2,29 @@
 // workers' progress) and how it is drawn, as pure functions so they can be
 // tested without a terminal.
 //
-//   [  12.345 status] step 340/1000 34% | 28.0 steps/s | loss 0.4123 | ETA 24s | staleness 1.30 | w0 342 28.1/s | w1 340 28.0/s
+//   [  12.345 status] step 340/1000 34% | epoch 2/3 | 28.0 steps/s | loss 0.4123 | acc 97.66% | ETA 24s | staleness 1.30 | w0 342 28.1/s | w1 dropped
 //
-// step: the slowest worker's steps of the total EpochDriver runs per worker;
-// steps/s: the slowest worker's rate over the recent window (it sets the ETA);
-// loss: the mean training loss of the window's steps over the workers;
-// ETA: the longest of (steps left / recent rate) over the workers still
+// Only live workers count in the head: a dropped worker (the job went on
+// without it) or one restarting (a new process is taking its rank back)
+// shows as "w1 dropped" / "w1 restarting" and no longer holds the job's
+// progress back.
+// step: the slowest live worker's steps of the total EpochDriver runs per
+// worker, then " evaluating" once every live worker has run all its steps
+// and not yet ended (the final evaluation); before the first records the
+// phase ("registering 2/2 servers 1/2 workers") or "starting";
+// epoch: the slowest live worker's epoch (1-based) of the planned epochs;
+// steps/s: the slowest live worker's rate over the recent window (it sets the ETA);
+// loss: the mean over live workers of each one's loss, an exponential
+// moving average of its steps' losses (the current loss, smoothed over a
+// few steps, not a long window's mean);
+// acc: the last test accuracy evaluated;
+// ETA: the longest of (steps left / recent rate) over the live workers still
 // training; staleness (async only): the mean of the window's step records;
+// checkpoint step N: the newest checkpoint written;
 // then each worker's steps and recent rate ("done" once it has finished).
+// When the launch ends, one last line says so in every ending: "done: N
+// steps" (finished), "done (interrupted): step 37/100 37% ..." or "done
+// (failed): ...".
 #pragma once
 
 #include <cstddef>
@@ -22,11 +37,16 @@
 namespace pstrain::launcher {
 
 struct WorkerStatus {
+  enum class State { kLive, kDropped, kRestarting };
   int rank = 0;
+  State state = State::kLive;
   std::int64_t steps_done = 0;        // step records read (the last step + 1)
   std::int64_t total_steps = -1;      // from its "plan" record; -1: not known yet
   std::optional<double> steps_per_s;  // over the recent window; empty: too few records yet
-  std::optional<double> loss;         // mean of the window's finite losses
+  std::optional<double> loss;         // EMA of its finite step losses
+  std::int64_t epoch = -1;            // of its last step record; -1: none yet
+  std::int64_t epochs = -1;           // from its "plan" record; -1: not known
+  std::optional<double> test_accuracy;  // its last "eval" record's
   std::optional<double> staleness;    // mean of the window's step records
   bool finished = false;              // its "end" record was read
 };
@@ -35,10 +55,14 @@ struct StatusSnapshot {
   double elapsed_s = 0;  // job clock
   bool async = false;
   std::vector<WorkerStatus> workers;
+  std::string phase;                         // before the first step: "registering 2/2 servers 1/2 workers"
+  std::optional<std::int64_t> checkpoint_step;  // the newest checkpoint written
+  // Set once the launch has ended: "" finished, else how ("interrupted", "failed").
+  std::optional<std::string> ending;
 };
 
-// Seconds until the last worker is done; empty while a worker that is still
-// training has no total or no recent rate (or a rate of 0).
+// Seconds until the last live worker is done; empty while a live worker that
+// is still training has no total or no recent rate (or a rate of 0).
 std::optional<double> eta_s(const StatusSnapshot& s);
 
 // "42s", "3m05s", "1h02m".

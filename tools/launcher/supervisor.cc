@@ -96,6 +96,7 @@ std::size_t Supervisor::start(const NodeSpec& spec) {
 }
 
 void Supervisor::on_line(Node& node, bool is_stderr, std::string_view line) {
+  if (options_.on_line) options_.on_line(node.state.spec.name, line);
   if (options_.echo) {
     if (options_.before_echo) options_.before_echo();
     std::string text = echo_line(line, node.state.spec.name, options_.clock.now_s());

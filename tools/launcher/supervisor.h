@@ -23,6 +23,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/base/job_clock.h"
@@ -57,6 +58,8 @@ struct SupervisorOptions {
   std::size_t tail_lines = 5;
   JobClock clock = JobClock::from_environment();  // the time of a line without a prefix
   std::function<void()> before_echo;              // if set, called before a line is echoed
+  // If set, called with each line a node writes and the node's name (the live status reads some).
+  std::function<void(const std::string& node, std::string_view line)> on_line;
   bool append_logs = false;                       // resume: add to the logs instead of starting them anew
 };
 

@@ -185,16 +185,38 @@ ServerMetrics read_server_metrics(const std::filesystem::path& file, int rank) {
 }
 
 RunMetrics read_run_metrics(const std::filesystem::path& run_dir, int num_workers, int num_servers,
-                            bool workers_may_be_lost) {
+                            bool workers_may_be_lost, std::vector<std::string>* partial) {
   RunMetrics run;
   for (int w = 0; w < num_workers; ++w) {
     const std::filesystem::path file = worker_metrics_path(run_dir, w);
+    if (partial != nullptr) {
+      try {
+        run.workers.push_back(read_worker_metrics(file, w, true));
+      } catch (const DataError& e) {
+        partial->push_back("worker " + std::to_string(w) + " left out: " + e.what());
+        run.workers.push_back(WorkerMetrics{});
+        run.workers.back().rank = w;
+      }
+      continue;
+    }
     run.workers.push_back(read_worker_metrics(file, w, workers_may_be_lost));
     if (!run.workers.back().end && !workers_may_be_lost) {
-      throw DataError(file.string() + ": no \"end\" record (did worker " + std::to_string(w) + " finish?)");
+      throw DataError(file.string() + ": no \"end\" record (did worker " + std::to_string(w) +
+                      " finish? pstrain-summary --partial summarizes a run that did not)");
     }
   }
-  for (int s = 0; s < num_servers; ++s) run.servers.push_back(read_server_metrics(server_metrics_path(run_dir, s), s));
+  for (int s = 0; s < num_servers; ++s) {
+    if (partial == nullptr) {
+      run.servers.push_back(read_server_metrics(server_metrics_path(run_dir, s), s));
+      continue;
+    }
+    try {
+      run.servers.push_back(read_server_metrics(server_metrics_path(run_dir, s), s));
+    } catch (const DataError& e) {
+      partial->push_back("server " + std::to_string(s) + " left out (a server writes its counts when it ends): " +
+                         e.what());
+    }
+  }
   return run;
 }
 

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <map>
 #include <optional>
+#include <string>
 #include <vector>
 
 namespace pstrain::report {
@@ -114,8 +115,11 @@ ServerMetrics read_server_metrics(const std::filesystem::path& file, int rank);
 // Reads metrics/worker-0..W-1.jsonl and metrics/server-0..S-1.json; a
 // missing file is a DataError naming it. Every worker must have its "end",
 // unless `workers_may_be_lost` (cluster.on_worker_failure = "continue").
+// `partial` (a run that did not finish): no "end" is needed, a worker's
+// last line may be cut, and a file that is missing or unreadable is left
+// out with one line in *partial saying which and why.
 RunMetrics read_run_metrics(const std::filesystem::path& run_dir, int num_workers, int num_servers,
-                            bool workers_may_be_lost = false);
+                            bool workers_may_be_lost = false, std::vector<std::string>* partial = nullptr);
 
 std::filesystem::path worker_metrics_path(const std::filesystem::path& run_dir, int rank);
 std::filesystem::path server_metrics_path(const std::filesystem::path& run_dir, int rank);

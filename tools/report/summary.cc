@@ -2,10 +2,13 @@
 
 #include <algorithm>
 #include <array>
+#include <fstream>
+#include <iterator>
 #include <limits>
 
 #include "common/base/errors.h"
 #include "tools/report/json_text.h"
+#include "tools/report/json_value.h"
 #include "tools/report/text_file.h"
 
 namespace pstrain::report {
@@ -28,12 +31,16 @@ void add_step(WorkerSummary& s, const StepRecord& r) {
   s.skipped_steps += r.skipped ? 1 : 0;
 }
 
-// A worker the job went on without (no "end" record): what its step records say.
-WorkerSummary dropped_worker_summary(const WorkerMetrics& w) {
+std::int64_t steps_done(const WorkerMetrics& w) { return w.steps.empty() ? 0 : w.steps.back().step + 1; }
+
+// A worker without an "end" record: what its step records say. `dropped`:
+// the job went on without it; else the run ended before it finished.
+WorkerSummary unfinished_worker_summary(const WorkerMetrics& w, bool dropped) {
   WorkerSummary s;
   s.rank = w.rank;
-  s.dropped = true;
-  s.status = "dropped";
+  s.dropped = dropped;
+  s.status = dropped ? "dropped" : "interrupted";
+  s.steps_done = steps_done(w);
   for (const StepRecord& r : w.steps) {
     s.time_s = r.time_s;
     add_step(s, r);
@@ -54,6 +61,7 @@ WorkerSummary worker_summary(const WorkerMetrics& w) {
   s.push_s = e.push_s;
   s.blocked_s = e.blocked_s;
   s.skipped_steps = e.skipped_steps;
+  s.steps_done = steps_done(w);
   // A rank taken back by a new process: the end record counts that process's
   // work, the step records before its rejoin record its predecessors'. (Their
   // time blocked by the consistency policy is not in step records: lost.)
@@ -111,7 +119,8 @@ std::string worker_json(const WorkerSummary& w) {
          ", \"images\": " + json_number(w.images) + ", \"compute_s\": " + json_number(w.compute_s) +
          ", \"pull_s\": " + json_number(w.pull_s) + ", \"push_s\": " + json_number(w.push_s) +
          ", \"blocked_s\": " + json_number(w.blocked_s) + ", \"images_per_s\": " + json_number(w.images_per_s) +
-         ", \"skipped_steps\": " + std::to_string(w.skipped_steps) + ", \"dropped\": " + (w.dropped ? "true" : "false") +
+         ", \"skipped_steps\": " + std::to_string(w.skipped_steps) +
+         ", \"steps_done\": " + std::to_string(w.steps_done) + ", \"dropped\": " + (w.dropped ? "true" : "false") +
          ", \"status\": " + json_quote(w.status) + "}";
 }
 
@@ -175,8 +184,12 @@ std::string warnings_json(const RunSummary& s) {
 
 }  // namespace
 
-RunSummary summarize(const RunConfig& config, const RunMetrics& metrics) {
+RunSummary summarize(const RunConfig& config, const RunMetrics& metrics, const PartialRun* partial) {
   RunSummary s;
+  if (partial != nullptr) {
+    s.partial = true;
+    s.partial_reason = partial->reason;
+  }
   s.mode = std::string(to_string(config.mode));
   s.workers = config.cluster.num_workers;
   s.servers = config.mode == Mode::kAllreduce ? 0 : config.cluster.num_servers;
@@ -187,9 +200,16 @@ RunSummary summarize(const RunConfig& config, const RunMetrics& metrics) {
   for (const WorkerMetrics& w : metrics.workers) {
     for (const RejoinRecord& r : w.rejoins) s.restarts.push_back(RestartSummary{w.rank, r.time_s, r.step});
     for (const ResumeRecord& r : w.resumes) s.resumed_from.push_back(r.step);
-    if (!w.end && go_on) {
-      s.per_worker.push_back(dropped_worker_summary(w));
-      s.dropped_workers.push_back(w.rank);
+    if (!w.end && (go_on || partial != nullptr)) {
+      // Under "continue" a worker without its end was dropped; in a partial
+      // run it may just not have finished (its time then counts).
+      const bool dropped = go_on && partial == nullptr;
+      s.per_worker.push_back(unfinished_worker_summary(w, dropped));
+      if (dropped) {
+        s.dropped_workers.push_back(w.rank);
+      } else {
+        s.wall_time_s = std::max(s.wall_time_s, s.per_worker.back().time_s);
+      }
       images += s.per_worker.back().images;
       continue;
     }
@@ -243,21 +263,39 @@ std::string summary_json(const RunSummary& s) {
          ",\n  \"partial_updates\": " + std::to_string(s.partial_updates) +
          ",\n  \"server_restarts\": " + server_restarts_json(s) +
          ",\n  \"skipped_steps\": " + std::to_string(s.skipped_steps) + ",\n  \"resources\": " + resources_json(s) +
+         ",\n  \"partial\": " + (s.partial ? "true" : "false") +
+         ",\n  \"partial_reason\": " + (s.partial ? json_quote(s.partial_reason) : std::string("null")) +
          ",\n  \"warnings\": " + warnings_json(s) + "\n}\n";
 }
 
-RunSummary write_run_summary(const std::filesystem::path& run_dir) {
+RunSummary write_run_summary(const std::filesystem::path& run_dir, const PartialRun* partial) {
   const RunConfig config = load_config((run_dir / "config.toml").string());
   const int servers = config.mode == Mode::kAllreduce ? 0 : config.cluster.num_servers;
+  std::vector<std::string> missing;
   const RunMetrics metrics = read_run_metrics(run_dir, config.cluster.num_workers, servers,
-                                              drops_failed_workers(config.cluster.on_worker_failure));
-  RunSummary s = summarize(config, metrics);
+                                              drops_failed_workers(config.cluster.on_worker_failure),
+                                              partial != nullptr ? &missing : nullptr);
+  RunSummary s = summarize(config, metrics, partial);
+  s.warnings.insert(s.warnings.end(), missing.begin(), missing.end());
   for (const ResourceSeries& series : read_run_resources(run_dir, s.warnings)) {
     s.resources.push_back(summarize_resources(series));
   }
   write_text_file_atomic(run_dir / "summary.json", summary_json(s));
   write_text_file_atomic(run_dir / "summary.md", summary_markdown(s, run_dir.string()));
   return s;
+}
+
+std::string recorded_partial_reason(const std::filesystem::path& run_dir) {
+  try {
+    std::ifstream in(run_dir / "summary.json");
+    if (!in) return "";
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const JsonValue doc = parse_json(text, "summary.json");
+    const JsonValue* reason = doc.find("partial_reason");
+    return reason != nullptr && !reason->is_null() ? reason->as_string("partial_reason") : "";
+  } catch (const std::exception&) {
+    return "";  // not readable: no reason recorded
+  }
 }
 
 }  // namespace pstrain::report

@@ -15,6 +15,12 @@
 //   resources            per process with a resources CSV: CPU, RSS, bytes
 //                        and GPU means and peaks (tools/report/resources.h)
 //   restarts             each worker restart: rank, time_s, step rejoined
+//   partial              the run did not finish (interrupted or failed;
+//                        pstrain-summary --partial, or launch at such an
+//                        end): what ran, with partial_reason; a worker
+//                        without an "end" record is "interrupted" and
+//                        counted from its step records; missing metrics
+//                        files are warnings, not errors
 //   warnings             what was left out and why (e.g. a malformed resources CSV)
 #pragma once
 
@@ -41,10 +47,11 @@ struct WorkerSummary {
   double blocked_s = 0;
   double images_per_s = 0;
   std::int64_t skipped_steps = 0;  // workload.on_nonfinite "skip": steps whose update it dropped
+  std::int64_t steps_done = 0;     // its last step record's step + 1 (steps run, counting from step 0)
   bool dropped = false;  // no "end" record: lost, and dropped under on_worker_failure "continue"
   // "done"; "restarted" (a new process took the rank back and finished: the
   // counts above add up every process of the rank); "dropped" (the job went
-  // on without it).
+  // on without it); "interrupted" (a partial summary: it had not finished).
   std::string status = "done";
 };
 
@@ -100,10 +107,17 @@ struct RunSummary {
   std::vector<ServerRestart> server_restarts;
   std::int64_t skipped_steps = 0;             // on_nonfinite "skip": summed over workers
   std::vector<ResourceSummary> resources;     // empty: resource sampling off
+  bool partial = false;          // the run did not finish: a summary of what ran
+  std::string partial_reason;    // partial: "interrupted by signal 2 (SIGINT)", "failed: ..."
   std::vector<std::string> warnings;
 };
 
-RunSummary summarize(const RunConfig& config, const RunMetrics& metrics);
+// How to summarize a run that did not finish (pstrain-summary --partial).
+struct PartialRun {
+  std::string reason;  // why it ended; shown in summary.json and summary.md
+};
+
+RunSummary summarize(const RunConfig& config, const RunMetrics& metrics, const PartialRun* partial = nullptr);
 
 // summary.json: an object with the keys above, in that order; empty
 // optionals are null.
@@ -115,7 +129,13 @@ std::string summary_markdown(const RunSummary& summary, const std::string& run_d
 
 // Reads <run_dir>/config.toml and the metrics, writes summary.json and
 // summary.md there, and returns the summary. Throws DataError/ConfigError
-// (resource CSVs that cannot be used only add warnings).
-RunSummary write_run_summary(const std::filesystem::path& run_dir);
+// (resource CSVs that cannot be used only add warnings). `partial`: a run
+// that did not finish (see "partial" above); a missing or unreadable
+// metrics file is then a warning.
+RunSummary write_run_summary(const std::filesystem::path& run_dir, const PartialRun* partial = nullptr);
+
+// A partial summary's reason as an earlier one recorded it (summary.json's
+// "partial_reason"), or "" when there is none.
+std::string recorded_partial_reason(const std::filesystem::path& run_dir);
 
 }  // namespace pstrain::report

@@ -1,4 +1,5 @@
 // summary.md: the summary as Markdown tables (see summary.h).
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -118,7 +119,17 @@ std::string resources(const RunSummary& s) {
 }  // namespace
 
 std::string summary_markdown(const RunSummary& s, const std::string& run_dir) {
-  std::string out = "# Run summary: " + run_dir + "\n\n" + headline(s) + "\n" + time_to_accuracy(s);
+  std::string out = "# Run summary: " + run_dir + "\n\n";
+  if (s.partial) {
+    std::int64_t steps = -1;
+    for (const WorkerSummary& w : s.per_worker) {
+      if (w.status != "dropped") steps = steps < 0 ? w.steps_done : std::min(steps, w.steps_done);
+    }
+    out += "**Partial**: the run did not finish (" + s.partial_reason + "). This is what ran until then" +
+           (steps >= 0 ? " (" + std::to_string(steps) + " steps by every worker left)" : std::string()) +
+           "; a worker that had not finished is \"interrupted\".\n\n";
+  }
+  out += headline(s) + "\n" + time_to_accuracy(s);
   if (s.staleness) out += "\n## Staleness\n\n" + staleness(*s.staleness);
   if (!s.dropped_workers.empty()) {
     std::string ranks;
