@@ -107,8 +107,8 @@ namespace {
 
 class SyncPolicy final : public ConsistencyPolicy {
  public:
-  SyncPolicy(const std::vector<std::int64_t>& chunk_elems, int num_workers)
-      : ConsistencyPolicy(chunk_elems.size(), num_workers), steps_(chunk_elems.size()) {
+  SyncPolicy(const std::vector<std::int64_t>& chunk_elems, int num_workers, RangeRunner* ranges)
+      : ConsistencyPolicy(chunk_elems.size(), num_workers), steps_(chunk_elems.size()), ranges_(ranges) {
     for (std::size_t i = 0; i < chunk_elems.size(); ++i) {
       Step& s = steps_[i];
       s.num_elems = static_cast<std::size_t>(chunk_elems[i]);
@@ -148,7 +148,7 @@ class SyncPolicy final : public ConsistencyPolicy {
       add_checked(s, push);
     } else if (!push.skip) {  // an early arrival waits for the ranks before it
       s.early[w].resize(s.num_elems);
-      if (const std::int64_t bad = update::copy_checked(push.grad, s.early[w].data(), s.num_elems); bad != 0) {
+      if (const std::int64_t bad = copy_in(push.grad, s.early[w].data(), s.num_elems); bad != 0) {
         reject_non_finite(push, bad);
       }
       s.early_lr[w] = push.lr;
@@ -321,13 +321,17 @@ class SyncPolicy final : public ConsistencyPolicy {
   void add_checked(Step& s, const PushRequest& push) {
     if (s.num_added == 0) {
       s.sum.resize(s.num_elems);
-      if (const std::int64_t bad = update::copy_checked(push.grad, s.sum.data(), s.num_elems); bad != 0) {
+      if (const std::int64_t bad = copy_in(push.grad, s.sum.data(), s.num_elems); bad != 0) {
         reject_non_finite(push, bad);  // num_added stays 0: the buffer is unused
       }
       s.lr = push.lr;
     } else {
       s.next_sum.resize(s.num_elems);
-      if (const std::int64_t bad = update::add_checked(s.sum.data(), push.grad, s.next_sum.data(), s.num_elems);
+      const float* sum = s.sum.data();
+      float* out = s.next_sum.data();
+      if (const std::int64_t bad = run_ranges(ranges_, s.num_elems, [&](std::size_t b, std::size_t e) {
+            return update::add_checked(sum + b, update::offset(push.grad, b), out + b, e - b);
+          });
           bad != 0) {
         reject_non_finite(push, bad);
       }
@@ -335,6 +339,13 @@ class SyncPolicy final : public ConsistencyPolicy {
     }
     ++s.num_added;
     ++s.next;
+  }
+
+  // update::copy_checked split over the server's apply threads.
+  std::int64_t copy_in(const update::GradSource& g, float* out, std::size_t num_elems) {
+    return run_ranges(ranges_, num_elems, [&](std::size_t b, std::size_t e) {
+      return update::copy_checked(update::offset(g, b), out + b, e - b);
+    });
   }
 
   // Adds the contribution of rank s.next (copying the first): an early
@@ -414,6 +425,7 @@ class SyncPolicy final : public ConsistencyPolicy {
   }
 
   std::vector<Step> steps_;
+  RangeRunner* ranges_;  // the server's apply threads for the sum's passes (null: this thread)
 };
 
 // ---- async and ssp ---------------------------------------------------------------
@@ -506,11 +518,11 @@ class SspPolicy final : public AsyncPolicy {
 
 std::unique_ptr<ConsistencyPolicy> make_consistency_policy(const ConsistencyOptions& options,
                                                            const std::vector<std::int64_t>& chunk_elems,
-                                                           int num_workers) {
+                                                           int num_workers, RangeRunner* ranges) {
   if (num_workers < 1) throw ConfigError("consistency policy: need at least 1 worker");
   switch (options.mode) {
     case Mode::kSync:
-      return std::make_unique<SyncPolicy>(chunk_elems, num_workers);
+      return std::make_unique<SyncPolicy>(chunk_elems, num_workers, ranges);
     case Mode::kAsync:
       return std::make_unique<AsyncPolicy>(chunk_elems.size(), num_workers);
     case Mode::kSsp: {

@@ -46,6 +46,7 @@
 #include <vector>
 
 #include "common/config/config.h"
+#include "common/math/parallel_ranges.h"
 #include "common/math/update_rules.h"
 
 namespace pstrain {
@@ -224,9 +225,11 @@ class ConsistencyPolicy {
 };
 
 // Throws ConfigError for allreduce (no servers) or a negative bound.
+// `ranges` (the server's apply threads, server/parallel_apply.h; null: this
+// thread) splits the sync sum's copy and add passes: the same bits.
 std::unique_ptr<ConsistencyPolicy> make_consistency_policy(const ConsistencyOptions& options,
                                                            const std::vector<std::int64_t>& chunk_elems,
-                                                           int num_workers);
+                                                           int num_workers, RangeRunner* ranges = nullptr);
 
 // "push of chunk 3 from worker 1 at step 7" (for messages).
 std::string describe_push(std::int64_t key, int worker, std::int64_t step);

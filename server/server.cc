@@ -54,6 +54,22 @@ Server::Server(std::unique_ptr<Transport> owned, Transport* transport, ServerOpt
 
 const StoreStats& Server::stats() const { return store_ ? store_->stats() : no_stats_; }
 
+void Server::make_store(const RegisterReply& info) {
+  map_ = ShardMap(info.layout, info.num_servers, options_.partition_bytes);
+  const int threads = resolve_apply_threads(options_.apply_threads, options_.cluster, rank_);
+  apply_pool_ = std::make_unique<ApplyPool>(threads, static_cast<std::size_t>(options_.apply_split_bytes) / sizeof(float));
+  log_.info("apply threads: " + std::to_string(threads) + " (" +
+            apply_threads_reason(options_.apply_threads, options_.cluster, rank_) + ")");
+  StoreOptions store_options;
+  store_options.consistency = ConsistencyOptions{options_.mode, options_.staleness_bound};
+  store_options.optimizer = options_.optimizer;
+  // Weights in the transport's send memory: with shm, arenas the co-located
+  // workers map read-only, from which they read pull replies in place.
+  store_options.allocate = [&transport = transport_](std::size_t count) { return transport.allocate_send_floats(count); };
+  store_options.ranges = apply_pool_.get();
+  store_ = std::make_unique<ShardStore>(map_, rank_, info.num_workers, store_options);
+}
+
 void Server::run() {
   SchedulerClient scheduler(transport_, options_.scheduler_endpoint, Role::kServer, options_.cluster, options_.traffic,
                             options_.security);
@@ -68,14 +84,7 @@ void Server::run() {
     rank_ = info.rank;
     log_.set_name("server " + std::to_string(rank_));
     if (options_.on_registered) options_.on_registered(rank_);
-    map_ = ShardMap(info.layout, info.num_servers, options_.partition_bytes);
-    StoreOptions store_options;
-    store_options.consistency = ConsistencyOptions{options_.mode, options_.staleness_bound};
-    store_options.optimizer = options_.optimizer;
-    // Weights in the transport's send memory: with shm, arenas the co-located
-    // workers map read-only, from which they read pull replies in place.
-    store_options.allocate = [&transport = transport_](std::size_t count) { return transport.allocate_send_floats(count); };
-    store_ = std::make_unique<ShardStore>(map_, rank_, info.num_workers, store_options);
+    make_store(info);
     admission_.bind(info.worker_tokens);
     store_->set_trace(options_.trace);
     start_checkpoints();

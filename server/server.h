@@ -55,6 +55,7 @@
 #include "common/transport/transport.h"
 #include "server/admission.h"
 #include "server/checkpointing.h"
+#include "server/parallel_apply.h"
 #include "server/shard_store.h"
 
 namespace pstrain {
@@ -96,6 +97,11 @@ struct ServerOptions {
   // complete checkpoint; the chunks catch up to the workers' step
   // (ShardStore::catch_up) and the lost updates are counted.
   bool rejoin = false;
+  // Parallel apply (server/parallel_apply.h): threads per update, 0 = the
+  // host's cores shared among its servers (resolve_apply_threads, once the
+  // rank is known); the smallest part a thread takes, in bytes.
+  int apply_threads = 0;
+  std::int64_t apply_split_bytes = std::int64_t{1} << 17;
 };
 
 class Server {
@@ -111,6 +117,9 @@ class Server {
   int rank() const { return rank_; }
   const StoreStats& stats() const;
   const ShardMap& shard_map() const { return map_; }
+  // The apply threads (after registration; before it: 0 threads, no runs).
+  int apply_threads() const { return apply_pool_ ? apply_pool_->threads() : 0; }
+  ApplyPoolStats apply_stats() const { return apply_pool_ ? apply_pool_->stats() : ApplyPoolStats{}; }
 
  private:
   struct ParkedPull {
@@ -124,6 +133,8 @@ class Server {
   RegisterReply register_with(SchedulerClient& scheduler, const RegisterRequest& request);
   void on_worker_dropped(int worker);
   void on_worker_rejoined(int worker, const std::string& token);
+  // After registration: the apply threads and the shard store of `info`'s job.
+  void make_store(const RegisterReply& info);
   void start_checkpoints();  // server/checkpointing.h: the saver, and the restore on resume
   // Stages 2-5 of an admitted request (above), by type.
   void serve(const PeerId& from, const Message& msg);
@@ -152,6 +163,7 @@ class Server {
   std::string endpoint_;
   int rank_ = -1;
   ShardMap map_;
+  std::unique_ptr<ApplyPool> apply_pool_;  // before store_, which uses it
   std::unique_ptr<ShardStore> store_;
   std::unique_ptr<ServerCheckpointer> checkpointer_;
   std::map<std::int64_t, std::vector<ParkedPull>> parked_;

@@ -19,6 +19,8 @@ ServerOptions server_options(const RunConfig& config, double* implicit_momentum)
   o.checkpoint_interval = config.checkpoint.interval_steps;
   o.checkpoint_root = checkpoint_root(config).string();
   o.fingerprint = checkpoint_fingerprint(config);
+  o.apply_threads = config.ps.apply_threads;
+  o.apply_split_bytes = config.ps.apply_split_bytes;
   return o;
 }
 

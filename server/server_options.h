@@ -16,7 +16,8 @@ namespace pstrain {
 // (server_optimizer, common/math/optimizer.h; `implicit_momentum`, if given,
 // gets the momentum it took off), partition size, cluster settings, the
 // scheduler's endpoint (cluster.scheduler), the job fingerprint, and the
-// checkpoint interval, root and fingerprint. What belongs to one process is
+// checkpoint interval, root and fingerprint, ps.apply_threads and
+// ps.apply_split_bytes (the threads are resolved once the rank is known). What belongs to one process is
 // left for the caller: where it listens, its rank, security, trace, traffic
 // counters, the registration callback, resume and rejoin.
 ServerOptions server_options(const RunConfig& config, double* implicit_momentum = nullptr);

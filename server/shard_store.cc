@@ -39,11 +39,12 @@ ShardStore::ShardStore(const ShardMap& map, int server_rank, int num_workers, co
     c.num_elems = chunk.num_elems;
     c.weights = new_weights(chunk.num_elems);
     c.optimizer = make_optimizer(options.optimizer, chunk.num_elems);
+    c.optimizer->split_over(options.ranges);  // the update's pass over the apply threads
     c.pulled_version.assign(static_cast<std::size_t>(num_workers), 0);
     elems[i] = chunk.num_elems;
     index_[chunk.id] = i;
   }
-  policy_ = make_consistency_policy(options.consistency, elems, num_workers);
+  policy_ = make_consistency_policy(options.consistency, elems, num_workers, options.ranges);
 }
 
 bool ShardStore::owns(std::int64_t key) const { return index_.count(key) != 0; }

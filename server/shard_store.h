@@ -96,6 +96,10 @@ struct StoreOptions {
   OptimizerConfig optimizer;
   // Zeroed memory for `count` weights (Transport::allocate_send_floats); null: ordinary memory.
   std::function<SendFloats(std::size_t count)> allocate;
+  // Splits each update's pass and the sync sum's passes over the server's
+  // apply threads (server/parallel_apply.h; must outlive the store); null:
+  // the caller's thread. The same bits either way.
+  RangeRunner* ranges = nullptr;
 };
 
 class ShardStore {

@@ -99,6 +99,12 @@ struct PsConfig {
   std::int64_t partition_bytes = std::int64_t{1} << 20;  // chunk size for sharding
   int staleness_bound = 2;      // mode "ssp": how many steps a worker may lead the slowest
   std::string wire_dtype = "float32";  // "float32" | "bfloat16": pushes and pull replies on the wire
+  // Threads a server splits each update over (server/parallel_apply.h); 0 =
+  // the host's cores shared among the servers on it.
+  int apply_threads = 0;
+  // The smallest part of an update a thread takes: a chunk below twice this
+  // stays on one thread.
+  std::int64_t apply_split_bytes = std::int64_t{1} << 17;
 
   bool operator==(const PsConfig&) const = default;
 };

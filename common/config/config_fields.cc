@@ -95,6 +95,8 @@ void visit_table(C& c, const V& v) {
   v("ps", "partition_bytes", &c.ps.partition_bytes, positive_multiple_of(4));
   v("ps", "staleness_bound", &c.ps.staleness_bound, between(0, 1000000));
   v("ps", "wire_dtype", &c.ps.wire_dtype, one_of(kWireDtypes));
+  v("ps", "apply_threads", &c.ps.apply_threads, between(0, 1024));
+  v("ps", "apply_split_bytes", &c.ps.apply_split_bytes, positive_multiple_of(4));
   auto& wl = c.workload;
   v("workload", "model", &wl.model, non_empty());
   v("workload", "dataset", &wl.dataset, one_of(kDatasets));

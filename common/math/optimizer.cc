@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/base/errors.h"
+#include "common/math/parallel_ranges.h"
 #include "common/math/update_rules.h"
 
 namespace pstrain {
@@ -86,8 +87,13 @@ class Sgd final : public Optimizer {
         update::sgd_coefficients(lr, config_.momentum, config_.weight_decay, config_.nesterov);
     staged_velocity_.resize(velocity_.size());
     staged_ = true;
-    return update::sgd_update_into(w.data(), w_out.data(), g, velocity_.empty() ? nullptr : velocity_.data(),
-                                   staged_velocity_.empty() ? nullptr : staged_velocity_.data(), w.size(), c);
+    const float* vel = velocity_.empty() ? nullptr : velocity_.data();
+    float* vel_out = staged_velocity_.empty() ? nullptr : staged_velocity_.data();
+    return run_ranges(ranges_, w.size(), [&](std::size_t b, std::size_t e) {
+      return update::sgd_update_into(w.data() + b, w_out.data() + b, update::offset(g, b),
+                                     vel == nullptr ? nullptr : vel + b, vel_out == nullptr ? nullptr : vel_out + b,
+                                     e - b, c);
+    });
   }
   void commit() override {
     if (!staged_) throw ComputeError("optimizer commit: nothing staged");
@@ -139,8 +145,10 @@ class Adam final : public Optimizer {
     staged_m_.resize(m_.size());
     staged_v_.resize(v_.size());
     staged_ = true;
-    return update::adam_update_into(w.data(), w_out.data(), g, m_.data(), staged_m_.data(), v_.data(),
-                                    staged_v_.data(), w.size(), c);
+    return run_ranges(ranges_, w.size(), [&](std::size_t b, std::size_t e) {
+      return update::adam_update_into(w.data() + b, w_out.data() + b, update::offset(g, b), m_.data() + b,
+                                      staged_m_.data() + b, v_.data() + b, staged_v_.data() + b, e - b, c);
+    });
   }
   void commit() override {
     if (!staged_) throw ComputeError("optimizer commit: nothing staged");

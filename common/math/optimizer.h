@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common/config/config.h"
+#include "common/math/parallel_ranges.h"
 #include "common/math/update_rules.h"
 
 namespace pstrain {
@@ -38,6 +39,14 @@ class Optimizer {
   // ConfigError when `state` has another size than state() would.
   virtual std::vector<float> state() const = 0;
   virtual void set_state(std::span<const float> state, std::int64_t steps_taken) = 0;
+
+  // Splits stage()'s element loop over `ranges` (a server's apply threads,
+  // server/parallel_apply.h; it must outlive the optimizer); null, the
+  // default: one loop on the caller's thread. The same bits either way.
+  void split_over(RangeRunner* ranges) { ranges_ = ranges; }
+
+ protected:
+  RangeRunner* ranges_ = nullptr;
 };
 
 // The optimizer the servers run for `config`: as configured, except in async
