@@ -1,10 +1,14 @@
 #include "common/node/node_cli.h"
 
+#include <sys/prctl.h>
+
 #include <cerrno>
 #include <climits>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <string>
 
 #include "common/base/endpoint_address.h"
 #include "common/checkpoint/checkpoint.h"
@@ -147,6 +151,16 @@ int role_rank_from_launcher(int role_offset, int role_count, const char* role_na
                       std::to_string(role_offset + role_count - 1));
   }
   return rank;
+}
+
+bool close_to_other_processes() {
+  const char* keep = std::getenv(kKeepCoresEnv);
+  if (keep != nullptr && std::string(keep) == "1") return false;
+  if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0) {
+    std::fprintf(stderr, "warning: cannot make this process non-dumpable: %s\n", std::strerror(errno));
+    return false;
+  }
+  return true;
 }
 
 int guarded_main(const char* program, const std::function<int()>& body) {
