@@ -171,6 +171,60 @@ void write_json(const Args& a, const std::vector<Result>& results) {
   out << "]\n";
 }
 
+// One size's trials (raw, PS, and the extra rounds the options ask for), medians.
+Result measure_size(const Args& a, double mib, const std::string& key_dir) {
+  const auto num_bytes = static_cast<std::size_t>(mib * 1048576.0) / 4 * 4;
+  const int rounds = bench::rounds_for(mib, a.rounds);
+  const std::size_t chunk = a.partition_bytes > 0 ? static_cast<std::size_t>(a.partition_bytes)
+                                                  : (num_bytes + static_cast<std::size_t>(a.servers) - 1) / static_cast<std::size_t>(a.servers);
+  // Raw and PS alternate, so that drift in this shared machine's load hits both alike.
+  std::vector<double> raws, pss, curves, copies, alsos, baselines;
+  int wrong = 0;
+  for (int t = 0; t < a.trials; ++t) {
+    copies.push_back(bench::memcpy_seconds(num_bytes, rounds));
+    raws.push_back(raw_round_s(num_bytes, chunk, rounds, a.transport));
+    const bench::PsRound round = bench::ps_pushpull_round(
+        num_bytes, rounds,
+        bench::PsBenchOptions{a.workers, a.servers, a.partition_bytes, a.transport, "", a.wire_dtype, a.io_threads});
+    pss.push_back(round.seconds);
+    wrong += round.wrong;
+    if (!a.also_transport.empty()) {
+      const bench::PsRound other = bench::ps_pushpull_round(
+          num_bytes, rounds,
+          bench::PsBenchOptions{a.workers, a.servers, a.partition_bytes, a.also_transport, "", a.wire_dtype, a.io_threads});
+      alsos.push_back(other.seconds);
+      wrong += other.wrong;
+    }
+    if (!key_dir.empty()) {
+      bench::PsBenchOptions o{a.workers, a.servers, a.partition_bytes, a.transport, key_dir, a.wire_dtype, a.io_threads};
+      const bench::PsRound c = bench::ps_pushpull_round(num_bytes, rounds, o);
+      curves.push_back(c.seconds);
+      wrong += c.wrong;
+      if (a.curve_baseline_io_threads > 0) {
+        o.io_threads = a.curve_baseline_io_threads;
+        const bench::PsRound b = bench::ps_pushpull_round(num_bytes, rounds, o);
+        baselines.push_back(b.seconds);
+        wrong += b.wrong;
+      }
+    }
+  }
+  const double raw = bench::median(raws), ps = bench::median(pss);
+  Result r;
+  r.size_mib = mib;
+  r.round_ms = 1e3 * ps;
+  r.gbps_per_worker = 2.0 * static_cast<double>(num_bytes) / ps / 1e9;
+  r.total_gbps = r.gbps_per_worker * a.workers;
+  r.raw_gbps = 2.0 * static_cast<double>(num_bytes) / raw / 1e9;
+  r.memcpy_gbps = static_cast<double>(num_bytes) / bench::median(copies) / 1e9;
+  r.wrong = wrong;
+  if (!alsos.empty()) r.also_gbps_per_worker = 2.0 * static_cast<double>(num_bytes) / bench::median(alsos) / 1e9;
+  if (!baselines.empty()) {
+    r.curve_baseline_gbps_per_worker = 2.0 * static_cast<double>(num_bytes) / bench::median(baselines) / 1e9;
+  }
+  if (!curves.empty()) r.curve_gbps_per_worker = 2.0 * static_cast<double>(num_bytes) / bench::median(curves) / 1e9;
+  return r;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -208,58 +262,7 @@ int main(int argc, char** argv) {
     write_job_keys(key_dir, true);
   }
   std::vector<Result> results;
-  for (double mib : a.sizes_mib) {
-    const auto num_bytes = static_cast<std::size_t>(mib * 1048576.0) / 4 * 4;
-    const int rounds = bench::rounds_for(mib, a.rounds);
-    const std::size_t chunk = a.partition_bytes > 0 ? static_cast<std::size_t>(a.partition_bytes)
-                                                    : (num_bytes + static_cast<std::size_t>(a.servers) - 1) / static_cast<std::size_t>(a.servers);
-    // Raw and PS alternate, so that drift in this shared machine's load hits both alike.
-    std::vector<double> raws, pss, curves, copies, alsos, baselines;
-    int wrong = 0;
-    for (int t = 0; t < a.trials; ++t) {
-      copies.push_back(bench::memcpy_seconds(num_bytes, rounds));
-      raws.push_back(raw_round_s(num_bytes, chunk, rounds, a.transport));
-      const bench::PsRound round = bench::ps_pushpull_round(
-          num_bytes, rounds,
-          bench::PsBenchOptions{a.workers, a.servers, a.partition_bytes, a.transport, "", a.wire_dtype, a.io_threads});
-      pss.push_back(round.seconds);
-      wrong += round.wrong;
-      if (!a.also_transport.empty()) {
-        const bench::PsRound other = bench::ps_pushpull_round(
-            num_bytes, rounds,
-            bench::PsBenchOptions{a.workers, a.servers, a.partition_bytes, a.also_transport, "", a.wire_dtype, a.io_threads});
-        alsos.push_back(other.seconds);
-        wrong += other.wrong;
-      }
-      if (!key_dir.empty()) {
-        bench::PsBenchOptions o{a.workers, a.servers, a.partition_bytes, a.transport, key_dir, a.wire_dtype, a.io_threads};
-        const bench::PsRound c = bench::ps_pushpull_round(num_bytes, rounds, o);
-        curves.push_back(c.seconds);
-        wrong += c.wrong;
-        if (a.curve_baseline_io_threads > 0) {
-          o.io_threads = a.curve_baseline_io_threads;
-          const bench::PsRound b = bench::ps_pushpull_round(num_bytes, rounds, o);
-          baselines.push_back(b.seconds);
-          wrong += b.wrong;
-        }
-      }
-    }
-    const double raw = bench::median(raws), ps = bench::median(pss);
-    Result r;
-    r.size_mib = mib;
-    r.round_ms = 1e3 * ps;
-    r.gbps_per_worker = 2.0 * static_cast<double>(num_bytes) / ps / 1e9;
-    r.total_gbps = r.gbps_per_worker * a.workers;
-    r.raw_gbps = 2.0 * static_cast<double>(num_bytes) / raw / 1e9;
-    r.memcpy_gbps = static_cast<double>(num_bytes) / bench::median(copies) / 1e9;
-    r.wrong = wrong;
-    if (!alsos.empty()) r.also_gbps_per_worker = 2.0 * static_cast<double>(num_bytes) / bench::median(alsos) / 1e9;
-    if (!baselines.empty()) {
-      r.curve_baseline_gbps_per_worker = 2.0 * static_cast<double>(num_bytes) / bench::median(baselines) / 1e9;
-    }
-    if (!curves.empty()) r.curve_gbps_per_worker = 2.0 * static_cast<double>(num_bytes) / bench::median(curves) / 1e9;
-    results.push_back(r);
-  }
+  for (double mib : a.sizes_mib) results.push_back(measure_size(a, mib, key_dir));
   if (!key_dir.empty()) std::filesystem::remove_all(key_dir);
   print_table(a, results);
   if (!a.json.empty()) write_json(a, results);
