@@ -69,6 +69,7 @@ std::function<void(const pstrain::NodeFailure&)> failure_file_writer(const std::
 }  // namespace
 
 int main(int argc, char** argv) {
+  pstrain::close_to_other_processes();  // before any segment, key or secret is held (node_cli.h)
   CLI::App app{"pstrain scheduler: rendezvous, barriers, liveness and the end of a job"};
   pstrain::NodeArgs args;
   std::string endpoint_file, failures_file, exits_file;

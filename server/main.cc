@@ -122,6 +122,7 @@ std::string rejoin_checkpoint(const pstrain::RunConfig& config, int rank, pstrai
 }  // namespace
 
 int main(int argc, char** argv) {
+  pstrain::close_to_other_processes();  // before any segment, key or secret is held (node_cli.h)
   CLI::App app{"pstrain server: holds a shard of the model and applies updates"};
   pstrain::NodeArgs args;
   bool print_servers = false;
@@ -173,7 +174,8 @@ int main(int argc, char** argv) {
     o.traffic = &traffic;
     o.on_registered = [&](int r) { sampler = pstrain::start_resource_sampler(config.output, "server", r, &traffic, log); };
     const std::unique_ptr<pstrain::Transport> transport =
-        pstrain::make_transport(config.cluster.transport, config.ps.partition_bytes);
+        pstrain::make_transport(config.cluster.transport, config.ps.partition_bytes,
+                                pstrain::io_threads_for(config.security.mode == "curve"));
     pstrain::Server server(*transport, o, log);
     server.run();
     write_server_metrics(config.output.run_dir, server, *transport);

@@ -10,7 +10,12 @@
 //                     bytes each way in messages of the same chunk size, all in
 //                     flight at once, zero-copy, no processing
 // --security curve: each trial also runs the PS round with CURVE on (fresh
-// keys, security.mode = "curve"), reported beside the plain one as curve/plain.
+// keys, security.mode = "curve"), reported beside the plain one as curve/plain
+// (table and JSON: curve_ratio). Each node's ZeroMQ context gets the I/O
+// threads a node of that security gets (common/transport/make_transport.h:
+// 1 plain, one per core up to 4 with CURVE) unless --io-threads says;
+// --curve-baseline-io-threads N also runs the CURVE round with N I/O threads
+// (1: as before issue 27) in every trial, reported beside it.
 //   memcpy          = SIZE / time of one memcpy of SIZE bytes between two
 //                     warm buffers in this process (the host's copy bandwidth)
 // With --wire-dtype bfloat16 the PS moves half the bytes; GB/s still counts
@@ -57,12 +62,15 @@ struct Args {
   std::string transport = "tcp", json, wire_dtype = "float32";
   std::string security = "off";  // "curve": the PS round again with CURVE on, beside the plain one
   std::string also_transport;    // non-empty: the PS round again over this transport in every trial
+  int io_threads = 0;            // each node's ZeroMQ I/O threads; 0: as a node picks
+  int curve_baseline_io_threads = 0;  // > 0: the CURVE round again with this many I/O threads
 };
 
 struct Result {
   double size_mib = 0, round_ms = 0, gbps_per_worker = 0, total_gbps = 0, raw_gbps = 0, memcpy_gbps = 0;
   double curve_gbps_per_worker = 0;  // --security curve
   double also_gbps_per_worker = 0;   // --also-transport
+  double curve_baseline_gbps_per_worker = 0;  // --curve-baseline-io-threads
   int wrong = 0;
 };
 
@@ -122,6 +130,8 @@ void print_table(const Args& a, const std::vector<Result>& results) {
   std::printf("%10s %12s %16s %14s %16s %10s %14s %10s %7s", "size(MiB)", "round(ms)", "GB/s/worker", "total(GB/s)",
               "raw zmq(GB/s)", "vs raw", "memcpy(GB/s)", "vs memcpy", "#wrong");
   std::printf(curve ? " %18s %13s" : "", "curve GB/s/worker", "curve/plain");
+  const std::string baseline = "curve@" + std::to_string(a.curve_baseline_io_threads) + "io GB/s";
+  if (curve && a.curve_baseline_io_threads > 0) std::printf(" %18s %13s", baseline.c_str(), "that/plain");
   const std::string also = a.also_transport + " GB/s/worker", ratio = a.transport + "/" + a.also_transport;
   std::printf(a.also_transport.empty() ? "\n" : " %18s %10s\n", also.c_str(), ratio.c_str());
   for (const Result& r : results) {
@@ -129,6 +139,9 @@ void print_table(const Args& a, const std::vector<Result>& results) {
                 r.gbps_per_worker, r.total_gbps, r.raw_gbps, 100.0 * r.gbps_per_worker / r.raw_gbps, r.memcpy_gbps,
                 100.0 * r.gbps_per_worker / r.memcpy_gbps, r.wrong);
     if (curve) std::printf(" %18.3f %12.2fx", r.curve_gbps_per_worker, r.curve_gbps_per_worker / r.gbps_per_worker);
+    if (curve && a.curve_baseline_io_threads > 0) {
+      std::printf(" %18.3f %12.2fx", r.curve_baseline_gbps_per_worker, r.curve_baseline_gbps_per_worker / r.gbps_per_worker);
+    }
     if (!a.also_transport.empty()) {
       std::printf(" %18.3f %9.2fx", r.also_gbps_per_worker, r.gbps_per_worker / r.also_gbps_per_worker);
     }
@@ -148,10 +161,68 @@ void write_json(const Args& a, const std::vector<Result>& results) {
                        .add("memcpy_gbps", r.memcpy_gbps).add("ratio_vs_memcpy", r.gbps_per_worker / r.memcpy_gbps)
                        .add("wrong", r.wrong).add("security", a.security)
                        .add("curve_gbps_per_worker", r.curve_gbps_per_worker)
+                       .add("curve_ratio", a.security == "curve" ? r.curve_gbps_per_worker / r.gbps_per_worker : 0.0)
+                       .add("io_threads", a.io_threads)
+                       .add("curve_baseline_io_threads", a.curve_baseline_io_threads)
+                       .add("curve_baseline_gbps_per_worker", r.curve_baseline_gbps_per_worker)
                        .add("also_transport", a.also_transport).add("also_gbps_per_worker", r.also_gbps_per_worker).str()
         << (i + 1 < results.size() ? ",\n" : "\n");
   }
   out << "]\n";
+}
+
+// One size's trials (raw, PS, and the extra rounds the options ask for), medians.
+Result measure_size(const Args& a, double mib, const std::string& key_dir) {
+  const auto num_bytes = static_cast<std::size_t>(mib * 1048576.0) / 4 * 4;
+  const int rounds = bench::rounds_for(mib, a.rounds);
+  const std::size_t chunk = a.partition_bytes > 0 ? static_cast<std::size_t>(a.partition_bytes)
+                                                  : (num_bytes + static_cast<std::size_t>(a.servers) - 1) / static_cast<std::size_t>(a.servers);
+  // Raw and PS alternate, so that drift in this shared machine's load hits both alike.
+  std::vector<double> raws, pss, curves, copies, alsos, baselines;
+  int wrong = 0;
+  for (int t = 0; t < a.trials; ++t) {
+    copies.push_back(bench::memcpy_seconds(num_bytes, rounds));
+    raws.push_back(raw_round_s(num_bytes, chunk, rounds, a.transport));
+    const bench::PsRound round = bench::ps_pushpull_round(
+        num_bytes, rounds,
+        bench::PsBenchOptions{a.workers, a.servers, a.partition_bytes, a.transport, "", a.wire_dtype, a.io_threads});
+    pss.push_back(round.seconds);
+    wrong += round.wrong;
+    if (!a.also_transport.empty()) {
+      const bench::PsRound other = bench::ps_pushpull_round(
+          num_bytes, rounds,
+          bench::PsBenchOptions{a.workers, a.servers, a.partition_bytes, a.also_transport, "", a.wire_dtype, a.io_threads});
+      alsos.push_back(other.seconds);
+      wrong += other.wrong;
+    }
+    if (!key_dir.empty()) {
+      bench::PsBenchOptions o{a.workers, a.servers, a.partition_bytes, a.transport, key_dir, a.wire_dtype, a.io_threads};
+      const bench::PsRound c = bench::ps_pushpull_round(num_bytes, rounds, o);
+      curves.push_back(c.seconds);
+      wrong += c.wrong;
+      if (a.curve_baseline_io_threads > 0) {
+        o.io_threads = a.curve_baseline_io_threads;
+        const bench::PsRound b = bench::ps_pushpull_round(num_bytes, rounds, o);
+        baselines.push_back(b.seconds);
+        wrong += b.wrong;
+      }
+    }
+  }
+  const double raw = bench::median(raws), ps = bench::median(pss);
+  Result r;
+  r.size_mib = mib;
+  r.round_ms = 1e3 * ps;
+  r.gbps_per_worker = 2.0 * static_cast<double>(num_bytes) / ps / 1e9;
+  r.total_gbps = r.gbps_per_worker * a.workers;
+  r.raw_gbps = 2.0 * static_cast<double>(num_bytes) / raw / 1e9;
+  r.memcpy_gbps = static_cast<double>(num_bytes) / bench::median(copies) / 1e9;
+  r.wrong = wrong;
+  if (!alsos.empty()) r.also_gbps_per_worker = 2.0 * static_cast<double>(num_bytes) / bench::median(alsos) / 1e9;
+  if (!baselines.empty()) {
+    r.curve_baseline_gbps_per_worker = 2.0 * static_cast<double>(num_bytes) / bench::median(baselines) / 1e9;
+  }
+  if (!curves.empty()) r.curve_gbps_per_worker = 2.0 * static_cast<double>(num_bytes) / bench::median(curves) / 1e9;
+  return r;
 }
 
 }  // namespace
@@ -174,6 +245,12 @@ int main(int argc, char** argv) {
   app.add_option("--json", a.json, "also write results to this JSON file");
   app.add_option("--security", a.security, "off, or curve: also the PS round with CURVE on (fresh keys)")
       ->check(CLI::IsMember({"off", "curve"}));
+  app.add_option("--io-threads", a.io_threads,
+                 "ZeroMQ I/O threads of every node (default 0: as a node picks: 1 plain, a core each up to 4 with curve)")
+      ->check(CLI::Range(0, 64));
+  app.add_option("--curve-baseline-io-threads", a.curve_baseline_io_threads,
+                 "with --security curve: the curve round again with this many I/O threads in every trial (1: as before)")
+      ->check(CLI::Range(0, 64));
   app.add_option("--wire-dtype", a.wire_dtype, "ps.wire_dtype of the PS rounds (raw ZeroMQ always moves SIZE bytes)")
       ->check(CLI::IsMember({"float32", "bfloat16"}));
   CLI11_PARSE(app, argc, argv);
@@ -185,47 +262,7 @@ int main(int argc, char** argv) {
     write_job_keys(key_dir, true);
   }
   std::vector<Result> results;
-  for (double mib : a.sizes_mib) {
-    const auto num_bytes = static_cast<std::size_t>(mib * 1048576.0) / 4 * 4;
-    const int rounds = bench::rounds_for(mib, a.rounds);
-    const std::size_t chunk = a.partition_bytes > 0 ? static_cast<std::size_t>(a.partition_bytes)
-                                                    : (num_bytes + static_cast<std::size_t>(a.servers) - 1) / static_cast<std::size_t>(a.servers);
-    // Raw and PS alternate, so that drift in this shared machine's load hits both alike.
-    std::vector<double> raws, pss, curves, copies, alsos;
-    int wrong = 0;
-    for (int t = 0; t < a.trials; ++t) {
-      copies.push_back(bench::memcpy_seconds(num_bytes, rounds));
-      raws.push_back(raw_round_s(num_bytes, chunk, rounds, a.transport));
-      const bench::PsRound round = bench::ps_pushpull_round(
-          num_bytes, rounds, bench::PsBenchOptions{a.workers, a.servers, a.partition_bytes, a.transport, "", a.wire_dtype});
-      pss.push_back(round.seconds);
-      wrong += round.wrong;
-      if (!a.also_transport.empty()) {
-        const bench::PsRound other = bench::ps_pushpull_round(
-            num_bytes, rounds, bench::PsBenchOptions{a.workers, a.servers, a.partition_bytes, a.also_transport, "", a.wire_dtype});
-        alsos.push_back(other.seconds);
-        wrong += other.wrong;
-      }
-      if (!key_dir.empty()) {
-        bench::PsBenchOptions o{a.workers, a.servers, a.partition_bytes, a.transport, key_dir, a.wire_dtype};
-        const bench::PsRound c = bench::ps_pushpull_round(num_bytes, rounds, o);
-        curves.push_back(c.seconds);
-        wrong += c.wrong;
-      }
-    }
-    const double raw = bench::median(raws), ps = bench::median(pss);
-    Result r;
-    r.size_mib = mib;
-    r.round_ms = 1e3 * ps;
-    r.gbps_per_worker = 2.0 * static_cast<double>(num_bytes) / ps / 1e9;
-    r.total_gbps = r.gbps_per_worker * a.workers;
-    r.raw_gbps = 2.0 * static_cast<double>(num_bytes) / raw / 1e9;
-    r.memcpy_gbps = static_cast<double>(num_bytes) / bench::median(copies) / 1e9;
-    r.wrong = wrong;
-    if (!alsos.empty()) r.also_gbps_per_worker = 2.0 * static_cast<double>(num_bytes) / bench::median(alsos) / 1e9;
-    if (!curves.empty()) r.curve_gbps_per_worker = 2.0 * static_cast<double>(num_bytes) / bench::median(curves) / 1e9;
-    results.push_back(r);
-  }
+  for (double mib : a.sizes_mib) results.push_back(measure_size(a, mib, key_dir));
   if (!key_dir.empty()) std::filesystem::remove_all(key_dir);
   print_table(a, results);
   if (!a.json.empty()) write_json(a, results);

@@ -54,7 +54,8 @@ int run_worker(const pstrain::NodeArgs& args) {
   const auto security = SecurityContext::load(config.security, Role::kWorker, rank);
   options.security = &security;
   // cluster.transport "shm": pushes and pull replies through shared memory with servers on this host.
-  const std::unique_ptr<Transport> transport = make_transport(config.cluster.transport, config.ps.partition_bytes);
+  const std::unique_ptr<Transport> transport = make_transport(config.cluster.transport, config.ps.partition_bytes,
+                                                                 io_threads_for(config.security.mode == "curve"));
   WorkerSession session(*transport, options, workload.model->layout());
   log.set_name("worker " + std::to_string(session.rank()));
   trace.set_process("worker", session.rank());
@@ -80,6 +81,7 @@ int run_worker(const pstrain::NodeArgs& args) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  pstrain::close_to_other_processes();  // before any segment, key or secret is held (node_cli.h)
   CLI::App app{"pstrain worker: trains the model on its data shard against the parameter servers"};
   pstrain::NodeArgs args;
   pstrain::add_node_options(app, args);

@@ -2,6 +2,7 @@
 
 #include <pthread.h>
 #include <signal.h>
+#include <sys/prctl.h>
 
 #include <cerrno>
 #include <climits>
@@ -11,6 +12,7 @@
 #include <cstring>
 #include <mutex>
 #include <thread>
+#include <string>
 
 #include "common/base/endpoint_address.h"
 #include "common/checkpoint/checkpoint.h"
@@ -199,6 +201,16 @@ void install_termination_watch(const char* program) {
     pthread_atfork(nullptr, nullptr, unblock_termination_in_child);
     std::thread(await_termination, std::string(program)).detach();
   });
+}
+
+bool close_to_other_processes() {
+  const char* keep = std::getenv(kKeepCoresEnv);
+  if (keep != nullptr && std::string(keep) == "1") return false;
+  if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0) {
+    std::fprintf(stderr, "warning: cannot make this process non-dumpable: %s\n", std::strerror(errno));
+    return false;
+  }
+  return true;
 }
 
 int guarded_main(const char* program, const std::function<int()>& body) {

@@ -109,6 +109,16 @@ std::string scheduler_from_master_env();
 // signal ignored at the start stays ignored; a forked child gets both back
 // unblocked (no signal thread there). Once per process; guarded_main calls it.
 void install_termination_watch(const char* program);
+// Closes this process to the other processes of its user: not dumpable
+// (prctl PR_SET_DUMPABLE 0), so /proc/<pid>/fd, /proc/<pid>/mem, environ
+// and ptrace are refused to them (root keeps them) and the shared-memory
+// segments and arenas it holds reach only the peers it hands them to
+// (common/transport/shm/shm_memfd.h). It also stops core dumps: set
+// PSTRAIN_KEEP_CORES=1 in the environment to keep them (and /proc/<pid>
+// open to the user, e.g. for a debugger) while debugging. Every node's main
+// calls it first; false when the environment kept it dumpable.
+inline constexpr const char* kKeepCoresEnv = "PSTRAIN_KEEP_CORES";
+bool close_to_other_processes();
 
 // Runs `body`, mapping exceptions to one clear line on stderr and an exit
 // code: 0 ok, 1 error, 2 job aborted by a peer's failure, 3 usage/config error.

@@ -3,6 +3,7 @@
 // the scheduler's endpoint, and the errors for bad values.
 #include <doctest/doctest.h>
 
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -273,3 +274,36 @@ TEST_CASE("guarded_main: a node that dies of a fatal signal names it and leaves 
     CHECK(std::count(text.begin(), text.end(), '\n') >= 4);
   }
 }
+
+namespace pstrain {
+namespace {
+
+// prctl(PR_GET_DUMPABLE) in a forked child after close_to_other_processes()
+// with PSTRAIN_KEEP_CORES as given (nullptr: unset); -1 when the child failed.
+int dumpable_after_closing(const char* keep_cores) {
+  const pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    if (keep_cores == nullptr) {
+      unsetenv(kKeepCoresEnv);
+    } else {
+      setenv(kKeepCoresEnv, keep_cores, 1);
+    }
+    const bool closed = close_to_other_processes();
+    const int dumpable = prctl(PR_GET_DUMPABLE, 0, 0, 0, 0);
+    _exit(dumpable == (closed ? 0 : 1) ? dumpable : 100);
+  }
+  int status = 0;
+  REQUIRE(waitpid(pid, &status, 0) == pid);
+  return WIFEXITED(status) && WEXITSTATUS(status) != 100 ? WEXITSTATUS(status) : -1;
+}
+
+}  // namespace
+
+TEST_CASE("close_to_other_processes: a node is not dumpable unless PSTRAIN_KEEP_CORES=1 keeps its cores") {
+  CHECK(dumpable_after_closing(nullptr) == 0);
+  CHECK(dumpable_after_closing("0") == 0);
+  CHECK(dumpable_after_closing("1") == 1);
+}
+
+}  // namespace pstrain

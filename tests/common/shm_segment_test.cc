@@ -7,10 +7,13 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -22,6 +25,7 @@
 #include <vector>
 
 #include "common/base/errors.h"
+#include "common/transport/shm/shm_memfd.h"
 #include "common/transport/shm/shm_segment.h"
 #include "tests/common/shm_test_util.h"
 #include "tests/support/throw_text.h"
@@ -212,12 +216,10 @@ TEST_CASE("shm: attach checks the address against the segment") {
   auto creator = ShmSegment::create(small_options());
   ShmAddress a = creator->address();
 
+  // Not on offer (its share hands out only what it offered, by id and descriptor number).
   ShmAddress wrong = a;
   wrong.segment_id ^= 1;
-  CHECK(thrown_text([&] { ShmSegment::attach(wrong); }).find("descriptor number reused") != std::string::npos);
-  wrong = a;
-  wrong.bytes += 4096;
-  CHECK(thrown_text([&] { ShmSegment::attach(wrong); }).find("its size is") != std::string::npos);
+  CHECK(thrown_text([&] { ShmSegment::attach(wrong); }).find("on offer here") != std::string::npos);
   wrong = a;
   wrong.fd = 0x7fff;
   CHECK_THROWS_AS(ShmSegment::attach(wrong), TransportError);
@@ -227,14 +229,23 @@ TEST_CASE("shm: attach checks the address against the segment") {
   wrong = a;
   wrong.bytes = std::uint64_t{1} << 40;
   CHECK_THROWS_AS(ShmSegment::attach(wrong), ProtocolError);
+  {
+    auto other = ShmSegment::create(small_options());  // handed out by this failed attach: never again
+    ShmAddress bigger = other->address();
+    bigger.bytes += 4096;
+    CHECK(thrown_text([&] { ShmSegment::attach(bigger); }).find("its size is") != std::string::npos);
+    CHECK(thrown_text([&] { ShmSegment::attach(other->address()); }).find("on offer here") != std::string::npos);
+  }
 
-  // A plain file is not one of our memfds: refused before it is opened.
+  // Whatever a share sends is checked: a plain file is not one of our memfds.
   const std::string path = "/tmp/pstrain-shm-test-" + std::to_string(getpid());
   const int file = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0600);
   REQUIRE(file >= 0);
   REQUIRE(ftruncate(file, static_cast<off_t>(a.bytes)) == 0);
   wrong = a;
   wrong.fd = file;
+  wrong.segment_id = 0x1234;
+  shm_detail::offer_memfd(file, wrong.segment_id, true, false);
   CHECK(thrown_text([&] { ShmSegment::attach(wrong); }).find("not a pstrain memfd") != std::string::npos);
   ::close(file);
   std::filesystem::remove(path);
@@ -243,14 +254,53 @@ TEST_CASE("shm: attach checks the address against the segment") {
   REQUIRE(unsealed >= 0);
   REQUIRE(ftruncate(unsealed, static_cast<off_t>(a.bytes)) == 0);
   wrong.fd = unsealed;
+  wrong.segment_id = 0x5678;
+  shm_detail::offer_memfd(unsealed, wrong.segment_id, true, false);
   CHECK(thrown_text([&] { ShmSegment::attach(wrong); }).find("not a memfd sealed") != std::string::npos);
   ::close(unsealed);
 
-  // The failed attaches left the segment unclaimed; the first real one wins, a second is refused.
+  // The failed attaches left the segment unclaimed; the first real one wins, a
+  // second is refused: the segment is handed out once, to its one peer.
   CHECK(creator->peer_state() == ShmSegment::PeerState::kNotAttached);
   auto peer = ShmSegment::attach(a);
-  CHECK(thrown_text([&] { ShmSegment::attach(a); }).find("already attached by pid") != std::string::npos);
+  CHECK(thrown_text([&] { ShmSegment::attach(a); }).find("its one peer has it already") != std::string::npos);
   CHECK(creator->peer_state() == ShmSegment::PeerState::kAttached);  // the refused one did not mark it closed
+}
+
+TEST_CASE("shm: a segment reaches its peer only from its creator's share") {
+  // A process that took the creator's share name first (to hand out a memfd
+  // of its own) is refused: the socket must be served by the creator's pid.
+  Child creator([&](int to_parent) {
+    auto segment = ShmSegment::create(small_options("squatted"));
+    send_bytes(to_parent, encode_shm_address(segment->address()));
+    pause();
+  });
+  ShmAddress address = decode_shm_address(creator.read(kShmAddressBytes));
+  {
+    auto peer = ShmSegment::attach(address);  // the creator's own share: fine
+    CHECK(peer->peer_state() == ShmSegment::PeerState::kAttached);
+  }
+  creator.kill_and_reap();
+  // The name of a live process whose share this test takes: this one's child, made to wait.
+  Child victim([&](int to_parent) {
+    const char ready = 'r';
+    if (::write(to_parent, &ready, 1) != 1) throw Error("pipe");
+    pause();
+  });
+  (void)victim.read(1);
+  const int squatter = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  REQUIRE(squatter >= 0);
+  sockaddr_un name{};
+  name.sun_family = AF_UNIX;
+  const std::string abstract = shm_detail::memfd_share_name(victim.pid);
+  std::memcpy(name.sun_path, abstract.data(), abstract.size());
+  REQUIRE(::bind(squatter, reinterpret_cast<const sockaddr*>(&name),
+                 static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + abstract.size())) == 0);
+  REQUIRE(::listen(squatter, 4) == 0);
+  address.pid = victim.pid;
+  const std::string what = thrown_text([&] { ShmSegment::attach(address); });
+  CHECK_MESSAGE(what.find("not by the creator") != std::string::npos, what);
+  ::close(squatter);
 }
 
 TEST_CASE("shm: a writer out of slots times out while the peer lives") {

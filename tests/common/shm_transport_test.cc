@@ -7,9 +7,12 @@
 // transport_test.cc, whole clusters over shm in tests/cluster/cluster_test.cc.
 #include <doctest/doctest.h>
 
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <array>
 #include <chrono>
 #include <csignal>
@@ -24,6 +27,7 @@
 #include <vector>
 
 #include "common/base/errors.h"
+#include "common/transport/shm/shm_memfd.h"
 #include "common/transport/shm/shm_segment.h"
 #include "common/transport/shm/shm_transport.h"
 #include "common/transport/zmq/zmq_socket.h"
@@ -398,15 +402,15 @@ TEST_CASE("shm transport: a hello from another host, with a bad address, not a m
   REQUIRE(no.size() == 2);
   CHECK(no[0].to_string() == "PSTRSHMR");
   CHECK_FALSE(no[1].to_string().empty());
-  // Any descriptor of this process that is not a pstrain memfd (here: the
-  // listener's own standard input) is refused before it is opened.
+  // Any descriptor of this process that its memfd share does not offer (here:
+  // its standard input) is never handed out.
   ShmAddress not_memfd = segment->address();
   not_memfd.fd = 0;
   far.hello(not_memfd, t.boot_id());
   let_answer(*listener, far);
   no = far.receive();
   REQUIRE(no.size() == 2);
-  CHECK(no[1].to_string().find("not a pstrain memfd") != std::string::npos);
+  CHECK(no[1].to_string().find("on offer here") != std::string::npos);
   // A segment far bigger than this job's (the listener would map it whole).
   ShmOptions huge;
   huge.slots_per_side = 64;
@@ -750,13 +754,15 @@ TEST_CASE("shm transport: forged arena offers and descriptors get a no or a Prot
   ShmAddress a = arena->address();
   a.bytes += 4096;
   refused_offer(a, "its size is");
-  refused_offer(segment->address(), "not a pstrain arena");  // a memfd of ours, but a segment
+  const std::unique_ptr<ShmSegment> unattached = raw_segment();
+  refused_offer(unattached->address(), "not a pstrain arena");  // a memfd of ours, but a segment
+  refused_offer(segment->address(), "on offer here");  // handed out already, to its one peer
   a = arena->address();
   a.segment_id ^= 1;
-  refused_offer(a, "descriptor number reused");
+  refused_offer(a, "on offer here");
   a = arena->address();
-  a.fd = 0;  // stdin: not a pstrain memfd
-  refused_offer(a, "not a pstrain memfd");
+  a.fd = 0;  // stdin: never on offer
+  refused_offer(a, "on offer here");
   {
     std::vector<zmq::message_t> frames;
     frames.push_back(layer_tag('G'));
@@ -877,6 +883,24 @@ TEST_CASE("shm arena: read-only attach checks the memfd; the peer's mapping cann
     CHECK(WIFSIGNALED(status));
     CHECK(WTERMSIG(status) == SIGSEGV);
     CHECK(std::to_integer<int>(arena->data()[0]) == 0x5a);
+    // Whoever gets the arena's descriptor from its share gets it read-only,
+    // and even reopened read-write it can be neither mapped writable nor
+    // written (sealed: F_SEAL_FUTURE_WRITE); the creator's mapping still is.
+    const int given = shm_detail::receive_memfd(arena->address(), "test");
+    REQUIRE(given >= 0);
+    CHECK((fcntl(given, F_GETFL) & O_ACCMODE) == O_RDONLY);
+    CHECK((fcntl(given, F_GET_SEALS) & shm_detail::kFutureWriteSeal) != 0);
+    const int reopened = ::open(("/proc/self/fd/" + std::to_string(given)).c_str(), O_RDWR | O_CLOEXEC);
+    if (reopened >= 0) {
+      CHECK(mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, reopened, 0) == MAP_FAILED);
+      CHECK(errno == EPERM);
+      const char byte = 1;
+      CHECK(::pwrite(reopened, &byte, 1, 4096) < 0);
+      ::close(reopened);
+    }
+    ::close(given);
+    arena->data()[0] = std::byte{0x5b};
+    CHECK(std::to_integer<int>(peer->data()[0]) == 0x5b);
     CHECK_THROWS_AS(ShmArena::create(0), ConfigError);
   }
   CHECK(our_mappings() == 0);

@@ -26,10 +26,16 @@ SecurityContext security_for(const std::string& key_dir, Role role) {
   return SecurityContext::load(SecurityConfig{key_dir.empty() ? "off" : "curve", key_dir}, role);
 }
 
+// A node's transport, with the I/O threads a node of this security would get (or `io_threads`).
+std::unique_ptr<Transport> node_transport(const std::string& kind, std::int64_t partition, const std::string& key_dir,
+                                          int io_threads) {
+  return make_transport(kind, partition, io_threads > 0 ? io_threads : io_threads_for(!key_dir.empty()));
+}
+
 std::string worker_rounds(const std::string& sched, const ClusterConfig& cluster, std::int64_t partition, int rank,
                           const std::string& fp, const ParamLayout& layout, int rounds, const std::string& key_dir,
-                          DType wire_dtype) {
-  const std::unique_ptr<Transport> transport = make_transport(cluster.transport, partition);
+                          DType wire_dtype, int io_threads) {
+  const std::unique_ptr<Transport> transport = node_transport(cluster.transport, partition, key_dir, io_threads);
   const SecurityContext security = security_for(key_dir, Role::kWorker);
   WorkerSessionOptions options{sched, cluster, partition, rank, fp};
   options.security = &security;
@@ -101,7 +107,7 @@ PsRound ps_pushpull_round(std::size_t num_bytes, int rounds, const PsBenchOption
       o.security = &security;
       o.bind_endpoint = a.transport == "ipc" ? "ipc:///tmp/pstrain-bench-" + std::to_string(getpid()) : "tcp://127.0.0.1:*";
       o.requested_rank = s;
-      const std::unique_ptr<Transport> transport = make_transport(a.transport, partition);
+      const std::unique_ptr<Transport> transport = node_transport(a.transport, partition, a.key_dir, a.io_threads);
       Server server(*transport, o, log);
       server.run();
       return 0;
@@ -110,7 +116,8 @@ PsRound ps_pushpull_round(std::size_t num_bytes, int rounds, const PsBenchOption
   for (int w = 0; w < a.workers; ++w) {
     pids.push_back(spawn([&, w] {
       const std::string line =
-          worker_rounds(sched, cluster, partition, w, fp, layout, rounds, a.key_dir, wire_dtype_of(a.wire_dtype));
+          worker_rounds(sched, cluster, partition, w, fp, layout, rounds, a.key_dir, wire_dtype_of(a.wire_dtype),
+                        a.io_threads);
       return w != 0 || result_pipe.write_line(line) ? 0 : 1;
     }));
   }

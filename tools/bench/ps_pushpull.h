@@ -20,6 +20,7 @@ struct PsBenchOptions {
   std::string transport = "tcp";     // "tcp" | "ipc" (the servers' endpoints) | "shm" (tcp + shared memory)
   std::string key_dir;               // non-empty: security.mode = "curve" with these keys (pstrain-keygen)
   std::string wire_dtype = "float32";  // ps.wire_dtype: "float32" | "bfloat16"
+  int io_threads = 0;  // ZeroMQ I/O threads of each node's context; 0: as a node picks (io_threads_for)
 };
 
 struct PsRound {

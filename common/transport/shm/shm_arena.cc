@@ -44,7 +44,7 @@ std::unique_ptr<ShmArena> ShmArena::create(std::size_t bytes) {
   if (ftruncate(a->fd_, static_cast<off_t>(total)) != 0) {
     throw Error("shm arena: cannot size it to " + std::to_string(total) + " bytes: " + std::strerror(errno));
   }
-  if (fcntl(a->fd_, F_ADD_SEALS, kRequiredSeals) != 0) {
+  if (fcntl(a->fd_, F_ADD_SEALS, kRequiredSeals & ~unsigned{F_SEAL_SEAL}) != 0) {
     throw Error(std::string("shm arena: cannot seal its size: ") + std::strerror(errno));
   }
   void* base = mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED, a->fd_, 0);
@@ -54,6 +54,13 @@ std::unique_ptr<ShmArena> ShmArena::create(std::size_t bytes) {
   a->base_ = static_cast<std::byte*>(base);
   ArenaHeader header{kArenaMagic, a->id_, a->bytes_, a->creator_pid_};
   std::memcpy(a->base_, &header, sizeof header);
+  // This mapping stays writable; no new one can be (Linux 5.1+), whoever
+  // holds a descriptor and however it reopens it: peers only ever read.
+  if (fcntl(a->fd_, F_ADD_SEALS, kFutureWriteSeal | F_SEAL_SEAL) != 0 &&
+      (errno != EINVAL || fcntl(a->fd_, F_ADD_SEALS, F_SEAL_SEAL) != 0)) {
+    throw Error(std::string("shm arena: cannot seal it against writers: ") + std::strerror(errno));
+  }
+  offer_memfd(a->fd_, a->id_, /*once=*/false, /*read_only=*/true);  // to every peer it is offered to
   return a;
 }
 
@@ -83,7 +90,10 @@ std::unique_ptr<ShmArena> ShmArena::attach_read_only(const ShmAddress& address) 
 
 ShmArena::~ShmArena() {
   if (base_ != nullptr) munmap(base_, kHeaderBytes + bytes_);
-  if (fd_ >= 0) ::close(fd_);
+  if (fd_ >= 0) {
+    withdraw_memfd(id_);
+    ::close(fd_);
+  }
 }
 
 bool ShmArena::holds(const void* p, std::size_t n) const {

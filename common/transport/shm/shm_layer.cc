@@ -23,7 +23,7 @@ char tag_kind(const Buffer& frame) {
 }
 
 // This host's boot and this process's pid namespace: a peer can attach only
-// with both the same (it opens /proc/<pid>/fd of the creator's pid).
+// with both the same (it asks the creator's pid for the memfd: shm_memfd.h).
 std::string read_boot_id() {
   std::ifstream in("/proc/sys/kernel/random/boot_id");
   std::string id;

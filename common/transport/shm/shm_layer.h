@@ -41,7 +41,7 @@ zmq::message_t tag(char kind);
 // The kind of a shared-memory layer message, or 0 for an ordinary one.
 char tag_kind(const Buffer& frame);
 // This host's boot and this process's pid namespace: a peer can attach only
-// with both the same (it opens /proc/<pid>/fd of the creator's pid).
+// with both the same (it asks the creator's pid for the memfd: shm_memfd.h).
 std::string read_boot_id();
 // Header for messages about the layer's own frames (TransportError texts).
 Header layer_header();

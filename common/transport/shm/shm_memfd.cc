@@ -64,10 +64,10 @@ bool pidfd_exited(int pidfd) {
   return ::poll(&p, 1, 0) > 0 && (p.revents & (POLLIN | POLLHUP | POLLERR)) != 0;
 }
 
-// Opens the memfd `address` names in its creator's process, after checking
-// that it is one of ours (a pstrain memfd, sealed against resizing, shmem)
-// of exactly address.bytes (at least min_bytes, at most 64 GiB), with a
-// pidfd pinning that process. ProtocolError / TransportError as attach says.
+// Receives the memfd `address` names from its creator's memfd share, after
+// checking that it is one of ours (a pstrain memfd, sealed against resizing,
+// shmem) of exactly address.bytes (at least min_bytes, at most 64 GiB), with
+// a pidfd pinning that process. ProtocolError / TransportError as attach says.
 void open_creator_memfd(const ShmAddress& address, const std::string& what, bool read_only, std::uint64_t min_bytes,
                         OpenedMemfd& out) {
   if (address.pid <= 0 || address.fd < 0 || address.segment_id == 0) {
@@ -80,35 +80,35 @@ void open_creator_memfd(const ShmAddress& address, const std::string& what, bool
   }
   if (!shm_process_alive(address.pid)) throw TransportError(what + ": the creating process is gone");
   // Pin the process first: if it is still alive once the descriptor below is
-  // open, the descriptor was that process's (its pid cannot have been reused
-  // meanwhile), and the pidfd tells when exactly it is gone.
+  // received, the share that sent it was that process's (its pid cannot have
+  // been reused meanwhile), and the pidfd tells when exactly it is gone.
   out.pidfd = open_pidfd(address.pid);
-  const std::string path = "/proc/" + std::to_string(address.pid) + "/fd/" + std::to_string(address.fd);
-  // Only ever open one of our memfds: a peer could name any descriptor of any
-  // process of this user (a tty, a FIFO, a device), and opening some of
-  // those has effects of its own.
+  out.fd = receive_memfd(address, what);
+  // Only ever map one of our memfds, whatever the share sent.
+  const std::string path = "/proc/self/fd/" + std::to_string(out.fd);
   char target[256] = {};
   const ssize_t n = ::readlink(path.c_str(), target, sizeof target - 1);
-  if (n < 0) {
-    throw TransportError(what + ": cannot read " + path + ": " + std::strerror(errno) +
-                         (errno == ENOENT ? " (the creator is gone or closed it)" : ""));
-  }
+  if (n < 0) throw TransportError(what + ": cannot read " + path + ": " + std::strerror(errno));
   if (std::string_view(target, static_cast<std::size_t>(n)).rfind("/memfd:pstrain-", 0) != 0) {
-    throw ProtocolError(what + ": " + path + " is not a pstrain memfd (it is " +
+    throw ProtocolError(what + ": what pid " + std::to_string(address.pid) + " sent is not a pstrain memfd (it is " +
                         std::string(target, static_cast<std::size_t>(n)) + ")");
   }
-  out.fd = ::open(path.c_str(), (read_only ? O_RDONLY : O_RDWR) | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
-  if (out.fd < 0) {
-    throw TransportError(what + ": cannot open " + path + ": " + std::strerror(errno) +
-                         (errno == ENOENT ? " (the creator is gone or closed it)" : ""));
+  if (read_only) {
+    // Map it read-only whatever the share sent: a descriptor of our own, read-only.
+    const int ro = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (ro < 0) throw TransportError(what + ": cannot reopen it read-only: " + std::strerror(errno));
+    ::close(out.fd);
+    out.fd = ro;
+  } else if ((fcntl(out.fd, F_GETFL) & O_ACCMODE) != O_RDWR) {
+    throw ProtocolError(what + ": pid " + std::to_string(address.pid) + " sent it read-only");
   }
   const int seals = fcntl(out.fd, F_GET_SEALS);
   if (seals < 0 || (static_cast<unsigned>(seals) & kRequiredSeals) != kRequiredSeals) {
-    throw ProtocolError(what + ": " + path + " is not a memfd sealed against resizing");
+    throw ProtocolError(what + ": it is not a memfd sealed against resizing");
   }
   struct statfs fs {};
   if (fstatfs(out.fd, &fs) != 0 || fs.f_type != TMPFS_MAGIC) {  // not hugetlbfs: its pages can run out (SIGBUS)
-    throw ProtocolError(what + ": " + path + " is not an ordinary (shmem) memfd");
+    throw ProtocolError(what + ": it is not an ordinary (shmem) memfd");
   }
   struct stat st {};
   if (fstat(out.fd, &st) != 0 || !S_ISREG(st.st_mode) || static_cast<std::uint64_t>(st.st_size) != address.bytes) {

@@ -222,6 +222,7 @@ std::unique_ptr<ShmSegment> ShmSegment::create(const ShmOptions& options) {
   control->total_bytes = s->total_bytes_;
   control->creator_pid = s->creator_pid_;
   atomic_at(control->peer_pid).store(0, std::memory_order_release);
+  offer_memfd(s->fd_, s->id_, /*once=*/true, /*read_only=*/false);  // to its one peer (shm_memfd.h)
   return s;
 }
 
@@ -282,7 +283,10 @@ ShmSegment::~ShmSegment() {
     }
     munmap(base_, total_bytes_);
   }
-  if (fd_ >= 0) ::close(fd_);
+  if (fd_ >= 0) {
+    withdraw_memfd(id_);  // not attached yet: no one gets it any more
+    ::close(fd_);
+  }
   if (peer_pidfd_ >= 0) ::close(peer_pidfd_);
 }
 

@@ -7,10 +7,14 @@
 // mapping of it are gone, whoever dies and however.
 //   - The creator makes it (memfd_create), sizes it, seals its size
 //     (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL: no one can shrink it under a
-//     mapping, so no access can raise SIGBUS) and writes the control block.
+//     mapping, so no access can raise SIGBUS), writes the control block and
+//     puts it on offer, once, in its memfd share (shm_memfd.h: a unix socket
+//     that hands it out by SCM_RIGHTS to whoever names its random id first).
 //     Its ShmAddress (pid, fd number, segment id, size) travels to the peer
 //     over ZeroMQ.
-//   - The peer opens /proc/<pid>/fd/<fd> (same user), checks the seals, the
+//   - The peer receives it from the creator's share (same user, the socket
+//     checked to be the creator's; a non-dumpable creator's /proc/<pid>/fd is
+//     closed to it, as to every other process of the user), checks the seals, the
 //     size, the magic and the segment id against the address, maps it and
 //     records its pid in the control block. The creator must stay alive until
 //     then (if it died, attach raises TransportError).
@@ -228,7 +232,10 @@ class ShmSegment {
 //   - The creator makes a memfd ("pstrain-arena"), sizes it, seals its size
 //     and writes a header page (magic, id, size, pid); the rest is the
 //     memory, page aligned, zeroed.
-//   - A peer opens /proc/<pid>/fd/<fd> read-only after the same checks as a
+//   - A peer receives it read-only from the creator's memfd share (which
+//     hands an arena to every asker naming its id; the memfd is sealed with
+//     F_SEAL_FUTURE_WRITE once the creator has mapped it, so no one else can
+//     ever map it writable or write it) after the same checks as a
 //     segment's attach (same user, a pstrain memfd, sealed, shmem, the size
 //     and id the address says) and maps it read-only: it can never write the
 //     owner's memory. Bounds come from its own copy of the size.

@@ -10,7 +10,7 @@
 //   - A Connection made with EndpointOptions::carries_tensors (a worker's KV
 //     client to a server) creates a segment (common/transport/shm/shm_segment.h) and sends
 //     its address in a hello. The listener attaches to it when it can (same
-//     host, same user: the creator's /proc/<pid>/fd/<fd>) and answers yes or
+//     host, same user: from the creator's memfd share, shm_memfd.h) and answers yes or
 //     no; until a yes arrives, and after a no, everything goes inline.
 //   - Then a body of at least min_bytes that fits a slot is copied into a free
 //     slot of the sender's side and only its 32-byte descriptor travels over
@@ -136,6 +136,7 @@ class ShmTransport final : public Transport {
   Stats stats() const;
 
   const ShmTransportOptions& options() const { return options_; }
+  zmq::context_t& context() { return ctx_; }  // its options (I/O threads) may be set before the first endpoint
   const std::string& boot_id() const { return boot_id_; }
 
   // Internal (the endpoints count through these).
