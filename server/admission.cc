@@ -1,5 +1,6 @@
 #include "server/admission.h"
 
+#include <algorithm>
 #include <optional>
 
 #include "server/request_error.h"
@@ -35,6 +36,33 @@ void Admission::admit(const Envelope& env) const {
                                                 std::to_string(h.sender) + " on worker " +
                                                 std::to_string(bound->second) + "'s connection: refused");
   }
+}
+
+std::vector<PeerId> Admission::connections() const {
+  std::vector<PeerId> out;
+  out.reserve(worker_of_connection_.size());
+  for (const auto& [connection, worker] : worker_of_connection_) out.emplace_back(connection);
+  return out;
+}
+
+MemoryLimits server_memory_limits(const ClusterConfig& cluster, std::int64_t shard_bytes, int num_workers) {
+  MemoryLimits limits;
+  limits.stranger_bytes = kStrangerReplyBytes;
+  limits.budget_bytes = cluster.memory_budget_mb > 0
+                            ? cluster.memory_budget_mb * (std::int64_t{1} << 20)
+                            : kBudgetBaseBytes + kBudgetPerWorkerShards * std::max(num_workers, 1) * shard_bytes;
+  return limits;
+}
+
+std::string memory_budget_warning(const ClusterConfig& cluster, std::int64_t shard_bytes, int num_workers) {
+  if (cluster.memory_budget_mb <= 0) return {};
+  const std::int64_t need = 2 * std::int64_t{std::max(num_workers, 1)} * shard_bytes;
+  const std::int64_t budget = cluster.memory_budget_mb * (std::int64_t{1} << 20);
+  if (budget >= need) return {};
+  return "cluster.memory_budget_mb = " + std::to_string(cluster.memory_budget_mb) + " is less than the " +
+         std::to_string((need + (1 << 20) - 1) >> 20) + " MiB the workers' pull replies may need here (2 x " +
+         std::to_string(num_workers) + " workers x " + std::to_string(shard_bytes) +
+         " bytes of shard): replies to the slowest readers may be dropped; raise it or set 0 (derived)";
 }
 
 // CURVE with per-worker keys: a request in worker R's name only over worker-R's key.

@@ -10,10 +10,12 @@
 // Not thread-safe: owned by the server's event-loop thread.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
 
+#include "common/config/config.h"
 #include "common/transport/transport.h"
 #include "common/wire/protocol.h"
 #include "common/wire/security.h"
@@ -33,6 +35,9 @@ class Admission {
   // Throws RequestError (kBadRequest, saying why) unless `env` may be
   // served: sent by a worker, over its own connection (and key).
   void admit(const Envelope& env) const;
+  // The workers' connections as bound now (the listener's members: every
+  // other connection is a stranger to its memory budget).
+  std::vector<PeerId> connections() const;
 
  private:
   void check_key_binding(const Envelope& env) const;
@@ -40,5 +45,23 @@ class Admission {
   const SecurityContext* security_;
   std::map<std::string, int> worker_of_connection_;  // "w" + token -> worker rank
 };
+
+// Load admission: the server's memory budget for unsent replies
+// (Listener::set_memory_limits; docs/architecture.md, "Memory budget and
+// floods"). cluster.memory_budget_mb when set, else derived from what the
+// job's workers can legitimately have queued here: kBudgetPerWorkerShards
+// copies of this server's shard (`shard_bytes`) per worker (the next step's
+// pull ticket and an evaluation's, each of every chunk, with room to spare)
+// plus kBudgetBaseBytes. A connection that is not a worker's may hold at most
+// kStrangerReplyBytes of unsent replies (its error replies: a few hundred
+// bytes each).
+inline constexpr std::int64_t kBudgetBaseBytes = std::int64_t{64} << 20;
+inline constexpr std::int64_t kBudgetPerWorkerShards = 4;
+inline constexpr std::int64_t kStrangerReplyBytes = std::int64_t{256} << 10;
+MemoryLimits server_memory_limits(const ClusterConfig& cluster, std::int64_t shard_bytes, int num_workers);
+// What a configured budget lacks for the replies the workers may have queued
+// legitimately (two copies of the shard per worker): a warning's text, or
+// empty when it is enough.
+std::string memory_budget_warning(const ClusterConfig& cluster, std::int64_t shard_bytes, int num_workers);
 
 }  // namespace pstrain

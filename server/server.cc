@@ -28,10 +28,16 @@ std::string advertised_endpoint(const std::string& bound, const std::string& hos
 // behind, so a legitimate reply is never dropped (the KV client makes the
 // same room to receive, kv_client.cc). A peer that is not one of the job's
 // workers gets only error replies of a few hundred bytes, so its share is
-// bounded at about kServerSendHwm x 300 bytes.
+// bounded at about kServerSendHwm x 300 bytes, and further by the node's
+// memory budget (set once registered: server_memory_limits).
+// No request a worker sends a server has a frame larger than a chunk
+// (ps.partition_bytes): the socket takes none larger (ZMQ_MAXMSGSIZE, plus
+// make_socket's 4 KiB), so ZeroMQ disconnects a peer announcing a bigger
+// frame before reading it, and a flood of large frames costs no reads.
 static EndpointOptions server_endpoint_options(const ServerOptions& options) {
   EndpointOptions o;
-  o.socket = SocketOptions{options.cluster.max_message_bytes, milliseconds(2000), options.security};
+  const std::int64_t largest_frame = std::min(options.cluster.max_message_bytes, options.partition_bytes);
+  o.socket = SocketOptions{largest_frame, milliseconds(2000), options.security};
   o.socket.send_hwm = kServerSendHwm;
   o.limits = DecodeLimits{options.cluster.max_message_bytes};
   o.traffic = options.traffic;
@@ -86,6 +92,7 @@ void Server::run() {
     if (options_.on_registered) options_.on_registered(rank_);
     make_store(info);
     admission_.bind(info.worker_tokens);
+    limit_memory(info.num_workers);
     store_->set_trace(options_.trace);
     start_checkpoints();
     if (options_.trace != nullptr) options_.trace->set_process("server", rank_);
@@ -104,6 +111,7 @@ void Server::run() {
       for (const int worker : scheduler.take_dropped()) on_worker_dropped(worker);
       for (const SchedulerClient::Rejoined& r : scheduler.take_rejoined()) on_worker_rejoined(r.rank, r.token);
       expire_parked();
+      router_->give_back_memory();  // after a flood of unsent replies has drained
     }
     const StoreStats& s = store_->stats();
     if (s.rejoined_from_step >= 0) {
@@ -115,7 +123,8 @@ void Server::run() {
     log_.info("shutdown: " + std::to_string(s.updates_applied) + " chunk updates, " + std::to_string(s.pushes_accepted) +
               " pushes accepted, " + std::to_string(s.pushes_rejected) + " rejected, " +
               std::to_string(bad_requests_) + " malformed requests, " + std::to_string(expired_pulls_) +
-              " expired pulls, " + std::to_string(unreachable_replies_) + " replies to peers that had gone");
+              " expired pulls, " + std::to_string(unreachable_replies_) + " replies to peers that had gone or " +
+              "did not read (" + std::to_string(router_->shed_replies()) + " of them over the memory budget)");
   } catch (const AbortedError&) {
     throw;
   } catch (const std::exception& e) {
@@ -162,6 +171,7 @@ void Server::on_worker_dropped(int worker) {
 // re-admits it at the step the job is at (server/consistency.h).
 void Server::on_worker_rejoined(int worker, const std::string& token) {
   admission_.rebind(worker, token);
+  router_->set_members(admission_.connections());
   const std::vector<std::int64_t> start = store_->rejoin_worker(worker);
   std::int64_t lowest = 0, highest = 0;
   if (!start.empty()) {
@@ -171,6 +181,26 @@ void Server::on_worker_rejoined(int worker, const std::string& token) {
   log_.info("worker " + std::to_string(worker) + " rejoined the job: re-admitted at step " + std::to_string(lowest) +
             (highest != lowest ? " to " + std::to_string(highest) : std::string()) + " of its " +
             std::to_string(start.size()) + " chunks here");
+}
+
+// A reply the listener refused (its peer has gone, or its queue or the
+// memory budget is full): counted, the first one logged.
+void Server::note_unsent(const TransportError& e) {
+  if (unreachable_replies_++ == 0) log_.info(std::string("a reply was not sent: ") + e.what());
+}
+
+// The memory budget for unsent replies (server/admission.h), once the shard
+// and the workers' connections are known.
+void Server::limit_memory(int num_workers) {
+  const std::int64_t shard = map_.bytes_of(rank_);
+  const MemoryLimits limits = server_memory_limits(options_.cluster, shard, num_workers);
+  router_->set_memory_limits(limits);
+  router_->set_members(admission_.connections());
+  const std::string warning = memory_budget_warning(options_.cluster, shard, num_workers);
+  if (!warning.empty()) log_.warn(warning);
+  log_.info("memory budget for unsent replies: " + std::to_string(limits.budget_bytes >> 20) + " MiB" +
+            (options_.cluster.memory_budget_mb > 0 ? " (cluster.memory_budget_mb)" : " (derived: cluster.memory_budget_mb = 0)") +
+            ", " + std::to_string(limits.stranger_bytes >> 10) + " KiB per connection that is not a worker's");
 }
 
 void Server::start_checkpoints() {
@@ -247,7 +277,7 @@ void Server::handle_request() {
     reply_error(env->from, env->message.header, e.status(), e.what());
   } catch (const TransportError& e) {
     // The reply's peer has gone (ROUTER_MANDATORY): nothing to answer.
-    if (unreachable_replies_++ == 0) log_.info(std::string("a reply found its peer gone: ") + e.what());
+    note_unsent(e);
   }
 }
 
@@ -255,7 +285,7 @@ void Server::reply_error(const PeerId& to, const Header& request, Status status,
   try {
     router_->send_error(to, request, Role::kServer, rank_, status, text);
   } catch (const TransportError& e) {
-    if (unreachable_replies_++ == 0) log_.info(std::string("a reply found its peer gone: ") + e.what());
+    note_unsent(e);
   }
 }
 
@@ -396,7 +426,7 @@ void Server::answer_parked(std::int64_t key) {
       const auto parked = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - p.since);
       reply_pull(p.from, p.request, parked.count());
     } catch (const TransportError& e) {
-      if (unreachable_replies_++ == 0) log_.info(std::string("a reply found its peer gone: ") + e.what());
+      note_unsent(e);
     }
   }
   if (still.empty()) {

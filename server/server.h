@@ -45,6 +45,7 @@
 #include <vector>
 
 #include "common/config/config.h"
+#include "common/base/errors.h"
 #include "common/base/log.h"
 #include "common/wire/protocol.h"
 #include "common/node/scheduler_client.h"
@@ -133,8 +134,8 @@ class Server {
   RegisterReply register_with(SchedulerClient& scheduler, const RegisterRequest& request);
   void on_worker_dropped(int worker);
   void on_worker_rejoined(int worker, const std::string& token);
-  // After registration: the apply threads and the shard store of `info`'s job.
-  void make_store(const RegisterReply& info);
+  void limit_memory(int num_workers);  // the reply budget (server/admission.h)
+  void note_unsent(const TransportError& e);
   void start_checkpoints();  // server/checkpointing.h: the saver, and the restore on resume
   // Stages 2-5 of an admitted request (above), by type.
   void serve(const PeerId& from, const Message& msg);

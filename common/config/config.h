@@ -91,6 +91,9 @@ struct ClusterConfig {
   ServerFailurePolicy on_server_failure = ServerFailurePolicy::kAbort;
   int max_restarts = 3;  // per rank, for the "restart" policies
   std::int64_t max_message_bytes = std::int64_t{1} << 30;
+  // A server's memory budget for unsent replies across all its connections,
+  // in MiB; 0 = derived from its shard and the workers (server/admission.h).
+  std::int64_t memory_budget_mb = 0;
 
   bool operator==(const ClusterConfig&) const = default;
 };

@@ -92,6 +92,7 @@ void visit_table(C& c, const V& v) {
   v("cluster", "on_server_failure", &cl.on_server_failure, one_of(EnumNames<ServerFailurePolicy>::names));
   v("cluster", "max_restarts", &cl.max_restarts, between(0, 1000));
   v("cluster", "max_message_bytes", &cl.max_message_bytes, at_least(1));
+  v("cluster", "memory_budget_mb", &cl.memory_budget_mb, between(0, 1 << 20));
   v("ps", "partition_bytes", &c.ps.partition_bytes, positive_multiple_of(4));
   v("ps", "staleness_bound", &c.ps.staleness_bound, between(0, 1000000));
   v("ps", "wire_dtype", &c.ps.wire_dtype, one_of(kWireDtypes));

@@ -119,8 +119,9 @@ class Payload {
 // - bounded queues: EndpointOptions::socket.send_hwm / receive_hwm messages
 //   per peer link; max_message_bytes per frame (bigger: dropped, the peer
 //   disconnected, never buffered);
-// - Listener::send never waits: a vanished peer or a full queue raises
-//   TransportError (the caller counts it and goes on);
+// - Listener::send never waits: a vanished peer, a full queue or the node's
+//   memory budget (set_memory_limits) raises TransportError (the caller
+//   counts it and goes on);
 // - Connection::send waits at most socket.send_timeout, then TransportError;
 // - Envelope::user_id: the authenticated key's name (CURVE), else empty.
 // ---------------------------------------------------------------------------
@@ -154,6 +155,14 @@ struct Envelope {
   // CURVE: the ZAP user id of the sender's key ("server", "worker",
   // "worker-R": common/wire/security.h); empty on plain connections.
   std::string user_id;
+};
+
+// A node's memory budget for unsent replies (Listener::set_memory_limits;
+// docs/architecture.md, "Memory budget and floods"), in bytes; 0 = no limit.
+struct MemoryLimits {
+  std::int64_t budget_bytes = 0;    // across all the listener's connections
+  std::int64_t stranger_bytes = 0;  // per connection not among set_members' (once set)
+  bool operator==(const MemoryLimits&) const = default;
 };
 
 struct EndpointOptions {
@@ -223,6 +232,21 @@ class Listener : public Endpoint {
   std::optional<Envelope> receive(std::chrono::milliseconds timeout, PeerId* bad_from = nullptr) {
     return receive_impl(timeout, bad_from);
   }
+
+  // The memory budget (MemoryLimits): from now on a send that would go over
+  // it, or over a stranger's share, raises TransportError saying so, as for
+  // a full queue. Transports without one (FakeTransport) ignore it.
+  virtual void set_memory_limits(const MemoryLimits& /*limits*/) {}
+  // The node's own connections (a server's workers); every other one is a
+  // stranger from now on. Until called, none is.
+  virtual void set_members(const std::vector<PeerId>& /*members*/) {}
+  // Bytes of replies sent and not yet gone out (0 where not counted).
+  virtual std::int64_t unsent_bytes() const { return 0; }
+  // Replies refused by the budget so far.
+  virtual std::int64_t shed_replies() const { return 0; }
+  // Call from the loop now and then: once the unsent replies have drained
+  // after a peak, hands the freed memory back to the OS. True when it did.
+  virtual bool give_back_memory() { return false; }
 };
 
 // DEALER-like: connected to one listener.

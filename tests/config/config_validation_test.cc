@@ -62,6 +62,8 @@ TEST_CASE("per-key ranges, enums and shapes are enforced with file:line and key"
       {"[cluster]\ntimeout_ms = 0", "bad.toml:2: key 'cluster.timeout_ms': expected an integer >= 1, got 0"},
       {"[cluster]\nmax_message_bytes = 0",
        "bad.toml:2: key 'cluster.max_message_bytes': expected an integer >= 1, got 0"},
+      {"[cluster]\nmemory_budget_mb = -1",
+       "bad.toml:2: key 'cluster.memory_budget_mb': expected an integer in [0, 1048576], got -1"},
       {"[ps]\npartition_bytes = 6",
        "bad.toml:2: key 'ps.partition_bytes': expected an integer >= 4 and a multiple of 4, got 6"},
       {"[ps]\npartition_bytes = 0",

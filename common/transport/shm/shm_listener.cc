@@ -3,6 +3,7 @@
 
 #include "common/base/errors.h"
 #include "common/transport/shm/shm_layer.h"
+#include "common/transport/zmq/zmq_reply_budget.h"
 
 namespace pstrain::shm_detail {
 
@@ -10,10 +11,10 @@ namespace {
 
 using std::chrono::milliseconds;
 
-class ShmListener final : public Listener, public ZmqSocketHolder {
+class ShmListener final : public BudgetedListener, public ZmqSocketHolder {
  public:
   ShmListener(ShmTransport& transport, zmq::context_t& ctx, const std::string& address, EndpointOptions options)
-      : Listener(transport, options), ZmqSocketHolder(make_socket(ctx, zmq::socket_type::router, options.socket)),
+      : BudgetedListener(transport, options), ZmqSocketHolder(make_socket(ctx, zmq::socket_type::router, options.socket)),
         shm_(transport) {
     address_ = bind_socket(socket_, address);
   }
@@ -86,7 +87,9 @@ class ShmListener final : public Listener, public ZmqSocketHolder {
  protected:
   void send_frames(const PeerId* to, Buffer head_buffer, std::optional<Buffer> body_buffer,
                    const Header& header) override {
-    zmq::message_t head = to_message(std::move(head_buffer));
+    // Counted against the node's memory budget until sent, whichever way
+    // the body goes (a body held for an arena reply is memory all the same).
+    zmq::message_t head = admit_reply(*to, std::move(head_buffer), body_buffer, header);
     std::optional<zmq::message_t> body = to_optional_message(std::move(body_buffer));
     const zmq::message_t id(to->bytes().data(), to->bytes().size());
     // No liveness check here (it costs a read of /proc per send): a peer that

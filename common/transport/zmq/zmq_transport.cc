@@ -3,16 +3,17 @@
 #include "common/base/errors.h"
 #include "common/transport/zmq/zmq_curve.h"
 #include "common/transport/zmq/zmq_endpoint.h"
+#include "common/transport/zmq/zmq_reply_budget.h"
 #include "common/transport/zmq/zmq_socket.h"
 
 namespace pstrain {
 
 namespace {
 
-class ZmqListener final : public Listener, public ZmqSocketHolder {
+class ZmqListener final : public BudgetedListener, public ZmqSocketHolder {
  public:
   ZmqListener(Transport& transport, zmq::context_t& ctx, const std::string& address, EndpointOptions options)
-      : Listener(transport, options), ZmqSocketHolder(make_socket(ctx, zmq::socket_type::router, options.socket)) {
+      : BudgetedListener(transport, options), ZmqSocketHolder(make_socket(ctx, zmq::socket_type::router, options.socket)) {
     address_ = bind_socket(socket_, address);
   }
   const std::string& address() const override { return address_; }
@@ -30,7 +31,8 @@ class ZmqListener final : public Listener, public ZmqSocketHolder {
   }
   void send_frames(const PeerId* to, Buffer head, std::optional<Buffer> body, const Header& header) override {
     const zmq::message_t id(to->bytes().data(), to->bytes().size());
-    send_frames_raw(socket_, &id, to_message(std::move(head)), to_optional_message(std::move(body)), header);
+    zmq::message_t first = admit_reply(*to, std::move(head), body, header);  // counted until sent
+    send_frames_raw(socket_, &id, std::move(first), to_optional_message(std::move(body)), header);
   }
 
  private:
