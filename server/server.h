@@ -134,6 +134,8 @@ class Server {
   RegisterReply register_with(SchedulerClient& scheduler, const RegisterRequest& request);
   void on_worker_dropped(int worker);
   void on_worker_rejoined(int worker, const std::string& token);
+  // After registration: the apply threads and the shard store of `info`'s job.
+  void make_store(const RegisterReply& info);
   void limit_memory(int num_workers);  // the reply budget (server/admission.h)
   void note_unsent(const TransportError& e);
   void start_checkpoints();  // server/checkpointing.h: the saver, and the restore on resume
