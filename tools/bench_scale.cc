@@ -4,7 +4,8 @@
 // worker sessions and KV clients over ZeroMQ inproc://; only the compute is
 // simulated). Per step, for each mode:
 //   step ms        wall time of a step (every worker's push + pull, barrier)
-//   barrier ms     the last worker's arrival sent -> the last worker released (median)
+//   barrier ms     the last worker's arrival sent -> the last worker released (median, max);
+//                  1st out: -> the first worker released (the scheduler's part, without the fan-out)
 //   get ms         a worker's epoch-members get from the scheduler's store (median)
 //   push/pull ms   a worker's push of all its chunks -> acks; its pull -> replies (median)
 //   sched ms       the scheduler thread's CPU per step; hb ms: the part of it that is
@@ -93,7 +94,8 @@ struct Column {
 };
 constexpr Column kColumns[] = {
     {"mode", "", 5},        {"W", "", 5},           {"S", "", 3},          {"step", "ms", 8},
-    {"barrier", "p50 ms", 8}, {"barrier", "max ms", 8}, {"get", "p50 ms", 7}, {"push", "p50 ms", 7},
+    {"barrier", "p50 ms", 8}, {"barrier", "max ms", 8}, {"1st out", "p50 ms", 8}, {"get", "p50 ms", 7},
+    {"push", "p50 ms", 7},
     {"pull", "p50 ms", 7},  {"sched", "cpu ms", 8}, {"hb", "cpu ms", 7},   {"coord x", "vs 64", 7},
     {"hb", "us/node/s", 9}, {"hb x", "vs 64", 6},   {"server", "us/req", 7}, {"sched", "KB", 8},
     {"server", "KB", 7},    {"worker", "KB", 7},    {"sched", "msgs", 7},  {"server", "msgs", 7},
@@ -108,10 +110,10 @@ void print_table(const std::vector<ScaleResult>& rows) {
   for (const ScaleResult& r : rows) {
     const Derived d = derive(r, reference(rows, r));
     const auto ratio = [](double x) { return x > 0 ? std::to_string(x).substr(0, 5) : std::string("-"); };
-    std::printf("%5s %5d %3d %8.2f %8.3f %8.3f %7.3f %7.3f %7.3f %8.3f %7.3f %7s %9.2f %6s %7.1f %8.1f %7.1f %7.2f "
+    std::printf("%5s %5d %3d %8.2f %8.3f %8.3f %8.3f %7.3f %7.3f %7.3f %8.3f %7.3f %7s %9.2f %6s %7.1f %8.1f %7.1f %7.2f "
                 "%7.0f %7.0f %7.1f %7.0f %8.1f %5d\n",
                 std::string(to_string(r.options.mode)).c_str(), r.options.workers, r.options.servers, 1e3 * r.step_s,
-                1e3 * r.barrier_p50_s, 1e3 * r.barrier_max_s, 1e3 * r.store_get_p50_s, 1e3 * r.push_p50_s,
+                1e3 * r.barrier_p50_s, 1e3 * r.barrier_max_s, 1e3 * r.barrier_first_p50_s, 1e3 * r.store_get_p50_s, 1e3 * r.push_p50_s,
                 1e3 * r.pull_p50_s, 1e3 * r.scheduler_cpu_s, 1e3 * d.hb_s, ratio(d.coord_x).c_str(), 1e6 * d.hb_node_s,
                 ratio(d.hb_x).c_str(), 1e6 * r.server_cpu_per_request_s, r.scheduler_bytes / 1024,
                 r.server_bytes / 1024, r.worker_bytes / 1024, r.scheduler_messages, r.server_messages,
@@ -126,7 +128,7 @@ std::string json_row(const ScaleResult& r, const Derived& d) {
       .add("steps", o.steps).add("barrier_every", o.barrier_every).add("epoch_steps", o.epoch_steps)
       .add("elems_per_server", o.elems_per_server).add("compute_us", o.compute_us).add("heartbeat_ms", o.heartbeat_ms)
       .add("step_ms", 1e3 * r.step_s).add("barriers", r.barriers).add("barrier_p50_ms", 1e3 * r.barrier_p50_s)
-      .add("barrier_max_ms", 1e3 * r.barrier_max_s).add("store_get_p50_ms", 1e3 * r.store_get_p50_s)
+      .add("barrier_max_ms", 1e3 * r.barrier_max_s).add("barrier_first_out_p50_ms", 1e3 * r.barrier_first_p50_s).add("store_get_p50_ms", 1e3 * r.store_get_p50_s)
       .add("push_p50_ms", 1e3 * r.push_p50_s).add("pull_p50_ms", 1e3 * r.pull_p50_s)
       .add("scheduler_cpu_ms_per_step", 1e3 * r.scheduler_cpu_s).add("heartbeat_cpu_ms_per_step", 1e3 * d.hb_s)
       .add("coordination_cpu_ms_per_step", 1e3 * d.coord_s).add("coordination_growth_vs_64", d.coord_x)

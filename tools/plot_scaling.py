@@ -1,10 +1,12 @@
 #!/usr/bin/python3
 """Plots tools/bench_scale's JSON (docs/scaling.md): against the number of
-workers, log-log, per mode, (1) the scheduler's barrier latency, (2) its
-per-step coordination CPU (without heartbeats), (3) its heartbeat and
-liveness CPU per node per second, each with a dashed line of linear growth
+workers, log-log, per mode, (1) a barrier's latency to the last worker
+released and (2) to the first (the scheduler's part), (3) the scheduler's
+per-step coordination CPU (without heartbeats), (4) its heartbeat and
+liveness CPU per node per second, each with a dotted line of linear growth
+(flat for the scheduler part and the heartbeats)
 through the 64-worker point. --before FILE adds the same run of the code
-before the scaling fixes, dotted.
+before the scaling fixes, dashed.
 
   /usr/bin/python3 tools/plot_scaling.py docs/figures/scaling.json \\
       [--before docs/figures/scaling_before.json] [--servers 4] [--out docs/figures/scaling.png]
@@ -18,7 +20,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 PANELS = [
-    ("barrier_p50_ms", "barrier latency (ms, median)", 1.0),
+    ("barrier_p50_ms", "barrier: last arrival -> all released\n(ms, median)", 1.0),
+    ("barrier_first_out_p50_ms", "barrier, the scheduler's part:\nlast arrival -> first released (ms)", 0.0),
     ("coordination_cpu_ms_per_step", "scheduler CPU per step,\nwithout heartbeats (ms)", 1.0),
     ("heartbeat_us_per_node_s", "heartbeat + liveness CPU\nper node per second (us)", 0.0),
 ]
@@ -33,7 +36,7 @@ def load(path, servers):
 
 def plot_rows(ax, rows, key, power, style, label_suffix):
     for mode in ["sync", "async", "ssp"]:
-        pts = sorted((r["workers"], r[key]) for r in rows if r["mode"] == mode and r[key] > 0)
+        pts = sorted((r["workers"], r[key]) for r in rows if r["mode"] == mode and r.get(key, 0) > 0)
         if not pts:
             continue
         xs, ys = zip(*pts)
@@ -52,7 +55,7 @@ def main():
     a = ap.parse_args()
     rows = load(a.json, a.servers)
     before = load(a.before, a.servers) if a.before else []
-    fig, axes = plt.subplots(1, len(PANELS), figsize=(5 * len(PANELS), 4))
+    fig, axes = plt.subplots(1, len(PANELS), figsize=(4.5 * len(PANELS), 4))
     for ax, (key, title, power) in zip(axes, PANELS):
         plot_rows(ax, rows, key, power, "-", "")
         if before:

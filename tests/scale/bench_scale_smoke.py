@@ -29,6 +29,9 @@ def check_row(row):
             fail("%s: %s is %r, expected > 0" % (name, key, row[key]))
     if row["barrier_max_ms"] < row["barrier_p50_ms"]:
         fail("%s: the barrier's max is below its median" % name)
+    if not 0 < row["barrier_first_out_p50_ms"] <= row["barrier_p50_ms"]:  # the first released, then the last
+        fail("%s: a barrier's first release (%r ms) is not within its last (%r ms)" %
+             (name, row["barrier_first_out_p50_ms"], row["barrier_p50_ms"]))
     if row["pull_p50_ms"] < row["push_p50_ms"]:  # each pull is timed from the push sent with it to its end
         fail("%s: a pull's median is below the push's" % name)
     payload = ELEMS * 4  # one chunk per server, float32

@@ -151,6 +151,7 @@ void ScaleJob::worker(LocalCluster& cluster, int rank) {
       rss_running_ = resident_bytes();
       start_ = snapshot();
     }
+    session.scheduler().barrier("go");  // nobody steps before worker 0's snapshot
     steps(session, rec, params, grads);
     session.scheduler().barrier("steps done");
     if (rank == 0) end_ = snapshot();
@@ -210,15 +211,17 @@ ScaleResult ScaleJob::summarize() const {
   r.scheduler_messages = o_.workers * 2.0 * (barriers_per_step + gets_per_step) + (o_.workers + o_.servers) * heartbeats;
   r.server_messages = o_.workers * 4.0 + heartbeats;
   r.worker_messages = o_.servers * 4.0 + 2.0 * (barriers_per_step + gets_per_step) + heartbeats;
-  std::vector<double> barrier, store, push, pull;
+  std::vector<double> barrier, first, store, push, pull;
   const std::size_t nb = records_[0].barrier_in.size();
   for (std::size_t b = 0; b < nb; ++b) {
-    Clock::time_point last_in{}, last_out{};
+    Clock::time_point last_in{}, last_out{}, first_out = Clock::time_point::max();
     for (const WorkerRecord& w : records_) {
       last_in = std::max(last_in, w.barrier_in[b]);
       last_out = std::max(last_out, w.barrier_out[b]);
+      first_out = std::min(first_out, w.barrier_out[b]);
     }
     barrier.push_back(seconds(last_out - last_in));
+    first.push_back(seconds(first_out - last_in));
   }
   for (const WorkerRecord& w : records_) {
     store.insert(store.end(), w.store_s.begin(), w.store_s.end());
@@ -229,6 +232,7 @@ ScaleResult ScaleJob::summarize() const {
   r.barriers = static_cast<int>(nb);
   r.barrier_p50_s = median(barrier);
   r.barrier_max_s = barrier.empty() ? 0 : *std::max_element(barrier.begin(), barrier.end());
+  r.barrier_first_p50_s = median(first);
   r.store_get_p50_s = median(store);
   r.push_p50_s = median(push);
   r.pull_p50_s = median(pull);

@@ -40,6 +40,7 @@ struct ScaleResult {
   double step_s = 0;             // wall time of the measured steps / steps
   double barrier_p50_s = 0;      // a barrier: the last arrival sent -> the last worker released
   double barrier_max_s = 0;
+  double barrier_first_p50_s = 0;  // the last arrival sent -> the first worker released (no fan-out)
   int barriers = 0;
   double store_get_p50_s = 0;    // a worker's epoch-members get, median
   double push_p50_s = 0;         // a worker's push of all chunks -> every server's ack, median
