@@ -132,9 +132,9 @@ void Membership::recount() {
 }
 
 void Membership::mark_done(Member& m) {
-  if (m.role != Role::kWorker || m.done) return;
+  if (m.done) return;  // said twice: counted once
   m.done = true;
-  if (!m.dropped) --barrier_members_;
+  if (m.role == Role::kWorker && !m.dropped) --barrier_members_;
 }
 
 std::optional<std::string> Membership::layout_mismatch() const {

@@ -95,7 +95,8 @@ class Membership {
   // dropped with no rejoin to wait for (may_rejoin). O(1) while a worker is
   // neither (the scheduler asks after every message); a scan after that.
   bool workers_done(SchedulerClock::time_point now) const;
-  // Worker `m` said it is done (kDone).
+  // Node `m` said it is done (kDone): the one way to set Member::done (a
+  // direct write would leave barrier_members() and workers_done() stale).
   void mark_done(Member& m);
 
   // --- Failure and rejoin ---
