@@ -28,10 +28,14 @@ Barriers::Arrival Barriers::arrive(int rank, std::int64_t key, const std::string
 std::vector<std::int64_t> Barriers::release(std::span<const int> in_job, int waited_for) {
   std::vector<std::int64_t> released;
   for (auto it = open_.begin(); it != open_.end();) {
-    int arrived_live = 0;
-    for (int rank : it->second) {
-      arrived_live += std::find(in_job.begin(), in_job.end(), rank) != in_job.end() ? 1 : 0;
+    // Fewer arrivals than it waits for: not complete, whoever they are (no count:
+    // this runs at every arrival, and counting them all made a barrier O(N^2)).
+    if (it->second.size() < static_cast<std::size_t>(std::max(waited_for, 0))) {
+      ++it;
+      continue;
     }
+    int arrived_live = 0;
+    for (int rank : it->second) arrived_live += std::binary_search(in_job.begin(), in_job.end(), rank) ? 1 : 0;
     if (arrived_live < waited_for) {
       ++it;
       continue;

@@ -35,7 +35,8 @@ class Barriers {
   // already.
   Arrival arrive(int rank, std::int64_t key, const std::string& name);
   // Releases, in order, every open barrier reached by `waited_for` workers:
-  // arrivals count for the ranks in `in_job` (the workers not dropped).
+  // arrivals count for the ranks in `in_job` (the workers not dropped, by
+  // rank ascending). O(open barriers) until one has `waited_for` arrivals.
   // Returns the released barriers' numbers (the job's numbering: key_for
   // turns one into a worker's).
   std::vector<std::int64_t> release(std::span<const int> in_job, int waited_for);

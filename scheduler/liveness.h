@@ -9,11 +9,17 @@
 //  - A restarting server (on_server_failure "restart") is not expected to
 //    speak; it has failed for good when its restart deadline has passed
 //    with no rejoin (exactly at the deadline it may still come).
+//  - The scheduler scans its nodes for silence (and its store for expired
+//    gets) once a scan tick (scan_due: the heartbeat interval, at most
+//    10 ms), not after every message: a step's messages then cost O(1) each
+//    however many nodes there are, and a silence is noticed at most a tick
+//    later.
 // Owned by the scheduler's thread (scheduler/scheduler.h).
 #pragma once
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 
 #include "scheduler/membership.h"
 
@@ -40,6 +46,11 @@ class Liveness {
   // How long the scheduler may wait for a message before it checks liveness
   // again: the heartbeat interval, at most 200 ms.
   std::chrono::milliseconds poll_interval() const;
+  // Whether a scan of the nodes is due at `now` (the first at once, then one
+  // a scan_tick()); if so, records it done.
+  bool scan_due(TimePoint now);
+  // The heartbeat interval, at most 10 ms.
+  std::chrono::milliseconds scan_tick() const;
   // Whether node `m` has failed at `now`.
   Lapse check(const Member& m, TimePoint now) const;
   int timeout_ms() const { return timeout_ms_; }
@@ -48,6 +59,7 @@ class Liveness {
   std::chrono::milliseconds interval_;
   int timeout_ms_;
   TimePoint last_sent_{};
+  std::optional<TimePoint> last_scan_;
 };
 
 }  // namespace pstrain

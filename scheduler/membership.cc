@@ -63,6 +63,7 @@ Member& Membership::admit(const PeerId& from, RegisterRequest req, SchedulerCloc
   node.request = std::move(req);
   node.last_seen = now;
   nodes_.push_back(std::move(node));
+  recount();
   return nodes_.back();
 }
 
@@ -109,6 +110,31 @@ void Membership::assign_ranks() {
       taken.insert(next);
     }
   }
+  // The index by rank: ranks are in range (admit) and distinct (above).
+  worker_at_.assign(static_cast<std::size_t>(num_workers_), nodes_.size());
+  server_at_.assign(static_cast<std::size_t>(num_servers_), nodes_.size());
+  for (std::size_t i = 0; i < nodes_.size(); ++i) {
+    std::vector<std::size_t>& at = nodes_[i].role == Role::kServer ? server_at_ : worker_at_;
+    if (nodes_[i].rank < static_cast<int>(at.size())) at[static_cast<std::size_t>(nodes_[i].rank)] = i;
+  }
+  recount();
+}
+
+void Membership::recount() {
+  live_.clear();
+  barrier_members_ = 0;
+  for (const Member& n : nodes_) {
+    if (n.role != Role::kWorker || n.dropped) continue;
+    live_.push_back(n.rank);
+    barrier_members_ += n.done ? 0 : 1;
+  }
+  std::sort(live_.begin(), live_.end());
+}
+
+void Membership::mark_done(Member& m) {
+  if (m.done) return;  // said twice: counted once
+  m.done = true;
+  if (m.role == Role::kWorker && !m.dropped) --barrier_members_;
 }
 
 std::optional<std::string> Membership::layout_mismatch() const {
@@ -156,6 +182,14 @@ std::vector<std::string> Membership::worker_tokens() const {
 }
 
 Member* Membership::find(Role role, int rank) {
+  const std::vector<std::size_t>& at = role == Role::kServer ? server_at_ : worker_at_;
+  if (role != Role::kScheduler && !at.empty()) {  // ranks assigned: the index
+    if (rank < 0 || rank >= static_cast<int>(at.size()) || at[static_cast<std::size_t>(rank)] >= nodes_.size()) {
+      return nullptr;
+    }
+    Member& n = nodes_[at[static_cast<std::size_t>(rank)]];
+    return n.role == role && n.rank == rank ? &n : nullptr;
+  }
   for (Member& n : nodes_) {
     if (n.role == role && n.rank == rank) return &n;
   }
@@ -169,21 +203,6 @@ const Member* Membership::on_connection(const PeerId& from) const {
   return nullptr;
 }
 
-int Membership::live_workers() const {
-  int live = 0;
-  for (const Member& n : nodes_) live += n.role == Role::kWorker && !n.dropped ? 1 : 0;
-  return live;
-}
-
-std::vector<int> Membership::live_worker_list() const {
-  std::vector<int> ranks;
-  for (const Member& n : nodes_) {
-    if (n.role == Role::kWorker && !n.dropped) ranks.push_back(n.rank);
-  }
-  std::sort(ranks.begin(), ranks.end());
-  return ranks;
-}
-
 std::string Membership::live_worker_ranks() const {
   std::string live;
   for (const int r : live_worker_list()) {
@@ -193,13 +212,10 @@ std::string Membership::live_worker_ranks() const {
   return live;
 }
 
-int Membership::barrier_members() const {
-  int members = 0;  // a worker that is done has passed every barrier (a rejoiner may come after it)
-  for (const Member& n : nodes_) members += n.role == Role::kWorker && !n.dropped && !n.done ? 1 : 0;
-  return members;
-}
-
 bool Membership::workers_done(SchedulerClock::time_point now) const {
+  // A worker neither dropped nor done holds the end (and a barrier: one that
+  // is done has passed every barrier, a rejoiner may come after it).
+  if (barrier_members_ > 0) return false;
   return std::all_of(nodes_.begin(), nodes_.end(), [&](const Member& n) {
     return n.role != Role::kWorker || n.done || (n.dropped && !may_rejoin(n, now));
   });
@@ -208,6 +224,7 @@ bool Membership::workers_done(SchedulerClock::time_point now) const {
 void Membership::drop(Member& m, SchedulerClock::time_point now) {
   m.dropped = true;
   m.dropped_at = now;
+  recount();
 }
 
 void Membership::begin_restart(Member& m, const std::string& reason, SchedulerClock::time_point now) {
@@ -295,6 +312,7 @@ void Membership::take_back_worker(Member& m, const PeerId& from, RegisterRequest
   m.done = false;
   m.last_seen = now;
   ++m.rejoins;
+  recount();
 }
 
 void Membership::take_back_server(Member& m, const PeerId& from, RegisterRequest req, std::string token,

@@ -22,7 +22,9 @@ namespace pstrain {
 
 using SchedulerClock = std::chrono::steady_clock;
 
-// One registered node.
+// One registered node. Its done and dropped flags change only through
+// Membership (mark_done, drop, take_back_worker), which keeps the counts a
+// barrier and the end read in O(1) (live_worker_list, barrier_members).
 struct Member {
   Role role = Role::kWorker;
   int rank = -1;
@@ -77,19 +79,25 @@ class Membership {
   // --- Who is in the job ---
   std::vector<Member>& all() { return nodes_; }
   const std::vector<Member>& all() const { return nodes_; }
+  // O(1) once ranks are assigned (an index by rank), a scan before.
   Member* find(Role role, int rank);
   // The node registered on connection `from`; null if none.
   const Member* on_connection(const PeerId& from) const;
-  int live_workers() const;  // workers not dropped
-  // The workers not dropped, by rank ascending.
-  std::vector<int> live_worker_list() const;
+  // Workers not dropped (O(1)).
+  int live_workers() const { return static_cast<int>(live_.size()); }
+  // The workers not dropped, by rank ascending (kept up to date, not rebuilt per call).
+  const std::vector<int>& live_worker_list() const { return live_; }
   // The same as text: "0,2,3".
   std::string live_worker_ranks() const;
-  // Workers neither dropped nor done: those a barrier waits for.
-  int barrier_members() const;
+  // Workers neither dropped nor done: those a barrier waits for (O(1)).
+  int barrier_members() const { return barrier_members_; }
   // Whether the end of the job has come at `now`: every worker done, or
-  // dropped with no rejoin to wait for (may_rejoin).
+  // dropped with no rejoin to wait for (may_rejoin). O(1) while a worker is
+  // neither (the scheduler asks after every message); a scan after that.
   bool workers_done(SchedulerClock::time_point now) const;
+  // Node `m` said it is done (kDone): the one way to set Member::done (a
+  // direct write would leave barrier_members() and workers_done() stale).
+  void mark_done(Member& m);
 
   // --- Failure and rejoin ---
   // Drops worker `m` at `now` (failure policy "continue" or "restart").
@@ -125,11 +133,17 @@ class Membership {
   // A worker whose model layout differs from the workers registered so far
   // is refused at once, not left to fail the rendezvous.
   void refuse_other_layout(const RegisterRequest& req) const;
+  // Rebuilds live_ and barrier_members_ from the flags (a drop, a take back: rare).
+  void recount();
 
   int num_servers_;
   int num_workers_;
   ClusterConfig cluster_;
-  std::vector<Member> nodes_;  // in registration order
+  std::vector<Member> nodes_;  // in registration order; never grows after the rendezvous
+  // After assign_ranks: by rank, the node's index in nodes_ (find's index).
+  std::vector<std::size_t> worker_at_, server_at_;
+  std::vector<int> live_;     // live_worker_list()
+  int barrier_members_ = 0;   // barrier_members()
 };
 
 }  // namespace pstrain

@@ -189,9 +189,13 @@ void Scheduler::serve_until_done() {
     } catch (const ProtocolError& e) {
       refuse(from, Header{}, std::string("malformed message: ") + e.what());
     }
-    expire_store_gets();
-    take_exit_reports();
-    check_liveness();
+    // Scans of every node or parked get, and the launcher's exit reports: at most once a tick,
+    // not after every message.
+    if (liveness_.scan_due(Clock::now())) {
+      expire_store_gets();
+      take_exit_reports();
+      check_liveness();
+    }
     send_heartbeats();
   }
 }
@@ -276,7 +280,7 @@ void Scheduler::handle(const PeerId& from, const Message& msg, bool registering)
     case MsgType::kStoreSet:
     case MsgType::kStoreGet: on_store(from, msg); return;
     case MsgType::kDone:
-      node->done = true;
+      members_.mark_done(*node);
       log_.info("worker " + std::to_string(node->rank) + " done");
       return;
     case MsgType::kAbort:
@@ -321,7 +325,7 @@ void Scheduler::on_barrier(const Message& msg) {
 
 // A barrier completes when every worker still in the job has arrived.
 void Scheduler::release_barriers() {
-  const std::vector<int> in_job = members_.live_worker_list();
+  const std::vector<int>& in_job = members_.live_worker_list();
   for (const std::int64_t seq : barriers_.release(in_job, members_.barrier_members())) {
     Header r;
     r.type = MsgType::kBarrierReply;

@@ -107,3 +107,20 @@ TEST_CASE("barriers: a rejoiner's first barrier of another name, or one still op
   CHECK(open.arrive(1, 1, "ckpt-a") == Barriers::Arrival::kEntered);
   CHECK(open.release(std::vector<int>{0, 1}, 2) == Seqs{1});
 }
+
+TEST_CASE("barriers: 1,024 workers, a dropped one's arrival among them: released at the last live arrival only") {
+  Barriers b;
+  std::vector<int> in_job;  // ascending, worker 7 dropped
+  for (int r = 0; r < 1024; ++r) {
+    if (r != 7) in_job.push_back(r);
+  }
+  b.arrive(7, 0, "step");  // arrived before it was dropped: does not count
+  for (int r = 1023; r >= 1; --r) {
+    if (r == 7) continue;
+    b.arrive(r, 0, "step");
+    CHECK(b.release(in_job, 1023).empty());  // 1,022 live arrivals at most so far
+  }
+  b.arrive(0, 0, "step");  // 1,024 arrivals, 1,023 of them live
+  CHECK(b.release(in_job, 1023) == Seqs{0});
+  CHECK(b.release(in_job, 1023).empty());
+}

@@ -64,3 +64,17 @@ TEST_CASE("liveness: the scheduler polls each heartbeat interval, at most 200 ms
   CHECK(Liveness(100, 1000).poll_interval() == milliseconds(100));
   CHECK(Liveness(500, 1000).poll_interval() == milliseconds(200));
 }
+
+TEST_CASE("liveness: the scan for silent nodes is due at once, then once a tick (the interval, at most 10 ms)") {
+  CHECK(Liveness(500, 1000).scan_tick() == milliseconds(10));
+  CHECK(Liveness(4, 1000).scan_tick() == milliseconds(4));
+  Liveness live(500, 1000);
+  CHECK(live.scan_due(kT0));
+  CHECK_FALSE(live.scan_due(kT0));  // a second message at the same moment: no second scan
+  CHECK_FALSE(live.scan_due(kT0 + milliseconds(9)));
+  CHECK(live.scan_due(kT0 + milliseconds(10)));
+  CHECK_FALSE(live.scan_due(kT0 + milliseconds(19)));
+  CHECK(live.scan_due(kT0 + milliseconds(25)));
+  CHECK_FALSE(live.scan_due(kT0 + milliseconds(34)));
+  CHECK(live.scan_due(kT0 + milliseconds(35)));  // a tick after the last scan, not on a fixed grid
+}

@@ -170,7 +170,7 @@ TEST_CASE("membership: who is live, who a barrier waits for, the live ranks in o
   Membership m = started(1, 4);
   CHECK(m.live_workers() == 4);
   m.drop(*m.find(Role::kWorker, 1), kT0);
-  m.find(Role::kWorker, 3)->done = true;
+  m.mark_done(*m.find(Role::kWorker, 3));
   CHECK(m.live_workers() == 3);  // done is still in the job
   CHECK(m.live_worker_list() == std::vector<int>{0, 2, 3});
   CHECK(m.live_worker_ranks() == "0,2,3");
@@ -182,7 +182,7 @@ TEST_CASE("membership: who is live, who a barrier waits for, the live ranks in o
 TEST_CASE("membership: the end waits for every worker done, or dropped for good") {
   Membership m = started(0, 2);
   CHECK_FALSE(m.workers_done(kT0));
-  m.find(Role::kWorker, 0)->done = true;
+  m.mark_done(*m.find(Role::kWorker, 0));
   CHECK_FALSE(m.workers_done(kT0));
   m.drop(*m.find(Role::kWorker, 1), kT0);
   CHECK(m.workers_done(kT0));  // "continue": a dropped worker never comes back
@@ -190,7 +190,7 @@ TEST_CASE("membership: the end waits for every worker done, or dropped for good"
 
 TEST_CASE("membership: under restart the end waits for a dropped worker for timeout_ms, not a moment longer") {
   Membership m = started(0, 2, cluster(W::kRestart));
-  m.find(Role::kWorker, 0)->done = true;
+  m.mark_done(*m.find(Role::kWorker, 0));
   Member& w1 = *m.find(Role::kWorker, 1);
   m.drop(w1, kT0);
   CHECK(m.may_rejoin(w1, kT0 + milliseconds(999)));
@@ -211,7 +211,7 @@ TEST_CASE("membership: a worker rejoin is admitted only for a dropped rank of th
   CHECK(refusal([&] { m.admit_worker_rejoin(worker(1), who); }) ==
         "rejoin of " + who +
             ": refused, worker 1 is alive (pid 101); only a worker dropped from the job can be taken back");
-  m.find(Role::kWorker, 2)->done = true;
+  m.mark_done(*m.find(Role::kWorker, 2));
   CHECK(refusal([&] { m.admit_worker_rejoin(worker(2), who); }).find("worker 2 has finished") != std::string::npos);
   CHECK_FALSE(refused_for_now([&] { m.admit_worker_rejoin(worker(2), who); }));
   CHECK(refusal([&] { m.admit_worker_rejoin(worker(3), who); }).find("the job has no worker rank 3 (it has 3") !=
@@ -287,4 +287,64 @@ TEST_CASE("membership: a per-worker key binds its rank; a shared key any") {
   RegisterRequest shared = worker(2);
   bind_rank_to_key(KeyOwner{Role::kWorker, -1}, "worker", shared);
   CHECK(shared.requested_rank == 2);
+}
+
+TEST_CASE("membership: find by role and rank once ranks are assigned, for either role, and nothing else") {
+  Membership m(0, 3, cluster());
+  m.admit(peer("a"), worker(), kT0);
+  m.admit(peer("b"), worker(0), kT0);
+  m.admit(peer("c"), worker(), kT0);
+  CHECK(m.find(Role::kWorker, 0) == nullptr);  // before the ranks: none has rank 0 yet
+  m.assign_ranks();
+  CHECK(m.find(Role::kWorker, 0) == &m.all()[1]);
+  CHECK(m.find(Role::kWorker, 1) == &m.all()[0]);
+  CHECK(m.find(Role::kWorker, 2) == &m.all()[2]);
+  CHECK(m.find(Role::kWorker, 3) == nullptr);
+  CHECK(m.find(Role::kWorker, -1) == nullptr);
+  CHECK(m.find(Role::kServer, 0) == nullptr);
+  CHECK(m.find(Role::kScheduler, 0) == nullptr);
+
+  Membership n = started(3, 2);
+  for (int s = 0; s < 3; ++s) CHECK(n.find(Role::kServer, s)->routing_id == peer(numbered("s", s)));
+  for (int w = 0; w < 2; ++w) CHECK(n.find(Role::kWorker, w)->routing_id == peer(numbered("w", w)));
+  CHECK(n.find(Role::kServer, 3) == nullptr);
+}
+
+TEST_CASE("membership: the live list and a barrier's count follow done, drop and take back, done counted once") {
+  Membership m = started(1, 5, cluster(W::kRestart));
+  CHECK(m.barrier_members() == 5);
+  m.mark_done(*m.find(Role::kWorker, 4));
+  m.mark_done(*m.find(Role::kWorker, 4));  // said twice: counted once
+  CHECK(m.barrier_members() == 4);
+  CHECK(m.live_worker_list() == std::vector<int>{0, 1, 2, 3, 4});
+  m.drop(*m.find(Role::kWorker, 2), kT0);
+  CHECK(m.barrier_members() == 3);
+  CHECK(m.live_worker_list() == std::vector<int>{0, 1, 3, 4});
+  m.mark_done(*m.find(Role::kWorker, 2));  // a dropped worker's done changes no count
+  CHECK(m.barrier_members() == 3);
+  m.mark_done(*m.find(Role::kServer, 0));  // a server's done is no worker's: no count changes
+  CHECK(m.find(Role::kServer, 0)->done);
+  CHECK(m.barrier_members() == 3);
+  Member& w2 = *m.find(Role::kWorker, 2);
+  m.take_back_worker(w2, peer("new"), worker(2), "tok", kT0);
+  CHECK(m.barrier_members() == 4);  // back, and not done
+  CHECK(m.live_worker_list() == std::vector<int>{0, 1, 2, 3, 4});
+  CHECK(m.live_workers() == 5);
+  CHECK(m.find(Role::kWorker, 2) == &w2);  // the index still finds it
+}
+
+TEST_CASE("membership: with 1,024 workers the counts and the end agree with the flags") {
+  Membership m = started(4, 1024);
+  CHECK(m.live_workers() == 1024);
+  for (int w = 0; w < 1024; w += 2) m.mark_done(*m.find(Role::kWorker, w));
+  for (int w = 1; w < 1024; w += 4) m.drop(*m.find(Role::kWorker, w), kT0);
+  int waiting = 0;
+  for (const Member& n : m.all()) waiting += n.role == Role::kWorker && !n.done && !n.dropped ? 1 : 0;
+  CHECK(m.barrier_members() == waiting);
+  CHECK(waiting == 256);
+  CHECK(m.live_workers() == 768);
+  CHECK_FALSE(m.workers_done(kT0));
+  for (int w = 3; w < 1024; w += 4) m.mark_done(*m.find(Role::kWorker, w));
+  CHECK(m.barrier_members() == 0);
+  CHECK(m.workers_done(kT0));
 }

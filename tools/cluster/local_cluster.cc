@@ -3,7 +3,9 @@
 #include "common/base/errors.h"
 #include "server/server_options.h"
 
+#include <pthread.h>
 #include <unistd.h>
+#include <zmq.h>
 
 #include <cstdio>
 #include <filesystem>
@@ -19,6 +21,9 @@ std::string unique_tag(const void* self) {
   std::snprintf(buf, sizeof(buf), "%d-%p", static_cast<int>(getpid()), self);
   return buf;
 }
+
+// Names the calling thread (at most 15 characters), for per-node CPU time.
+void name_thread(const std::string& name) { pthread_setname_np(pthread_self(), name.substr(0, 15).c_str()); }
 }  // namespace
 
 RunConfig run_config(const LocalClusterOptions& options) {
@@ -37,6 +42,15 @@ LocalCluster::LocalCluster(LocalClusterOptions options)
     : ctx_(std::make_unique<zmq::context_t>()), options_(std::move(options)),
       tag_(unique_tag(this)),
       log_("local", options_.log_level) {
+  if (options_.zmq_max_sockets > 0 && zmq_ctx_set(ctx_->handle(), ZMQ_MAX_SOCKETS, options_.zmq_max_sockets) != 0) {
+    throw ConfigError("local cluster: ZeroMQ refused " + std::to_string(options_.zmq_max_sockets) + " sockets: " +
+                      zmq_strerror(zmq_errno()));
+  }
+  if (!options_.server_traffic.empty() &&
+      options_.server_traffic.size() != static_cast<std::size_t>(options_.num_servers)) {
+    throw ConfigError("local cluster: server_traffic has " + std::to_string(options_.server_traffic.size()) +
+                      " counters for " + std::to_string(options_.num_servers) + " servers");
+  }
   if (options_.transport == "fake") {
     auto fake = std::make_unique<FakeTransport>(options_.fake_seed);
     fake_ = fake.get();
@@ -71,19 +85,25 @@ LocalCluster::LocalCluster(LocalClusterOptions options)
   so.cluster = options_.cluster;
   so.bind_endpoint = endpoint_for("scheduler");
   so.on_failure = options_.on_failure;
+  so.traffic = options_.scheduler_traffic;
   // CURVE: one ZAP handler per context, so the scheduler and each server a transport (a context) of their own.
   scheduler_ = scheduler_security_.curve ? std::make_unique<Scheduler>(std::make_unique<ZmqTransport>(), so, log_)
                                          : std::make_unique<Scheduler>(*transport_, so, log_);
   scheduler_endpoint_ = scheduler_->endpoint();
-  threads_.emplace_back([this] { run_guarded([this] { scheduler_->run(); }); });
+  threads_.emplace_back([this] {
+    name_thread("ps-scheduler");
+    run_guarded([this] { scheduler_->run(); });
+  });
   for (int s = 0; s < options_.num_servers; ++s) {
     threads_.emplace_back([this, s] {
+      name_thread("ps-server-" + std::to_string(s));
       run_guarded([this, s] {
         ServerOptions opt = server_options(run_config(options_));
         opt.scheduler_endpoint = scheduler_endpoint_;
         opt.bind_endpoint = endpoint_for("server" + std::to_string(s));
         opt.requested_rank = s;
         opt.security = &server_security_;
+        if (!options_.server_traffic.empty()) opt.traffic = &options_.server_traffic[static_cast<std::size_t>(s)];
         Logger log("server", options_.log_level);
         if (server_security_.curve) {  // one ZAP handler per context: a context of its own
           Server server(std::make_unique<ZmqTransport>(), opt, log);

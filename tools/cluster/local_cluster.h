@@ -4,13 +4,15 @@
 // loopback) or a FakeTransport (transport = "fake"), and the caller runs the
 // workers on its own threads with WorkerSession (over transport(), or a
 // ZmqTransport of their own on zmq_context()). Used by the unit tests and
-// benchmarks.
+// benchmarks. Its threads are named (ps-scheduler, ps-server-N) so a benchmark
+// can read each node's CPU time (tools/bench/thread_cpu.h).
 #pragma once
 
 #include <exception>
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -43,6 +45,13 @@ struct LocalClusterOptions {
   // The scheduler and each server then get a zmq context of their own (one
   // ZAP handler per context), so transport must be "tcp" or "ipc".
   std::string key_dir;
+  // ZeroMQ's socket limit for the cluster's context (ZMQ_MAX_SOCKETS; 0: ZeroMQ's
+  // default, 1023): a thousand workers on this context need a few sockets each.
+  int zmq_max_sockets = 0;
+  // Byte counters for the scheduler and for each server (num_servers of them);
+  // may be null/empty; they must outlive the cluster.
+  TrafficCounters* scheduler_traffic = nullptr;
+  std::span<TrafficCounters> server_traffic;
 };
 
 // The run config `options` stand for (mode, sizes, optimizer, cluster with

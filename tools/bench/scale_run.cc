@@ -1,0 +1,261 @@
+#include "tools/bench/scale_run.h"
+
+#include <pthread.h>
+
+#include <algorithm>
+#include <chrono>
+#include <exception>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "common/base/errors.h"
+#include "common/observe/traffic_counters.h"
+#include "common/wire/protocol.h"
+#include "tools/bench/processes.h"
+#include "tools/bench/thread_cpu.h"
+#include "tools/cluster/local_cluster.h"
+
+namespace pstrain::bench {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+// What one worker measured (written by its thread only).
+struct WorkerRecord {
+  std::vector<Clock::time_point> barrier_in, barrier_out;
+  std::vector<double> push_s, pull_s, store_s;
+  int wrong = 0;
+};
+
+// The process at one moment: CPU by thread name, bytes by node kind.
+struct Snapshot {
+  Clock::time_point at;
+  std::map<std::string, double> cpu;
+  double scheduler_bytes = 0, server_bytes = 0, worker_bytes = 0;
+};
+
+double bytes_of(const TrafficCounters& c) { return static_cast<double>(c.bytes_sent() + c.bytes_received()); }
+
+class ScaleJob {
+ public:
+  explicit ScaleJob(const ScaleOptions& o)
+      : o_(o), records_(static_cast<std::size_t>(o.workers)), worker_traffic_(static_cast<std::size_t>(o.workers)),
+        server_traffic_(static_cast<std::size_t>(o.servers)) {
+    layout_.add("w", {o.elems_per_server * o.servers});
+  }
+
+  ScaleResult run();
+
+ private:
+  LocalClusterOptions cluster_options();
+  void worker(LocalCluster& cluster, int rank);
+  void steps(WorkerSession& session, WorkerRecord& rec, std::span<float> params, std::span<const float> grads);
+  void idle(int rank);
+  Snapshot snapshot() const;
+  ScaleResult summarize() const;
+
+  const ScaleOptions& o_;
+  ParamLayout layout_;
+  std::vector<WorkerRecord> records_;
+  std::vector<TrafficCounters> worker_traffic_;
+  std::vector<TrafficCounters> server_traffic_;
+  TrafficCounters scheduler_traffic_;
+  // Written by worker 0 after a barrier, read once the workers have ended.
+  Snapshot start_, end_, idle_a_, idle_b_;
+  std::int64_t rss_before_ = 0, rss_running_ = 0;
+};
+
+LocalClusterOptions ScaleJob::cluster_options() {
+  LocalClusterOptions c;
+  c.mode = o_.mode;
+  c.staleness_bound = o_.staleness_bound;
+  c.num_servers = o_.servers;
+  c.num_workers = o_.workers;
+  c.optimizer.momentum = 0.0;  // the weights move by exactly -lr per step in sync: checked
+  c.partition_bytes = o_.elems_per_server * static_cast<std::int64_t>(sizeof(float));
+  c.cluster.heartbeat_interval_ms = o_.heartbeat_ms;
+  c.cluster.heartbeat_timeout_ms = 300000;  // 2,000 threads on 2 cores: no false alarm
+  c.cluster.timeout_ms = 600000;
+  c.transport = "inproc";
+  c.zmq_max_sockets = sockets_needed(o_.workers, o_.servers);
+  c.scheduler_traffic = &scheduler_traffic_;
+  c.server_traffic = server_traffic_;
+  return c;
+}
+
+Snapshot ScaleJob::snapshot() const {
+  Snapshot s;
+  s.at = Clock::now();
+  s.cpu = cpu_seconds_by_thread_name();
+  s.scheduler_bytes = bytes_of(scheduler_traffic_);
+  for (const TrafficCounters& c : server_traffic_) s.server_bytes += bytes_of(c);
+  for (const TrafficCounters& c : worker_traffic_) s.worker_bytes += bytes_of(c);
+  return s;
+}
+
+void ScaleJob::steps(WorkerSession& session, WorkerRecord& rec, std::span<float> params, std::span<const float> grads) {
+  KVClient& kv = session.kv();
+  for (int s = 0; s < o_.steps; ++s) {
+    if (o_.epoch_steps > 0 && s % o_.epoch_steps == 0) {  // a new epoch: who shares it
+      const auto t0 = Clock::now();
+      session.scheduler().store_get(std::string(kEpochMembersPrefix) + std::to_string(s / o_.epoch_steps), 600000);
+      rec.store_s.push_back(seconds(Clock::now() - t0));
+    }
+    if (o_.compute_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(o_.compute_us));
+    const auto t0 = Clock::now();
+    const auto push = kv.push(grads, s, 1.0);
+    const auto pull = kv.pull(params, s + 1);  // sent at once: the servers park it until its step is applied
+    kv.wait(push);
+    rec.push_s.push_back(seconds(Clock::now() - t0));
+    kv.wait(pull);
+    rec.pull_s.push_back(seconds(Clock::now() - t0));
+    if (o_.barrier_every > 0 && (s + 1) % o_.barrier_every == 0) {
+      rec.barrier_in.push_back(Clock::now());
+      session.scheduler().barrier("step");
+      rec.barrier_out.push_back(Clock::now());
+    }
+  }
+}
+
+// Heartbeats and liveness only: worker 0 samples the middle half of it, clear of the barriers around it.
+void ScaleJob::idle(int rank) {
+  const auto quarter = std::chrono::milliseconds(o_.idle_ms / 4);
+  if (rank != 0) {
+    std::this_thread::sleep_for(4 * quarter);
+    return;
+  }
+  std::this_thread::sleep_for(quarter);
+  idle_a_ = snapshot();
+  std::this_thread::sleep_for(2 * quarter);
+  idle_b_ = snapshot();
+  std::this_thread::sleep_for(quarter);
+}
+
+void ScaleJob::worker(LocalCluster& cluster, int rank) {
+  pthread_setname_np(pthread_self(), "ps-worker");  // its heartbeat thread takes the name too
+  const auto n = static_cast<std::size_t>(layout_.total_elems());
+  std::vector<float> params(n, 0.0f);  // before the session: outlives every frame that points into it
+  const std::vector<float> grads(n, 1.0f);
+  WorkerSessionOptions options = cluster.worker_options(rank);
+  options.traffic = &worker_traffic_[static_cast<std::size_t>(rank)];
+  WorkerSession session(cluster.transport(), options, layout_);
+  WorkerRecord& rec = records_[static_cast<std::size_t>(rank)];
+  session.run_reporting_failure([&] {
+    session.broadcast_initial(params);
+    session.scheduler().barrier("measure");
+    if (rank == 0) {
+      rss_running_ = resident_bytes();
+      start_ = snapshot();
+    }
+    session.scheduler().barrier("go");  // nobody steps before worker 0's snapshot
+    steps(session, rec, params, grads);
+    session.scheduler().barrier("steps done");
+    if (rank == 0) end_ = snapshot();
+    if (o_.mode == Mode::kSync) {  // gradients of 1, lr 1, no momentum: every weight is -steps exactly
+      for (float x : params) rec.wrong += x != -static_cast<float>(o_.steps) ? 1 : 0;
+    }
+    idle(rank);
+    session.scheduler().barrier("idle done");
+  });
+  session.finish();
+}
+
+ScaleResult ScaleJob::run() {
+  rss_before_ = resident_bytes();
+  LocalCluster cluster(cluster_options());
+  std::vector<std::thread> threads;
+  std::mutex mu;
+  std::exception_ptr failure;
+  for (int r = 0; r < o_.workers; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        worker(cluster, r);
+      } catch (...) {
+        std::lock_guard lock(mu);
+        if (!failure) failure = std::current_exception();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  cluster.join();
+  if (failure) std::rethrow_exception(failure);
+  return summarize();
+}
+
+ScaleResult ScaleJob::summarize() const {
+  ScaleResult r;
+  r.options = o_;
+  const double steps = o_.steps;
+  const double window = seconds(end_.at - start_.at);
+  const auto cpu = [&](const Snapshot& a, const Snapshot& b, const std::string& prefix) {
+    return cpu_seconds_with_prefix(b.cpu, prefix) - cpu_seconds_with_prefix(a.cpu, prefix);
+  };
+  r.step_s = window / steps;
+  r.scheduler_cpu_s = cpu(start_, end_, "ps-scheduler") / steps;
+  r.scheduler_idle_cpu_s = cpu(idle_a_, idle_b_, "ps-scheduler") / seconds(idle_b_.at - idle_a_.at);
+  const double requests = 2.0 * o_.workers * steps * o_.servers;  // a push and a pull per chunk, one chunk per server
+  r.server_cpu_per_request_s = cpu(start_, end_, "ps-server-") / requests;
+  r.worker_cpu_s = cpu(start_, end_, "ps-worker") / steps / o_.workers;
+  r.zmq_io_cpu_s = cpu(start_, end_, "ZMQbg") / steps;
+  r.scheduler_bytes = (end_.scheduler_bytes - start_.scheduler_bytes) / steps;
+  r.server_bytes = (end_.server_bytes - start_.server_bytes) / steps / o_.servers;
+  r.worker_bytes = (end_.worker_bytes - start_.worker_bytes) / steps / o_.workers;
+  // Messages: each request and its reply, as counted; heartbeats both ways each interval.
+  const double barriers_per_step = o_.barrier_every > 0 ? 1.0 / o_.barrier_every : 0.0;
+  const double gets_per_step = o_.epoch_steps > 0 ? 1.0 / o_.epoch_steps : 0.0;
+  const double heartbeats = 2.0 * r.step_s * 1000.0 / o_.heartbeat_ms;
+  r.scheduler_messages = o_.workers * 2.0 * (barriers_per_step + gets_per_step) + (o_.workers + o_.servers) * heartbeats;
+  r.server_messages = o_.workers * 4.0 + heartbeats;
+  r.worker_messages = o_.servers * 4.0 + 2.0 * (barriers_per_step + gets_per_step) + heartbeats;
+  std::vector<double> barrier, first, store, push, pull;
+  const std::size_t nb = records_[0].barrier_in.size();
+  for (std::size_t b = 0; b < nb; ++b) {
+    Clock::time_point last_in{}, last_out{}, first_out = Clock::time_point::max();
+    for (const WorkerRecord& w : records_) {
+      last_in = std::max(last_in, w.barrier_in[b]);
+      last_out = std::max(last_out, w.barrier_out[b]);
+      first_out = std::min(first_out, w.barrier_out[b]);
+    }
+    barrier.push_back(seconds(last_out - last_in));
+    first.push_back(seconds(first_out - last_in));
+  }
+  for (const WorkerRecord& w : records_) {
+    store.insert(store.end(), w.store_s.begin(), w.store_s.end());
+    push.insert(push.end(), w.push_s.begin(), w.push_s.end());
+    pull.insert(pull.end(), w.pull_s.begin(), w.pull_s.end());
+    r.wrong += w.wrong;
+  }
+  r.barriers = static_cast<int>(nb);
+  r.barrier_p50_s = median(barrier);
+  r.barrier_max_s = barrier.empty() ? 0 : *std::max_element(barrier.begin(), barrier.end());
+  r.barrier_first_p50_s = median(first);
+  r.store_get_p50_s = median(store);
+  r.push_p50_s = median(push);
+  r.pull_p50_s = median(pull);
+  r.rss_bytes = rss_running_;
+  r.rss_per_node_bytes = static_cast<double>(rss_running_ - rss_before_) / (o_.workers + o_.servers + 1);
+  return r;
+}
+
+}  // namespace
+
+int sockets_needed(int workers, int servers) {
+  // A worker: its scheduler connection, its heartbeat connection, one per server;
+  // a server: its listener and two to the scheduler; the scheduler's listener; some spare.
+  return workers * (servers + 2) + 3 * servers + 1 + 16;
+}
+
+ScaleResult run_scale(const ScaleOptions& options) {
+  if (options.workers < 1 || options.servers < 1 || options.steps < 1 || options.elems_per_server < 1 ||
+      options.heartbeat_ms < 1 || options.idle_ms < 4) {
+    throw ConfigError("bench_scale: workers, servers, steps, elems, heartbeat-ms must be positive and idle-ms at least 4");
+  }
+  ScaleJob job(options);
+  return job.run();
+}
+
+}  // namespace pstrain::bench

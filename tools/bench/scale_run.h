@@ -1,0 +1,70 @@
+// One point of the scale benchmark (tools/bench_scale.cc): a whole
+// parameter-server job in this process, the real scheduler, servers,
+// consistency policies, worker sessions and KV clients, W workers as threads
+// over ZeroMQ inproc:// (tools/cluster/local_cluster.h). Only the compute is
+// simulated (a sleep of compute_us per step: a GPU's step, which leaves the
+// host's CPU free) and the wire is in memory. Each step every worker pushes a
+// gradient of ones for every chunk and pulls the next weights (sent at once,
+// as the PS loop does); every barrier_every steps the workers meet at a
+// scheduler barrier, every epoch_steps steps each asks for the epoch's members
+// (the scheduler's store, as worker/train/epoch_members.h does). Then the
+// workers sleep idle_ms between two barriers: the scheduler's CPU time then is
+// the price of heartbeats and liveness alone.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/config/config.h"
+
+namespace pstrain::bench {
+
+struct ScaleOptions {
+  Mode mode = Mode::kSync;
+  int staleness_bound = 2;  // ssp
+  int workers = 8;
+  int servers = 4;
+  int steps = 20;
+  int barrier_every = 1;     // steps between barriers (0: none)
+  int epoch_steps = 10;      // steps per simulated epoch: a store get of its members (0: none)
+  std::int64_t elems_per_server = 1024;  // floats per chunk; one chunk per server
+  int compute_us = 0;        // simulated compute per step (a sleep)
+  int heartbeat_ms = 500;    // cluster.heartbeat_interval_ms
+  int idle_ms = 1000;        // the heartbeat-only phase
+};
+
+// Per step unless named otherwise; times in seconds, CPU in seconds.
+struct ScaleResult {
+  ScaleOptions options;
+  double step_s = 0;             // wall time of the measured steps / steps
+  double barrier_p50_s = 0;      // a barrier: the last arrival sent -> the last worker released
+  double barrier_max_s = 0;
+  double barrier_first_p50_s = 0;  // the last arrival sent -> the first worker released (no fan-out)
+  int barriers = 0;
+  double store_get_p50_s = 0;    // a worker's epoch-members get, median
+  double push_p50_s = 0;         // a worker's push of all chunks -> every server's ack, median
+  double pull_p50_s = 0;         // the pull sent with it -> every chunk's reply, median
+  double scheduler_cpu_s = 0;    // per step, the scheduler's thread
+  double scheduler_idle_cpu_s = 0;  // per second of the idle phase: heartbeats and liveness
+  double server_cpu_per_request_s = 0;  // server threads' CPU / requests they answered (push or pull)
+  double worker_cpu_s = 0;       // per step per worker (its thread and its heartbeat thread)
+  double zmq_io_cpu_s = 0;       // per step, ZeroMQ's own threads
+  double scheduler_bytes = 0;    // per step, sent + received
+  double server_bytes = 0;       // per step per server, sent + received
+  double worker_bytes = 0;       // per step per worker, sent + received
+  double scheduler_messages = 0; // per step, requests and replies counted, heartbeats from the interval
+  double server_messages = 0;    // per step per server
+  double worker_messages = 0;    // per step per worker
+  std::int64_t rss_bytes = 0;    // the process with the whole cluster running
+  double rss_per_node_bytes = 0; // its growth from before the cluster / (workers + servers + 1)
+  int wrong = 0;                 // sync: elements of the final weights off the exact expected value
+};
+
+// Runs one point; throws Error when a node fails.
+ScaleResult run_scale(const ScaleOptions& options);
+
+// ZeroMQ sockets (and so file descriptors: one each) a point needs.
+int sockets_needed(int workers, int servers);
+
+}  // namespace pstrain::bench

@@ -1,0 +1,25 @@
+// CPU time of this process's threads by name, and its resident memory, from
+// /proc/self (Linux): how a benchmark that runs a whole cluster in one process
+// (tools/cluster/local_cluster.h names its threads ps-scheduler, ps-server-N)
+// tells one node's CPU time from another's.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+namespace pstrain::bench {
+
+// Seconds of CPU (user + system) used so far by each thread still alive,
+// summed by thread name (/proc/self/task/*/comm; a thread's name is 15
+// characters at most and new threads take their creator's). Threads that have
+// ended are not counted.
+std::map<std::string, double> cpu_seconds_by_thread_name();
+
+// CPU seconds of the threads whose name starts with `prefix`, in `by_name`.
+double cpu_seconds_with_prefix(const std::map<std::string, double>& by_name, const std::string& prefix);
+
+// This process's resident memory (VmRSS), bytes; 0 if unknown.
+std::int64_t resident_bytes();
+
+}  // namespace pstrain::bench

@@ -1,0 +1,78 @@
+#!/usr/bin/python3
+"""Plots tools/bench_scale's JSON (docs/scaling.md): against the number of
+workers, log-log, per mode, (1) a barrier's latency to the last worker
+released and (2) to the first (the scheduler's part), (3) the scheduler's
+per-step coordination CPU (without heartbeats), (4) its heartbeat and
+liveness CPU per node per second, each with a dotted line of linear growth
+(flat for the scheduler part and the heartbeats)
+through the 64-worker point. --before FILE adds the same run of the code
+before the scaling fixes, dashed.
+
+  /usr/bin/python3 tools/plot_scaling.py docs/figures/scaling.json \\
+      [--before docs/figures/scaling_before.json] [--servers 4] [--out docs/figures/scaling.png]
+"""
+import argparse
+import json
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+PANELS = [
+    ("barrier_p50_ms", "barrier: last arrival -> all released\n(ms, median)", 1.0),
+    ("barrier_first_out_p50_ms", "barrier, the scheduler's part:\nlast arrival -> first released (ms)", 0.0),
+    ("coordination_cpu_ms_per_step", "scheduler CPU per step,\nwithout heartbeats (ms)", 1.0),
+    ("heartbeat_us_per_node_s", "heartbeat + liveness CPU\nper node per second (us)", 0.0),
+]
+COLORS = {"sync": "tab:blue", "async": "tab:orange", "ssp": "tab:green"}
+
+
+def load(path, servers):
+    with open(path) as f:
+        rows = json.load(f)
+    return [r for r in rows if not servers or r["servers"] == servers]
+
+
+def plot_rows(ax, rows, key, power, style, label_suffix):
+    for mode in ["sync", "async", "ssp"]:
+        pts = sorted((r["workers"], r[key]) for r in rows if r["mode"] == mode and r.get(key, 0) > 0)
+        if not pts:
+            continue
+        xs, ys = zip(*pts)
+        ax.plot(xs, ys, style, color=COLORS[mode], marker="o", label=mode + label_suffix)
+        ref = dict(pts).get(64)
+        if ref and label_suffix == "":
+            ax.plot(xs, [ref * (x / 64.0) ** power for x in xs], ":", color=COLORS[mode], linewidth=0.8)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("json")
+    ap.add_argument("--before", help="the same run before the fixes")
+    ap.add_argument("--servers", type=int, default=4, help="only rows with this many servers (0: all)")
+    ap.add_argument("--out", default="docs/figures/scaling.png")
+    a = ap.parse_args()
+    rows = load(a.json, a.servers)
+    before = load(a.before, a.servers) if a.before else []
+    fig, axes = plt.subplots(1, len(PANELS), figsize=(4.5 * len(PANELS), 4))
+    for ax, (key, title, power) in zip(axes, PANELS):
+        plot_rows(ax, rows, key, power, "-", "")
+        if before:
+            plot_rows(ax, before, key, power, "--", " (before)")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("workers")
+        ax.set_title(title, fontsize=10)
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0].legend(fontsize=8)
+    servers = "all server counts" if not a.servers else "%d servers" % a.servers
+    fig.suptitle("pstrain scale benchmark (one process, 2 cores; %s); dotted: %s through 64 workers" %
+                 (servers, "linear growth / flat"), fontsize=10)
+    fig.tight_layout()
+    fig.savefig(a.out, dpi=110)
+    print("wrote " + a.out)
+
+
+if __name__ == "__main__":
+    main()
