@@ -79,8 +79,8 @@ class Sgd final : public Optimizer {
     ++steps_taken_;
   }
 
-  std::int64_t stage(std::span<const float> w, std::span<float> w_out, update::GradSource g, std::size_t g_elems,
-                     double lr) override {
+  update::UpdateCheck stage(std::span<const float> w, std::span<float> w_out, update::GradSource g,
+                            std::size_t g_elems, double lr) override {
     check_stage_args(num_elems_, w, w_out, g_elems, lr);
     const update::SgdCoefficients c =
         update::sgd_coefficients(lr, config_.momentum, config_.weight_decay, config_.nesterov);
@@ -131,8 +131,8 @@ class Adam final : public Optimizer {
     ++steps_taken_;
   }
 
-  std::int64_t stage(std::span<const float> w, std::span<float> w_out, update::GradSource g, std::size_t g_elems,
-                     double lr) override {
+  update::UpdateCheck stage(std::span<const float> w, std::span<float> w_out, update::GradSource g,
+                            std::size_t g_elems, double lr) override {
     check_stage_args(num_elems_, w, w_out, g_elems, lr);
     const update::AdamCoefficients c = update::adam_coefficients(lr, config_.beta1, config_.beta2, config_.epsilon,
                                                                  config_.weight_decay, steps_taken_ + 1);
