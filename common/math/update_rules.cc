@@ -93,22 +93,24 @@ std::int64_t count_bad(Source source, std::size_t num_elems) {
   return std::max<std::int64_t>(bad, 1);
 }
 
-// The check of an update pass that OR-ed `bad` over the gradient's values
-// and `bad_out` over what it wrote (w_out and the state buffers s1, s2, each
-// may be null): on a finding only, one more pass counts (the gradient) or
-// counts and locates (the result: the update's own buffers, stable).
+// The check of an update pass that OR-ed non_finite() over the values it
+// wrote (`bad`): a NaN or Inf in the gradient always makes one there (times
+// any rate, 0 included: 0 * Inf is NaN; through the mean, the partial sum,
+// the velocity, Adam's moments), and so does an overflow, so the pass tests
+// its results only, one test per element as before. On a finding only: one
+// more pass counts the gradient's own non-finite values (bad_gradient); if it
+// has none (an overflow, or a sender that rewrote its shared memory since),
+// the written values w_out and `state` (may be null) are scanned for the
+// count and the first (bad_result).
 template <class Source>
-UpdateCheck checked(std::uint32_t bad, std::uint32_t bad_out, Source source, std::size_t num_elems,
-                    const float* w_out, const float* s1, const float* s2) {
+UpdateCheck checked(std::uint32_t bad, Source source, std::size_t num_elems, const float* w_out,
+                    const float* state) {
   UpdateCheck r;
-  if (bad != 0) {
-    r.bad_gradient = count_bad(source, num_elems);
-    return r;
-  }
-  if (bad_out == 0) return r;
+  if (bad == 0) return r;
+  for (std::size_t i = 0; i < num_elems; ++i) r.bad_gradient += non_finite(source(i));
+  if (r.bad_gradient > 0) return r;
   for (std::size_t i = 0; i < num_elems; ++i) {
-    const std::uint32_t out = non_finite(w_out[i]) | (s1 != nullptr ? non_finite(s1[i]) : 0u) |
-                              (s2 != nullptr ? non_finite(s2[i]) : 0u);
+    const std::uint32_t out = non_finite(w_out[i]) | (state != nullptr ? non_finite(state[i]) : 0u);
     if (out == 0) continue;
     if (r.first_bad_result < 0) r.first_bad_result = static_cast<std::int64_t>(i);
     ++r.bad_result;
@@ -155,6 +157,28 @@ UpdateCheck dispatch_update(const GradSource& g, Body&& body) {
   });
 }
 
+// adam_update_into's pass. Tests the new weight and second moment: v
+// overflows first (g * g) while the weight stays finite (m / sqrt(inf) is 0);
+// a non-finite m shows in the weight. The buffers are restrict (they may not
+// alias: adam_update_into's contract), which leaves GCC few enough runtime
+// alias checks to vectorize the loop with the test in it.
+template <class Source, class Mean, class Plus>
+std::uint32_t adam_pass(const float* __restrict w, float* __restrict w_out, Source source, Mean mean, Plus plus,
+                        const float* __restrict m, float* __restrict m_out, const float* __restrict v,
+                        float* __restrict v_out, std::size_t num_elems, const AdamCoefficients c) {
+  std::uint32_t bad = 0;
+  for (std::size_t i = 0; i < num_elems; ++i) {
+    float mi = m[i];
+    float vi = v[i];
+    const float next = adam(w[i], mean(plus(i, source(i))), mi, vi, c);
+    bad |= non_finite(next) | non_finite(vi);
+    w_out[i] = next;
+    m_out[i] = mi;
+    v_out[i] = vi;
+  }
+  return bad;
+}
+
 }  // namespace
 
 UpdateCheck sgd_update_into(const float* w, float* w_out, GradSource g, const float* velocity, float* velocity_out,
@@ -165,25 +189,21 @@ UpdateCheck sgd_update_into(const float* w, float* w_out, GradSource g, const fl
   }
   const bool plain = velocity == nullptr || velocity_out == nullptr || c.momentum == 0.0f;
   return dispatch_update(g, [&](auto source, auto mean, auto plus) -> UpdateCheck {
+    // The new weight alone is tested: a non-finite velocity makes it non-finite too.
     std::uint32_t bad = 0;
-    std::uint32_t bad_out = 0;
     if (plain) {
       for (std::size_t i = 0; i < num_elems; ++i) {
-        const float raw = source(i);
-        bad |= non_finite(raw);
-        const float next = sgd_plain(w[i], mean(plus(i, raw)), c);
-        bad_out |= non_finite(next);
+        const float next = sgd_plain(w[i], mean(plus(i, source(i))), c);
+        bad |= non_finite(next);
         w_out[i] = next;
       }
     } else if (c.nesterov) {
       SgdCoefficients k = c;
       k.nesterov = true;  // loop-invariant: one loop per variant
       for (std::size_t i = 0; i < num_elems; ++i) {
-        const float raw = source(i);
-        bad |= non_finite(raw);
         float vel = velocity[i];
-        const float next = sgd_momentum(w[i], mean(plus(i, raw)), vel, k);
-        bad_out |= non_finite(next) | non_finite(vel);
+        const float next = sgd_momentum(w[i], mean(plus(i, source(i))), vel, k);
+        bad |= non_finite(next);
         w_out[i] = next;
         velocity_out[i] = vel;
       }
@@ -191,16 +211,14 @@ UpdateCheck sgd_update_into(const float* w, float* w_out, GradSource g, const fl
       SgdCoefficients k = c;
       k.nesterov = false;
       for (std::size_t i = 0; i < num_elems; ++i) {
-        const float raw = source(i);
-        bad |= non_finite(raw);
         float vel = velocity[i];
-        const float next = sgd_momentum(w[i], mean(plus(i, raw)), vel, k);
-        bad_out |= non_finite(next) | non_finite(vel);
+        const float next = sgd_momentum(w[i], mean(plus(i, source(i))), vel, k);
+        bad |= non_finite(next);
         w_out[i] = next;
         velocity_out[i] = vel;
       }
     }
-    return checked(bad, bad_out, source, num_elems, w_out, plain ? nullptr : velocity_out, nullptr);
+    return checked(bad, source, num_elems, w_out, plain ? nullptr : velocity_out);
   });
 }
 
@@ -208,20 +226,8 @@ UpdateCheck adam_update_into(const float* w, float* w_out, GradSource g, const f
                              const float* v, float* v_out, std::size_t num_elems, const AdamCoefficients& c) {
   check_source(g, num_elems, "adam_update_into");
   return dispatch_update(g, [&](auto source, auto mean, auto plus) -> UpdateCheck {
-    std::uint32_t bad = 0;
-    std::uint32_t bad_out = 0;
-    for (std::size_t i = 0; i < num_elems; ++i) {
-      const float raw = source(i);
-      bad |= non_finite(raw);
-      float mi = m[i];
-      float vi = v[i];
-      const float next = adam(w[i], mean(plus(i, raw)), mi, vi, c);
-      bad_out |= non_finite(next) | non_finite(mi) | non_finite(vi);
-      w_out[i] = next;
-      m_out[i] = mi;
-      v_out[i] = vi;
-    }
-    return checked(bad, bad_out, source, num_elems, w_out, m_out, v_out);
+    const std::uint32_t bad = adam_pass(w, w_out, source, mean, plus, m, m_out, v, v_out, num_elems, c);
+    return checked(bad, source, num_elems, w_out, v_out);
   });
 }
 

@@ -135,10 +135,12 @@ struct UpdateCheck {
 
 // The same updates as above, out of place and fused with the finite checks:
 // reads w, the gradient and the state, writes w_out and the new state to
-// *_out (none may alias an input), and checks in the same pass both the
-// gradient (before the mean) and what it produced (the new weight and
-// state), one OR per value, no branch. The caller keeps the inputs unless
-// the check is clean(), so a rejected update changes nothing.
+// *_out (none may alias an input), and tests in the same pass what it
+// produced (the new weight; Adam: and its second moment), one OR per value,
+// no branch: a NaN or Inf in the gradient always shows there too, so only on
+// a finding does one more pass tell a bad gradient (counted before the mean)
+// from an overflow (UpdateCheck). The caller keeps the inputs unless the
+// check is clean(), so a rejected update changes nothing.
 // velocity/velocity_out may be null only when c.momentum == 0.
 UpdateCheck sgd_update_into(const float* w, float* w_out, GradSource g, const float* velocity, float* velocity_out,
                             std::size_t num_elems, const SgdCoefficients& c);
