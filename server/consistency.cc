@@ -16,9 +16,10 @@ std::string describe_push(std::int64_t key, int worker, std::int64_t step) {
 
 void reject_non_finite(const PushRequest& push, std::int64_t bad) {
   const std::int64_t first = update::first_non_finite(push.grad, push.num_elems);
-  throw RequestError(Status::kRejected, describe_push(push.key, push.worker, push.step) + ": gradient has " +
-                                            std::to_string(bad) + " non-finite values (first at element " +
-                                            std::to_string(first) + "); not applied");
+  throw RequestError(Status::kRejected,
+                     describe_push(push.key, push.worker, push.step) + ": gradient has " + std::to_string(bad) +
+                         " non-finite values (first at element " + std::to_string(first) + "); not applied",
+                     push.worker);
 }
 
 ConsistencyPolicy::ConsistencyPolicy(std::size_t num_chunks, int num_workers)
@@ -118,6 +119,7 @@ class SyncPolicy final : public ConsistencyPolicy {
       s.has_early.assign(static_cast<std::size_t>(num_workers), false);
       s.skipped.assign(static_cast<std::size_t>(num_workers), false);
       s.excused.assign(static_cast<std::size_t>(num_workers), false);
+      s.contributed.assign(static_cast<std::size_t>(num_workers), false);
     }
   }
 
@@ -136,6 +138,7 @@ class SyncPolicy final : public ConsistencyPolicy {
     const auto w = static_cast<std::size_t>(push.worker);
     if (const std::optional<Fusion> f = fusion(s, push)) {  // the update's pass adds it (update_on_arrival)
       record_step(chunk, push);
+      s.arrived[w] = true;  // a contributor of the step (step_contributors)
       if (f->early_rank >= 0) s.has_early[static_cast<std::size_t>(f->early_rank)] = false;
       const int skips = skips_of(s);
       s.reset();
@@ -186,6 +189,15 @@ class SyncPolicy final : public ConsistencyPolicy {
   std::int64_t clock_gap(std::size_t, std::int64_t) const override { return 0; }
 
   std::optional<std::int64_t> staleness(std::int64_t, std::int64_t) const override { return std::nullopt; }
+
+  std::vector<int> step_contributors(std::size_t chunk) const override {
+    std::vector<int> out;
+    const std::vector<bool>& contributed = steps_.at(chunk).contributed;
+    for (std::size_t w = 0; w < contributed.size(); ++w) {
+      if (contributed[w]) out.push_back(static_cast<int>(w));
+    }
+    return out;
+  }
 
   // A push of step t, or a pull for step t+1, means every worker pushed the
   // steps before t: the version jumps to t (the updates between are lost)
@@ -240,8 +252,10 @@ class SyncPolicy final : public ConsistencyPolicy {
     std::vector<bool> has_early;
     std::vector<bool> skipped;             // per worker: arrived with a skip push
     std::vector<bool> excused;             // per worker: rejoined after this step began (not in it)
+    std::vector<bool> contributed;         // per worker: a gradient in the last step completed (reset())
 
     void reset() {
+      for (std::size_t i = 0; i < arrived.size(); ++i) contributed[i] = arrived[i] && !skipped[i];
       std::fill(arrived.begin(), arrived.end(), false);
       std::fill(excused.begin(), excused.end(), false);
       std::fill(skipped.begin(), skipped.end(), false);
@@ -290,6 +304,7 @@ class SyncPolicy final : public ConsistencyPolicy {
   // An update with fewer workers in it than the job has (one dropped) is partial.
   Update counted(Update u) const {
     u.partial = u.contributors + u.skips < num_workers_;
+    u.whole_step = true;
     return u;
   }
 

@@ -84,6 +84,11 @@ struct Update {
   // sync: fewer workers arrived than the job has (one was dropped); counted
   // as a partial update when it is applied.
   bool partial = false;
+  // sync: the update is the whole step's, of every contributor's gradient
+  // (step_contributors): one whose result would be non-finite refuses the
+  // step (it completes with the weights as they were), not the push that
+  // completed it. Otherwise (async, ssp) it is the push's own: the push is refused.
+  bool whole_step = false;
 };
 
 // What a rejoined server's chunk learns from a worker's first request
@@ -96,8 +101,8 @@ struct CatchUp {
 };
 
 // Rejects `push`, whose gradient has `bad` NaN or Inf values (kRejected,
-// naming the first): "...: gradient has 2 non-finite values (first at
-// element 7); not applied".
+// naming the first, blaming the pusher: RequestError::blamed): "...: gradient
+// has 2 non-finite values (first at element 7); not applied".
 [[noreturn]] void reject_non_finite(const PushRequest& push, std::int64_t bad);
 
 class ConsistencyPolicy {
@@ -154,6 +159,11 @@ class ConsistencyPolicy {
   // pulled `pulled` (async, ssp: version - pulled); nothing in sync, where
   // every push is of the version it pulled.
   virtual std::optional<std::int64_t> staleness(std::int64_t version, std::int64_t pulled) const = 0;
+  // The workers whose gradients are in the last whole-step update of `chunk`
+  // (Update::whole_step, sync: the step's contributors, skips not included),
+  // ascending; for the report of a refused step. Empty in async and ssp,
+  // where an update is one push's.
+  virtual std::vector<int> step_contributors(std::size_t /*chunk*/) const { return {}; }
 
   // Catching up after a rejoin (ShardStore::begin_catch_up, catch_up): every
   // chunk is marked, then each worker's first request to a chunk says how

@@ -59,6 +59,11 @@ void write_server_metrics(const std::string& run_dir, const pstrain::Server& ser
     lost_by_chunk += (lost_by_chunk.size() > 1 ? "," : "") + ("\"" + std::to_string(chunk) + "\":" + std::to_string(count));
   }
   lost_by_chunk += "}";
+  std::string refused = "{";
+  for (const auto& [worker, count] : s.refused_by_worker) {
+    refused += (refused.size() > 1 ? "," : "") + ("\"" + std::to_string(worker) + "\":" + std::to_string(count));
+  }
+  refused += "}";
   const std::string line = pstrain::JsonLine()
                                .add("rank", server.rank())
                                .add("updates", s.updates_applied)
@@ -73,6 +78,8 @@ void write_server_metrics(const std::string& run_dir, const pstrain::Server& ser
                                .add("lost_updates", s.lost_updates)
                                .add("lost_pushes", s.lost_pushes)
                                .raw("lost_updates_by_chunk", lost_by_chunk)
+                               .add("refused_steps", s.refused_steps)
+                               .raw("refused_by_worker", refused)
                                .raw("staleness_histogram", histogram)
                                .add("apply_threads", static_cast<std::int64_t>(server.apply_threads()))
                                .add("apply_runs", server.apply_stats().runs)

@@ -69,6 +69,7 @@ void Server::make_store(const RegisterReply& info) {
   StoreOptions store_options;
   store_options.consistency = ConsistencyOptions{options_.mode, options_.staleness_bound};
   store_options.optimizer = options_.optimizer;
+  store_options.max_lr = options_.max_lr;
   // Weights in the transport's send memory: with shm, arenas the co-located
   // workers map read-only, from which they read pull replies in place.
   store_options.allocate = [&transport = transport_](std::size_t count) { return transport.allocate_send_floats(count); };
@@ -110,6 +111,9 @@ void Server::run() {
       }
       for (const int worker : scheduler.take_dropped()) on_worker_dropped(worker);
       for (const SchedulerClient::Rejoined& r : scheduler.take_rejoined()) on_worker_rejoined(r.rank, r.token);
+      for (const ShardStore::Refusal& r : store_->take_refusals()) {  // the pusher named, not its victims
+        warnings_.warn("worker " + std::to_string(r.worker), "refused: " + r.why);
+      }
       expire_parked();
       router_->give_back_memory();  // after a flood of unsent replies has drained
     }
@@ -125,6 +129,10 @@ void Server::run() {
               std::to_string(bad_requests_) + " malformed requests, " + std::to_string(expired_pulls_) +
               " expired pulls, " + std::to_string(unreachable_replies_) + " replies to peers that had gone or " +
               "did not read (" + std::to_string(router_->shed_replies()) + " of them over the memory budget)");
+    for (const auto& [worker, count] : s.refused_by_worker) {
+      log_.warn("worker " + std::to_string(worker) + ": " + std::to_string(count) +
+                " pushes or steps refused for their values (learning rate, NaN or Inf)");
+    }
   } catch (const AbortedError&) {
     throw;
   } catch (const std::exception& e) {

@@ -69,6 +69,10 @@ struct ServerOptions {
   Mode mode = Mode::kSync;
   int staleness_bound = 0;  // ssp
   OptimizerConfig optimizer;
+  // The highest learning rate a push may carry: the schedule's
+  // (schedule_max_lr, common/math/lr_schedule.h; StoreOptions::max_lr).
+  // 0 = no bound, only for servers built by hand in tests.
+  double max_lr = 0.0;
   std::int64_t partition_bytes = std::int64_t{1} << 20;
   ClusterConfig cluster;
   std::string scheduler_endpoint;

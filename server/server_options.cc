@@ -2,6 +2,7 @@
 
 #include "common/checkpoint/checkpoint.h"
 #include "common/config/job_fingerprint.h"
+#include "common/math/lr_schedule.h"
 #include "common/math/optimizer.h"
 
 namespace pstrain {
@@ -11,6 +12,7 @@ ServerOptions server_options(const RunConfig& config, double* implicit_momentum)
   o.mode = config.mode;
   o.staleness_bound = config.ps.staleness_bound;
   o.optimizer = server_optimizer(config, implicit_momentum);
+  o.max_lr = schedule_max_lr(config);
   o.partition_bytes = config.ps.partition_bytes;
   o.cluster = config.cluster;
   o.scheduler_endpoint = config.cluster.scheduler;

@@ -14,7 +14,8 @@ namespace pstrain {
 
 // From `config`: mode, staleness bound, the servers' optimizer
 // (server_optimizer, common/math/optimizer.h; `implicit_momentum`, if given,
-// gets the momentum it took off), partition size, cluster settings, the
+// gets the momentum it took off), the highest learning rate a push may
+// carry (schedule_max_lr, common/math/lr_schedule.h), partition size, cluster settings, the
 // scheduler's endpoint (cluster.scheduler), the job fingerprint, and the
 // checkpoint interval, root and fingerprint, ps.apply_threads and
 // ps.apply_split_bytes (the threads are resolved once the rank is known). What belongs to one process is

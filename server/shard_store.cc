@@ -1,12 +1,21 @@
 #include "server/shard_store.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
+#include <sstream>
 
 namespace pstrain {
 
 namespace {
+
+std::string number(double x) {
+  std::ostringstream os;
+  os.precision(9);
+  os << x;
+  return os.str();
+}
 
 // Index of the first non-finite value, or -1; `count` gets how many there are.
 // The common all-finite case is one branch-free pass over the exponent bits
@@ -21,6 +30,20 @@ std::int64_t first_non_finite(std::span<const float> values, std::int64_t& count
     if (!std::isfinite(values[i])) return static_cast<std::int64_t>(i);
   }
   return -1;
+}
+
+// A push's learning rate: finite, >= 0 and at most `max_lr` (0: no bound)
+// with kLrTolerance; otherwise refused, blaming the pusher.
+void check_lr(const std::string& what, int worker, double lr, double max_lr) {
+  if (!std::isfinite(lr) || lr < 0) {
+    throw RequestError(Status::kBadRequest, what + ": invalid learning rate " + number(lr) + "; not applied", worker);
+  }
+  if (max_lr > 0 && lr > max_lr * (1.0 + kLrTolerance)) {
+    throw RequestError(Status::kRejected,
+                       what + ": learning rate " + number(lr) + " is above the schedule's highest, " + number(max_lr) +
+                           " (optimizer.lr, with schedule.linear_scaling); not applied",
+                       worker);
+  }
 }
 
 }  // namespace
@@ -116,9 +139,7 @@ PushOutcome ShardStore::push_gradient(int worker, std::int64_t key, std::int64_t
       throw RequestError(Status::kBadRequest, what + ": expected " + std::to_string(c.num_elems) + " elements, got " +
                                                   std::to_string(num_elems));
     }
-    if (!std::isfinite(lr) || lr < 0) {
-      throw RequestError(Status::kBadRequest, what + ": invalid learning rate " + std::to_string(lr));
-    }
+    check_lr(what, worker, lr, options_.max_lr);
     if (num_elems > 0 && grad.f32 == nullptr && grad.bf16 == nullptr) {
       throw RequestError(Status::kBadRequest, what + ": no gradient values");
     }
@@ -134,16 +155,21 @@ PushOutcome ShardStore::push_gradient(int worker, std::int64_t key, std::int64_t
           policy_->staleness(c.version, c.pulled_version[static_cast<std::size_t>(worker)]);
       double step_lr = arrival->lr;
       if (stale && inverse_staleness_ && *stale > 1) step_lr /= static_cast<double>(*stale);
-      std::int64_t bad = 0;
+      update::UpdateCheck check;
       {
         TraceSpan span(trace_, TraceLevel::kAll, "update", "server");
         span.arg("chunk", c.key).arg("version", c.version + 1);
-        bad = stage(c, arrival->grad, num_elems, step_lr);
+        check = stage(c, arrival->grad, num_elems, step_lr);
       }
-      if (bad != 0) reject_non_finite(request, bad);
+      if (check.bad_gradient != 0) reject_non_finite(request, check.bad_gradient);
+      if (check.bad_result != 0 && !arrival->whole_step) refuse_push(c, request, check, step_lr);
       const std::optional<Update> update = policy_->on_push(at, c.version, request);  // records the step
       ++stats_.pushes_accepted;
       if (!update) throw ComputeError(what + ": the consistency policy staged an update, then applied none");
+      if (check.bad_result != 0) {  // sync: the step's sum made it; the step completes without it
+        refuse_step(c, *update, check);
+        return PushOutcome{true, c.version, 0, policy_->slowest_clock(at) > slowest};
+      }
       commit(c, *update);
       if (stale) ++stats_.staleness_histogram[*stale];
       return PushOutcome{true, c.version, stale.value_or(0), policy_->slowest_clock(at) > slowest};
@@ -160,8 +186,12 @@ PushOutcome ShardStore::push_gradient(int worker, std::int64_t key, std::int64_t
     if (!update) return PushOutcome{false, c.version, 0, advanced};
     apply(c, *update);  // sync: the mean of the sum, taken in the update's pass
     return PushOutcome{true, c.version, 0, advanced};
-  } catch (const RequestError&) {
+  } catch (const RequestError& e) {
     ++stats_.pushes_rejected;
+    if (e.blamed() >= 0) {
+      ++stats_.refused_by_worker[e.blamed()];
+      note_refusal(e.blamed(), e.what());
+    }
     throw;
   }
 }
@@ -231,7 +261,7 @@ bool ShardStore::catch_up(int worker, std::int64_t key, std::int64_t step, bool 
   return c.version != version_before || policy_->worker_clock(at, worker) != clock_before;
 }
 
-std::int64_t ShardStore::stage(ChunkState& c, update::GradSource grad, std::size_t num_elems, double lr) {
+update::UpdateCheck ShardStore::stage(ChunkState& c, update::GradSource grad, std::size_t num_elems, double lr) {
   // The new weights go to a spare buffer: the current ones stay as they are
   // for pull replies still sending them (zero-copy, no copy on write). A
   // spare still held by an older reply is left to it.
@@ -269,14 +299,61 @@ void ShardStore::apply(ChunkState& c, const Update& update) {
     ++stats_.empty_updates;
     return;
   }
+  update::UpdateCheck check;
   {
     TraceSpan span(trace_, TraceLevel::kAll, "update", "server");
     span.arg("chunk", c.key).arg("version", c.version + 1);
-    // The gradients were checked as they came in; a sum that overflowed to
-    // Inf is applied as before (the count is not a rejection here).
-    stage(c, update.grad, update.num_elems, update.lr);
+    // The gradients were checked as they came in; a sum that overflowed, or
+    // an update that would, shows in the result's check.
+    check = stage(c, update.grad, update.num_elems, update.lr);
   }
+  if (!check.clean()) return refuse_step(c, update, check);
   commit(c, update);
+}
+
+void ShardStore::refuse_push(const ChunkState& c, const PushRequest& push, const update::UpdateCheck& check,
+                             double lr) {
+  throw RequestError(Status::kRejected,
+                     describe_push(push.key, push.worker, push.step) + ": the update would make " +
+                         std::to_string(check.bad_result) + " weights or optimizer values non-finite (" +
+                         describe_result(c, push.grad, check, lr) + "); not applied, the weights are unchanged",
+                     push.worker);
+}
+
+void ShardStore::refuse_step(ChunkState& c, const Update& update, const update::UpdateCheck& check) {
+  const std::vector<int> contributors = policy_->step_contributors(position(c.key, "apply"));
+  std::string names;
+  for (const int w : contributors) names += (names.empty() ? "" : ", ") + std::to_string(w);
+  const std::string why = "step " + std::to_string(c.version) + " of chunk " + std::to_string(c.key) +
+                          ": the update of the summed gradients of worker(s) " + names + " would make " +
+                          std::to_string(check.bad_result + check.bad_gradient) +
+                          " weights or optimizer values non-finite (" +
+                          describe_result(c, update.grad, check, update.lr) +
+                          "); step refused: the weights are unchanged and the step is complete without it "
+                          "(if every step is refused, the rate is too high: lower optimizer.lr)";
+  ++c.version;
+  ++stats_.refused_steps;
+  for (const int w : contributors) ++stats_.refused_by_worker[w];
+  note_refusal(contributors.empty() ? -1 : contributors.front(), why);
+}
+
+std::string ShardStore::describe_result(const ChunkState& c, const update::GradSource& grad,
+                                        const update::UpdateCheck& check, double lr) const {
+  if (check.first_bad_result < 0) return "a NaN or Inf in the summed gradient";
+  const auto i = static_cast<std::size_t>(check.first_bad_result);
+  float g = grad.bf16 != nullptr ? std::bit_cast<float>(static_cast<std::uint32_t>(grad.bf16[i]) << 16)
+                                 : grad.f32 != nullptr ? grad.f32[i] : 0.0f;
+  if (grad.partial != nullptr) g += grad.partial[i];
+  if (grad.mean_of > 1) g /= static_cast<float>(grad.mean_of);
+  std::ostringstream os;
+  os.precision(9);
+  os << "first at element " << i << ": weight " << c.weights->values[i] << " -> " << c.spares[c.staged]->values[i]
+     << " (gradient " << g << ", lr " << lr << ")";
+  return os.str();
+}
+
+void ShardStore::note_refusal(int worker, const std::string& why) {
+  if (refusals_.size() < kMaxRefusalNotes) refusals_.push_back(Refusal{worker, why});
 }
 
 bool ShardStore::ready(std::int64_t key, int worker, std::int64_t step) const {

@@ -3,9 +3,16 @@
 // push is applied and when a pull may be answered.
 // Pure logic, no sockets: the server's event loop feeds it decoded requests.
 //
-// Every push is checked (shape, learning rate, finite values: a non-finite
+// Every push is checked (shape; its learning rate: finite, >= 0 and at most
+// the schedule's highest, StoreOptions::max_lr; finite values: a non-finite
 // gradient is rejected and nothing is applied); the finite check is fused
-// into the pass that applies or sums the gradient (see push()).
+// into the pass that applies or sums the gradient (see push()), and so is
+// the check of what the update makes: an update whose new weights or
+// optimizer state would hold a NaN or Inf is not committed (async, ssp: the
+// push is refused, naming its worker; sync: the step is refused, naming the
+// step's contributors, and completes with the weights as they were). A push
+// refused for its own values is counted against its worker
+// (StoreStats::refused_by_worker) and reported (take_refusals()).
 // Staleness of an applied push = the chunk's version at apply - the version
 // this worker last pulled. With optimizer.staleness_rule = "inverse" (async,
 // ssp) a push of staleness t >= 1 is applied with lr / t (Zhang et al. 2016).
@@ -22,6 +29,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/config/config.h"
@@ -37,7 +45,10 @@
 namespace pstrain {
 
 struct PushOutcome {
-  bool applied = false;         // an update happened with this push (async: always; sync: last arrival)
+  // The chunk's version advanced with this push: an update applied (async:
+  // always; sync: the last arrival), or (sync) a step completed without one
+  // (every worker skipped, or its update was refused for a non-finite result).
+  bool applied = false;
   std::int64_t version = 0;     // chunk version after the push
   std::int64_t staleness = 0;   // async and ssp
   // The chunk's slowest live clock moved (sync: the step completed): a step
@@ -79,6 +90,12 @@ struct StoreStats {
   std::int64_t lost_pushes = 0;
   std::map<std::int64_t, std::int64_t> lost_updates_by_chunk;
   std::map<std::int64_t, std::int64_t> staleness_histogram;  // async, ssp: staleness -> pushes
+  // Refused for their values (a learning rate not finite, negative or above
+  // the schedule's highest; a NaN or Inf in the gradient or in the update it
+  // would make): per worker, its pushes so refused plus the sync steps it
+  // contributed to that were refused for a non-finite update (refused_steps).
+  std::map<int, std::int64_t> refused_by_worker;
+  std::int64_t refused_steps = 0;  // sync: steps completed without their update (non-finite result)
 };
 
 // One chunk's state in a checkpoint (server/checkpointing.h).
@@ -94,6 +111,11 @@ struct ChunkCheckpoint {
 struct StoreOptions {
   ConsistencyOptions consistency;
   OptimizerConfig optimizer;
+  // The highest learning rate a push may carry (the schedule's,
+  // schedule_max_lr: every server sets it, ServerOptions::max_lr), allowed
+  // a relative tolerance of kLrTolerance; 0 = no bound (a store built by
+  // hand in a test or bench).
+  double max_lr = 0.0;
   // Zeroed memory for `count` weights (Transport::allocate_send_floats); null: ordinary memory.
   std::function<SendFloats(std::size_t count)> allocate;
   // Splits each update's pass and the sync sum's passes over the server's
@@ -118,7 +140,11 @@ class ShardStore {
   // update_on_arrival, added to the others' sum in that pass; into a spare
   // weight buffer, swapped in only when it is clean) or else copied or
   // added into the sync sum (into a second sum buffer); a rejected push
-  // changes nothing.
+  // changes nothing. The update's pass also checks what it makes (weights,
+  // optimizer state): non-finite, the push is refused (async, ssp) or the
+  // step completes without its update (sync; applied is then true, the
+  // version advanced, the weights as they were). RequestError for a refused
+  // push; one refused for its own values names its worker (blamed()).
   PushOutcome push(int worker, std::int64_t key, std::int64_t step, std::span<const float> grad, double lr);
   PushOutcome push(int worker, std::int64_t key, std::int64_t step, std::span<const std::uint16_t> grad, double lr);
   // A push as it came on the wire (msg.header: key, step, lr, dtype): a
@@ -176,6 +202,15 @@ class ShardStore {
   std::vector<std::int64_t> keys() const;
 
   const StoreStats& stats() const { return stats_; }
+  // What was refused for its values since the last call, for the server's
+  // log: (worker blamed, why); a refused sync step gives one entry, under
+  // its lowest contributor, its text naming them all. At most kMaxRefusalNotes are kept between calls (the rest
+  // are only counted, in stats()).
+  struct Refusal {
+    int worker = -1;
+    std::string why;
+  };
+  std::vector<Refusal> take_refusals() { return std::exchange(refusals_, {}); }
   // Level "all": spans "sum" (sync, a push that does not complete the step;
   // the gradient's finite check is in it) and "update" (the finite check too
   // when the push is applied on arrival, sync's last add included) inside
@@ -207,10 +242,21 @@ class ShardStore {
   PushOutcome push_gradient(int worker, std::int64_t key, std::int64_t step, update::GradSource grad,
                             std::size_t num_elems, double lr);
   // The update of `c` into its spare weights (and the optimizer's staged
-  // state), counting the gradient's non-finite values; commit() swaps it in.
-  std::int64_t stage(ChunkState& c, update::GradSource grad, std::size_t num_elems, double lr);
+  // state), checking the gradient and the result; commit() swaps it in.
+  update::UpdateCheck stage(ChunkState& c, update::GradSource grad, std::size_t num_elems, double lr);
   void commit(ChunkState& c, const Update& update);
-  void apply(ChunkState& c, const Update& update);  // stage + commit (sync's mean, drop, catch-up)
+  // stage + commit (sync's mean, drop, catch-up); a non-finite result refuses the step.
+  void apply(ChunkState& c, const Update& update);
+  // Async, ssp: the push's update would be non-finite: RequestError blaming its worker.
+  [[noreturn]] void refuse_push(const ChunkState& c, const PushRequest& push, const update::UpdateCheck& check,
+                                double lr);
+  // Sync: the step's update would be non-finite: the version advances, the
+  // weights and state stay, the step's contributors are counted and reported.
+  void refuse_step(ChunkState& c, const Update& update, const update::UpdateCheck& check);
+  // "first at element 3: weight 0.5 -> -inf (gradient 1e+30, lr 0.05)"
+  std::string describe_result(const ChunkState& c, const update::GradSource& grad,
+                              const update::UpdateCheck& check, double lr) const;
+  void note_refusal(int worker, const std::string& why);
   std::shared_ptr<WeightBuffer> new_weights(std::int64_t num_elems) const;  // zeroed, from options_.allocate
 
   int server_rank_;
@@ -222,7 +268,14 @@ class ShardStore {
   std::map<std::int64_t, std::size_t> index_;  // key -> position in chunks_
   std::size_t num_initialized_ = 0;
   StoreStats stats_;
+  std::vector<Refusal> refusals_;
   TraceRecorder* trace_ = nullptr;
 };
+
+// A push's learning rate may exceed StoreOptions::max_lr by this fraction of
+// it (the worker computes the same double; this allows for rounding only).
+inline constexpr double kLrTolerance = 1e-6;
+// Refusals kept for the server's log between two take_refusals().
+inline constexpr std::size_t kMaxRefusalNotes = 64;
 
 }  // namespace pstrain

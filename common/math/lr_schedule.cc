@@ -74,17 +74,21 @@ std::int64_t samples_per_update(Mode mode, int batch_size, int num_workers) {
   return batch * num_workers;
 }
 
+double schedule_max_lr(const OptimizerConfig& optimizer, const ScheduleConfig& schedule, std::int64_t global_batch) {
+  validate(optimizer, schedule);
+  check_count("global_batch", global_batch);
+  double base = optimizer.lr;
+  if (schedule.linear_scaling) base *= static_cast<double>(global_batch) / static_cast<double>(schedule.base_batch);
+  return base;
+}
+
 LrSchedule::LrSchedule(const OptimizerConfig& optimizer, const ScheduleConfig& schedule,
                        std::int64_t steps_per_epoch, std::int64_t total_steps, std::int64_t global_batch)
     : schedule_(schedule), total_steps_(total_steps), steps_per_epoch_(steps_per_epoch) {
   validate(optimizer, schedule);
   check_count("steps_per_epoch", steps_per_epoch);
   check_count("total_steps", total_steps);
-  check_count("global_batch", global_batch);
-  base_lr_ = optimizer.lr;
-  if (schedule.linear_scaling) {
-    base_lr_ *= static_cast<double>(global_batch) / static_cast<double>(schedule.base_batch);
-  }
+  base_lr_ = schedule_max_lr(optimizer, schedule, global_batch);
   if (schedule.min_lr > base_lr_) {
     fail("schedule.min_lr", "at most the base lr (" + num(base_lr_) + ")", num(schedule.min_lr));
   }

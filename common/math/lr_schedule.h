@@ -40,6 +40,17 @@ inline std::int64_t samples_per_update(const RunConfig& config) {
   return samples_per_update(config.mode, config.workload.batch_size, config.cluster.num_workers);
 }
 
+// The highest learning rate the schedule gives at any step, under any plan:
+// its base, optimizer.lr times (with linear_scaling) global_batch /
+// base_batch, since warmup, step decay and cosine only multiply the base by
+// factors <= 1 (cosine ends at min_lr <= base). The servers bound a push's
+// rate by it (ServerOptions::max_lr). ConfigError for invalid settings,
+// as the constructor below.
+double schedule_max_lr(const OptimizerConfig& optimizer, const ScheduleConfig& schedule, std::int64_t global_batch);
+inline double schedule_max_lr(const RunConfig& config) {
+  return schedule_max_lr(config.optimizer, config.schedule, samples_per_update(config));
+}
+
 class LrSchedule {
  public:
   // Throws ConfigError for invalid hyper-parameters or counts (each >= 1).

@@ -65,6 +65,21 @@ void check_state_size(const char* name, std::size_t given, std::size_t expected)
   }
 }
 
+// An out-of-place update over ranges (the server's apply threads): each range
+// reports whether its check found anything (RangeRunner sums counts); only then
+// is the whole update run once more on this thread for the exact UpdateCheck
+// (the first bad element, gradient or result), which rewrites the same outputs
+// from the same inputs. Clean updates, the common case, cost one pass.
+template <class Range>
+update::UpdateCheck checked_over_ranges(RangeRunner* ranges, std::size_t n, const Range& range) {
+  if (ranges == nullptr) return range(0, n);
+  const std::int64_t findings = run_ranges(ranges, n, [&](std::size_t b, std::size_t e) -> std::int64_t {
+    const update::UpdateCheck part = range(b, e);
+    return part.bad_gradient + part.bad_result;
+  });
+  return findings == 0 ? update::UpdateCheck{} : range(0, n);
+}
+
 class Sgd final : public Optimizer {
  public:
   Sgd(const OptimizerConfig& config, std::int64_t num_elems)
@@ -80,8 +95,8 @@ class Sgd final : public Optimizer {
     ++steps_taken_;
   }
 
-  std::int64_t stage(std::span<const float> w, std::span<float> w_out, update::GradSource g, std::size_t g_elems,
-                     double lr) override {
+  update::UpdateCheck stage(std::span<const float> w, std::span<float> w_out, update::GradSource g,
+                            std::size_t g_elems, double lr) override {
     check_stage_args(num_elems_, w, w_out, g_elems, lr);
     const update::SgdCoefficients c =
         update::sgd_coefficients(lr, config_.momentum, config_.weight_decay, config_.nesterov);
@@ -89,11 +104,12 @@ class Sgd final : public Optimizer {
     staged_ = true;
     const float* vel = velocity_.empty() ? nullptr : velocity_.data();
     float* vel_out = staged_velocity_.empty() ? nullptr : staged_velocity_.data();
-    return run_ranges(ranges_, w.size(), [&](std::size_t b, std::size_t e) {
+    const auto range = [&](std::size_t b, std::size_t e) {
       return update::sgd_update_into(w.data() + b, w_out.data() + b, update::offset(g, b),
                                      vel == nullptr ? nullptr : vel + b, vel_out == nullptr ? nullptr : vel_out + b,
                                      e - b, c);
-    });
+    };
+    return checked_over_ranges(ranges_, w.size(), range);
   }
   void commit() override {
     if (!staged_) throw ComputeError("optimizer commit: nothing staged");
@@ -137,18 +153,19 @@ class Adam final : public Optimizer {
     ++steps_taken_;
   }
 
-  std::int64_t stage(std::span<const float> w, std::span<float> w_out, update::GradSource g, std::size_t g_elems,
-                     double lr) override {
+  update::UpdateCheck stage(std::span<const float> w, std::span<float> w_out, update::GradSource g,
+                            std::size_t g_elems, double lr) override {
     check_stage_args(num_elems_, w, w_out, g_elems, lr);
     const update::AdamCoefficients c = update::adam_coefficients(lr, config_.beta1, config_.beta2, config_.epsilon,
                                                                  config_.weight_decay, steps_taken_ + 1);
     staged_m_.resize(m_.size());
     staged_v_.resize(v_.size());
     staged_ = true;
-    return run_ranges(ranges_, w.size(), [&](std::size_t b, std::size_t e) {
+    const auto range = [&](std::size_t b, std::size_t e) {
       return update::adam_update_into(w.data() + b, w_out.data() + b, update::offset(g, b), m_.data() + b,
                                       staged_m_.data() + b, v_.data() + b, staged_v_.data() + b, e - b, c);
-    });
+    };
+    return checked_over_ranges(ranges_, w.size(), range);
   }
   void commit() override {
     if (!staged_) throw ComputeError("optimizer commit: nothing staged");

@@ -22,15 +22,17 @@ class Optimizer {
   virtual ~Optimizer() = default;
   // One update of w with gradient g (same length as at construction).
   virtual void step(std::span<float> w, std::span<const float> g, double lr) = 0;
-  // The servers' checked update, in two phases so that a gradient with a NaN
-  // or Inf changes nothing: stage() writes the update of `w` into `w_out`
-  // (another buffer) and the new optimizer state into a spare of its own, in
-  // one pass that also counts the gradient's non-finite values (returned);
-  // commit() makes the staged state current (the caller then takes w_out as
-  // the weights). A stage not committed is forgotten by the next stage().
-  // Bit-identical to step() with the same (decoded, averaged) gradient.
-  virtual std::int64_t stage(std::span<const float> w, std::span<float> w_out, update::GradSource g,
-                             std::size_t num_elems, double lr) = 0;
+  // The servers' checked update, in two phases so that a NaN or Inf, in the
+  // gradient or in what it would make, changes nothing: stage() writes the
+  // update of `w` into `w_out` (another buffer) and the new optimizer state
+  // into a spare of its own, in one pass that also checks the gradient and
+  // the new weights and state (update::UpdateCheck, returned); commit() makes
+  // the staged state current (the caller then takes w_out as the weights),
+  // and is for a clean() stage only. A stage not committed is forgotten by
+  // the next stage(). Bit-identical to step() with the same (decoded,
+  // averaged) gradient.
+  virtual update::UpdateCheck stage(std::span<const float> w, std::span<float> w_out, update::GradSource g,
+                                    std::size_t num_elems, double lr) = 0;
   virtual void commit() = 0;
   virtual std::int64_t num_elems() const = 0;
   virtual std::int64_t steps_taken() const = 0;

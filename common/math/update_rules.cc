@@ -93,6 +93,32 @@ std::int64_t count_bad(Source source, std::size_t num_elems) {
   return std::max<std::int64_t>(bad, 1);
 }
 
+// The check of an update pass that OR-ed non_finite() over the values it
+// wrote (`bad`): a NaN or Inf in the gradient always makes one there (times
+// any rate, 0 included: 0 * Inf is NaN; through the mean, the partial sum,
+// the velocity, Adam's moments), and so does an overflow, so the pass tests
+// its results only, one test per element as before. On a finding only: one
+// more pass counts the gradient's own non-finite values (bad_gradient); if it
+// has none (an overflow, or a sender that rewrote its shared memory since),
+// the written values w_out and `state` (may be null) are scanned for the
+// count and the first (bad_result).
+template <class Source>
+UpdateCheck checked(std::uint32_t bad, Source source, std::size_t num_elems, const float* w_out,
+                    const float* state) {
+  UpdateCheck r;
+  if (bad == 0) return r;
+  for (std::size_t i = 0; i < num_elems; ++i) r.bad_gradient += non_finite(source(i));
+  if (r.bad_gradient > 0) return r;
+  for (std::size_t i = 0; i < num_elems; ++i) {
+    const std::uint32_t out = non_finite(w_out[i]) | (state != nullptr ? non_finite(state[i]) : 0u);
+    if (out == 0) continue;
+    if (r.first_bad_result < 0) r.first_bad_result = static_cast<std::int64_t>(i);
+    ++r.bad_result;
+  }
+  r.bad_result = std::max<std::int64_t>(r.bad_result, 1);
+  return r;
+}
+
 void check_source(const GradSource& g, std::size_t num_elems, const char* what) {
   if (num_elems > 0 && (g.f32 == nullptr) == (g.bf16 == nullptr)) {
     throw ComputeError(std::string(what) + ": the gradient needs exactly one of float32 and bfloat16 values");
@@ -109,10 +135,11 @@ struct Partial {
   float operator()(std::size_t i, float x) const { return p[i] + x; }
 };
 
-// Calls body(source, mean) with the types that fit g (g.partial ignored).
-template <class Body>
-std::int64_t dispatch(const GradSource& g, Body&& body) {
-  auto with_mean = [&](auto source) -> std::int64_t {
+// Calls body(source, mean) with the types that fit g (g.partial ignored);
+// every instantiation of body returns R.
+template <class R, class Body>
+R dispatch(const GradSource& g, Body&& body) {
+  auto with_mean = [&](auto source) -> R {
     if (g.mean_of <= 1) return body(source, NoMean{});
     if ((g.mean_of & (g.mean_of - 1)) == 0) return body(source, MulMean{1.0f / static_cast<float>(g.mean_of)});
     return body(source, DivMean{static_cast<float>(g.mean_of)});
@@ -123,76 +150,91 @@ std::int64_t dispatch(const GradSource& g, Body&& body) {
 
 // Calls body(source, mean, plus) with the types that fit g, g.partial included.
 template <class Body>
-std::int64_t dispatch_update(const GradSource& g, Body&& body) {
-  return dispatch(g, [&](auto source, auto mean) -> std::int64_t {
+UpdateCheck dispatch_update(const GradSource& g, Body&& body) {
+  return dispatch<UpdateCheck>(g, [&](auto source, auto mean) -> UpdateCheck {
     if (g.partial != nullptr) return body(source, mean, Partial{g.partial});
     return body(source, mean, NoPartial{});
   });
 }
 
+// adam_update_into's pass. Tests the new weight and second moment: v
+// overflows first (g * g) while the weight stays finite (m / sqrt(inf) is 0);
+// a non-finite m shows in the weight. The buffers are restrict (they may not
+// alias: adam_update_into's contract), which leaves GCC few enough runtime
+// alias checks to vectorize the loop with the test in it.
+template <class Source, class Mean, class Plus>
+std::uint32_t adam_pass(const float* __restrict w, float* __restrict w_out, Source source, Mean mean, Plus plus,
+                        const float* __restrict m, float* __restrict m_out, const float* __restrict v,
+                        float* __restrict v_out, std::size_t num_elems, const AdamCoefficients c) {
+  std::uint32_t bad = 0;
+  for (std::size_t i = 0; i < num_elems; ++i) {
+    float mi = m[i];
+    float vi = v[i];
+    const float next = adam(w[i], mean(plus(i, source(i))), mi, vi, c);
+    bad |= non_finite(next) | non_finite(vi);
+    w_out[i] = next;
+    m_out[i] = mi;
+    v_out[i] = vi;
+  }
+  return bad;
+}
+
 }  // namespace
 
-std::int64_t sgd_update_into(const float* w, float* w_out, GradSource g, const float* velocity, float* velocity_out,
-                             std::size_t num_elems, const SgdCoefficients& c) {
+UpdateCheck sgd_update_into(const float* w, float* w_out, GradSource g, const float* velocity, float* velocity_out,
+                            std::size_t num_elems, const SgdCoefficients& c) {
   check_source(g, num_elems, "sgd_update_into");
   if ((velocity == nullptr || velocity_out == nullptr) && c.momentum != 0.0f && num_elems > 0) {
     throw ComputeError("sgd_update_into: momentum " + std::to_string(c.momentum) + " needs velocity buffers, got null");
   }
-  return dispatch_update(g, [&](auto source, auto mean, auto plus) -> std::int64_t {
+  const bool plain = velocity == nullptr || velocity_out == nullptr || c.momentum == 0.0f;
+  return dispatch_update(g, [&](auto source, auto mean, auto plus) -> UpdateCheck {
+    // The new weight alone is tested: a non-finite velocity makes it non-finite too.
     std::uint32_t bad = 0;
-    if (velocity == nullptr || velocity_out == nullptr || c.momentum == 0.0f) {
+    if (plain) {
       for (std::size_t i = 0; i < num_elems; ++i) {
-        const float raw = source(i);
-        bad |= non_finite(raw);
-        w_out[i] = sgd_plain(w[i], mean(plus(i, raw)), c);
+        const float next = sgd_plain(w[i], mean(plus(i, source(i))), c);
+        bad |= non_finite(next);
+        w_out[i] = next;
       }
     } else if (c.nesterov) {
       SgdCoefficients k = c;
       k.nesterov = true;  // loop-invariant: one loop per variant
       for (std::size_t i = 0; i < num_elems; ++i) {
-        const float raw = source(i);
-        bad |= non_finite(raw);
         float vel = velocity[i];
-        w_out[i] = sgd_momentum(w[i], mean(plus(i, raw)), vel, k);
+        const float next = sgd_momentum(w[i], mean(plus(i, source(i))), vel, k);
+        bad |= non_finite(next);
+        w_out[i] = next;
         velocity_out[i] = vel;
       }
     } else {
       SgdCoefficients k = c;
       k.nesterov = false;
       for (std::size_t i = 0; i < num_elems; ++i) {
-        const float raw = source(i);
-        bad |= non_finite(raw);
         float vel = velocity[i];
-        w_out[i] = sgd_momentum(w[i], mean(plus(i, raw)), vel, k);
+        const float next = sgd_momentum(w[i], mean(plus(i, source(i))), vel, k);
+        bad |= non_finite(next);
+        w_out[i] = next;
         velocity_out[i] = vel;
       }
     }
-    return bad == 0 ? std::int64_t{0} : count_bad(source, num_elems);
+    return checked(bad, source, num_elems, w_out, plain ? nullptr : velocity_out);
   });
 }
 
-std::int64_t adam_update_into(const float* w, float* w_out, GradSource g, const float* m, float* m_out,
-                              const float* v, float* v_out, std::size_t num_elems, const AdamCoefficients& c) {
+UpdateCheck adam_update_into(const float* w, float* w_out, GradSource g, const float* m, float* m_out,
+                             const float* v, float* v_out, std::size_t num_elems, const AdamCoefficients& c) {
   check_source(g, num_elems, "adam_update_into");
-  return dispatch_update(g, [&](auto source, auto mean, auto plus) -> std::int64_t {
-    std::uint32_t bad = 0;
-    for (std::size_t i = 0; i < num_elems; ++i) {
-      const float raw = source(i);
-      bad |= non_finite(raw);
-      float mi = m[i];
-      float vi = v[i];
-      w_out[i] = adam(w[i], mean(plus(i, raw)), mi, vi, c);
-      m_out[i] = mi;
-      v_out[i] = vi;
-    }
-    return bad == 0 ? std::int64_t{0} : count_bad(source, num_elems);
+  return dispatch_update(g, [&](auto source, auto mean, auto plus) -> UpdateCheck {
+    const std::uint32_t bad = adam_pass(w, w_out, source, mean, plus, m, m_out, v, v_out, num_elems, c);
+    return checked(bad, source, num_elems, w_out, v_out);
   });
 }
 
 std::int64_t copy_checked(GradSource g, float* out, std::size_t num_elems) {
   check_source(g, num_elems, "copy_checked");
   g.mean_of = 1;
-  return dispatch(g, [&](auto source, auto) -> std::int64_t {
+  return dispatch<std::int64_t>(g, [&](auto source, auto) -> std::int64_t {
     std::uint32_t bad = 0;
     for (std::size_t i = 0; i < num_elems; ++i) {
       const float x = source(i);
@@ -206,7 +248,7 @@ std::int64_t copy_checked(GradSource g, float* out, std::size_t num_elems) {
 std::int64_t add_checked(const float* sum, GradSource g, float* out, std::size_t num_elems) {
   check_source(g, num_elems, "add_checked");
   g.mean_of = 1;
-  return dispatch(g, [&](auto source, auto) -> std::int64_t {
+  return dispatch<std::int64_t>(g, [&](auto source, auto) -> std::int64_t {
     std::uint32_t bad = 0;
     for (std::size_t i = 0; i < num_elems; ++i) {
       const float x = source(i);
@@ -220,7 +262,7 @@ std::int64_t add_checked(const float* sum, GradSource g, float* out, std::size_t
 std::int64_t first_non_finite(GradSource g, std::size_t num_elems) {
   check_source(g, num_elems, "first_non_finite");
   g.mean_of = 1;
-  return dispatch(g, [&](auto source, auto) -> std::int64_t {
+  return dispatch<std::int64_t>(g, [&](auto source, auto) -> std::int64_t {
     for (std::size_t i = 0; i < num_elems; ++i) {
       if (non_finite(source(i)) != 0) return static_cast<std::int64_t>(i);
     }

@@ -102,8 +102,9 @@ void adam_update(float* w, const float* g, float* m, float* v, std::size_t num_e
 // power of two (exact), else divided by n. Exactly one of f32, bf16 is set.
 // partial (sync, the last contribution of a step): the rank-ordered sum of the
 // contributions before it, added to each value before the mean, so that the
-// sum's last add is the update's pass; the finite check still counts the
-// gradient's own values only (the partial sum was checked as it came in).
+// sum's last add is the update's pass; the gradient's finite check still
+// counts its own values only (the partial sum was checked as it came in),
+// and a sum that overflowed shows in the result's check (UpdateCheck).
 // The copy and add kernels below ignore it.
 struct GradSource {
   const float* f32 = nullptr;
@@ -112,16 +113,39 @@ struct GradSource {
   const float* partial = nullptr;
 };
 
-// The same updates as above, out of place and fused with the finite check:
+// What the checked update found (the servers own what they apply: a NaN or
+// Inf in, or out, changes nothing). bad_gradient: gradient values (before
+// the mean) that are NaN or +-Inf. bad_result: elements whose new weight or
+// new optimizer state (velocity; Adam's moments) is NaN or +-Inf although
+// the gradient was finite (a huge gradient, rate or sum overflowed), the
+// first of them at first_bad_result; only looked for when bad_gradient is 0.
+struct UpdateCheck {
+  std::int64_t bad_gradient = 0;
+  std::int64_t bad_result = 0;
+  std::int64_t first_bad_result = -1;
+  bool clean() const { return bad_gradient == 0 && bad_result == 0; }
+  // Adds the check of the range that starts `offset` elements later (a
+  // chunk's update split into ranges).
+  void merge(const UpdateCheck& later, std::int64_t offset) {
+    bad_gradient += later.bad_gradient;
+    bad_result += later.bad_result;
+    if (first_bad_result < 0 && later.first_bad_result >= 0) first_bad_result = later.first_bad_result + offset;
+  }
+};
+
+// The same updates as above, out of place and fused with the finite checks:
 // reads w, the gradient and the state, writes w_out and the new state to
-// *_out (none may alias an input), and returns how many gradient values
-// (before the mean) were NaN or +-Inf, all in one pass. The caller keeps the
-// inputs when the count is not 0, so a rejected gradient changes nothing.
+// *_out (none may alias an input), and tests in the same pass what it
+// produced (the new weight; Adam: and its second moment), one OR per value,
+// no branch: a NaN or Inf in the gradient always shows there too, so only on
+// a finding does one more pass tell a bad gradient (counted before the mean)
+// from an overflow (UpdateCheck). The caller keeps the inputs unless the
+// check is clean(), so a rejected update changes nothing.
 // velocity/velocity_out may be null only when c.momentum == 0.
-std::int64_t sgd_update_into(const float* w, float* w_out, GradSource g, const float* velocity, float* velocity_out,
-                             std::size_t num_elems, const SgdCoefficients& c);
-std::int64_t adam_update_into(const float* w, float* w_out, GradSource g, const float* m, float* m_out,
-                              const float* v, float* v_out, std::size_t num_elems, const AdamCoefficients& c);
+UpdateCheck sgd_update_into(const float* w, float* w_out, GradSource g, const float* velocity, float* velocity_out,
+                            std::size_t num_elems, const SgdCoefficients& c);
+UpdateCheck adam_update_into(const float* w, float* w_out, GradSource g, const float* m, float* m_out,
+                             const float* v, float* v_out, std::size_t num_elems, const AdamCoefficients& c);
 // Gradient intake of the sync sum, each one pass that also counts the
 // non-finite values of g: out = g (a copy, widened from bfloat16), and out =
 // sum + g (out must not alias sum). mean_of is ignored.

@@ -220,7 +220,7 @@ TEST_CASE("the fused kernels give the bits of the separate passes (check, widen,
       update::sgd_update(w_ref.data(), mean.data(), v_ref.data(), n, c);
       std::vector<float> w_out(n), v(n, 0.125f), v_out(n);
       CHECK(update::sgd_update_into(w.data(), w_out.data(), update::GradSource{sum.data(), nullptr, mean_of}, v.data(),
-                                    v_out.data(), n, c) == 0);
+                                    v_out.data(), n, c).clean());
       CHECK(same_bits(w_out, w_ref));
       CHECK(same_bits(v_out, v_ref));
     }
@@ -229,7 +229,7 @@ TEST_CASE("the fused kernels give the bits of the separate passes (check, widen,
     update::adam_update(w_ref.data(), mean.data(), m_ref.data(), v_ref.data(), n, a);
     std::vector<float> w_out(n), m(n, 0.01f), v(n, 0.02f), m_out(n), v_out(n);
     CHECK(update::adam_update_into(w.data(), w_out.data(), update::GradSource{sum.data(), nullptr, mean_of}, m.data(),
-                                   m_out.data(), v.data(), v_out.data(), n, a) == 0);
+                                   m_out.data(), v.data(), v_out.data(), n, a).clean());
     CHECK(same_bits(w_out, w_ref));
     CHECK(same_bits(m_out, m_ref));
     CHECK(same_bits(v_out, v_ref));
@@ -451,28 +451,36 @@ TEST_CASE("the update kernels with a partial sum: partial + g, then the mean, th
       const update::SgdCoefficients c = update::sgd_coefficients(0.05, 0.9, 1e-4, false);
       std::vector<float> w_ref(w), v_ref(n, 0.125f), w_out(n), v(n, 0.125f), v_out(n);
       update::sgd_update(w_ref.data(), mean.data(), v_ref.data(), n, c);
-      CHECK(update::sgd_update_into(w.data(), w_out.data(), source, v.data(), v_out.data(), n, c) == 0);
+      CHECK(update::sgd_update_into(w.data(), w_out.data(), source, v.data(), v_out.data(), n, c).clean());
       CHECK(same_bits(w_out, w_ref));
       CHECK(same_bits(v_out, v_ref));
       const update::AdamCoefficients a = update::adam_coefficients(0.01, 0.9, 0.999, 1e-8, 1e-4, 2);
       std::vector<float> wa_ref(w), m_ref(n, 0.01f), va_ref(n, 0.02f), m(n, 0.01f), va(n, 0.02f), m_out(n), va_out(n);
       update::adam_update(wa_ref.data(), mean.data(), m_ref.data(), va_ref.data(), n, a);
       CHECK(update::adam_update_into(w.data(), w_out.data(), source, m.data(), m_out.data(), va.data(), va_out.data(), n,
-                                     a) == 0);
+                                     a).clean());
       CHECK(same_bits(w_out, wa_ref));
       CHECK(same_bits(m_out, m_ref));
       CHECK(same_bits(va_out, va_ref));
     }
   }
-  // A NaN in g is counted; a partial sum and g that overflow together are not (as the sum's own add never was).
+  // A NaN in g is counted...
   std::vector<float> big(n, std::numeric_limits<float>::max()), out(n), vel(n, 0.0f), vel_out(n);
   std::vector<float> bad_g(g);
   bad_g[n - 1] = std::numeric_limits<float>::quiet_NaN();
   const update::SgdCoefficients plain = update::sgd_coefficients(0.05, 0.0, 0.0, false);
   CHECK(update::sgd_update_into(w.data(), out.data(), update::GradSource{bad_g.data(), nullptr, 2, partial.data()},
-                                nullptr, nullptr, n, plain) == 1);
-  CHECK(update::sgd_update_into(w.data(), out.data(), update::GradSource{big.data(), nullptr, 2, big.data()}, nullptr,
-                                nullptr, n, plain) == 0);
+                                nullptr, nullptr, n, plain).bad_gradient == 1);
+  // ... whose result is not looked at: the gradient's refusal comes first.
+  CHECK(update::sgd_update_into(w.data(), out.data(), update::GradSource{bad_g.data(), nullptr, 2, partial.data()},
+                                nullptr, nullptr, n, plain).bad_result == 0);
+  // A partial sum and g that overflow together are no bad gradient (as the
+  // sum's own add never was), but their update is: every element, from the first.
+  const update::UpdateCheck overflow = update::sgd_update_into(
+      w.data(), out.data(), update::GradSource{big.data(), nullptr, 2, big.data()}, nullptr, nullptr, n, plain);
+  CHECK(overflow.bad_gradient == 0);
+  CHECK(overflow.bad_result == static_cast<std::int64_t>(n));
+  CHECK(overflow.first_bad_result == 0);
 }
 
 TEST_CASE("sync: a push for another step is refused for its step, before any update pass, NaN or not") {

@@ -4,6 +4,7 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 
@@ -92,6 +93,35 @@ TEST_CASE("linear scaling multiplies the base lr by global_batch / base_batch") 
   CHECK(s.lr_at(9) == doctest::Approx(0.4));
   sc.linear_scaling = false;
   CHECK(LrSchedule(lr_of(0.1), sc, 10, 100, 1024).base_lr() == 0.1);
+}
+
+TEST_CASE("schedule_max_lr: no step of any plan or decay exceeds it; it is the base lr, linear scaling included") {
+  for (const char* name : {"none", "step", "cosine"}) {
+    CAPTURE(name);
+    ScheduleConfig sc = decay(name);
+    sc.warmup_epochs = 1.5;
+    sc.step_epochs = {2.0, 4.0};
+    sc.min_lr = 0.001;
+    for (const bool scaling : {false, true}) {
+      sc.linear_scaling = scaling;
+      const double bound = schedule_max_lr(lr_of(0.1), sc, 512);
+      CHECK(bound == (scaling ? 0.1 * 512.0 / 256.0 : 0.1));
+      const LrSchedule s(lr_of(0.1), sc, 10, 60, 512);
+      CHECK(s.base_lr() == bound);
+      double highest = 0.0;
+      for (std::int64_t step = 0; step < 80; ++step) highest = std::max(highest, s.lr_at(step));
+      for (const std::int64_t per_epoch : {10, 13, 20}) {  // re-plans after drops
+        for (int epoch = 0; epoch < 6; ++epoch) {
+          for (std::int64_t b = 0; b < per_epoch; ++b) highest = std::max(highest, s.lr_in_epoch(epoch, b, per_epoch));
+        }
+      }
+      // Within rounding (the servers allow kLrTolerance, 1e-6), and reached: the bound is not loose.
+      CHECK(highest <= bound * (1 + 1e-12));
+      CHECK(highest >= bound * (1 - 1e-12));
+    }
+  }
+  CHECK_THROWS_AS(schedule_max_lr(lr_of(-1.0), decay("none"), 64), ConfigError);
+  CHECK_THROWS_AS(schedule_max_lr(lr_of(0.1), decay("none"), 0), ConfigError);
 }
 
 TEST_CASE("invalid inputs are ConfigErrors naming the value") {

@@ -98,6 +98,7 @@ PsRound ps_pushpull_round(std::size_t num_bytes, int rounds, const PsBenchOption
       Logger log("server", LogLevel::kWarn);
       RunConfig config;
       config.optimizer.momentum = 0.0;
+      config.optimizer.lr = 1.0;  // the rate the workers push (the servers refuse a higher one)
       config.ps.partition_bytes = partition;
       config.cluster = cluster;
       config.cluster.num_servers = a.servers;

@@ -99,6 +99,7 @@ LocalCluster::LocalCluster(LocalClusterOptions options)
       name_thread("ps-server-" + std::to_string(s));
       run_guarded([this, s] {
         ServerOptions opt = server_options(run_config(options_));
+        opt.max_lr = 0.0;  // no lr bound: the tests' hand-written workers push rates of their own choosing
         opt.scheduler_endpoint = scheduler_endpoint_;
         opt.bind_endpoint = endpoint_for("server" + std::to_string(s));
         opt.requested_rank = s;

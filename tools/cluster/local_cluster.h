@@ -56,7 +56,7 @@ struct LocalClusterOptions {
 
 // The run config `options` stand for (mode, sizes, optimizer, cluster with
 // num_servers and num_workers): its servers get server_options() of it
-// (server/server_options.h), as pstrain-server would for that config.
+// (server/server_options.h) as pstrain-server would, without its lr bound.
 RunConfig run_config(const LocalClusterOptions& options);
 
 class LocalCluster {
