@@ -42,8 +42,11 @@ void Scheduler::on_rejoin(const PeerId& from, const Message& msg) {
   check_key(msg, req, "rejoin");
   Member& node = members_.admit_worker_rejoin(req, who);
   if (options_.security != nullptr && options_.security->curve) {
-    const char* key_role = key_of(msg);
-    if (key_role == nullptr || std::string(key_role) != "worker") {
+    // A worker's key: the shared one or any per-worker one (check_key bound
+    // a per-worker key to its own rank).
+    const char* key_name = key_of(msg);
+    const std::optional<KeyOwner> owner = key_owner(key_name == nullptr ? "" : key_name);
+    if (!owner || owner->role != Role::kWorker) {
       throw ProtocolError("rejoin of " + who + ": refused, not a worker's key");
     }
   }
