@@ -37,6 +37,8 @@ void Scheduler::on_rejoin(const PeerId& from, const Message& msg) {
     throw ProtocolError("rejoin of a " + std::string(to_string(req.role)) +
                         ": only workers rejoin (cluster.on_worker_failure = \"restart\")");
   }
+  // Mode "off": the job's secret, as at registration.
+  check_answer(from, req, "rejoin");
   // CURVE: as at registration, the key decides the role, and a per-worker
   // key the rank: worker-1's key cannot take back worker 0's rank.
   check_key(msg, req, "rejoin");
@@ -100,6 +102,7 @@ void Scheduler::on_server_rejoin(const PeerId& from, const Message& msg) {
   if (req.role != Role::kServer || msg.header.role != Role::kServer) {
     throw ProtocolError("register after the rendezvous: the job is already running");
   }
+  check_answer(from, req, "rejoin of a server");
   if (options_.security != nullptr && options_.security->curve) {
     const char* key_role = key_of(msg);
     if (key_role == nullptr || std::string_view(key_role) != "server") {
