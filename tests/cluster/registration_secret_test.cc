@@ -44,7 +44,7 @@ TEST_CASE("in-process cluster, security off: a worker without the job's secret i
 
   SecurityContext other;  // another job's secret
   other.job_secret = generate_job_secret();
-  for (const SecurityContext* security : {&other, static_cast<const SecurityContext*>(nullptr)}) {
+  for (const SecurityContext* security : std::vector<const SecurityContext*>{&other, nullptr}) {
     WorkerSessionOptions stranger = cluster.worker_options(0);
     stranger.security = security;
     const std::string refused = test::thrown_text<SchedulerRefusal>(
