@@ -7,6 +7,8 @@ find_package(doctest REQUIRED)         # doctest-dev
 find_package(tomlplusplus REQUIRED)    # libtomlplusplus-dev
 find_package(CLI11 REQUIRED)           # libcli11-dev
 find_package(ZLIB REQUIRED)            # zlib1g-dev
+find_package(PkgConfig REQUIRED)       # pkg-config
+pkg_check_modules(SODIUM REQUIRED IMPORTED_TARGET libsodium)  # libsodium-dev: the job secret (HMAC-SHA256)
 find_package(dnnl REQUIRED)            # libdnnl-dev (oneDNN)
 find_package(Gloo CONFIG)              # libgloo-dev (CPU allreduce); optional
 set(BLA_VENDOR OpenBLAS)

@@ -37,13 +37,18 @@ void Scheduler::on_rejoin(const PeerId& from, const Message& msg) {
     throw ProtocolError("rejoin of a " + std::string(to_string(req.role)) +
                         ": only workers rejoin (cluster.on_worker_failure = \"restart\")");
   }
+  // Mode "off": the job's secret, as at registration.
+  check_answer(from, req, "rejoin");
   // CURVE: as at registration, the key decides the role, and a per-worker
   // key the rank: worker-1's key cannot take back worker 0's rank.
   check_key(msg, req, "rejoin");
   Member& node = members_.admit_worker_rejoin(req, who);
   if (options_.security != nullptr && options_.security->curve) {
-    const char* key_role = key_of(msg);
-    if (key_role == nullptr || std::string(key_role) != "worker") {
+    // A worker's key: the shared one or any per-worker one (check_key bound
+    // a per-worker key to its own rank).
+    const char* key_name = key_of(msg);
+    const std::optional<KeyOwner> owner = key_owner(key_name == nullptr ? "" : key_name);
+    if (!owner || owner->role != Role::kWorker) {
       throw ProtocolError("rejoin of " + who + ": refused, not a worker's key");
     }
   }
@@ -97,6 +102,7 @@ void Scheduler::on_server_rejoin(const PeerId& from, const Message& msg) {
   if (req.role != Role::kServer || msg.header.role != Role::kServer) {
     throw ProtocolError("register after the rendezvous: the job is already running");
   }
+  check_answer(from, req, "rejoin of a server");
   if (options_.security != nullptr && options_.security->curve) {
     const char* key_role = key_of(msg);
     if (key_role == nullptr || std::string_view(key_role) != "server") {

@@ -37,7 +37,8 @@ Scheduler::Scheduler(std::unique_ptr<Transport> owned, Transport* transport, Sch
       warnings_(log),
       members_(options_.num_servers, options_.num_workers, options_.cluster),
       store_(options_.cluster.timeout_ms),
-      liveness_(options_.cluster.heartbeat_interval_ms, options_.cluster.heartbeat_timeout_ms) {
+      liveness_(options_.cluster.heartbeat_interval_ms, options_.cluster.heartbeat_timeout_ms),
+      gate_(make_gate(options_.security)) {
   if (options_.num_servers < 0 || options_.num_workers < 1) {
     throw ConfigError("scheduler: need at least 1 worker and 0 or more servers, got " +
                       std::to_string(options_.num_workers) + " workers and " + std::to_string(options_.num_servers) +
@@ -136,6 +137,7 @@ void Scheduler::on_register(const PeerId& from, const Message& msg) {
   if (req.role == Role::kScheduler || req.role != msg.header.role) {
     throw ProtocolError("register: role " + std::string(to_string(req.role)) + " cannot register");
   }
+  check_answer(from, req, "register");
   check_key(msg, req, "register");
   const Member& node = members_.admit(from, std::move(req), Clock::now());
   log_.info("registered " + std::string(to_string(node.role)) + " from " + node.request.host + " (pid " +
@@ -260,6 +262,7 @@ void Scheduler::tell_dropped(Member& node) {
 
 void Scheduler::handle(const PeerId& from, const Message& msg, bool registering) {
   const Header& h = msg.header;
+  if (h.type == MsgType::kChallenge) return on_challenge(from, msg);
   if (h.type == MsgType::kRegister) return handle_register(from, msg, registering);
   if (registering) return handle_unregistered(from, msg);
   Member* node = members_.find(h.role, h.sender);

@@ -69,6 +69,7 @@
 #include "common/config/config.h"
 #include "common/base/log.h"
 #include "common/node/exit_report.h"
+#include "common/wire/job_secret.h"
 #include "common/wire/protocol.h"
 #include "common/wire/security.h"
 #include "common/observe/traffic_counters.h"
@@ -163,6 +164,12 @@ class Scheduler {
   // sent `msg`, and a per-worker key's rank too (sets req.requested_rank);
   // `what` names it in the refusal ("register", "rejoin"). Nothing without CURVE.
   void check_key(const Message& msg, RegisterRequest& req, const char* what) const;
+  // Security mode "off" with a job secret (scheduler/registration_gate.cc):
+  // a kChallenge gets a nonce; a registration or rejoin `req` from `from` is
+  // refused (ProtocolError, `what` first) unless it answers one right.
+  static std::optional<RegistrationGate> make_gate(const SecurityContext* security);
+  void on_challenge(const PeerId& from, const Message& msg);
+  void check_answer(const PeerId& from, const RegisterRequest& req, const std::string& what);
   void on_barrier(const Message& msg);
   // A --rejoin registration after the rendezvous (scheduler/rejoin.cc);
   // throws ProtocolError with the reason to refuse it.
@@ -214,6 +221,7 @@ class Scheduler {
   KvStore store_;
   Liveness liveness_;
   std::optional<AppendedLines> exits_;  // options_.exits_file, when given
+  std::optional<RegistrationGate> gate_;  // make_gate: null with CURVE or without a job secret
   std::atomic<std::size_t> parked_gets_count_{0};  // store_.parked(), for other threads
 };
 

@@ -5,7 +5,7 @@ set -euo pipefail
 
 packages=(
   build-essential cmake pkg-config
-  libzmq3-dev cppzmq-dev libcereal-dev doctest-dev libtomlplusplus-dev libcli11-dev zlib1g-dev
+  libzmq3-dev cppzmq-dev libcereal-dev doctest-dev libtomlplusplus-dev libcli11-dev zlib1g-dev libsodium-dev
   libdnnl-dev libopenblas-dev libgloo-dev
   # oneDNN's CMake package config calls find_package(OpenCL) whatever the
   # build; libdnnl-dev only recommends these, and we install without recommends.

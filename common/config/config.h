@@ -190,6 +190,11 @@ struct SecurityConfig {
   // The job's key files (pstrain-keygen DIR). Empty with curve: the launcher
   // generates keys into RUN_DIR/keys and sets this for the nodes.
   std::string key_dir;
+  // Mode "off": the job's secret (common/wire/job_secret.h), a file of mode
+  // 0600 every node reads to answer the scheduler's challenge at
+  // registration. Empty: the file $PSTRAIN_SECRET_FILE names; the launcher
+  // writes a fresh one into RUN_DIR/secret and sets this for the nodes.
+  std::string secret_file = "";  // a default, so that {mode, key_dir} initializers stay complete
 
   bool operator==(const SecurityConfig&) const = default;
 };

@@ -144,6 +144,7 @@ void visit_table(C& c, const V& v) {
   v("output", "resource_interval_ms", &c.output.resource_interval_ms, between(0, 3600000));
   v("security", "mode", &c.security.mode, one_of(kSecurityModes));
   v("security", "key_dir", &c.security.key_dir, any());
+  v("security", "secret_file", &c.security.secret_file, any());
   v("checkpoint", "interval_steps", &c.checkpoint.interval_steps, at_least(0));
   v("checkpoint", "keep", &c.checkpoint.keep, at_least(1));
   v("checkpoint", "dir", &c.checkpoint.dir, any());

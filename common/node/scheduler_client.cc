@@ -7,6 +7,8 @@
 #include <ctime>
 
 #include "common/base/errors.h"
+#include "common/wire/job_secret.h"
+#include "common/wire/security.h"
 #include "common/wire/wire_archive.h"
 
 namespace pstrain {
@@ -189,6 +191,20 @@ Message SchedulerClient::wait_for(MsgType type, const std::string& what, int ext
   }
 }
 
+void SchedulerClient::answer_challenge_for(RegisterRequest& request) {
+  request.challenge.clear();
+  request.proof.clear();
+  if (security_ == nullptr || security_->curve || security_->job_secret.empty()) return;
+  // Security mode "off": the scheduler's nonce, answered with the job secret (common/wire/job_secret.h).
+  Header h = make_header(MsgType::kChallenge);
+  h.request_id = next_request_id_++;
+  conn_->send(h);
+  const Message m = wait_for(MsgType::kChallenge, "the challenge to this " + std::string(to_string(role_)) +
+                             "'s registration");
+  request.challenge = m.text_payload();
+  request.proof = answer_challenge(security_->job_secret, request.challenge, wire_encode(request));
+}
+
 RegisterReply SchedulerClient::register_node(RegisterRequest request) {
   return register_as(std::move(request), kRegisterFirst);
 }
@@ -199,6 +215,7 @@ RegisterReply SchedulerClient::rejoin_node(RegisterRequest request) {
 
 RegisterReply SchedulerClient::register_as(RegisterRequest request, std::int64_t kind) {
   request.role = role_;
+  answer_challenge_for(request);
   Header h = make_header(MsgType::kRegister);
   h.request_id = next_request_id_++;
   h.aux = kind;

@@ -167,6 +167,9 @@ class SchedulerClient {
   std::vector<Rejoined> rejoined_;
   std::int64_t rejoin_take_ = 0;
   RegisterReply register_as(RegisterRequest request, std::int64_t kind);
+  // Security mode "off" with a job secret: asks the scheduler for a nonce
+  // and sets request.challenge and request.proof (common/wire/job_secret.h).
+  void answer_challenge_for(RegisterRequest& request);
   mutable std::chrono::steady_clock::time_point last_check_{};  // check_scheduler_alive's last call
   mutable double last_check_cpu_s_ = 0;                          // this process's CPU time then
   mutable std::chrono::steady_clock::time_point last_heard_;  // last message from the scheduler (main socket)  // from the register reply: names the heartbeat connection

@@ -34,6 +34,7 @@ std::string_view to_string(MsgType type) {
     case MsgType::kServerRestarting: return "server restarting";
     case MsgType::kServerBack: return "server back";
     case MsgType::kRejoined: return "rejoined";
+    case MsgType::kChallenge: return "challenge";
   }
   return "unknown";
 }
@@ -129,7 +130,8 @@ PayloadRule payload_rule(MsgType type) {
     case MsgType::kServerRestarting:
     case MsgType::kServerBack: return PayloadRule::kBytes;
     case MsgType::kRejoined: return PayloadRule::kBytes;
-    case MsgType::kBarrier: return PayloadRule::kOptionalBytes;
+    case MsgType::kBarrier:
+    case MsgType::kChallenge: return PayloadRule::kOptionalBytes;
     default: return PayloadRule::kNone;
   }
 }

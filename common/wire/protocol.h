@@ -58,7 +58,12 @@ enum class MsgType : std::uint8_t {
   kServerBack,
   kRejoined,          // scheduler -> nodes: a new process took back worker rank `key` (on_worker_failure
                       // "restart"); step = how many times it has rejoined; body = its new session token
-  kLast = kRejoined,
+  // Registration's challenge (security.mode "off", common/wire/job_secret.h): node -> scheduler, no
+  // payload: asks for a nonce; scheduler -> node (request_id echoed), payload = the nonce (empty when the
+  // scheduler takes registrations without a secret). The node's kRegister then carries the nonce and
+  // its answer (RegisterRequest::challenge, ::proof).
+  kChallenge,
+  kLast = kChallenge,
 };
 std::string_view to_string(MsgType type);
 
@@ -140,9 +145,14 @@ struct RegisterRequest {
   std::int64_t pid = 0;
   std::string job_fingerprint;        // mode, sizes: must match across nodes
   ParamLayout layout;                 // workers: the model's layout (all must agree)
+  // Security mode "off" (common/wire/job_secret.h): the nonce of the scheduler's kChallenge, and
+  // answer_challenge(job secret, nonce, this request encoded with an empty proof). Both empty
+  // without a job secret (curve's keys admit instead).
+  std::string challenge;
+  std::string proof;
 
   template <class Archive>
-  void serialize(Archive& ar) { ar(role, requested_rank, endpoint, host, pid, job_fingerprint, layout); }
+  void serialize(Archive& ar) { ar(role, requested_rank, endpoint, host, pid, job_fingerprint, layout, challenge, proof); }
 };
 
 // Body of kRegisterReply.

@@ -6,6 +6,7 @@
 
 #include <array>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <map>
@@ -14,6 +15,7 @@
 #include <zmq.h>
 
 #include "common/base/errors.h"
+#include "common/wire/job_secret.h"
 
 namespace pstrain {
 namespace {
@@ -178,7 +180,17 @@ std::vector<AllowedClient> allowed_workers(const fs::path& dir) {
 
 SecurityContext SecurityContext::load(const SecurityConfig& config, Role role, int rank) {
   SecurityContext s;
-  if (config.mode != "curve") return s;
+  if (config.mode != "curve") {
+    const char* env = std::getenv(kSecretFileEnv);
+    const std::string file = !config.secret_file.empty() ? config.secret_file : env != nullptr ? env : "";
+    if (file.empty()) {
+      throw ConfigError(std::string("key 'security.secret_file': empty with security.mode = \"off\" and $") +
+                        kSecretFileEnv + " not set: every node needs the job's secret to register (launch makes "
+                        "one; by hand: pstrain-keygen --secret FILE, then security.secret_file = FILE on every node)");
+    }
+    s.job_secret = read_secret_file(file);
+    return s;
+  }
   if (config.key_dir.empty()) {
     throw ConfigError(
         "key 'security.key_dir': empty with security.mode = \"curve\" (pstrain-launch fills it in; "

@@ -92,9 +92,15 @@ std::optional<KeyOwner> key_owner(std::string_view user_id);
 // or malformed.
 CurveKeyPair read_key_file(const std::filesystem::path& path, bool need_secret);
 
-// What a node's sockets need. Default: mode off, sockets stay plain.
+// What a node's sockets need. Default: mode off, sockets stay plain, and
+// registration open to anyone (no job secret: in-process use only; the node
+// programs always load one in mode off).
 struct SecurityContext {
   bool curve = false;
+  // Mode off: the job's secret (common/wire/job_secret.h): the scheduler
+  // admits a registration only with a right answer to its challenge, and a
+  // node answers with it. Empty: no challenge (curve's keys admit instead).
+  std::string job_secret;
   // Binding sockets (ROUTER: scheduler, servers): the CURVE server keypair.
   CurveKeyPair bind;
   // Connecting sockets (DEALER): the bind public key they expect, and their own keypair.
@@ -103,7 +109,10 @@ struct SecurityContext {
   // Who this node's binding socket admits (its ZapHandler's list).
   std::vector<AllowedClient> allowed;
 
-  // Off, or the files `role` needs from config.key_dir (ConfigError naming a
+  // Off: the job secret from config.secret_file, else the file named by
+  // $PSTRAIN_SECRET_FILE (ConfigError naming the key when neither is set, or
+  // the file when it cannot be used: read_secret_file). Curve: the files
+  // `role` needs from config.key_dir (ConfigError naming a
   // missing or unreadable file; ConfigError when key_dir is empty). A
   // worker of rank `rank` uses worker-<rank>.key when the dir has per-worker
   // keys, else the shared worker.key; the scheduler and servers admit every

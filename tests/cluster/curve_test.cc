@@ -13,6 +13,7 @@
 #include "common/config/config.h"
 #include "common/base/errors.h"
 #include "common/config/job_fingerprint.h"
+#include "common/wire/job_secret.h"
 #include "common/wire/security.h"
 #include "common/wire/wire_archive.h"
 #include "common/transport/transport.h"
@@ -125,7 +126,9 @@ TEST_CASE("pstrain-keygen's key files: private, complete, never silently replace
   fs::copy_file(dir.path() / "k" / "worker.pub", dir.path() / "k" / "worker.key");
   CHECK(thrown_text([&] { SecurityContext::load(curve, Role::kWorker); }).find("has no secret key") != std::string::npos);
   CHECK_THROWS_AS(SecurityContext::load(SecurityConfig{"curve", ""}, Role::kServer), ConfigError);
-  CHECK_FALSE(SecurityContext::load(SecurityConfig{"off", ""}, Role::kServer).curve);
+  // Mode off loads the job secret instead (tests/common/job_secret_test.cc).
+  write_secret_file(dir.path() / "secret", generate_job_secret());
+  CHECK_FALSE(SecurityContext::load(SecurityConfig{"off", "", (dir.path() / "secret").string()}, Role::kServer).curve);
 }
 
 TEST_CASE("[security] in the config: mode off or curve, anything else is an error at its line") {

@@ -132,6 +132,7 @@ TEST_CASE("a registration with another job's fingerprint is refused and does not
   pstrain::test::StderrCapture log;  // the scheduler's log, to wait for the server's registration
   LocalClusterOptions o = tcp_options(1);
   o.log_level = LogLevel::kInfo;
+  o.open_registration = true;  // the rule behind the job secret's challenge (admission_run_test: the challenge)
   LocalCluster cluster(o);
   zmq::context_t& ctx = cluster.zmq_context();  // inproc peers share the cluster's
   // The server has registered; an outsider registers as a worker of another job.
@@ -171,7 +172,8 @@ TEST_CASE("a push in another worker's name is refused at the server, with or wit
     session.finish();
   });
   // Worker 1 registers by hand: it has its own token and a connection named by it.
-  SchedulerClient sc(std::make_unique<ZmqTransport>(ctx), cluster.scheduler_endpoint(), Role::kWorker, tcp_options(2).cluster);
+  SchedulerClient sc(std::make_unique<ZmqTransport>(ctx), cluster.scheduler_endpoint(), Role::kWorker, tcp_options(2).cluster,
+                     nullptr, cluster.worker_options(1).security);  // with the job's secret
   RegisterRequest req;
   req.requested_rank = 1;
   req.host = "test";

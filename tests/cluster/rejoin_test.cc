@@ -185,7 +185,8 @@ struct Refusal {
 // A rejoin registration sent by hand; returns the scheduler's refusal.
 Refusal rejoin_refusal(zmq::context_t& ctx, const LocalCluster& cluster, int rank) {
   const WorkerSessionOptions o = cluster.worker_options(rank);
-  SchedulerClient client(std::make_unique<ZmqTransport>(ctx), o.scheduler_endpoint, Role::kWorker, o.cluster);
+  SchedulerClient client(std::make_unique<ZmqTransport>(ctx), o.scheduler_endpoint, Role::kWorker, o.cluster, nullptr,
+                         o.security);  // the job's secret: the refusal is the rejoin rule's
   RegisterRequest req;
   req.requested_rank = rank;
   req.host = "test";

@@ -15,6 +15,7 @@ TEST_CASE("a job started by hand with RANK, WORLD_SIZE, MASTER_ADDR and MASTER_P
   const std::string port = std::to_string(it::free_port());
   const std::string node_sh = (it::kSourceDir / "tools/pstrain-node.sh").string();
   const std::string config = (it::kSourceDir / "configs/tiny_sync.toml").string();  // 2 servers, 2 workers
+  const std::string secret = it::secret_override(dir.path());  // the job's, as a SLURM script would write it
   std::vector<pid_t> pids;
   for (int rank = 0; rank < 5; ++rank) {
     const std::map<std::string, std::string> env{{"RANK", std::to_string(rank)},
@@ -22,7 +23,7 @@ TEST_CASE("a job started by hand with RANK, WORLD_SIZE, MASTER_ADDR and MASTER_P
                                                  {"MASTER_ADDR", "127.0.0.1"},
                                                  {"MASTER_PORT", port},
                                                  {"PSTRAIN_BIN_DIR", it::kBinDir.string()}};
-    pids.push_back(it::spawn({node_sh, config, "--set", "output.run_dir=" + run.string(), "--set", "workload.epochs=1"},
+    pids.push_back(it::spawn({node_sh, config, "--set", "output.run_dir=" + run.string(), "--set", "workload.epochs=1", "--set", secret},
                          env, dir.path() / ("rank-" + std::to_string(rank) + ".txt")));
   }
   std::vector<std::optional<int>> codes(pids.size());

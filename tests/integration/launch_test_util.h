@@ -26,6 +26,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/wire/job_secret.h"
 #include "tests/support/process.h"
 #include "tests/support/temp_dir.h"
 #include "tests/support/wait.h"
@@ -164,6 +165,14 @@ inline pid_t spawn(const std::vector<std::string>& argv, const std::map<std::str
                                            "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK",
                                            "PSTRAIN_JOB_START_US"}},
                               output);
+}
+
+// Roles started by hand need the job's secret (security.mode "off",
+// common/wire/job_secret.h): writes a fresh one to `dir`/secret (mode 0600)
+// and returns the override that names it, the same for every node.
+inline std::string secret_override(const fs::path& dir) {
+  pstrain::write_secret_file(dir / "secret", pstrain::generate_job_secret());
+  return "security.secret_file=" + (dir / "secret").string();
 }
 
 // The exit code of `pid` (128 + signal when killed) once it has exited, within `limit`.

@@ -13,7 +13,7 @@ TEST_CASE("a killed scheduler ends every node within the heartbeat timeout, by i
   const std::string config = (it::kSourceDir / "configs/tiny_sync.toml").string();  // 2 servers, 2 workers
   const std::vector<std::string> common{"--config", config, "--set", "output.run_dir=" + run.string(), "--set",
                                         "workload.epochs=1000", "--set", "cluster.heartbeat_timeout_ms=2000",
-                                        "--set", "output.trace=off"};
+                                        "--set", "output.trace=off", "--set", it::secret_override(dir.path())};
   auto role = [&](const std::string& program, const std::string& rank) {
     std::vector<std::string> argv{(it::kBinDir / program).string()};
     argv.insert(argv.end(), common.begin(), common.end());

@@ -38,7 +38,8 @@ struct Job {
               
               "checkpoint.interval_steps=" + std::to_string(interval), "--set", "cluster.on_server_failure=restart", "--set",
               "cluster.heartbeat_interval_ms=100", "--set", "cluster.heartbeat_timeout_ms=2000", "--set",
-              "cluster.timeout_ms=" + std::to_string(timeout_ms), "--set", "output.trace=off"};
+              "cluster.timeout_ms=" + std::to_string(timeout_ms), "--set", "output.trace=off", "--set",
+              it::secret_override(dir.path())};
   }
   std::vector<std::string> role(const std::string& program, int rank, bool rejoin = false) const {
     std::vector<std::string> argv{(it::kBinDir / program).string()};

@@ -305,7 +305,8 @@ TEST_CASE("continue, roles started by hand: a worker stopped past the heartbeat 
   const std::vector<std::string> common{"--config", config, "--set", "output.run_dir=" + run.string(), "--set",
                                         "workload.epochs=6", "--set", "cluster.workers=3", "--set",
                                         "cluster.on_worker_failure=continue", "--set",
-                                        "cluster.heartbeat_timeout_ms=1000", "--set", "output.trace=off"};
+                                        "cluster.heartbeat_timeout_ms=1000", "--set", "output.trace=off", "--set",
+                                        it::secret_override(dir.path())};
   auto role = [&](const std::string& program, int rank) {
     std::vector<std::string> argv{(it::kBinDir / program).string()};
     argv.insert(argv.end(), common.begin(), common.end());

@@ -23,7 +23,8 @@ using Clock = std::chrono::steady_clock;
 
 // A worker's rounds; returns "median_seconds wrong".
 SecurityContext security_for(const std::string& key_dir, Role role) {
-  return SecurityContext::load(SecurityConfig{key_dir.empty() ? "off" : "curve", key_dir}, role);
+  // Plain: no job secret, registration open (the bench's own processes only).
+  return key_dir.empty() ? SecurityContext{} : SecurityContext::load(SecurityConfig{"curve", key_dir}, role);
 }
 
 // A node's transport, with the I/O threads a node of this security would get (or `io_threads`).

@@ -1,5 +1,7 @@
 #include "tools/cluster/local_cluster.h"
 
+#include "common/wire/job_secret.h"
+
 #include "common/base/errors.h"
 #include "server/server_options.h"
 
@@ -77,6 +79,9 @@ LocalCluster::LocalCluster(LocalClusterOptions options)
       worker_security_ = SecurityContext::load(sec, Role::kWorker);
     }
     for (int w = 0; w < options_.num_workers; ++w) worker_security_of_rank_.push_back(SecurityContext::load(sec, Role::kWorker, w));
+  } else if (!options_.open_registration) {  // mode "off": a fresh job secret, answered at registration as the node programs do
+    const std::string secret = generate_job_secret();
+    for (SecurityContext* s : {&scheduler_security_, &server_security_, &worker_security_}) s->job_secret = secret;
   }
   SchedulerOptions so;
   so.security = &scheduler_security_;

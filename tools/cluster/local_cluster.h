@@ -41,6 +41,9 @@ struct LocalClusterOptions {
   LogLevel log_level = LogLevel::kWarn;
   // The scheduler's SchedulerOptions::on_failure (called on its thread); may be empty.
   std::function<void(const NodeFailure&)> on_failure = nullptr;
+  // Empty: security mode "off" with a job secret the cluster generates
+  // (job_secret(); every node answers the scheduler's challenge with it),
+  // unless open_registration (below).
   // Non-empty: CURVE on with the job keys in this directory (pstrain-keygen).
   // The scheduler and each server then get a zmq context of their own (one
   // ZAP handler per context), so transport must be "tcp" or "ipc".
@@ -52,6 +55,9 @@ struct LocalClusterOptions {
   // may be null/empty; they must outlive the cluster.
   TrafficCounters* scheduler_traffic = nullptr;
   std::span<TrafficCounters> server_traffic;
+  // No job secret: the scheduler takes registrations without a challenge
+  // (for tests that send registrations by hand to exercise the rules behind it).
+  bool open_registration = false;
 };
 
 // The run config `options` stand for (mode, sizes, optimizer, cluster with
@@ -73,6 +79,8 @@ class LocalCluster {
   Transport& transport() { return *transport_; }
   // transport "fake": its fault plan (add_fault before the workers start); else null.
   FakeTransport* fake() { return fake_; }
+  // Mode "off": the job's secret (a worker without it is refused at registration); empty with CURVE.
+  const std::string& job_secret() const { return scheduler_security_.job_secret; }
   // transport "shm": the ShmTransport (its counters say what went through shared memory); else null.
   ShmTransport* shm() { return shm_; }
   // The ZeroMQ context the cluster's endpoints live in: a worker's own

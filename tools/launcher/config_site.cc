@@ -34,4 +34,8 @@ std::string key_site(const std::string& config_path, const std::vector<std::stri
   return line > 0 ? config_path + ":" + std::to_string(line) : config_path;
 }
 
+bool key_set(const std::string& config_path, const std::vector<std::string>& overrides, std::string_view dotted_key) {
+  return key_site(config_path, overrides, dotted_key) != config_path;
+}
+
 }  // namespace pstrain::launcher

@@ -13,5 +13,7 @@ namespace pstrain::launcher {
 // `dotted_key` is "section.key" (or "key" at the top level).
 std::string key_site(const std::string& config_path, const std::vector<std::string>& overrides,
                      std::string_view dotted_key);
+// Whether the file or an override sets `dotted_key` (else its default applies).
+bool key_set(const std::string& config_path, const std::vector<std::string>& overrides, std::string_view dotted_key);
 
 }  // namespace pstrain::launcher

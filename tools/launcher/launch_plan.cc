@@ -1,5 +1,6 @@
 #include "tools/launcher/launch_plan.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <map>
 
@@ -13,6 +14,7 @@
 #include "common/base/job_clock.h"
 #include "common/config/model_names.h"
 #include "common/node/node_cli.h"
+#include "common/wire/job_secret.h"
 #include "common/wire/security.h"
 #include "tools/launcher/config_site.h"
 #include "tools/launcher/gpu_check.h"
@@ -137,6 +139,50 @@ void plan_keys(const LaunchRequest& request, LaunchPlan& plan) {
   }
 }
 
+// Off: admission by the job's secret. Unless security.secret_file names a
+// file of the user's (checked here), a fresh one for this run in
+// RUN_DIR/secret (a resume too: every node starts again).
+void plan_secret(const LaunchRequest& request, LaunchPlan& plan) {
+  SecurityConfig& sec = plan.config.security;
+  if (sec.mode == "curve") return;
+  const fs::path ours = plan.run_dir / "secret";
+  if (sec.secret_file.empty() || fs::absolute(sec.secret_file).lexically_normal() == ours) {
+    plan.generate_secret_in = ours;
+    sec.secret_file = ours.string();
+    return;
+  }
+  sec.secret_file = fs::absolute(sec.secret_file).lexically_normal().string();
+  try {
+    read_secret_file(sec.secret_file);
+  } catch (const ConfigError& e) {
+    throw ConfigError(key_site(request.config_path, request.overrides, "security.secret_file") +
+                      ": key 'security.secret_file': " + e.what());
+  }
+}
+
+bool loopback(const std::string& host) { return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0; }
+
+// security.mode left unset while some node is not on loopback: the line
+// that says what the launcher chose and why (empty otherwise).
+std::string security_note(const LaunchRequest& request, const RunConfig& config) {
+  if (key_set(request.config_path, request.overrides, "security.mode")) return "";
+  std::vector<std::string> beyond;  // hosts not on loopback, in order, once each
+  const auto note = [&beyond](const std::string& host) {
+    if (!loopback(host) && std::find(beyond.begin(), beyond.end(), host) == beyond.end()) beyond.push_back(host);
+  };
+  note(tcp_host(config.cluster.scheduler).value_or("127.0.0.1"));  // "*" or 0.0.0.0: every interface
+  for (const std::string& host : config.cluster.server_hosts) note(host);
+  for (const std::string& host : config.cluster.worker_hosts) note(host);
+  std::string hosts;
+  for (const std::string& host : beyond) hosts += (hosts.empty() ? "" : ", ") + host;
+  if (hosts.empty()) return "";
+  return "security.mode is not set and this job reaches beyond loopback (" + hosts +
+         "): chose \"off\" (no encryption; only nodes holding this run's secret, RUN_DIR/secret, are admitted "
+         "at registration), because \"curve\" costs much of the throughput; but anyone who can read this network "
+         "sees the traffic and its session tokens: set security.mode = \"curve\" to encrypt, or \"off\" to "
+         "keep this choice and silence this line";
+}
+
 void check_programs(const fs::path& bin_dir, bool with_servers) {
   for (const char* program : {"pstrain-scheduler", "pstrain-server", "pstrain-worker"}) {
     if (!with_servers && std::string_view(program) == "pstrain-server") continue;
@@ -221,6 +267,8 @@ LaunchPlan plan_launch(const LaunchRequest& request) {
   plan.work_dir = fs::current_path();
   check_programs(plan.bin_dir, plan.num_servers > 0);
   plan_keys(request, plan);
+  plan_secret(request, plan);
+  plan.security_note = security_note(request, plan.config);
   if (!request.resume.empty()) choose_checkpoint(request, plan);
   return plan;
 }

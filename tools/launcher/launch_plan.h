@@ -35,6 +35,13 @@ struct LaunchPlan {
   // security.mode = "curve" without a key_dir: the launcher writes fresh keys
   // here (RUN_DIR/keys, also config.security.key_dir) before starting anyone.
   std::filesystem::path generate_keys_in;
+  // security.mode = "off" without a secret_file of the user's: the launcher
+  // writes a fresh job secret here (RUN_DIR/secret, mode 0600, also
+  // config.security.secret_file) before starting anyone (common/wire/job_secret.h).
+  std::filesystem::path generate_secret_in;
+  // Non-empty: one line the launcher says before starting: security.mode is
+  // not set and the job's nodes are not all on loopback (what it chose, why).
+  std::string security_note;
   // --resume: the checkpoint every node starts from, its step, and why newer
   // ones were passed over ("step-N: why").
   std::filesystem::path resume_dir;
@@ -59,7 +66,8 @@ struct LaunchPlan {
 // workload.batch_size fits a worker's shard of the training set, that every host in
 // cluster.server_hosts / worker_hosts is this machine, and that the node
 // programs exist in bin_dir; with security.mode = "curve" and a key_dir,
-// that every role's key files are there and readable.
+// that every role's key files are there and readable; with "off" and a
+// security.secret_file, that the secret file is usable (read_secret_file).
 // With request.resume: the config defaults to RESUME/config.toml and the run
 // directory to RESUME; the newest complete checkpoint is chosen and must
 // match the config (ConfigError naming the differences, or saying that

@@ -17,6 +17,7 @@
 #include "common/base/job_clock.h"
 #include "common/base/log.h"
 #include "common/node/node_cli.h"
+#include "common/wire/job_secret.h"
 #include "common/wire/security.h"
 #include "tools/launcher/fencing.h"
 #include "tools/launcher/live_status.h"
@@ -553,6 +554,9 @@ int run_launch(const LaunchOptions& options) {
       write_job_keys(plan.generate_keys_in, true, plan.config.cluster.num_workers);  // one key per worker
       say("security.mode = \"curve\": wrote this run's keys to " + plan.generate_keys_in.string());
     }
+    // Mode off: the run's secret; the nodes read it from the file (its path in config.toml, never the secret).
+    if (!plan.generate_secret_in.empty()) write_secret_file(plan.generate_secret_in, generate_job_secret());
+    if (!plan.security_note.empty()) say(plan.security_note);
     report::write_text_file_atomic(plan.config_file(), to_toml(plan.config));
     SignalWatch signals;
     Launch launch(options, std::move(plan), signals, clock);
