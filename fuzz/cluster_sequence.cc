@@ -5,14 +5,23 @@
 // (heartbeat, barrier, done, abort, store set/get, ...) in any node's name,
 // server requests (init, push, pull, skip) with chosen chunk, step, sizes,
 // dtype, learning rate and connection, raw bytes, leaving with replies
-// unread, and waiting for replies. An honest worker 0 registers first and
-// is never driven by the input. After the sequence the harness checks
-// invariants and abort()s (a finding) when one is broken:
+// unread, and waiting for replies; membership changes: done, drop (a
+// registered worker's abort, or its silence under "continue" / "restart"),
+// rejoin (a --rejoin registration), under the failure policy the input's
+// first byte picks (abort, continue, restart). An honest worker 0 registers
+// first and is driven by the input only to enter barriers. After the
+// sequence the harness checks invariants and abort()s (a finding) when one
+// is broken:
 //  - the scheduler and the server still run and answer a fresh valid request
 //    of the honest worker within a bound (store set; init, push, pull);
 //  - no peer changed worker 0's state: its first push (a skip at step 0)
 //    is accepted on every chunk, the chunks' version is at most 1, and it
-//    never gets a barrier reply it did not ask for;
+//    never gets a barrier reply it did not ask for, nor one out of order;
+//  - no honest worker waits past the job's timeout: worker 0 waits at a
+//    barrier, every peer holding a worker rank on its own connection says
+//    done, and then (when every other worker has left: done, dropped for its
+//    silence or its abort) worker 0's wait ends within kBarrierBoundMs, by
+//    the barrier's release or by the job's abort naming the early done;
 //  - the job ends only when a node that registered on its own connection
 //    says so (an abort), and then with AbortedError; the honest worker's
 //    abort ends both nodes within a bound;
@@ -20,17 +29,22 @@
 // Excused (documented behaviour, not findings): with security off, a peer
 // that registers as a server before the real one takes its slot (the real
 // server's registration is refused); a peer that registered and aborts
-// ends the job. Parked-pull expiry is not reached (timeout_ms stays above
-// an input's runtime).
+// ends the job (under "continue" / "restart" a registered worker's abort
+// drops it instead); a peer's early done ends the job under "abort" once
+// it strands a barrier; a silent peer server ends it under "continue" /
+// "restart"; under those two, worker 0's final abort drops it, and the job
+// may then end normally (its other workers done or dropped). Parked-pull
+// expiry is not reached (timeout_ms stays above an input's runtime).
 //
 // PSTRAIN_FUZZ_LOG=info shows the nodes' log lines for an input;
 // PSTRAIN_FUZZ_TIMING=1 where its time goes (about 50 ms: fresh threads,
 // sockets and context per input, so a finding replays alone). Leak
 // detection stays on: ZeroMQ's threads have not tripped it.
 //
-// Input format (fuzz/make_seeds.cc writes seeds in it): a sequence of ops,
-// each a byte `op` (kind = op % 8, peer = op / 8 % kPeers) and its argument
-// bytes; bytes past the end read as 0. See the Op comments below.
+// Input format (fuzz/make_seeds.cc writes seeds in it): the failure policy
+// (byte % 3: abort, continue, restart), then a sequence of ops, each a byte
+// `op` (kind = op % 8, peer = op / 8 % kPeers) and its argument bytes; bytes
+// past the end read as 0. See the Op comments below.
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -51,6 +65,7 @@
 #include "common/math/shard_map.h"
 #include "common/transport/transport.h"
 #include "common/wire/wire_archive.h"
+#include "fuzz/cluster_sequence_honest.h"
 #include "fuzz/cluster_sequence_peers.h"
 #include "fuzz/fuzz_input.h"
 #include "scheduler/scheduler.h"
@@ -66,26 +81,24 @@ namespace {
 
 using namespace pstrain::fuzz_cluster;
 
-class Harness {
+class Harness : public HarnessHooks {
  public:
-  Harness()
-      : log_("fuzz scheduler", log_level()),
+  explicit Harness(WorkerFailurePolicy policy)
+      : policy_(policy),
+        log_("fuzz scheduler", log_level()),
         map_(job_layout(), 1, kPartitionBytes),
         scheduler_(std::make_unique<ZmqTransport>(ctx_), scheduler_options(), log_),
         server_log_("fuzz server", log_level()),
         server_(std::make_unique<ZmqTransport>(ctx_), server_options(), server_log_) {
     scheduler_thread_ = std::thread([this] { run_node(scheduler_error_, scheduler_done_, [this] { scheduler_.run(); }); });
     server_thread_ = std::thread([this] { run_node(server_error_, server_done_, [this] { server_.run(); }); });
-    honest_sched_.emplace(make_socket(ctx_, zmq::socket_type::dealer, peer_socket_options()));
-    connect_socket(*honest_sched_, kScheduler);
-    register_honest();
+    honest_.register_first();
   }
 
-  ~Harness() {
+  ~Harness() override {
     for (Peer& p : peers_) close(p);
     fillers_.clear();
-    honest_server_.reset();
-    honest_sched_.reset();
+    honest_.close();
     if (scheduler_thread_.joinable()) scheduler_thread_.join();
     if (server_thread_.joinable()) server_thread_.join();
   }
@@ -94,13 +107,20 @@ class Harness {
     for (int n = 0; n < kMaxOps && in.left() > 0; ++n) {
       const std::uint8_t op = in.byte();
       Peer& p = peers_[static_cast<std::size_t>(op / 8 % kPeers)];
+      honest_.pump();
       switch (op % 8) {
         case 0: op_register(p, in); break;
         case 1: op_scheduler(p, in); break;
         case 2: op_server(p, in); break;
         case 3: op_raw(p, in); break;
         case 4: close(p); break;  // leaves, replies unread
-        case 5: drain(milliseconds(2)); break;
+        case 5:  // peer 1's: worker 0 enters its next barrier; else a wait for replies
+          if (op / 8 % kPeers == 1) {
+            honest_.enter_barrier();
+          } else {
+            drain(milliseconds(2));
+          }
+          break;
         case 6: p.leave_after_send = true; break;  // the next send is hit and run
         case 7: op_heartbeat(p, in); break;
       }
@@ -111,12 +131,14 @@ class Harness {
   void check_and_end() {
     complete_rendezvous();
     if (!legit_end_) {
-      check_scheduler_answers();
-      if (!server_contested_) check_server_state();
+      honest_.check_scheduler_answers();
+      if (!server_contested_ && !legit_end_) honest_.check_server_state(map_);
     }
+    if (!legit_end_) check_barrier_wait();
     // The honest worker fails on purpose: the job must end, promptly, with AbortedError.
     Header abort = header(MsgType::kAbort, Role::kWorker, 0);
-    send_body(*honest_sched_, abort, "fuzz input done");
+    send_body(honest_.scheduler_socket(), abort, "fuzz input done");
+    honest_.stop_heartbeats();
     const auto deadline = std::chrono::steady_clock::now() + milliseconds(kEndBoundMs);
     while (!(scheduler_done_.load() && server_done_.load())) {
       if (std::chrono::steady_clock::now() > deadline) {
@@ -128,11 +150,15 @@ class Harness {
     }
     scheduler_thread_.join();
     server_thread_.join();
-    expect_aborted("scheduler", scheduler_error_, false);
+    // Under "continue" / "restart" worker 0's abort drops it: the job ends
+    // normally once its other workers are done or dropped.
+    const bool may_end_normally = policy_ != WorkerFailurePolicy::kAbort;
+    expect_aborted("scheduler", scheduler_error_, false, may_end_normally);
     // A server whose registration was never answered (a peer failed the job
     // during registration, before the server's register was taken) ends with
     // its own registration timeout: not a finding.
-    expect_aborted("server", server_error_, server_contested_ || (legit_end_ && !server_registered_.load()));
+    expect_aborted("server", server_error_, server_contested_ || (legit_end_ && !server_registered_.load()),
+                   may_end_normally);
   }
 
  private:
@@ -146,7 +172,7 @@ class Harness {
     SchedulerOptions o;
     o.num_servers = 1;
     o.num_workers = kWorkers;
-    o.cluster = cluster_config();
+    o.cluster = cluster_config(policy_);
     o.bind_endpoint = kScheduler;
     return o;
   }
@@ -155,7 +181,7 @@ class Harness {
     RunConfig config;
     config.mode = Mode::kSync;
     config.ps.partition_bytes = kPartitionBytes;
-    config.cluster = cluster_config();
+    config.cluster = cluster_config(policy_);
     config.cluster.heartbeat_timeout_ms = 3000;  // bounds its wait for a registration reply (see kEndBoundMs)
     config.cluster.scheduler = kScheduler;
     config.optimizer.momentum = 0.0;
@@ -188,7 +214,8 @@ class Harness {
     return h;
   }
 
-  void expect_aborted(const char* node, const std::exception_ptr& error, bool excused) {
+  void expect_aborted(const char* node, const std::exception_ptr& error, bool excused, bool may_end_normally) {
+    if (!error && may_end_normally) return;
     if (!error) fail_with_nodes(std::string(node) + " ended normally, but no worker finished");
     try {
       std::rethrow_exception(error);
@@ -198,67 +225,55 @@ class Harness {
     }
   }
 
-  // Worker 0 registers first, and the harness waits until the scheduler
-  // has taken it (a refused heartbeat on the same connection comes back
-  // after the register was handled), so no input can take rank 0.
-  void register_honest() {
-    RegisterRequest req;
-    req.role = Role::kWorker;
-    req.requested_rank = 0;
-    req.host = "honest";
-    req.job_fingerprint = fingerprint();
-    req.layout = job_layout();
-    send_body(*honest_sched_, header(MsgType::kRegister, Role::kWorker, -1), wire_encode(req));
-    send_raw(*honest_sched_, header(MsgType::kHeartbeat, Role::kWorker, 0), std::nullopt);
-    auto env = honest_receive(MsgType::kError, "its register's sync");
-    if (!env) fail_with_nodes("the scheduler did not answer worker 0's registration probe");
+  // HarnessHooks, for worker 0.
+  [[noreturn]] void finding_with_nodes(const std::string& what) override { fail_with_nodes(what); }
+  void drain_peers() override { drain(milliseconds(0)); }
+  void job_ended() override { legit_end_ = true; }
+  bool job_may_have_ended() const override { return legit_end_; }
+  bool abort_excused(const std::string& why) const override {
+    if (legit_end_) return true;
+    if (peer_done_ && why.find("said done before the end of the job") != std::string::npos) return true;
+    // A silent peer in the server slot (a silent worker is dropped instead).
+    return policy_ != WorkerFailurePolicy::kAbort && why.find("sent no heartbeat") != std::string::npos;
   }
 
-  // Waits for a message of `type` on the honest worker's scheduler (or
-  // server) socket; scheduler heartbeats are skipped, a barrier reply is a
-  // finding (worker 0 never enters one).
-  std::optional<Message> honest_receive(MsgType type, const std::string& what, bool on_server = false) {
-    const auto deadline = std::chrono::steady_clock::now() + milliseconds(kReplyBoundMs);
-    zmq::socket_t& s = on_server ? *honest_server_ : *honest_sched_;
-    while (std::chrono::steady_clock::now() < deadline) {
-      std::optional<ZmqEnvelope> env;
-      try {
-        env = receive_message(s, false, milliseconds(5), DecodeLimits{});
-      } catch (const ProtocolError& e) {
-        fail_with_nodes("worker 0 got a malformed message while waiting for " + what + ": " + e.what());
+  // The invariant "no honest worker waits past the job's timeout": worker 0
+  // waits at a barrier; every peer holding a worker rank on the connection
+  // it registered on says done (an early done: it never passed the final
+  // barrier). When every other worker has then left or will be dropped for
+  // its silence, the wait must end within kBarrierBoundMs: released, or the
+  // job aborted naming the early done.
+  void check_barrier_wait() {
+    if (!honest_.has_rank()) return;  // the rendezvous never completed for worker 0
+    if (!honest_.waiting_at_barrier()) honest_.enter_barrier();
+    bool every_rank_answers = true;  // a rank held by a silent registration stays alive under "abort" (60 s)
+    for (int rank = 1; rank < kWorkers; ++rank) {
+      bool open = false;
+      for (Peer& p : peers_) {
+        if (!p.worker || p.rank != rank || !p.sched || !p.rank_here) continue;
+        send_raw(*p.sched, header(MsgType::kDone, Role::kWorker, rank), std::nullopt);
+        peer_done_ = true;
+        open = true;
       }
-      if (!on_server) drain(milliseconds(0));  // keep the peers' queues moving
-      if (!env) continue;
-      const Header& h = env->message.header;
-      if (h.type == MsgType::kHeartbeat) continue;
-      if (h.type == MsgType::kBarrierReply) fail_with_nodes("worker 0 got a barrier reply for a barrier it never entered");
-      if (h.type == MsgType::kRegisterReply && type != MsgType::kRegisterReply) {
-        take_honest_reply(env->message);
-        continue;
-      }
-      if (h.type == MsgType::kAbort && !legit_end_) {
-        fail_with_nodes("the job aborted while waiting for " + what + ": " + env->message.text_payload());
-      }
-      if (h.type == type || h.type == MsgType::kError || h.type == MsgType::kAbort) return std::move(env->message);
-      fail_with_nodes("worker 0 got an unexpected " + std::string(to_string(h.type)) + " while waiting for " + what);
+      every_rank_answers = every_rank_answers && open;
     }
-    return std::nullopt;
-  }
-
-  void take_honest_reply(const Message& m) {
-    const std::string body = m.text_payload();
-    const auto reply = wire_decode<RegisterReply>(std::as_bytes(std::span(body.data(), body.size())), "register reply");
-    if (reply.rank != 0) fail_with_nodes("worker 0 was given rank " + std::to_string(reply.rank));
-    honest_token_ = reply.token;
-    honest_server_.emplace(make_socket(ctx_, zmq::socket_type::dealer, peer_socket_options()));
-    honest_server_->set(zmq::sockopt::routing_id, "w" + honest_token_);
-    connect_socket(*honest_server_, kServer);
+    if (policy_ == WorkerFailurePolicy::kAbort && !every_rank_answers) return;  // the barrier may still complete
+    const auto deadline = std::chrono::steady_clock::now() + milliseconds(kBarrierBoundMs);
+    while (honest_.waiting_at_barrier() && !legit_end_) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        fail_with_nodes("worker 0 waited at barrier " + std::to_string(honest_.barriers_released()) +
+                        " for more than " + std::to_string(kBarrierBoundMs) +
+                        " ms after every other worker left (policy " + std::string(to_string(policy_)) + ")");
+      }
+      honest_.pump(milliseconds(5));
+      drain(milliseconds(0));
+    }
   }
 
   // If the input left the rendezvous open, honest fillers register until
   // it completes (those beyond the job's counts are refused).
   void complete_rendezvous() {
-    if (!honest_token_.empty() || legit_end_) return;
+    if (honest_.has_rank() || legit_end_) return;
     RegisterRequest req;
     req.role = Role::kWorker;
     req.host = "filler";
@@ -269,59 +284,7 @@ class Harness {
       connect_socket(fillers_.back(), kScheduler);
       send_body(fillers_.back(), header(MsgType::kRegister, Role::kWorker, -1), wire_encode(req));
     }
-    auto m = honest_receive(MsgType::kRegisterReply, "the rendezvous");
-    if (!m) fail_with_nodes("the rendezvous did not complete within " + std::to_string(kReplyBoundMs) + " ms");
-    if (m->header.type != MsgType::kRegisterReply) {
-      if (legit_end_ || server_contested_) return;
-      fail_with_nodes("worker 0's registration ended in " + std::string(to_string(m->header.type)) + ": " + m->text_payload());
-    }
-    take_honest_reply(*m);
-  }
-
-  void check_scheduler_answers() {
-    Header set = header(MsgType::kStoreSet, Role::kWorker, 0);
-    set.request_id = 77;
-    send_body(*honest_sched_, set, wire_encode(StoreEntry{"fuzz/check", "ok"}));
-    auto m = honest_receive(MsgType::kStoreReply, "a store set");
-    if (!m) fail_with_nodes("the scheduler did not answer worker 0's store set within " + std::to_string(kReplyBoundMs) + " ms");
-    if (m->header.type != MsgType::kStoreReply) fail_with_nodes("worker 0's store set was refused: " + m->text_payload());
-  }
-
-  void check_server_state() {
-    for (const std::int64_t key : map_.chunks_of(0)) {
-      const auto n = static_cast<std::size_t>(map_.chunk(key).num_elems);
-      Header init = header(MsgType::kInit, Role::kWorker, 0);
-      init.key = key;
-      init.dtype = DType::kFloat32;
-      init.num_elems = static_cast<std::int64_t>(n);
-      send_raw(*honest_server_, init, floats_bytes(std::vector<float>(n, 1.0f)));
-      auto r = honest_receive(MsgType::kInitReply, "init of chunk " + std::to_string(key), true);
-      if (!r) fail_with_nodes("the server did not answer worker 0's init within " + std::to_string(kReplyBoundMs) + " ms");
-      if (r->header.type != MsgType::kInitReply && r->text_payload().find("already initialized") == std::string::npos) {
-        fail_with_nodes("worker 0's init of chunk " + std::to_string(key) + " was refused: " + r->text_payload());
-      }
-      Header skip = header(MsgType::kPush, Role::kWorker, 0);
-      skip.key = key;
-      skip.step = 0;
-      skip.aux = kPushSkip;
-      send_raw(*honest_server_, skip, std::nullopt);
-      r = honest_receive(MsgType::kPushReply, "push of chunk " + std::to_string(key), true);
-      if (!r) fail_with_nodes("the server did not answer worker 0's push within " + std::to_string(kReplyBoundMs) + " ms");
-      if (r->header.type != MsgType::kPushReply) {
-        fail_with_nodes("worker 0's first push (step 0) of chunk " + std::to_string(key) + " was refused: " + r->text_payload());
-      }
-      Header pull = header(MsgType::kPull, Role::kWorker, 0);
-      pull.key = key;
-      send_raw(*honest_server_, pull, std::nullopt);
-      r = honest_receive(MsgType::kPullReply, "pull of chunk " + std::to_string(key), true);
-      if (!r) fail_with_nodes("the server did not answer worker 0's pull within " + std::to_string(kReplyBoundMs) + " ms");
-      if (r->header.type != MsgType::kPullReply) fail_with_nodes("worker 0's pull was refused: " + r->text_payload());
-      if (r->header.version > 1) {
-        fail_with_nodes("chunk " + std::to_string(key) + " is at version " + std::to_string(r->header.version) +
-                " though worker 0 pushed only step 0");
-      }
-      if (r->header.num_elems != static_cast<std::int64_t>(n)) fail_with_nodes("pull reply of the wrong size");
-    }
+    honest_.wait_rank(server_contested_);
   }
 
   zmq::socket_t& sched_socket(Peer& p) {
@@ -350,12 +313,14 @@ class Harness {
     p.heartbeat.reset();
     p.server.reset();
     p.registered_here = false;
+    p.rank_here = false;
     p.leave_after_send = false;
   }
 
   // Op 0: register. Bytes: flags (bit 0 server, bit 1 wrong fingerprint,
   // bits 2-3 layout: job / other / empty, bit 4 header role differs from
-  // the body's), rank (b % 5 - 1).
+  // the body's, bit 5 malformed, bit 6 a rejoin: --rejoin of a dropped
+  // rank), rank (b % 5 - 1).
   void op_register(Peer& p, fuzz::Input& in) {
     const std::uint8_t flags = in.byte();
     const int rank = in.byte() % 5 - 1;
@@ -373,6 +338,7 @@ class Harness {
     // A peer's server registration may take the real server's slot (no keys: documented).
     if (req.role == Role::kServer && header_role == Role::kServer && !(flags & 2)) server_contested_ = true;
     Header h = header(MsgType::kRegister, header_role, -1);
+    if (flags & 64) h.aux = kRegisterRejoin;
     if (flags & 32) {
       send_raw(sched_socket(p), h, wire_encode(req));  // dtype none: a malformed register
     } else {
@@ -414,8 +380,15 @@ class Harness {
     }
     if (body) h.dtype = type == MsgType::kPush ? DType::kFloat32 : DType::kBytes;
     if (body) h.num_elems = type == MsgType::kPush ? 4 : static_cast<std::int64_t>(body->size());
-    // A node that registered on this connection may fail the job (its rank is not known before the rendezvous).
-    if (type == MsgType::kAbort && p.registered_here) legit_end_ = true;
+    // This peer's own worker rank on its own connection (known from its register reply: after the rendezvous).
+    const bool own_worker = p.rank_here && p.worker && p.rank >= 1 && sender == p.rank && h.role == Role::kWorker;
+    // A node that registered on this connection may fail the job (its rank is
+    // not known before the rendezvous); under "continue" / "restart" a worker's
+    // abort after the rendezvous drops it instead.
+    if (type == MsgType::kAbort && p.registered_here && !(own_worker && policy_ != WorkerFailurePolicy::kAbort)) {
+      legit_end_ = true;
+    }
+    if (type == MsgType::kDone && own_worker) peer_done_ = true;
     send_raw(sched_socket(p), h, body);
     after_send(p);
   }
@@ -545,6 +518,8 @@ class Harness {
         // A peer may be given a server slot (no keys: documented), never worker 0's.
         if (reply.rank == 0 && reply.worker_tokens.empty()) fail_with_nodes("a peer was given worker rank 0");
         s.peer->rank = reply.rank;
+        s.peer->worker = reply.worker_tokens.empty();
+        s.peer->rank_here = true;
         s.peer->token = reply.token;
         renamed.push_back(s.peer);
       }
@@ -552,6 +527,7 @@ class Harness {
     for (Peer* p : renamed) p->server.reset();  // reconnects under its token's name on its next request
   }
 
+  WorkerFailurePolicy policy_;
   zmq::context_t ctx_;
   Logger log_;
   ShardMap map_;
@@ -562,11 +538,11 @@ class Harness {
   std::exception_ptr scheduler_error_, server_error_;
   std::atomic<bool> scheduler_done_{false}, server_done_{false};
   std::atomic<bool> server_registered_{false};  // its register reply came (ServerOptions::on_registered)
-  std::optional<zmq::socket_t> honest_sched_, honest_server_;
-  std::string honest_token_;
+  HonestWorker honest_{ctx_, *this};
   std::vector<zmq::socket_t> fillers_;
   Peer peers_[kPeers];
-  bool legit_end_ = false;         // a peer that registered on its connection sent an abort there
+  bool legit_end_ = false;         // the job may have ended: a registered peer's abort, an excused abort
+  bool peer_done_ = false;         // a peer said done in its own rank, on its own connection
   bool server_contested_ = false;  // a peer registered as a server (may have taken the slot)
 };
 
@@ -577,8 +553,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const bool timing = std::getenv("PSTRAIN_FUZZ_TIMING") != nullptr;  // where an input's time goes
   const auto t0 = std::chrono::steady_clock::now();
   auto ms = [&t0] { return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count(); };
+  static constexpr WorkerFailurePolicy kPolicies[] = {WorkerFailurePolicy::kAbort, WorkerFailurePolicy::kContinue,
+                                                      WorkerFailurePolicy::kRestart};
+  const WorkerFailurePolicy policy = kPolicies[in.byte() % 3];
   {
-    Harness harness;
+    Harness harness(policy);
     if (timing) std::fprintf(stderr, "timing: started %.1f ms\n", ms());
     harness.run_ops(in);
     if (timing) std::fprintf(stderr, "timing: ops %.1f ms\n", ms());

@@ -67,15 +67,29 @@ inline ParamLayout other_layout() {
 
 inline std::string fingerprint() { return job_fingerprint(Mode::kSync, kPartitionBytes, 1, kWorkers); }
 
-inline ClusterConfig cluster_config() {
+// The input's failure policy (its first byte): under "abort" nobody is
+// declared dead within an input; under "continue" and "restart" a worker
+// silent for kDropAfterMs is dropped (a peer that stops talking, a filler),
+// so every barrier wait has an end the harness can bound.
+inline constexpr int kDropAfterMs = 800;
+inline constexpr int kHonestHeartbeatMs = 100;  // worker 0's, on its main connection
+
+inline ClusterConfig cluster_config(WorkerFailurePolicy policy) {
   ClusterConfig c;
   c.num_servers = 1;
   c.num_workers = kWorkers;
-  c.timeout_ms = 2000;  // registration wait and parked-pull / store-get expiry
+  c.timeout_ms = 2000;  // registration wait, parked-pull / store-get expiry, a rejoin's window
   c.heartbeat_interval_ms = 100;
-  c.heartbeat_timeout_ms = 60000;  // nobody is declared dead within an input
+  c.heartbeat_timeout_ms = policy == WorkerFailurePolicy::kAbort ? 60000 : kDropAfterMs;
+  c.on_worker_failure = policy;
   return c;
 }
+
+// "No honest worker waits past the job's timeout": once every other worker
+// has said done, been dropped or failed, worker 0's barrier wait ends (a
+// reply, or the job's abort naming why) within the silence that drops a
+// worker plus the job's timeout_ms, with room for the sanitizers.
+inline constexpr int kBarrierBoundMs = kDropAfterMs + 2000 + 3000;
 
 inline SocketOptions peer_socket_options() {
   SocketOptions o;
@@ -112,6 +126,8 @@ struct Peer {
   std::optional<zmq::socket_t> sched, heartbeat, server;
   bool registered_here = false;  // sent a register on `sched`
   int rank = -1;                 // from its register reply
+  bool worker = false;           // that reply was a worker's (no worker tokens)
+  bool rank_here = false;        // that reply came on the current `sched` (the connection the rank is bound to)
   std::string token;
   bool leave_after_send = false;
 };

@@ -22,8 +22,10 @@ std::string frame_prefix(std::size_t n) {  // fuzz/message.cc's 2-byte length
   return std::string{static_cast<char>(n & 0xff), static_cast<char>(n >> 8)};
 }
 
-// fuzz/cluster_sequence.cc's ops: byte peer * 8 + kind, then its argument bytes.
+// fuzz/cluster_sequence.cc's input: the failure policy (0 abort, 1 continue,
+// 2 restart), then ops: byte peer * 8 + kind, then its argument bytes.
 struct Ops {
+  explicit Ops(int policy = 0) : bytes(1, static_cast<char>(policy)) {}
   std::string bytes;
   Ops& op(int peer, int kind, std::initializer_list<int> args) {
     bytes += static_cast<char>(peer * 8 + kind);
@@ -38,6 +40,7 @@ struct Ops {
     return op(peer, 2, {type, who, chunk + 1, step, payload, 0});
   }
   Ops& drain() { return op(0, 5, {}); }
+  Ops& honest_barrier() { return op(1, 5, {}); }  // worker 0 enters its next barrier
 };
 
 void write_cluster_seeds(const fs::path& dir) {
@@ -68,6 +71,18 @@ void write_cluster_seeds(const fs::path& dir) {
   Ops layout;
   layout.reg(1, -1, 4).drain().drain();
   write(dir, "layout", layout.bytes);
+  // Worker 1 says done while worker 0 waits at a barrier, under each policy.
+  for (int policy = 0; policy < 3; ++policy) {
+    Ops early(policy);
+    early.reg(1, 1).drain().drain().drain().honest_barrier().drain().sched(1, 2).drain().drain();
+    write(dir, "early_done_" + std::to_string(policy), early.bytes);
+  }
+  // Under "restart": worker 1 aborts (dropped) while worker 0 waits at a
+  // barrier, and another peer takes rank 1 back (register flag 64: --rejoin).
+  Ops rejoin(2);
+  rejoin.reg(1, 1).drain().drain().drain().honest_barrier().sched(1, 3).drain().drain();
+  rejoin.reg(2, 1, 64).drain().drain().drain().sched(2, 1, 1).drain();
+  write(dir, "drop_rejoin", rejoin.bytes);
 }
 
 // fuzz/shm_layer.cc's ops: a push through a real slot (op 1, nothing

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "common/base/errors.h"
+#include "common/wire/barrier_names.h"
 
 namespace pstrain {
 
@@ -12,6 +13,7 @@ Barriers::Arrival Barriers::arrive(int rank, std::int64_t key, const std::string
     numbering.realign = false;
     if (!name.empty() && name == last_released_ && open_.count(key) == 0) {
       numbering.shift -= 1;
+      if (name == kFinalBarrier) finished_.insert(rank);
       return Arrival::kPassed;
     }
   }
@@ -34,8 +36,10 @@ std::vector<std::int64_t> Barriers::release(std::span<const int> in_job, int wai
       ++it;
       continue;
     }
-    int arrived_live = 0;
-    for (int rank : it->second) arrived_live += std::binary_search(in_job.begin(), in_job.end(), rank) ? 1 : 0;
+    int arrived_live = 0;  // a done worker is not waited for: its arrival does not count either
+    for (int rank : it->second) {
+      arrived_live += std::binary_search(in_job.begin(), in_job.end(), rank) && done_.count(rank) == 0 ? 1 : 0;
+    }
     if (arrived_live < waited_for) {
       ++it;
       continue;
@@ -43,6 +47,7 @@ std::vector<std::int64_t> Barriers::release(std::span<const int> in_job, int wai
     released.push_back(it->first);
     next_seq_ = std::max(next_seq_, it->first + 1);
     last_released_ = names_[it->first];
+    if (last_released_ == kFinalBarrier) finished_.insert(it->second.begin(), it->second.end());
     names_.erase(it->first);
     it = open_.erase(it);
   }
@@ -56,6 +61,9 @@ std::int64_t Barriers::key_for(int rank, std::int64_t seq) const {
 
 std::vector<std::string> Barriers::rejoin(int rank) {
   numbering_[rank] = Numbering{0, true};
+  finished_.erase(rank);  // a new process: not done, its done judged afresh
+  done_.erase(rank);
+  early_done_.erase(rank);
   std::vector<std::string> entered;
   for (auto& [seq, arrived] : open_) {
     if (std::erase(arrived, rank) > 0) entered.push_back(names_[seq]);
@@ -66,6 +74,30 @@ std::vector<std::string> Barriers::rejoin(int rank) {
 std::vector<int> Barriers::arrived(std::int64_t seq) const {
   const auto it = open_.find(seq);
   return it == open_.end() ? std::vector<int>{} : it->second;
+}
+
+void Barriers::done(int rank) {
+  done_.insert(rank);
+  if (!finished(rank)) early_done_.insert(rank);
+}
+
+std::optional<Barriers::Stranded> Barriers::stranded(std::span<const int> in_job) const {
+  const auto in = [&in_job](int rank) { return std::find(in_job.begin(), in_job.end(), rank) != in_job.end(); };
+  for (const auto& [seq, arrived] : open_) {
+    Stranded s;
+    for (int rank : arrived) {
+      if (in(rank) && done_.count(rank) == 0) s.waiting.push_back(rank);
+    }
+    if (s.waiting.empty()) continue;  // nobody in the job waits here yet
+    for (int rank : early_done_) {
+      if (!in(rank) || std::find(arrived.begin(), arrived.end(), rank) != arrived.end()) continue;
+      std::sort(s.waiting.begin(), s.waiting.end());
+      s.rank = rank;
+      s.barrier = names_.at(seq);
+      return s;
+    }
+  }
+  return std::nullopt;
 }
 
 }  // namespace pstrain

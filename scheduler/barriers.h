@@ -6,18 +6,28 @@
 // a worker takes) and named by their first arrival (a checkpoint's name).
 // A barrier waits for every worker still in the job and not done (a worker
 // that is done has passed every barrier); an arrival counts while its worker
-// is not dropped. Two kinds of arrival:
+// is neither dropped nor done. Two kinds of arrival:
 //  - an ordinary one, counted towards the barrier of its number;
 //  - a rejoined worker's first (rejoin(): its numbers start at the others'
 //    next). When it names the barrier the others released last and that
 //    number is not open, it is the checkpoint the others had finished before
 //    it rejoined (it joined at that very step, ps_rejoin.h): it passes at once
 //    and its later numbers are one ahead of the others' (its shift).
+// A done (done()) ends a worker's part of the job only once it has passed the
+// job's last barrier (kFinalBarrier, common/wire/barrier_names.h). A done
+// before that is an early one: the worker left with barriers still ahead of
+// it, so every barrier it has not entered can no longer complete with it.
+// stranded() names such a barrier as soon as a worker waits at it, and the
+// scheduler treats the early done as that worker's failure (its failure
+// policy: the job ends naming it, or the worker is dropped and the barrier
+// completes without it).
 // Owned by the scheduler's thread (scheduler/scheduler.h).
 #pragma once
 
 #include <cstdint>
 #include <map>
+#include <optional>
+#include <set>
 #include <span>
 #include <string>
 #include <vector>
@@ -36,7 +46,8 @@ class Barriers {
   Arrival arrive(int rank, std::int64_t key, const std::string& name);
   // Releases, in order, every open barrier reached by `waited_for` workers:
   // arrivals count for the ranks in `in_job` (the workers not dropped, by
-  // rank ascending). O(open barriers) until one has `waited_for` arrivals.
+  // rank ascending) that have not said done (a done worker is not waited for).
+  // O(open barriers) until one has `waited_for` arrivals.
   // Returns the released barriers' numbers (the job's numbering: key_for
   // turns one into a worker's).
   std::vector<std::int64_t> release(std::span<const int> in_job, int waited_for);
@@ -54,6 +65,27 @@ class Barriers {
   // Workers arrived at open barrier `seq` (empty when it is not open).
   std::vector<int> arrived(std::int64_t seq) const;
 
+  // Worker `rank` said done: the end of its part of the job when it has
+  // passed the final barrier (finished()), else an early done.
+  void done(int rank);
+  // Whether worker `rank` has passed the final barrier (entered it and seen
+  // it released, or passed it as a rejoiner); a rejoin clears it.
+  bool finished(int rank) const { return finished_.count(rank) != 0; }
+  // Whether worker `rank` said done before it passed the final barrier.
+  bool done_early(int rank) const { return early_done_.count(rank) != 0; }
+  // An open barrier that can no longer complete: a worker in the job that
+  // said done early (`rank`) never entered it, while `waiting` (workers in
+  // the job, not done) wait there.
+  struct Stranded {
+    int rank = -1;
+    std::string barrier;        // its name
+    std::vector<int> waiting;   // ascending
+  };
+  // The first such barrier (lowest number; the lowest rank that strands it),
+  // among the workers in `in_job` (not dropped); nullopt when none is.
+  // A barrier nobody in the job waits at yet strands nobody.
+  std::optional<Stranded> stranded(std::span<const int> in_job) const;
+
  private:
   struct Numbering {
     std::int64_t shift = 0;  // seq = key + shift (a rejoiner's run behind the others')
@@ -64,6 +96,9 @@ class Barriers {
   std::map<int, Numbering> numbering_;                // by worker rank; absent = no shift
   std::int64_t next_seq_ = 0;
   std::string last_released_;
+  std::set<int> done_;        // said done (not waited for; their arrivals do not count)
+  std::set<int> finished_;    // passed the final barrier
+  std::set<int> early_done_;  // said done before passing it
 };
 
 }  // namespace pstrain

@@ -7,6 +7,7 @@
 #include "common/base/errors.h"
 #include "common/base/json_line.h"
 #include "common/transport/transport.h"
+#include "common/wire/barrier_names.h"
 #include "common/wire/wire_archive.h"
 
 namespace pstrain {
@@ -279,13 +280,16 @@ void Scheduler::handle(const PeerId& from, const Message& msg, bool registering)
   node->last_seen = Clock::now();
   switch (h.type) {
     case MsgType::kHeartbeat: return;
-    case MsgType::kBarrier: on_barrier(msg); return;
+    case MsgType::kBarrier:
+      if (node->done) {
+        throw ProtocolError("barrier from worker " + std::to_string(node->rank) +
+                            ", which said done: a worker that is done takes no more barriers");
+      }
+      on_barrier(msg);
+      return;
     case MsgType::kStoreSet:
     case MsgType::kStoreGet: on_store(from, msg); return;
-    case MsgType::kDone:
-      members_.mark_done(*node);
-      log_.info("worker " + std::to_string(node->rank) + " done");
-      return;
+    case MsgType::kDone: on_done(*node); return;
     case MsgType::kAbort:
       if (node->role == Role::kWorker) {
         worker_failed(*node, "worker " + std::to_string(node->rank) + " failed: " + msg.text_payload());
@@ -322,6 +326,46 @@ void Scheduler::on_barrier(const Message& msg) {
     log_.info("worker " + std::to_string(h.sender) + " passed barrier '" + name +
               "', which the others had finished before it rejoined");
     return;
+  }
+  settle_barriers();
+}
+
+void Scheduler::on_done(Member& node) {
+  if (node.done) return;  // said twice: the first one counted
+  members_.mark_done(node);  // not node.done = true: Membership keeps the barrier counts
+  if (node.role != Role::kWorker) {
+    log_.info(std::string(to_string(node.role)) + " " + std::to_string(node.rank) + " done");
+    return;
+  }
+  barriers_.done(node.rank);
+  if (barriers_.done_early(node.rank)) {
+    log_.info("worker " + std::to_string(node.rank) + " done before the job's last barrier ('" +
+              std::string(kFinalBarrier) + "'): a barrier it has not entered can no longer complete with it");
+  } else {
+    log_.info("worker " + std::to_string(node.rank) + " done");
+  }
+  settle_barriers();  // a barrier that waited for it may complete now, or can no longer
+}
+
+std::string Scheduler::stranded_reason(const Barriers::Stranded& s) {
+  std::string waiting;
+  for (const int rank : s.waiting) {
+    if (!waiting.empty()) waiting += ',';
+    waiting += std::to_string(rank);
+  }
+  return "worker " + std::to_string(s.rank) + " said done before the end of the job (it never passed barrier '" +
+         std::string(kFinalBarrier) + "'), while worker" + (s.waiting.size() > 1 ? "s " : " ") + waiting + " wait" +
+         (s.waiting.size() > 1 ? "" : "s") + " at barrier '" + s.barrier +
+         "', which it never entered: that barrier cannot complete with it";
+}
+
+void Scheduler::settle_barriers() {
+  // Each early done that strands a barrier is its worker's failure: the
+  // policy ends the job (fail throws) or drops it (it leaves in_job).
+  while (const std::optional<Barriers::Stranded> s = barriers_.stranded(members_.live_worker_list())) {
+    Member* node = members_.find(Role::kWorker, s->rank);
+    if (node == nullptr) break;  // every rank in in_job is a member: cannot happen
+    worker_failed(*node, stranded_reason(*s));
   }
   release_barriers();
 }

@@ -39,6 +39,11 @@
 //     process stays refused), every other node told (kRejoined), and it
 //     counts again in barriers and the end. A rejoin for a rank that is
 //     alive, out of range or of another job is refused with the reason.
+//     A worker's done re-evaluates every waiting barrier: one that waited
+//     for it completes; a done before the job's last barrier (an early done,
+//     scheduler/barriers.h) strands every barrier the worker never entered,
+//     which is that worker's failure under the failure policy: the job ends
+//     naming it and the barrier, or it is dropped and the barrier completes.
 //  3. End: when every worker is done, tells every node to shut down and
 //     returns normally.
 // Every message after registration must come from the connection its
@@ -188,6 +193,14 @@ class Scheduler {
   // `silent`: it stopped sending heartbeats (else it reported the failure).
   void worker_failed(Member& node, const std::string& reason, bool silent = false);
   void release_barriers();
+  // A worker said done (kDone): the barriers re-evaluated (settle_barriers).
+  void on_done(Member& node);
+  // Ends every barrier wait that can no longer complete (Barriers::stranded:
+  // an early done is that worker's failure, under the failure policy), then
+  // releases every barrier complete. After each arrival, done and drop.
+  void settle_barriers();
+  // Why barrier `s` can no longer complete: names the early done and the barrier.
+  static std::string stranded_reason(const Barriers::Stranded& s);
   // A server failed: restart it (on_server_failure "restart") or fail the job.
   void server_failed(Member& node, const std::string& reason, bool silent = false);
   // Tells options_.on_failure that `node` was declared failed under `policy`.

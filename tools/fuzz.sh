@@ -39,7 +39,7 @@ compile() {  # SRC... -> appends their objects to objs
 objs=()
 compile common/wire/protocol.cc common/wire/buffer.cc common/base/bfloat16.cc common/math/param_layout.cc common/math/shard_map.cc common/base/stream_copy.cc
 config_objs() {  # only the config target (and the seeds) need the TOML parser
-  compile common/config/config.cc common/config/config_values.cc common/config/config_fields.cc
+  compile common/config/config.cc common/config/config_values.cc common/config/config_fields.cc common/base/endpoint_address.cc
 }
 # cluster_sequence runs a real scheduler and server: all of common/ (the
 # server's checkpoints, optimizer, logs, ...; the ZeroMQ and shared-memory

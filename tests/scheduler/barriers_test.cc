@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "common/base/errors.h"
+#include "common/wire/barrier_names.h"
 #include "scheduler/barriers.h"
 
 using namespace pstrain;
@@ -123,4 +124,135 @@ TEST_CASE("barriers: 1,024 workers, a dropped one's arrival among them: released
   b.arrive(0, 0, "step");  // 1,024 arrivals, 1,023 of them live
   CHECK(b.release(in_job, 1023) == Seqs{0});
   CHECK(b.release(in_job, 1023).empty());
+}
+
+// --- An early done (a done before the job's last barrier), against each barrier kind ---
+
+namespace {
+// The barriers a parameter-server job takes, in order (worker/train/ps_worker.cc).
+const std::vector<std::string> kKinds{"initial weights", "checkpoint 8", std::string(kFinalBarrier)};
+const std::vector<int> kAll{0, 1, 2};
+}  // namespace
+
+TEST_CASE("barriers: a done before the job's last barrier strands each kind of barrier the worker never entered") {
+  for (std::size_t k = 0; k < kKinds.size(); ++k) {
+    CAPTURE(kKinds[k]);
+    Barriers b;
+    // Every worker passed the barriers before this one.
+    for (std::size_t before = 0; before < k; ++before) {
+      for (int r : kAll) b.arrive(r, static_cast<std::int64_t>(before), kKinds[before]);
+      REQUIRE(b.release(kAll, 3).size() == 1);
+    }
+    const auto seq = static_cast<std::int64_t>(k);
+    b.arrive(0, seq, kKinds[k]);
+    b.arrive(2, seq, kKinds[k]);
+    CHECK_FALSE(b.stranded(kAll).has_value());  // worker 1 may still come
+    b.done(1);
+    CHECK(b.done_early(1));
+    CHECK_FALSE(b.finished(1));
+    const auto s = b.stranded(kAll);
+    REQUIRE(s.has_value());
+    CHECK(s->rank == 1);
+    CHECK(s->barrier == kKinds[k]);
+    CHECK(s->waiting == std::vector<int>{0, 2});
+    // Dropped (failure policy "continue"): it strands nothing, and the barrier
+    // completes with the workers left (done: not waited for either).
+    const std::vector<int> left{0, 2};
+    CHECK_FALSE(b.stranded(left).has_value());
+    CHECK(b.release(left, 2) == Seqs{seq});
+  }
+}
+
+TEST_CASE("barriers: an early done before anyone waits strands nothing until a worker arrives") {
+  Barriers b;
+  b.done(1);  // at once after the rendezvous, before worker 0 reached the initial barrier
+  CHECK_FALSE(b.stranded(kAll).has_value());
+  b.arrive(0, 0, "initial weights");
+  const auto s = b.stranded(kAll);
+  REQUIRE(s.has_value());
+  CHECK(s->rank == 1);
+  CHECK(s->barrier == "initial weights");
+  CHECK(s->waiting == std::vector<int>{0});
+}
+
+TEST_CASE("barriers: an early done does not strand a barrier its worker entered, only the next one") {
+  Barriers b;
+  b.arrive(1, 0, "initial weights");
+  b.done(1);  // entered, then said done
+  b.arrive(0, 0, "initial weights");
+  CHECK_FALSE(b.stranded(kAll).has_value());
+  // Done: not waited for, and its arrival no longer counts (else the
+  // barrier would open before worker 2 came).
+  CHECK(b.release(kAll, 2).empty());
+  b.arrive(2, 0, "initial weights");
+  CHECK(b.release(kAll, 2) == Seqs{0});
+  b.arrive(0, 1, "checkpoint 8");
+  const auto s = b.stranded(kAll);
+  REQUIRE(s.has_value());
+  CHECK(s->barrier == "checkpoint 8");
+  CHECK(s->rank == 1);
+}
+
+TEST_CASE("barriers: a done after the final barrier is the end of the worker's job, not an early one") {
+  Barriers b;
+  for (int r : kAll) b.arrive(r, 0, std::string(kFinalBarrier));
+  REQUIRE(b.release(kAll, 3) == Seqs{0});
+  for (int r : kAll) CHECK(b.finished(r));
+  b.done(0);
+  CHECK_FALSE(b.done_early(0));
+  // A rejoined worker 1 opens a barrier the others will never take (a
+  // checkpoint at its join step): worker 0, done, strands nothing; the
+  // barrier waits for the workers not done only (release's waited_for).
+  b.rejoin(1);
+  CHECK_FALSE(b.finished(1));
+  b.arrive(1, 1, "checkpoint 8");
+  CHECK_FALSE(b.stranded(kAll).has_value());
+  CHECK(b.release(kAll, 2).empty());  // worker 2 not done yet
+  CHECK(b.release(kAll, 1) == Seqs{1});  // worker 2 said done (after the final barrier)
+}
+
+TEST_CASE("barriers: a rejoiner that passes the final barrier the others finished has finished too") {
+  Barriers b;
+  b.arrive(0, 0, std::string(kFinalBarrier));
+  b.arrive(1, 0, std::string(kFinalBarrier));
+  REQUIRE(b.release(std::vector<int>{0, 1}, 2) == Seqs{0});
+  b.rejoin(1);
+  CHECK(b.arrive(1, 1, std::string(kFinalBarrier)) == Barriers::Arrival::kPassed);
+  CHECK(b.finished(1));
+  b.done(1);
+  CHECK_FALSE(b.done_early(1));
+}
+
+TEST_CASE("barriers: a rejoin forgets an early done, and a drop or rejoin of others changes nothing of it") {
+  Barriers b;
+  b.done(1);
+  b.arrive(0, 0, "initial weights");
+  REQUIRE(b.stranded(kAll).has_value());
+  // Worker 2 dropped (its failure under "continue"): worker 1 still strands the barrier.
+  const std::vector<int> without2{0, 1};
+  REQUIRE(b.stranded(without2).has_value());
+  CHECK(b.stranded(without2)->waiting == std::vector<int>{0});
+  // Worker 2 rejoins (a new process): still stranded by worker 1.
+  b.rejoin(2);
+  CHECK(b.stranded(kAll).has_value());
+  // Worker 1 dropped, then taken back by a new process: it is no longer done.
+  b.rejoin(1);
+  CHECK_FALSE(b.done_early(1));
+  CHECK_FALSE(b.stranded(kAll).has_value());
+  b.arrive(1, 0, "initial weights");
+  b.arrive(2, 0, "initial weights");
+  CHECK(b.release(kAll, 3) == Seqs{0});
+}
+
+TEST_CASE("barriers: the lowest barrier and the lowest early done are named first; the early done's own arrival is not a wait") {
+  Barriers b;
+  b.arrive(2, 1, "checkpoint 8");
+  b.done(2);  // early, but entered barrier 1: it waits for nobody
+  b.done(1);
+  CHECK_FALSE(b.stranded(kAll).has_value());  // at barrier 1 only worker 2 arrived, and it is done
+  b.arrive(0, 0, "initial weights");
+  const auto s = b.stranded(kAll);
+  REQUIRE(s.has_value());
+  CHECK(s->barrier == "initial weights");
+  CHECK(s->rank == 1);
 }

@@ -6,9 +6,11 @@
 #include <functional>
 #include <limits>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "common/base/errors.h"
+#include "common/wire/barrier_names.h"
 #include "worker/train/checkpoint.h"
 #include "worker/train/divergence.h"
 #include "worker/train/epoch_driver.h"
@@ -279,7 +281,7 @@ TrainResult run_ps_worker(const RunConfig& config, WorkerSession& session, Workl
   {
     TraceSpan span(trace, TraceLevel::kSteps, "final barrier", "worker");
     if (L.prefetch) kv_wait_quietly(L);
-    session.scheduler().barrier("training done");  // every push of every worker has been applied
+    session.scheduler().barrier(std::string(kFinalBarrier));  // every push of every worker has been applied
   }
   L.result.steps = step;
   L.result.time_s = metrics.elapsed_s();
