@@ -52,7 +52,7 @@ struct Peer {
   SchedulerClient client;
   explicit Peer(LocalCluster& cluster)
       : client(std::make_unique<ZmqTransport>(cluster.zmq_context()), cluster.scheduler_endpoint(), Role::kWorker,
-               cluster.worker_options(1).cluster) {
+               cluster.worker_options(1).cluster, nullptr, cluster.worker_options(1).security) {  // the job's secret
     RegisterRequest req;
     req.requested_rank = 1;
     req.host = "early-done peer";

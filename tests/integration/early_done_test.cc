@@ -9,6 +9,8 @@
 // says why: the early done and the barrier it strands.
 #include <doctest/doctest.h>
 
+#include "common/wire/security.h"
+
 #include <signal.h>
 #include <sys/wait.h>
 
@@ -46,7 +48,8 @@ struct Job {
     common = {"--config", (it::kSourceDir / "configs/tiny_sync.toml").string(),  // 2 servers, 2 workers
               "--set", "output.run_dir=" + run.string(), "--set", "cluster.on_worker_failure=" + policy,
               "--set", "cluster.timeout_ms=" + std::to_string(kTimeoutMs), "--set", "output.trace=off",
-              "--set", "cluster.scheduler=tcp://127.0.0.1:" + port};
+              "--set", "cluster.scheduler=tcp://127.0.0.1:" + port,
+              "--set", it::secret_override(dir.path())};  // the job's secret, which the peer holds too
     // The scheduler logs each barrier arrival at debug level: the test waits for worker 0's.
     start("scheduler", "pstrain-scheduler", -1, {"--set", "output.log_level=debug"});
     for (int s = 0; s < 2; ++s) start("server-" + std::to_string(s), "pstrain-server", s);
@@ -93,12 +96,14 @@ struct Job {
   }
 };
 
-// Worker 1: registers with the job's fingerprint and model layout, as any
-// peer that can reach the scheduler can under security "off".
+// Worker 1: registers with the job's fingerprint, model layout and secret, as
+// a peer that holds a worker's credentials can (a stolen secret or key).
 class EarlyDonePeer {
  public:
   explicit EarlyDonePeer(const RunConfig& config)
-      : client_(std::make_unique<ZmqTransport>(), config.cluster.scheduler, Role::kWorker, config.cluster) {
+      : security_(SecurityContext::load(config.security, Role::kWorker, 1)),
+        client_(std::make_unique<ZmqTransport>(), config.cluster.scheduler, Role::kWorker, config.cluster, nullptr,
+                &security_) {
     Logger log("early-done peer", LogLevel::kError);
     const Workload workload = make_workload(config, 1, log);
     RegisterRequest req;
@@ -119,6 +124,7 @@ class EarlyDonePeer {
   }
 
  private:
+  SecurityContext security_;
   SchedulerClient client_;
 };
 

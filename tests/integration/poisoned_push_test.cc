@@ -7,6 +7,8 @@
 // end, and the server's log names worker 1, not its victims.
 #include <doctest/doctest.h>
 
+#include "common/wire/security.h"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -58,7 +60,7 @@ TEST_CASE("a registered worker's poisoned pushes (lr 1e30, NaN, Inf, an overflow
   // Adam: a finite gradient of 1e30 at an allowed rate overflows its second moment (the weight stays finite).
   const std::vector<std::string> sets{"output.run_dir=" + run.string(), "cluster.servers=1", "cluster.transport=tcp",
                                       "optimizer.name=adam", "optimizer.lr=0.001", "output.trace=off",
-                                      "cluster.scheduler=tcp://127.0.0.1:" + port};
+                                      "cluster.scheduler=tcp://127.0.0.1:" + port, it::secret_override(dir.path())};
   std::vector<std::string> common{"--config", config_file};
   for (const std::string& s : sets) common.insert(common.end(), {"--set", s});
   auto role = [&](const std::string& program, int rank) {
@@ -84,6 +86,8 @@ TEST_CASE("a registered worker's poisoned pushes (lr 1e30, NaN, Inf, an overflow
   options.partition_bytes = config.ps.partition_bytes;
   options.requested_rank = 1;
   options.job_fingerprint = job_fingerprint(config.mode, config.ps.partition_bytes, 1, 2);
+  const SecurityContext security = SecurityContext::load(config.security, Role::kWorker, 1);  // the job's secret
+  options.security = &security;
   std::vector<float> params(static_cast<std::size_t>(workload.model->num_params()));
   std::vector<std::string> outcomes;
   bool pulled_finite = false;
