@@ -136,7 +136,13 @@ def main() -> int:
             print(ref.stdout + ref.stderr)
             return 1
         reference = json.loads((tmp / "launcher" / "summary.json").read_text())
-        sets = task + ["--set", f"output.run_dir={tmp / engine}", "--set", f"cluster.scheduler=tcp://127.0.0.1:{free_port()}"]
+        # The job's secret (security.mode = "off" admits its holders only), as a by-hand job makes it.
+        secret = tmp / "secret"
+        made = run([bin_dir / "pstrain-keygen", "--secret", secret], env=env)
+        if made.returncode != 0:
+            print(made.stdout + made.stderr)
+            return 1
+        sets = task + ["--set", f"security.secret_file={secret}", "--set", f"output.run_dir={tmp / engine}", "--set", f"cluster.scheduler=tcp://127.0.0.1:{free_port()}"]
         if engine == "mpirun":
             cmd = ["mpirun", "--oversubscribe", "-np", "5"] + (["--allow-run-as-root"] if os.geteuid() == 0 else [])
         else:
