@@ -46,7 +46,7 @@ Scheduler::Scheduler(std::unique_ptr<Transport> owned, Transport* transport, Sch
                       " servers");
   }
   endpoint_ = router_->address();
-  if (!options_.exits_file.empty()) exits_.emplace(options_.exits_file);
+  if (!options_.exits_file.empty()) exits_.emplace(options_.exits_file, 4096);  // a longer line is no report
 }
 
 namespace {

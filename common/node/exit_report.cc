@@ -1,15 +1,9 @@
 #include "common/node/exit_report.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
-#include <array>
 #include <charconv>
 
 namespace pstrain {
 namespace {
-
-constexpr std::size_t kMaxLine = 4096;  // a longer "line" is no report: dropped
 
 // Reads a non-negative integer at the start of `text` and moves past it.
 template <class Int>
@@ -56,26 +50,5 @@ std::optional<ExitReport> parse_exit_report(std::string_view line, std::string& 
   return r;
 }
 
-std::vector<std::string> AppendedLines::read() {
-  std::vector<std::string> lines;
-  const int fd = open(file_.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return lines;
-  std::array<char, 4096> buf;
-  for (;;) {
-    const ssize_t n = pread(fd, buf.data(), buf.size(), static_cast<off_t>(offset_));
-    if (n <= 0) break;
-    offset_ += static_cast<std::uint64_t>(n);
-    std::string_view bytes(buf.data(), static_cast<std::size_t>(n));
-    for (std::size_t nl; (nl = bytes.find('\n')) != std::string_view::npos; bytes.remove_prefix(nl + 1)) {
-      partial_.append(bytes.substr(0, nl));
-      if (partial_.size() <= kMaxLine) lines.push_back(std::move(partial_));
-      partial_.clear();
-    }
-    partial_.append(bytes);
-    if (partial_.size() > kMaxLine) partial_.resize(kMaxLine + 1);  // kept too long: dropped at its newline
-  }
-  close(fd);
-  return lines;
-}
 
 }  // namespace pstrain

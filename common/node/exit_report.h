@@ -26,6 +26,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/base/appended_lines.h"  // AppendedLines: how the scheduler reads the exits file
 #include "common/wire/protocol.h"
 
 namespace pstrain {
@@ -41,19 +42,5 @@ struct ExitReport {
 std::string format_exit_report(const ExitReport& report);
 // The report a line holds; empty with `error` saying why when it holds none.
 std::optional<ExitReport> parse_exit_report(std::string_view line, std::string& error);
-
-// The complete lines appended to a file since the last call (none while it
-// does not exist); a line still being written waits for its newline.
-class AppendedLines {
- public:
-  explicit AppendedLines(std::filesystem::path file) : file_(std::move(file)) {}
-  std::vector<std::string> read();
-  const std::filesystem::path& file() const { return file_; }
-
- private:
-  std::filesystem::path file_;
-  std::uint64_t offset_ = 0;
-  std::string partial_;
-};
 
 }  // namespace pstrain

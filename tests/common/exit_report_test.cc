@@ -41,7 +41,7 @@ TEST_CASE("exit report: a line that is no report is refused with the reason") {
 TEST_CASE("exit report: the file's complete lines are handed on once, a half-written one when it is complete") {
   pstrain::test::TempDir dir;
   const auto file = dir.path() / "exits.txt";
-  pstrain::AppendedLines lines(file);
+  pstrain::AppendedLines lines(file, 4096);  // as the scheduler reads the exits file
   CHECK(lines.read().empty());  // no file yet
   std::ofstream(file, std::ios::app) << "worker 1 pid 5: x\nworker 2 pid" << std::flush;
   auto got = lines.read();

@@ -1,9 +1,5 @@
 #include "tools/launcher/metrics_tail.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -16,7 +12,6 @@
 namespace pstrain::launcher {
 namespace {
 
-constexpr std::size_t kMaxLineBytes = 1 << 20;  // a longer "line" is not a record: dropped
 
 // A number, with JSON null standing for NaN (as the writers do for non-finite values).
 double number_or_nan(const report::JsonValue& record, std::string_view key) {
@@ -32,38 +27,6 @@ std::int64_t integer(const report::JsonValue& record, std::string_view key) {
 }
 
 }  // namespace
-
-void MetricsTail::skip_existing() {
-  struct stat st {};
-  offset_ = stat(file_.c_str(), &st) == 0 ? static_cast<std::uint64_t>(st.st_size) : 0;
-  partial_.clear();
-}
-
-std::vector<std::string> MetricsTail::read_lines() {
-  std::vector<std::string> lines;
-  const int fd = open(file_.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return lines;
-  struct stat st {};
-  if (fstat(fd, &st) == 0 && static_cast<std::uint64_t>(st.st_size) < offset_) {
-    offset_ = 0;  // rewritten from the start
-    partial_.clear();
-  }
-  std::array<char, 64 * 1024> buf;
-  for (;;) {
-    const ssize_t n = pread(fd, buf.data(), buf.size(), static_cast<off_t>(offset_));
-    if (n <= 0) break;
-    offset_ += static_cast<std::uint64_t>(n);
-    std::string_view bytes(buf.data(), static_cast<std::size_t>(n));
-    for (std::size_t nl; (nl = bytes.find('\n')) != std::string_view::npos; bytes.remove_prefix(nl + 1)) {
-      partial_.append(bytes.substr(0, nl));
-      if (partial_.size() <= kMaxLineBytes) lines.push_back(std::move(partial_));
-      partial_.clear();
-    }
-    partial_.append(bytes);
-  }
-  close(fd);
-  return lines;
-}
 
 void WorkerProgress::add_history_line(std::string_view line) {
   try {

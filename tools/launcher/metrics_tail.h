@@ -13,22 +13,23 @@
 
 #include "tools/launcher/status_line.h"
 
+#include "common/base/appended_lines.h"
+
 namespace pstrain::launcher {
 
+// A metrics file's new lines (common/base/appended_lines.h); a line over 1 MiB is no record.
 class MetricsTail {
  public:
-  explicit MetricsTail(std::filesystem::path file) : file_(std::move(file)) {}
+  explicit MetricsTail(std::filesystem::path file) : lines_(std::move(file)) {}
 
   // The complete lines appended since the last call; none while the file
   // does not exist. A file that shrank (rewritten) is read from its start.
-  std::vector<std::string> read_lines();
+  std::vector<std::string> read_lines() { return lines_.read(); }
   // Passes over what the file holds now (a resumed run's earlier lines).
-  void skip_existing();
+  void skip_existing() { lines_.skip_existing(); }
 
  private:
-  std::filesystem::path file_;
-  std::uint64_t offset_ = 0;
-  std::string partial_;
+  AppendedLines lines_;
 };
 
 class WorkerProgress {
