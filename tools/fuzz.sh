@@ -26,7 +26,13 @@ mkdir -p "$out/obj"
 flags=(-std=c++20 -O1 -g -DNDEBUG -fno-omit-frame-pointer -I. -fsanitize=address,undefined
        -fno-sanitize-recover=undefined)
 # Objects of the project's sources, instrumented for coverage; rebuilt when
-# their .cc is newer (headers: remove build-fuzz/obj).
+# their .cc is newer, and all of them when any header changed since the last
+# build (a stale object with an old struct layout crashes far from its cause).
+stamp="$out/obj/.headers-stamp"
+if [ -f "$stamp" ] && [ -n "$(find common server scheduler worker tools fuzz -name '*.h' -newer "$stamp" -print -quit)" ]; then
+  rm -f "$out"/obj/*.o
+fi
+touch "$stamp"
 compile() {  # SRC... -> appends their objects to objs
   for src in "$@"; do
     local obj="$out/obj/$(basename "${src%.cc}").o"
@@ -54,7 +60,7 @@ cluster_objs() {
     esac
   done
 }
-libs=(-lzmq -ltomlplusplus -lz -ldl -lpthread)
+libs=(-lzmq -lsodium -ltomlplusplus -lz -ldl -lpthread)  # libsodium: the job secret's HMAC (common/wire/job_secret)
 
 if [ "${1:-}" = "--seeds" ]; then
   config_objs
