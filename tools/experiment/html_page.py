@@ -11,7 +11,7 @@ import platform
 
 from experiment import table
 
-_STYLE = """
+STYLE = """
 body { font-family: system-ui, sans-serif; max-width: 1500px; margin: 1.5em auto; padding: 0 1em; color: #222; }
 table { border-collapse: collapse; font-size: 0.85em; margin: 1em 0; }
 th, td { border: 1px solid #ccc; padding: 0.3em 0.6em; text-align: right; }
@@ -26,7 +26,7 @@ figcaption { color: #444; margin-top: 0.4em; max-width: 60em; }
 dt { font-weight: bold; margin-top: 0.5em; }
 """
 
-_DEFINITIONS = [
+DEFINITIONS = [
     ("throughput (images/s)", "images trained by all workers / the slowest worker's training time "
                               "(summary.json: global_images_per_s)."),
     ("time per epoch (s)", "training-set size / throughput: one pass over the data by the whole job."),
@@ -63,7 +63,7 @@ def _settings_text(settings: dict) -> str:
     return "; ".join(f"{k}={format_value(v)}" for k, v in settings.items()) or "nothing"
 
 
-def _table_html(results: list) -> str:
+def table_html(results: list) -> str:
     header, rows = table.display_rows(results)
     out = ["<table>", "<tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in header) + "</tr>"]
     for row in rows:
@@ -74,7 +74,7 @@ def _table_html(results: list) -> str:
     return "\n".join(out)
 
 
-def _figure_html(fig) -> str:
+def figure_html(fig) -> str:
     title = html.escape(fig.title)
     if not fig.file:
         return f"<h2>{title}</h2>\n<p><em>No plot: {html.escape(fig.missing)}.</em></p>"
@@ -82,14 +82,24 @@ def _figure_html(fig) -> str:
             f"<figcaption>{html.escape(fig.caption)}</figcaption></figure>")
 
 
+def head_html(title: str, heading: str = "") -> str:
+    """The page's start up to its <h1> (`heading`, else the title): doctype, title, the shared style."""
+    t = html.escape(title)
+    return (f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{t}</title>"
+            f"<style>{STYLE}</style></head><body>\n<h1>{html.escape(heading or title)}</h1>")
+
+
+def definitions_html() -> str:
+    """The Definitions section and the page's end."""
+    items = "".join(f"<dt>{html.escape(t)}</dt><dd>{html.escape(d)}</dd>" for t, d in DEFINITIONS)
+    return f"<h2>Definitions</h2><dl>{items}</dl></body></html>\n"
+
+
 def render(spec, results: list, figures: list, sim_note: str, failures: list, findings: list = ()) -> str:
-    name = html.escape(spec.name)
     axes = "; ".join(f"{a.name} = {', '.join(str(v) for v in a.values)}" for a in spec.axes)
     now = datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
     parts = [
-        f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>Experiment {name}</title>",
-        f"<style>{_STYLE}</style></head><body>",
-        f"<h1>Experiment: {name}</h1>",
+        head_html(f"Experiment {spec.name}", f"Experiment: {spec.name}"),
         f"<p>{html.escape(spec.description)}</p>" if spec.description else "",
         "<ul>",
         f"<li>experiment file: <code>{html.escape(str(spec.path))}</code>; base config: "
@@ -112,9 +122,7 @@ def render(spec, results: list, figures: list, sim_note: str, failures: list, fi
         items = "".join(f"<li>{html.escape(f)}</li>" for f in findings)
         parts.append(f'<div class="note find"><strong>Findings</strong><ul>{items}</ul></div>')
     parts.append("<h2>Summary</h2>")
-    parts.append(_table_html(results))
-    parts += [_figure_html(f) for f in figures]
-    parts.append("<h2>Definitions</h2><dl>")
-    parts += [f"<dt>{html.escape(t)}</dt><dd>{html.escape(d)}</dd>" for t, d in _DEFINITIONS]
-    parts.append("</dl></body></html>\n")
+    parts.append(table_html(results))
+    parts += [figure_html(f) for f in figures]
+    parts.append(definitions_html())
     return "\n".join(p for p in parts if p)

@@ -95,9 +95,7 @@ def figures(results: list, out: Path) -> list:
 
 
 def _page(run_dir: Path, results: list, figs: list, notes: list) -> str:
-    title = html.escape(f"Run {run_dir.name}")
-    parts = [f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{title}</title>",
-             f"<style>{html_page._STYLE}</style></head><body>", f"<h1>{title}</h1>",
+    parts = [html_page.head_html(f"Run {run_dir.name}"),
              f"<ul><li>run directory: <code>{html.escape(str(run_dir))}</code> (config.toml, summary.md, "
              "trace.json, logs/, metrics/)</li>",
              f"<li>mode: {html.escape(results[0].mode)}; compute: {html.escape(table.compute_text(results[0]))}</li>"
@@ -108,11 +106,9 @@ def _page(run_dir: Path, results: list, figs: list, notes: list) -> str:
     sim = simulated_note(results)
     if sim:
         parts.append(f'<div class="note sim"><strong>{html.escape(sim)}</strong></div>')
-    parts += ["<h2>Summary</h2>", html_page._table_html(results)]
-    parts += [html_page._figure_html(f) for f in figs]
-    parts.append("<h2>Definitions</h2><dl>")
-    parts += [f"<dt>{html.escape(t)}</dt><dd>{html.escape(d)}</dd>" for t, d in html_page._DEFINITIONS]
-    parts.append("</dl></body></html>\n")
+    parts += ["<h2>Summary</h2>", html_page.table_html(results)]
+    parts += [html_page.figure_html(f) for f in figs]
+    parts.append(html_page.definitions_html())
     return "\n".join(parts)
 
 
