@@ -82,8 +82,10 @@ class Barriers {
     std::vector<int> waiting;   // ascending
   };
   // The first such barrier (lowest number; the lowest rank that strands it),
-  // among the workers in `in_job` (not dropped); nullopt when none is.
-  // A barrier nobody in the job waits at yet strands nobody.
+  // among the workers in `in_job` (not dropped, by rank ascending); nullopt
+  // when none is. A barrier nobody in the job waits at yet strands nobody.
+  // O(1) while no worker has said done early (the scheduler asks at every
+  // arrival); else O(arrivals x log workers) per open barrier.
   std::optional<Stranded> stranded(std::span<const int> in_job) const;
 
  private:
