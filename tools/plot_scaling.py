@@ -27,6 +27,8 @@ PANELS = [
     ("coordination_cpu_ms_per_step", "scheduler CPU per step,\nwithout heartbeats (ms)", 1.0),
     ("heartbeat_us_per_node_s", "heartbeat + liveness CPU\nper node per second (us)", 0.0),
 ]
+# A horizontal line: the target of a barrier over 1,024 workers (dash-dotted, gray).
+TARGET_MS = {"barrier_p50_ms": 20.0, "round_p50_ms": 20.0}
 # Drawn in the same panel as another key, with crosses.
 EXTRA = {"round_scheduler_cpu_us_per_worker": "round_scheduler_user_us_per_worker"}
 COLORS = {"sync": "tab:blue", "async": "tab:orange", "ssp": "tab:green"}
@@ -73,6 +75,8 @@ def main():
         ax.set_yscale("log")
         ax.set_xlabel("workers")
         ax.set_title(title, fontsize=10)
+        if key in TARGET_MS:  # the done-when target (issue 29)
+            ax.axhline(TARGET_MS[key], color="gray", linestyle="-.", linewidth=0.8)
         ax.grid(True, which="both", alpha=0.3)
     axes[0].legend(fontsize=8)
     servers = "all server counts" if not a.servers else "%d servers" % a.servers
