@@ -70,6 +70,19 @@ TEST_CASE("barriers: a rejoin forgets the failed process's arrivals at open barr
   CHECK(b.rejoin(2).empty());
 }
 
+TEST_CASE("barriers: after a rejoin the new process enters the open barrier its predecessor had entered") {
+  // The repeat check is a flag per rank and barrier: the rejoin clears it with the arrival.
+  Barriers b;
+  b.arrive(0, 0, "ckpt-1");
+  b.arrive(1, 0, "ckpt-1");
+  REQUIRE(b.rejoin(1) == std::vector<std::string>{"ckpt-1"});
+  CHECK(b.arrive(1, 0, "ckpt-1") == Barriers::Arrival::kEntered);  // open: entered, not passed
+  CHECK(b.arrived(0) == std::vector<int>{0, 1});
+  CHECK_THROWS_AS(b.arrive(1, 0, "ckpt-1"), ProtocolError);  // and once only
+  CHECK(b.release(std::vector<int>{0, 1}, 2) == Seqs{0});
+  CHECK_THROWS_AS(b.arrive(-1, 1, ""), ProtocolError);  // no such worker
+}
+
 TEST_CASE("barriers: a rejoiner passes the checkpoint the others finished, then runs one ahead") {
   Barriers b;
   b.arrive(0, 0, "ckpt-a");
