@@ -82,8 +82,10 @@ class Barriers {
     std::vector<int> waiting;   // ascending
   };
   // The first such barrier (lowest number; the lowest rank that strands it),
-  // among the workers in `in_job` (not dropped); nullopt when none is.
-  // A barrier nobody in the job waits at yet strands nobody.
+  // among the workers in `in_job` (not dropped, by rank ascending); nullopt
+  // when none is. A barrier nobody in the job waits at yet strands nobody.
+  // O(1) while no worker has said done early (the scheduler asks at every
+  // arrival); else O(arrivals x log workers) per open barrier.
   std::optional<Stranded> stranded(std::span<const int> in_job) const;
 
  private:
@@ -91,9 +93,15 @@ class Barriers {
     std::int64_t shift = 0;  // seq = key + shift (a rejoiner's run behind the others')
     bool realign = false;    // a rejoiner whose first barrier is still to come
   };
-  std::map<std::int64_t, std::vector<int>> open_;     // sequence -> worker ranks arrived
-  std::map<std::int64_t, std::string> names_;         // sequence -> name (the first arrival's)
-  std::map<int, Numbering> numbering_;                // by worker rank; absent = no shift
+  struct Open {
+    std::vector<int> arrived;  // worker ranks, in order of arrival
+    std::vector<bool> entered;  // by rank: whether in `arrived` (O(1) per arrival, not a scan)
+  };
+  std::map<std::int64_t, Open> open_;           // sequence -> its arrivals
+  std::map<std::int64_t, std::string> names_;   // sequence -> name (the first arrival's)
+  // By worker rank, only the ranks taken back (rejoin()): absent = no shift, so that key_for,
+  // called for every worker at each release, looks up an empty or tiny map.
+  std::map<int, Numbering> numbering_;
   std::int64_t next_seq_ = 0;
   std::string last_released_;
   std::set<int> done_;        // said done (not waited for; their arrivals do not count)

@@ -6,6 +6,14 @@
 //   step ms        wall time of a step (every worker's push + pull, barrier)
 //   barrier ms     the last worker's arrival sent -> the last worker released (median, max);
 //                  1st out: -> the first worker released (the scheduler's part, without the fan-out)
+//   round ms       the same for barriers taken back to back after the steps (--barrier-rounds),
+//                  nothing else running: a barrier alone (median; 1st out)
+//   round us/W     per barrier of those, per worker: the scheduler thread's CPU without heartbeats
+//                  (the project's part: arrivals, the release's sends) and the workers' threads'
+//                  CPU (woken by the release, sending the next arrival: the machine's part here);
+//                  round x: the scheduler's figure against 64 workers (at most 1 = linear); user x:
+//                  the same for its user-space part (the kernel's user/system split of that CPU:
+//                  the project's code and libzmq's, without the kernel's wake-ups of the workers)
 //   get ms         a worker's epoch-members get from the scheduler's store (median)
 //   push/pull ms   a worker's push of all its chunks -> acks; its pull -> replies (median)
 //   sched ms       the scheduler thread's CPU per step; hb ms: the part of it that is
@@ -62,6 +70,8 @@ struct Derived {
   double coord_s = 0;        // the scheduler's per-step work without them
   double hb_node_s = 0;      // heartbeat CPU per node per second
   double coord_x = 0, hb_x = 0;  // growth per worker against 64 workers (0: no reference)
+  double round_x = 0;            // the scheduler's CPU per barrier per worker against 64 workers
+  double round_user_x = 0;       // the same for its user-space part (the project's code and libzmq's)
 };
 
 Derived derive(const ScaleResult& r, const ScaleResult* ref) {
@@ -75,6 +85,9 @@ Derived derive(const ScaleResult& r, const ScaleResult* ref) {
     const double w = r.options.workers, w0 = ref->options.workers;
     if (base.coord_s > 0) d.coord_x = (d.coord_s / w) / (base.coord_s / w0);
     if (base.hb_node_s > 0) d.hb_x = d.hb_node_s / base.hb_node_s;
+    if (ref->round_scheduler_cpu_s > 0) d.round_x = (r.round_scheduler_cpu_s / w) / (ref->round_scheduler_cpu_s / w0);
+    const double user0 = ref->round_scheduler_cpu_s * ref->round_scheduler_user_share;
+    if (user0 > 0) d.round_user_x = (r.round_scheduler_cpu_s * r.round_scheduler_user_share / w) / (user0 / w0);
   }
   return d;
 }
@@ -94,7 +107,10 @@ struct Column {
 };
 constexpr Column kColumns[] = {
     {"mode", "", 5},        {"W", "", 5},           {"S", "", 3},          {"step", "ms", 8},
-    {"barrier", "p50 ms", 8}, {"barrier", "max ms", 8}, {"1st out", "p50 ms", 8}, {"get", "p50 ms", 7},
+    {"barrier", "p50 ms", 8}, {"barrier", "max ms", 8}, {"1st out", "p50 ms", 8}, {"round", "p50 ms", 7},
+    {"round", "1st ms", 7}, {"round", "sched us/W", 10}, {"round x", "vs 64", 7}, {"user x", "vs 64", 6},
+    {"round", "wkr us/W", 8},
+    {"get", "p50 ms", 7},
     {"push", "p50 ms", 7},
     {"pull", "p50 ms", 7},  {"sched", "cpu ms", 8}, {"hb", "cpu ms", 7},   {"coord x", "vs 64", 7},
     {"hb", "us/node/s", 9}, {"hb x", "vs 64", 6},   {"server", "us/req", 7}, {"sched", "KB", 8},
@@ -110,10 +126,13 @@ void print_table(const std::vector<ScaleResult>& rows) {
   for (const ScaleResult& r : rows) {
     const Derived d = derive(r, reference(rows, r));
     const auto ratio = [](double x) { return x > 0 ? std::to_string(x).substr(0, 5) : std::string("-"); };
-    std::printf("%5s %5d %3d %8.2f %8.3f %8.3f %8.3f %7.3f %7.3f %7.3f %8.3f %7.3f %7s %9.2f %6s %7.1f %8.1f %7.1f %7.2f "
-                "%7.0f %7.0f %7.1f %7.0f %8.1f %5d\n",
+    const double w = r.options.workers;
+    std::printf("%5s %5d %3d %8.2f %8.3f %8.3f %8.3f %7.3f %7.3f %10.2f %7s %6s %8.2f %7.3f %7.3f %7.3f %8.3f %7.3f %7s %9.2f "
+                "%6s %7.1f %8.1f %7.1f %7.2f %7.0f %7.0f %7.1f %7.0f %8.1f %5d\n",
                 std::string(to_string(r.options.mode)).c_str(), r.options.workers, r.options.servers, 1e3 * r.step_s,
-                1e3 * r.barrier_p50_s, 1e3 * r.barrier_max_s, 1e3 * r.barrier_first_p50_s, 1e3 * r.store_get_p50_s, 1e3 * r.push_p50_s,
+                1e3 * r.barrier_p50_s, 1e3 * r.barrier_max_s, 1e3 * r.barrier_first_p50_s, 1e3 * r.round_p50_s,
+                1e3 * r.round_first_p50_s, 1e6 * r.round_scheduler_cpu_s / w, ratio(d.round_x).c_str(),
+                ratio(d.round_user_x).c_str(), 1e6 * r.round_worker_cpu_s, 1e3 * r.store_get_p50_s, 1e3 * r.push_p50_s,
                 1e3 * r.pull_p50_s, 1e3 * r.scheduler_cpu_s, 1e3 * d.hb_s, ratio(d.coord_x).c_str(), 1e6 * d.hb_node_s,
                 ratio(d.hb_x).c_str(), 1e6 * r.server_cpu_per_request_s, r.scheduler_bytes / 1024,
                 r.server_bytes / 1024, r.worker_bytes / 1024, r.scheduler_messages, r.server_messages,
@@ -128,7 +147,16 @@ std::string json_row(const ScaleResult& r, const Derived& d) {
       .add("steps", o.steps).add("barrier_every", o.barrier_every).add("epoch_steps", o.epoch_steps)
       .add("elems_per_server", o.elems_per_server).add("compute_us", o.compute_us).add("heartbeat_ms", o.heartbeat_ms)
       .add("step_ms", 1e3 * r.step_s).add("barriers", r.barriers).add("barrier_p50_ms", 1e3 * r.barrier_p50_s)
-      .add("barrier_max_ms", 1e3 * r.barrier_max_s).add("barrier_first_out_p50_ms", 1e3 * r.barrier_first_p50_s).add("store_get_p50_ms", 1e3 * r.store_get_p50_s)
+      .add("barrier_max_ms", 1e3 * r.barrier_max_s).add("barrier_first_out_p50_ms", 1e3 * r.barrier_first_p50_s)
+      .add("barrier_rounds", o.barrier_rounds).add("round_p50_ms", 1e3 * r.round_p50_s).add("round_max_ms", 1e3 * r.round_max_s)
+      .add("round_first_out_p50_ms", 1e3 * r.round_first_p50_s)
+      .add("round_scheduler_cpu_us_per_worker", 1e6 * r.round_scheduler_cpu_s / o.workers)
+      .add("round_scheduler_growth_vs_64", d.round_x)
+      .add("round_scheduler_user_share", r.round_scheduler_user_share)
+      .add("round_scheduler_user_us_per_worker", 1e6 * r.round_scheduler_cpu_s * r.round_scheduler_user_share / o.workers)
+      .add("round_scheduler_user_growth_vs_64", d.round_user_x)
+      .add("round_worker_cpu_us_per_worker", 1e6 * r.round_worker_cpu_s)
+      .add("store_get_p50_ms", 1e3 * r.store_get_p50_s)
       .add("push_p50_ms", 1e3 * r.push_p50_s).add("pull_p50_ms", 1e3 * r.pull_p50_s)
       .add("scheduler_cpu_ms_per_step", 1e3 * r.scheduler_cpu_s).add("heartbeat_cpu_ms_per_step", 1e3 * d.hb_s)
       .add("coordination_cpu_ms_per_step", 1e3 * d.coord_s).add("coordination_growth_vs_64", d.coord_x)
@@ -165,6 +193,9 @@ void add_options(CLI::App& app, Args& a) {
   app.add_option("--heartbeat-ms", a.base.heartbeat_ms, "cluster.heartbeat_interval_ms")->check(CLI::Range(1, 60000));
   app.add_option("--idle-ms", a.base.idle_ms, "the heartbeat-only phase")->check(CLI::Range(4, 600000));
   app.add_option("--staleness", a.base.staleness_bound, "ssp's staleness bound")->check(CLI::Range(0, 1000));
+  app.add_option("--barrier-rounds", a.base.barrier_rounds,
+                 "barriers back to back after the steps (0: none; -1: 51,200 / workers, at least 20)")
+      ->check(CLI::Range(-1, 100000));
   app.add_option("--json", a.json, "also write the results to this JSON file");
 }
 

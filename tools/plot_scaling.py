@@ -1,11 +1,12 @@
 #!/usr/bin/python3
 """Plots tools/bench_scale's JSON (docs/scaling.md): against the number of
-workers, log-log, per mode, (1) a barrier's latency to the last worker
-released and (2) to the first (the scheduler's part), (3) the scheduler's
-per-step coordination CPU (without heartbeats), (4) its heartbeat and
-liveness CPU per node per second, each with a dotted line of linear growth
-(flat for the scheduler part and the heartbeats)
-through the 64-worker point. --before FILE adds the same run of the code
+workers, log-log, per mode, (1) a barrier's latency inside the steps and (2) alone
+(barriers back to back), to the last worker released, (3) the scheduler's
+CPU per barrier per worker and its user-space part (crosses: the project's
+code, without the kernel's wake-ups), (4) its per-step coordination CPU
+(without heartbeats), (5) its heartbeat and liveness CPU per node per second,
+each with a dotted line of linear growth (flat for the per-worker figures)
+through the 64-worker point. Rows without a key (an older run) leave it out. --before FILE adds the same run of the code
 before the scaling fixes, dashed.
 
   /usr/bin/python3 tools/plot_scaling.py docs/figures/scaling.json \\
@@ -20,11 +21,16 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 PANELS = [
-    ("barrier_p50_ms", "barrier: last arrival -> all released\n(ms, median)", 1.0),
-    ("barrier_first_out_p50_ms", "barrier, the scheduler's part:\nlast arrival -> first released (ms)", 0.0),
+    ("barrier_p50_ms", "barrier in the steps: last arrival\n-> all released (ms, median)", 1.0),
+    ("round_p50_ms", "a barrier alone (back to back):\nlast arrival -> all released (ms)", 1.0),
+    ("round_scheduler_cpu_us_per_worker", "scheduler CPU per barrier per worker\n(us; x: its user-space part)", 0.0),
     ("coordination_cpu_ms_per_step", "scheduler CPU per step,\nwithout heartbeats (ms)", 1.0),
     ("heartbeat_us_per_node_s", "heartbeat + liveness CPU\nper node per second (us)", 0.0),
 ]
+# A horizontal line: the target of a barrier over 1,024 workers (dash-dotted, gray).
+TARGET_MS = {"barrier_p50_ms": 20.0, "round_p50_ms": 20.0}
+# Drawn in the same panel as another key, with crosses.
+EXTRA = {"round_scheduler_cpu_us_per_worker": "round_scheduler_user_us_per_worker"}
 COLORS = {"sync": "tab:blue", "async": "tab:orange", "ssp": "tab:green"}
 
 
@@ -44,6 +50,11 @@ def plot_rows(ax, rows, key, power, style, label_suffix):
         ref = dict(pts).get(64)
         if ref and label_suffix == "":
             ax.plot(xs, [ref * (x / 64.0) ** power for x in xs], ":", color=COLORS[mode], linewidth=0.8)
+        extra = EXTRA.get(key)
+        pts = sorted((r["workers"], r[extra]) for r in rows if r["mode"] == mode and r.get(extra, 0) > 0) if extra else []
+        if pts:
+            xs, ys = zip(*pts)
+            ax.plot(xs, ys, style, color=COLORS[mode], marker="x", linewidth=0.8)
 
 
 def main():
@@ -64,6 +75,8 @@ def main():
         ax.set_yscale("log")
         ax.set_xlabel("workers")
         ax.set_title(title, fontsize=10)
+        if key in TARGET_MS:  # the done-when target (issue 29)
+            ax.axhline(TARGET_MS[key], color="gray", linestyle="-.", linewidth=0.8)
         ax.grid(True, which="both", alpha=0.3)
     axes[0].legend(fontsize=8)
     servers = "all server counts" if not a.servers else "%d servers" % a.servers

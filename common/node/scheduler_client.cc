@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <ctime>
 
 #include "common/base/errors.h"
 #include "common/wire/job_secret.h"
@@ -49,7 +48,8 @@ SchedulerClient::SchedulerClient(std::unique_ptr<Transport> owned, Transport* tr
                                  TrafficCounters* traffic, const SecurityContext* security)
     : owned_transport_(std::move(owned)), transport_(transport != nullptr ? *transport : *owned_transport_), endpoint_(std::move(scheduler_endpoint)),
       role_(role), cluster_(cluster), traffic_(traffic), security_(security),
-      conn_(transport_.connect(endpoint_, connection_options(cluster, security, traffic))) {}
+      conn_(transport_.connect(endpoint_, connection_options(cluster, security, traffic))),
+      pulse_(milliseconds(cluster.heartbeat_interval_ms)) {}
 
 SchedulerClient::~SchedulerClient() { stop_heartbeats(); }
 
@@ -61,33 +61,44 @@ Header SchedulerClient::make_header(MsgType type) const {
   return h;
 }
 
-namespace {
-
-// CPU time of this whole process (every thread) so far; 0 if unknown.
-double process_cpu_seconds() {
-  timespec t{};
-  if (clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t) != 0) return 0.0;
-  return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) * 1e-9;
+void ProcessPulse::beat(TimePoint now) {
+  std::lock_guard lock(mu_);
+  if (running_ && now - last_ > interval_ + kSlack) {
+    pause_from_ = last_;
+    pause_to_ = now;
+  }
+  running_ = true;
+  last_ = now;
 }
 
-}  // namespace
+void ProcessPulse::stop() {
+  std::lock_guard lock(mu_);
+  running_ = false;
+}
+
+bool ProcessPulse::stalled(TimePoint from, TimePoint now) const {
+  if (now <= from) return false;
+  std::lock_guard lock(mu_);
+  if (!running_) return false;
+  // The pause still going (the heartbeat thread has not woken since), or the latest one that ended.
+  const bool open = now - last_ > interval_ + kSlack;
+  const TimePoint pause_from = open ? last_ : pause_from_;
+  const TimePoint pause_to = open ? now : pause_to_;
+  const auto overlap = std::min(pause_to, now) - std::max(pause_from, from);
+  return overlap.count() > 0 && 2 * overlap >= now - from;
+}
 
 void SchedulerClient::check_scheduler_alive() const {
   if (rank_ < 0) return;  // before the rendezvous the register wait has its own limit
   const auto now = Clock::now();
-  const double cpu_s = process_cpu_seconds();
-  const bool first = last_check_ == Clock::time_point{};
-  const auto since_check = now - last_check_;
-  const double cpu_since_check = cpu_s - last_check_cpu_s_;
+  const auto previous = last_check_;
   last_check_ = now;
-  last_check_cpu_s_ = cpu_s;
   // Idle callers (the servers' loop, the workers' waits) check at least every
-  // 500 ms: a gap of twice that, and of the whole timeout, in which this
-  // process hardly ran (under a tenth of the gap in CPU time, all threads:
-  // not a long compute between two waits) is its own silence.
+  // 500 ms: a gap of twice that, and of the whole timeout, over half of which
+  // the process was paused (its heartbeat thread did not run: not a long
+  // compute, nor a caller blocked while the rest ran) is its own silence.
   const auto own_gap = std::max(milliseconds(cluster_.heartbeat_timeout_ms), milliseconds(1000));
-  if (!first && since_check > own_gap &&
-      cpu_since_check < 0.1 * std::chrono::duration<double>(since_check).count()) {
+  if (previous != Clock::time_point{} && now - previous > own_gap && pulse_.stalled(previous, now)) {
     last_heard_ = now;  // stopped or starved: its silence, not the scheduler's
     return;
   }
@@ -234,6 +245,7 @@ RegisterReply SchedulerClient::register_as(RegisterRequest request, std::int64_t
     rejoin_take_ = m.header.step;
   }
   last_heard_ = Clock::now();
+  pulse_.beat(last_heard_);  // the heartbeat thread's start: a process stopped before its first wake-up is paused too
   hb_thread_ = std::thread([this] { heartbeat_loop(endpoint_); });
   return reply;
 }
@@ -307,6 +319,7 @@ void SchedulerClient::heartbeat_loop(std::string endpoint) {
     std::unique_lock lock(hb_mutex_);
     while (!hb_stop_) {
       lock.unlock();
+      pulse_.beat(Clock::now());
       try {
         hb->send(make_header(MsgType::kHeartbeat));
       } catch (const TransportError&) {
@@ -318,6 +331,7 @@ void SchedulerClient::heartbeat_loop(std::string endpoint) {
   } catch (const std::exception&) {
     // The context is closing or the socket failed: the scheduler will see the silence.
   }
+  pulse_.stop();
 }
 
 void SchedulerClient::stop_heartbeats() {

@@ -50,6 +50,39 @@ class SchedulerRefusal : public TransportError {
   Status status_;
 };
 
+// Whether this whole process ran, as its heartbeat thread sees it: that
+// thread wakes every heartbeat interval while the process runs, so a pause
+// between two of its wake-ups well past the interval (more than the interval
+// + kSlack) is a time when the process was stopped or starved of the CPU.
+// SchedulerClient::check_scheduler_alive asks it whether a long gap between
+// two of its checks was such a pause (the process's silence, not the
+// scheduler's). A record under a mutex: beat() from the
+// heartbeat thread, stalled() from the checking thread, O(1) both (no
+// clock of the process's CPU, which the kernel sums over every thread).
+// Pure: time is passed in (tests).
+class ProcessPulse {
+ public:
+  using TimePoint = std::chrono::steady_clock::time_point;
+  static constexpr std::chrono::milliseconds kSlack{100};
+  explicit ProcessPulse(std::chrono::milliseconds interval) : interval_(interval) {}
+  // The heartbeat thread woke at `now`.
+  void beat(TimePoint now);
+  // The heartbeat thread has ended: no more evidence (stalled() says false).
+  void stop();
+  // Whether the process was paused over at least half of [from, now]: its
+  // latest long pause (between two wake-ups, or since the last one and
+  // still going at `now`) overlaps that window by at least half its length.
+  // False before the first beat and after stop().
+  bool stalled(TimePoint from, TimePoint now) const;
+
+ private:
+  std::chrono::milliseconds interval_;
+  mutable std::mutex mu_;
+  bool running_ = false;
+  TimePoint last_{};                     // the latest wake-up
+  TimePoint pause_from_{}, pause_to_{};  // the latest long pause between two (empty: none)
+};
+
 class SchedulerClient {
  public:
   // `traffic` (may be null, else outliving the client) counts the bytes of
@@ -105,12 +138,16 @@ class SchedulerClient {
   // Throws TransportError naming the scheduler if it has sent nothing (not
   // even a heartbeat) for heartbeat_timeout_ms since the rendezvous. A gap
   // of that length (and of at least 1 s: idle callers check every 500 ms at
-  // most) between two checks, in which the process hardly used the CPU (not
-  // a long compute), is this process's own silence (it was
-  // stopped, or starved of the CPU), not the scheduler's: the window starts
-  // again, and the scheduler gets its chance to speak (a node it dropped
-  // meanwhile is told so and exits with that reason, not "the scheduler is
-  // gone").
+  // most) between two checks, over at least half of which the whole process
+  // was paused (ProcessPulse: its heartbeat thread did not run; not a long
+  // compute or a blocking wait of the caller, while the rest ran), is this
+  // process's own silence (it was stopped, or starved of the CPU), not the
+  // scheduler's: the window starts again, and the scheduler gets its chance
+  // to speak (a node it dropped meanwhile is told so and exits with that
+  // reason, not "the scheduler is gone"). O(1): a steady clock read, and the
+  // pulse's record after a long gap only (no clock summed over the
+  // process's threads: with thousands of threads in one process that was
+  // most of its CPU).
   void check_scheduler_alive() const;
   bool shutdown_received() const { return shutdown_; }
   // Workers the scheduler dropped from the job (failure policy "continue")
@@ -171,8 +208,7 @@ class SchedulerClient {
   // and sets request.challenge and request.proof (common/wire/job_secret.h).
   void answer_challenge_for(RegisterRequest& request);
   mutable std::chrono::steady_clock::time_point last_check_{};  // check_scheduler_alive's last call
-  mutable double last_check_cpu_s_ = 0;                          // this process's CPU time then
-  mutable std::chrono::steady_clock::time_point last_heard_;  // last message from the scheduler (main socket)  // from the register reply: names the heartbeat connection
+  mutable std::chrono::steady_clock::time_point last_heard_;  // last message from the scheduler (main socket)
   Role role_;
   ClusterConfig cluster_;
   TrafficCounters* traffic_;
@@ -187,6 +223,7 @@ class SchedulerClient {
   std::condition_variable hb_cv_;
   bool hb_stop_ = false;
   std::thread hb_thread_;
+  ProcessPulse pulse_;  // the heartbeat thread's wake-ups
 };
 
 // This machine's host name (gethostname), for registration messages.

@@ -1,13 +1,13 @@
 #!/usr/bin/python3
 """CTest bench_scale_smoke: tools/bench_scale at a small size (8 and 64 workers,
-4 servers, a few steps, every mode), its table and its JSON checked for sane
+4 servers, a few steps and 20 barriers back to back, every mode), its table and its JSON checked for sane
 numbers: counts that follow from the run, bytes at least the payloads, no
 timing bounds. Usage: bench_scale_smoke.py BENCH_SCALE_BINARY JSON_OUT."""
 import json
 import subprocess
 import sys
 
-WORKERS, SERVERS, STEPS, ELEMS = [8, 64], 4, 4, 256
+WORKERS, SERVERS, STEPS, ELEMS, ROUNDS = [8, 64], 4, 4, 256, 20
 MODES = ["sync", "async", "ssp"]
 
 
@@ -45,6 +45,15 @@ def check_row(row):
         fail("%s: the scheduler moved no bytes in the steps (a barrier each step)" % name)
     if row["worker_messages_per_step"] < 4 * SERVERS or row["server_messages_per_step"] < 4 * row["workers"]:
         fail("%s: fewer messages than the pushes, pulls and their replies" % name)
+    if row["barrier_rounds"] != ROUNDS:
+        fail("%s: %r barriers back to back, expected %d" % (name, row["barrier_rounds"], ROUNDS))
+    for key in ["round_p50_ms", "round_scheduler_cpu_us_per_worker", "round_worker_cpu_us_per_worker"]:
+        if not row[key] > 0:
+            fail("%s: %s is %r, expected > 0" % (name, key, row[key]))
+    if not 0 < row["round_first_out_p50_ms"] <= row["round_p50_ms"] <= row["round_max_ms"]:
+        fail("%s: a lone barrier's first release, median and max are out of order" % name)
+    if not 0 <= row["round_scheduler_user_share"] <= 1:
+        fail("%s: the scheduler's user share of its CPU is %r" % (name, row["round_scheduler_user_share"]))
     growth = row["coordination_growth_vs_64"]
     if row["workers"] == 64 and growth != 0:
         fail("%s: the 64-worker row is its own reference, its growth must be 0 (none), is %r" % (name, growth))
@@ -54,7 +63,7 @@ def main():
     binary, out = sys.argv[1], sys.argv[2]
     args = [binary, "--workers", ",".join(map(str, WORKERS)), "--servers", str(SERVERS), "--modes", ",".join(MODES),
             "--steps", str(STEPS), "--barrier-every", "1", "--epoch-steps", "2", "--elems", str(ELEMS),
-            "--idle-ms", "200", "--heartbeat-ms", "50", "--json", out]
+            "--idle-ms", "200", "--heartbeat-ms", "50", "--barrier-rounds", str(ROUNDS), "--json", out]
     run = subprocess.run(args, capture_output=True, text=True, timeout=600)
     print(run.stdout)
     if run.returncode != 0:

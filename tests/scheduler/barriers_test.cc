@@ -2,6 +2,7 @@
 // done workers), its release, and a rejoined worker's numbering.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -67,6 +68,19 @@ TEST_CASE("barriers: a rejoin forgets the failed process's arrivals at open barr
   CHECK(b.arrived(1).empty());
   CHECK(b.release(std::vector<int>{0, 1}, 2).empty());  // waits for the new process
   CHECK(b.rejoin(2).empty());
+}
+
+TEST_CASE("barriers: after a rejoin the new process enters the open barrier its predecessor had entered") {
+  // The repeat check is a flag per rank and barrier: the rejoin clears it with the arrival.
+  Barriers b;
+  b.arrive(0, 0, "ckpt-1");
+  b.arrive(1, 0, "ckpt-1");
+  REQUIRE(b.rejoin(1) == std::vector<std::string>{"ckpt-1"});
+  CHECK(b.arrive(1, 0, "ckpt-1") == Barriers::Arrival::kEntered);  // open: entered, not passed
+  CHECK(b.arrived(0) == std::vector<int>{0, 1});
+  CHECK_THROWS_AS(b.arrive(1, 0, "ckpt-1"), ProtocolError);  // and once only
+  CHECK(b.release(std::vector<int>{0, 1}, 2) == Seqs{0});
+  CHECK_THROWS_AS(b.arrive(-1, 1, ""), ProtocolError);  // no such worker
 }
 
 TEST_CASE("barriers: a rejoiner passes the checkpoint the others finished, then runs one ahead") {
@@ -255,4 +269,29 @@ TEST_CASE("barriers: the lowest barrier and the lowest early done are named firs
   REQUIRE(s.has_value());
   CHECK(s->barrier == "initial weights");
   CHECK(s->rank == 1);
+}
+
+TEST_CASE("barriers: at 1,024 workers with dropped ranks, an early done strands the barrier its waiters are at") {
+  // The live list is sorted with holes (dropped ranks): stranded() looks ranks up in it by
+  // binary search, and answers nothing at once while no worker said done early.
+  std::vector<int> in_job;
+  for (int r = 0; r < 1024; ++r) {
+    if (r % 100 != 99) in_job.push_back(r);  // 99, 199, ... dropped
+  }
+  Barriers b;
+  for (int r : in_job) {
+    if (r != 500) b.arrive(r, 0, "checkpoint 3");
+  }
+  b.arrive(199, 0, "checkpoint 3");  // a dropped worker's arrival: not a waiter
+  CHECK_FALSE(b.stranded(in_job).has_value());  // nobody said done early
+  b.done(999);                                  // dropped: its early done strands nothing
+  CHECK_FALSE(b.stranded(in_job).has_value());
+  b.done(500);
+  const auto s = b.stranded(in_job);
+  REQUIRE(s.has_value());
+  CHECK(s->rank == 500);
+  CHECK(s->barrier == "checkpoint 3");
+  CHECK(s->waiting.size() == in_job.size() - 1);
+  CHECK(std::find(s->waiting.begin(), s->waiting.end(), 199) == s->waiting.end());
+  CHECK(std::is_sorted(s->waiting.begin(), s->waiting.end()));
 }

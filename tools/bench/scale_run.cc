@@ -1,6 +1,7 @@
 #include "tools/bench/scale_run.h"
 
 #include <pthread.h>
+#include <time.h>
 
 #include <algorithm>
 #include <chrono>
@@ -27,6 +28,7 @@ double seconds(Clock::duration d) { return std::chrono::duration<double>(d).coun
 // What one worker measured (written by its thread only).
 struct WorkerRecord {
   std::vector<Clock::time_point> barrier_in, barrier_out;
+  std::vector<Clock::time_point> round_in, round_out;  // the barriers back to back
   std::vector<double> push_s, pull_s, store_s;
   int wrong = 0;
 };
@@ -35,10 +37,34 @@ struct WorkerRecord {
 struct Snapshot {
   Clock::time_point at;
   std::map<std::string, double> cpu;
+  std::map<std::string, UserSystem> split;  // the rounds' snapshots only
   double scheduler_bytes = 0, server_bytes = 0, worker_bytes = 0;
 };
 
 double bytes_of(const TrafficCounters& c) { return static_cast<double>(c.bytes_sent() + c.bytes_received()); }
+
+// Each barrier's latency: the last arrival sent -> the last worker released (last), -> the first (first).
+struct Latencies {
+  std::vector<double> last, first;
+};
+
+using Times = std::vector<Clock::time_point> WorkerRecord::*;
+
+Latencies latencies(const std::vector<WorkerRecord>& records, Times in, Times out) {
+  Latencies l;
+  const std::size_t nb = (records[0].*in).size();
+  for (std::size_t b = 0; b < nb; ++b) {
+    Clock::time_point last_in{}, last_out{}, first_out = Clock::time_point::max();
+    for (const WorkerRecord& w : records) {
+      last_in = std::max(last_in, (w.*in)[b]);
+      last_out = std::max(last_out, (w.*out)[b]);
+      first_out = std::min(first_out, (w.*out)[b]);
+    }
+    l.last.push_back(seconds(last_out - last_in));
+    l.first.push_back(seconds(first_out - last_in));
+  }
+  return l;
+}
 
 class ScaleJob {
  public:
@@ -54,8 +80,11 @@ class ScaleJob {
   LocalClusterOptions cluster_options();
   void worker(LocalCluster& cluster, int rank);
   void steps(WorkerSession& session, WorkerRecord& rec, std::span<float> params, std::span<const float> grads);
+  void rounds(SchedulerClient& scheduler, WorkerRecord& rec, int rank);
   void idle(int rank);
   Snapshot snapshot() const;
+  // A snapshot by worker 0's thread, its own CPU for taking it not counted (it reads /proc for every thread).
+  Snapshot worker0_snapshot();
   ScaleResult summarize() const;
 
   const ScaleOptions& o_;
@@ -65,7 +94,9 @@ class ScaleJob {
   std::vector<TrafficCounters> server_traffic_;
   TrafficCounters scheduler_traffic_;
   // Written by worker 0 after a barrier, read once the workers have ended.
-  Snapshot start_, end_, idle_a_, idle_b_;
+  Snapshot start_, end_, rounds_a_, rounds_b_, idle_a_, idle_b_;
+  double snapshot_cpu_s_ = 0;  // worker 0's CPU spent taking rounds_a_ and rounds_b_
+  int rounds_ = o_.barrier_rounds >= 0 ? o_.barrier_rounds : std::max(20, 51200 / o_.workers);
   std::int64_t rss_before_ = 0, rss_running_ = 0;
 };
 
@@ -121,6 +152,32 @@ void ScaleJob::steps(WorkerSession& session, WorkerRecord& rec, std::span<float>
   }
 }
 
+Snapshot ScaleJob::worker0_snapshot() {
+  timespec a{}, b{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &a);
+  Snapshot s = snapshot();
+  s.split = user_system_by_thread_name();
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &b);
+  snapshot_cpu_s_ += static_cast<double>(b.tv_sec - a.tv_sec) + 1e-9 * static_cast<double>(b.tv_nsec - a.tv_nsec);
+  return s;
+}
+
+// Barriers back to back: between worker 0's two snapshots, the rounds and about one more barrier (the
+// release of "rounds go", whose arrivals may come before the first snapshot, and the arrivals at
+// "rounds done", whose release ends the window).
+void ScaleJob::rounds(SchedulerClient& scheduler, WorkerRecord& rec, int rank) {
+  if (rounds_ <= 0) return;
+  if (rank == 0) rounds_a_ = worker0_snapshot();
+  scheduler.barrier("rounds go");
+  for (int k = 0; k < rounds_; ++k) {
+    rec.round_in.push_back(Clock::now());
+    scheduler.barrier("round");
+    rec.round_out.push_back(Clock::now());
+  }
+  scheduler.barrier("rounds done");
+  if (rank == 0) rounds_b_ = worker0_snapshot();
+}
+
 // Heartbeats and liveness only: worker 0 samples the middle half of it, clear of the barriers around it.
 void ScaleJob::idle(int rank) {
   const auto quarter = std::chrono::milliseconds(o_.idle_ms / 4);
@@ -158,6 +215,7 @@ void ScaleJob::worker(LocalCluster& cluster, int rank) {
     if (o_.mode == Mode::kSync) {  // gradients of 1, lr 1, no momentum: every weight is -steps exactly
       for (float x : params) rec.wrong += x != -static_cast<float>(o_.steps) ? 1 : 0;
     }
+    rounds(session.scheduler(), rec, rank);
     idle(rank);
     session.scheduler().barrier("idle done");
   });
@@ -211,28 +269,36 @@ ScaleResult ScaleJob::summarize() const {
   r.scheduler_messages = o_.workers * 2.0 * (barriers_per_step + gets_per_step) + (o_.workers + o_.servers) * heartbeats;
   r.server_messages = o_.workers * 4.0 + heartbeats;
   r.worker_messages = o_.servers * 4.0 + 2.0 * (barriers_per_step + gets_per_step) + heartbeats;
-  std::vector<double> barrier, first, store, push, pull;
-  const std::size_t nb = records_[0].barrier_in.size();
-  for (std::size_t b = 0; b < nb; ++b) {
-    Clock::time_point last_in{}, last_out{}, first_out = Clock::time_point::max();
-    for (const WorkerRecord& w : records_) {
-      last_in = std::max(last_in, w.barrier_in[b]);
-      last_out = std::max(last_out, w.barrier_out[b]);
-      first_out = std::min(first_out, w.barrier_out[b]);
-    }
-    barrier.push_back(seconds(last_out - last_in));
-    first.push_back(seconds(first_out - last_in));
+  const Latencies steps_b = latencies(records_, &WorkerRecord::barrier_in, &WorkerRecord::barrier_out);
+  const Latencies rounds_b = latencies(records_, &WorkerRecord::round_in, &WorkerRecord::round_out);
+  r.options.barrier_rounds = rounds_;
+  if (rounds_ > 0) {
+    const double n = rounds_ + 1.0;  // "rounds go" and "rounds done": about one more
+    r.round_p50_s = median(rounds_b.last);
+    r.round_max_s = rounds_b.last.empty() ? 0 : *std::max_element(rounds_b.last.begin(), rounds_b.last.end());
+    r.round_first_p50_s = median(rounds_b.first);
+    const double hb = r.scheduler_idle_cpu_s * seconds(rounds_b_.at - rounds_a_.at);  // heartbeats meanwhile
+    r.round_scheduler_cpu_s = std::max(0.0, cpu(rounds_a_, rounds_b_, "ps-scheduler") - hb) / n;
+    r.round_worker_cpu_s = (cpu(rounds_a_, rounds_b_, "ps-worker") - snapshot_cpu_s_) / n / o_.workers;
+    const auto split = [](const Snapshot& x) {
+      const auto it = x.split.find("ps-scheduler");
+      return it == x.split.end() ? UserSystem{} : it->second;
+    };
+    const UserSystem a = split(rounds_a_), b = split(rounds_b_);
+    const double user = b.user_s - a.user_s, total = user + b.system_s - a.system_s;
+    r.round_scheduler_user_share = total > 0 ? user / total : 0;
   }
+  std::vector<double> store, push, pull;
   for (const WorkerRecord& w : records_) {
     store.insert(store.end(), w.store_s.begin(), w.store_s.end());
     push.insert(push.end(), w.push_s.begin(), w.push_s.end());
     pull.insert(pull.end(), w.pull_s.begin(), w.pull_s.end());
     r.wrong += w.wrong;
   }
-  r.barriers = static_cast<int>(nb);
-  r.barrier_p50_s = median(barrier);
-  r.barrier_max_s = barrier.empty() ? 0 : *std::max_element(barrier.begin(), barrier.end());
-  r.barrier_first_p50_s = median(first);
+  r.barriers = static_cast<int>(steps_b.last.size());
+  r.barrier_p50_s = median(steps_b.last);
+  r.barrier_max_s = steps_b.last.empty() ? 0 : *std::max_element(steps_b.last.begin(), steps_b.last.end());
+  r.barrier_first_p50_s = median(steps_b.first);
   r.store_get_p50_s = median(store);
   r.push_p50_s = median(push);
   r.pull_p50_s = median(pull);
@@ -251,8 +317,9 @@ int sockets_needed(int workers, int servers) {
 
 ScaleResult run_scale(const ScaleOptions& options) {
   if (options.workers < 1 || options.servers < 1 || options.steps < 1 || options.elems_per_server < 1 ||
-      options.heartbeat_ms < 1 || options.idle_ms < 4) {
-    throw ConfigError("bench_scale: workers, servers, steps, elems, heartbeat-ms must be positive and idle-ms at least 4");
+      options.heartbeat_ms < 1 || options.idle_ms < 4 || options.barrier_rounds < -1) {
+    throw ConfigError("bench_scale: workers, servers, steps, elems, heartbeat-ms must be positive, idle-ms at least 4 "
+                      "and barrier-rounds at least -1 (auto)");
   }
   ScaleJob job(options);
   return job.run();

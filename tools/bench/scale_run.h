@@ -8,8 +8,11 @@
 // as the PS loop does); every barrier_every steps the workers meet at a
 // scheduler barrier, every epoch_steps steps each asks for the epoch's members
 // (the scheduler's store, as worker/train/epoch_members.h does). Then the
-// workers sleep idle_ms between two barriers: the scheduler's CPU time then is
-// the price of heartbeats and liveness alone.
+// workers take barrier_rounds barriers back to back, nothing between them: a
+// barrier alone, its latency and its CPU (the scheduler's thread, the project's
+// part; the workers' threads woken, the machine's part here: 2,000 threads on
+// a few cores). Then the workers sleep idle_ms between two barriers: the
+// scheduler's CPU time then is the price of heartbeats and liveness alone.
 #pragma once
 
 #include <cstdint>
@@ -32,6 +35,10 @@ struct ScaleOptions {
   int compute_us = 0;        // simulated compute per step (a sleep)
   int heartbeat_ms = 500;    // cluster.heartbeat_interval_ms
   int idle_ms = 1000;        // the heartbeat-only phase
+  // Barriers back to back after the steps (0: none; -1: 51,200 / workers, at least 20, so that every
+  // size takes about as many arrivals: a second or more of the scheduler's CPU, enough for the kernel's
+  // user/system split).
+  int barrier_rounds = -1;
 };
 
 // Per step unless named otherwise; times in seconds, CPU in seconds.
@@ -42,6 +49,13 @@ struct ScaleResult {
   double barrier_max_s = 0;
   double barrier_first_p50_s = 0;  // the last arrival sent -> the first worker released (no fan-out)
   int barriers = 0;
+  // The barriers back to back (barrier_rounds): latency as above, median and max, and per barrier the
+  // scheduler thread's CPU without heartbeats (arrivals, the release's sends) and the workers' threads' CPU
+  // (each woken by its release, sending its next arrival) per worker.
+  double round_p50_s = 0, round_max_s = 0, round_first_p50_s = 0;
+  double round_scheduler_cpu_s = 0;
+  double round_scheduler_user_share = 0;  // of the scheduler thread's CPU in the rounds: user space (the kernel's split)
+  double round_worker_cpu_s = 0;
   double store_get_p50_s = 0;    // a worker's epoch-members get, median
   double push_p50_s = 0;         // a worker's push of all chunks -> every server's ack, median
   double pull_p50_s = 0;         // the pull sent with it -> every chunk's reply, median

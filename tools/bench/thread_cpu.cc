@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 namespace pstrain::bench {
 
@@ -32,6 +33,27 @@ std::map<std::string, double> cpu_seconds_by_thread_name() {
     std::string name;
     if (!std::getline(comm, name)) continue;  // the thread ended meanwhile
     by_name[name] += thread_cpu_seconds(static_cast<pid_t>(std::stol(task.path().filename().string())));
+  }
+  return by_name;
+}
+
+std::map<std::string, UserSystem> user_system_by_thread_name() {
+  std::map<std::string, UserSystem> by_name;
+  const double tick = static_cast<double>(sysconf(_SC_CLK_TCK));
+  std::error_code ec;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task", ec)) {
+    std::ifstream comm(task.path() / "comm");
+    std::ifstream stat(task.path() / "stat");
+    std::string name, line;
+    if (!std::getline(comm, name) || !std::getline(stat, line)) continue;  // the thread ended meanwhile
+    // After the name in parentheses: state (field 3), ... utime (14), stime (15).
+    std::istringstream fields(line.substr(line.rfind(')') + 2));
+    std::string skip;
+    for (int f = 3; f < 14; ++f) fields >> skip;
+    double user = 0, system = 0;
+    if (!(fields >> user >> system)) continue;
+    by_name[name].user_s += user / tick;
+    by_name[name].system_s += system / tick;
   }
   return by_name;
 }

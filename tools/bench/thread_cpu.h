@@ -16,6 +16,15 @@ namespace pstrain::bench {
 // ended are not counted.
 std::map<std::string, double> cpu_seconds_by_thread_name();
 
+// The kernel's split of each thread's CPU into user space (the program and its
+// libraries) and the kernel (system calls, the wake-ups they cause), summed by
+// thread name as above: /proc/self/task/*/stat's utime and stime, sampled at
+// the clock tick (10 ms), so only a window of a second or more splits well.
+struct UserSystem {
+  double user_s = 0, system_s = 0;
+};
+std::map<std::string, UserSystem> user_system_by_thread_name();
+
 // CPU seconds of the threads whose name starts with `prefix`, in `by_name`.
 double cpu_seconds_with_prefix(const std::map<std::string, double>& by_name, const std::string& prefix);
 
