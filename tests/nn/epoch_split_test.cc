@@ -4,7 +4,9 @@
 // last segment's wrap-around padding).
 #include <doctest/doctest.h>
 
+#include <fstream>
 #include <map>
+#include <string>
 #include <vector>
 
 #include "common/base/errors.h"
@@ -16,6 +18,7 @@
 #include "worker/train/epoch_members.h"
 #include "worker/train/epoch_split.h"
 #include "worker/train/metrics.h"
+#include "tests/support/temp_dir.h"
 
 using namespace pstrain;
 
@@ -148,13 +151,13 @@ struct Ran {
 // workers 2 and 3 join from step 2 and worker 3 retires from step 4; the
 // changes are heard during step 1 and step 3 (as a scheduler's announcement
 // would be). A joiner starts at step 2 knowing the first change.
-Ran run_rank(const RunConfig& config, const data::Dataset& train, int rank) {
+Ran run_rank(const RunConfig& config, const data::Dataset& train, int rank, const std::string& run_dir = "") {
   Logger log("test", LogLevel::kWarn);
   EpochDriver driver(config, train, rank, 2);
   EpochMembers members([](int epoch) { return epoch == 0 ? std::vector<int>{0, 1} : std::vector<int>{0, 1, 2}; });
   const bool joiner = rank >= 2;
   if (joiner) members.add_segment(0, 2, {0, 1, 2, 3});
-  MetricsWriter metrics("", "worker.jsonl");
+  MetricsWriter metrics(run_dir, "worker-" + std::to_string(rank) + ".jsonl");
   const std::int64_t images = 0;
   Ran ran;
   ran.done = driver.run(
@@ -252,4 +255,55 @@ TEST_CASE("EpochDriver: a change heard after the worker passed its step is refus
         [](std::int64_t, int, bool) {}, 0, &members);
   };
   CHECK_THROWS_WITH_AS(late(), doctest::Contains("heard after this worker ran its step 3"), ProtocolError);
+}
+
+namespace {
+// The "coverage" records of epoch `epoch` in a worker's metrics file, added up.
+EpochCoverage coverage_records(const std::string& file, int epoch) {
+  EpochCoverage sum;
+  std::ifstream in(file);
+  std::string line;
+  const auto field = [&](const std::string& key) {
+    const auto at = line.find("\"" + key + "\":");
+    REQUIRE(at != std::string::npos);
+    return line.substr(at + key.size() + 3);
+  };
+  while (std::getline(in, line)) {
+    if (line.find("\"type\":\"coverage\"") == std::string::npos) continue;
+    if (std::stoll(field("epoch")) != epoch) continue;
+    sum.samples += std::stoll(field("samples"));
+    sum.checksum += std::stoull(field("checksum").substr(1, 16), nullptr, 16);
+  }
+  return sum;
+}
+}  // namespace
+
+TEST_CASE("EpochDriver: each process's coverage records of an epoch add up to the epoch's samples, padding included") {
+  const data::Dataset train = data::make_synthetic(97, 1);
+  const RunConfig config = elastic_config();
+  test::TempDir dir("coverage");
+  EpochCoverage trained[2];
+  for (const int rank : {0, 1, 2, 3}) {
+    const Ran ran = run_rank(config, train, rank, dir.path().string());
+    for (const int epoch : {0, 1}) {
+      if (ran.samples.count(epoch)) trained[epoch].add(ran.samples.at(epoch));
+    }
+  }
+  for (const int epoch : {0, 1}) {
+    EpochCoverage written;
+    for (const int rank : {0, 1, 2, 3}) {
+      written.add(coverage_records((dir.path() / "metrics" / ("worker-" + std::to_string(rank) + ".jsonl")).string(), epoch));
+    }
+    CAPTURE(epoch);
+    CHECK(written == trained[epoch]);  // the records are what the steps trained
+    // Every sample once, and the last segment's padding: the permutation's first entries again.
+    EpochCoverage expected;
+    for (std::int64_t i = 0; i < 97; ++i) expected.checksum += sample_hash(i);
+    const auto order = data::epoch_permutation(97, config.workload.seed, epoch);
+    const std::int64_t padding = epoch == 0 ? (3 - 37 % 3) % 3 : (3 - 97 % 3) % 3;
+    for (std::int64_t k = 0; k < padding; ++k) expected.checksum += sample_hash(order[static_cast<std::size_t>(k)]);
+    expected.samples = 97 + padding;
+    CHECK(written == expected);
+  }
+  CHECK(checksum_text(0xff) == "00000000000000ff");
 }

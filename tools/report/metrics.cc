@@ -100,9 +100,12 @@ void add_record(WorkerMetrics& m, const Fields& f) {
     m.rejoins.push_back(RejoinRecord{f.number("time_s"), f.integer("step"), m.steps.size()});
   } else if (type == "resume") {
     m.resumes.push_back(ResumeRecord{f.number("time_s"), f.integer("step")});
+  } else if (type == "coverage") {
+    m.coverage.push_back(CoverageRecord{f.integer("epoch"), f.integer("first_step"), f.integer("steps"),
+                                        f.integer("samples"), f.text("checksum")});
   } else {
-    throw DataError(f.what("type") + ": expected \"plan\", \"step\", \"eval\", \"rejoin\", \"resume\" or \"end\", got \"" +
-                    type + "\"");
+    throw DataError(f.what("type") + ": expected \"plan\", \"step\", \"eval\", \"rejoin\", \"resume\", " +
+                    "\"coverage\" or \"end\", got \"" + type + "\"");
   }
 }
 

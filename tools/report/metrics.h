@@ -75,8 +75,21 @@ struct ResumeRecord {
   std::int64_t step = 0;
 };
 
+// What this worker's process trained of an epoch (worker/train/epoch_driver.h,
+// "coverage"): its samples and their additive checksum (16 hex digits,
+// worker/train/epoch_split.h), from first_step for `steps` steps. Absent in
+// files of older runs.
+struct CoverageRecord {
+  std::int64_t epoch = 0;
+  std::int64_t first_step = 0;
+  std::int64_t steps = 0;
+  std::int64_t samples = 0;
+  std::string checksum;
+};
+
 struct WorkerMetrics {
   int rank = -1;
+  std::vector<CoverageRecord> coverage;
   std::vector<RejoinRecord> rejoins;
   std::vector<ResumeRecord> resumes;
   std::optional<PlanRecord> plan;  // absent in files of older runs

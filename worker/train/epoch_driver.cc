@@ -89,7 +89,20 @@ struct EpochDriver::Walk {
   std::int64_t total = 0;      // the plan's steps in all
   std::int64_t announced = 0;  // steps per epoch of the last "plan" record
   ProgressWindow window;
+  EpochCoverage coverage{};    // this epoch's samples trained by this process
+  std::int64_t epoch_first = 0;  // the first step this process ran in the epoch
 };
+
+namespace {
+// The "coverage" record of what this process trained of the epoch (none when it ran no step of it).
+void write_coverage(EpochDriver::Walk& w) {
+  if (w.coverage.samples == 0) return;
+  w.metrics.write(JsonLine().add("type", "coverage").add("time_s", w.metrics.elapsed_s()).add("epoch", w.epoch)
+                      .add("first_step", w.epoch_first).add("steps", w.step - w.epoch_first)
+                      .add("samples", w.coverage.samples).add("checksum", checksum_text(w.coverage.checksum)));
+  w.coverage = EpochCoverage{};
+}
+}  // namespace
 
 void EpochDriver::replan(Walk& w, const EpochSplit& split, std::int64_t at, bool changed) const {
   const std::vector<EpochSegment>& segments = w.who.segments(w.epoch);
@@ -103,9 +116,10 @@ void EpochDriver::replan(Walk& w, const EpochSplit& split, std::int64_t at, bool
       .add("workers", split.shard_at(std::max<std::int64_t>(b, 0)).replicas);
   if (k > 0) plan.add("step", w.start + segments[k].from_step);
   w.metrics.write(plan);
-  w.log.info("epoch " + std::to_string(w.epoch) + (k > 0 ? " from its step " + std::to_string(segments[k].from_step) : "") +
-             ": " + std::to_string(segments[k].members.size()) + " workers (" + format_members(segments[k].members) +
-             ") share the training set: " + std::to_string(split.steps()) + (k > 0 ? " steps in this epoch, " : " steps per epoch, ") +
+  const std::string from = k > 0 ? " from its step " + std::to_string(segments[k].from_step) : "";
+  w.log.info("epoch " + std::to_string(w.epoch) + from + ": " + std::to_string(segments[k].members.size()) +
+             " workers (" + format_members(segments[k].members) + ") share the training set: " +
+             std::to_string(split.steps()) + (k > 0 ? " steps in this epoch, " : " steps per epoch, ") +
              std::to_string(w.total) + " in all");
   w.announced = split.steps();
 }
@@ -119,17 +133,21 @@ bool EpochDriver::run_epoch(Walk& w) const {
                " before this worker was back: it repeats the shard of position " +
                std::to_string(split.shard_at(w.step - w.start).position) + " until the epoch ends");
   }
+  w.epoch_first = w.step;
   for (std::int64_t b = w.step - w.start; b < split.steps() && w.step < w.total; ++b, ++w.step) {
     const std::size_t k = split.segment_at(b);
     const EpochShard& shard = split.shard_at(b);
     if (k > 0 && !shard.member) {
-      w.log.info("retired at step " + std::to_string(w.step) + " (epoch " + std::to_string(w.epoch) + "): not among the workers " +
-                 format_members(w.who.segments(w.epoch)[k].members) + " from there");
+      w.log.info("retired at step " + std::to_string(w.step) + " (epoch " + std::to_string(w.epoch) +
+                 "): not among the workers " + format_members(w.who.segments(w.epoch)[k].members) + " from there");
+      write_coverage(w);
       return false;
     }
     double lr = schedule_.lr_in_epoch(w.epoch, b, split.steps());
     if (scale_lr_by_members_) lr *= lr_factor(shard.replicas);
-    const double loss = w.step_fn(split.batch(b), w.step, w.epoch, lr);
+    const auto batch = split.batch(b);
+    const double loss = w.step_fn(batch, w.step, w.epoch, lr);
+    w.coverage.add(batch);
     if (std::isfinite(loss)) w.window.loss_sum += loss, ++w.window.losses;
     const std::int64_t progress_every = std::max<std::int64_t>(split.steps() / 5, 1);
     if (rank_ == 0 && (b + 1) % progress_every == 0) {
@@ -151,6 +169,7 @@ bool EpochDriver::run_epoch(Walk& w) const {
       replan(w, split, w.start + from, true);
     }
   }
+  write_coverage(w);
   return true;
 }
 

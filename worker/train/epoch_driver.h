@@ -31,6 +31,12 @@
 // max_workers) with schedule.linear_scaling, sync and allreduce steps take
 // the rate scaled by the segment's members over cluster.workers (the global
 // batch); async and ssp keep the per-push rate.
+//
+// Coverage: when this process leaves an epoch (its end, a retirement, the
+// last step of the run) it writes a "coverage" record (epoch, first_step,
+// steps, samples, checksum: EpochCoverage, epoch_split.h) of the samples it
+// trained in it, so a run's records of an epoch can be checked against the
+// epoch's permutation (every sample once, plus the padding).
 #pragma once
 
 #include <cstdint>
@@ -82,8 +88,9 @@ class EpochDriver {
   // Whether run() returned because this worker is not a member of a later segment.
   bool retired() const { return retired_; }
 
- private:
   struct Walk;  // run()'s state (epoch_driver.cc)
+
+ private:
   // Runs epoch `w.epoch` from step `w.step`; false when this worker retired.
   bool run_epoch(Walk& w) const;
   EpochSplit split_of(EpochMembers& who, int epoch) const;

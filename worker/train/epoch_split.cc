@@ -12,6 +12,25 @@ namespace {
 std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 }  // namespace
 
+std::uint64_t sample_hash(std::int64_t index) {  // splitmix64's finalizer
+  auto z = static_cast<std::uint64_t>(index) + 0x9e3779b97f4a7c15ULL;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+void EpochCoverage::add(std::span<const std::int64_t> batch) {
+  samples += static_cast<std::int64_t>(batch.size());
+  for (const std::int64_t i : batch) checksum += sample_hash(i);
+}
+
+std::string checksum_text(std::uint64_t checksum) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string text(16, '0');
+  for (int d = 15; d >= 0; --d, checksum >>= 4) text[static_cast<std::size_t>(d)] = kDigits[checksum & 15];
+  return text;
+}
+
 EpochSplit::EpochSplit(std::int64_t num_samples, int batch_size, std::uint64_t seed, int epoch,
                        const std::vector<EpochSegment>& segments, int rank)
     : batch_size_(batch_size) {

@@ -24,11 +24,27 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "worker/train/epoch_members.h"
 
 namespace pstrain {
+
+// Coverage: what one worker trained of one epoch, as a count and an
+// additive checksum of its samples (the sum, mod 2^64, of sample_hash of
+// each), so the workers' records of an epoch add up to the epoch's: every
+// sample once is sum over i < N of sample_hash(i), plus the padding's.
+std::uint64_t sample_hash(std::int64_t index);
+struct EpochCoverage {
+  std::int64_t samples = 0;
+  std::uint64_t checksum = 0;
+  void add(std::span<const std::int64_t> batch);
+  void add(const EpochCoverage& other) { samples += other.samples, checksum += other.checksum; }
+  bool operator==(const EpochCoverage&) const = default;
+};
+// The checksum written in the "coverage" record: 16 hex digits.
+std::string checksum_text(std::uint64_t checksum);
 
 class EpochSplit {
  public:
