@@ -307,3 +307,35 @@ TEST_CASE("EpochDriver: each process's coverage records of an epoch add up to th
   }
   CHECK(checksum_text(0xff) == "00000000000000ff");
 }
+
+TEST_CASE("EpochDriver resumed inside a segmented epoch (the checkpoint's history) takes the same steps and samples") {
+  const data::Dataset train = data::make_synthetic(97, 1);
+  const RunConfig config = elastic_config();
+  const Ran whole = run_rank(config, train, 1);
+  // A checkpoint at step 5 (in the third segment of epoch 0) holds these segments.
+  EpochMembers before([](int) { return std::vector<int>{0, 1}; });
+  before.add_segment(0, 2, {0, 1, 2, 3});
+  before.add_segment(0, 4, {0, 1, 2});
+  EpochMembers resumed([](int epoch) { return epoch == 0 ? std::vector<int>{0, 1} : std::vector<int>{0, 1, 2}; },
+                       before.history());
+  Logger log("test", LogLevel::kWarn);
+  EpochDriver driver(config, train, 1, 2);
+  MetricsWriter metrics("", "worker-1.jsonl");
+  const std::int64_t images = 0;
+  std::vector<std::int64_t> steps, samples;
+  const std::int64_t done = driver.run(
+      log, metrics, images,
+      [&](std::span<const std::int64_t> batch, std::int64_t step, int, double) {
+        steps.push_back(step);
+        samples.insert(samples.end(), batch.begin(), batch.end());
+        return 0.0;
+      },
+      [](std::int64_t, int, bool) {}, 5, &resumed);
+  CHECK(done == whole.done);
+  CHECK(steps == std::vector<std::int64_t>(whole.steps.begin() + 5, whole.steps.end()));
+  std::vector<std::int64_t> tail;
+  for (const auto& [epoch, s] : whole.samples) tail.insert(tail.end(), s.begin(), s.end());
+  const std::size_t first = tail.size() - samples.size();
+  CHECK(samples == std::vector<std::int64_t>(tail.begin() + static_cast<std::ptrdiff_t>(first), tail.end()));
+  CHECK(first == 5 * 5);  // the five steps before the checkpoint, 5 samples each
+}
