@@ -101,6 +101,21 @@ TEST_CASE("the plan record gives the steps the worker will run") {
   CHECK(read_error(file, false) == file.string() + ":1: missing key 'total_steps'");
 }
 
+TEST_CASE("later plan records with epoch and workers (and step, within an epoch) are the membership changes") {
+  TempDir dir;
+  const auto file = dir.path() / "w.jsonl";
+  const std::string plan = "{\"type\":\"plan\",\"time_s\":0.01,\"total_steps\":40,\"steps_per_epoch\":16,\"epochs\":3";
+  report_test::write_file(file, plan + "}\n" + plan + ",\"epoch\":1,\"workers\":2}\n" + plan +
+                                    ",\"epoch\":2,\"workers\":4,\"step\":37}\n");
+  const WorkerMetrics m = read_worker_metrics(file, 0);
+  REQUIRE(m.plan_changes.size() == 2);
+  CHECK(m.plan_changes[0].epoch == 1);
+  CHECK(m.plan_changes[0].step == -1);
+  CHECK(m.plan_changes[0].workers == 2);
+  CHECK(m.plan_changes[1].step == 37);
+  CHECK(m.plan_changes[1].workers == 4);
+}
+
 TEST_CASE("null numbers read as NaN and unknown keys are ignored") {
   TempDir dir;
   const auto file = dir.path() / "w.jsonl";

@@ -90,6 +90,9 @@ void add_record(WorkerMetrics& m, const Fields& f) {
   const std::string& type = f.text("type");
   if (type == "plan") {
     m.plan = PlanRecord{f.integer("total_steps"), f.integer("steps_per_epoch"), f.integer("epochs")};
+    if (f.has("epoch") && f.has("workers")) {
+      m.plan_changes.push_back(PlanChange{f.integer("epoch"), f.has("step") ? f.integer("step") : -1, f.integer("workers")});
+    }
   } else if (type == "step") {
     m.steps.push_back(read_step(f));
   } else if (type == "eval") {

@@ -24,6 +24,15 @@ struct PlanRecord {
   std::int64_t epochs = 0;
 };
 
+// A "plan" record after the first that says from which epoch (and, for a
+// change within an epoch, from which step) `workers` workers share the
+// training set: a membership change as this worker saw it.
+struct PlanChange {
+  std::int64_t epoch = 0;
+  std::int64_t step = -1;  // -1: from the epoch's start (its first step record says which)
+  std::int64_t workers = 0;
+};
+
 struct StepRecord {
   double time_s = 0;  // since the worker started training
   std::int64_t step = 0;
@@ -93,6 +102,7 @@ struct WorkerMetrics {
   std::vector<RejoinRecord> rejoins;
   std::vector<ResumeRecord> resumes;
   std::optional<PlanRecord> plan;  // absent in files of older runs
+  std::vector<PlanChange> plan_changes;  // the later "plan" records with epoch and workers, in order
   std::vector<StepRecord> steps;
   std::vector<EvalRecord> evals;
   std::optional<EndRecord> end;  // absent while the worker runs or if it crashed
