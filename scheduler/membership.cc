@@ -26,8 +26,15 @@ void bind_rank_to_key(const KeyOwner& owner, const std::string& key_name, Regist
   req.requested_rank = owner.rank;  // a per-worker key registers its own rank only
 }
 
+namespace {
+constexpr std::size_t kNoNode = static_cast<std::size_t>(-1);  // a rank nobody holds (worker_at_, server_at_)
+}  // namespace
+
 Membership::Membership(int num_servers, int num_workers, ClusterConfig cluster)
-    : num_servers_(num_servers), num_workers_(num_workers), cluster_(std::move(cluster)) {}
+    : num_servers_(num_servers), num_workers_(num_workers),
+      slots_(std::max(num_workers, cluster.max_workers)), cluster_(std::move(cluster)) {
+  nodes_.reserve(static_cast<std::size_t>(std::max(num_servers, 0) + std::max(slots_, 0)));
+}
 
 Member& Membership::admit(const PeerId& from, RegisterRequest req, SchedulerClock::time_point now) {
   const int limit = req.role == Role::kServer ? num_servers_ : num_workers_;
@@ -111,8 +118,8 @@ void Membership::assign_ranks() {
     }
   }
   // The index by rank: ranks are in range (admit) and distinct (above).
-  worker_at_.assign(static_cast<std::size_t>(num_workers_), nodes_.size());
-  server_at_.assign(static_cast<std::size_t>(num_servers_), nodes_.size());
+  worker_at_.assign(static_cast<std::size_t>(slots_), kNoNode);
+  server_at_.assign(static_cast<std::size_t>(num_servers_), kNoNode);
   for (std::size_t i = 0; i < nodes_.size(); ++i) {
     std::vector<std::size_t>& at = nodes_[i].role == Role::kServer ? server_at_ : worker_at_;
     if (nodes_[i].rank < static_cast<int>(at.size())) at[static_cast<std::size_t>(nodes_[i].rank)] = i;
@@ -124,7 +131,7 @@ void Membership::recount() {
   live_.clear();
   barrier_members_ = 0;
   for (const Member& n : nodes_) {
-    if (n.role != Role::kWorker || n.dropped) continue;
+    if (n.role != Role::kWorker || n.dropped || n.retired) continue;
     live_.push_back(n.rank);
     barrier_members_ += n.done ? 0 : 1;
   }
@@ -134,7 +141,7 @@ void Membership::recount() {
 void Membership::mark_done(Member& m) {
   if (m.done) return;  // said twice: counted once
   m.done = true;
-  if (m.role == Role::kWorker && !m.dropped) --barrier_members_;
+  if (m.role == Role::kWorker && !m.dropped && !m.retired) --barrier_members_;
 }
 
 std::optional<std::string> Membership::layout_mismatch() const {
@@ -176,7 +183,9 @@ RegisterReply Membership::job_reply() const {
 std::vector<std::string> Membership::worker_tokens() const {
   std::vector<std::string> tokens(static_cast<std::size_t>(num_workers_));
   for (const Member& n : nodes_) {
-    if (n.role == Role::kWorker) tokens[static_cast<std::size_t>(n.rank)] = n.token;
+    if (n.role != Role::kWorker || n.retired) continue;
+    if (n.rank >= static_cast<int>(tokens.size())) tokens.resize(static_cast<std::size_t>(n.rank) + 1);
+    tokens[static_cast<std::size_t>(n.rank)] = n.token;
   }
   return tokens;
 }
@@ -217,7 +226,7 @@ bool Membership::workers_done(SchedulerClock::time_point now) const {
   // is done has passed every barrier, a rejoiner may come after it).
   if (barrier_members_ > 0) return false;
   return std::all_of(nodes_.begin(), nodes_.end(), [&](const Member& n) {
-    return n.role != Role::kWorker || n.done || (n.dropped && !may_rejoin(n, now));
+    return n.role != Role::kWorker || n.done || n.retired || (n.dropped && !may_rejoin(n, now));
   });
 }
 
@@ -323,6 +332,88 @@ void Membership::take_back_server(Member& m, const PeerId& from, RegisterRequest
   m.restarting = false;
   m.last_seen = now;
   ++m.restarts;
+}
+
+bool Membership::vacant(int rank) {
+  if (rank < 0 || rank >= slots_) return false;
+  const Member* m = find(Role::kWorker, rank);
+  return m == nullptr || m->retired;
+}
+
+int Membership::admit_worker_join(const RegisterRequest& req, const std::string& who) {
+  const std::string refused = "join of " + who + ": refused, ";
+  if (worker_at_.empty()) throw RetryLaterError(refused + "the job has not started yet (its rendezvous is not over)");
+  if (slots_ <= num_workers_) {
+    throw ProtocolError(refused + "the job is not elastic (cluster.max_workers = cluster.workers = " +
+                        std::to_string(num_workers_) + ")");
+  }
+  for (const Member& n : nodes_) {
+    if (n.request.job_fingerprint != req.job_fingerprint) {
+      throw ProtocolError(refused + "it runs a different job: '" + req.job_fingerprint + "' vs '" +
+                          n.request.job_fingerprint + "' (the same config?)");
+    }
+  }
+  req.layout.validate();
+  for (const Member& n : nodes_) {
+    if (n.role == Role::kWorker && !same_layout(n.request.layout, req.layout)) {
+      throw ProtocolError(refused + "it has a different model layout (" + std::to_string(req.layout.total_elems()) +
+                          " parameters) from the job's (" + std::to_string(n.request.layout.total_elems()) + ")");
+    }
+  }
+  if (req.requested_rank >= 0) {
+    if (req.requested_rank >= slots_) {
+      throw ProtocolError(refused + "worker rank " + std::to_string(req.requested_rank) +
+                          " is outside the job's slots [0, " + std::to_string(slots_) + ") (cluster.max_workers)");
+    }
+    if (!vacant(req.requested_rank)) {
+      throw ProtocolError(refused + "worker rank " + std::to_string(req.requested_rank) + " is in use");
+    }
+    return req.requested_rank;
+  }
+  for (int rank = 0; rank < slots_; ++rank) {
+    if (vacant(rank)) return rank;
+  }
+  throw ProtocolError(refused + "the job is full (" + std::to_string(live_workers()) +
+                      " workers in its " + std::to_string(slots_) + " slots, cluster.max_workers)");
+}
+
+Member& Membership::add_joined_worker(const PeerId& from, RegisterRequest req, int rank, std::string token,
+                                      SchedulerClock::time_point now) {
+  Member* slot = find(Role::kWorker, rank);
+  if (slot == nullptr) {  // a slot nobody held: a new entry (capacity reserved: nothing moves)
+    nodes_.emplace_back();
+    slot = &nodes_.back();
+    worker_at_[static_cast<std::size_t>(rank)] = nodes_.size() - 1;
+  }
+  *slot = Member{};
+  slot->role = Role::kWorker;
+  slot->rank = rank;
+  slot->routing_id = from;
+  slot->request = std::move(req);
+  slot->token = std::move(token);
+  slot->last_seen = now;
+  slot->joined = true;
+  recount();
+  return *slot;
+}
+
+std::optional<std::string> Membership::resize_refusal(int workers) const {
+  const int low = min_workers(cluster_);
+  if (workers < low) {
+    return "the job cannot shrink to " + std::to_string(workers) + " workers: cluster.min_workers is " +
+           std::to_string(low);
+  }
+  if (workers > slots_) {
+    return "the job cannot grow to " + std::to_string(workers) + " workers: it has " + std::to_string(slots_) +
+           " slots (cluster.max_workers)";
+  }
+  return std::nullopt;
+}
+
+void Membership::retire(Member& m) {
+  if (m.role != Role::kWorker || m.retired) return;
+  m.retired = true;
+  recount();
 }
 
 }  // namespace pstrain

@@ -43,6 +43,11 @@ struct Member {
   int restarts = 0;
   int rejoins = 0;  // new processes that took this rank back (on_worker_failure "restart")
   SchedulerClock::time_point dropped_at{};
+  // Elastic membership: a worker that joined a vacant slot after the
+  // rendezvous (--join), and one retired on purpose (a shrink: it left
+  // gracefully; neither a failure nor a drop, and its slot is vacant again).
+  bool joined = false;
+  bool retired = false;
 };
 
 // Whether two layouts name the same tensors with the same shapes, in order.
@@ -52,6 +57,13 @@ bool same_layout(const ParamLayout& a, const ParamLayout& b);
 // registers rank R only; a key shared by the role, any free rank.
 void bind_rank_to_key(const KeyOwner& owner, const std::string& key_name, RegisterRequest& req);
 
+// Elastic membership (cluster.min_workers / max_workers; docs/architecture.md,
+// "Elastic membership"): the job has worker slots 0..slots()-1, slots() =
+// max(cluster.max_workers, num_workers). The rendezvous fills ranks
+// 0..num_workers-1; the others are vacant: nobody waits for them (barriers,
+// the end). A worker registering with --join after the rendezvous takes a
+// vacant slot (admit_worker_join, add_joined_worker); a retired worker's
+// slot is vacant again.
 class Membership {
  public:
   Membership(int num_servers, int num_workers, ClusterConfig cluster);
@@ -83,13 +95,13 @@ class Membership {
   Member* find(Role role, int rank);
   // The node registered on connection `from`; null if none.
   const Member* on_connection(const PeerId& from) const;
-  // Workers not dropped (O(1)).
+  // Workers not dropped or retired (O(1)).
   int live_workers() const { return static_cast<int>(live_.size()); }
   // The workers not dropped, by rank ascending (kept up to date, not rebuilt per call).
   const std::vector<int>& live_worker_list() const { return live_; }
   // The same as text: "0,2,3".
   std::string live_worker_ranks() const;
-  // Workers neither dropped nor done: those a barrier waits for (O(1)).
+  // Workers neither dropped, retired nor done: those a barrier waits for (O(1)).
   int barrier_members() const { return barrier_members_; }
   // Whether the end of the job has come at `now`: every worker done, or
   // dropped with no rejoin to wait for (may_rejoin). O(1) while a worker is
@@ -125,6 +137,29 @@ class Membership {
   void take_back_server(Member& m, const PeerId& from, RegisterRequest req, std::string token,
                         SchedulerClock::time_point now);
 
+  // --- Elastic membership ---
+  // The worker slots: max(cluster.max_workers, num_workers).
+  int slots() const { return slots_; }
+  // Whether worker slot `rank` is vacant: in range, and nobody registered
+  // there or its worker retired.
+  bool vacant(int rank);
+  // The slot a --join registration `req` (described as `who`) takes: its
+  // requested rank, else the lowest vacant one. Refused (ProtocolError with
+  // the reason) before the rendezvous is over, when the job is not elastic
+  // or full (every slot taken), for a rank outside the slots or in use, or
+  // another job's fingerprint or another model's layout.
+  int admit_worker_join(const RegisterRequest& req, const std::string& who);
+  // Adds the joiner (`req` on `from`, with `token`) at `rank` (from
+  // admit_worker_join): live, counted by barriers and the end from now on.
+  Member& add_joined_worker(const PeerId& from, RegisterRequest req, int rank, std::string token,
+                            SchedulerClock::time_point now);
+  // Why the job cannot have `workers` workers now (below cluster.min_workers
+  // or above the slots); nullopt when it can.
+  std::optional<std::string> resize_refusal(int workers) const;
+  // Worker `m` left gracefully (a shrink): no longer live, not waited for,
+  // its slot vacant again. Not a failure: nothing is dropped.
+  void retire(Member& m);
+
   const ClusterConfig& cluster() const { return cluster_; }
   int num_servers() const { return num_servers_; }
   int num_workers() const { return num_workers_; }
@@ -138,8 +173,12 @@ class Membership {
 
   int num_servers_;
   int num_workers_;
+  int slots_;
   ClusterConfig cluster_;
-  std::vector<Member> nodes_;  // in registration order; never grows after the rendezvous
+  // In registration order, then the joiners; capacity for every server and
+  // slot reserved up front, so a join never moves a Member (a joiner into
+  // a retired worker's slot reuses its entry).
+  std::vector<Member> nodes_;
   // After assign_ranks: by rank, the node's index in nodes_ (find's index).
   std::vector<std::size_t> worker_at_, server_at_;
   std::vector<int> live_;     // live_worker_list()

@@ -26,6 +26,7 @@ ConsistencyPolicy::ConsistencyPolicy(std::size_t num_chunks, int num_workers)
     : num_workers_(num_workers),
       last_step_(num_chunks, std::vector<std::int64_t>(static_cast<std::size_t>(num_workers), -1)),
       live_(static_cast<std::size_t>(num_workers), true),
+      vacant_(static_cast<std::size_t>(num_workers), false),
       num_live_(num_workers) {}
 
 void ConsistencyPolicy::check_worker(const PushRequest& push) const {
@@ -35,7 +36,9 @@ void ConsistencyPolicy::check_worker(const PushRequest& push) const {
   }
   if (!live_[static_cast<std::size_t>(push.worker)]) {
     throw RequestError(Status::kRejected, describe_push(push.key, push.worker, push.step) +
-                                              ": the worker was dropped from the job; not applied");
+                                              (vacant_[static_cast<std::size_t>(push.worker)]
+                                                   ? ": the worker's slot is vacant (not in the job); not applied"
+                                                   : ": the worker was dropped from the job; not applied"));
   }
 }
 
@@ -112,6 +115,7 @@ class SyncPolicy final : public ConsistencyPolicy {
       : ConsistencyPolicy(chunk_elems.size(), num_workers), steps_(chunk_elems.size()), ranges_(ranges) {
     for (std::size_t i = 0; i < chunk_elems.size(); ++i) {
       Step& s = steps_[i];
+      s.chunk = i;
       s.num_elems = static_cast<std::size_t>(chunk_elems[i]);
       s.arrived.assign(static_cast<std::size_t>(num_workers), false);
       s.early.resize(static_cast<std::size_t>(num_workers));
@@ -125,6 +129,7 @@ class SyncPolicy final : public ConsistencyPolicy {
 
   std::optional<Update> on_push(std::size_t chunk, std::int64_t version, const PushRequest& push) override {
     check_worker(push);  // a dropped worker is told so, not that its step is stale
+    steps_[chunk].version = version;
     const std::string what = describe_push(push.key, push.worker, push.step);
     if (push.step < version) {
       throw RequestError(Status::kRejected, what + ": stale, the chunk is at version " + std::to_string(version));
@@ -141,9 +146,10 @@ class SyncPolicy final : public ConsistencyPolicy {
       s.arrived[w] = true;  // a contributor of the step (step_contributors)
       if (f->early_rank >= 0) s.has_early[static_cast<std::size_t>(f->early_rank)] = false;
       const int skips = skips_of(s);
+      const int late = late_starters(s, version);
       s.reset();
       end_catch_up(chunk);  // its first update after a rejoin
-      return counted(fused_update(*f, push, skips));
+      return counted(fused_update(*f, push, skips), late);
     }
     // The gradient goes in first, checked in the same pass: a NaN or Inf
     // throws before anything is recorded or summed.
@@ -170,7 +176,7 @@ class SyncPolicy final : public ConsistencyPolicy {
     const Step& s = steps_[chunk];
     const std::optional<Fusion> f = fusion(s, push);
     if (!f) return std::nullopt;
-    return counted(fused_update(*f, push, skips_of(s)));
+    return counted(fused_update(*f, push, skips_of(s)), late_starters(s, version));
   }
 
   bool pull_ready(std::size_t, std::int64_t version, int, std::int64_t step) const override {
@@ -253,6 +259,9 @@ class SyncPolicy final : public ConsistencyPolicy {
     std::vector<bool> skipped;             // per worker: arrived with a skip push
     std::vector<bool> excused;             // per worker: rejoined after this step began (not in it)
     std::vector<bool> contributed;         // per worker: a gradient in the last step completed (reset())
+    std::size_t chunk = 0;                 // its index
+    std::int64_t version = 0;              // the step being collected (set by on_push)
+    int late = 0;                          // late_starters() of the last step advance() completed
 
     void reset() {
       for (std::size_t i = 0; i < arrived.size(); ++i) contributed[i] = arrived[i] && !skipped[i];
@@ -290,7 +299,7 @@ class SyncPolicy final : public ConsistencyPolicy {
       if (s.has_early[i]) {
         if (early >= 0 || r < worker) return std::nullopt;
         early = r;
-      } else if (!passes_over(s, r)) {
+      } else if (!passes_over(s, r, push.step)) {
         return std::nullopt;
       }
     }
@@ -301,9 +310,10 @@ class SyncPolicy final : public ConsistencyPolicy {
     return Fusion{s.early[static_cast<std::size_t>(early)].data(), 2, push.lr, early};
   }
 
-  // An update with fewer workers in it than the job has (one dropped) is partial.
-  Update counted(Update u) const {
-    u.partial = u.contributors + u.skips < num_workers_;
+  // An update with fewer workers in it than the job has (one dropped) is
+  // partial; a vacant slot is not in the job.
+  Update counted(Update u, int late) const {
+    u.partial = u.contributors + u.skips + late < num_workers_ - num_vacant();
     u.whole_step = true;
     return u;
   }
@@ -312,7 +322,7 @@ class SyncPolicy final : public ConsistencyPolicy {
   std::optional<Update> completed(std::size_t chunk, std::optional<Update> u) {
     if (!u) return u;
     end_catch_up(chunk);
-    return counted(*u);
+    return counted(*u, steps_[chunk].late);
   }
 
   void forget_step(std::size_t chunk) {
@@ -402,12 +412,13 @@ class SyncPolicy final : public ConsistencyPolicy {
     }
     for (int w = 0; w < num_workers_; ++w) {
       const auto i = static_cast<std::size_t>(w);
-      if (live(w) && !s.arrived[i] && !s.excused[i]) return std::nullopt;
+      if (live(w) && !s.arrived[i] && !s.excused[i] && !starts_later(s, w, s.version)) return std::nullopt;
     }
     if (s.next < num_workers_) return std::nullopt;  // cannot happen: every rank is in or not live
     const int added = s.num_added;
     const int contributors = added + (last_early >= 0 ? 1 : 0);
     const int skips = skips_of(s);
+    s.late = late_starters(s, s.version);
     s.reset();
     if (contributors == 0) return Update{{}, 0, 0.0, 0, skips};  // every arrival was a skip: an empty update
     // The mean (times 1/n for a power of two, else / n) is taken in the update's pass.
@@ -422,9 +433,22 @@ class SyncPolicy final : public ConsistencyPolicy {
   // Whether rank r adds nothing to step s of its own: it came with a skip
   // push, is excused (rejoined after the step began), or is not live (an
   // early gradient it left before a drop is still added: has_early).
-  bool passes_over(const Step& s, int r) const {
+  bool passes_over(const Step& s, int r) const { return passes_over(s, r, s.version); }
+  bool passes_over(const Step& s, int r, std::int64_t version) const {
     const auto i = static_cast<std::size_t>(r);
-    return s.skipped[i] || s.excused[i] || !live(r);
+    return s.skipped[i] || s.excused[i] || !live(r) || starts_later(s, r, version);
+  }
+  // A worker that joined from a later step (join_worker: its clock is past
+  // the step being collected, which it has not pushed) is not in this step.
+  bool starts_later(const Step& s, int r, std::int64_t version) const {
+    return !s.arrived[static_cast<std::size_t>(r)] && worker_clock(s.chunk, r) > version;
+  }
+  int late_starters(const Step& s, std::int64_t version) const {
+    int n = 0;
+    for (int w = 0; w < num_workers_; ++w) {
+      n += live(w) && !s.excused[static_cast<std::size_t>(w)] && starts_later(s, w, version);
+    }
+    return n;
   }
 
   static int skips_of(const Step& s) { return static_cast<int>(std::count(s.skipped.begin(), s.skipped.end(), true)); }

@@ -152,6 +152,22 @@ class ConsistencyPolicy {
   // Returns each chunk's start step (the step it must push next there).
   // Throws Error for a rank out of range or a worker that is live.
   std::vector<std::int64_t> rejoin_worker(int worker, std::span<const std::int64_t> versions);
+  // Elastic membership (docs/architecture.md, "Elastic membership"): a
+  // vacant slot is a rank that is not in the job (a slot past
+  // cluster.workers before anyone joined it, or a retired worker's): not
+  // live, not waited for, not counted as missing from a sync update, and
+  // its pushes are refused. vacate() makes `worker`'s slot vacant (the
+  // server's start, a retirement; Error for a rank out of range).
+  void vacate(int worker);
+  bool vacant(int worker) const { return vacant_.at(static_cast<std::size_t>(worker)); }
+  // A worker joins vacant slot `worker` from step `start`, the step the
+  // scheduler announced: its clock starts there on every chunk (never below
+  // its own), so no step before it waits for it (sync: a step is collected
+  // without it while the step is below its start) and every step from it on
+  // does (sync), or its clock counts from there (async, ssp). `versions`
+  // holds each chunk's version. Error for a slot that is not vacant, or a
+  // start that a chunk has passed (below rejoin_worker's step for it).
+  void join_worker(int worker, std::int64_t start, std::span<const std::int64_t> versions);
   // Ssp: how far a pull's step led the slowest live worker's clock when it
   // was answered (0 in the other modes).
   virtual std::int64_t clock_gap(std::size_t chunk, std::int64_t step) const = 0;
@@ -192,6 +208,7 @@ class ConsistencyPolicy {
     last_step_.at(chunk).at(static_cast<std::size_t>(worker)) = clock_value - 1;
   }
   int num_live() const { return num_live_; }
+  int num_vacant() const { return num_vacant_; }
 
  protected:
   // Catching up: raises `worker`'s clock of a chunk to `clock_value` (no-op
@@ -229,7 +246,9 @@ class ConsistencyPolicy {
  private:
   std::vector<std::vector<std::int64_t>> last_step_;  // [chunk][worker], -1 = none
   std::vector<bool> live_;
+  std::vector<bool> vacant_;  // per worker: a slot not in the job (vacate, join_worker)
   int num_live_;
+  int num_vacant_ = 0;
   std::vector<bool> catching_;  // per chunk, after begin_catch_up()
   std::size_t num_catching_ = 0;
 };

@@ -135,6 +135,22 @@ void check_consistency(const RunConfig& c, const WhereFn& where) {
          "expected " + std::to_string(cl.num_workers) + " hosts (one per worker, cluster.workers), got " +
              std::to_string(cl.worker_hosts.size()));
   }
+  if (cl.min_workers > cl.num_workers) {
+    fail("cluster.min_workers", "cluster.workers",
+         "expected at most cluster.workers (" + std::to_string(cl.num_workers) +
+             "; 0 = cluster.workers), got " + std::to_string(cl.min_workers));
+  }
+  if (cl.max_workers != 0 && cl.max_workers < cl.num_workers) {
+    fail("cluster.max_workers", "cluster.workers",
+         "expected at least cluster.workers (" + std::to_string(cl.num_workers) +
+             "; 0 = cluster.workers), got " + std::to_string(cl.max_workers));
+  }
+  if (!cl.worker_hosts.empty() && max_workers(cl) > cl.num_workers) {
+    fail("cluster.max_workers", "cluster.worker_hosts",
+         "expected 0 or cluster.workers (" + std::to_string(cl.num_workers) +
+             ") when cluster.worker_hosts is given (a host per slot is not supported yet), got " +
+             std::to_string(cl.max_workers));
+  }
   if (cl.heartbeat_timeout_ms <= cl.heartbeat_interval_ms) {
     fail("cluster.heartbeat_timeout_ms", "cluster.heartbeat_interval_ms",
          "expected more than cluster.heartbeat_interval_ms (" + std::to_string(cl.heartbeat_interval_ms) +

@@ -70,6 +70,13 @@ struct ClusterConfig {
   std::string transport = "shm";
   int num_servers = 2;
   int num_workers = 2;
+  // Elastic membership (docs/architecture.md, "Elastic membership"): the job
+  // has worker slots 0..max_workers-1; num_workers of them start, and
+  // `pstrain-ctl RUN_DIR workers N` or a worker started with --join may grow
+  // it up to max_workers or shrink it down to min_workers. 0 = num_workers
+  // (the default: not elastic); min_workers()/max_workers() below resolve it.
+  int min_workers = 0;
+  int max_workers = 0;
   // Hosts per rank for multi-machine runs; empty means every rank is local.
   // When given, their length must equal num_servers / num_workers.
   std::vector<std::string> server_hosts;
@@ -97,6 +104,12 @@ struct ClusterConfig {
 
   bool operator==(const ClusterConfig&) const = default;
 };
+
+// cluster.min_workers / cluster.max_workers with 0 resolved to cluster.workers.
+inline int min_workers(const ClusterConfig& cl) { return cl.min_workers > 0 ? cl.min_workers : cl.num_workers; }
+inline int max_workers(const ClusterConfig& cl) { return cl.max_workers > 0 ? cl.max_workers : cl.num_workers; }
+// Whether the job may change its number of workers while it runs.
+inline bool is_elastic(const ClusterConfig& cl) { return min_workers(cl) != max_workers(cl); }
 
 struct PsConfig {
   std::int64_t partition_bytes = std::int64_t{1} << 20;  // chunk size for sharding

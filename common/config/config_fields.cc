@@ -82,6 +82,8 @@ void visit_table(C& c, const V& v) {
   v("cluster", "transport", &cl.transport, one_of(kTransports));
   v("cluster", "servers", &cl.num_servers, at_least(0));
   v("cluster", "workers", &cl.num_workers, at_least(1));
+  v("cluster", "min_workers", &cl.min_workers, between(0, 1 << 20));
+  v("cluster", "max_workers", &cl.max_workers, between(0, 1 << 20));
   v("cluster", "server_hosts", &cl.server_hosts, any());
   v("cluster", "worker_hosts", &cl.worker_hosts, any());
   v("cluster", "server_port", &cl.server_port, between(0, 65535));

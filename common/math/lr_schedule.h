@@ -47,8 +47,11 @@ inline std::int64_t samples_per_update(const RunConfig& config) {
 // rate by it (ServerOptions::max_lr). ConfigError for invalid settings,
 // as the constructor below.
 double schedule_max_lr(const OptimizerConfig& optimizer, const ScheduleConfig& schedule, std::int64_t global_batch);
+// An elastic job's largest global batch is that of cluster.max_workers
+// (EpochDriver scales the rate by the members in sync and allreduce).
 inline double schedule_max_lr(const RunConfig& config) {
-  return schedule_max_lr(config.optimizer, config.schedule, samples_per_update(config));
+  return schedule_max_lr(config.optimizer, config.schedule,
+                         samples_per_update(config.mode, config.workload.batch_size, max_workers(config.cluster)));
 }
 
 class LrSchedule {

@@ -234,6 +234,13 @@ TEST_CASE("rules between keys name the key and where it was set") {
       {"[workload]\nstraggler_rank = 2",
        "bad.toml:2: key 'workload.straggler_rank': expected -1 (none) or a rank below cluster.workers (2), "
        "got 2"},
+      {"[cluster]\nworkers = 2\nmin_workers = 3",
+       "bad.toml:3: key 'cluster.min_workers': expected at most cluster.workers (2; 0 = cluster.workers), got 3"},
+      {"[cluster]\nworkers = 3\nmax_workers = 2",
+       "bad.toml:3: key 'cluster.max_workers': expected at least cluster.workers (3; 0 = cluster.workers), got 2"},
+      {"[cluster]\nworker_hosts = [\"a\", \"b\"]\nmax_workers = 4",
+       "bad.toml:3: key 'cluster.max_workers': expected 0 or cluster.workers (2) when cluster.worker_hosts is "
+       "given (a host per slot is not supported yet), got 4"},
       {"[workload]\n\ndata_path = \"\"",
        "bad.toml:3: key 'workload.data_path': expected a directory for dataset \"fashion-mnist\", got \"\""},
       {"[optimizer]\nmomentum = 0\nnesterov = true",
@@ -254,6 +261,19 @@ TEST_CASE("rules between keys name the key and where it was set") {
        "bad.toml:4: key 'collective.backend': expected \"auto\" or \"gloo\" when workload.device is \"cpu\", "
        "got \"nccl\""},
   });
+}
+
+TEST_CASE("cluster.min_workers and max_workers default to cluster.workers") {
+  const RunConfig fixed = parse_config("[cluster]\nworkers = 3", "ok.toml");
+  CHECK(min_workers(fixed.cluster) == 3);
+  CHECK(max_workers(fixed.cluster) == 3);
+  CHECK_FALSE(is_elastic(fixed.cluster));
+  const RunConfig elastic = parse_config("[cluster]\nworkers = 2\nmin_workers = 1\nmax_workers = 4", "ok.toml");
+  CHECK(min_workers(elastic.cluster) == 1);
+  CHECK(max_workers(elastic.cluster) == 4);
+  CHECK(is_elastic(elastic.cluster));
+  check_cases({{"[cluster]\nmin_workers = -1",
+                "bad.toml:2: key 'cluster.min_workers': expected an integer in [0, 1048576], got -1"}});
 }
 
 TEST_CASE("the exceptions of the rules between keys are accepted") {

@@ -216,3 +216,20 @@ TEST_CASE("lr_in_epoch: cosine ends at min_lr with the last epoch of any plan; b
 
 }  // namespace
 }  // namespace pstrain
+
+TEST_CASE("schedule_max_lr of an elastic job: the global batch of cluster.max_workers (sync), one push's (async)") {
+  pstrain::RunConfig config;
+  config.mode = pstrain::Mode::kSync;
+  config.cluster.num_workers = 2;
+  config.cluster.max_workers = 4;
+  config.workload.batch_size = 32;
+  config.optimizer.lr = 0.1;
+  config.schedule.linear_scaling = true;
+  config.schedule.base_batch = 64;
+  CHECK(pstrain::schedule_max_lr(config) == doctest::Approx(0.1 * 4 * 32 / 64));
+  config.cluster.max_workers = 0;  // not elastic: cluster.workers
+  CHECK(pstrain::schedule_max_lr(config) == doctest::Approx(0.1 * 2 * 32 / 64));
+  config.cluster.max_workers = 4;
+  config.mode = pstrain::Mode::kAsync;
+  CHECK(pstrain::schedule_max_lr(config) == doctest::Approx(0.1 * 32 / 64));
+}

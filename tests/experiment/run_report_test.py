@@ -69,5 +69,17 @@ class RunReportTest(unittest.TestCase):
         self.assertNotIn("Traceback", bad.stderr)
 
 
+class StatusLinesTest(unittest.TestCase):
+    def test_membership_changes_are_listed(self):
+        from experiment.run_report import _status_lines
+
+        class Run:
+            summary = {"dropped_workers": [1], "membership_changes": [
+                {"epoch": 1, "step": 16, "old_workers": 3, "new_workers": 2, "reason": "drop"},
+                {"epoch": 2, "step": None, "old_workers": 2, "new_workers": 3, "reason": "rejoin"}]}
+        self.assertEqual(_status_lines(Run()), ["worker 1: dropped", "epoch 1, step 16: 3 -> 2 workers (drop)",
+                                                "epoch 2: 2 -> 3 workers (rejoin)"])
+
+
 if __name__ == "__main__":
     unittest.main()

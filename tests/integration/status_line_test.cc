@@ -223,6 +223,22 @@ TEST_CASE("status: a dropped or restarting worker is shown as such and no longer
   CHECK(eta_s(s).value() == 0.0);
 }
 
+TEST_CASE("status: a membership change (a plan record with workers) shows the workers sharing the training set") {
+  StatusSnapshot s = two_workers(false);
+  CHECK_FALSE(it::contains(render_plain(s), "workers"));
+  s.workers[1].workers = 3;  // the first live worker that saw a change says how many
+  CHECK(it::contains(render_plain(s), "| loss 0.4100 | ETA 24s | 3 workers | w0 342 28.1/s"));
+  s.workers[0].workers = 4;
+  CHECK(it::contains(render_plain(s), "| 4 workers |"));
+  WorkerProgress p(0);
+  p.add_line("{\"type\":\"plan\",\"time_s\":0,\"total_steps\":50,\"steps_per_epoch\":10,\"epochs\":5}", 1.0);
+  CHECK(p.status(1.0).workers == -1);
+  p.add_line("{\"type\":\"plan\",\"time_s\":1,\"total_steps\":70,\"steps_per_epoch\":15,\"epochs\":5,"
+             "\"epoch\":1,\"workers\":2}", 2.0);
+  CHECK(p.status(2.0).workers == 2);
+  CHECK(p.status(2.0).total_steps == 70);
+}
+
 TEST_CASE("status: every ending has a done line, saying how it ended") {
   StatusSnapshot s = two_workers(false);
   s.ending = "interrupted";

@@ -203,6 +203,8 @@ void kill_worker_mid_run(const std::string& mode, int victim = 1) {
   const std::string summary = it::read_file(run / "summary.json");
   CHECK(it::contains(summary, "\"dropped_workers\": [" + std::to_string(victim) + "]"));
   if (mode == "sync") CHECK_FALSE(it::contains(summary, "\"partial_updates\": 0,"));
+  // The membership change the survivors' plans record: 3 -> 2 workers from an epoch's start, a drop.
+  CHECK(it::contains(summary, "\"old_workers\": 3, \"new_workers\": 2, \"reason\": \"drop\""));
   // The others trained to the end; worker 0, or the lowest one left, evaluated the final weights.
   std::vector<int> survivors;
   for (int w = 0; w < 3; ++w) {

@@ -50,6 +50,22 @@ TEST_CASE("a worker's records are read in order") {
   CHECK(m.end->push_s == doctest::Approx(0.5));
 }
 
+TEST_CASE("a worker's coverage records are read (absent in older files)") {
+  TempDir dir;
+  const auto file = dir.path() / "w.jsonl";
+  report_test::write_file(file, report_test::step_line(0, 0.1, 2.3) +
+                                    "{\"type\":\"coverage\",\"time_s\":0.2,\"epoch\":0,\"first_step\":0,\"steps\":1,"
+                                    "\"samples\":32,\"checksum\":\"00000000000000ff\"}\n" +
+                                    report_test::end_line(0.5, 1, 32));
+  const WorkerMetrics m = read_worker_metrics(file, 0);
+  REQUIRE(m.coverage.size() == 1);
+  CHECK(m.coverage[0].samples == 32);
+  CHECK(m.coverage[0].steps == 1);
+  CHECK(m.coverage[0].checksum == "00000000000000ff");
+  report_test::write_file(file, report_test::step_line(0, 0.1, 2.3) + report_test::end_line(0.5, 1, 32));
+  CHECK(read_worker_metrics(file, 0).coverage.empty());
+}
+
 TEST_CASE("skipped (step) and skipped_steps (end) are read; absent in older files they mean none") {
   TempDir dir;
   const auto file = dir.path() / "w.jsonl";
@@ -85,6 +101,21 @@ TEST_CASE("the plan record gives the steps the worker will run") {
   CHECK(read_error(file, false) == file.string() + ":1: missing key 'total_steps'");
 }
 
+TEST_CASE("later plan records with epoch and workers (and step, within an epoch) are the membership changes") {
+  TempDir dir;
+  const auto file = dir.path() / "w.jsonl";
+  const std::string plan = "{\"type\":\"plan\",\"time_s\":0.01,\"total_steps\":40,\"steps_per_epoch\":16,\"epochs\":3";
+  report_test::write_file(file, plan + "}\n" + plan + ",\"epoch\":1,\"workers\":2}\n" + plan +
+                                    ",\"epoch\":2,\"workers\":4,\"step\":37}\n");
+  const WorkerMetrics m = read_worker_metrics(file, 0);
+  REQUIRE(m.plan_changes.size() == 2);
+  CHECK(m.plan_changes[0].epoch == 1);
+  CHECK(m.plan_changes[0].step == -1);
+  CHECK(m.plan_changes[0].workers == 2);
+  CHECK(m.plan_changes[1].step == 37);
+  CHECK(m.plan_changes[1].workers == 4);
+}
+
 TEST_CASE("null numbers read as NaN and unknown keys are ignored") {
   TempDir dir;
   const auto file = dir.path() / "w.jsonl";
@@ -111,7 +142,7 @@ TEST_CASE("worker files that break the format are errors naming file, line and k
   CHECK(read_error(file, false) == where + ":1: key 'step': expected a number, got a string");
 
   report_test::write_file(file, "{\"type\":\"stop\"}\n");
-  CHECK(read_error(file, false) == where + ":1: key 'type': expected \"plan\", \"step\", \"eval\", \"rejoin\", \"resume\" or \"end\", got \"stop\"");
+  CHECK(read_error(file, false) == where + ":1: key 'type': expected \"plan\", \"step\", \"eval\", \"rejoin\", \"resume\", \"coverage\" or \"end\", got \"stop\"");
 
   report_test::write_file(file, report_test::end_line(1, 1, 1) + report_test::step_line(0, 0.1, 2.0));
   CHECK(read_error(file, false) == where + ":2: a record after the \"end\" record");

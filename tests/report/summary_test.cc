@@ -170,13 +170,13 @@ TEST_CASE("summary.json holds every documented key and reads back") {
   const JsonValue j = parse_json(summary_json(summarize(config(Mode::kAsync), m)), "summary.json");
   for (const char* key : {"mode", "workers", "servers", "model", "dataset", "final_test_accuracy", "wall_time_s",
                           "time_to_accuracy", "global_images_per_s", "per_worker", "staleness", "ssp",
-                          "dropped_workers", "restarts", "resumed_from", "partial_updates", "server_restarts",
+                          "dropped_workers", "restarts", "resumed_from", "membership_changes", "partial_updates", "server_restarts",
                           "skipped_steps",
                           "resources", "partial", "partial_reason", "warnings"}) {
     CAPTURE(key);
     CHECK(j.find(key) != nullptr);
   }
-  CHECK(j.keys().size() == 22);
+  CHECK(j.keys().size() == 23);
   CHECK(j.find("ssp")->is_null());
   CHECK(j.find("mode")->as_string("mode") == "async");
   CHECK(j.find("final_test_accuracy")->as_number("a") == doctest::Approx(0.84));
@@ -315,4 +315,46 @@ TEST_CASE("restart: each rejoin record is a restart in the summary (rank, time, 
   const JsonValue& r = j.find("restarts")->items().at(0);
   CHECK(r.find("step")->as_number("step") == 12.0);
   CHECK(summary_markdown(s, "run").find("worker 1 rejoined at step 12, 4.5 s into the job") != std::string::npos);
+}
+
+TEST_CASE("membership changes: from the plan records of the lowest worker that finished, with their reasons") {
+  RunMetrics m = two_workers();
+  m.workers.push_back(worker(2, 5.0, 600));
+  m.workers[1].end.reset();  // dropped: it saw none of the later changes
+  m.workers[1].plan_changes = {PlanChange{1, -1, 2}};
+  // Worker 0: worker 1 dropped from epoch 1 (first step 16), back from epoch 2; a join within epoch 3, a retirement after.
+  m.workers[0].plan_changes = {PlanChange{1, -1, 2}, PlanChange{2, -1, 3}, PlanChange{2, -1, 3}, PlanChange{3, 50, 4},
+                               PlanChange{3, 55, 3}};
+  for (const std::int64_t step : {15, 16, 17}) {
+    StepRecord r;
+    r.step = step;
+    r.epoch = step >= 16 ? 1 : 0;
+    m.workers[0].steps.push_back(r);
+  }
+  RunConfig c = config(Mode::kSync);
+  c.cluster.num_workers = 3;
+  c.cluster.on_worker_failure = WorkerFailurePolicy::kContinue;
+  const RunSummary s = summarize(c, m);
+  REQUIRE(s.membership_changes.size() == 4);
+  CHECK(s.membership_changes[0].epoch == 1);
+  CHECK(s.membership_changes[0].step == 16);
+  CHECK(s.membership_changes[0].old_workers == 3);
+  CHECK(s.membership_changes[0].new_workers == 2);
+  CHECK(s.membership_changes[0].reason == "drop");
+  CHECK(s.membership_changes[1].reason == "rejoin");
+  CHECK(s.membership_changes[1].step == -1);  // no step record of epoch 2
+  CHECK(s.membership_changes[2].step == 50);
+  CHECK(s.membership_changes[2].reason == "join");
+  CHECK(s.membership_changes[3].reason == "retire");
+  CHECK(s.membership_changes[3].old_workers == 4);
+  const JsonValue j = parse_json(summary_json(s), "summary.json");
+  const JsonValue& first = j.find("membership_changes")->items().at(0);
+  CHECK(first.find("step")->as_integer("s") == 16);
+  CHECK(first.find("reason")->as_string("r") == "drop");
+  CHECK(j.find("membership_changes")->items().at(1).find("step")->is_null());
+  const std::string md = summary_markdown(s, "runs/x");
+  CHECK(md.find("## Membership") != std::string::npos);
+  CHECK(md.find("- epoch 1, step 16: 3 -> 2 workers (drop)") != std::string::npos);
+  CHECK(md.find("- epoch 3, step 55: 4 -> 3 workers (retire)") != std::string::npos);
+  CHECK(summarize(config(Mode::kSync), two_workers()).membership_changes.empty());
 }

@@ -348,3 +348,85 @@ TEST_CASE("membership: with 1,024 workers the counts and the end agree with the 
   CHECK(m.barrier_members() == 0);
   CHECK(m.workers_done(kT0));
 }
+
+namespace {
+ClusterConfig elastic(int max_workers, int min_workers = 1) {
+  ClusterConfig c = cluster();
+  c.num_workers = 2;
+  c.min_workers = min_workers;
+  c.max_workers = max_workers;
+  return c;
+}
+}  // namespace
+
+TEST_CASE("membership: slots past cluster.workers begin vacant; nobody waits for them") {
+  Membership m = started(1, 2, elastic(4));
+  CHECK(m.slots() == 4);
+  CHECK(m.complete());  // the rendezvous waits for cluster.workers only
+  CHECK(m.live_worker_ranks() == "0,1");
+  CHECK(m.barrier_members() == 2);
+  CHECK_FALSE(m.vacant(1));
+  CHECK(m.vacant(2));
+  CHECK(m.vacant(3));
+  CHECK_FALSE(m.vacant(4));
+  CHECK(m.find(Role::kWorker, 3) == nullptr);
+  for (Member& n : m.all()) m.mark_done(n);
+  CHECK(m.workers_done(kT0));
+}
+
+TEST_CASE("membership: a join takes a vacant slot, the lowest unless it asks for one, and counts from then on") {
+  Membership m = started(1, 2, elastic(4));
+  CHECK(m.admit_worker_join(worker(), "a joiner") == 2);
+  Member& two = m.add_joined_worker(peer("j2"), worker(), 2, "t2", kT0);
+  CHECK(two.joined);
+  CHECK(m.find(Role::kWorker, 2) == &two);
+  CHECK(m.admit_worker_join(worker(3), "a joiner") == 3);
+  m.add_joined_worker(peer("j3"), worker(3), 3, "t3", kT0);
+  CHECK(m.live_worker_ranks() == "0,1,2,3");
+  CHECK(m.barrier_members() == 4);
+  CHECK(m.worker_tokens().size() == 4);
+  CHECK(m.worker_tokens()[3] == "t3");
+  CHECK(m.on_connection(peer("j3"))->rank == 3);
+  // A retired worker leaves gracefully: not waited for, its slot vacant again.
+  m.retire(*m.find(Role::kWorker, 3));
+  CHECK(m.live_worker_ranks() == "0,1,2");
+  CHECK(m.barrier_members() == 3);
+  CHECK(m.vacant(3));
+  CHECK_FALSE(m.find(Role::kWorker, 3)->dropped);
+  const std::size_t entries = m.all().size();
+  CHECK(m.admit_worker_join(worker(), "a joiner") == 3);
+  m.add_joined_worker(peer("j3b"), worker(), 3, "t3b", kT0);
+  CHECK(m.all().size() == entries);  // the retired entry is reused
+  CHECK(m.live_worker_ranks() == "0,1,2,3");
+  for (Member& n : m.all()) m.mark_done(n);
+  CHECK(m.workers_done(kT0));
+}
+
+TEST_CASE("membership: a join is refused with its reason: full job, rank in use or out of range, another job or model") {
+  Membership m = started(1, 2, elastic(3));
+  CHECK(refusal([&] { m.admit_worker_join(worker(1), "worker from host (pid 7)"); }) ==
+        "join of worker from host (pid 7): refused, worker rank 1 is in use");
+  CHECK(refusal([&] { m.admit_worker_join(worker(3), "w"); }) ==
+        "join of w: refused, worker rank 3 is outside the job's slots [0, 3) (cluster.max_workers)");
+  CHECK(refusal([&] { m.admit_worker_join(worker(-1, "other"), "w"); }).find("runs a different job") !=
+        std::string::npos);
+  CHECK(refusal([&] { m.admit_worker_join(worker(-1, "job", 5), "w"); }).find("different model layout") !=
+        std::string::npos);
+  m.add_joined_worker(peer("j2"), worker(), m.admit_worker_join(worker(), "w"), "t", kT0);
+  CHECK(refusal([&] { m.admit_worker_join(worker(), "w"); }) ==
+        "join of w: refused, the job is full (3 workers in its 3 slots, cluster.max_workers)");
+  // Not elastic: every join is refused, saying so.
+  Membership fixed = started(1, 2);
+  CHECK(refusal([&] { fixed.admit_worker_join(worker(), "w"); }).find("the job is not elastic") != std::string::npos);
+  // Before the rendezvous: for now, not for good.
+  Membership early(1, 2, elastic(3));
+  CHECK(refused_for_now([&] { early.admit_worker_join(worker(), "w"); }));
+}
+
+TEST_CASE("membership: a resize is bounded by cluster.min_workers and the slots") {
+  const Membership m = started(1, 2, elastic(4, 2));
+  CHECK_FALSE(m.resize_refusal(2).has_value());
+  CHECK_FALSE(m.resize_refusal(4).has_value());
+  CHECK(m.resize_refusal(1) == "the job cannot shrink to 1 workers: cluster.min_workers is 2");
+  CHECK(m.resize_refusal(5) == "the job cannot grow to 5 workers: it has 4 slots (cluster.max_workers)");
+}

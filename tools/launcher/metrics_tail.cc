@@ -35,6 +35,7 @@ void WorkerProgress::add_history_line(std::string_view line) {
     if (type == nullptr || type->as_string("type") != "plan") return;
     total_steps_ = integer(record, "total_steps");
     epochs_ = integer(record, "epochs");
+    if (const report::JsonValue* workers = record.find("workers")) workers_ = workers->as_integer("workers");
   } catch (const std::exception&) {
     ++bad_lines_;
   }
@@ -50,6 +51,7 @@ void WorkerProgress::add_line(std::string_view line, double read_s) {
     if (kind == "plan") {
       total_steps_ = integer(record, "total_steps");
       epochs_ = integer(record, "epochs");
+      if (const report::JsonValue* workers = record.find("workers")) workers_ = workers->as_integer("workers");
     } else if (kind == "step") {
       const double time_s = number_or_nan(record, "time_s");
       if (!std::isfinite(time_s)) throw std::runtime_error("no time");
@@ -83,6 +85,7 @@ WorkerStatus WorkerProgress::status(double now_s) const {
   s.finished = end_steps_ >= 0;
   s.epoch = epoch_;
   s.epochs = epochs_;
+  s.workers = workers_;
   s.test_accuracy = test_accuracy_;
   const double now_w = now_s - offset_s_;  // now on the worker's clock
   if (have_offset_) {

@@ -66,6 +66,7 @@ class WorkerProgress {
   int rejoins_ = 0;  // the step a "resume" record went on from
   std::int64_t epoch_ = -1;
   std::int64_t epochs_ = -1;
+  std::int64_t workers_ = -1;  // the latest plan record's "workers", if one had it
   std::optional<double> loss_ema_;
   std::optional<double> test_accuracy_;
   bool have_offset_ = false;

@@ -80,6 +80,11 @@ std::string head_text(const StatusSnapshot& s) {
     const auto eta = eta_s(s);
     out += " | ETA " + (eta ? duration_text(*eta) : std::string("-"));
   }
+  for (const WorkerStatus& w : s.workers) {  // the membership as the first live worker saw it change
+    if (!live(w) || w.workers < 0) continue;
+    out += " | " + std::to_string(w.workers) + " workers";
+    break;
+  }
   if (s.async && f.stales > 0) out += " | staleness " + fixed(f.stale_sum / f.stales, 2);
   if (s.checkpoint_step) out += " | checkpoint step " + std::to_string(*s.checkpoint_step);
   return out;

@@ -49,6 +49,9 @@ struct WorkerStatus {
   std::optional<double> test_accuracy;  // its last "eval" record's
   std::optional<double> staleness;    // mean of the window's step records
   bool finished = false;              // its "end" record was read
+  // The workers sharing the training set, from its latest "plan" record that
+  // says (a membership change: a drop, a rejoin, elastic); -1: no change seen.
+  std::int64_t workers = -1;
 };
 
 struct StatusSnapshot {

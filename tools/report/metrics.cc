@@ -90,6 +90,9 @@ void add_record(WorkerMetrics& m, const Fields& f) {
   const std::string& type = f.text("type");
   if (type == "plan") {
     m.plan = PlanRecord{f.integer("total_steps"), f.integer("steps_per_epoch"), f.integer("epochs")};
+    if (f.has("epoch") && f.has("workers")) {
+      m.plan_changes.push_back(PlanChange{f.integer("epoch"), f.has("step") ? f.integer("step") : -1, f.integer("workers")});
+    }
   } else if (type == "step") {
     m.steps.push_back(read_step(f));
   } else if (type == "eval") {
@@ -100,9 +103,12 @@ void add_record(WorkerMetrics& m, const Fields& f) {
     m.rejoins.push_back(RejoinRecord{f.number("time_s"), f.integer("step"), m.steps.size()});
   } else if (type == "resume") {
     m.resumes.push_back(ResumeRecord{f.number("time_s"), f.integer("step")});
+  } else if (type == "coverage") {
+    m.coverage.push_back(CoverageRecord{f.integer("epoch"), f.integer("first_step"), f.integer("steps"),
+                                        f.integer("samples"), f.text("checksum")});
   } else {
-    throw DataError(f.what("type") + ": expected \"plan\", \"step\", \"eval\", \"rejoin\", \"resume\" or \"end\", got \"" +
-                    type + "\"");
+    throw DataError(f.what("type") + ": expected \"plan\", \"step\", \"eval\", \"rejoin\", \"resume\", " +
+                    "\"coverage\" or \"end\", got \"" + type + "\"");
   }
 }
 

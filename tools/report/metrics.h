@@ -24,6 +24,15 @@ struct PlanRecord {
   std::int64_t epochs = 0;
 };
 
+// A "plan" record after the first that says from which epoch (and, for a
+// change within an epoch, from which step) `workers` workers share the
+// training set: a membership change as this worker saw it.
+struct PlanChange {
+  std::int64_t epoch = 0;
+  std::int64_t step = -1;  // -1: from the epoch's start (its first step record says which)
+  std::int64_t workers = 0;
+};
+
 struct StepRecord {
   double time_s = 0;  // since the worker started training
   std::int64_t step = 0;
@@ -75,11 +84,25 @@ struct ResumeRecord {
   std::int64_t step = 0;
 };
 
+// What this worker's process trained of an epoch (worker/train/epoch_driver.h,
+// "coverage"): its samples and their additive checksum (16 hex digits,
+// worker/train/epoch_split.h), from first_step for `steps` steps. Absent in
+// files of older runs.
+struct CoverageRecord {
+  std::int64_t epoch = 0;
+  std::int64_t first_step = 0;
+  std::int64_t steps = 0;
+  std::int64_t samples = 0;
+  std::string checksum;
+};
+
 struct WorkerMetrics {
   int rank = -1;
+  std::vector<CoverageRecord> coverage;
   std::vector<RejoinRecord> rejoins;
   std::vector<ResumeRecord> resumes;
   std::optional<PlanRecord> plan;  // absent in files of older runs
+  std::vector<PlanChange> plan_changes;  // the later "plan" records with epoch and workers, in order
   std::vector<StepRecord> steps;
   std::vector<EvalRecord> evals;
   std::optional<EndRecord> end;  // absent while the worker runs or if it crashed

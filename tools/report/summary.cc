@@ -144,6 +144,45 @@ std::string restarts_json(const std::vector<RestartSummary>& restarts) {
   return "[" + out + "]";
 }
 
+// [{"epoch": 1, "step": 16, "old_workers": 3, "new_workers": 2, "reason": "drop"}, ...]
+std::string membership_changes_json(const std::vector<MembershipChangeSummary>& changes) {
+  std::string out;
+  for (const MembershipChangeSummary& c : changes) {
+    out += (out.empty() ? "" : ", ") + ("{\"epoch\": " + std::to_string(c.epoch) + ", \"step\": " +
+                                        (c.step >= 0 ? std::to_string(c.step) : std::string("null")) +
+                                        ", \"old_workers\": " + std::to_string(c.old_workers) +
+                                        ", \"new_workers\": " + std::to_string(c.new_workers) +
+                                        ", \"reason\": " + json_quote(c.reason) + "}");
+  }
+  return "[" + out + "]";
+}
+
+// The changes of the workers sharing the training set, as the lowest worker
+// that finished saw them (else the lowest): its later "plan" records.
+std::vector<MembershipChangeSummary> membership_changes(int workers, const RunMetrics& metrics) {
+  const WorkerMetrics* seen = nullptr;
+  for (const WorkerMetrics& w : metrics.workers) {
+    if (seen == nullptr || (w.end && !seen->end)) seen = &w;
+  }
+  std::vector<MembershipChangeSummary> out;
+  if (seen == nullptr) return out;
+  std::int64_t current = workers;
+  for (const PlanChange& p : seen->plan_changes) {
+    if (p.workers == current) continue;  // the same members again (a rejoined process's re-plan)
+    MembershipChangeSummary c{p.epoch, p.step, current, p.workers, ""};
+    const bool within = p.step >= 0;
+    c.reason = p.workers < current ? (within ? "retire" : "drop") : (within ? "join" : "rejoin");
+    if (!within) {
+      for (const StepRecord& r : seen->steps) {
+        if (r.epoch == p.epoch && (c.step < 0 || r.step < c.step)) c.step = r.step;
+      }
+    }
+    out.push_back(c);
+    current = p.workers;
+  }
+  return out;
+}
+
 template <class Int>
 std::string int_list_json(const std::vector<Int>& values) {
   std::string out = "[";
@@ -229,6 +268,7 @@ RunSummary summarize(const RunConfig& config, const RunMetrics& metrics, const P
   std::stable_sort(evals.begin(), evals.end(), [](const EvalRecord& a, const EvalRecord& b) { return a.step < b.step; });
   add_evaluations(s, evals);
   if (config.mode == Mode::kAsync || config.mode == Mode::kSsp) s.staleness = staleness_summary(metrics.servers);
+  s.membership_changes = membership_changes(s.workers, metrics);
   for (const ServerMetrics& server : metrics.servers) s.partial_updates += server.partial_updates;
   for (const ServerMetrics& server : metrics.servers) {
     if (server.rejoined_from_step >= 0) {
@@ -260,6 +300,7 @@ std::string summary_json(const RunSummary& s) {
          ",\n  \"ssp\": " + ssp_json(s.ssp) + ",\n  \"dropped_workers\": " + int_list_json(s.dropped_workers) +
          ",\n  \"restarts\": " + restarts_json(s.restarts) +
          ",\n  \"resumed_from\": " + int_list_json(s.resumed_from) +
+         ",\n  \"membership_changes\": " + membership_changes_json(s.membership_changes) +
          ",\n  \"partial_updates\": " + std::to_string(s.partial_updates) +
          ",\n  \"server_restarts\": " + server_restarts_json(s) +
          ",\n  \"skipped_steps\": " + std::to_string(s.skipped_steps) + ",\n  \"resources\": " + resources_json(s) +

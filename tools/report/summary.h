@@ -80,6 +80,20 @@ struct SspSummary {
   double blocked_s_mean = 0;  // over workers
 };
 
+// A change of the workers sharing the training set, from the workers' "plan"
+// records (docs/run_directory.md): from `step` (the first of `epoch`, or
+// within it), `new_workers` instead of `old_workers`. `reason`: "drop" (fewer
+// from an epoch's start: a worker the job went on without), "rejoin" (more
+// from an epoch's start: a rank taken back), "retire" / "join" (fewer / more
+// from a step within an epoch: elastic membership).
+struct MembershipChangeSummary {
+  std::int64_t epoch = 0;
+  std::int64_t step = -1;  // -1: not known (no step record of that epoch)
+  std::int64_t old_workers = 0;
+  std::int64_t new_workers = 0;
+  std::string reason;
+};
+
 struct RunSummary {
   std::string mode;
   int workers = 0;
@@ -96,6 +110,7 @@ struct RunSummary {
   std::vector<int> dropped_workers;           // on_worker_failure "continue": workers the job went on without
   std::vector<RestartSummary> restarts;       // on_worker_failure "restart": each rejoin, by rank then time
   std::vector<std::int64_t> resumed_from;     // launch --resume: the checkpoint step of each resume, in order
+  std::vector<MembershipChangeSummary> membership_changes;  // in order
   std::int64_t partial_updates = 0;           // sync: chunk updates made without a dropped worker
   // on_server_failure "restart": each server that rejoined, and what was lost (ServerMetrics).
   struct ServerRestart {

@@ -158,6 +158,13 @@ std::string summary_markdown(const RunSummary& s, const std::string& run_dir) {
       out += line;
     }
   }
+  if (!s.membership_changes.empty()) {
+    out += "\n## Membership\n\nThe workers sharing the training set changed:\n\n";
+    for (const MembershipChangeSummary& c : s.membership_changes) {
+      out += "- epoch " + std::to_string(c.epoch) + (c.step >= 0 ? ", step " + std::to_string(c.step) : "") + ": " +
+             std::to_string(c.old_workers) + " -> " + std::to_string(c.new_workers) + " workers (" + c.reason + ")\n";
+    }
+  }
   if (s.skipped_steps > 0) {
     std::string each;
     for (const WorkerSummary& w : s.per_worker) {

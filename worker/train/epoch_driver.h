@@ -20,6 +20,23 @@
 // follows the plan: each step's rate is the schedule's at the same fraction
 // of its epoch (LrSchedule::lr_in_epoch), so decays happen at the same
 // epochs as in a run without the drop.
+//
+// Elastic membership: an epoch's members may change within it (segments,
+// worker/train/epoch_split.h). The driver looks at the epoch's segments
+// after every step (the step function may add one: a change the scheduler
+// announced), re-splits the rest of the epoch, and writes a new "plan"
+// record (with the step it takes effect at). A worker that is not a member
+// of a later segment retires: run() returns at that segment's first step
+// (retired() is then true). In an elastic job (cluster.min_workers !=
+// max_workers) with schedule.linear_scaling, sync and allreduce steps take
+// the rate scaled by the segment's members over cluster.workers (the global
+// batch); async and ssp keep the per-push rate.
+//
+// Coverage: when this process leaves an epoch (its end, a retirement, the
+// last step of the run) it writes a "coverage" record (epoch, first_step,
+// steps, samples, checksum: EpochCoverage, epoch_split.h) of the samples it
+// trained in it, so a run's records of an epoch can be checked against the
+// epoch's permutation (every sample once, plus the padding).
 #pragma once
 
 #include <cstdint>
@@ -32,6 +49,7 @@
 #include "worker/data/dataset.h"
 #include "worker/data/shard_sampler.h"
 #include "worker/train/epoch_members.h"
+#include "worker/train/epoch_split.h"
 #include "worker/train/metrics.h"
 
 namespace pstrain {
@@ -67,12 +85,29 @@ class EpochDriver {
   // workers; it must be the same answers on every worker.
   std::int64_t run(Logger& log, MetricsWriter& metrics, const std::int64_t& images, const StepFn& step,
                    const EpochEndFn& epoch_end, std::int64_t first_step = 0, EpochMembers* members = nullptr);
+  // Whether run() returned because this worker is not a member of a later segment.
+  bool retired() const { return retired_; }
+
+  struct Walk;  // run()'s state (epoch_driver.cc)
 
  private:
+  // Runs epoch `w.epoch` from step `w.step`; false when this worker retired.
+  bool run_epoch(Walk& w) const;
+  EpochSplit split_of(EpochMembers& who, int epoch) const;
+  // The plan's steps in all, from epoch `epoch` (begun at step `start`, split as `split`) on.
+  std::int64_t planned_total(std::int64_t start, int epoch, const EpochSplit& split,
+                             const std::vector<EpochSegment>& segments) const;
+  // Recomputes the total; writes a "plan" record (and logs it) when the
+  // epoch's steps differ from the last one's or `changed` (a change from step `at`).
+  void replan(Walk& w, const EpochSplit& split, std::int64_t at, bool changed) const;
+  // The rate factor of a segment with `members` workers (1 unless elastic linear scaling).
+  double lr_factor(int members) const;
+
   int batch_size_;
   int epochs_;
   int rank_;
   int num_workers_;
+  bool scale_lr_by_members_;
   std::int64_t num_samples_;
   std::uint64_t seed_;
   std::int64_t max_steps_;
@@ -81,6 +116,7 @@ class EpochDriver {
   std::int64_t total_;
   LrSchedule schedule_;
   std::vector<std::int64_t> epoch_starts_;  // first step of each epoch run() reached
+  bool retired_ = false;
 };
 
 }  // namespace pstrain

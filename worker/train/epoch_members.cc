@@ -49,41 +49,84 @@ EpochShard epoch_shard(const std::vector<int>& members, int rank) {
   return EpochShard{static_cast<int>(it - members.begin()), replicas, true};
 }
 
-EpochMembers::EpochMembers(AskFn ask, std::vector<std::int64_t> history) : ask_(std::move(ask)) {
-  for (std::size_t i = 0; i < history.size();) {
-    if (i + 2 > history.size()) throw CheckpointError("epoch members history: truncated");
-    const std::int64_t epoch = history[i];
-    const std::int64_t count = history[i + 1];
-    if (epoch < 0 || epoch > 1'000'000 || count < 1 || i + 2 + static_cast<std::size_t>(count) > history.size()) {
-      throw CheckpointError("epoch members history: bad entry at " + std::to_string(i));
-    }
-    std::vector<int> members;
-    for (std::int64_t k = 0; k < count; ++k) members.push_back(static_cast<int>(history[i + 2 + static_cast<std::size_t>(k)]));
-    if (static_cast<std::size_t>(epoch) >= epochs_.size()) epochs_.resize(static_cast<std::size_t>(epoch) + 1);
-    epochs_[static_cast<std::size_t>(epoch)] = std::move(members);
-    i += 2 + static_cast<std::size_t>(count);
+namespace {
+// Reads one [epoch, (-from_step,) count, ranks...] entry of a history at `i`
+// into `epochs`; returns the index after it.
+std::size_t read_history_entry(const std::vector<std::int64_t>& h, std::size_t i,
+                               std::vector<std::vector<EpochSegment>>& epochs) {
+  const auto bad = [&](const std::string& why) {
+    return CheckpointError("epoch members history: " + why + " at " + std::to_string(i));
+  };
+  if (i + 2 > h.size()) throw CheckpointError("epoch members history: truncated");
+  const std::int64_t epoch = h[i];
+  if (epoch < 0 || epoch > 1'000'000) throw bad("bad epoch");
+  EpochSegment segment;
+  std::size_t at = i + 1;
+  if (h[at] < 0) {  // a later segment: [epoch, -from_step, count, ranks...]
+    segment.from_step = -h[at];
+    ++at;
+    if (at >= h.size()) throw CheckpointError("epoch members history: truncated");
   }
+  const std::int64_t count = h[at];
+  if (count < 1 || at + 1 + static_cast<std::size_t>(count) > h.size()) throw bad("bad entry");
+  for (std::int64_t k = 0; k < count; ++k) segment.members.push_back(static_cast<int>(h[at + 1 + static_cast<std::size_t>(k)]));
+  if (static_cast<std::size_t>(epoch) >= epochs.size()) epochs.resize(static_cast<std::size_t>(epoch) + 1);
+  std::vector<EpochSegment>& known = epochs[static_cast<std::size_t>(epoch)];
+  if (segment.from_step > 0 ? known.empty() || segment.from_step <= known.back().from_step : !known.empty()) {
+    throw bad("segment out of order");
+  }
+  known.push_back(std::move(segment));
+  return at + 1 + static_cast<std::size_t>(count);
+}
+}  // namespace
+
+EpochMembers::EpochMembers(AskFn ask, std::vector<std::int64_t> history) : ask_(std::move(ask)) {
+  for (std::size_t i = 0; i < history.size();) i = read_history_entry(history, i, epochs_);
 }
 
-const std::vector<int>& EpochMembers::of(int epoch) {
+const std::vector<EpochSegment>& EpochMembers::segments(int epoch) {
   if (epoch < 0) throw ConfigError("epoch members: epoch " + std::to_string(epoch) + " < 0");
   const auto e = static_cast<std::size_t>(epoch);
   if (e >= epochs_.size()) epochs_.resize(e + 1);
   if (epochs_[e].empty()) {
     std::vector<int> members = ask_(epoch);
     if (members.empty()) throw ProtocolError("epoch " + std::to_string(epoch) + ": no member workers");
-    epochs_[e] = std::move(members);
+    epochs_[e].push_back(EpochSegment{0, std::move(members)});
   }
   return epochs_[e];
+}
+
+const std::vector<int>& EpochMembers::of(int epoch) { return segments(epoch).front().members; }
+
+bool EpochMembers::add_segment(int epoch, std::int64_t from_step, std::vector<int> members) {
+  const std::string what = "membership change at step " + std::to_string(from_step) + " of epoch " +
+                           std::to_string(epoch) + " (members " + format_members(members) + ")";
+  if (members.empty()) throw ProtocolError(what + ": no member workers");
+  if (!std::is_sorted(members.begin(), members.end()) ||
+      std::adjacent_find(members.begin(), members.end()) != members.end() || members.front() < 0) {
+    throw ProtocolError(what + ": expected ranks in increasing order");
+  }
+  if (from_step < 1) throw ProtocolError(what + ": a change takes effect after the epoch's first step");
+  segments(epoch);
+  std::vector<EpochSegment>& known = epochs_[static_cast<std::size_t>(epoch)];
+  EpochSegment segment{from_step, std::move(members)};
+  if (std::find(known.begin(), known.end(), segment) != known.end()) return false;  // heard again
+  if (from_step <= known.back().from_step) {
+    throw ProtocolError(what + ": not after the epoch's last change (step " + std::to_string(known.back().from_step) + ")");
+  }
+  known.push_back(std::move(segment));
+  return true;
 }
 
 std::vector<std::int64_t> EpochMembers::history() const {
   std::vector<std::int64_t> flat;
   for (std::size_t e = 0; e < epochs_.size(); ++e) {
-    if (epochs_[e].empty()) continue;
-    flat.push_back(static_cast<std::int64_t>(e));
-    flat.push_back(static_cast<std::int64_t>(epochs_[e].size()));
-    for (const int r : epochs_[e]) flat.push_back(r);
+    for (const EpochSegment& segment : epochs_[e]) {
+      flat.push_back(static_cast<std::int64_t>(e));
+      if (segment.from_step > 0) flat.push_back(-segment.from_step);
+      flat.push_back(static_cast<std::int64_t>(segment.members.size()));
+      for (const int r : segment.members) flat.push_back(r);
+    }
   }
   return flat;
 }

@@ -17,6 +17,13 @@
 // The answers so far are kept as a history (a checkpoint stores it, so a
 // resumed run shards the epochs it already began the same way); a resumed
 // run asks the scheduler only for the epochs after the history.
+//
+// Elastic membership (docs/architecture.md, "Elastic membership"): an epoch
+// is a list of segments, each "from step S of the epoch, members M". The
+// first (S = 0) is the answer above; a membership change the scheduler
+// announces adds one (add_segment), and worker/train/epoch_split.h splits
+// the rest of the epoch's permutation among the new members. An epoch
+// without a change has its one segment, as before.
 #pragma once
 
 #include <cstdint>
@@ -51,15 +58,36 @@ struct EpochShard {
 };
 EpochShard epoch_shard(const std::vector<int>& members, int rank);
 
+// From the epoch's step `from_step` (its steps before it, 0 = its start) the
+// epoch's remaining samples are split among `members` (ranks ascending).
+struct EpochSegment {
+  std::int64_t from_step = 0;
+  std::vector<int> members;
+  bool operator==(const EpochSegment&) const = default;
+};
+
 class EpochMembers {
  public:
   using AskFn = std::function<std::vector<int>(int epoch)>;
   // `ask` gives epoch E's members the first time E is needed (the scheduler
   // in a job; a fixed answer in tests). `history`: the answers of a
-  // checkpoint (flat [epoch, count, ranks...]*; empty for a new run).
+  // checkpoint (flat [epoch, count, ranks...]* for each epoch's first
+  // segment, and [epoch, -from_step, count, ranks...] for each later one,
+  // after its epoch's earlier ones; a checkpoint from before elastic
+  // membership has only the first kind; empty for a new run).
+  // CheckpointError for a history that is not of that form.
   explicit EpochMembers(AskFn ask, std::vector<std::int64_t> history = {});
-  // The workers of `epoch`: from the history, else asked once and remembered.
+  // The workers of `epoch`'s start (its first segment): from the history,
+  // else asked once and remembered.
   const std::vector<int>& of(int epoch);
+  // Every segment of `epoch` known so far, from_step increasing (asks for
+  // the first as of() does).
+  const std::vector<EpochSegment>& segments(int epoch);
+  // A membership change: from the epoch's step `from_step` (>= 1) `members`
+  // (non-empty, ranks ascending) share the rest of `epoch`. Returns false
+  // (nothing changes) for the same change heard again; ProtocolError for a
+  // change at or before the epoch's last known segment, or no members.
+  bool add_segment(int epoch, std::int64_t from_step, std::vector<int> members);
   // Everything answered so far, flat as taken by the constructor.
   std::vector<std::int64_t> history() const;
 
@@ -70,7 +98,7 @@ class EpochMembers {
 
  private:
   AskFn ask_;
-  std::vector<std::vector<int>> epochs_;  // index = epoch; empty = not known yet
+  std::vector<std::vector<EpochSegment>> epochs_;  // index = epoch; empty = not known yet
 };
 
 }  // namespace pstrain
