@@ -9,7 +9,7 @@
 #include "common/transport/transport.h"
 #include "common/wire/barrier_names.h"
 #include "common/wire/wire_archive.h"
-#include "scheduler/memory_budget.h"
+#include "scheduler/scheduler_budget.h"
 
 namespace pstrain {
 
@@ -19,7 +19,7 @@ namespace {
 EndpointOptions scheduler_endpoint_options(const SchedulerOptions& options) {
   EndpointOptions o;
   o.socket = SocketOptions{std::int64_t{16} << 20, milliseconds(2000), options.security};
-  o.socket.receive_hwm = kSchedulerReceiveHwm;  // the received queues' bound (scheduler/memory_budget.h)
+  o.socket.receive_hwm = kSchedulerReceiveHwm;  // the received queues' bound (scheduler/scheduler_budget.h)
   o.limits = DecodeLimits{std::int64_t{16} << 20};
   o.traffic = options.traffic;
   return o;
@@ -144,7 +144,7 @@ void Scheduler::on_register(const PeerId& from, const Message& msg) {
   check_answer(from, req, "register");
   check_key(msg, req, "register");
   const Member& node = members_.admit(from, std::move(req), Clock::now());
-  router_->add_member(from);  // no longer a stranger to the memory budget (scheduler/memory_budget.h)
+  router_->add_member(from);  // no longer a stranger to the memory budget (scheduler/scheduler_budget.h)
   log_.info("registered " + std::string(to_string(node.role)) + " from " + node.request.host + " (pid " +
             std::to_string(node.request.pid) + "); " + members_.roster());
 }

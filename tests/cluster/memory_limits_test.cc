@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "scheduler/memory_budget.h"
+#include "scheduler/scheduler_budget.h"
 #include "server/admission.h"
 
 using namespace pstrain;

@@ -103,9 +103,8 @@ struct ReplyBudget::State {
     return n;
   }
 
-  // Empty when `bytes` more for `peer` (holding `mine`) may go, else why not.
-  std::string refusal(const PeerId& peer, std::int64_t mine, std::int64_t bytes) const {
-    const bool stranger = is_stranger(peer.bytes());
+  // Empty when `bytes` more for `peer` (holding `mine`; a `stranger` or not) may go, else why not.
+  std::string refusal(const PeerId& peer, bool stranger, std::int64_t mine, std::int64_t bytes) const {
     if (stranger && limits.stranger_bytes > 0 && mine + bytes > limits.stranger_bytes) {
       return peer.name() + " is not one of this node's members and already holds " + std::to_string(mine) +
              " bytes of unsent replies (at most " + std::to_string(limits.stranger_bytes) +
@@ -181,8 +180,9 @@ zmq::message_t ReplyBudget::admit(const PeerId& to, Buffer head, std::int64_t me
   PeerAccount& peer = s.account(to);
   const std::int64_t bytes = message_bytes + kMessageOverhead;
   const std::int64_t mine = peer.bytes.load(std::memory_order_relaxed);
-  if (s.limits.budget_bytes > 0 || s.limits.stranger_bytes > 0) {
-    const std::string why = s.refusal(to, mine, bytes);
+  const bool stranger = s.is_stranger(to.bytes());
+  if (s.limits.budget_bytes > 0 || s.limits.stranger_bytes > 0 || s.limits.strangers_bytes > 0) {
+    const std::string why = s.refusal(to, stranger, mine, bytes);
     if (!why.empty()) {
       ++s.shed;
       throw TransportError("reply " + std::string(to_string(header.type)) + " (key " + std::to_string(header.key) +
@@ -193,7 +193,7 @@ zmq::message_t ReplyBudget::admit(const PeerId& to, Buffer head, std::int64_t me
   t->head = std::move(head);
   t->bytes = bytes;
   t->peer = s.peers[to.bytes()];
-  t->stranger = s.is_stranger(to.bytes());
+  t->stranger = stranger;
   t->state = state_;
   peer.bytes.fetch_add(bytes, std::memory_order_relaxed);
   if (t->stranger) s.strangers_total.fetch_add(bytes, std::memory_order_relaxed);

@@ -1,4 +1,4 @@
-#include "scheduler/memory_budget.h"
+#include "scheduler/scheduler_budget.h"
 
 #include "common/transport/memory_budget.h"
 #include "common/wire/wire_archive.h"
