@@ -25,6 +25,10 @@
 //  - the job ends only when a node that registered on its own connection
 //    says so (an abort), and then with AbortedError; the honest worker's
 //    abort ends both nodes within a bound;
+//  - a node's memory stays under its budget (cluster_sequence_memory.h):
+//    after every op the scheduler's and the server's unsent replies are
+//    within their limits' bound, and back to zero on a running node once
+//    every peer has closed its connections (replies left unread included);
 //  - no sanitizer report, no crash.
 // Excused (documented behaviour, not findings): with security off, a peer
 // that registers as a server before the real one takes its slot (the real
@@ -66,6 +70,7 @@
 #include "common/transport/transport.h"
 #include "common/wire/wire_archive.h"
 #include "fuzz/cluster_sequence_honest.h"
+#include "fuzz/cluster_sequence_memory.h"
 #include "fuzz/cluster_sequence_peers.h"
 #include "fuzz/fuzz_input.h"
 #include "scheduler/scheduler.h"
@@ -124,8 +129,10 @@ class Harness : public HarnessHooks {
         case 6: p.leave_after_send = true; break;  // the next send is hit and run
         case 7: op_heartbeat(p, in); break;
       }
+      check_memory_bound();
     }
     drain(milliseconds(1));
+    check_memory_bound();
   }
 
   void check_and_end() {
@@ -135,6 +142,7 @@ class Harness : public HarnessHooks {
       if (!server_contested_ && !legit_end_) honest_.check_server_state(map_);
     }
     if (!legit_end_) check_barrier_wait();
+    check_memory_given_back();
     // The honest worker fails on purpose: the job must end, promptly, with AbortedError.
     Header abort = header(MsgType::kAbort, Role::kWorker, 0);
     send_body(honest_.scheduler_socket(), abort, "fuzz input done");
@@ -267,6 +275,29 @@ class Harness : public HarnessHooks {
       }
       honest_.pump(milliseconds(5));
       drain(milliseconds(0));
+    }
+  }
+
+  // The invariant "a node's memory stays under its budget" (cluster_sequence_memory.h), now.
+  void check_memory_bound() {
+    std::string why = over_budget("scheduler", scheduler_.unsent_reply_bytes(), scheduler_.unsent_reply_limit(), true);
+    if (why.empty()) why = over_budget("server", server_.unsent_reply_bytes(), server_.unsent_reply_limit(), false);
+    if (!why.empty()) fail_with_nodes(why);
+  }
+
+  // Every peer closes (what was queued for it goes); worker 0 and the fillers
+  // read theirs: a running node's unsent replies fall back to zero.
+  void check_memory_given_back() {
+    for (Peer& p : peers_) close(p);
+    const auto deadline = std::chrono::steady_clock::now() + milliseconds(kMemoryBackBoundMs);
+    for (std::int64_t sched = 1, server = 1; sched != 0 || server != 0; honest_.pump(milliseconds(1)), drain(milliseconds(0))) {
+      check_memory_bound();
+      sched = scheduler_done_.load() ? 0 : scheduler_.unsent_reply_bytes();
+      server = server_done_.load() ? 0 : server_.unsent_reply_bytes();
+      if ((sched != 0 || server != 0) && std::chrono::steady_clock::now() > deadline) {
+        fail_with_nodes("unsent replies not given back within " + std::to_string(kMemoryBackBoundMs) + " ms of every peer closing: " +
+                        std::to_string(sched) + " bytes at the scheduler, " + std::to_string(server) + " at the server");
+      }
     }
   }
 

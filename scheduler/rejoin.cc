@@ -53,6 +53,7 @@ void Scheduler::on_rejoin(const PeerId& from, const Message& msg) {
     }
   }
   members_.take_back_worker(node, from, std::move(req), fresh_token(), Clock::now());
+  router_->add_member(from);  // a member of the memory budget before its reply (scheduler_budget.h)
   // Barriers: the new process starts at the others' next number. The failed
   // process's arrival at a barrier still open does not count for it: the new
   // one comes itself (it joins below that checkpoint's step) or passes it
@@ -113,6 +114,7 @@ void Scheduler::on_server_rejoin(const PeerId& from, const Message& msg) {
   const std::string who = "rejoin of a server from " + req.host + " (pid " + std::to_string(req.pid) + ")";
   Member& node = members_.admit_server_rejoin(req, who, Clock::now());
   members_.take_back_server(node, from, std::move(req), fresh_token(), Clock::now());
+  router_->add_member(from);  // a member of the memory budget before its reply (scheduler_budget.h)
   RegisterReply reply = members_.job_reply();
   reply.rank = node.rank;
   reply.worker_tokens = members_.worker_tokens();

@@ -9,6 +9,7 @@
 #include "common/transport/transport.h"
 #include "common/wire/barrier_names.h"
 #include "common/wire/wire_archive.h"
+#include "scheduler/scheduler_budget.h"
 
 namespace pstrain {
 
@@ -18,6 +19,7 @@ namespace {
 EndpointOptions scheduler_endpoint_options(const SchedulerOptions& options) {
   EndpointOptions o;
   o.socket = SocketOptions{std::int64_t{16} << 20, milliseconds(2000), options.security};
+  o.socket.receive_hwm = kSchedulerReceiveHwm;  // the received queues' bound (scheduler/scheduler_budget.h)
   o.limits = DecodeLimits{std::int64_t{16} << 20};
   o.traffic = options.traffic;
   return o;
@@ -46,6 +48,7 @@ Scheduler::Scheduler(std::unique_ptr<Transport> owned, Transport* transport, Sch
                       " servers");
   }
   endpoint_ = router_->address();
+  limit_scheduler_memory(*router_, options_.cluster, options_.num_servers + options_.num_workers, 0, true, log_);
   if (!options_.exits_file.empty()) exits_.emplace(options_.exits_file, 4096);  // a longer line is no report
 }
 
@@ -141,6 +144,7 @@ void Scheduler::on_register(const PeerId& from, const Message& msg) {
   check_answer(from, req, "register");
   check_key(msg, req, "register");
   const Member& node = members_.admit(from, std::move(req), Clock::now());
+  router_->add_member(from);  // no longer a stranger to the memory budget (scheduler/scheduler_budget.h)
   log_.info("registered " + std::string(to_string(node.role)) + " from " + node.request.host + " (pid " +
             std::to_string(node.request.pid) + "); " + members_.roster());
 }
@@ -163,6 +167,8 @@ void Scheduler::assign_ranks() {
   RegisterReply reply = members_.job_reply();
   for (Member& n : members_.all()) n.token = fresh_token();
   const std::vector<std::string> worker_tokens = members_.worker_tokens();
+  limit_scheduler_memory(*router_, options_.cluster, static_cast<int>(members_.all().size()),
+                         largest_register_reply(reply, worker_tokens), false, log_);
   for (Member& n : members_.all()) {
     reply.rank = n.rank;
     reply.token = n.token;
@@ -200,6 +206,7 @@ void Scheduler::serve_until_done() {
       check_liveness();
     }
     send_heartbeats();
+    router_->give_back_memory();  // after a flood of unsent replies has drained
   }
 }
 

@@ -142,6 +142,11 @@ class Scheduler {
   // Store gets parked for a key nobody has set yet; safe from any thread
   // (lets a test order a get before a set by an event instead of a sleep).
   std::size_t parked_store_gets() const { return parked_gets_count_.load(std::memory_order_acquire); }
+  // Its listener's unsent replies and the most its memory budget lets them
+  // reach (scheduler/scheduler_budget.h): safe from any thread (the fuzzer's
+  // memory invariant).
+  std::int64_t unsent_reply_bytes() const { return router_->unsent_bytes(); }
+  std::int64_t unsent_reply_limit() const { return router_->unsent_limit(); }
 
  private:
   using Clock = SchedulerClock;

@@ -46,23 +46,14 @@ std::vector<PeerId> Admission::connections() const {
 }
 
 MemoryLimits server_memory_limits(const ClusterConfig& cluster, std::int64_t shard_bytes, int num_workers) {
-  MemoryLimits limits;
-  limits.stranger_bytes = kStrangerReplyBytes;
-  limits.budget_bytes = cluster.memory_budget_mb > 0
-                            ? cluster.memory_budget_mb * (std::int64_t{1} << 20)
-                            : kBudgetBaseBytes + kBudgetPerWorkerShards * std::max(num_workers, 1) * shard_bytes;
-  return limits;
+  return node_memory_limits(cluster, kBudgetPerWorkerShards * std::max(num_workers, 1) * shard_bytes);
 }
 
 std::string memory_budget_warning(const ClusterConfig& cluster, std::int64_t shard_bytes, int num_workers) {
-  if (cluster.memory_budget_mb <= 0) return {};
   const std::int64_t need = 2 * std::int64_t{std::max(num_workers, 1)} * shard_bytes;
-  const std::int64_t budget = cluster.memory_budget_mb * (std::int64_t{1} << 20);
-  if (budget >= need) return {};
-  return "cluster.memory_budget_mb = " + std::to_string(cluster.memory_budget_mb) + " is less than the " +
-         std::to_string((need + (1 << 20) - 1) >> 20) + " MiB the workers' pull replies may need here (2 x " +
-         std::to_string(num_workers) + " workers x " + std::to_string(shard_bytes) +
-         " bytes of shard): replies to the slowest readers may be dropped; raise it or set 0 (derived)";
+  return memory_budget_warning(cluster, need,
+                               "the workers' pull replies may need here (2 x " + std::to_string(num_workers) +
+                                   " workers x " + std::to_string(shard_bytes) + " bytes of shard)");
 }
 
 // CURVE with per-worker keys: a request in worker R's name only over worker-R's key.

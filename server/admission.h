@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "common/config/config.h"
+#include "common/transport/memory_budget.h"
 #include "common/transport/transport.h"
 #include "common/wire/protocol.h"
 #include "common/wire/security.h"
@@ -47,17 +48,15 @@ class Admission {
 };
 
 // Load admission: the server's memory budget for unsent replies
-// (Listener::set_memory_limits; docs/architecture.md, "Memory budget and
-// floods"). cluster.memory_budget_mb when set, else derived from what the
-// job's workers can legitimately have queued here: kBudgetPerWorkerShards
-// copies of this server's shard (`shard_bytes`) per worker (the next step's
-// pull ticket and an evaluation's, each of every chunk, with room to spare)
-// plus kBudgetBaseBytes. A connection that is not a worker's may hold at most
-// kStrangerReplyBytes of unsent replies (its error replies: a few hundred
-// bytes each).
-inline constexpr std::int64_t kBudgetBaseBytes = std::int64_t{64} << 20;
+// (Listener::set_memory_limits; common/transport/memory_budget.h, shared
+// with the scheduler). cluster.memory_budget_mb when set, else derived from
+// what the job's workers can legitimately have queued here:
+// kBudgetPerWorkerShards copies of this server's shard (`shard_bytes`) per
+// worker (the next step's pull ticket and an evaluation's, each of every
+// chunk, with room to spare) plus kBudgetBaseBytes. A connection that is not
+// a worker's may hold at most kStrangerReplyBytes of unsent replies (its
+// error replies: a few hundred bytes each), all of them kStrangersPoolBytes.
 inline constexpr std::int64_t kBudgetPerWorkerShards = 4;
-inline constexpr std::int64_t kStrangerReplyBytes = std::int64_t{256} << 10;
 MemoryLimits server_memory_limits(const ClusterConfig& cluster, std::int64_t shard_bytes, int num_workers);
 // What a configured budget lacks for the replies the workers may have queued
 // legitimately (two copies of the shard per worker): a warning's text, or

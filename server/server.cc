@@ -206,9 +206,7 @@ void Server::limit_memory(int num_workers) {
   router_->set_members(admission_.connections());
   const std::string warning = memory_budget_warning(options_.cluster, shard, num_workers);
   if (!warning.empty()) log_.warn(warning);
-  log_.info("memory budget for unsent replies: " + std::to_string(limits.budget_bytes >> 20) + " MiB" +
-            (options_.cluster.memory_budget_mb > 0 ? " (cluster.memory_budget_mb)" : " (derived: cluster.memory_budget_mb = 0)") +
-            ", " + std::to_string(limits.stranger_bytes >> 10) + " KiB per connection that is not a worker's");
+  log_.info("memory budget for unsent replies: " + describe_memory_limits(limits, options_.cluster));
 }
 
 void Server::start_checkpoints() {

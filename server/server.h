@@ -125,6 +125,11 @@ class Server {
   // The apply threads (after registration; before it: 0 threads, no runs).
   int apply_threads() const { return apply_pool_ ? apply_pool_->threads() : 0; }
   ApplyPoolStats apply_stats() const { return apply_pool_ ? apply_pool_->stats() : ApplyPoolStats{}; }
+  // Its listener's unsent replies and the most the budget lets them reach
+  // (Listener::unsent_bytes / unsent_limit; 0 before registration): safe
+  // from any thread (the fuzzer's memory invariant).
+  std::int64_t unsent_reply_bytes() const { return router_->unsent_bytes(); }
+  std::int64_t unsent_reply_limit() const { return router_->unsent_limit(); }
 
  private:
   struct ParkedPull {

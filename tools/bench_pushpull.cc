@@ -16,6 +16,15 @@
 // 1 plain, one per core up to 4 with CURVE) unless --io-threads says;
 // --curve-baseline-io-threads N also runs the CURVE round with N I/O threads
 // (1: as before issue 27) in every trial, reported beside it.
+// The cipher's bound, the reference for curve/plain as memcpy is for the PS
+// round: CURVE encrypts every message with crypto_box (XSalsa20-Poly1305,
+// precomputed key), so a round's 2 x SIZE bytes are encrypted once and
+// decrypted once: 4 x SIZE bytes of crypto. crypto_box(GB/s) is one core's
+// rate on messages of the chunk size, timed in this run; with every one of
+// the machine's C cores (those this process may use) encrypting, the round
+// can reach at most C x crypto_box / 2 GB/s per worker, and curve/plain at
+// most that over plain: the "bound" column. The last line says whether
+// issue 27's goal (curve at >= 50% of plain) is within that bound here.
 //   memcpy          = SIZE / time of one memcpy of SIZE bytes between two
 //                     warm buffers in this process (the host's copy bandwidth)
 // With --wire-dtype bfloat16 the PS moves half the bytes; GB/s still counts
@@ -28,6 +37,8 @@
 // Each figure is the median over --trials alternating raw/PS measurements,
 // each itself the median round of many.
 // Correctness is checked outside the timed loop (#wrong column).
+#include <sched.h>
+#include <sodium.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -71,6 +82,8 @@ struct Result {
   double curve_gbps_per_worker = 0;  // --security curve
   double also_gbps_per_worker = 0;   // --also-transport
   double curve_baseline_gbps_per_worker = 0;  // --curve-baseline-io-threads
+  double crypto_box_gbps = 0;  // --security curve: one core's crypto_box on chunk-sized messages
+  double curve_bound = 0;      // at most curve/plain: cores x crypto_box_gbps / 2 / plain
   int wrong = 0;
 };
 
@@ -123,13 +136,58 @@ double raw_round_s(std::size_t num_bytes, std::size_t chunk_bytes, int rounds, c
   return bench::median(times);
 }
 
+// One core's crypto_box on `num_bytes` in messages of `chunk_bytes` (CURVE's
+// per-message cipher, key precomputed as ZeroMQ does): median seconds.
+double crypto_box_seconds(std::size_t num_bytes, std::size_t chunk_bytes, int rounds) {
+  if (sodium_init() < 0) return 0;
+  unsigned char pk[crypto_box_PUBLICKEYBYTES], sk[crypto_box_SECRETKEYBYTES], key[crypto_box_BEFORENMBYTES];
+  unsigned char nonce[crypto_box_NONCEBYTES] = {};
+  crypto_box_keypair(pk, sk);
+  if (crypto_box_beforenm(key, pk, sk) != 0) return 0;
+  chunk_bytes = std::max<std::size_t>(std::min(chunk_bytes, num_bytes), 1);
+  std::vector<unsigned char> in(chunk_bytes, 3), out(chunk_bytes + crypto_box_MACBYTES);
+  std::vector<double> times;
+  for (int r = 0; r < rounds + 1; ++r) {
+    const auto t0 = Clock::now();
+    for (std::size_t done = 0; done < num_bytes; done += chunk_bytes) {
+      sodium_increment(nonce, sizeof nonce);
+      crypto_box_easy_afternm(out.data(), in.data(), std::min(chunk_bytes, num_bytes - done), nonce, key);
+    }
+    if (r >= 1) times.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+  return bench::median(times);
+}
+
+// The cores this process may run on (taskset, cgroup cpusets).
+int usable_cores() {
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  return sched_getaffinity(0, sizeof allowed, &allowed) == 0 ? CPU_COUNT(&allowed) : 1;
+}
+
+// Whether curve/plain >= 50% (issue 27's goal) is within the cipher's bound at every size.
+void print_curve_bound(const std::vector<Result>& results) {
+  bool reachable = true;
+  std::string figures;
+  for (const Result& r : results) {
+    reachable = reachable && r.curve_bound >= 0.5;
+    char line[160];
+    std::snprintf(line, sizeof line, "%s%.0f MiB: plain %.2f, crypto_box %.2f GB/s x %d cores / 2 = bound %.0f%%",
+                  figures.empty() ? "" : "; ", r.size_mib, r.gbps_per_worker, r.crypto_box_gbps, usable_cores(),
+                  100.0 * r.curve_bound);
+    figures += line;
+  }
+  std::printf("# curve >= 50%% of plain is %s the cipher's bound on this machine (%s)\n",
+              reachable ? "within" : "BEYOND", figures.c_str());
+}
+
 void print_table(const Args& a, const std::vector<Result>& results) {
   std::printf("# push+pull, %d worker(s) x %d server(s), %s, sync, plain SGD, wire %s; GB = 1e9 bytes of float32\n",
               a.workers, a.servers, a.transport.c_str(), a.wire_dtype.c_str());
   const bool curve = a.security == "curve";
   std::printf("%10s %12s %16s %14s %16s %10s %14s %10s %7s", "size(MiB)", "round(ms)", "GB/s/worker", "total(GB/s)",
               "raw zmq(GB/s)", "vs raw", "memcpy(GB/s)", "vs memcpy", "#wrong");
-  std::printf(curve ? " %18s %13s" : "", "curve GB/s/worker", "curve/plain");
+  std::printf(curve ? " %18s %13s %16s %8s" : "", "curve GB/s/worker", "curve/plain", "crypto_box(GB/s)", "bound");
   const std::string baseline = "curve@" + std::to_string(a.curve_baseline_io_threads) + "io GB/s";
   if (curve && a.curve_baseline_io_threads > 0) std::printf(" %18s %13s", baseline.c_str(), "that/plain");
   const std::string also = a.also_transport + " GB/s/worker", ratio = a.transport + "/" + a.also_transport;
@@ -138,7 +196,10 @@ void print_table(const Args& a, const std::vector<Result>& results) {
     std::printf("%10.1f %12.3f %16.3f %14.3f %16.3f %9.1f%% %14.3f %9.1f%% %7d", r.size_mib, r.round_ms,
                 r.gbps_per_worker, r.total_gbps, r.raw_gbps, 100.0 * r.gbps_per_worker / r.raw_gbps, r.memcpy_gbps,
                 100.0 * r.gbps_per_worker / r.memcpy_gbps, r.wrong);
-    if (curve) std::printf(" %18.3f %12.2fx", r.curve_gbps_per_worker, r.curve_gbps_per_worker / r.gbps_per_worker);
+    if (curve) {
+      std::printf(" %18.3f %12.2fx %16.3f %7.2fx", r.curve_gbps_per_worker, r.curve_gbps_per_worker / r.gbps_per_worker,
+                  r.crypto_box_gbps, r.curve_bound);
+    }
     if (curve && a.curve_baseline_io_threads > 0) {
       std::printf(" %18.3f %12.2fx", r.curve_baseline_gbps_per_worker, r.curve_baseline_gbps_per_worker / r.gbps_per_worker);
     }
@@ -147,6 +208,7 @@ void print_table(const Args& a, const std::vector<Result>& results) {
     }
     std::printf("\n");
   }
+  if (curve) print_curve_bound(results);
 }
 
 void write_json(const Args& a, const std::vector<Result>& results) {
@@ -162,6 +224,8 @@ void write_json(const Args& a, const std::vector<Result>& results) {
                        .add("wrong", r.wrong).add("security", a.security)
                        .add("curve_gbps_per_worker", r.curve_gbps_per_worker)
                        .add("curve_ratio", a.security == "curve" ? r.curve_gbps_per_worker / r.gbps_per_worker : 0.0)
+                       .add("crypto_box_gbps", r.crypto_box_gbps).add("curve_bound", r.curve_bound)
+                       .add("cores", usable_cores())
                        .add("io_threads", a.io_threads)
                        .add("curve_baseline_io_threads", a.curve_baseline_io_threads)
                        .add("curve_baseline_gbps_per_worker", r.curve_baseline_gbps_per_worker)
@@ -178,7 +242,7 @@ Result measure_size(const Args& a, double mib, const std::string& key_dir) {
   const std::size_t chunk = a.partition_bytes > 0 ? static_cast<std::size_t>(a.partition_bytes)
                                                   : (num_bytes + static_cast<std::size_t>(a.servers) - 1) / static_cast<std::size_t>(a.servers);
   // Raw and PS alternate, so that drift in this shared machine's load hits both alike.
-  std::vector<double> raws, pss, curves, copies, alsos, baselines;
+  std::vector<double> raws, pss, curves, copies, alsos, baselines, boxes;
   int wrong = 0;
   for (int t = 0; t < a.trials; ++t) {
     copies.push_back(bench::memcpy_seconds(num_bytes, rounds));
@@ -196,6 +260,7 @@ Result measure_size(const Args& a, double mib, const std::string& key_dir) {
       wrong += other.wrong;
     }
     if (!key_dir.empty()) {
+      boxes.push_back(crypto_box_seconds(num_bytes, chunk, rounds));
       bench::PsBenchOptions o{a.workers, a.servers, a.partition_bytes, a.transport, key_dir, a.wire_dtype, a.io_threads};
       const bench::PsRound c = bench::ps_pushpull_round(num_bytes, rounds, o);
       curves.push_back(c.seconds);
@@ -222,6 +287,10 @@ Result measure_size(const Args& a, double mib, const std::string& key_dir) {
     r.curve_baseline_gbps_per_worker = 2.0 * static_cast<double>(num_bytes) / bench::median(baselines) / 1e9;
   }
   if (!curves.empty()) r.curve_gbps_per_worker = 2.0 * static_cast<double>(num_bytes) / bench::median(curves) / 1e9;
+  if (!boxes.empty() && bench::median(boxes) > 0) {
+    r.crypto_box_gbps = static_cast<double>(num_bytes) / bench::median(boxes) / 1e9;
+    r.curve_bound = std::min(1.0, usable_cores() * r.crypto_box_gbps / 2.0 / r.gbps_per_worker);
+  }
   return r;
 }
 

@@ -65,6 +65,10 @@ std::string connection_name(std::string_view routing_id) {
 
 std::string PeerId::name() const { return connection_name(bytes_); }
 
+std::int64_t unsent_bound(const MemoryLimits& limits) {
+  return limits.budget_bytes > 0 ? 2 * (limits.budget_bytes + limits.strangers_bytes) : 0;
+}
+
 void Endpoint::send_impl(const PeerId* to, Header header, Payload payload) {
   header.dtype = payload.dtype();
   header.num_elems = payload.num_elems();

@@ -159,11 +159,22 @@ struct Envelope {
 
 // A node's memory budget for unsent replies (Listener::set_memory_limits;
 // docs/architecture.md, "Memory budget and floods"), in bytes; 0 = no limit.
+// Members (set_members / add_member) are held to budget_bytes; with
+// strangers_bytes set, the connections that are not members are held to that
+// pool of their own (and never count against the members' budget), so
+// strangers are shed first: no flood of theirs costs a member a reply.
 struct MemoryLimits {
-  std::int64_t budget_bytes = 0;    // across all the listener's connections
-  std::int64_t stranger_bytes = 0;  // per connection not among set_members' (once set)
+  std::int64_t budget_bytes = 0;     // the members' (every connection's when strangers_bytes is 0)
+  std::int64_t stranger_bytes = 0;   // per connection not among set_members' (once set)
+  std::int64_t strangers_bytes = 0;  // all those connections together (0: they share budget_bytes)
   bool operator==(const MemoryLimits&) const = default;
 };
+
+// The most a listener under `limits` ever holds of unsent replies: a
+// connection under its share still gets its reply up to twice a budget
+// (common/transport/zmq/zmq_reply_budget.h), so 2 x (budget_bytes +
+// strangers_bytes); 0 when budget_bytes is 0 (no bound in bytes).
+std::int64_t unsent_bound(const MemoryLimits& limits);
 
 struct EndpointOptions {
   SocketOptions socket;                // queue bounds, frame cap, send timeout, CURVE
@@ -240,8 +251,14 @@ class Listener : public Endpoint {
   // The node's own connections (a server's workers); every other one is a
   // stranger from now on. Until called, none is.
   virtual void set_members(const std::vector<PeerId>& /*members*/) {}
+  // One more member (a node that registered: the scheduler's), keeping the
+  // others; makes every connection not added a stranger if none was set.
+  virtual void add_member(const PeerId& /*member*/) {}
   // Bytes of replies sent and not yet gone out (0 where not counted).
+  // Safe from any thread (a test's or a fuzzer's watch), as is unsent_limit().
   virtual std::int64_t unsent_bytes() const { return 0; }
+  // unsent_bound of the limits set now (0: none).
+  virtual std::int64_t unsent_limit() const { return 0; }
   // Replies refused by the budget so far.
   virtual std::int64_t shed_replies() const { return 0; }
   // Call from the loop now and then: once the unsent replies have drained

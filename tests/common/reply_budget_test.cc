@@ -78,7 +78,7 @@ TEST_CASE("reply budget: a connection that is not a member is shed at its own sm
   CHECK(admit(budget, "stranger", kKiB, held).empty());
   CHECK(admit(budget, "stranger", kKiB, held).empty());
   const std::string refused = admit(budget, "stranger", 2 * kKiB, held);
-  CHECK(refused.find("not one of this node's workers") != std::string::npos);
+  CHECK(refused.find("not one of this node's members") != std::string::npos);
   CHECK(refused.find("connection 737472616e676572") != std::string::npos);  // "stranger" in hex
   CHECK(refused.find("reply error (key 7) not sent") == 0);
   CHECK(budget.shed_messages() == 1);
@@ -107,6 +107,39 @@ TEST_CASE("reply budget: over the budget the slowest readers are shed, the other
   // Twice the budget is a hard stop, whatever the share.
   CHECK_FALSE(admit(budget, "fourth", 1024 * kKiB, held).empty());
   CHECK(budget.unsent_bytes() <= 2 * 1024 * kKiB);
+}
+
+TEST_CASE("reply budget: strangers share a pool of their own and are shed before any member") {
+  ReplyBudget budget;
+  // Members 1 MiB, each stranger 64 KiB, all strangers together 256 KiB.
+  const MemoryLimits limits{1024 * kKiB, 64 * kKiB, 256 * kKiB};
+  budget.set_limits(limits);
+  CHECK(budget.unsent_limit() == 2 * (1024 + 256) * kKiB);
+  CHECK(unsent_bound(limits) == budget.unsent_limit());
+  budget.add_member(PeerId("node"));  // every other connection is a stranger from now on
+  std::vector<zmq::message_t> held;
+  // 16 strangers that never read: 60 KiB each would be 960 KiB; the pool
+  // stops them at twice 256 KiB, each under its share first.
+  int refused = 0;
+  std::string why;
+  for (int s = 0; s < 16; ++s) {
+    why = admit(budget, "stranger" + std::to_string(s), 60 * kKiB - kOverhead, held);
+    refused += why.empty() ? 0 : 1;
+  }
+  CHECK(refused > 0);
+  CHECK(budget.strangers_unsent_bytes() <= 2 * 256 * kKiB);
+  CHECK(why.find("connections that are not this node's members (0.2 MiB") != std::string::npos);
+  // A member still gets its replies, up to its own budget: the strangers' bytes do not count against it.
+  for (int i = 0; i < 10; ++i) REQUIRE(admit(budget, "node", 100 * kKiB - kOverhead, held).empty());
+  CHECK(budget.unsent_bytes() - budget.strangers_unsent_bytes() == 1000 * kKiB);
+  CHECK(budget.unsent_bytes() <= budget.unsent_limit());
+  // A second member added later is one too.
+  budget.add_member(PeerId("late"));
+  CHECK(admit(budget, "late", 200 * kKiB, held).empty());
+  // Everything sent (or dropped with the connections): back to zero, each part.
+  held.clear();
+  CHECK(budget.unsent_bytes() == 0);
+  CHECK(budget.strangers_unsent_bytes() == 0);
 }
 
 TEST_CASE("reply budget: take_drained fires once after a large peak has drained") {

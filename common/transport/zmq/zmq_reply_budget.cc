@@ -27,6 +27,7 @@ struct Ticket {
   Buffer head;
   std::int64_t bytes = 0;
   std::shared_ptr<PeerAccount> peer;
+  bool stranger = false;  // counted in the strangers' pool too
   std::shared_ptr<ReplyBudget::State> state;  // alive while the frame is
   Ticket* next_free = nullptr;
 };
@@ -46,6 +47,8 @@ struct ReplyBudget::State {
   Ticket* free_list = nullptr;
   std::vector<std::unique_ptr<Ticket[]>> blocks;
   std::atomic<std::int64_t> total{0};
+  std::atomic<std::int64_t> strangers_total{0};  // the part of total queued to strangers
+  std::atomic<std::int64_t> bound{0};            // unsent_bound(limits), for other threads
   // The listener's thread only.
   MemoryLimits limits;
   std::map<std::string, std::shared_ptr<PeerAccount>> peers;
@@ -84,29 +87,55 @@ struct ReplyBudget::State {
     return *a;
   }
 
-  std::int64_t busy_connections() const {
+  bool is_stranger(const std::string& id) const { return members && members->count(id) == 0; }
+
+  // Whom a budget covers: every connection (strangers without a pool of
+  // their own), the members only, or the strangers only (their pool).
+  enum class Kind { kAll, kMembers, kStrangers };
+
+  // Connections of `kind` holding unsent replies.
+  std::int64_t busy_connections(Kind kind) const {
     std::int64_t n = 0;
-    for (const auto& [id, a] : peers) n += a->bytes.load(std::memory_order_relaxed) > 0 ? 1 : 0;
+    for (const auto& [id, a] : peers) {
+      if (a->bytes.load(std::memory_order_relaxed) == 0) continue;
+      if (kind == Kind::kAll || (kind == Kind::kStrangers) == is_stranger(id)) ++n;
+    }
     return n;
   }
 
-  // Empty when `bytes` more for `peer` (holding `mine`) may go, else why not.
-  std::string refusal(const PeerId& peer, std::int64_t mine, std::int64_t bytes) const {
-    const bool stranger = members && members->count(peer.bytes()) == 0;
+  // Empty when `bytes` more for `peer` (holding `mine`; a `stranger` or not) may go, else why not.
+  std::string refusal(const PeerId& peer, bool stranger, std::int64_t mine, std::int64_t bytes) const {
     if (stranger && limits.stranger_bytes > 0 && mine + bytes > limits.stranger_bytes) {
-      return peer.name() + " is not one of this node's workers and already holds " + std::to_string(mine) +
+      return peer.name() + " is not one of this node's members and already holds " + std::to_string(mine) +
              " bytes of unsent replies (at most " + std::to_string(limits.stranger_bytes) +
              " for such a connection): it does not read";
     }
-    const std::int64_t budget = limits.budget_bytes;
-    const std::int64_t unsent = total.load(std::memory_order_relaxed);
+    const std::int64_t all = total.load(std::memory_order_relaxed);
+    const std::int64_t strangers = strangers_total.load(std::memory_order_relaxed);
+    if (limits.strangers_bytes <= 0) {
+      return over_share(peer, mine, bytes, limits.budget_bytes, all, Kind::kAll,
+                        "the node's memory budget for unsent replies (");
+    }
+    if (stranger) {
+      return over_share(peer, mine, bytes, limits.strangers_bytes, strangers, Kind::kStrangers,
+                        "the memory for unsent replies to connections that are not this node's members (");
+    }
+    return over_share(peer, mine, bytes, limits.budget_bytes, all - strangers, Kind::kMembers,
+                      "the node's memory budget for unsent replies (");
+  }
+
+  // Within `budget`, holding `unsent` for connections of `kind`: a connection
+  // under its share (budget / such connections busy) still gets its reply up
+  // to twice the budget, a hard stop; the others are refused.
+  std::string over_share(const PeerId& peer, std::int64_t mine, std::int64_t bytes, std::int64_t budget,
+                         std::int64_t unsent, Kind kind, const char* what) const {
     if (budget <= 0 || unsent + bytes <= budget) return {};
-    const std::int64_t connections = busy_connections() + (mine == 0 ? 1 : 0);
+    const std::int64_t connections = busy_connections(kind) + (mine == 0 ? 1 : 0);
     const std::int64_t share = budget / std::max<std::int64_t>(connections, 1);
     if (unsent + bytes <= 2 * budget && mine + bytes <= share) return {};
-    return "the node's memory budget for unsent replies (" + mib(budget) +
-           ", cluster.memory_budget_mb) is full: " + mib(unsent) + " unsent, " + mib(mine) + " of it to " +
-           peer.name() + (mine + bytes > share ? ", over its share of " + mib(share) + ": it reads too slowly" : "");
+    return what + mib(budget) + ", cluster.memory_budget_mb) is full: " + mib(unsent) + " unsent, " + mib(mine) +
+           " of it to " + peer.name() +
+           (mine + bytes > share ? ", over its share of " + mib(share) + ": it reads too slowly" : "");
   }
 };
 
@@ -118,6 +147,7 @@ void release_ticket(void* /*data*/, void* hint) {
   std::shared_ptr<PeerAccount> peer = std::move(t->peer);
   std::shared_ptr<ReplyBudget::State> state = std::move(t->state);
   peer->bytes.fetch_sub(t->bytes, std::memory_order_relaxed);
+  if (t->stranger) state->strangers_total.fetch_sub(t->bytes, std::memory_order_relaxed);
   state->total.fetch_sub(t->bytes, std::memory_order_relaxed);
   t->head = Buffer();
   state->give_back(t);
@@ -128,7 +158,10 @@ void release_ticket(void* /*data*/, void* hint) {
 ReplyBudget::ReplyBudget() : state_(std::make_shared<State>()) {}
 ReplyBudget::~ReplyBudget() = default;
 
-void ReplyBudget::set_limits(const MemoryLimits& limits) { state_->limits = limits; }
+void ReplyBudget::set_limits(const MemoryLimits& limits) {
+  state_->limits = limits;
+  state_->bound.store(unsent_bound(limits), std::memory_order_relaxed);
+}
 const MemoryLimits& ReplyBudget::limits() const { return state_->limits; }
 
 void ReplyBudget::set_members(const std::vector<PeerId>& members) {
@@ -137,13 +170,19 @@ void ReplyBudget::set_members(const std::vector<PeerId>& members) {
   state_->members = std::move(ids);
 }
 
+void ReplyBudget::add_member(const PeerId& member) {
+  if (!state_->members) state_->members.emplace();
+  state_->members->insert(member.bytes());
+}
+
 zmq::message_t ReplyBudget::admit(const PeerId& to, Buffer head, std::int64_t message_bytes, const Header& header) {
   State& s = *state_;
   PeerAccount& peer = s.account(to);
   const std::int64_t bytes = message_bytes + kMessageOverhead;
   const std::int64_t mine = peer.bytes.load(std::memory_order_relaxed);
-  if (s.limits.budget_bytes > 0 || s.limits.stranger_bytes > 0) {
-    const std::string why = s.refusal(to, mine, bytes);
+  const bool stranger = s.is_stranger(to.bytes());
+  if (s.limits.budget_bytes > 0 || s.limits.stranger_bytes > 0 || s.limits.strangers_bytes > 0) {
+    const std::string why = s.refusal(to, stranger, mine, bytes);
     if (!why.empty()) {
       ++s.shed;
       throw TransportError("reply " + std::string(to_string(header.type)) + " (key " + std::to_string(header.key) +
@@ -154,13 +193,19 @@ zmq::message_t ReplyBudget::admit(const PeerId& to, Buffer head, std::int64_t me
   t->head = std::move(head);
   t->bytes = bytes;
   t->peer = s.peers[to.bytes()];
+  t->stranger = stranger;
   t->state = state_;
   peer.bytes.fetch_add(bytes, std::memory_order_relaxed);
+  if (t->stranger) s.strangers_total.fetch_add(bytes, std::memory_order_relaxed);
   s.peak = std::max(s.peak, s.total.fetch_add(bytes, std::memory_order_relaxed) + bytes);
   return zmq::message_t(const_cast<void*>(t->head.data()), t->head.size(), &release_ticket, t);
 }
 
 std::int64_t ReplyBudget::unsent_bytes() const { return state_->total.load(std::memory_order_relaxed); }
+std::int64_t ReplyBudget::strangers_unsent_bytes() const {
+  return state_->strangers_total.load(std::memory_order_relaxed);
+}
+std::int64_t ReplyBudget::unsent_limit() const { return state_->bound.load(std::memory_order_relaxed); }
 
 std::int64_t ReplyBudget::unsent_bytes(const PeerId& peer) const {
   const auto it = state_->peers.find(peer.bytes());

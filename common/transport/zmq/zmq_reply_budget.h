@@ -16,12 +16,17 @@
 //
 // Who is shed (admit throws TransportError, never waits):
 //   - a connection that is not one of the node's members (set_members: the
-//     server's workers), once it holds stranger_bytes of unsent replies;
-//   - with the node over budget_bytes, a connection holding more than its
-//     share (the budget over the connections holding unsent replies): the
-//     slowest readers first; a connection under its share still gets its
-//     reply, so the total stays under twice the budget, which is also a
-//     hard stop.
+//     server's workers; add_member: the scheduler's registered nodes), once
+//     it holds stranger_bytes of unsent replies;
+//   - with the connections of its kind over their budget, a connection
+//     holding more than its share (that budget over the connections of its
+//     kind holding unsent replies): the slowest readers first; a connection
+//     under its share still gets its reply, so the total stays under twice
+//     the budget, which is also a hard stop. The kinds: with
+//     strangers_bytes set, the strangers share that pool and the members
+//     budget_bytes (a stranger's flood never sheds a member's reply: the
+//     strangers are shed first); without it, every connection shares
+//     budget_bytes. The whole never exceeds unsent_bound(limits).
 // A message's bytes are its frames' plus kMessageOverhead (ZeroMQ's records
 // of it). take_drained() says when to hand freed memory back to the OS
 // (give_back_memory: malloc_trim with glibc).
@@ -62,6 +67,8 @@ class ReplyBudget {
   // From now on the connections in `members` are the node's own; every other
   // one is a stranger (stranger_bytes). Until called, every connection is a member.
   void set_members(const std::vector<PeerId>& members);
+  // Adds one member (every connection not added is a stranger from now on).
+  void add_member(const PeerId& member);
 
   // The header frame of a message of `message_bytes` (header and body) to
   // `to`, counted until ZeroMQ frees the frame. TransportError naming the
@@ -70,6 +77,8 @@ class ReplyBudget {
 
   std::int64_t unsent_bytes() const;
   std::int64_t unsent_bytes(const PeerId& peer) const;
+  std::int64_t strangers_unsent_bytes() const;  // the part of unsent_bytes() queued to strangers
+  std::int64_t unsent_limit() const;            // unsent_bound(limits()); any thread
   std::int64_t shed_messages() const;
   // True once each time the unsent bytes, after reaching kGiveBackPeak, have
   // fallen below an eighth of their peak.
@@ -88,7 +97,9 @@ class BudgetedListener : public Listener {
   using Listener::Listener;
   void set_memory_limits(const MemoryLimits& limits) override { budget_.set_limits(limits); }
   void set_members(const std::vector<PeerId>& members) override { budget_.set_members(members); }
+  void add_member(const PeerId& member) override { budget_.add_member(member); }
   std::int64_t unsent_bytes() const override { return budget_.unsent_bytes(); }
+  std::int64_t unsent_limit() const override { return budget_.unsent_limit(); }
   std::int64_t shed_replies() const override { return budget_.shed_messages(); }
   bool give_back_memory() override;
 
