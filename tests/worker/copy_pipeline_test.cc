@@ -153,7 +153,7 @@ struct Fixture {
 
 }  // namespace
 
-TEST_CASE("copy pipeline: a push waits for its chunks' downloads, which run in backward order") {
+TEST_CASE("copy pipeline: each chunk is pushed once its download completed, with the others copied by then") {
   Fixture f;
   CopyPipeline pipeline(f.map, f.engine, f.buffers());
   pipeline.begin_step();
@@ -163,18 +163,19 @@ TEST_CASE("copy pipeline: a push waits for its chunks' downloads, which run in b
   CHECK(f.engine.log() == std::vector<std::pair<D, std::int64_t>>{
                               {D::kDownload, 3}, {D::kDownload, 4}, {D::kDownload, 5},
                               {D::kDownload, 0}, {D::kDownload, 1}, {D::kDownload, 2}});
-  // The communication thread waits on layer 2's last download: nothing pushed yet.
-  REQUIRE(wait_until([&] { return f.engine.waiters() == 1; }, 10s, "the push job waiting on its downloads"));
+  // The communication thread waits on chunk 3's download: nothing pushed yet.
+  REQUIRE(wait_until([&] { return f.engine.waiters() == 1; }, 10s, "the push job waiting on chunk 3's download"));
   CHECK(f.num_pushes() == 0);
-  f.engine.release(2);  // chunks 3 and 4 copied, 5 still pending
-  REQUIRE(wait_until([&] { return f.engine.waiters() == 1; }, 10s, "the push job still waiting"));
-  CHECK(f.num_pushes() == 0);
+  f.engine.release(2);  // chunks 3 and 4 copied (at once), 5 still pending
+  REQUIRE(wait_until([&] { return f.num_pushes() == 1; }, 10s, "chunks 3 and 4 pushed"));
+  REQUIRE(wait_until([&] { return f.engine.waiters() == 1; }, 10s, "the push job waiting on chunk 5's download"));
+  CHECK(f.num_pushes() == 1);
   f.engine.release(1);
-  REQUIRE(wait_until([&] { return f.num_pushes() == 1; }, 10s, "layer 2's push"));
-  f.engine.release(3);
+  REQUIRE(wait_until([&] { return f.num_pushes() == 2; }, 10s, "chunk 5 pushed"));
+  f.engine.release(3);  // layer 1's three chunks at once: one push
   pipeline.grads_ready(0, 39, f.push_fn());  // "anything not yet sent": nothing
   pipeline.wait_jobs();
-  CHECK(f.pushes == std::vector<std::vector<std::int64_t>>{{3, 4, 5}, {0, 1, 2}});
+  CHECK(f.pushes == std::vector<std::vector<std::int64_t>>{{3, 4}, {5}, {0, 1, 2}});
   CHECK_FALSE(f.push_saw_stale);
   CHECK(f.engine.enqueued() == 6);  // each chunk downloaded once
 

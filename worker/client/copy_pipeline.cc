@@ -47,18 +47,32 @@ void CopyPipeline::grads_ready(std::int64_t offset, std::int64_t count, PushFn p
   std::vector<std::int64_t> keys = map_.chunks_within(offset, offset + count);
   std::erase_if(keys, [&](std::int64_t k) { return handled_[static_cast<std::size_t>(k)]; });
   if (keys.empty()) return;
-  nn::CopyEngine::Event last = 0;
-  for (const std::int64_t k : keys) {
-    handled_[static_cast<std::size_t>(k)] = true;
+  std::vector<nn::CopyEngine::Event> events(keys.size(), 0);
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    handled_[static_cast<std::size_t>(keys[i])] = true;
     if (buffers_.device_grads == nullptr) continue;
-    const Chunk& c = map_.chunk(k);
-    last = engine_.download(buffers_.host_grads.data() + c.offset, buffers_.device_grads + c.offset, bytes_of(c), k);
+    const Chunk& c = map_.chunk(keys[i]);
+    events[i] = engine_.download(buffers_.host_grads.data() + c.offset, buffers_.device_grads + c.offset,
+                                 bytes_of(c), keys[i]);
   }
-  // Events complete in order: the last download's completion covers them all.
-  submit([this, last, keys = std::move(keys), push = std::move(push)] {
-    engine_.wait(last);
-    push(keys);
+  submit([this, keys = std::move(keys), events = std::move(events), push = std::move(push)] {
+    push_when_copied(keys, events, push);
   });
+}
+
+void CopyPipeline::push_when_copied(const std::vector<std::int64_t>& keys,
+                                    const std::vector<nn::CopyEngine::Event>& events, const PushFn& push) {
+  // Each push: the next chunk once its download completed, with the chunks
+  // after it whose downloads have completed by then (one request for what is ready).
+  std::size_t i = 0;
+  while (i < keys.size()) {
+    engine_.wait(events[i]);
+    std::size_t j = i + 1;
+    while (j < keys.size() && engine_.done(events[j])) ++j;
+    push(std::vector<std::int64_t>(keys.begin() + static_cast<std::ptrdiff_t>(i),
+                                   keys.begin() + static_cast<std::ptrdiff_t>(j)));
+    i = j;
+  }
 }
 
 void CopyPipeline::begin_pull() {

@@ -8,10 +8,12 @@
 // last first): every chunk now lying within the ranges reported this step,
 // not handled yet, gets a download (device gradients -> the host buffer the
 // push is sent from, e.g. the transport's arena), ordered after the backward
-// work queued so far; then one job on the communication thread waits for the
-// last of those downloads' events and calls `push` with their chunk ids. So
-// a push never reads a chunk before its copy completed, and pushes go in the
-// order backward reported them.
+// work queued so far; then a job on the communication thread pushes them as
+// their downloads complete: it waits for the next chunk's event and calls
+// `push` with that chunk and the ones after it already copied. So a push never
+// reads a chunk before its copy completed, the first chunks of a large layer
+// leave while the rest are still being copied, and pushes go in the order
+// backward reported them.
 //
 // Weights in: begin_pull() before a pull is sent marks every chunk pending;
 // chunk_arrived(k) (called by whichever thread receives chunk k's reply,
@@ -85,6 +87,8 @@ class CopyPipeline {
   // Blocks until every chunk in [first, last] has arrived; returns the
   // highest upload event among them (0: none).
   nn::CopyEngine::Event wait_arrived(std::int64_t first, std::int64_t last);
+  void push_when_copied(const std::vector<std::int64_t>& keys, const std::vector<nn::CopyEngine::Event>& events,
+                        const PushFn& push);  // the communication thread
   void rethrow_if_failed();
 
   const ShardMap& map_;
