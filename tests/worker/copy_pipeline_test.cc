@@ -238,6 +238,27 @@ TEST_CASE("copy pipeline: a layer's forward waits for its own chunks' arrival an
   pipeline.finish_pull();  // everything arrived and uploaded: returns at once
 }
 
+TEST_CASE("copy pipeline: a pull whose wait returned releases the forward even without per-chunk arrivals") {
+  Fixture f;
+  CopyPipeline pipeline(f.map, f.engine, f.buffers());
+  pipeline.begin_pull();
+  pipeline.chunk_arrived(1);  // one reported, the others not (a reply path without the hook)
+  std::atomic<bool> ran{false};
+  std::thread training([&] {
+    pipeline.before_forward(0, 39);
+    ran = true;
+  });
+  REQUIRE(wait_until([&] { return pipeline.waiting_for_arrival() == 1; }, 10s, "the forward waiting"));
+  pipeline.pull_complete();  // uploads for chunks 0, 2, 3, 4, 5 (chunk 1's is enqueued already)
+  REQUIRE(wait_until([&] { return f.engine.waiters() == 1; }, 10s, "the forward waiting for the uploads"));
+  CHECK_FALSE(ran);
+  CHECK(f.engine.enqueued() == 6);
+  f.engine.release(6);
+  training.join();
+  CHECK(ran);
+  CHECK(f.device_params == f.host_params);
+}
+
 TEST_CASE("copy pipeline: replies outside a pipelined pull are not uploaded") {
   Fixture f;
   CopyPipeline pipeline(f.map, f.engine, f.buffers());

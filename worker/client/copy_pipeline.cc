@@ -96,6 +96,10 @@ void CopyPipeline::chunk_arrived(std::int64_t key) {
   arrived_cv_.notify_all();
 }
 
+void CopyPipeline::pull_complete() {
+  for (std::size_t k = 0; k < pending_.size(); ++k) chunk_arrived(static_cast<std::int64_t>(k));
+}
+
 nn::CopyEngine::Event CopyPipeline::wait_arrived(std::int64_t first, std::int64_t last) {
   std::unique_lock lock(mutex_);
   auto arrived = [&] {

@@ -71,6 +71,9 @@ class CopyPipeline {
   // ---- weights in ----
   void begin_pull();                     // training thread, before the pull is sent
   void chunk_arrived(std::int64_t key);  // any thread; ignored for a chunk not pending
+  // The pull's wait returned: every chunk still pending has arrived (a reply
+  // path that reported no chunk_arrived costs pipelining, never a hang).
+  void pull_complete();
   void before_forward(std::int64_t offset, std::int64_t count);  // training thread
   void finish_pull();                    // training thread
 

@@ -110,6 +110,7 @@ void start_weights(Loop& L, std::int64_t step) {
     TraceSpan span(L.trace, TraceLevel::kAll, "pull replies", "worker");
     span.arg("step", step).arg("prefetched", prefetched ? 1 : 0);
     L.pull_parked_us = L.session.kv().wait(t).max_parked_us;
+    L.pipeline->pull_complete();
   });
 }
 
@@ -291,6 +292,7 @@ void start_pipeline(Loop& L) {
 // Completes the last prefetch (its weights are not needed).
 void kv_wait_quietly(Loop& L) {
   L.session.kv().wait(*L.prefetch);
+  L.pipeline->pull_complete();
   L.prefetch.reset();
 }
 
