@@ -299,6 +299,7 @@ void KVClient::complete(const Message& msg, std::size_t server) {
     state.result.max_parked_us = std::max(state.result.max_parked_us, h.aux);
     state.first_version = false;
     if (p.probe) state.result.next_steps.emplace_back(p.key, h.step);
+    else if (pull_arrival_) pull_arrival_(p.key);
   } else if (h.type == MsgType::kPushReply && !p.skip) {
     state.result.max_staleness = std::max(state.result.max_staleness, h.aux);
     state.staleness_sum += h.aux;

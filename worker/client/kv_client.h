@@ -24,6 +24,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -96,6 +97,10 @@ class KVClient {
   Ticket pull(std::span<float> flat, std::int64_t step, std::span<const std::int64_t> keys = {});
   Ticket init(std::span<const float> flat, std::span<const std::int64_t> keys = {});
   TicketResult wait(Ticket ticket);
+  // Called with a chunk's id as soon as a pull reply has been written into
+  // the caller's buffer (by whichever wait() receives it; the copy pipeline
+  // uploads the chunk then: worker/client/copy_pipeline.h). Empty: none.
+  void set_pull_arrival(std::function<void(std::int64_t)> on_chunk) { pull_arrival_ = std::move(on_chunk); }
 
   const ShardMap& shard_map() const { return map_; }
   // Requests sent again to servers that came back after a restart.
@@ -166,6 +171,7 @@ class KVClient {
   // server this worker's clock of the chunk even when no request to it was
   // unanswered (its reply, ticket 0, is dropped).
   std::vector<std::int64_t> last_pushed_;
+  std::function<void(std::int64_t)> pull_arrival_;  // set_pull_arrival
 };
 
 // Throws what an error reply of `server` with `status` means at the worker:

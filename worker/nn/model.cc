@@ -148,17 +148,18 @@ void Model::upload_batch(const float* images, const std::int32_t* labels, int ba
   backend_.copy_from_host(labels_.as<std::int32_t>(), labels, static_cast<std::size_t>(batch) * sizeof(std::int32_t));
 }
 
-void Model::forward(int batch, bool training) {
+void Model::forward(int batch, bool training, const ForwardGateFn& before_forward) {
   for (std::size_t i = 0; i < layers_.size(); ++i) {
+    if (before_forward && layers_[i]->param_count() > 0) before_forward(layers_[i]->param_offset(), layers_[i]->param_count());
     const ForwardContext ctx{batch, training, mix_seed(mix_seed(dropout_seed_, step_), i)};
     layers_[i]->forward(ctx, acts_[i], acts_[i + 1]);
   }
 }
 
 StepStats Model::train_step(const float* images, const std::int32_t* labels, int batch,
-                            const GradsReadyFn& on_grads_ready) {
+                            const GradsReadyFn& on_grads_ready, const ForwardGateFn& before_forward) {
   upload_batch(images, labels, batch, "train_step");
-  forward(batch, true);
+  forward(batch, true, before_forward);
   const std::size_t num_layers = layers_.size();
   const LossResult loss = loss_->forward_backward(batch, acts_[num_layers], labels_.as<std::int32_t>(),
                                                   dacts_[num_layers]);
@@ -167,7 +168,7 @@ StepStats Model::train_step(const float* images, const std::int32_t* labels, int
     float* dx = i > first_param_layer_ ? dacts_[i] : nullptr;
     layers_[i]->backward(batch, acts_[i], acts_[i + 1], dacts_[i + 1], dx);
     if (on_grads_ready && layers_[i]->param_count() > 0) {
-      backend_.synchronize();
+      if (sync_before_grads_ready_) backend_.synchronize();
       on_grads_ready(layers_[i]->param_offset(), layers_[i]->param_count());
     }
   }

@@ -40,6 +40,9 @@ struct EvalStats {
 
 // (offset, num_elems) of a range of the flat gradient buffer that is final.
 using GradsReadyFn = std::function<void(std::int64_t, std::int64_t)>;
+// (offset, num_elems) of a layer's parameters in the flat buffer, called just
+// before that layer's forward (e.g. to wait for those weights' upload).
+using ForwardGateFn = std::function<void(std::int64_t, std::int64_t)>;
 
 class Model {
  public:
@@ -79,11 +82,17 @@ class Model {
   // [batch] on the host. Gradients (of the mean loss) are overwritten.
   // on_grads_ready, if given, is called in backward order (last layer
   // first) as soon as a layer's parameter gradients are final on the
-  // backend (the backend is synchronized first), so a caller can start
-  // sending them while backward continues. Throws ComputeError for a batch
+  // backend (the backend is synchronized first, unless
+  // set_sync_before_grads_ready(false): then they are final once the work
+  // queued so far has run), so a caller can start sending them while
+  // backward continues. before_forward, if given, is called before each
+  // layer with parameters runs its forward. Throws ComputeError for a batch
   // outside [1, max_batch] or a label outside [0, classes).
   StepStats train_step(const float* images, const std::int32_t* labels, int batch,
-                       const GradsReadyFn& on_grads_ready = {});
+                       const GradsReadyFn& on_grads_ready = {}, const ForwardGateFn& before_forward = {});
+  // false: train_step does not synchronize the backend before on_grads_ready
+  // (its caller orders its reads after the queued kernels, e.g. by an event).
+  void set_sync_before_grads_ready(bool sync) { sync_before_grads_ready_ = sync; }
   // The mean loss of the current train_step, known before backward starts:
   // an on_grads_ready callback may read it (e.g. to skip a non-finite step
   // before sending anything).
@@ -98,7 +107,7 @@ class Model {
   void build_layers();
   void allocate_activations();
   void upload_batch(const float* images, const std::int32_t* labels, int batch, const char* op);
-  void forward(int batch, bool training);
+  void forward(int batch, bool training, const ForwardGateFn& before_forward = {});
   void check_host_size(std::size_t got, const char* op) const;
 
   ModelSpec spec_;
@@ -116,6 +125,7 @@ class Model {
   std::uint64_t dropout_seed_ = 0;
   std::uint64_t step_ = 0;
   double last_loss_ = 0.0;
+  bool sync_before_grads_ready_ = true;
 };
 
 }  // namespace pstrain::nn

@@ -5,12 +5,18 @@
 #include <chrono>
 #include <functional>
 #include <limits>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "common/base/errors.h"
 #include "common/wire/barrier_names.h"
+#include "worker/client/copy_pipeline.h"
+#include "worker/client/host_copy_engine.h"
+#ifdef PSTRAIN_HAVE_CUDA
+#include "worker/nn/cuda/copy_stream.h"
+#endif
 #include "worker/train/checkpoint.h"
 #include "worker/train/divergence.h"
 #include "worker/train/epoch_driver.h"
@@ -37,7 +43,8 @@ struct Loop {
   std::vector<float> params, images;
   // The flat gradients, in memory from the transport (shm: an arena the
   // co-located servers read pushes from in place); pushed zero-copy, so
-  // written only between one step's push wait and the next step's pushes.
+  // written (by the copy pipeline's downloads) only between one step's push
+  // wait and the next step's backward.
   SendFloats grads;
   std::vector<std::int32_t> labels;
   TrainResult result;
@@ -53,7 +60,59 @@ struct Loop {
   bool loss_checked = false;
   bool skipping_step = false;
   EpochMembers* members = nullptr;  // each epoch's workers (recorded in checkpoints)
+  // Gradients out and weights in (worker/client/copy_pipeline.h). While a
+  // step's jobs run, the KV client, `tickets`, `pull_parked_us`, `guard`
+  // and the two flags above belong to the communication thread.
+  std::unique_ptr<nn::CopyEngine> engine{};
+  std::unique_ptr<CopyPipeline> pipeline{};
+  std::vector<KVClient::Ticket> tickets{};  // this step's pushes
+  std::int64_t pull_parked_us = 0;        // the last pull: longest a chunk was held at its server
 };
+
+// However the loop ends: stops the communication thread (its running job
+// finishes first), then clears the KV client's pull hook and gives the model
+// back its default (both outlive the loop).
+struct PipelineHooks {
+  Loop& L;
+  ~PipelineHooks() {
+    L.pipeline.reset();
+    L.session.kv().set_pull_arrival({});
+    L.model.set_sync_before_grads_ready(true);
+  }
+};
+
+// The backend's copy engine: the CUDA copy stream, or the host copy thread.
+std::unique_ptr<nn::CopyEngine> make_copy_engine(nn::Backend& backend, TraceRecorder* trace) {
+#ifdef PSTRAIN_HAVE_CUDA
+  if (backend.is_cuda()) return nn::cuda::make_cuda_copy_engine(backend, trace);
+#endif
+  (void)backend;
+  return std::make_unique<HostCopyEngine>(trace);
+}
+
+// Sends the pull of `step`'s weights; each chunk is uploaded as it arrives.
+KVClient::Ticket send_pull(Loop& L, std::int64_t step) {
+  L.pipeline->begin_pull();
+  return L.session.kv().pull(L.params, step);
+}
+
+// The weights for `step` come in: the communication thread waits for the
+// pull sent at the end of the previous step (or sent now) while the chunks
+// are uploaded as they arrive; the forward waits for each layer's own
+// (CopyPipeline::before_forward). The servers answer when their consistency
+// policy allows (sync: the step's update applied; ssp: within the bound);
+// the time the pull was held there counts as blocked.
+void start_weights(Loop& L, std::int64_t step) {
+  const bool prefetched = L.prefetch.has_value();
+  const KVClient::Ticket t = prefetched ? *L.prefetch : send_pull(L, step);
+  L.prefetch.reset();
+  L.pipeline->submit([&L, t, step, prefetched] {
+    TraceSpan span(L.trace, TraceLevel::kAll, "pull replies", "worker");
+    span.arg("step", step).arg("prefetched", prefetched ? 1 : 0);
+    L.pull_parked_us = L.session.kv().wait(t).max_parked_us;
+    L.pipeline->pull_complete();
+  });
+}
 
 // The weights for `step`: waits for the pull sent at the end of the previous
 // step (or sends one now). The servers answer when their consistency policy
@@ -62,11 +121,10 @@ struct Loop {
 void pull_weights(Loop& L, std::int64_t step) {
   TraceSpan span(L.trace, TraceLevel::kSteps, "pull wait", "worker");
   span.arg("step", step).arg("prefetched", L.prefetch ? 1 : 0);
-  KVClient& kv = L.session.kv();
-  const KVClient::Ticket t = L.prefetch ? *L.prefetch : kv.pull(L.params, step);
-  L.prefetch.reset();
-  L.result.blocked_s += 1e-6 * static_cast<double>(kv.wait(t).max_parked_us);
-  L.model.set_params(L.params);
+  start_weights(L, step);
+  L.pipeline->finish_pull();  // every chunk arrived and uploaded
+  L.pipeline->wait_jobs();
+  L.result.blocked_s += 1e-6 * static_cast<double>(L.pull_parked_us);
 }
 
 // Checks the step's loss (known before the first gradients are ready) and
@@ -90,29 +148,29 @@ void check_range(Loop& L, std::span<const float> grads, std::int64_t step, doubl
   }
 }
 
-// Pushes every chunk lying in [offset, offset + count) of the gradients not
-// pushed yet, each copied from the model and checked just before (so the
-// final "anything not yet sent" call costs nothing when backward reported
-// every chunk). Once the step is skipped they go as skip pushes (chunks
-// already sent stay sent).
-void push_range(Loop& L, std::int64_t offset, std::int64_t count, std::int64_t step, double lr,
-                std::vector<KVClient::Ticket>& tickets, std::vector<bool>& pushed) {
+// On the communication thread, once the downloads of `keys` (this step's
+// chunks newly within the gradient ranges backward reported) have
+// completed: checks them and pushes them. Once the step is skipped they go
+// as skip pushes (chunks already sent stay sent).
+void push_chunks(Loop& L, const std::vector<std::int64_t>& keys, std::int64_t step, double lr) {
   const ShardMap& map = L.session.shard_map();
-  std::vector<std::int64_t> keys = map.chunks_within(offset, offset + count);
-  std::erase_if(keys, [&](std::int64_t k) { return pushed[static_cast<std::size_t>(k)]; });
-  for (auto k : keys) pushed[static_cast<std::size_t>(k)] = true;
-  if (keys.empty()) return;
   for (std::size_t i = 0; i < keys.size() && !L.simulated && !L.skipping_step; ++i) {
     const Chunk& c = map.chunk(keys[i]);
-    const auto span = L.grads.values.subspan(static_cast<std::size_t>(c.offset), static_cast<std::size_t>(c.num_elems));
-    L.model.get_grads(c.offset, span);
-    check_range(L, span, step, lr);
+    check_range(L, L.grads.values.subspan(static_cast<std::size_t>(c.offset), static_cast<std::size_t>(c.num_elems)),
+                step, lr);
   }
   TraceSpan span(L.trace, TraceLevel::kAll, L.skipping_step ? "skip push send" : "push send", "worker");
   span.arg("first_chunk", keys.front()).arg("chunks", static_cast<std::int64_t>(keys.size()));
   // The frames hold the gradients' owner: an abort that unwinds past this step frees nothing they read.
-  tickets.push_back(L.skipping_step ? L.session.kv().push_skip(step, keys)
-                                    : L.session.kv().push(L.grads.values, step, lr, keys, L.grads.owner));
+  L.tickets.push_back(L.skipping_step ? L.session.kv().push_skip(step, keys)
+                                      : L.session.kv().push(L.grads.values, step, lr, keys, L.grads.owner));
+}
+
+// Training thread: [offset, offset + count) of the gradients is final on the
+// backend: its chunks are downloaded, then pushed by push_chunks.
+void grads_ready(Loop& L, std::int64_t offset, std::int64_t count, std::int64_t step, double lr) {
+  L.pipeline->grads_ready(offset, count,
+                          [&L, step, lr](const std::vector<std::int64_t>& keys) { push_chunks(L, keys, step, lr); });
 }
 
 // time_s: when training reached these weights (the record's time axis).
@@ -126,60 +184,69 @@ void evaluate_and_record(Loop& L, std::int64_t step, int epoch, double time_s) {
   write_eval_record(L.metrics, L.log, step, epoch, r, time_s);
 }
 
+// Forward and backward (or the simulated step): each layer's forward waits
+// for its own weights, each layer's gradients leave as backward finishes it.
+nn::StepStats compute_step(Loop& L, std::span<const std::int64_t> batch, std::int64_t step, double lr) {
+  TraceSpan compute(L.trace, TraceLevel::kSteps, "forward+backward", "worker");
+  auto ready = [&](std::int64_t off, std::int64_t cnt) { grads_ready(L, off, cnt, step, lr); };
+  const WorkloadConfig& w = L.config.workload;
+  if (L.simulated) {
+    L.pipeline->before_forward(0, L.session.shard_map().total_elems());  // no layers: every weight first
+    return simulated_step(L.model, 1e-3 * w.simulated_step_ms * (L.straggler.active() ? w.straggler_slowdown : 1.0),
+                          ready);
+  }
+  auto gate = [&](std::int64_t off, std::int64_t cnt) { L.pipeline->before_forward(off, cnt); };
+  return L.model.train_step(L.images.data(), L.labels.data(), static_cast<int>(batch.size()), ready, gate);
+}
+
 // Returns the step's training loss (NaN under simulated compute).
 double train_step(Loop& L, std::span<const std::int64_t> batch, std::int64_t step, int epoch, double lr) {
   KVClient& kv = L.session.kv();
   TraceSpan step_span(L.trace, TraceLevel::kSteps, "step", "worker");
   step_span.arg("step", step).arg("epoch", epoch).arg("images", static_cast<std::int64_t>(batch.size()));
   const auto t0 = Clock::now();
-  pull_weights(L, step);
-  const auto t1 = Clock::now();
   L.loss_checked = false;
   L.skipping_step = false;
+  L.tickets.clear();
+  L.pipeline->begin_step();
+  start_weights(L, step);
+  const double forward_wait_before = L.pipeline->forward_wait_s();
+  const auto t1 = Clock::now();
 
-  const WorkloadConfig& w = L.config.workload;
   const double injected_s = L.simulated ? 0.0 : L.straggler.delay();
   const auto n = static_cast<int>(batch.size());
-  std::vector<KVClient::Ticket> tickets;
-  std::vector<bool> pushed(L.session.shard_map().chunks().size(), false);
-  auto ready = [&](std::int64_t off, std::int64_t cnt) { push_range(L, off, cnt, step, lr, tickets, pushed); };
-  nn::StepStats s;
   if (!L.simulated) {
     TraceSpan data_span(L.trace, TraceLevel::kSteps, "data", "worker");
     L.data.train.gather(batch, L.images.data(), L.labels.data());
   }
-  {
-    TraceSpan compute(L.trace, TraceLevel::kSteps, "forward+backward", "worker");
-    if (L.simulated) {
-      s = simulated_step(L.model, 1e-3 * w.simulated_step_ms * (L.straggler.active() ? w.straggler_slowdown : 1.0),
-                         ready);
-    } else {
-      s = L.model.train_step(L.images.data(), L.labels.data(), n, ready);
-    }
-  }
-  push_range(L, 0, L.session.shard_map().total_elems(), step, lr, tickets, pushed);  // anything not yet sent
+  const nn::StepStats s = compute_step(L, batch, step, lr);
+  grads_ready(L, 0, L.session.shard_map().total_elems(), step, lr);  // anything not yet sent
+  L.pipeline->wait_jobs();  // every push sent: the KV client is this thread's again
+  L.result.blocked_s += 1e-6 * static_cast<double>(L.pull_parked_us);
   // The next step's weights are requested now: the servers answer as soon as
   // the policy allows (sync: this step's update applied), without another
   // round trip.
-  L.prefetch = kv.pull(L.params, step + 1);
+  L.prefetch = send_pull(L, step + 1);
   const auto t2 = Clock::now();
 
   double staleness = 0.0;
   {
     TraceSpan wait_span(L.trace, TraceLevel::kSteps, "push wait", "worker");
-    wait_span.arg("requests", static_cast<std::int64_t>(tickets.size()));
-    for (auto t : tickets) staleness = std::max(staleness, kv.wait(t).mean_staleness);
+    wait_span.arg("requests", static_cast<std::int64_t>(L.tickets.size()));
+    for (auto t : L.tickets) staleness = std::max(staleness, kv.wait(t).mean_staleness);
   }
   const auto t3 = Clock::now();
 
-  L.last_compute_s = seconds_between(t1, t2);
+  // Pull time: sending the pull, and the forward's waits for weights.
+  const double pull_s = seconds_between(t0, t1) + (L.pipeline->forward_wait_s() - forward_wait_before);
+  L.last_compute_s = seconds_between(t0, t2) - pull_s;
   L.straggler.record(L.last_compute_s - injected_s);
   L.result.compute_s += L.last_compute_s;
-  L.result.pull_s += seconds_between(t0, t1);
+  L.result.pull_s += pull_s;
   L.result.push_s += seconds_between(t2, t3);
   L.result.images += n;
   write_step_record(L.metrics, StepRecord{step, epoch, n, L.simulated ? nullptr : &s, seconds_between(t0, t3),
-                                          L.last_compute_s, seconds_between(t0, t1), seconds_between(t2, t3), lr,
+                                          L.last_compute_s, pull_s, seconds_between(t2, t3), lr,
                                           staleness, L.skipping_step});
   L.guard.end_step(step, lr, L.skipping_step);  // throws after max_skipped_steps in a row
   L.result.skipped_steps = L.guard.skipped_steps();
@@ -208,9 +275,24 @@ void take_checkpoint(Loop& L, std::int64_t steps_done) {
                        server_failures, L.log);
 }
 
+// The copy engine and pipeline; the KV client's pull replies feed it, and
+// the model leaves ordering its gradients' reads to the copy engine.
+void start_pipeline(Loop& L) {
+  L.engine = make_copy_engine(L.model.backend(), L.trace);
+  L.engine->register_host(L.params.data(), L.params.size() * sizeof(float));
+  L.engine->register_host(L.grads.values.data(), L.grads.values.size_bytes());
+  PipelineBuffers buffers{L.grads.values, L.params, L.simulated ? nullptr : L.model.device_grads(),
+                          L.model.device_params()};
+  L.pipeline = std::make_unique<CopyPipeline>(L.session.shard_map(), *L.engine, buffers, L.trace);
+  CopyPipeline* pipeline = L.pipeline.get();
+  L.session.kv().set_pull_arrival([pipeline](std::int64_t key) { pipeline->chunk_arrived(key); });
+  L.model.set_sync_before_grads_ready(!L.model.backend().is_cuda());
+}
+
 // Completes the last prefetch (its weights are not needed).
 void kv_wait_quietly(Loop& L) {
   L.session.kv().wait(*L.prefetch);
+  L.pipeline->pull_complete();
   L.prefetch.reset();
 }
 
@@ -232,6 +314,8 @@ TrainResult run_ps_worker(const RunConfig& config, WorkerSession& session, Workl
     const std::vector<float> simulated = simulated_gradients(model.num_params());
     std::copy(simulated.begin(), simulated.end(), L.grads.values.begin());
   }
+  const PipelineHooks hooks{L};
+  start_pipeline(L);
   const data::Dataset& train = workload.data.train;
   L.images.resize(static_cast<std::size_t>(w.batch_size) * static_cast<std::size_t>(train.channels * train.height * train.width));
   L.labels.resize(static_cast<std::size_t>(w.batch_size));

@@ -47,6 +47,9 @@ class CudaBackend final : public Backend {
   std::string name() const override { return name_; }
   bool uses_cudnn() const { return cudnn_ != nullptr; }
   bool is_cuda() const override { return true; }
+  // The stream every call of this backend is ordered on, and its device (the copy stream's events order against it).
+  cudaStream_t stream() const { return stream_.get(); }
+  int device_index() const { return device_index_; }
 
   void* allocate(std::size_t num_bytes) override;
   void deallocate(void* ptr) noexcept override;  // waits for the stream first
