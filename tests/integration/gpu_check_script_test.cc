@@ -1,9 +1,10 @@
-// tools/gpu_check.sh (the one command that checks everything GPU-related) on a
-// machine without a GPU: it says so and exits 77 (CTest's skip code) without
-// running anything or writing its output folder; where nvidia-smi names a GPU
-// but the build lacks a program, it names the missing one (exit 2). Its own
-// CTest entry (integration_no_gpu), skipped where a GPU is present: there the
-// script runs the whole check.
+// tools/gpu_check.sh (the one command that checks everything GPU-related)
+// and bench_train_step --device cuda (its GPU step benchmark) on a machine
+// without a GPU: each says so and exits 77 (CTest's skip code) without
+// measuring anything or writing its output; where nvidia-smi names a GPU but
+// the build lacks a program, the script names the missing one (exit 2). Their
+// own CTest entry (integration_no_gpu), skipped where a GPU is present: there
+// the script runs the whole check.
 #include <doctest/doctest.h>
 
 #include "common/observe/gpu_presence.h"
@@ -62,4 +63,24 @@ TEST_CASE("tools/gpu_check.sh on a machine without a GPU: says so and exits 77, 
   CHECK(it::contains(p.output(), "gpu_check: " + (empty_build / "bin/test_nn_cuda").string() +
                                      " is missing: build it first"));
   CHECK_FALSE(it::fs::exists(out));
+}
+
+// The same entry: the GPU benchmark behind the script refuses alike; the CPU one is unchanged.
+TEST_CASE("bench_train_step --device cuda on a machine without a GPU: says so and exits 77") {
+  if (pstrain::probe_gpu_presence().driver) {
+    return pstrain::test::skip_case("a GPU is present: bench_train_step --device cuda measures there");
+  }
+  it::TempDir dir;
+  const auto json = dir.path() / "bench.json";
+  const it::Result r = run(dir, {(it::kBinDir / "bench_train_step").string(), "--device", "cuda", "--precision", "tf32",
+                                 "--json", json.string()});
+  INFO(r.output);
+  CHECK(r.exit.code == 77);
+  CHECK(it::contains(r.output, "bench_train_step: --device cuda: no CUDA device: "));
+  CHECK(it::contains(r.output, "; nothing measured"));
+  CHECK_FALSE(it::fs::exists(json));
+  const it::Result bad = run(dir, {(it::kBinDir / "bench_train_step").string(), "--device", "cuda", "--precision", "bf16"});
+  CHECK(bad.exit.code != 0);
+  CHECK(bad.exit.code != 77);
+  CHECK(it::contains(bad.output, "--precision: bf16 not in {fp32,tf32}"));
 }
