@@ -88,7 +88,9 @@ EndRecord read_end(const Fields& f) {
 void add_record(WorkerMetrics& m, const Fields& f) {
   if (m.end) throw DataError(f.where() + ": a record after the \"end\" record");
   const std::string& type = f.text("type");
-  if (type == "plan") {
+  if (type == "compute") {
+    m.compute = ComputeRecord{f.text("backend"), f.text("conv_path"), f.text("conv_detail"), f.text("precision")};
+  } else if (type == "plan") {
     m.plan = PlanRecord{f.integer("total_steps"), f.integer("steps_per_epoch"), f.integer("epochs")};
   } else if (type == "step") {
     m.steps.push_back(read_step(f));
@@ -101,7 +103,8 @@ void add_record(WorkerMetrics& m, const Fields& f) {
   } else if (type == "resume") {
     m.resumes.push_back(ResumeRecord{f.number("time_s"), f.integer("step")});
   } else {
-    throw DataError(f.what("type") + ": expected \"plan\", \"step\", \"eval\", \"rejoin\", \"resume\" or \"end\", got \"" +
+    throw DataError(f.what("type") +
+                    ": expected \"compute\", \"plan\", \"step\", \"eval\", \"rejoin\", \"resume\" or \"end\", got \"" +
                     type + "\"");
   }
 }

@@ -40,11 +40,20 @@ struct LinearShape {
   int n = 0, in = 0, out = 0;          // x [n, in], w [out, in], b [out], y [n, out]
 };
 
+// What a backend's convolutions run on, and in what precision: the worker's
+// start-up line and summary.json's "compute" say it (docs/models.md).
+struct ComputePath {
+  std::string conv;       // "cudnn", "cuda-im2col" (own kernels: im2col + cuBLAS) or "onednn" (the CPU)
+  std::string detail;     // "cuDNN 9.14.0 (built with 9.19.0)", "own conv kernels (built without cuDNN)", "oneDNN 3.x"
+  std::string precision;  // "fp32" or "tf32"
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string name() const = 0;   // e.g. "cpu (oneDNN, 2 threads)", "cuda:0 (NVIDIA H200)"
   virtual bool is_cuda() const = 0;
+  virtual ComputePath compute_path() const = 0;
 
   // ---- memory (bytes) ----
   virtual void* allocate(std::size_t num_bytes) = 0;

@@ -10,6 +10,7 @@
 #include "common/math/lr_schedule.h"
 #include "worker/data/shard_sampler.h"
 #include "worker/nn/device_optimizer.h"
+#include "worker/train/records.h"
 #include "worker/train/workload.h"
 
 namespace pstrain {
@@ -98,6 +99,7 @@ LocalTrainResult train_local(const RunConfig& config, MetricsWriter& metrics, Lo
                       std::to_string(w.epochs) + " must both be >= 1");
   }
   Workload workload = make_workload(config, w.batch_size, log);
+  write_compute_record(metrics, *workload.backend);
   nn::Model& model = *workload.model;
   nn::DeviceOptimizer optimizer(config.optimizer, model.backend(), model.num_params());
   const data::Dataset& train = workload.data.train;

@@ -69,24 +69,27 @@ CudaBackend::CudaBackend(int device_index, const ComputeOptions& options) : devi
   // Plain FP32 GEMMs (no TF32) unless asked, so results match the CPU reference closely.
   check(cublasSetMathMode(handle, options.tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH),
         "cublasSetMathMode");
-  name_ += ", " + convolution_path(options, stream) + (options.tf32 ? ", tf32)" : ", fp32)");
+  path_ = convolution_path(options, stream);
+  path_.precision = options.tf32 ? "tf32" : "fp32";
+  name_ += ", " + path_.detail + ", " + path_.precision + ")";
   // Probe: fails here (not mid-training) when the binary has no kernel image for this GPU.
   auto* probe = static_cast<float*>(xent_scratch_.reserve(sizeof(float), stream, "startup probe"));
   cuda::fill(probe, 0.0f, 1, stream);
   check(cudaStreamSynchronize(stream), "startup probe kernel");
 }
 
-std::string CudaBackend::convolution_path(const ComputeOptions& options, cudaStream_t stream) {
+ComputePath CudaBackend::convolution_path(const ComputeOptions& options, cudaStream_t stream) {
+  const std::string own = "cuda-im2col";
 #if defined(PSTRAIN_HAVE_CUDNN)
-  if (!options.cudnn) return "own conv kernels (cuDNN not asked for)";
+  if (!options.cudnn) return {own, "own conv kernels (cuDNN not asked for)", ""};
   const CudnnVersion version = cudnn_version();
-  if (!version.usable()) return "own conv kernels (" + version.text() + ": another major version)";
+  if (!version.usable()) return {own, "own conv kernels (" + version.text() + ": another major version)", ""};
   cudnn_.reset(new CudnnConv(stream, options.tf32 ? CudnnConv::Math::kTf32 : CudnnConv::Math::kFp32));
-  return "convolutions by " + version.text();
+  return {"cudnn", "convolutions by " + version.text(), ""};
 #else
   static_cast<void>(options);
   static_cast<void>(stream);
-  return "own conv kernels (built without cuDNN)";
+  return {own, "own conv kernels (built without cuDNN)", ""};
 #endif
 }
 

@@ -47,6 +47,7 @@ class CudaBackend final : public Backend {
   std::string name() const override { return name_; }
   bool uses_cudnn() const { return cudnn_ != nullptr; }
   bool is_cuda() const override { return true; }
+  ComputePath compute_path() const override { return path_; }
 
   void* allocate(std::size_t num_bytes) override;
   void deallocate(void* ptr) noexcept override;  // waits for the stream first
@@ -86,8 +87,8 @@ class CudaBackend final : public Backend {
   struct CudnnDeleter { void operator()(CudnnConv* conv) const noexcept; };
 
   void activate() const;  // cudaSetDevice(device_index_)
-  // Sets up cudnn_ when asked for and usable; says which path the convolutions take.
-  std::string convolution_path(const ComputeOptions& options, cudaStream_t stream);
+  // Sets up cudnn_ when asked for and usable; says which path the convolutions take ({conv, detail}).
+  ComputePath convolution_path(const ComputeOptions& options, cudaStream_t stream);
   // Throw ComputeError "cuda:N <what>: <error name> ('<error string>')" on failure.
   void check(cudaError_t status, std::string_view what) const;
   void check(cublasStatus_t status, std::string_view what) const;
@@ -97,6 +98,7 @@ class CudaBackend final : public Backend {
 
   int device_index_ = 0;
   std::string name_;
+  ComputePath path_;
   std::unique_ptr<CUstream_st, StreamDeleter> stream_;
   std::unique_ptr<cublasContext, CublasDeleter> cublas_;
   DeviceBuffer workspace_;     // im2col columns and per-image dW partials
