@@ -1,7 +1,8 @@
 // bench_train_step --device cuda: the whole training step of a model on the
 // CUDA backend (the batch uploaded from the host, forward, backward, the SGD
 // update of the default job, synchronized: what the single-worker trainer
-// does per step), per batch size; each layer's forward and backward on its own
+// does per step), per batch size, as usual and as one CUDA graph per step
+// (workload.cuda_graphs); each layer's forward and backward on its own
 // (synchronized timers around each); and, in the same run, the same model's
 // step in PyTorch (tools/torch_step_bench.py) when its python3 has torch.
 #pragma once

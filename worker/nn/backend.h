@@ -95,6 +95,20 @@ class Backend {
   virtual XentResult softmax_xent(int n, int classes, const float* logits, const std::int32_t* labels,
                                   float* dlogits) = 0;
 
+  // ---- CUDA graphs (the CUDA backend, worker/nn/cuda/step_graph.h; other backends run
+  // every step as usual) ----
+  // Begins a training step that may run as one CUDA graph, keyed by its batch size. true: it
+  // does (captured now, or replayed), and end_graph_step must follow the step's calls; between
+  // them only the step's layer, loss and optimizer calls and copy_from_host of its inputs may
+  // be made, softmax_xent returns zeros (end_graph_step gives the totals) and nothing is copied
+  // to the host. A key's first step runs as usual (false), so its memory is made before capture.
+  virtual bool begin_graph_step(int /*key*/) { return false; }
+  // Runs the step's graph, waits for it, and returns the step's softmax_xent totals.
+  // Throws ComputeError without a begun step, or when the graph cannot run.
+  virtual XentResult end_graph_step();
+  // Ends a begun step that failed midway: nothing of it runs. Never throws.
+  virtual void abort_graph_step() noexcept {}
+
   // ---- optimizer steps: the rules of common/math/update_rules.h, with the step's
   // coefficients from update::sgd_coefficients / adam_coefficients ----
   // velocity may be null only when c.momentum == 0 (ComputeError otherwise).

@@ -13,6 +13,10 @@
 // starts with the operation; asynchronous kernel faults surface at the next
 // synchronizing call.
 //
+// CUDA graphs (begin_graph_step / end_graph_step, step_graph.h): a whole
+// training step captured once per batch size and replayed; cuBLAS gets a
+// workspace of the backend's (cublasSetWorkspace) so nothing allocates in a step.
+//
 // Created through make_cuda_backend (backend.h), which reports a missing or
 // unusable device as nullptr plus a reason instead of throwing.
 #pragma once
@@ -26,6 +30,7 @@
 
 #include "worker/nn/backend.h"
 #include "worker/nn/cuda/device_buffer.h"
+#include "worker/nn/cuda/step_graph.h"
 
 namespace pstrain::nn::cuda {
 
@@ -81,6 +86,13 @@ class CudaBackend final : public Backend {
   void adam_step(float* w, const float* g, float* m, float* v, std::size_t num_elems,
                  const update::AdamCoefficients& c) override;
 
+  // CUDA graphs of whole steps (step_graph.h): while one is replayed, the layer calls enqueue
+  // nothing; dropout seeds and optimizer coefficients go to the graph's per-step values.
+  bool begin_graph_step(int key) override;
+  XentResult end_graph_step() override;
+  void abort_graph_step() noexcept override;
+  std::size_t num_step_graphs() const { return graphs_.num_graphs(); }
+
  private:
   struct StreamDeleter { void operator()(cudaStream_t stream) const noexcept; };
   struct CublasDeleter { void operator()(cublasHandle_t handle) const noexcept; };
@@ -104,6 +116,11 @@ class CudaBackend final : public Backend {
   DeviceBuffer workspace_;     // im2col columns and per-image dW partials
   DeviceBuffer xent_scratch_;  // softmax_xent totals and per-row terms
   std::unique_ptr<CudnnConv, CudnnDeleter> cudnn_;  // null: the own im2col kernels
+  DeviceBuffer cublas_workspace_;  // cublasSetWorkspace: cuBLAS allocates nothing itself (capture-safe)
+  std::unique_ptr<CUstream_st, StreamDeleter> upload_stream_;  // copy_from_host while capturing
+  StepGraphs graphs_;
+  struct GraphLoss { int n = 0, classes = 0; const std::int32_t* labels = nullptr; };
+  GraphLoss graph_loss_;  // the graph step's softmax_xent, read at end_graph_step
 };
 
 }  // namespace pstrain::nn::cuda
