@@ -70,6 +70,14 @@ class Backend {
                               float* y) = 0;
   virtual void conv2d_backward(const Conv2dShape& s, const float* x, const float* w, const float* dy,
                                float* dx, float* dw, float* db) = 0;
+  // y = relu(conv(x, w) + b) in one call where the backend fuses them (the CUDA backend on
+  // cuDNN: its convolution-bias-activation call). false: nothing was written, and the caller
+  // runs conv2d_forward and relu_forward (the CPU, the own CUDA kernels, a shape cuDNN does
+  // not fuse). After its first call for a shape, a backend answers the same for it every time.
+  virtual bool conv2d_relu_forward(const Conv2dShape& /*s*/, const float* /*x*/, const float* /*w*/,
+                                   const float* /*b*/, float* /*y*/) {
+    return false;
+  }
   // y = x w^T + b
   virtual void linear_forward(const LinearShape& s, const float* x, const float* w, const float* b,
                               float* y) = 0;

@@ -66,6 +66,8 @@ class CudaBackend final : public Backend {
                       float* y) override;
   void conv2d_backward(const Conv2dShape& s, const float* x, const float* w, const float* dy, float* dx,
                        float* dw, float* db) override;
+  bool conv2d_relu_forward(const Conv2dShape& s, const float* x, const float* w, const float* b,
+                           float* y) override;  // cuDNN only
   void linear_forward(const LinearShape& s, const float* x, const float* w, const float* b,
                       float* y) override;
   void linear_backward(const LinearShape& s, const float* x, const float* w, const float* dy, float* dx,

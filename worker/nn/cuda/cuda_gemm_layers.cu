@@ -79,6 +79,24 @@ void CudaBackend::conv2d_forward(const Conv2dShape& s, const float* x, const flo
   add_bias(y, b, static_cast<std::size_t>(s.n), s.c_out, static_cast<std::size_t>(z.cols), stream_.get());
 }
 
+bool CudaBackend::conv2d_relu_forward(const Conv2dShape& s, const float* x, const float* w, const float* b,
+                                      float* y) {
+#if defined(PSTRAIN_HAVE_CUDNN)
+  if (!cudnn_) return false;
+  check_shape(s, "conv2d_relu_forward");
+  if (graphs_.replaying()) return cudnn_->fuses(s);  // replayed by the step's CUDA graph, as captured
+  activate();
+  return cudnn_->forward_relu(s, x, w, b, y, workspace_);
+#else
+  static_cast<void>(s);
+  static_cast<void>(x);
+  static_cast<void>(w);
+  static_cast<void>(b);
+  static_cast<void>(y);
+  return false;
+#endif
+}
+
 void CudaBackend::conv2d_backward(const Conv2dShape& s, const float* x, const float* w, const float* dy,
                                   float* dx, float* dw, float* db) {
   check_shape(s, "conv2d_backward");
