@@ -238,8 +238,12 @@ int run_cuda_step_bench(const CudaStepOptions& o) {
   }
   const std::string device = backend->name();
   std::printf("bench_train_step: %s\n", device.c_str());
-  std::vector<BatchResult> results;
+  std::vector<int> batches;  // each once: a batch size is one model and one CUDA graph on this backend
   for (int batch : o.batches) {
+    if (std::find(batches.begin(), batches.end(), batch) == batches.end()) batches.push_back(batch);
+  }
+  std::vector<BatchResult> results;
+  for (int batch : batches) {
     results.push_back(bench_batch(*backend, o, batch));
     std::printf("batch %d: %.3f ms/step, %.0f images/s\n", batch, results.back().ms, results.back().images_per_s);
     std::fflush(stdout);
