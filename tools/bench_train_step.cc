@@ -7,6 +7,10 @@
 //   oneDNN convolution on plain NCHW/OIHW tensors; im2col + OpenBLAS SGEMM.
 // Times are medians over --reps runs after 2 warm-up runs.
 //   bench_train_step [--threads N] [--reps N] [--models a,b] [--batches 32,64] [--json FILE]
+// With --device cuda, the whole training step on the GPU instead, against PyTorch
+// (tools/bench/cuda_step.h); without a usable GPU it says so and exits 77:
+//   bench_train_step --device cuda [--precision fp32|tf32] [--batches 64,256,512,1024]
+//                    [--torch tools/torch_step_bench.py [--python python3]] [--json FILE]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -21,6 +25,7 @@
 #include <dnnl.hpp>
 
 #include "common/node/node_cli.h"
+#include "tools/bench/cuda_step.h"
 #include "worker/nn/cpu_backend.h"
 #include "worker/nn/im2col_conv.h"
 #include "worker/nn/model.h"
@@ -333,6 +338,21 @@ int main(int argc, char** argv) {
   app.add_option("--models", models, "models to run")->delimiter(',');
   app.add_option("--batches", batches, "batch sizes")->delimiter(',')->check(CLI::PositiveNumber);
   app.add_option("--json", json_path, "also write the results to this JSON file");
+  std::string device = "cpu";
+  pstrain::bench::CudaStepOptions cuda;
+  app.add_option("--device", device, "cpu (the CPU backend against oneDNN) or cuda (the GPU step against PyTorch)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
+  app.add_option("--precision", cuda.precision, "cuda: fp32 or tf32 (workload.precision)")
+      ->check(CLI::IsMember({"fp32", "tf32"}));
+  app.add_option("--torch", cuda.torch_script, "cuda: the PyTorch step script (tools/torch_step_bench.py)");
+  app.add_option("--python", cuda.python, "cuda: the python3 that has torch");
   CLI11_PARSE(app, argc, argv);
+  if (device == "cuda") {
+    if (app.count("--batches") > 0) cuda.batches = batches;
+    if (app.count("--reps") > 0) cuda.reps = reps;
+    cuda.model = models.size() == 1 ? models.front() : "fmnist_cnn";
+    cuda.json_path = json_path;
+    return pstrain::guarded_main("bench_train_step", [&] { return pstrain::bench::run_cuda_step_bench(cuda); });
+  }
   return pstrain::guarded_main("bench_train_step", [&] { return run(threads, reps, models, batches, json_path); });
 }

@@ -14,6 +14,7 @@
 #include "worker/train/allreduce_worker.h"
 #include "worker/train/ps_rejoin.h"
 #include "worker/train/ps_worker.h"
+#include "worker/train/records.h"
 
 namespace {
 
@@ -66,6 +67,7 @@ int run_worker(const pstrain::NodeArgs& args) {
                                     : start_worker(resume_dir, session.rank(), config, workload.model->num_params(), log);
     const std::optional<WorkerCheckpoint>& resume = start.resume;
     MetricsWriter& metrics = *start.metrics;
+    write_compute_record(metrics, *workload.backend);
     const TrainResult r =
         run_ps_worker(config, session, workload, metrics, log, &trace, resume ? &*resume : nullptr, args.rejoin);
     char line[200];

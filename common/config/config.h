@@ -164,6 +164,10 @@ struct WorkloadConfig {
   // GPU math: "fp32" (plain FP32, close to the CPU reference) or "tf32" (cuBLAS and cuDNN may
   // use TF32 tensor cores: faster, about 10 bits of mantissa in products). The CPU ignores it.
   std::string precision = "fp32";
+  // GPU: the single-worker trainer runs each full batch's step (forward, backward, update) as
+  // one CUDA graph, captured at the second full step and replayed (worker/nn/cuda/step_graph.h);
+  // a last partial batch runs as usual. The CPU ignores it.
+  bool cuda_graphs = true;
   int threads = 0;                        // CPU threads per worker; 0 = all cores / workers
   int synthetic_train = 2048;             // "synthetic": sizes of the sets
   int synthetic_test = 512;

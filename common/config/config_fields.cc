@@ -110,6 +110,7 @@ void visit_table(C& c, const V& v) {
   v("workload", "seed", &wl.seed, at_least(0));
   v("workload", "device", &wl.device, one_of(kDevices));
   v("workload", "precision", &wl.precision, one_of(kPrecisions));
+  v("workload", "cuda_graphs", &wl.cuda_graphs, any());
   v("workload", "threads", &wl.threads, at_least(0));
   v("workload", "synthetic_train", &wl.synthetic_train, at_least(1));
   v("workload", "synthetic_test", &wl.synthetic_test, at_least(1));

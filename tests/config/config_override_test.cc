@@ -26,6 +26,9 @@ TEST_CASE("overrides set values of every type") {
   CHECK(c.optimizer.lr == 1.0);
   apply_override(c, "optimizer.nesterov=true");
   CHECK(c.optimizer.nesterov);
+  CHECK(c.workload.cuda_graphs);  // on unless turned off
+  apply_override(c, "workload.cuda_graphs=false");
+  CHECK_FALSE(c.workload.cuda_graphs);
   apply_override(c, "workload.seed=7");
   CHECK(c.workload.seed == 7);
   apply_override(c, "cluster.max_message_bytes=4294967296");

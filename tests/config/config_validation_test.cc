@@ -123,6 +123,8 @@ TEST_CASE("per-key ranges, enums and shapes are enforced with file:line and key"
        "bad.toml:2: key 'ps.staleness_bound': expected an integer in [0, 1000000], got -1"},
       {"[optimizer]\nstaleness_rule = \"sqrt\"",
        "bad.toml:2: key 'optimizer.staleness_rule': expected one of \"none\", \"inverse\", got \"sqrt\""},
+      {"[workload]\ncuda_graphs = \"on\"",
+       "bad.toml:2: key 'workload.cuda_graphs': expected a boolean (true or false), got a string \"on\""},
       {"[optimizer]\nnesterov = \"yes\"",
        "bad.toml:2: key 'optimizer.nesterov': expected a boolean (true or false), got a string \"yes\""},
       {"[optimizer]\nbeta1 = 1", "bad.toml:2: key 'optimizer.beta1': expected a number in [0, 1), got 1"},
@@ -200,7 +202,7 @@ TEST_CASE("unknown keys and sections are rejected with the closest known name") 
       {"[workload.extra]\nx = 1",
        "bad.toml:1: key 'workload.extra': unknown key; expected one of model, dataset, data_path, "
        "batch_size, "
-       "epochs, max_steps, seed, device, precision, threads, synthetic_train, synthetic_test, synthetic_noise, straggler_rank, "
+       "epochs, max_steps, seed, device, precision, cuda_graphs, threads, synthetic_train, synthetic_test, synthetic_noise, straggler_rank, "
        "straggler_slowdown, simulated_step_ms, on_nonfinite, max_skipped_steps in [workload]"},
       {"zzz = 1",
        "bad.toml:1: key 'zzz': unknown top-level key; expected one of mode, [cluster], [ps], [workload], "

@@ -48,6 +48,8 @@ TEST_CASE("the tiny allreduce config runs to a summary through the launcher, wit
     const auto m = pstrain::report::read_worker_metrics(pstrain::report::worker_metrics_path(run, w), w);
     REQUIRE(m.steps.size() == 32);
     REQUIRE(m.end.has_value());
+    REQUIRE(m.compute.has_value());  // allreduce workers say what they computed on too
+    CHECK(m.compute->conv_path == "onednn");
     CHECK(m.end->steps == 32);
     CHECK(m.end->images == 1024);
     const std::size_t k = m.steps.size() / 4;

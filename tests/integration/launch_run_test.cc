@@ -51,7 +51,15 @@ void check_run_dir(const it::fs::path& run, const std::string& mode, const std::
   CHECK(summary.find("mode")->as_string("mode") == mode);
   CHECK(summary.find("per_worker")->items().size() == 2);
   CHECK(summary.find("global_images_per_s")->as_number("global_images_per_s") > 0);
-  CHECK(it::fs::exists(run / "summary.md"));
+  // What the convolutions ran on (tiny configs: device "cpu"), in summary.json and each worker's start-up line.
+  const JsonValue* compute = summary.find("compute");
+  REQUIRE(compute != nullptr);
+  REQUIRE_FALSE(compute->is_null());
+  CHECK(compute->find("conv_path")->as_string("conv_path") == "onednn");
+  CHECK(compute->find("precision")->as_string("precision") == "fp32");
+  CHECK(compute->find("backend")->as_string("backend").starts_with("cpu (oneDNN, "));
+  CHECK(it::contains(it::read_file(run / "logs/worker-1.log"), "; convolutions: onednn (oneDNN "));
+  CHECK(it::contains(it::read_file(run / "summary.md"), "; convolutions onednn (oneDNN "));
 }
 
 }  // namespace

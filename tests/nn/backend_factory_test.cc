@@ -17,6 +17,13 @@ TEST_CASE("cpu is always available and names its threads") {
   CHECK(backend->name() == "cpu (oneDNN, 2 threads)");
   CHECK(chosen == "device cpu: using cpu (oneDNN, 2 threads)");
   CHECK(make_backend("cpu", 1)->name() == "cpu (oneDNN, 1 thread)");
+  const ComputePath path = backend->compute_path();  // the CPU's convolutions: oneDNN, in fp32 whatever was asked
+  CHECK(path.conv == "onednn");
+  CHECK(path.detail.starts_with("oneDNN "));
+  CHECK(path.precision == "fp32");
+  ComputeOptions tf32;
+  tf32.tf32 = true;
+  CHECK(make_backend("cpu", 1, nullptr, tf32)->compute_path().precision == "fp32");
 }
 
 TEST_CASE("auto falls back to the CPU and says why; cuda without a device is an error") {

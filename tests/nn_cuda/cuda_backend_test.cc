@@ -45,6 +45,21 @@ TEST_CASE("make_cuda_backend returns nullptr with a one-line reason when no devi
     MESSAGE("make_cuda_backend(0): " << name);
     CHECK(name.rfind("cuda:0 (", 0) == 0);
     CHECK(name.find(", sm_") != std::string::npos);
+    // The conv path and precision it names (start-up line, summary.json's "compute").
+    const ComputePath path = backend->compute_path();
+#if defined(PSTRAIN_HAVE_CUDNN)
+    CHECK((path.conv == "cudnn" || path.detail.find("another major version") != std::string::npos));
+#else
+    CHECK(path.conv == "cuda-im2col");
+#endif
+    CHECK(path.precision == "fp32");
+    CHECK(name.find(path.detail + ", fp32)") != std::string::npos);
+    ComputeOptions tf32;
+    tf32.tf32 = true;
+    CHECK(make_cuda_backend(0, nullptr, tf32)->compute_path().precision == "tf32");
+    ComputeOptions own;
+    own.cudnn = false;
+    CHECK(make_cuda_backend(0, nullptr, own)->compute_path().conv == "cuda-im2col");
   }
 }
 

@@ -161,3 +161,49 @@ TEST_CASE("conv2d by cuDNN and by the own im2col kernels agree; name() says whic
 
 }  // namespace
 }  // namespace pstrain::nn::parity
+
+namespace pstrain::nn::parity {
+namespace {
+
+// Convolution, bias and ReLU in one cuDNN call (Backend::conv2d_relu_forward) against the CPU's
+// convolution then ReLU: within the GEMM tolerance. A shape cuDNN does not fuse leaves y as it
+// was (answered false, and the same at the next call); the CPU and the own kernels never fuse.
+TEST_CASE("conv2d + ReLU fused by cuDNN: CPU conv then ReLU agree") {
+  auto b = backends_or_skip();
+  if (!b) return;
+  std::uint32_t seed = 500;
+  int fused = 0;
+  for (const Conv2dShape& s : {Conv2dShape{64, 1, 28, 28, 32, 5, 5, 1, 2}, Conv2dShape{64, 32, 14, 14, 64, 5, 5, 1, 2},
+                               Conv2dShape{3, 4, 9, 11, 5, 3, 3, 2, 1}}) {
+    CAPTURE(s.c_in);
+    const std::size_t y_n = elems(s, s.c_out, s.out_h(), s.out_w());
+    BufferPair x(*b, random_floats(elems(s, s.c_in, s.h, s.w), seed += 10));
+    BufferPair w(*b, random_floats(static_cast<std::size_t>(s.c_out) * s.c_in * s.k_h * s.k_w, seed + 1, -0.3f, 0.3f));
+    BufferPair bias(*b, random_floats(static_cast<std::size_t>(s.c_out), seed + 2));
+    BufferPair y(*b, std::vector<float>(y_n, 7.0f));
+    CHECK_FALSE(b->cpu->conv2d_relu_forward(s, x.cpu.f32(), w.cpu.f32(), bias.cpu.f32(), y.cpu.f32()));
+    b->cpu->conv2d_forward(s, x.cpu.f32(), w.cpu.f32(), bias.cpu.f32(), y.cpu.f32());
+    b->cpu->relu_forward(y.cpu.f32(), y.cpu.f32(), y_n);
+    const bool did = b->cuda->conv2d_relu_forward(s, x.cuda.f32(), w.cuda.f32(), bias.cuda.f32(), y.cuda.f32());
+    CHECK(b->cuda->conv2d_relu_forward(s, x.cuda.f32(), w.cuda.f32(), bias.cuda.f32(), y.cuda.f32()) == did);
+    if (did) {
+      ++fused;
+      check_close("conv+relu y", y.cpu.to_host<float>(), y.cuda.to_host<float>(), kGemmTolerance);
+    } else {
+      MESSAGE("not fused for this shape: " << b->cuda->name());
+      CHECK(y.cuda.to_host<float>() == std::vector<float>(y_n, 7.0f));
+    }
+  }
+#if defined(PSTRAIN_HAVE_CUDNN)
+  if (b->cuda->compute_path().conv == "cudnn") CHECK(fused > 0);  // fmnist_cnn's shapes at least
+#endif
+  ComputeOptions own;
+  own.cudnn = false;
+  auto own_kernels = make_cuda_backend(0, nullptr, own);
+  REQUIRE(own_kernels != nullptr);
+  CHECK_FALSE(own_kernels->conv2d_relu_forward(Conv2dShape{2, 1, 8, 8, 4, 3, 3, 1, 1}, nullptr, nullptr, nullptr,
+                                               nullptr));
+}
+
+}  // namespace
+}  // namespace pstrain::nn::parity

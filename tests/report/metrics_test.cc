@@ -142,7 +142,7 @@ TEST_CASE("worker files that break the format are errors naming file, line and k
   CHECK(read_error(file, false) == where + ":1: key 'step': expected a number, got a string");
 
   report_test::write_file(file, "{\"type\":\"stop\"}\n");
-  CHECK(read_error(file, false) == where + ":1: key 'type': expected \"plan\", \"step\", \"eval\", \"rejoin\", \"resume\", \"coverage\" or \"end\", got \"stop\"");
+  CHECK(read_error(file, false) == where + ":1: key 'type': expected \"compute\", \"plan\", \"step\", \"eval\", \"rejoin\", \"resume\", \"coverage\" or \"end\", got \"stop\"");
 
   report_test::write_file(file, report_test::end_line(1, 1, 1) + report_test::step_line(0, 0.1, 2.0));
   CHECK(read_error(file, false) == where + ":2: a record after the \"end\" record");
@@ -231,4 +231,25 @@ TEST_CASE("lost workers (on_worker_failure = continue): no end record, and a las
   // A cut line in the middle of a file is still an error, lost worker or not.
   report_test::write_file(worker_metrics_path(dir.path(), 1), "{\"type\":\"st\n" + steps);
   CHECK_THROWS_AS(read_run_metrics(dir.path(), 2, 1, true), DataError);
+}
+
+TEST_CASE("a worker's compute record: the last one counts (a resumed process writes its own)") {
+  TempDir dir;
+  const auto file = worker_metrics_path(dir.path(), 0);
+  const std::string cpu = R"j({"type": "compute", "time_s": 0.01, "backend": "cpu (oneDNN, 1 thread)", )j"
+                          R"j("conv_path": "onednn", "conv_detail": "oneDNN 3.0.0", "precision": "fp32"})j";
+  const std::string gpu = R"j({"type": "compute", "time_s": 0.02, "backend": "cuda:0 (X)", "conv_path": "cudnn", )j"
+                          R"j("conv_detail": "convolutions by cuDNN 9.19.0", "precision": "tf32"})j";
+  report_test::write_file(file, cpu + "\n" + report_test::step_line(0, 0.1, 2.3) + gpu + "\n" +
+                                    report_test::end_line(0.5, 1, 32));
+  const WorkerMetrics m = read_worker_metrics(file, 0);
+  REQUIRE(m.compute.has_value());
+  CHECK(m.compute->conv_path == "cudnn");
+  CHECK(m.compute->precision == "tf32");
+  CHECK(m.compute->backend == "cuda:0 (X)");
+  CHECK(m.steps.size() == 1);
+  report_test::write_file(file, report_test::step_line(0, 0.1, 2.3) + report_test::end_line(0.5, 1, 32));
+  CHECK_FALSE(read_worker_metrics(file, 0).compute.has_value());  // older runs: none
+  report_test::write_file(file, R"j({"type": "compute", "time_s": 0.01, "backend": "cpu"})j" "\n");
+  CHECK(read_error(file, false).find("conv_path") != std::string::npos);
 }

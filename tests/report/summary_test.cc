@@ -168,7 +168,8 @@ TEST_CASE("summary.json holds every documented key and reads back") {
   RunMetrics m = two_workers();
   m.servers = {server(0, {{0, 3}, {2, 1}}), server(1, {})};
   const JsonValue j = parse_json(summary_json(summarize(config(Mode::kAsync), m)), "summary.json");
-  for (const char* key : {"mode", "workers", "servers", "model", "dataset", "final_test_accuracy", "wall_time_s",
+  for (const char* key : {"mode", "workers", "servers", "model", "dataset", "compute", "final_test_accuracy",
+                          "wall_time_s",
                           "time_to_accuracy", "global_images_per_s", "per_worker", "staleness", "ssp",
                           "dropped_workers", "restarts", "resumed_from", "membership_changes", "partial_updates", "server_restarts",
                           "skipped_steps",
@@ -357,4 +358,23 @@ TEST_CASE("membership changes: from the plan records of the lowest worker that f
   CHECK(md.find("- epoch 1, step 16: 3 -> 2 workers (drop)") != std::string::npos);
   CHECK(md.find("- epoch 3, step 55: 4 -> 3 workers (retire)") != std::string::npos);
   CHECK(summarize(config(Mode::kSync), two_workers()).membership_changes.empty());
+}
+
+TEST_CASE("compute: the lowest-ranked worker's backend, conv path and precision; null when no worker said") {
+  RunMetrics m = two_workers();
+  CHECK(parse_json(summary_json(summarize(config(Mode::kSync), m)), "summary.json").find("compute")->is_null());
+  CHECK(summary_markdown(summarize(config(Mode::kSync), m), "r").find("Compute:") == std::string::npos);
+  m.workers[1].compute = ComputeRecord{"cuda:1 (GPU B)", "cuda-im2col", "own conv kernels (built without cuDNN)", "fp32"};
+  m.workers[0].compute = ComputeRecord{"cuda:0 (NVIDIA H200, sm_90, convolutions by cuDNN 9.14.0 (built with 9.19.0), "
+                                       "tf32)", "cudnn", "convolutions by cuDNN 9.14.0 (built with 9.19.0)", "tf32"};
+  const RunSummary s = summarize(config(Mode::kSync), m);
+  const JsonValue j = parse_json(summary_json(s), "summary.json");
+  const JsonValue* c = j.find("compute");
+  REQUIRE(c != nullptr);
+  CHECK(c->find("conv_path")->as_string("c") == "cudnn");
+  CHECK(c->find("conv_detail")->as_string("c") == "convolutions by cuDNN 9.14.0 (built with 9.19.0)");
+  CHECK(c->find("precision")->as_string("p") == "tf32");
+  CHECK(c->find("backend")->as_string("b").starts_with("cuda:0 (NVIDIA H200"));
+  CHECK(summary_markdown(s, "r").find("convolutions cudnn (convolutions by cuDNN 9.14.0 (built with 9.19.0)), "
+                                      "precision tf32.") != std::string::npos);
 }

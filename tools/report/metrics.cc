@@ -88,7 +88,9 @@ EndRecord read_end(const Fields& f) {
 void add_record(WorkerMetrics& m, const Fields& f) {
   if (m.end) throw DataError(f.where() + ": a record after the \"end\" record");
   const std::string& type = f.text("type");
-  if (type == "plan") {
+  if (type == "compute") {
+    m.compute = ComputeRecord{f.text("backend"), f.text("conv_path"), f.text("conv_detail"), f.text("precision")};
+  } else if (type == "plan") {
     m.plan = PlanRecord{f.integer("total_steps"), f.integer("steps_per_epoch"), f.integer("epochs")};
     if (f.has("epoch") && f.has("workers")) {
       m.plan_changes.push_back(PlanChange{f.integer("epoch"), f.has("step") ? f.integer("step") : -1, f.integer("workers")});
@@ -107,7 +109,7 @@ void add_record(WorkerMetrics& m, const Fields& f) {
     m.coverage.push_back(CoverageRecord{f.integer("epoch"), f.integer("first_step"), f.integer("steps"),
                                         f.integer("samples"), f.text("checksum")});
   } else {
-    throw DataError(f.what("type") + ": expected \"plan\", \"step\", \"eval\", \"rejoin\", \"resume\", " +
+    throw DataError(f.what("type") + ": expected \"compute\", \"plan\", \"step\", \"eval\", \"rejoin\", \"resume\", " +
                     "\"coverage\" or \"end\", got \"" + type + "\"");
   }
 }

@@ -1,6 +1,6 @@
 // Readers for a run directory's metrics files (docs/run_directory.md):
-// metrics/worker-<w>.jsonl (one JSON object per line: "plan", "step", "eval", "rejoin", "resume",
-// "end")
+// metrics/worker-<w>.jsonl (one JSON object per line: "compute", "plan", "step", "eval", "rejoin",
+// "resume", "end")
 // and metrics/server-<s>.json (update counts and the staleness histogram).
 //
 // Every documented field must be present with its type; a JSON null stands
@@ -96,9 +96,19 @@ struct CoverageRecord {
   std::string checksum;
 };
 
+// What the worker computed on (written at its start; again by a resumed or
+// rejoined process): the backend, its convolution path and precision.
+struct ComputeRecord {
+  std::string backend;      // "cuda:0 (NVIDIA H200, sm_90, ...)", "cpu (oneDNN, 1 thread)"
+  std::string conv_path;    // "cudnn", "cuda-im2col" or "onednn"
+  std::string conv_detail;  // "convolutions by cuDNN 9.14.0 (built with 9.19.0)", "oneDNN 3.0.0"
+  std::string precision;    // "fp32" or "tf32"
+};
+
 struct WorkerMetrics {
   int rank = -1;
   std::vector<CoverageRecord> coverage;
+  std::optional<ComputeRecord> compute;  // the last one in the file; absent in files of older runs
   std::vector<RejoinRecord> rejoins;
   std::vector<ResumeRecord> resumes;
   std::optional<PlanRecord> plan;  // absent in files of older runs

@@ -221,6 +221,12 @@ std::string warnings_json(const RunSummary& s) {
   return "[" + items + "]";
 }
 
+std::string compute_json(const std::optional<ComputeRecord>& c) {
+  if (!c) return "null";
+  return "{\"backend\": " + json_quote(c->backend) + ", \"conv_path\": " + json_quote(c->conv_path) +
+         ", \"conv_detail\": " + json_quote(c->conv_detail) + ", \"precision\": " + json_quote(c->precision) + "}";
+}
+
 }  // namespace
 
 RunSummary summarize(const RunConfig& config, const RunMetrics& metrics, const PartialRun* partial) {
@@ -257,6 +263,9 @@ RunSummary summarize(const RunConfig& config, const RunMetrics& metrics, const P
     images += s.per_worker.back().images;
   }
   for (const WorkerSummary& w : s.per_worker) s.skipped_steps += w.skipped_steps;
+  for (const WorkerMetrics& w : metrics.workers) {
+    if (w.compute && !s.compute) s.compute = w.compute;  // the lowest rank that said
+  }
   std::sort(s.resumed_from.begin(), s.resumed_from.end());  // every worker of a resume says its step
   s.resumed_from.erase(std::unique(s.resumed_from.begin(), s.resumed_from.end()), s.resumed_from.end());
   s.global_images_per_s = s.wall_time_s > 0 ? static_cast<double>(images) / s.wall_time_s
@@ -291,7 +300,7 @@ std::string summary_json(const RunSummary& s) {
   for (const WorkerSummary& w : s.per_worker) workers += (workers.empty() ? "\n    " : ",\n    ") + worker_json(w);
   return "{\n  \"mode\": " + json_quote(s.mode) + ",\n  \"workers\": " + std::to_string(s.workers) +
          ",\n  \"servers\": " + std::to_string(s.servers) + ",\n  \"model\": " + json_quote(s.model) +
-         ",\n  \"dataset\": " + json_quote(s.dataset) +
+         ",\n  \"dataset\": " + json_quote(s.dataset) + ",\n  \"compute\": " + compute_json(s.compute) +
          ",\n  \"final_test_accuracy\": " + json_number(s.final_test_accuracy) +
          ",\n  \"wall_time_s\": " + json_number(s.wall_time_s) +
          ",\n  \"time_to_accuracy\": " + time_to_accuracy_json(s) +

@@ -7,6 +7,8 @@
 //   time_to_accuracy     per threshold, time_s of worker 0's first "eval" at
 //                        or above it; empty (null) if never reached
 //   global_images_per_s  images summed over workers / wall_time_s
+//   compute              the lowest-ranked worker's "compute" record: backend,
+//                        conv path and precision; empty (null) in older runs
 //   staleness            async and ssp: the servers' histograms summed, their
 //                        mean and largest staleness
 //   ssp                  ssp only: the bound, the largest clock gap any
@@ -100,6 +102,7 @@ struct RunSummary {
   int servers = 0;
   std::string model;
   std::string dataset;
+  std::optional<ComputeRecord> compute;  // what the convolutions ran on (null: no worker said)
   std::optional<double> final_test_accuracy;  // empty: no evaluation
   double wall_time_s = 0;
   std::vector<AccuracyTime> time_to_accuracy;  // 0.80, 0.85, 0.90

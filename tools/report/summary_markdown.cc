@@ -130,6 +130,10 @@ std::string summary_markdown(const RunSummary& s, const std::string& run_dir) {
            "; a worker that had not finished is \"interrupted\".\n\n";
   }
   out += headline(s) + "\n" + time_to_accuracy(s);
+  if (s.compute) {
+    out += "\nCompute: " + s.compute->backend + "; convolutions " + s.compute->conv_path + " (" +
+           s.compute->conv_detail + "), precision " + s.compute->precision + ".\n";
+  }
   if (s.staleness) out += "\n## Staleness\n\n" + staleness(*s.staleness);
   if (!s.dropped_workers.empty()) {
     std::string ranks;

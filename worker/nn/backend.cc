@@ -59,6 +59,10 @@ std::unique_ptr<Backend> make_backend(std::string_view device, int threads, std:
   return backend;
 }
 
+Backend::XentResult Backend::end_graph_step() {
+  throw ComputeError(name() + ": end_graph_step without a graph step (this backend runs no CUDA graphs)");
+}
+
 #if !defined(PSTRAIN_HAVE_CUDA)
 std::unique_ptr<Backend> make_cuda_backend(int /*device_index*/, std::string* why_not, const ComputeOptions& /*options*/) {
   if (why_not != nullptr) *why_not = "pstrain was built without CUDA";

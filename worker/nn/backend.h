@@ -40,11 +40,20 @@ struct LinearShape {
   int n = 0, in = 0, out = 0;          // x [n, in], w [out, in], b [out], y [n, out]
 };
 
+// What a backend's convolutions run on, and in what precision: the worker's
+// start-up line and summary.json's "compute" say it (docs/models.md).
+struct ComputePath {
+  std::string conv;       // "cudnn", "cuda-im2col" (own kernels: im2col + cuBLAS) or "onednn" (the CPU)
+  std::string detail;     // "cuDNN 9.14.0 (built with 9.19.0)", "own conv kernels (built without cuDNN)", "oneDNN 3.x"
+  std::string precision;  // "fp32" or "tf32"
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string name() const = 0;   // e.g. "cpu (oneDNN, 2 threads)", "cuda:0 (NVIDIA H200)"
   virtual bool is_cuda() const = 0;
+  virtual ComputePath compute_path() const = 0;
 
   // ---- memory (bytes) ----
   virtual void* allocate(std::size_t num_bytes) = 0;
@@ -61,6 +70,14 @@ class Backend {
                               float* y) = 0;
   virtual void conv2d_backward(const Conv2dShape& s, const float* x, const float* w, const float* dy,
                                float* dx, float* dw, float* db) = 0;
+  // y = relu(conv(x, w) + b) in one call where the backend fuses them (the CUDA backend on
+  // cuDNN: its convolution-bias-activation call). false: nothing was written, and the caller
+  // runs conv2d_forward and relu_forward (the CPU, the own CUDA kernels, a shape cuDNN does
+  // not fuse). After its first call for a shape, a backend answers the same for it every time.
+  virtual bool conv2d_relu_forward(const Conv2dShape& /*s*/, const float* /*x*/, const float* /*w*/,
+                                   const float* /*b*/, float* /*y*/) {
+    return false;
+  }
   // y = x w^T + b
   virtual void linear_forward(const LinearShape& s, const float* x, const float* w, const float* b,
                               float* y) = 0;
@@ -85,6 +102,20 @@ class Backend {
   struct XentResult { double loss_sum; std::int64_t correct; };
   virtual XentResult softmax_xent(int n, int classes, const float* logits, const std::int32_t* labels,
                                   float* dlogits) = 0;
+
+  // ---- CUDA graphs (the CUDA backend, worker/nn/cuda/step_graph.h; other backends run
+  // every step as usual) ----
+  // Begins a training step that may run as one CUDA graph, keyed by its batch size. true: it
+  // does (captured now, or replayed), and end_graph_step must follow the step's calls; between
+  // them only the step's layer, loss and optimizer calls and copy_from_host of its inputs may
+  // be made, softmax_xent returns zeros (end_graph_step gives the totals) and nothing is copied
+  // to the host. A key's first step runs as usual (false), so its memory is made before capture.
+  virtual bool begin_graph_step(int /*key*/) { return false; }
+  // Runs the step's graph, waits for it, and returns the step's softmax_xent totals.
+  // Throws ComputeError without a begun step, or when the graph cannot run.
+  virtual XentResult end_graph_step();
+  // Ends a begun step that failed midway: nothing of it runs. Never throws.
+  virtual void abort_graph_step() noexcept {}
 
   // ---- optimizer steps: the rules of common/math/update_rules.h, with the step's
   // coefficients from update::sgd_coefficients / adam_coefficients ----

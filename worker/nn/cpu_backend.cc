@@ -30,6 +30,12 @@ std::string CpuBackend::name() const {
   return "cpu (oneDNN, " + std::to_string(threads_.count()) + (threads_.count() == 1 ? " thread)" : " threads)");
 }
 
+ComputePath CpuBackend::compute_path() const {
+  const dnnl_version_t* v = dnnl_version();
+  return {"onednn", "oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) + "." + std::to_string(v->patch),
+          "fp32"};
+}
+
 void* CpuBackend::allocate(std::size_t num_bytes) {
   const std::size_t rounded = (num_bytes + 63) / 64 * 64;
   try {

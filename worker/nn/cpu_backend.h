@@ -27,6 +27,7 @@ class CpuBackend final : public Backend {
   explicit CpuBackend(int threads);
 
   std::string name() const override;
+  ComputePath compute_path() const override;  // "onednn", fp32
   bool is_cuda() const override { return false; }
   int threads() const { return threads_.count(); }
 

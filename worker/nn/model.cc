@@ -67,6 +67,11 @@ void Model::build_layers() {
     if (layers_.back()->param_count() > 0 && first_param_layer_ == spec_.layers.size()) first_param_layer_ = i;
     dims = layers_.back()->output_dims();
   }
+  fuses_relu_.assign(layers_.size(), false);
+  for (std::size_t i = 0; i + 1 < layers_.size(); ++i) {
+    fuses_relu_[i] = dynamic_cast<const Conv2d*>(layers_[i].get()) != nullptr &&
+                     dynamic_cast<const ReLU*>(layers_[i + 1].get()) != nullptr;
+  }
   if (dims != Dims{spec_.classes, 1, 1}) {
     throw ConfigError("model '" + spec_.name + "': last layer outputs " + to_string(dims) + ", expected " +
                       std::to_string(spec_.classes) + "x1x1 (one logit per class)");
@@ -152,6 +157,10 @@ void Model::forward(int batch, bool training, const ForwardGateFn& before_forwar
   for (std::size_t i = 0; i < layers_.size(); ++i) {
     if (before_forward && layers_[i]->param_count() > 0) before_forward(layers_[i]->param_offset(), layers_[i]->param_count());
     const ForwardContext ctx{batch, training, mix_seed(mix_seed(dropout_seed_, step_), i)};
+    if (fuses_relu_[i] && static_cast<Conv2d&>(*layers_[i]).forward_relu(ctx, acts_[i], acts_[i + 2])) {
+      ++i;  // the ReLU (layer i + 1) is done too
+      continue;
+    }
     layers_[i]->forward(ctx, acts_[i], acts_[i + 1]);
   }
 }

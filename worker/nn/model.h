@@ -122,6 +122,10 @@ class Model {
   std::vector<float*> dacts_;              // gradients of acts_ (dacts_[0] unused)
   DeviceBuffer labels_;                    // int32 [max_batch]
   std::size_t first_param_layer_ = 0;      // backward stops here
+  // fuses_relu_[i]: layer i is a convolution followed by a ReLU, whose forward the backend may
+  // run as one call (Backend::conv2d_relu_forward; the conv's own output is then not written:
+  // no backward reads it, the ReLU's backward reads only its output).
+  std::vector<bool> fuses_relu_;
   std::uint64_t dropout_seed_ = 0;
   std::uint64_t step_ = 0;
   double last_loss_ = 0.0;

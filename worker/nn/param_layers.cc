@@ -55,6 +55,10 @@ void Conv2d::forward(const ForwardContext& ctx, const float* x, float* y) {
   backend().conv2d_forward(shape(ctx.batch), x, weight(), bias(), y);
 }
 
+bool Conv2d::forward_relu(const ForwardContext& ctx, const float* x, float* relu_y) {
+  return backend().conv2d_relu_forward(shape(ctx.batch), x, weight(), bias(), relu_y);
+}
+
 void Conv2d::backward(int batch, const float* x, const float* /*y*/, const float* dy, float* dx) {
   backend().conv2d_backward(shape(batch), x, weight(), dy, dx, weight_grad(), bias_grad());
 }

@@ -45,6 +45,9 @@ class Conv2d final : public ParamLayer {
   Dims output_dims() const override;
   void add_params(ParamLayout& layout) override;
   void forward(const ForwardContext& ctx, const float* x, float* y) override;
+  // relu_y = relu(conv(x) + b) where the backend fuses them (Backend::conv2d_relu_forward);
+  // false: nothing written (run forward, then the ReLU).
+  bool forward_relu(const ForwardContext& ctx, const float* x, float* relu_y);
   void backward(int batch, const float* x, const float* y, const float* dy, float* dx) override;
   double forward_flops(int batch) const override;
   double backward_flops(int batch, bool need_dx) const override;

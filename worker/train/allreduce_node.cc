@@ -16,6 +16,7 @@
 #include "worker/collective/scheduler_store.h"
 #include "worker/train/allreduce_worker.h"
 #include "worker/train/ps_rejoin.h"
+#include "worker/train/records.h"
 
 namespace pstrain {
 namespace {
@@ -152,6 +153,7 @@ int run_allreduce_node(const RunConfig& config, int requested_rank, const std::s
                                : start_worker(resume_dir, session.rank(), config, workload.model->num_params(), log);
     const std::optional<WorkerCheckpoint>& resume = start.resume;
     MetricsWriter& metrics = *start.metrics;
+    write_compute_record(metrics, *workload.backend);
     // cluster.on_worker_failure = "continue": the collective re-formed among the workers left.
     const ReformCollective reform = [&](int new_rank, int new_size, int generation) {
       CollectiveOptions again = co;

@@ -10,6 +10,7 @@
 #include "common/math/lr_schedule.h"
 #include "worker/data/shard_sampler.h"
 #include "worker/nn/device_optimizer.h"
+#include "worker/train/records.h"
 #include "worker/train/workload.h"
 
 namespace pstrain {
@@ -40,16 +41,40 @@ struct Loop {
   std::vector<std::int32_t> labels;
   LocalTrainResult result;
   Window window;
+  bool graphs = false;  // workload.cuda_graphs: full batches as one CUDA graph (the backend says if it can)
+  int full_batch = 0;
 };
+
+// One step's device work: forward, backward, update, synchronized. A full batch with graphs
+// on may run as one CUDA graph (nn::Backend::begin_graph_step): the whole step, the boundary
+// being the host's gather before it and the loss read after it. Its results are the same.
+nn::StepStats device_step(Loop& L, int n, double lr) {
+  nn::Model& model = *L.workload.model;
+  nn::Backend& backend = model.backend();
+  if (!(L.graphs && n == L.full_batch && backend.begin_graph_step(n))) {
+    const nn::StepStats stats = model.train_step(L.images.data(), L.labels.data(), n);
+    L.optimizer.step(model.device_params(), model.device_grads(), lr);
+    backend.synchronize();
+    return stats;
+  }
+  try {
+    nn::StepStats stats = model.train_step(L.images.data(), L.labels.data(), n);
+    L.optimizer.step(model.device_params(), model.device_grads(), lr);
+    const nn::Backend::XentResult loss = backend.end_graph_step();
+    stats.loss = loss.loss_sum / n;
+    stats.correct = loss.correct;
+    return stats;
+  } catch (const ComputeError& e) {
+    backend.abort_graph_step();
+    throw ComputeError(std::string(e.what()) + " (in a CUDA graph step; workload.cuda_graphs = false runs without)");
+  }
+}
 
 void train_step(Loop& L, std::span<const std::int64_t> batch, std::int64_t step, int epoch, double lr) {
   const Clock::time_point start = Clock::now();
-  nn::Model& model = *L.workload.model;
   L.workload.data.train.gather(batch, L.images.data(), L.labels.data());
   const int n = static_cast<int>(batch.size());
-  const nn::StepStats stats = model.train_step(L.images.data(), L.labels.data(), n);
-  L.optimizer.step(model.device_params(), model.device_grads(), lr);
-  model.backend().synchronize();
+  const nn::StepStats stats = device_step(L, n, lr);
   const double step_s = seconds_since(start);
   L.result.train_time_s += step_s;
   L.result.images += n;
@@ -98,12 +123,13 @@ LocalTrainResult train_local(const RunConfig& config, MetricsWriter& metrics, Lo
                       std::to_string(w.epochs) + " must both be >= 1");
   }
   Workload workload = make_workload(config, w.batch_size, log);
+  write_compute_record(metrics, *workload.backend);
   nn::Model& model = *workload.model;
   nn::DeviceOptimizer optimizer(config.optimizer, model.backend(), model.num_params());
   const data::Dataset& train = workload.data.train;
   Loop L{workload, optimizer, metrics, log,
          std::vector<float>(static_cast<std::size_t>(w.batch_size * train.sample_num_elems())),
-         std::vector<std::int32_t>(static_cast<std::size_t>(w.batch_size)), {}, {}};
+         std::vector<std::int32_t>(static_cast<std::size_t>(w.batch_size)), {}, {}, w.cuda_graphs, w.batch_size};
 
   const data::ShardSampler sampler(train.num_samples, 1, 0, w.seed);
   const std::int64_t per_epoch = (sampler.num_samples_per_replica() + w.batch_size - 1) / w.batch_size;

@@ -7,7 +7,9 @@
 // adam_step on the model's flat buffers, the formulas of common/math/optimizer.h;
 // SGD is bit-identical to the host optimizer on the CPU), so a GPU run never
 // copies parameters to the host. The learning rate comes from LrSchedule
-// with global batch = batch_size.
+// with global batch = batch_size. With workload.cuda_graphs on a CUDA backend, each
+// full batch's step (forward, backward, update) runs as one CUDA graph
+// (nn::Backend::begin_graph_step; the same results, bit for bit).
 //
 // Logs progress lines (~10 per epoch: epoch, step, mean loss and training
 // accuracy over the last steps, lr, images/s) and each epoch's test accuracy;

@@ -42,6 +42,12 @@ void write_resume_record(MetricsWriter& metrics, std::int64_t step) {
                     .add("job_s", metrics.job_s()));
 }
 
+void write_compute_record(MetricsWriter& metrics, const nn::Backend& backend) {
+  const nn::ComputePath path = backend.compute_path();
+  metrics.write(JsonLine().add("type", "compute").add("time_s", metrics.elapsed_s()).add("backend", backend.name())
+                    .add("conv_path", path.conv).add("conv_detail", path.detail).add("precision", path.precision));
+}
+
 void log_progress(Logger& log, int epoch, std::int64_t step_in_epoch, std::int64_t steps_in_epoch, std::int64_t step,
                   double mean_loss, double images_per_s, double window_s) {
   char loss[48] = "";

@@ -45,6 +45,9 @@ void write_end_record(MetricsWriter& metrics, const TrainResult& r);
 // {"type": "resume", "time_s", "step", "job_s"}: this process resumed the run
 // from the checkpoint of `step` (read by the summary: "resumed_from").
 void write_resume_record(MetricsWriter& metrics, std::int64_t step);
+// "compute": the backend this worker computes on, its conv path and precision
+// (nn::ComputePath), written once the workload is built; summary.json's "compute".
+void write_compute_record(MetricsWriter& metrics, const nn::Backend& backend);
 // "epoch E step S/N (global G): loss L, X images/s (last T s)": the mean loss
 // (left out when NaN) and the rate over the last `window_s` seconds.
 void log_progress(Logger& log, int epoch, std::int64_t step_in_epoch, std::int64_t steps_in_epoch, std::int64_t step,

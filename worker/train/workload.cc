@@ -43,7 +43,8 @@ Workload make_workload(const RunConfig& config, int max_batch, Logger& log, int 
   nn::ComputeOptions compute;
   compute.tf32 = w.precision == "tf32";
   out.backend = nn::make_backend(w.device, threads > 0 ? threads : w.threads, &chosen, compute);
-  log.info(chosen);
+  const nn::ComputePath path = out.backend->compute_path();
+  log.info(chosen + "; convolutions: " + path.conv + " (" + path.detail + "), precision " + path.precision);
   const data::Dataset& train = out.data.train;
   const nn::ModelSpec spec = nn::model_spec(w.model, train.channels, train.height, train.width, train.num_classes);
   out.model = std::make_unique<nn::Model>(spec, *out.backend, max_batch);

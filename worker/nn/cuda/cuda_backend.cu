@@ -26,6 +26,9 @@ struct XentScratchLayout {
   std::size_t row_loss_offset, row_status_offset, num_bytes;
 };
 
+// cuBLAS's workspace, set by the backend (what cuBLAS takes by default on Hopper).
+constexpr std::size_t kCublasWorkspaceBytes = std::size_t{32} << 20;
+
 constexpr std::size_t align_up(std::size_t num_bytes) { return (num_bytes + 255) / 256 * 256; }
 
 XentScratchLayout xent_scratch_layout(int n) {
@@ -69,24 +72,30 @@ CudaBackend::CudaBackend(int device_index, const ComputeOptions& options) : devi
   // Plain FP32 GEMMs (no TF32) unless asked, so results match the CPU reference closely.
   check(cublasSetMathMode(handle, options.tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH),
         "cublasSetMathMode");
-  name_ += ", " + convolution_path(options, stream) + (options.tf32 ? ", tf32)" : ", fp32)");
+  // cuBLAS allocates nothing of its own inside a step, so a step can be captured in a CUDA graph.
+  void* cublas_workspace = cublas_workspace_.reserve(kCublasWorkspaceBytes, stream, "cuBLAS workspace");
+  check(cublasSetWorkspace(handle, cublas_workspace, cublas_workspace_.capacity_bytes()), "cublasSetWorkspace");
+  path_ = convolution_path(options, stream);
+  path_.precision = options.tf32 ? "tf32" : "fp32";
+  name_ += ", " + path_.detail + ", " + path_.precision + ")";
   // Probe: fails here (not mid-training) when the binary has no kernel image for this GPU.
   auto* probe = static_cast<float*>(xent_scratch_.reserve(sizeof(float), stream, "startup probe"));
   cuda::fill(probe, 0.0f, 1, stream);
   check(cudaStreamSynchronize(stream), "startup probe kernel");
 }
 
-std::string CudaBackend::convolution_path(const ComputeOptions& options, cudaStream_t stream) {
+ComputePath CudaBackend::convolution_path(const ComputeOptions& options, cudaStream_t stream) {
+  const std::string own = "cuda-im2col";
 #if defined(PSTRAIN_HAVE_CUDNN)
-  if (!options.cudnn) return "own conv kernels (cuDNN not asked for)";
+  if (!options.cudnn) return {own, "own conv kernels (cuDNN not asked for)", ""};
   const CudnnVersion version = cudnn_version();
-  if (!version.usable()) return "own conv kernels (" + version.text() + ": another major version)";
+  if (!version.usable()) return {own, "own conv kernels (" + version.text() + ": another major version)", ""};
   cudnn_.reset(new CudnnConv(stream, options.tf32 ? CudnnConv::Math::kTf32 : CudnnConv::Math::kFp32));
-  return "convolutions by " + version.text();
+  return {"cudnn", "convolutions by " + version.text(), ""};
 #else
   static_cast<void>(options);
   static_cast<void>(stream);
-  return "own conv kernels (built without cuDNN)";
+  return {own, "own conv kernels (built without cuDNN)", ""};
 #endif
 }
 
@@ -131,6 +140,17 @@ void CudaBackend::deallocate(void* ptr) noexcept {
 void CudaBackend::copy_from_host(void* dst, const void* host_src, std::size_t num_bytes) {
   if (num_bytes == 0) return;
   activate();
+  if (graphs_.capturing()) {  // the step's input: copied now, on a stream of its own, not captured
+    if (!upload_stream_) {
+      cudaStream_t upload = nullptr;
+      check(cudaStreamCreateWithFlags(&upload, cudaStreamNonBlocking), "copy_from_host: cudaStreamCreateWithFlags");
+      upload_stream_.reset(upload);
+    }
+    check(cudaMemcpyAsync(dst, host_src, num_bytes, cudaMemcpyHostToDevice, upload_stream_.get()),
+          "copy_from_host (graph capture) of " + std::to_string(num_bytes) + " bytes: cudaMemcpyAsync");
+    check(cudaStreamSynchronize(upload_stream_.get()), "copy_from_host (graph capture): cudaStreamSynchronize");
+    return;
+  }
   // Synchronous: the host buffer may be reused as soon as this returns.
   check(cudaMemcpyAsync(dst, host_src, num_bytes, cudaMemcpyHostToDevice, stream_.get()),
         "copy_from_host of " + std::to_string(num_bytes) + " bytes: cudaMemcpyAsync");
@@ -139,6 +159,10 @@ void CudaBackend::copy_from_host(void* dst, const void* host_src, std::size_t nu
 
 void CudaBackend::copy_to_host(void* host_dst, const void* src, std::size_t num_bytes) {
   if (num_bytes == 0) return;
+  if (graphs_.active()) {
+    throw ComputeError("copy_to_host of " + std::to_string(num_bytes) + " bytes inside a CUDA graph step: results "
+                       "are on the device only after end_graph_step");
+  }
   activate();
   check(cudaMemcpyAsync(host_dst, src, num_bytes, cudaMemcpyDeviceToHost, stream_.get()),
         "copy_to_host of " + std::to_string(num_bytes) + " bytes: cudaMemcpyAsync");
@@ -146,18 +170,20 @@ void CudaBackend::copy_to_host(void* host_dst, const void* src, std::size_t num_
 }
 
 void CudaBackend::copy(void* dst, const void* src, std::size_t num_bytes) {
-  if (num_bytes == 0) return;
+  if (num_bytes == 0 || graphs_.replaying()) return;
   activate();
   check(cudaMemcpyAsync(dst, src, num_bytes, cudaMemcpyDeviceToDevice, stream_.get()),
         "copy of " + std::to_string(num_bytes) + " bytes: cudaMemcpyAsync");
 }
 
 void CudaBackend::fill(float* x, float value, std::size_t num_elems) {
+  if (graphs_.replaying()) return;
   activate();
   cuda::fill(x, value, num_elems, stream_.get());
 }
 
 void CudaBackend::synchronize() {
+  if (graphs_.active()) return;  // a graph step's work runs at end_graph_step, which waits for it
   activate();
   check(cudaStreamSynchronize(stream_.get()), "synchronize: cudaStreamSynchronize");
 }
@@ -165,17 +191,20 @@ void CudaBackend::synchronize() {
 // ---- element-wise layers and pooling ----
 
 void CudaBackend::relu_forward(const float* x, float* y, std::size_t num_elems) {
+  if (graphs_.replaying()) return;
   activate();
   cuda::relu_forward(y, x, num_elems, stream_.get());
 }
 
 void CudaBackend::relu_backward(const float* y, const float* dy, float* dx, std::size_t num_elems) {
+  if (graphs_.replaying()) return;
   activate();
   cuda::relu_backward(dx, y, dy, num_elems, stream_.get());
 }
 
 void CudaBackend::maxpool_forward(const PoolShape& s, const float* x, float* y, std::int32_t* argmax) {
   check_shape(s, "maxpool_forward");
+  if (graphs_.replaying()) return;
   activate();
   cuda::maxpool_forward(y, argmax, x, s, stream_.get());
 }
@@ -183,6 +212,7 @@ void CudaBackend::maxpool_forward(const PoolShape& s, const float* x, float* y, 
 void CudaBackend::maxpool_backward(const PoolShape& s, const float* dy, const std::int32_t* argmax,
                                    float* dx) {
   check_shape(s, "maxpool_backward");
+  if (graphs_.replaying()) return;
   activate();
   cuda::maxpool_backward(dx, dy, argmax, s, stream_.get());
 }
@@ -190,11 +220,19 @@ void CudaBackend::maxpool_backward(const PoolShape& s, const float* dy, const st
 void CudaBackend::dropout_forward(const float* x, float* y, float* mask, std::size_t num_elems, float p,
                                   std::uint64_t seed) {
   check_dropout_p(p, "dropout_forward");
+  if (graphs_.active()) {  // the seed changes every step: a per-step value of the graph
+    graphs_.note(x, y, num_elems);
+    const std::uint64_t* seed_on_device = graphs_.value(seed);
+    if (graphs_.replaying()) return;
+    activate();
+    return cuda::dropout_forward(y, mask, x, num_elems, p, seed_on_device, stream_.get());
+  }
   activate();
   cuda::dropout_forward(y, mask, x, num_elems, p, seed, stream_.get());
 }
 
 void CudaBackend::dropout_backward(const float* dy, const float* mask, float* dx, std::size_t num_elems) {
+  if (graphs_.replaying()) return;
   activate();
   cuda::dropout_backward(dx, dy, mask, num_elems, stream_.get());
 }
@@ -204,6 +242,11 @@ void CudaBackend::dropout_backward(const float* dy, const float* mask, float* dx
 Backend::XentResult CudaBackend::softmax_xent(int n, int classes, const float* logits,
                                               const std::int32_t* labels, float* dlogits) {
   check_xent_shape(n, classes, "softmax_xent");
+  if (graphs_.active()) {
+    graph_loss_ = GraphLoss{n, classes, labels};
+    graphs_.note(logits, dlogits, static_cast<std::size_t>(n) * static_cast<std::size_t>(classes));
+  }
+  if (graphs_.replaying()) return XentResult{0.0, 0};
   activate();
   const XentScratchLayout layout = xent_scratch_layout(n);
   auto* base = static_cast<char*>(xent_scratch_.reserve(layout.num_bytes, stream_.get(), "softmax_xent"));
@@ -211,6 +254,7 @@ Backend::XentResult CudaBackend::softmax_xent(int n, int classes, const float* l
   auto* row_loss = reinterpret_cast<float*>(base + layout.row_loss_offset);
   auto* row_status = reinterpret_cast<std::int32_t*>(base + layout.row_status_offset);
   cuda::softmax_xent(totals, dlogits, row_loss, row_status, logits, labels, n, classes, stream_.get());
+  if (graphs_.active()) return XentResult{0.0, 0};  // captured: the totals come from end_graph_step
   XentTotals host{};
   copy_to_host(&host, totals, sizeof(host));
   if (host.first_bad_row < n) {
@@ -226,14 +270,63 @@ Backend::XentResult CudaBackend::softmax_xent(int n, int classes, const float* l
 void CudaBackend::sgd_step(float* w, const float* g, float* velocity, std::size_t num_elems,
                            const update::SgdCoefficients& c) {
   check_sgd_velocity(velocity, c.momentum, "sgd_step");
+  if (graphs_.active()) {  // the rate follows the schedule: a per-step value of the graph
+    graphs_.note(w, g, num_elems);
+    const update::SgdCoefficients* on_device = graphs_.value(c);
+    if (graphs_.replaying()) return;
+    activate();
+    return cuda::sgd_step(w, velocity, g, num_elems, on_device, stream_.get());
+  }
   activate();
   cuda::sgd_step(w, velocity, g, num_elems, c, stream_.get());
 }
 
 void CudaBackend::adam_step(float* w, const float* g, float* m, float* v, std::size_t num_elems,
                             const update::AdamCoefficients& c) {
+  if (graphs_.active()) {  // the step size follows the step count: a per-step value of the graph
+    graphs_.note(w, g, num_elems);
+    const update::AdamCoefficients* on_device = graphs_.value(c);
+    if (graphs_.replaying()) return;
+    activate();
+    return cuda::adam_step(w, m, v, g, num_elems, on_device, stream_.get());
+  }
   activate();
   cuda::adam_step(w, m, v, g, num_elems, c, stream_.get());
+}
+
+// ---- CUDA graphs of whole steps ----
+
+bool CudaBackend::begin_graph_step(int key) {
+  activate();
+  graph_loss_ = GraphLoss{};
+  return graphs_.begin(key, stream_.get(), {workspace_.data(), xent_scratch_.data()});
+}
+
+Backend::XentResult CudaBackend::end_graph_step() {
+  activate();
+  if (graphs_.active() && graph_loss_.n == 0) {
+    abort_graph_step();
+    throw ComputeError("end_graph_step: the step computed no loss (softmax_xent), so it has no result");
+  }
+  try {
+    graphs_.end(stream_.get());
+  } catch (const ComputeError&) {
+    abort_graph_step();
+    throw;
+  }
+  const GraphLoss loss = graph_loss_;
+  XentTotals host{};
+  copy_to_host(&host, xent_scratch_.data(), sizeof(host));  // waits for the graph
+  if (host.first_bad_row < loss.n) {
+    std::int32_t label = 0;
+    copy_to_host(&label, loss.labels + host.first_bad_row, sizeof(label));
+    throw ComputeError(bad_label_message(host.first_bad_row, label, loss.classes));
+  }
+  return XentResult{host.loss_sum, static_cast<std::int64_t>(host.correct)};
+}
+
+void CudaBackend::abort_graph_step() noexcept {
+  if (cudaSetDevice(device_index_) == cudaSuccess) graphs_.abort(stream_.get());
 }
 
 }  // namespace cuda

@@ -13,6 +13,10 @@
 // starts with the operation; asynchronous kernel faults surface at the next
 // synchronizing call.
 //
+// CUDA graphs (begin_graph_step / end_graph_step, step_graph.h): a whole
+// training step captured once per batch size and replayed; cuBLAS gets a
+// workspace of the backend's (cublasSetWorkspace) so nothing allocates in a step.
+//
 // Created through make_cuda_backend (backend.h), which reports a missing or
 // unusable device as nullptr plus a reason instead of throwing.
 #pragma once
@@ -26,6 +30,7 @@
 
 #include "worker/nn/backend.h"
 #include "worker/nn/cuda/device_buffer.h"
+#include "worker/nn/cuda/step_graph.h"
 
 namespace pstrain::nn::cuda {
 
@@ -50,6 +55,7 @@ class CudaBackend final : public Backend {
   // The stream every call of this backend is ordered on, and its device (the copy stream's events order against it).
   cudaStream_t stream() const { return stream_.get(); }
   int device_index() const { return device_index_; }
+  ComputePath compute_path() const override { return path_; }
 
   void* allocate(std::size_t num_bytes) override;
   void deallocate(void* ptr) noexcept override;  // waits for the stream first
@@ -63,6 +69,8 @@ class CudaBackend final : public Backend {
                       float* y) override;
   void conv2d_backward(const Conv2dShape& s, const float* x, const float* w, const float* dy, float* dx,
                        float* dw, float* db) override;
+  bool conv2d_relu_forward(const Conv2dShape& s, const float* x, const float* w, const float* b,
+                           float* y) override;  // cuDNN only
   void linear_forward(const LinearShape& s, const float* x, const float* w, const float* b,
                       float* y) override;
   void linear_backward(const LinearShape& s, const float* x, const float* w, const float* dy, float* dx,
@@ -83,14 +91,21 @@ class CudaBackend final : public Backend {
   void adam_step(float* w, const float* g, float* m, float* v, std::size_t num_elems,
                  const update::AdamCoefficients& c) override;
 
+  // CUDA graphs of whole steps (step_graph.h): while one is replayed, the layer calls enqueue
+  // nothing; dropout seeds and optimizer coefficients go to the graph's per-step values.
+  bool begin_graph_step(int key) override;
+  XentResult end_graph_step() override;
+  void abort_graph_step() noexcept override;
+  std::size_t num_step_graphs() const { return graphs_.num_graphs(); }
+
  private:
   struct StreamDeleter { void operator()(cudaStream_t stream) const noexcept; };
   struct CublasDeleter { void operator()(cublasHandle_t handle) const noexcept; };
   struct CudnnDeleter { void operator()(CudnnConv* conv) const noexcept; };
 
   void activate() const;  // cudaSetDevice(device_index_)
-  // Sets up cudnn_ when asked for and usable; says which path the convolutions take.
-  std::string convolution_path(const ComputeOptions& options, cudaStream_t stream);
+  // Sets up cudnn_ when asked for and usable; says which path the convolutions take ({conv, detail}).
+  ComputePath convolution_path(const ComputeOptions& options, cudaStream_t stream);
   // Throw ComputeError "cuda:N <what>: <error name> ('<error string>')" on failure.
   void check(cudaError_t status, std::string_view what) const;
   void check(cublasStatus_t status, std::string_view what) const;
@@ -100,11 +115,17 @@ class CudaBackend final : public Backend {
 
   int device_index_ = 0;
   std::string name_;
+  ComputePath path_;
   std::unique_ptr<CUstream_st, StreamDeleter> stream_;
   std::unique_ptr<cublasContext, CublasDeleter> cublas_;
   DeviceBuffer workspace_;     // im2col columns and per-image dW partials
   DeviceBuffer xent_scratch_;  // softmax_xent totals and per-row terms
   std::unique_ptr<CudnnConv, CudnnDeleter> cudnn_;  // null: the own im2col kernels
+  DeviceBuffer cublas_workspace_;  // cublasSetWorkspace: cuBLAS allocates nothing itself (capture-safe)
+  std::unique_ptr<CUstream_st, StreamDeleter> upload_stream_;  // copy_from_host while capturing
+  StepGraphs graphs_;
+  struct GraphLoss { int n = 0, classes = 0; const std::int32_t* labels = nullptr; };
+  GraphLoss graph_loss_;  // the graph step's softmax_xent, read at end_graph_step
 };
 
 }  // namespace pstrain::nn::cuda

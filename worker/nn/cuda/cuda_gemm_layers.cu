@@ -57,6 +57,7 @@ float* CudaBackend::workspace_floats(std::size_t num_elems, std::string_view op)
 void CudaBackend::conv2d_forward(const Conv2dShape& s, const float* x, const float* w, const float* b,
                                  float* y) {
   check_shape(s, "conv2d_forward");
+  if (graphs_.replaying()) return;  // replayed by the step's CUDA graph
   activate();
 #if defined(PSTRAIN_HAVE_CUDNN)
   if (cudnn_) return cudnn_->forward(s, x, w, b, y, workspace_);
@@ -78,9 +79,28 @@ void CudaBackend::conv2d_forward(const Conv2dShape& s, const float* x, const flo
   add_bias(y, b, static_cast<std::size_t>(s.n), s.c_out, static_cast<std::size_t>(z.cols), stream_.get());
 }
 
+bool CudaBackend::conv2d_relu_forward(const Conv2dShape& s, const float* x, const float* w, const float* b,
+                                      float* y) {
+#if defined(PSTRAIN_HAVE_CUDNN)
+  if (!cudnn_) return false;
+  check_shape(s, "conv2d_relu_forward");
+  if (graphs_.replaying()) return cudnn_->fuses(s);  // replayed by the step's CUDA graph, as captured
+  activate();
+  return cudnn_->forward_relu(s, x, w, b, y, workspace_);
+#else
+  static_cast<void>(s);
+  static_cast<void>(x);
+  static_cast<void>(w);
+  static_cast<void>(b);
+  static_cast<void>(y);
+  return false;
+#endif
+}
+
 void CudaBackend::conv2d_backward(const Conv2dShape& s, const float* x, const float* w, const float* dy,
                                   float* dx, float* dw, float* db) {
   check_shape(s, "conv2d_backward");
+  if (graphs_.replaying()) return;  // replayed by the step's CUDA graph
   activate();
 #if defined(PSTRAIN_HAVE_CUDNN)
   if (cudnn_) return cudnn_->backward(s, x, w, dy, dx, dw, db, workspace_);
@@ -117,6 +137,7 @@ void CudaBackend::conv2d_backward(const Conv2dShape& s, const float* x, const fl
 void CudaBackend::linear_forward(const LinearShape& s, const float* x, const float* w, const float* b,
                                  float* y) {
   check_shape(s, "linear_forward");
+  if (graphs_.replaying()) return;  // replayed by the step's CUDA graph
   activate();
   // y^T (out x n) = W (out x in) * x^T (in x n)
   check(cublasSgemm(cublas_.get(), CUBLAS_OP_T, CUBLAS_OP_N, s.out, s.n, s.in, &kOne, w, s.in, x, s.in, &kZero,
@@ -128,6 +149,7 @@ void CudaBackend::linear_forward(const LinearShape& s, const float* x, const flo
 void CudaBackend::linear_backward(const LinearShape& s, const float* x, const float* w, const float* dy,
                                   float* dx, float* dw, float* db) {
   check_shape(s, "linear_backward");
+  if (graphs_.replaying()) return;  // replayed by the step's CUDA graph
   activate();
   if (dx != nullptr) {
     // dx^T (in x n) = W^T (in x out) * dy^T (out x n)

@@ -50,6 +50,8 @@ CudnnVersion cudnn_version() { return {cudnnGetVersion(), static_cast<std::size_
 struct CudnnConv::Plan {
   cudnnTensorDescriptor_t x = nullptr, y = nullptr, bias = nullptr;
   cudnnFilterDescriptor_t w = nullptr;
+  cudnnActivationDescriptor_t relu = nullptr;  // made at the first forward_relu
+  bool fused_unsupported = false;              // forward_relu found cuDNN refusing this shape
   cudnnConvolutionDescriptor_t conv = nullptr;
   cudnnConvolutionFwdAlgo_t fwd{};
   cudnnConvolutionBwdDataAlgo_t bwd_data{};
@@ -64,6 +66,7 @@ struct CudnnConv::Plan {
       if (t != nullptr) static_cast<void>(cudnnDestroyTensorDescriptor(t));
     }
     if (w != nullptr) static_cast<void>(cudnnDestroyFilterDescriptor(w));
+    if (relu != nullptr) static_cast<void>(cudnnDestroyActivationDescriptor(relu));
     if (conv != nullptr) static_cast<void>(cudnnDestroyConvolutionDescriptor(conv));
   }
 };
@@ -147,6 +150,33 @@ void CudnnConv::forward(const Conv2dShape& s, const float* x, const float* w, co
   check(cudnnConvolutionForward(handle_, &one, p.x, x, p.w, w, p.conv, p.fwd, ws, p.fwd_bytes, &zero, p.y, y),
         "conv2d_forward: cudnnConvolutionForward");
   check(cudnnAddTensor(handle_, &one, p.bias, b, &one, p.y, y), "conv2d_forward: cudnnAddTensor (bias)");
+}
+
+bool CudnnConv::fuses(const Conv2dShape& s) { return !plan(s).fused_unsupported; }
+
+bool CudnnConv::forward_relu(const Conv2dShape& s, const float* x, const float* w, const float* b, float* y,
+                             DeviceBuffer& workspace) {
+  Plan& p = plan(s);
+  if (p.fused_unsupported) return false;
+  const bool first = p.relu == nullptr;
+  if (first) {
+    check(cudnnCreateActivationDescriptor(&p.relu), "conv2d_relu_forward: cudnnCreateActivationDescriptor");
+    // NaN to 0, as the own relu kernel (v > 0 ? v : 0) does.
+    check(cudnnSetActivationDescriptor(p.relu, CUDNN_ACTIVATION_RELU, CUDNN_NOT_PROPAGATE_NAN, 0.0),
+          "conv2d_relu_forward: cudnnSetActivationDescriptor");
+  }
+  void* ws = workspace_for(workspace, p.fwd_bytes, "conv2d_relu_forward (cudnn workspace)");
+  const float one = 1.0f, zero = 0.0f;
+  // The legacy fused call (deprecated in cuDNN 9 in favour of its graph API, present in every 9.x).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+  const cudnnStatus_t status = cudnnConvolutionBiasActivationForward(
+      handle_, &one, p.x, x, p.w, w, p.conv, p.fwd, ws, p.fwd_bytes, &zero, p.y, y, p.bias, b, p.relu, p.y, y);
+#pragma GCC diagnostic pop
+  if (status == CUDNN_STATUS_SUCCESS) return true;
+  if (!first) check(status, "conv2d_relu_forward: cudnnConvolutionBiasActivationForward");
+  p.fused_unsupported = true;  // e.g. CUDNN_STATUS_NOT_SUPPORTED for this algorithm: unfused from now on
+  return false;
 }
 
 void CudnnConv::backward(const Conv2dShape& s, const float* x, const float* w, const float* dy, float* dx, float* dw,

@@ -55,6 +55,13 @@ class CudnnConv {
 
   void forward(const Conv2dShape& s, const float* x, const float* w, const float* b, float* y,
                DeviceBuffer& workspace);
+  // y = relu(conv(x, w) + b) in one cuDNN call (cudnnConvolutionBiasActivationForward, the
+  // plan's forward algorithm). false, nothing written, when cuDNN does not fuse this shape with
+  // that algorithm: found at the first call, and then answered without calling again.
+  bool forward_relu(const Conv2dShape& s, const float* x, const float* w, const float* b, float* y,
+                    DeviceBuffer& workspace);
+  // What forward_relu answers for s (true before its first call).
+  bool fuses(const Conv2dShape& s);
   // dx may be null (the first layer needs no input gradient). dw and db are overwritten.
   void backward(const Conv2dShape& s, const float* x, const float* w, const float* dy, float* dx, float* dw,
                 float* db, DeviceBuffer& workspace);

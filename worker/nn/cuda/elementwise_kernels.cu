@@ -27,8 +27,14 @@ __global__ void relu_backward_kernel(float* dx, const float* y, const float* dy,
   }
 }
 
+// The seed by value, or read from device memory (a CUDA graph's per-step value).
+__device__ inline std::uint64_t seed_of(std::uint64_t seed) { return seed; }
+__device__ inline std::uint64_t seed_of(const std::uint64_t* seed) { return *seed; }
+
+template <class Seed>
 __global__ void dropout_forward_kernel(float* y, float* mask, const float* x, std::size_t num_elems,
-                                       float p, std::uint64_t seed) {
+                                       float p, Seed seed_source) {
+  const std::uint64_t seed = seed_of(seed_source);
   for (std::size_t i = global_thread_index(); i < num_elems; i += grid_stride()) {
     const float m = dropout_mask_value(seed, static_cast<std::uint64_t>(i), p);
     mask[i] = m;
@@ -68,6 +74,13 @@ void dropout_forward(float* y, float* mask, const float* x, std::size_t num_elem
   if (num_elems == 0) return;
   dropout_forward_kernel<<<grid_size(num_elems), kBlockSize, 0, stream>>>(y, mask, x, num_elems, p, seed);
   check_launch("dropout_forward");
+}
+
+void dropout_forward(float* y, float* mask, const float* x, std::size_t num_elems, float p,
+                     const std::uint64_t* seed_on_device, cudaStream_t stream) {
+  if (num_elems == 0) return;
+  dropout_forward_kernel<<<grid_size(num_elems), kBlockSize, 0, stream>>>(y, mask, x, num_elems, p, seed_on_device);
+  check_launch("dropout_forward (graph)");
 }
 
 void dropout_backward(float* dx, const float* dy, const float* mask, std::size_t num_elems,

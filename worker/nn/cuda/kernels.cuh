@@ -25,6 +25,10 @@ void dropout_forward(float* y, float* mask, const float* x, std::size_t num_elem
                      std::uint64_t seed, cudaStream_t stream);
 void dropout_backward(float* dx, const float* dy, const float* mask, std::size_t num_elems,
                       cudaStream_t stream);
+// The same with the seed read from device memory when the kernel runs (a CUDA graph's
+// per-step value, worker/nn/cuda/step_graph.h): the same masks for the same seed.
+void dropout_forward(float* y, float* mask, const float* x, std::size_t num_elems, float p,
+                     const std::uint64_t* seed_on_device, cudaStream_t stream);
 
 // ---- bias and reductions (reduce_kernels.cu) ----
 // y viewed as [outer, channels, inner]: y[o, c, i] += b[c].
@@ -73,5 +77,11 @@ void sgd_step(float* w, float* velocity, const float* g, std::size_t num_elems, 
               cudaStream_t stream);
 void adam_step(float* w, float* m, float* v, const float* g, std::size_t num_elems,
                const update::AdamCoefficients& c, cudaStream_t stream);
+// The same with the coefficients read from device memory when the kernel runs (a CUDA
+// graph's per-step values): the same element rules, so the same results bit for bit.
+void sgd_step(float* w, float* velocity, const float* g, std::size_t num_elems,
+              const update::SgdCoefficients* c_on_device, cudaStream_t stream);
+void adam_step(float* w, float* m, float* v, const float* g, std::size_t num_elems,
+               const update::AdamCoefficients* c_on_device, cudaStream_t stream);
 
 }  // namespace pstrain::nn::cuda

@@ -11,30 +11,38 @@
 namespace pstrain::nn::cuda {
 namespace {
 
-__global__ void sgd_plain_kernel(float* w, const float* g, std::size_t num_elems, update::SgdCoefficients c) {
+// Coefficients by value, or read from device memory (a CUDA graph's per-step values).
+__device__ inline update::SgdCoefficients coefficients_of(const update::SgdCoefficients& c) { return c; }
+__device__ inline update::SgdCoefficients coefficients_of(const update::SgdCoefficients* c) { return *c; }
+__device__ inline update::AdamCoefficients coefficients_of(const update::AdamCoefficients& c) { return c; }
+__device__ inline update::AdamCoefficients coefficients_of(const update::AdamCoefficients* c) { return *c; }
+
+template <class Source>
+__global__ void sgd_plain_kernel(float* w, const float* g, std::size_t num_elems, Source source) {
+  const update::SgdCoefficients c = coefficients_of(source);
   for (std::size_t i = global_thread_index(); i < num_elems; i += grid_stride()) {
     w[i] = update::sgd_plain(w[i], g[i], c);
   }
 }
 
-__global__ void sgd_momentum_kernel(float* w, float* velocity, const float* g, std::size_t num_elems,
-                                    update::SgdCoefficients c) {
+template <class Source>
+__global__ void sgd_momentum_kernel(float* w, float* velocity, const float* g, std::size_t num_elems, Source source) {
+  const update::SgdCoefficients c = coefficients_of(source);
   for (std::size_t i = global_thread_index(); i < num_elems; i += grid_stride()) {
     w[i] = update::sgd_momentum(w[i], g[i], velocity[i], c);
   }
 }
 
-__global__ void adam_kernel(float* w, float* m, float* v, const float* g, std::size_t num_elems,
-                            update::AdamCoefficients c) {
+template <class Source>
+__global__ void adam_kernel(float* w, float* m, float* v, const float* g, std::size_t num_elems, Source source) {
+  const update::AdamCoefficients c = coefficients_of(source);
   for (std::size_t i = global_thread_index(); i < num_elems; i += grid_stride()) {
     w[i] = update::adam(w[i], g[i], m[i], v[i], c);
   }
 }
 
-}  // namespace
-
-void sgd_step(float* w, float* velocity, const float* g, std::size_t num_elems, const update::SgdCoefficients& c,
-              cudaStream_t stream) {
+template <class Source>
+void launch_sgd(float* w, float* velocity, const float* g, std::size_t num_elems, Source c, cudaStream_t stream) {
   if (num_elems == 0) return;
   if (velocity == nullptr) {
     sgd_plain_kernel<<<grid_size(num_elems), kBlockSize, 0, stream>>>(w, g, num_elems, c);
@@ -44,11 +52,33 @@ void sgd_step(float* w, float* velocity, const float* g, std::size_t num_elems, 
   check_launch("sgd_step");
 }
 
-void adam_step(float* w, float* m, float* v, const float* g, std::size_t num_elems,
-               const update::AdamCoefficients& c, cudaStream_t stream) {
+template <class Source>
+void launch_adam(float* w, float* m, float* v, const float* g, std::size_t num_elems, Source c, cudaStream_t stream) {
   if (num_elems == 0) return;
   adam_kernel<<<grid_size(num_elems), kBlockSize, 0, stream>>>(w, m, v, g, num_elems, c);
   check_launch("adam_step");
+}
+
+}  // namespace
+
+void sgd_step(float* w, float* velocity, const float* g, std::size_t num_elems, const update::SgdCoefficients& c,
+              cudaStream_t stream) {
+  launch_sgd(w, velocity, g, num_elems, c, stream);
+}
+
+void adam_step(float* w, float* m, float* v, const float* g, std::size_t num_elems,
+               const update::AdamCoefficients& c, cudaStream_t stream) {
+  launch_adam(w, m, v, g, num_elems, c, stream);
+}
+
+void sgd_step(float* w, float* velocity, const float* g, std::size_t num_elems,
+              const update::SgdCoefficients* c_on_device, cudaStream_t stream) {
+  launch_sgd(w, velocity, g, num_elems, c_on_device, stream);
+}
+
+void adam_step(float* w, float* m, float* v, const float* g, std::size_t num_elems,
+               const update::AdamCoefficients* c_on_device, cudaStream_t stream) {
+  launch_adam(w, m, v, g, num_elems, c_on_device, stream);
 }
 
 }  // namespace pstrain::nn::cuda
