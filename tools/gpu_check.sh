@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# gpu_check: everything this project checks on a GPU, in one command (about 4-6 minutes on one H100):
+# gpu_check: everything this project checks on a GPU, in one command (estimated 5-8 minutes on one H100; not yet measured on one):
 #   1. the CUDA parity tests (build/bin/test_nn_cuda: the CUDA backend against the CPU reference);
 #   2. bench_train_step --device cuda, fp32 and tf32, batches 64/256/512/1024, against the same
 #      model's step in PyTorch (tools/torch_step_bench.py) when python3 has torch;
 #   3. the PS-vs-allreduce comparison on one GPU: configs/default.toml and its twins
 #      (default_async.toml, default_allreduce.toml) with one worker on "cuda" for one epoch, via the
-#      launcher; images/s and accuracy from each run's summary.json.
+#      launcher; images/s and accuracy from each run's summary.json; ssp too, at batch 64 and 256;
+#   4. the PS worker's copy pipeline on the GPU (tools/gpu_check_pipeline.sh: step breakdown, copy spans).
 # It prints one table and writes the same as JSON (gpu_check.json in the output folder).
 #
 #   tools/gpu_check.sh [OUT_DIR]          (default: $PSTRAIN_ROOT/runs/gpu_check)
@@ -76,12 +77,23 @@ for precision in fp32 tf32; do
     --precision "$precision" --batches 64,256,512,1024 --json "$out/bench_$precision.json" "${torch_args[@]}"
 done
 
-# 3. One worker on the GPU: sync PS, async PS, allreduce of one.
-for run in default default_async default_allreduce; do
-  part "run_$run" "$out/$run.txt" "$bin/launch" --config "$root/configs/$run.toml" --run-dir "$out/$run" \
-    --bin-dir "$bin" --quiet --timeout-s 150 --set cluster.workers=1 --set workload.device=cuda \
-    --set workload.epochs=1 --set "workload.data_path=${PSTRAIN_DATA:-/usr/share/datasets/fashion-mnist}"
+# 3. One worker on the GPU: sync, async and ssp PS against allreduce of one, at batch 64 and 256
+#    (issue 25's bars: sync >= 50% of allreduce at 64, >= 70% at 256; async and ssp >= sync).
+for batch in 64 256; do
+  for run in default default_async default_ssp default_allreduce; do
+    config=$run extra=()
+    [ "$run" = default_ssp ] && config=default extra=(--set mode=ssp)
+    part "run_${run}_b$batch" "$out/${run}_b$batch.txt" "$bin/launch" --config "$root/configs/$config.toml" \
+      --run-dir "$out/${run}_b$batch" --bin-dir "$bin" --quiet --timeout-s 150 --set cluster.workers=1 \
+      --set workload.device=cuda --set workload.epochs=1 --set "workload.batch_size=$batch" "${extra[@]}" \
+      --set "workload.data_path=${PSTRAIN_DATA:-/usr/share/datasets/fashion-mnist}"
+  done
 done
+
+# 4. The PS worker's copy pipeline: sync PS against allreduce-of-one with the trace on, the step's
+#    breakdown and the copy stream's spans (tools/gpu_check_pipeline.sh).
+part pipeline "$out/pipeline.txt" env PSTRAIN_ROOT="$root" PSTRAIN_BIN="$bin" timeout 300 \
+  bash "$root/tools/gpu_check_pipeline.sh" --json "$out/pipeline.json"
 
 "$py" - "$out" "$gpu" <<'PY'
 import json, os, sys
@@ -119,21 +131,28 @@ for precision in ("fp32", "tf32"):
               f"{(f'{torch_ips:,.0f}' if torch_ips else '-'):>14} {ratio:>6}")
 
 print(f"\none worker on the GPU, 1 epoch (configs/default*.toml, cluster.workers = 1)")
-print(f"{'run':<20} {'images/s':>10} {'of allreduce':>13} {'accuracy':>9}  conv path")
-summaries = {run: load(os.path.join(run, "summary.json")) for run in ("default", "default_async", "default_allreduce")}
-ref = (summaries["default_allreduce"] or {}).get("global_images_per_s")
-for run, s in summaries.items():
-    if not s:
-        print(f"{run:<20} {'(no summary.json)':>10}")
-        continue
-    ips = s.get("global_images_per_s") or 0.0
-    compute = s.get("compute") or {}
-    result["runs"][run] = {"mode": s.get("mode"), "images_per_s": ips, "accuracy": s.get("final_test_accuracy"),
-                           "compute": compute or None}
-    share = f"{100 * ips / ref:.1f}%" if ref else "-"
-    acc = s.get("final_test_accuracy")
-    print(f"{run:<20} {ips:>10,.0f} {share:>13} {(f'{acc:.4f}' if acc is not None else '-'):>9}  "
-          f"{compute.get('conv_path', '-')} {compute.get('precision', '')}")
+print(f"{'run':<24} {'images/s':>10} {'of allreduce':>13} {'accuracy':>9}  conv path")
+for batch in (64, 256):
+    runs = [f"{r}_b{batch}" for r in ("default", "default_async", "default_ssp", "default_allreduce")]
+    summaries = {run: load(os.path.join(run, "summary.json")) for run in runs}
+    ref = (summaries[f"default_allreduce_b{batch}"] or {}).get("global_images_per_s")
+    for run, s in summaries.items():
+        if not s:
+            print(f"{run:<24} {'(no summary.json)':>10}")
+            continue
+        ips = s.get("global_images_per_s") or 0.0
+        compute = s.get("compute") or {}
+        result["runs"][run] = {"mode": s.get("mode"), "batch": batch, "images_per_s": ips,
+                               "of_allreduce": ips / ref if ref else None,
+                               "accuracy": s.get("final_test_accuracy"), "compute": compute or None}
+        share = f"{100 * ips / ref:.1f}%" if ref else "-"
+        acc = s.get("final_test_accuracy")
+        print(f"{run:<24} {ips:>10,.0f} {share:>13} {(f'{acc:.4f}' if acc is not None else '-'):>9}  "
+              f"{compute.get('conv_path', '-')} {compute.get('precision', '')}")
+pipeline = load("pipeline.json")
+if pipeline:
+    result["pipeline"] = pipeline
+    print(f"\nthe PS worker's copy pipeline: {os.path.join(out, 'pipeline.txt')}")
 
 with open(os.path.join(out, "gpu_check.json"), "w") as f:
     json.dump(result, f, indent=1)
