@@ -245,6 +245,8 @@ const char* request_span_name(MsgType type) {
   switch (type) {
     case MsgType::kPush: return "push";
     case MsgType::kPull: return "pull";
+    case MsgType::kPushChunks: return "push chunks";
+    case MsgType::kPullChunks: return "pull chunks";
     case MsgType::kInit: return "init";
     default: return "request";
   }
@@ -342,9 +344,11 @@ void Server::serve(const PeerId& from, const Message& msg) {
     case MsgType::kInit: return serve_init(from, msg);
     case MsgType::kPush: return serve_push(from, msg);
     case MsgType::kPull: return serve_pull(from, msg.header);
+    case MsgType::kPushChunks:
+    case MsgType::kPullChunks: return serve_chunks(from, msg);
     default:
       throw RequestError(Status::kBadRequest, "unexpected " + std::string(to_string(msg.header.type)) +
-                                                  " request: a server takes init, push and pull");
+                                                  " request: a server takes init, push, pull, push-chunks and pull-chunks");
   }
 }
 
@@ -390,6 +394,56 @@ void Server::serve_pull(const PeerId& from, const Header& h) {
     reply_pull(from, h);
   } else {
     park(from, h);
+  }
+}
+
+void Server::check_run(const Header& h, bool has_payload, std::vector<std::int64_t>& sizes) const {
+  sizes.clear();
+  std::int64_t total = 0;
+  for (std::int64_t i = 0; i < h.version; ++i) {
+    sizes.push_back(store_->num_elems(h.key + i));  // RequestError (not owner) for a chunk not held here
+    total += sizes.back();
+  }
+  if (has_payload && h.num_elems != total) {
+    throw RequestError(Status::kBadRequest, std::string(to_string(h.type)) + " of chunks " + std::to_string(h.key) +
+                                                ".." + std::to_string(h.key + h.version - 1) + ": " +
+                                                std::to_string(h.num_elems) + " elements for chunks of " +
+                                                std::to_string(total));
+  }
+}
+
+void Server::serve_chunks(const PeerId& from, const Message& msg) {
+  const Header& h = msg.header;
+  ++run_requests_;
+  run_chunks_ += h.version;
+  try {
+    check_run(h, msg.has_payload, run_sizes_);
+  } catch (const RequestError& e) {  // every chunk's request gets its answer: the worker waits for each
+    for (std::int64_t i = 0; i < h.version; ++i) reply_error(from, chunk_request(h, i, 0), e.status(), e.what());
+    return;
+  }
+  const auto* bytes = static_cast<const std::byte*>(msg.payload.data());
+  std::size_t offset = 0;
+  for (std::int64_t i = 0; i < h.version; ++i) {
+    const std::int64_t elems = msg.has_payload ? run_sizes_[static_cast<std::size_t>(i)] : 0;
+    Message one;
+    one.header = chunk_request(h, i, elems);
+    one.has_payload = msg.has_payload;
+    const std::size_t length = static_cast<std::size_t>(elems) * dtype_bytes(h.dtype);
+    if (msg.has_payload) one.payload = Buffer::borrow(bytes + offset, length);  // lives as long as msg
+    offset += length;
+    try {
+      if (one.header.type == MsgType::kPush) {
+        serve_push(from, one);
+      } else {
+        serve_pull(from, one.header);
+      }
+    } catch (const RequestError& e) {
+      log_.debug(e.what());
+      reply_error(from, one.header, e.status(), e.what());
+    } catch (const TransportError& e) {
+      note_unsent(e);  // that chunk's reply could not go; the others are still served
+    }
   }
 }
 

@@ -125,6 +125,9 @@ class Server {
   // The apply threads (after registration; before it: 0 threads, no runs).
   int apply_threads() const { return apply_pool_ ? apply_pool_->threads() : 0; }
   ApplyPoolStats apply_stats() const { return apply_pool_ ? apply_pool_->stats() : ApplyPoolStats{}; }
+  // Requests of several chunks (kPushChunks, kPullChunks) served, and the chunks they named.
+  std::int64_t run_requests() const { return run_requests_; }
+  std::int64_t run_chunks() const { return run_chunks_; }
 
  private:
   struct ParkedPull {
@@ -148,6 +151,14 @@ class Server {
   void serve_init(const PeerId& from, const Message& msg);
   void serve_push(const PeerId& from, const Message& msg);
   void serve_pull(const PeerId& from, const Header& h);
+  // kPushChunks, kPullChunks: each chunk of the run served as the single
+  // request it stands for (chunk_request), with its own reply; a run that is
+  // not this server's, or whose payload does not hold its chunks, gets an
+  // error reply per chunk.
+  void serve_chunks(const PeerId& from, const Message& msg);
+  // The run's chunk sizes (RequestError when it is not wholly held here or
+  // the payload's element count is not their sum); `sizes` is reused.
+  void check_run(const Header& h, bool has_payload, std::vector<std::int64_t>& sizes) const;
   // Stage 2: whether the request moved its chunk's version or a clock.
   bool catch_up(const Header& h, bool pull);
   void reply_pull(const PeerId& to, const Header& request, std::int64_t parked_us = 0);
@@ -175,6 +186,7 @@ class Server {
   std::unique_ptr<ServerCheckpointer> checkpointer_;
   std::map<std::int64_t, std::vector<ParkedPull>> parked_;
   std::vector<float> scratch_;
+  std::vector<std::int64_t> run_sizes_;  // serve_chunks: the run's chunk sizes (reused)
   // Pull replies in bfloat16 (ps.wire_dtype): per chunk, the weights of
   // `version` narrowed once and shared by every reply of that version; the
   // buffer is reused for a later version once no reply holds it.
@@ -185,6 +197,7 @@ class Server {
   std::map<std::int64_t, NarrowedWeights> narrowed_;
   std::shared_ptr<const std::vector<std::uint16_t>> narrowed(std::int64_t key, const WeightsSnapshot& snap);
   std::int64_t bad_requests_ = 0;
+  std::int64_t run_requests_ = 0, run_chunks_ = 0;
   std::int64_t unreachable_replies_ = 0;
   std::int64_t expired_pulls_ = 0;
   std::map<PeerId, int> parked_per_peer_;  // connection -> parked pulls
