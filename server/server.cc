@@ -255,36 +255,76 @@ const char* request_span_name(MsgType type) {
 }  // namespace
 
 void Server::handle_request() {
-  PeerId from;
-  std::optional<Envelope> env;
+  if (options_.mode == Mode::kSync) return handle_sync_batch();
   TraceSpan span(options_.trace, TraceLevel::kAll, "request", "server");
-  try {
-    TraceSpan receive(options_.trace, TraceLevel::kAll, "receive", "server");
-    env = router_->receive(milliseconds(0), &from);
-    if (env) {
-      receive.arg("bytes", env->message.header.num_elems * static_cast<std::int64_t>(dtype_bytes(env->message.header.dtype)));
-    } else {
-      receive.cancel();  // nothing came: no request span either (below)
-    }
-  } catch (const ProtocolError& e) {
-    ++bad_requests_;
-    warnings_.warn(from.name(), std::string("malformed request: ") + e.what());
-    reply_error(from, Header{}, Status::kBadRequest, e.what());
-    return;
-  }
+  std::optional<Envelope> env = receive_request();
   if (!env) {
     span.cancel();
     return;
   }
-  const Header& h = env->message.header;
+  serve_request(*env, span);
+}
+
+// Sync: what is queued (up to kMaxSyncBatch requests) is read at once and its
+// pulls are served first: a pull for the next step parks, and is answered the
+// moment its chunk's update is applied by a push further down the batch,
+// instead of after every push queued before it (the worker copies that chunk
+// while the server applies the next). The weights are the same: a sync pull
+// for step s is answerable only at version s, which no push of another worker
+// can move past before this worker's own push of step s.
+void Server::handle_sync_batch() {
+  sync_batch_.clear();
+  while (sync_batch_.size() < kMaxSyncBatch) {
+    std::optional<Envelope> env = receive_request();
+    if (!env) break;
+    sync_batch_.push_back(std::move(*env));
+  }
+  // Not while catching up after a restart (the order of a worker's requests
+  // says how far the failed server got) nor for a rejoin's probe.
+  const bool reorder = !store_->catching_up();
+  const auto early = [reorder](const Envelope& e) {
+    const Header& h = e.message.header;
+    return reorder && (h.type == MsgType::kPull || h.type == MsgType::kPullChunks) && h.step >= 0;
+  };
+  for (const bool first : {true, false}) {
+    for (Envelope& env : sync_batch_) {
+      if (early(env) != first) continue;
+      TraceSpan span(options_.trace, TraceLevel::kAll, "request", "server");
+      serve_request(env, span);
+    }
+  }
+  sync_batch_.clear();  // the payloads go back to the transport
+}
+
+std::optional<Envelope> Server::receive_request() {
+  PeerId from;
+  try {
+    TraceSpan receive(options_.trace, TraceLevel::kAll, "receive", "server");
+    std::optional<Envelope> env = router_->receive(milliseconds(0), &from);
+    if (env) {
+      receive.arg("bytes", env->message.header.num_elems * static_cast<std::int64_t>(dtype_bytes(env->message.header.dtype)));
+    } else {
+      receive.cancel();  // nothing came: no request span either
+    }
+    return env;
+  } catch (const ProtocolError& e) {  // answered here; the loop reads on at its next turn
+    ++bad_requests_;
+    warnings_.warn(from.name(), std::string("malformed request: ") + e.what());
+    reply_error(from, Header{}, Status::kBadRequest, e.what());
+    return std::nullopt;
+  }
+}
+
+void Server::serve_request(Envelope& env, TraceSpan& span) {
+  const Header& h = env.message.header;
   span.rename(request_span_name(h.type));
   span.arg("chunk", h.key).arg("worker", h.sender).arg("step", h.step);
   try {
-    admission_.admit(*env);
-    serve(env->from, env->message);
+    admission_.admit(env);
+    serve(env.from, env.message);
   } catch (const RequestError& e) {
     log_.debug(e.what());
-    reply_error(env->from, env->message.header, e.status(), e.what());
+    reply_error_each(env.from, env.message.header, e.status(), e.what());
   } catch (const TransportError& e) {
     // The reply's peer has gone (ROUTER_MANDATORY): nothing to answer.
     note_unsent(e);
@@ -297,6 +337,15 @@ void Server::reply_error(const PeerId& to, const Header& request, Status status,
   } catch (const TransportError& e) {
     note_unsent(e);
   }
+}
+
+void Server::reply_error_each(const PeerId& to, const Header& request, Status status, const std::string& text) {
+  if (request.type != MsgType::kPushChunks && request.type != MsgType::kPullChunks) {
+    return reply_error(to, request, status, text);
+  }
+  // A run (decoded: 1..kMaxChunksPerMessage chunks): every chunk's request
+  // gets its answer, as the worker waits for each.
+  for (std::int64_t i = 0; i < request.version; ++i) reply_error(to, chunk_request(request, i, 0), status, text);
 }
 
 void Server::park(const PeerId& from, const Header& h) {
@@ -418,8 +467,8 @@ void Server::serve_chunks(const PeerId& from, const Message& msg) {
   run_chunks_ += h.version;
   try {
     check_run(h, msg.has_payload, run_sizes_);
-  } catch (const RequestError& e) {  // every chunk's request gets its answer: the worker waits for each
-    for (std::int64_t i = 0; i < h.version; ++i) reply_error(from, chunk_request(h, i, 0), e.status(), e.what());
+  } catch (const RequestError& e) {
+    reply_error_each(from, h, e.status(), e.what());
     return;
   }
   const auto* bytes = static_cast<const std::byte*>(msg.payload.data());

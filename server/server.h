@@ -23,7 +23,13 @@
 //     PushOutcome::clock_advanced, a catch-up, a drop), the checkpoint copy
 //     (server/checkpointing.h), before the reply;
 //  5. reply, then answer the parked pulls the request made ready.
-// A refused request (RequestError from any stage) gets an error reply.
+// A refused request (RequestError from any stage) gets an error reply (a
+// run of several chunks, kPushChunks / kPullChunks: one per chunk, and each
+// chunk of a run goes through stages 2-5 as the single request it stands for).
+// Sync reads what is queued at once (up to kMaxSyncBatch requests) and serves
+// its pulls first, so a next step's pull is parked before the pushes behind
+// which it was queued and answered the moment its chunk is applied; the
+// weights are those of arrival order (handle_sync_batch).
 // No peer can stop or exhaust a server: a reply to a peer that has gone is
 // counted and dropped, warnings about bad input are limited per connection,
 // and parked pulls are capped per connection (kMaxParkedPerChunk per chunk
@@ -137,6 +143,12 @@ class Server {
   };
 
   void handle_request();
+  void handle_sync_batch();
+  // Stage 1's read: the next queued request (nullopt: none); a malformed one
+  // is answered with an error and skipped.
+  std::optional<Envelope> receive_request();
+  // Stages 1 (admission) to 5 of a received request, inside its trace span.
+  void serve_request(Envelope& env, TraceSpan& span);
   // Registration; a rejoin refused because the scheduler has not yet noticed the failure is asked again.
   RegisterReply register_with(SchedulerClient& scheduler, const RegisterRequest& request);
   void on_worker_dropped(int worker);
@@ -166,6 +178,10 @@ class Server {
   void reply(const PeerId& to, Header header, Payload payload = {});
   // Error reply; a peer that has gone is counted, not fatal.
   void reply_error(const PeerId& to, const Header& request, Status status, const std::string& text);
+  // reply_error, once per chunk for a run (kPushChunks, kPullChunks): a
+  // request refused whole (admission, a run not held here) still answers
+  // each chunk's request id.
+  void reply_error_each(const PeerId& to, const Header& request, Status status, const std::string& text);
   void park(const PeerId& from, const Header& h);
   void expire_parked();
   void unpark(const ParkedPull& p);
@@ -186,6 +202,9 @@ class Server {
   std::unique_ptr<ServerCheckpointer> checkpointer_;
   std::map<std::int64_t, std::vector<ParkedPull>> parked_;
   std::vector<float> scratch_;
+  // Sync: the requests read at once (handle_sync_batch), reused.
+  static constexpr std::size_t kMaxSyncBatch = 64;
+  std::vector<Envelope> sync_batch_;
   std::vector<std::int64_t> run_sizes_;  // serve_chunks: the run's chunk sizes (reused)
   // Pull replies in bfloat16 (ps.wire_dtype): per chunk, the weights of
   // `version` narrowed once and shared by every reply of that version; the

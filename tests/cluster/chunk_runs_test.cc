@@ -1,8 +1,8 @@
 // Several chunks per message (kPushChunks, kPullChunks; common/wire/protocol.h)
 // at a real server over tcp: each chunk of a run is served as the
 // single-chunk request it stands for and answered on its own (request id +
-// i, key + i); a run the server does not hold whole, or whose payload does
-// not hold its chunks, gets an error per chunk; one chunk's refusal leaves
+// i, key + i); a run the server does not hold whole, whose payload does not
+// hold its chunks, or refused at admission, gets an error per chunk; one chunk's refusal leaves
 // the others of its run applied. The KV client's own runs end with the
 // weights single-chunk requests give.
 #include <doctest/doctest.h>
@@ -148,6 +148,17 @@ TEST_CASE("several chunks per message: each chunk of a run is answered on its ow
   CHECK(got[1].header.key == 1);
   CHECK(got[2].header.type == MsgType::kPushReply);
   CHECK(got[2].header.version == 2);
+  // A run refused whole at admission (a connection no worker was given): an error per chunk.
+  zmq::socket_t stranger = make_socket(ctx, zmq::socket_type::dealer);
+  connect_socket(stranger, info.server_endpoints.at(0));
+  send_message(stranger, nullptr, run_request(MsgType::kPullChunks, 1, 3, 700));
+  got = replies(stranger, 3);
+  for (std::size_t i = 0; i < 3; ++i) {
+    CHECK(got[i].header.type == MsgType::kError);
+    CHECK(got[i].header.request_id == 700 + i);
+    CHECK(got[i].header.key == static_cast<std::int64_t>(1 + i));
+    CHECK(got[i].text_payload().find("no worker of this job was given") != std::string::npos);
+  }
   // A malformed run (count 0) gets one error; the server goes on.
   send_message(own, nullptr, run_request(MsgType::kPullChunks, 0, 0, 600));
   got = replies(own, 1);
