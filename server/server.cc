@@ -92,6 +92,7 @@ void Server::run() {
     log_.set_name("server " + std::to_string(rank_));
     if (options_.on_registered) options_.on_registered(rank_);
     make_store(info);
+    sync_queue_.reserve(kMaxSyncBatch);
     admission_.bind(info.worker_tokens);
     limit_memory(info.num_workers);
     store_->set_trace(options_.trace);
@@ -102,8 +103,9 @@ void Server::run() {
 
     Endpoint* const endpoints[] = {router_.get(), &scheduler.connection()};
     while (!scheduler.shutdown_received()) {
-      const std::vector<bool> ready = wait_any(endpoints, milliseconds(500));
-      if (ready[0]) handle_request();
+      // Requests already read (sync_queue_) are served without waiting.
+      const std::vector<bool> ready = wait_any(endpoints, milliseconds(sync_queue_.empty() ? 500 : 0));
+      if (ready[0] || !sync_queue_.empty()) handle_request();
       if (ready[1]) {
         scheduler.handle_incoming();
       } else {
@@ -255,7 +257,7 @@ const char* request_span_name(MsgType type) {
 }  // namespace
 
 void Server::handle_request() {
-  if (options_.mode == Mode::kSync) return handle_sync_batch();
+  if (options_.mode == Mode::kSync) return handle_sync_queue();
   TraceSpan span(options_.trace, TraceLevel::kAll, "request", "server");
   std::optional<Envelope> env = receive_request();
   if (!env) {
@@ -265,35 +267,43 @@ void Server::handle_request() {
   serve_request(*env, span);
 }
 
-// Sync: what is queued (up to kMaxSyncBatch requests) is read at once and its
-// pulls are served first: a pull for the next step parks, and is answered the
-// moment its chunk's update is applied by a push further down the batch,
-// instead of after every push queued before it (the worker copies that chunk
-// while the server applies the next). The weights are the same: a sync pull
-// for step s is answerable only at version s, which no push of another worker
-// can move past before this worker's own push of step s.
-void Server::handle_sync_batch() {
-  sync_batch_.clear();
-  while (sync_batch_.size() < kMaxSyncBatch) {
+// Sync: what is queued is read into sync_queue_ (up to kMaxSyncBatch
+// requests) and its pulls are served at once; then the oldest other request
+// is served, and the loop comes back (reading what came meanwhile) before the
+// next. A pull for the next step so parks before the pushes queued ahead of
+// it and is answered the moment its chunk's update is applied: the worker
+// copies that chunk while the server applies the next. The weights are those
+// of arrival order: a sync pull for step s is answerable only at version s,
+// which no push of another worker can move past before this worker's own
+// push of step s. In arrival order throughout while catching up after a
+// restart (a worker's order of requests says how far the failed server got),
+// and for a rejoin's probe.
+void Server::handle_sync_queue() {
+  while (sync_queue_.size() < kMaxSyncBatch) {
     std::optional<Envelope> env = receive_request();
     if (!env) break;
-    sync_batch_.push_back(std::move(*env));
+    sync_queue_.push_back(std::move(*env));
   }
-  // Not while catching up after a restart (the order of a worker's requests
-  // says how far the failed server got) nor for a rejoin's probe.
   const bool reorder = !store_->catching_up();
-  const auto early = [reorder](const Envelope& e) {
-    const Header& h = e.message.header;
-    return reorder && (h.type == MsgType::kPull || h.type == MsgType::kPullChunks) && h.step >= 0;
-  };
-  for (const bool first : {true, false}) {
-    for (Envelope& env : sync_batch_) {
-      if (early(env) != first) continue;
-      TraceSpan span(options_.trace, TraceLevel::kAll, "request", "server");
-      serve_request(env, span);
+  std::size_t kept = 0;
+  for (std::size_t i = 0; i < sync_queue_.size(); ++i) {
+    const Header& h = sync_queue_[i].message.header;
+    if (reorder && (h.type == MsgType::kPull || h.type == MsgType::kPullChunks) && h.step >= 0) {
+      serve_traced(sync_queue_[i]);
+      continue;
     }
+    if (kept != i) sync_queue_[kept] = std::move(sync_queue_[i]);
+    ++kept;
   }
-  sync_batch_.clear();  // the payloads go back to the transport
+  sync_queue_.erase(sync_queue_.begin() + static_cast<std::ptrdiff_t>(kept), sync_queue_.end());
+  if (sync_queue_.empty()) return;
+  serve_traced(sync_queue_.front());
+  sync_queue_.erase(sync_queue_.begin());  // at most kMaxSyncBatch moves; the capacity stays
+}
+
+void Server::serve_traced(Envelope& env) {
+  TraceSpan span(options_.trace, TraceLevel::kAll, "request", "server");
+  serve_request(env, span);
 }
 
 std::optional<Envelope> Server::receive_request() {

@@ -26,10 +26,10 @@
 // A refused request (RequestError from any stage) gets an error reply (a
 // run of several chunks, kPushChunks / kPullChunks: one per chunk, and each
 // chunk of a run goes through stages 2-5 as the single request it stands for).
-// Sync reads what is queued at once (up to kMaxSyncBatch requests) and serves
-// its pulls first, so a next step's pull is parked before the pushes behind
-// which it was queued and answered the moment its chunk is applied; the
-// weights are those of arrival order (handle_sync_batch).
+// Sync reads what is queued at once (up to kMaxSyncBatch requests), serves its
+// pulls first, then one other request, and reads again: a next step's pull is
+// parked before the pushes it was queued behind and answered the moment its
+// chunk is applied; the weights are those of arrival order (handle_sync_queue).
 // No peer can stop or exhaust a server: a reply to a peer that has gone is
 // counted and dropped, warnings about bad input are limited per connection,
 // and parked pulls are capped per connection (kMaxParkedPerChunk per chunk
@@ -143,7 +143,8 @@ class Server {
   };
 
   void handle_request();
-  void handle_sync_batch();
+  void handle_sync_queue();
+  void serve_traced(Envelope& env);
   // Stage 1's read: the next queued request (nullopt: none); a malformed one
   // is answered with an error and skipped.
   std::optional<Envelope> receive_request();
@@ -202,9 +203,9 @@ class Server {
   std::unique_ptr<ServerCheckpointer> checkpointer_;
   std::map<std::int64_t, std::vector<ParkedPull>> parked_;
   std::vector<float> scratch_;
-  // Sync: the requests read at once (handle_sync_batch), reused.
+  // Sync: requests read and not yet served, in arrival order (handle_sync_queue).
   static constexpr std::size_t kMaxSyncBatch = 64;
-  std::vector<Envelope> sync_batch_;
+  std::vector<Envelope> sync_queue_;
   std::vector<std::int64_t> run_sizes_;  // serve_chunks: the run's chunk sizes (reused)
   // Pull replies in bfloat16 (ps.wire_dtype): per chunk, the weights of
   // `version` narrowed once and shared by every reply of that version; the
