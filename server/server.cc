@@ -272,23 +272,29 @@ void Server::handle_request() {
 // is served, and the loop comes back (reading what came meanwhile) before the
 // next. A pull for the next step so parks before the pushes queued ahead of
 // it and is answered the moment its chunk's update is applied: the worker
-// copies that chunk while the server applies the next. The weights are those
-// of arrival order: a sync pull for step s is answerable only at version s,
-// which no push of another worker can move past before this worker's own
-// push of step s. In arrival order throughout while catching up after a
-// restart (a worker's order of requests says how far the failed server got),
-// and for a rejoin's probe.
+// copies that chunk while the server applies the next. The replies are those
+// of arrival order: a pull goes first only where every chunk it names either
+// cannot be answered yet (it parks, and is answered when a push makes it
+// ready, as in arrival order) or has no push or init queued ahead of it (its
+// weights are the same now as after those). In arrival order throughout while
+// catching up after a restart (a worker's order of requests says how far the
+// failed server got), and for a rejoin's probe.
 void Server::handle_sync_queue() {
-  while (sync_queue_.size() < kMaxSyncBatch) {
+  // At most kMaxSyncBatch reads a turn; a request admission refuses is
+  // answered at once (its refusal is the same in any order) and not queued.
+  for (std::size_t reads = 0; reads < kMaxSyncBatch && sync_queue_.size() < kMaxSyncBatch; ++reads) {
     std::optional<Envelope> env = receive_request();
     if (!env) break;
+    if (!admission_.allows(*env)) {
+      serve_traced(*env);
+      continue;
+    }
     sync_queue_.push_back(std::move(*env));
   }
   const bool reorder = !store_->catching_up();
-  std::size_t kept = 0;
+  std::size_t kept = 0;  // sync_queue_[0, kept): the requests kept, in arrival order
   for (std::size_t i = 0; i < sync_queue_.size(); ++i) {
-    const Header& h = sync_queue_[i].message.header;
-    if (reorder && (h.type == MsgType::kPull || h.type == MsgType::kPullChunks) && h.step >= 0) {
+    if (reorder && pull_goes_first(sync_queue_[i], kept)) {
       serve_traced(sync_queue_[i]);
       continue;
     }
@@ -299,6 +305,29 @@ void Server::handle_sync_queue() {
   if (sync_queue_.empty()) return;
   serve_traced(sync_queue_.front());
   sync_queue_.erase(sync_queue_.begin());  // at most kMaxSyncBatch moves; the capacity stays
+}
+
+bool Server::pull_goes_first(const Envelope& env, std::size_t ahead) const {
+  const Header& h = env.message.header;
+  if ((h.type != MsgType::kPull && h.type != MsgType::kPullChunks) || h.step < 0) return false;
+  const std::int64_t count = h.type == MsgType::kPullChunks ? h.version : 1;
+  if (!admission_.allows(env)) return false;  // refused in its place
+  try {
+    for (std::int64_t i = 0; i < count; ++i) {
+      const std::int64_t key = h.key + i;
+      if (!store_->owns(key)) return false;  // refused in its place
+      if (!store_->ready(key, h.sender, h.step)) continue;  // it parks: answered when its chunk is applied
+      for (std::size_t j = 0; j < ahead; ++j) {  // answerable now: only if nothing ahead changes its chunk
+        const Header& q = sync_queue_[j].message.header;
+        const std::int64_t n = q.type == MsgType::kPushChunks ? q.version : 1;
+        const bool writes = q.type == MsgType::kPush || q.type == MsgType::kPushChunks || q.type == MsgType::kInit;
+        if (writes && key >= q.key && key - q.key < n) return false;
+      }
+    }
+  } catch (const RequestError&) {  // answered in its place
+    return false;
+  }
+  return true;
 }
 
 void Server::serve_traced(Envelope& env) {

@@ -144,6 +144,10 @@ class Server {
 
   void handle_request();
   void handle_sync_queue();
+  // Whether `env`, a pull with `ahead` requests queued before it
+  // (sync_queue_[0, ahead)), may be served before them with the replies of
+  // arrival order (handle_sync_queue).
+  bool pull_goes_first(const Envelope& env, std::size_t ahead) const;
   void serve_traced(Envelope& env);
   // Stage 1's read: the next queued request (nullopt: none); a malformed one
   // is answered with an error and skipped.
