@@ -139,7 +139,8 @@ int main(int argc, char** argv) {
   write(root / "register_reply", "reply", std::string("\x40", 1) + wire_encode(reply));
   write(root / "store_entry", "gloo", wire_encode(StoreEntry{"gloo/rank0", std::string(64, 'a')}));
   write(root / "store_entry", "empty", wire_encode(StoreEntry{"k", ""}));
-  for (MsgType type : {MsgType::kPush, MsgType::kPull, MsgType::kRegister, MsgType::kHeartbeat, MsgType::kStoreSet}) {
+  for (MsgType type : {MsgType::kPush, MsgType::kPull, MsgType::kRegister, MsgType::kHeartbeat, MsgType::kStoreSet,
+                       MsgType::kPushChunks, MsgType::kPullChunks}) {
     Header h;
     h.type = type;
     h.role = Role::kWorker;
@@ -147,7 +148,9 @@ int main(int argc, char** argv) {
     h.key = 3;
     h.step = 7;
     std::string body;
-    if (type == MsgType::kPush) {
+    if (type == MsgType::kPushChunks) h.version = 2;  // a run of chunks 3 and 4
+    if (type == MsgType::kPullChunks) h.version = 3;
+    if (type == MsgType::kPush || type == MsgType::kPushChunks) {
       h.dtype = DType::kFloat32;
       h.num_elems = 4;
       body = std::string(16, '\0');

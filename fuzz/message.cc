@@ -26,6 +26,14 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     std::vector<float> scratch;
     if (m.header.dtype == pstrain::DType::kFloat32) (void)m.float_payload(scratch);
     if (m.header.dtype == pstrain::DType::kBytes) (void)m.text_payload();
+    // A run (kPushChunks, kPullChunks): the single requests it stands for name
+    // chunk ids >= 0 and request ids after the run's, as the server serves them.
+    if (m.header.type == pstrain::MsgType::kPushChunks || m.header.type == pstrain::MsgType::kPullChunks) {
+      for (std::int64_t i = 0; i < m.header.version; ++i) {
+        const pstrain::Header one = pstrain::chunk_request(m.header, i, 0);
+        if (one.key < 0 || one.request_id < m.header.request_id) __builtin_trap();
+      }
+    }
   } catch (const pstrain::ProtocolError&) {
     // refused: what a node answers with an error reply
   }

@@ -38,6 +38,17 @@ void Admission::admit(const Envelope& env) const {
   }
 }
 
+bool Admission::allows(const Envelope& env) const {
+  const Header& h = env.message.header;
+  if (security_ != nullptr && security_->curve) {
+    const std::optional<KeyOwner> owner = key_owner(env.user_id);
+    if (!owner || owner->role != Role::kWorker || (owner->rank >= 0 && owner->rank != h.sender)) return false;
+  }
+  if (h.role != Role::kWorker) return false;
+  const auto bound = worker_of_connection_.find(env.from.bytes());
+  return bound != worker_of_connection_.end() && bound->second == h.sender;
+}
+
 std::vector<PeerId> Admission::connections() const {
   std::vector<PeerId> out;
   out.reserve(worker_of_connection_.size());

@@ -36,6 +36,9 @@ class Admission {
   // Throws RequestError (kBadRequest, saying why) unless `env` may be
   // served: sent by a worker, over its own connection (and key).
   void admit(const Envelope& env) const;
+  // Whether admit(env) would pass, without building its refusal (the sync
+  // queue asks it of every queued pull at every turn: server/server.h).
+  bool allows(const Envelope& env) const;
   // The workers' connections as bound now (the listener's members: every
   // other connection is a stranger to its memory budget).
   std::vector<PeerId> connections() const;

@@ -85,6 +85,8 @@ void write_server_metrics(const std::string& run_dir, const pstrain::Server& ser
                                .add("apply_runs", server.apply_stats().runs)
                                .add("apply_split_runs", server.apply_stats().split_runs)
                                .add("apply_s", server.apply_stats().seconds)
+                               .add("run_requests", server.run_requests())
+                               .add("run_chunks", server.run_chunks())
                                .add("transport", std::string(transport.kind()))
                                .add("shm_connections", static_cast<std::int64_t>(shm.accepted))
                                .add("shm_refused", static_cast<std::int64_t>(shm.refused))

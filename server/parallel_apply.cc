@@ -42,10 +42,35 @@ ApplyPool::~ApplyPool() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stop_ = true;
+    stopping_.store(true, std::memory_order_release);
   }
   wake_.notify_all();
   for (std::thread& t : helpers_) t.join();
 }
+
+namespace {
+
+void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#else
+  std::this_thread::yield();
+#endif
+}
+
+// Spins until done() holds or `limit` has passed (the clock read every 64
+// turns); returns done().
+template <class Done>
+bool spin_until(const Done& done, std::chrono::microseconds limit) {
+  const auto until = std::chrono::steady_clock::now() + limit;
+  for (unsigned turn = 1;; ++turn) {
+    if (done()) return true;
+    if (turn % 64 == 0 && std::chrono::steady_clock::now() >= until) return done();
+    cpu_relax();
+  }
+}
+
+}  // namespace
 
 std::size_t ApplyPool::parts_for(std::size_t n) const {
   const std::size_t by_size = n / min_part_elems_;
@@ -71,11 +96,15 @@ std::int64_t ApplyPool::run(std::size_t n, RangeBody body) {
   job_.total = 0;
   job_.error = nullptr;
   ++job_.generation;
-  lock.unlock();
-  wake_.notify_all();
-  lock.lock();
-  work(lock);  // the caller takes parts too
-  done_.wait(lock, [this] { return job_.remaining == 0; });
+  unfinished_.store(parts, std::memory_order_relaxed);
+  published_.store(job_.generation, std::memory_order_release);  // spinning helpers see it now
+  if (sleeping_helpers_ > 0) {
+    lock.unlock();
+    wake_.notify_all();
+    lock.lock();
+  }
+  work(lock);  // the caller takes the first part, and any a helper has not taken yet
+  wait_for_parts(lock);
   job_.body = nullptr;
   const std::int64_t total = job_.total;
   const std::exception_ptr error = job_.error;
@@ -83,6 +112,18 @@ std::int64_t ApplyPool::run(std::size_t n, RangeBody body) {
   stats_.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (error) std::rethrow_exception(error);
   return total;
+}
+
+void ApplyPool::wait_for_parts(std::unique_lock<std::mutex>& lock) {
+  if (job_.remaining == 0) return;
+  lock.unlock();
+  const bool ended = spin_until([this] { return unfinished_.load(std::memory_order_acquire) == 0; }, kApplySpin);
+  lock.lock();
+  if (ended && job_.remaining == 0) return;
+  ++stats_.caller_waits;
+  caller_sleeping_ = true;
+  done_.wait(lock, [this] { return job_.remaining == 0; });
+  caller_sleeping_ = false;
 }
 
 void ApplyPool::work(std::unique_lock<std::mutex>& lock) {
@@ -103,17 +144,26 @@ void ApplyPool::work(std::unique_lock<std::mutex>& lock) {
     // (remaining) before it finishes it or publishes another.
     job_.total += count;
     if (error && !job_.error) job_.error = error;
-    if (--job_.remaining == 0) done_.notify_one();
+    --job_.remaining;
+    unfinished_.store(job_.remaining, std::memory_order_release);
+    if (job_.remaining == 0 && caller_sleeping_) done_.notify_one();
   }
 }
 
 void ApplyPool::helper_loop() {
-  std::unique_lock<std::mutex> lock(mutex_);
   // Generation 0 is the one before any job: a helper that starts after the
   // first run() published its job still takes part in it.
   std::uint64_t seen = 0;
   for (;;) {
-    wake_.wait(lock, [&] { return stop_ || job_.generation != seen; });
+    spin_until([&] { return published_.load(std::memory_order_acquire) != seen ||
+                            stopping_.load(std::memory_order_acquire); },
+               kApplySpin);
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (!stop_ && job_.generation == seen) {
+      ++sleeping_helpers_;
+      wake_.wait(lock, [&] { return stop_ || job_.generation != seen; });
+      --sleeping_helpers_;
+    }
     if (stop_) return;
     seen = job_.generation;
     work(lock);

@@ -10,9 +10,17 @@
 // `min_part_elems` (ps.apply_split_bytes) stays on the calling thread: a
 // helper's wake-up (tens of microseconds on a loaded host) costs more than
 // a small chunk's pass. With threads = 1 there are no helpers at all.
+// A split loop has one part per thread, of equal size, so all finish
+// together; the caller takes the first part at once and any part no helper
+// has taken yet. The hand-off avoids the condition variable's wake-up where
+// it can: after a run a helper spins for kApplySpin on the job's generation
+// before it sleeps (an update's chunks come back to back), and the caller,
+// its parts done, spins as long for the helpers' ends before it sleeps; a
+// sleeping helper is woken, a spinning one only sees the new generation.
 // run() allocates nothing: the job is a few fields under one mutex.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
@@ -43,10 +51,15 @@ int resolve_apply_threads(int configured, const ClusterConfig& cluster, int rank
 // or "ps.apply_threads 0: 16 cores, 2 servers on this host".
 std::string apply_threads_reason(int configured, const ClusterConfig& cluster, int rank);
 
+// How long a helper spins for the next job, and the caller for the helpers'
+// ends, before sleeping on a condition variable.
+inline constexpr std::chrono::microseconds kApplySpin{50};
+
 struct ApplyPoolStats {
   std::int64_t runs = 0;        // loops run (each update and sum pass)
   std::int64_t split_runs = 0;  // of them, split over more than one thread
   double seconds = 0;           // wall time inside run(), all loops
+  std::int64_t caller_waits = 0;  // split runs whose caller slept for a helper's end (its spin ran out)
 };
 
 class ApplyPool final : public RangeRunner {
@@ -79,12 +92,21 @@ class ApplyPool final : public RangeRunner {
   // Takes and runs parts of the current job until none is left; `lock` held
   // on entry and exit, released while a part runs.
   void work(std::unique_lock<std::mutex>& lock);
+  // The caller, its parts taken: spins, then sleeps, until every part has ended.
+  void wait_for_parts(std::unique_lock<std::mutex>& lock);
 
   std::size_t min_part_elems_;
   std::mutex mutex_;
   std::condition_variable wake_;  // helpers: a new job, or stop
   std::condition_variable done_;  // the caller: remaining reached 0
   Job job_;
+  // Copies of job_.generation, job_.remaining and stop_, written under the
+  // mutex, read without it by the spins.
+  std::atomic<std::uint64_t> published_{0};
+  std::atomic<std::size_t> unfinished_{0};
+  std::atomic<bool> stopping_{false};
+  int sleeping_helpers_ = 0;     // helpers waiting on wake_
+  bool caller_sleeping_ = false;  // the caller waiting on done_
   bool stop_ = false;
   std::vector<std::thread> helpers_;
   ApplyPoolStats stats_;

@@ -92,6 +92,7 @@ void Server::run() {
     log_.set_name("server " + std::to_string(rank_));
     if (options_.on_registered) options_.on_registered(rank_);
     make_store(info);
+    sync_queue_.reserve(kMaxSyncBatch);
     admission_.bind(info.worker_tokens);
     limit_memory(info.num_workers);
     store_->set_trace(options_.trace);
@@ -102,8 +103,9 @@ void Server::run() {
 
     Endpoint* const endpoints[] = {router_.get(), &scheduler.connection()};
     while (!scheduler.shutdown_received()) {
-      const std::vector<bool> ready = wait_any(endpoints, milliseconds(500));
-      if (ready[0]) handle_request();
+      // Requests already read (sync_queue_) are served without waiting.
+      const std::vector<bool> ready = wait_any(endpoints, milliseconds(sync_queue_.empty() ? 500 : 0));
+      if (ready[0] || !sync_queue_.empty()) handle_request();
       if (ready[1]) {
         scheduler.handle_incoming();
       } else {
@@ -243,6 +245,8 @@ const char* request_span_name(MsgType type) {
   switch (type) {
     case MsgType::kPush: return "push";
     case MsgType::kPull: return "pull";
+    case MsgType::kPushChunks: return "push chunks";
+    case MsgType::kPullChunks: return "pull chunks";
     case MsgType::kInit: return "init";
     default: return "request";
   }
@@ -251,36 +255,113 @@ const char* request_span_name(MsgType type) {
 }  // namespace
 
 void Server::handle_request() {
-  PeerId from;
-  std::optional<Envelope> env;
+  if (options_.mode == Mode::kSync) return handle_sync_queue();
   TraceSpan span(options_.trace, TraceLevel::kAll, "request", "server");
-  try {
-    TraceSpan receive(options_.trace, TraceLevel::kAll, "receive", "server");
-    env = router_->receive(milliseconds(0), &from);
-    if (env) {
-      receive.arg("bytes", env->message.header.num_elems * static_cast<std::int64_t>(dtype_bytes(env->message.header.dtype)));
-    } else {
-      receive.cancel();  // nothing came: no request span either (below)
-    }
-  } catch (const ProtocolError& e) {
-    ++bad_requests_;
-    warnings_.warn(from.name(), std::string("malformed request: ") + e.what());
-    reply_error(from, Header{}, Status::kBadRequest, e.what());
-    return;
-  }
+  std::optional<Envelope> env = receive_request();
   if (!env) {
     span.cancel();
     return;
   }
-  const Header& h = env->message.header;
+  serve_request(*env, span);
+}
+
+// Sync: what is queued is read into sync_queue_ (up to kMaxSyncBatch
+// requests) and its pulls are served at once; then the oldest other request
+// is served, and the loop comes back (reading what came meanwhile) before the
+// next. A pull for the next step so parks before the pushes queued ahead of
+// it and is answered the moment its chunk's update is applied: the worker
+// copies that chunk while the server applies the next. The replies are those
+// of arrival order: a pull goes first only where every chunk it names either
+// cannot be answered yet (it parks, and is answered when a push makes it
+// ready, as in arrival order) or has no push or init queued ahead of it (its
+// weights are the same now as after those). In arrival order throughout while
+// catching up after a restart (a worker's order of requests says how far the
+// failed server got), and for a rejoin's probe.
+void Server::handle_sync_queue() {
+  // At most kMaxSyncBatch reads a turn; a request admission refuses is
+  // answered at once (its refusal is the same in any order) and not queued.
+  for (std::size_t reads = 0; reads < kMaxSyncBatch && sync_queue_.size() < kMaxSyncBatch; ++reads) {
+    std::optional<Envelope> env = receive_request();
+    if (!env) break;
+    if (!admission_.allows(*env)) {
+      serve_traced(*env);
+      continue;
+    }
+    sync_queue_.push_back(std::move(*env));
+  }
+  const bool reorder = !store_->catching_up();
+  std::size_t kept = 0;  // sync_queue_[0, kept): the requests kept, in arrival order
+  for (std::size_t i = 0; i < sync_queue_.size(); ++i) {
+    if (reorder && pull_goes_first(sync_queue_[i], kept)) {
+      serve_traced(sync_queue_[i]);
+      continue;
+    }
+    if (kept != i) sync_queue_[kept] = std::move(sync_queue_[i]);
+    ++kept;
+  }
+  sync_queue_.erase(sync_queue_.begin() + static_cast<std::ptrdiff_t>(kept), sync_queue_.end());
+  if (sync_queue_.empty()) return;
+  serve_traced(sync_queue_.front());
+  sync_queue_.erase(sync_queue_.begin());  // at most kMaxSyncBatch moves; the capacity stays
+}
+
+bool Server::pull_goes_first(const Envelope& env, std::size_t ahead) const {
+  const Header& h = env.message.header;
+  if ((h.type != MsgType::kPull && h.type != MsgType::kPullChunks) || h.step < 0) return false;
+  const std::int64_t count = h.type == MsgType::kPullChunks ? h.version : 1;
+  if (!admission_.allows(env)) return false;  // refused in its place
+  try {
+    for (std::int64_t i = 0; i < count; ++i) {
+      const std::int64_t key = h.key + i;
+      if (!store_->owns(key)) return false;  // refused in its place
+      if (!store_->ready(key, h.sender, h.step)) continue;  // it parks: answered when its chunk is applied
+      for (std::size_t j = 0; j < ahead; ++j) {  // answerable now: only if nothing ahead changes its chunk
+        const Header& q = sync_queue_[j].message.header;
+        const std::int64_t n = q.type == MsgType::kPushChunks ? q.version : 1;
+        const bool writes = q.type == MsgType::kPush || q.type == MsgType::kPushChunks || q.type == MsgType::kInit;
+        if (writes && key >= q.key && key - q.key < n) return false;
+      }
+    }
+  } catch (const RequestError&) {  // answered in its place
+    return false;
+  }
+  return true;
+}
+
+void Server::serve_traced(Envelope& env) {
+  TraceSpan span(options_.trace, TraceLevel::kAll, "request", "server");
+  serve_request(env, span);
+}
+
+std::optional<Envelope> Server::receive_request() {
+  PeerId from;
+  try {
+    TraceSpan receive(options_.trace, TraceLevel::kAll, "receive", "server");
+    std::optional<Envelope> env = router_->receive(milliseconds(0), &from);
+    if (env) {
+      receive.arg("bytes", env->message.header.num_elems * static_cast<std::int64_t>(dtype_bytes(env->message.header.dtype)));
+    } else {
+      receive.cancel();  // nothing came: no request span either
+    }
+    return env;
+  } catch (const ProtocolError& e) {  // answered here; the loop reads on at its next turn
+    ++bad_requests_;
+    warnings_.warn(from.name(), std::string("malformed request: ") + e.what());
+    reply_error(from, Header{}, Status::kBadRequest, e.what());
+    return std::nullopt;
+  }
+}
+
+void Server::serve_request(Envelope& env, TraceSpan& span) {
+  const Header& h = env.message.header;
   span.rename(request_span_name(h.type));
   span.arg("chunk", h.key).arg("worker", h.sender).arg("step", h.step);
   try {
-    admission_.admit(*env);
-    serve(env->from, env->message);
+    admission_.admit(env);
+    serve(env.from, env.message);
   } catch (const RequestError& e) {
     log_.debug(e.what());
-    reply_error(env->from, env->message.header, e.status(), e.what());
+    reply_error_each(env.from, env.message.header, e.status(), e.what());
   } catch (const TransportError& e) {
     // The reply's peer has gone (ROUTER_MANDATORY): nothing to answer.
     note_unsent(e);
@@ -293,6 +374,15 @@ void Server::reply_error(const PeerId& to, const Header& request, Status status,
   } catch (const TransportError& e) {
     note_unsent(e);
   }
+}
+
+void Server::reply_error_each(const PeerId& to, const Header& request, Status status, const std::string& text) {
+  if (request.type != MsgType::kPushChunks && request.type != MsgType::kPullChunks) {
+    return reply_error(to, request, status, text);
+  }
+  // A run (decoded: 1..kMaxChunksPerMessage chunks): every chunk's request
+  // gets its answer, as the worker waits for each.
+  for (std::int64_t i = 0; i < request.version; ++i) reply_error(to, chunk_request(request, i, 0), status, text);
 }
 
 void Server::park(const PeerId& from, const Header& h) {
@@ -340,9 +430,11 @@ void Server::serve(const PeerId& from, const Message& msg) {
     case MsgType::kInit: return serve_init(from, msg);
     case MsgType::kPush: return serve_push(from, msg);
     case MsgType::kPull: return serve_pull(from, msg.header);
+    case MsgType::kPushChunks:
+    case MsgType::kPullChunks: return serve_chunks(from, msg);
     default:
       throw RequestError(Status::kBadRequest, "unexpected " + std::string(to_string(msg.header.type)) +
-                                                  " request: a server takes init, push and pull");
+                                                  " request: a server takes init, push, pull, push-chunks and pull-chunks");
   }
 }
 
@@ -388,6 +480,56 @@ void Server::serve_pull(const PeerId& from, const Header& h) {
     reply_pull(from, h);
   } else {
     park(from, h);
+  }
+}
+
+void Server::check_run(const Header& h, bool has_payload, std::vector<std::int64_t>& sizes) const {
+  sizes.clear();
+  std::int64_t total = 0;
+  for (std::int64_t i = 0; i < h.version; ++i) {
+    sizes.push_back(store_->num_elems(h.key + i));  // RequestError (not owner) for a chunk not held here
+    total += sizes.back();
+  }
+  if (has_payload && h.num_elems != total) {
+    throw RequestError(Status::kBadRequest, std::string(to_string(h.type)) + " of chunks " + std::to_string(h.key) +
+                                                ".." + std::to_string(h.key + h.version - 1) + ": " +
+                                                std::to_string(h.num_elems) + " elements for chunks of " +
+                                                std::to_string(total));
+  }
+}
+
+void Server::serve_chunks(const PeerId& from, const Message& msg) {
+  const Header& h = msg.header;
+  ++run_requests_;
+  run_chunks_ += h.version;
+  try {
+    check_run(h, msg.has_payload, run_sizes_);
+  } catch (const RequestError& e) {
+    reply_error_each(from, h, e.status(), e.what());
+    return;
+  }
+  const auto* bytes = static_cast<const std::byte*>(msg.payload.data());
+  std::size_t offset = 0;
+  for (std::int64_t i = 0; i < h.version; ++i) {
+    const std::int64_t elems = msg.has_payload ? run_sizes_[static_cast<std::size_t>(i)] : 0;
+    Message one;
+    one.header = chunk_request(h, i, elems);
+    one.has_payload = msg.has_payload;
+    const std::size_t length = static_cast<std::size_t>(elems) * dtype_bytes(h.dtype);
+    if (msg.has_payload) one.payload = Buffer::borrow(bytes + offset, length);  // lives as long as msg
+    offset += length;
+    try {
+      if (one.header.type == MsgType::kPush) {
+        serve_push(from, one);
+      } else {
+        serve_pull(from, one.header);
+      }
+    } catch (const RequestError& e) {
+      log_.debug(e.what());
+      reply_error(from, one.header, e.status(), e.what());
+    } catch (const TransportError& e) {
+      note_unsent(e);  // that chunk's reply could not go; the others are still served
+    }
   }
 }
 

@@ -23,7 +23,13 @@
 //     PushOutcome::clock_advanced, a catch-up, a drop), the checkpoint copy
 //     (server/checkpointing.h), before the reply;
 //  5. reply, then answer the parked pulls the request made ready.
-// A refused request (RequestError from any stage) gets an error reply.
+// A refused request (RequestError from any stage) gets an error reply (a
+// run of several chunks, kPushChunks / kPullChunks: one per chunk, and each
+// chunk of a run goes through stages 2-5 as the single request it stands for).
+// Sync reads what is queued at once (up to kMaxSyncBatch requests), serves its
+// pulls first, then one other request, and reads again: a next step's pull is
+// parked before the pushes it was queued behind and answered the moment its
+// chunk is applied; the weights are those of arrival order (handle_sync_queue).
 // No peer can stop or exhaust a server: a reply to a peer that has gone is
 // counted and dropped, warnings about bad input are limited per connection,
 // and parked pulls are capped per connection (kMaxParkedPerChunk per chunk
@@ -130,6 +136,9 @@ class Server {
   // from any thread (the fuzzer's memory invariant).
   std::int64_t unsent_reply_bytes() const { return router_->unsent_bytes(); }
   std::int64_t unsent_reply_limit() const { return router_->unsent_limit(); }
+  // Requests of several chunks (kPushChunks, kPullChunks) served, and the chunks they named.
+  std::int64_t run_requests() const { return run_requests_; }
+  std::int64_t run_chunks() const { return run_chunks_; }
 
  private:
   struct ParkedPull {
@@ -139,6 +148,17 @@ class Server {
   };
 
   void handle_request();
+  void handle_sync_queue();
+  // Whether `env`, a pull with `ahead` requests queued before it
+  // (sync_queue_[0, ahead)), may be served before them with the replies of
+  // arrival order (handle_sync_queue).
+  bool pull_goes_first(const Envelope& env, std::size_t ahead) const;
+  void serve_traced(Envelope& env);
+  // Stage 1's read: the next queued request (nullopt: none); a malformed one
+  // is answered with an error and skipped.
+  std::optional<Envelope> receive_request();
+  // Stages 1 (admission) to 5 of a received request, inside its trace span.
+  void serve_request(Envelope& env, TraceSpan& span);
   // Registration; a rejoin refused because the scheduler has not yet noticed the failure is asked again.
   RegisterReply register_with(SchedulerClient& scheduler, const RegisterRequest& request);
   void on_worker_dropped(int worker);
@@ -153,6 +173,14 @@ class Server {
   void serve_init(const PeerId& from, const Message& msg);
   void serve_push(const PeerId& from, const Message& msg);
   void serve_pull(const PeerId& from, const Header& h);
+  // kPushChunks, kPullChunks: each chunk of the run served as the single
+  // request it stands for (chunk_request), with its own reply; a run that is
+  // not this server's, or whose payload does not hold its chunks, gets an
+  // error reply per chunk.
+  void serve_chunks(const PeerId& from, const Message& msg);
+  // The run's chunk sizes (RequestError when it is not wholly held here or
+  // the payload's element count is not their sum); `sizes` is reused.
+  void check_run(const Header& h, bool has_payload, std::vector<std::int64_t>& sizes) const;
   // Stage 2: whether the request moved its chunk's version or a clock.
   bool catch_up(const Header& h, bool pull);
   void reply_pull(const PeerId& to, const Header& request, std::int64_t parked_us = 0);
@@ -160,6 +188,10 @@ class Server {
   void reply(const PeerId& to, Header header, Payload payload = {});
   // Error reply; a peer that has gone is counted, not fatal.
   void reply_error(const PeerId& to, const Header& request, Status status, const std::string& text);
+  // reply_error, once per chunk for a run (kPushChunks, kPullChunks): a
+  // request refused whole (admission, a run not held here) still answers
+  // each chunk's request id.
+  void reply_error_each(const PeerId& to, const Header& request, Status status, const std::string& text);
   void park(const PeerId& from, const Header& h);
   void expire_parked();
   void unpark(const ParkedPull& p);
@@ -180,6 +212,10 @@ class Server {
   std::unique_ptr<ServerCheckpointer> checkpointer_;
   std::map<std::int64_t, std::vector<ParkedPull>> parked_;
   std::vector<float> scratch_;
+  // Sync: requests read and not yet served, in arrival order (handle_sync_queue).
+  static constexpr std::size_t kMaxSyncBatch = 64;
+  std::vector<Envelope> sync_queue_;
+  std::vector<std::int64_t> run_sizes_;  // serve_chunks: the run's chunk sizes (reused)
   // Pull replies in bfloat16 (ps.wire_dtype): per chunk, the weights of
   // `version` narrowed once and shared by every reply of that version; the
   // buffer is reused for a later version once no reply holds it.
@@ -190,6 +226,7 @@ class Server {
   std::map<std::int64_t, NarrowedWeights> narrowed_;
   std::shared_ptr<const std::vector<std::uint16_t>> narrowed(std::int64_t key, const WeightsSnapshot& snap);
   std::int64_t bad_requests_ = 0;
+  std::int64_t run_requests_ = 0, run_chunks_ = 0;
   std::int64_t unreachable_replies_ = 0;
   std::int64_t expired_pulls_ = 0;
   std::map<PeerId, int> parked_per_peer_;  // connection -> parked pulls

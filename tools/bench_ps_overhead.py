@@ -20,6 +20,10 @@ and prints, per step (means over the steps after the first --warmup):
   x allreduce    overhead / the allreduce run's overhead (same build, trial)
   x first        overhead / the first build's overhead (same mode)
 
+The machine's load average before and after the runs is printed under the
+table (and kept in --json): a loaded machine's figures compare only within
+one run.
+
 Builds are compared in one run, trials interleaved (build after build, mode
 after mode), each figure the median over --trials:
 
@@ -120,6 +124,7 @@ def main():
     builds = a.build or [parse_build("current=build/bin")]
     modes = [m for m in a.modes.split(",") if m] + ["allreduce"]
     out = a.out or tempfile.mkdtemp(prefix="pstrain-overhead-")
+    load_before = os.getloadavg()
     samples = {}  # (build, mode) -> [row per trial]
     for trial in range(a.trials):
         for b in builds:
@@ -127,11 +132,15 @@ def main():
                 run_dir = os.path.join(out, f"{b['name']}-{mode}-{trial}")
                 samples.setdefault((b["name"], mode), []).append(run_one(a, b, mode, run_dir))
     rows = table_rows(builds, modes, samples)
+    load = {"before": list(load_before), "after": list(os.getloadavg())}
     print_table(a, rows)
+    print("# load average (1, 5, 15 min) before: %s; after: %s" %
+          (", ".join(f"{x:.2f}" for x in load["before"]), ", ".join(f"{x:.2f}" for x in load["after"])))
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"config": a.config, "workers": a.workers, "steps": a.steps, "warmup": a.warmup,
-                       "simulated_step_ms": a.sim_ms, "trials": a.trials, "sets": a.set, "rows": rows}, f, indent=1)
+                       "simulated_step_ms": a.sim_ms, "trials": a.trials, "sets": a.set, "load": load,
+                       "rows": rows}, f, indent=1)
     if not a.out:
         subprocess.run(["rm", "-rf", out], check=False)
 

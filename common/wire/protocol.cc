@@ -3,6 +3,7 @@
 
 #include <cereal/types/common.hpp>
 #include <cstring>
+#include <limits>
 
 #include "common/base/bfloat16.h"
 #include "common/base/errors.h"
@@ -35,6 +36,8 @@ std::string_view to_string(MsgType type) {
     case MsgType::kServerBack: return "server back";
     case MsgType::kRejoined: return "rejoined";
     case MsgType::kChallenge: return "challenge";
+    case MsgType::kPushChunks: return "push-chunks";
+    case MsgType::kPullChunks: return "pull-chunks";
   }
   return "unknown";
 }
@@ -118,6 +121,7 @@ PayloadRule payload_rule(MsgType type) {
   switch (type) {
     case MsgType::kInit:
     case MsgType::kPush:
+    case MsgType::kPushChunks:
     case MsgType::kPullReply: return PayloadRule::kFloats;
     case MsgType::kRegister:
     case MsgType::kRegisterReply:
@@ -143,7 +147,8 @@ std::string describe(const Header& h) {
 
 void validate_payload(const Header& h, bool has_payload, std::size_t payload_bytes, const DecodeLimits& limits) {
   PayloadRule rule = payload_rule(h.type);
-  if (h.type == MsgType::kPush) {  // aux: kPushGradient (payload) or kPushSkip (none)
+  const bool push = h.type == MsgType::kPush || h.type == MsgType::kPushChunks;
+  if (push) {  // aux: kPushGradient (payload) or kPushSkip (none)
     if (h.aux == kPushSkip) {
       rule = PayloadRule::kNone;
     } else if (h.aux != kPushGradient) {
@@ -168,6 +173,7 @@ void validate_payload(const Header& h, bool has_payload, std::size_t payload_byt
   if (rule == PayloadRule::kFloats) {
     // bfloat16 only where ps.wire_dtype applies: gradients pushed and weights
     // pulled (initial weights are always float32: exact).
+    // A run's gradients are float32 only (bfloat16 pushes go one chunk a message).
     const bool bf16_allowed = h.type == MsgType::kPush || h.type == MsgType::kPullReply;
     if (h.dtype != DType::kFloat32 && !(bf16_allowed && h.dtype == DType::kBFloat16)) {
       throw ProtocolError(describe(h) + ": expected dtype float32" + std::string(bf16_allowed ? " or bfloat16" : "") +
@@ -195,7 +201,35 @@ void validate_payload(const Header& h, bool has_payload, std::size_t payload_byt
   }
 }
 
+// kPushChunks, kPullChunks: the run [key, key + version) of 1..kMaxChunksPerMessage chunk ids.
+void validate_run(const Header& h) {
+  if (h.type != MsgType::kPushChunks && h.type != MsgType::kPullChunks) return;
+  if (h.version < 1 || h.version > kMaxChunksPerMessage) {
+    throw ProtocolError(describe(h) + " (key " + std::to_string(h.key) + "): chunk count (version) " +
+                        std::to_string(h.version) + " outside [1, " + std::to_string(kMaxChunksPerMessage) + "]");
+  }
+  if (h.key < 0 || h.key > std::numeric_limits<std::int64_t>::max() - h.version) {
+    throw ProtocolError(describe(h) + ": first chunk " + std::to_string(h.key) + " is not a chunk id");
+  }
+  if (h.request_id > std::numeric_limits<std::uint64_t>::max() - static_cast<std::uint64_t>(h.version)) {
+    throw ProtocolError(describe(h) + ": request id " + std::to_string(h.request_id) + " leaves no room for " +
+                        std::to_string(h.version) + " chunks' ids");
+  }
+}
+
 }  // namespace
+
+Header chunk_request(const Header& run, std::int64_t index, std::int64_t num_elems) {
+  Header h = run;
+  h.type = run.type == MsgType::kPushChunks ? MsgType::kPush : MsgType::kPull;
+  h.key = run.key + index;
+  h.request_id = run.request_id + static_cast<std::uint64_t>(index);
+  h.version = 0;
+  h.num_elems = num_elems;
+  if (num_elems == 0 && h.type == MsgType::kPull) h.dtype = DType::kNone;
+  if (h.type == MsgType::kPush && h.aux == kPushSkip) h.dtype = DType::kNone;
+  return h;
+}
 
 Message decode_message(std::vector<Buffer>& frames, const DecodeLimits& limits) {
   if (frames.empty() || frames.size() > 2) {
@@ -234,7 +268,8 @@ Message decode_message(std::vector<Buffer>& frames, const DecodeLimits& limits) 
   if (static_cast<int>(h.status) > static_cast<int>(Status::kRefused)) {
     throw ProtocolError(describe(h) + ": unknown status code " + std::to_string(static_cast<int>(h.status)));
   }
-  if (h.type == MsgType::kPull) (void)pull_reply_dtype(h);  // an unknown reply dtype is malformed
+  if (h.type == MsgType::kPull || h.type == MsgType::kPullChunks) (void)pull_reply_dtype(h);  // an unknown reply dtype is malformed
+  validate_run(h);
   msg.has_payload = frames.size() == 2;
   validate_payload(h, msg.has_payload, msg.has_payload ? frames[1].size() : 0, limits);
   if (msg.has_payload) msg.payload = std::move(frames[1]);

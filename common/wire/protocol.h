@@ -63,7 +63,16 @@ enum class MsgType : std::uint8_t {
   // scheduler takes registrations without a secret). The node's kRegister then carries the nonce and
   // its answer (RegisterRequest::challenge, ::proof).
   kChallenge,
-  kLast = kChallenge,
+  // worker -> server, several chunks per message: the run of consecutive chunk ids [key, key + version)
+  // (version = the chunk count, 1..kMaxChunksPerMessage), all held by the receiving server. Each chunk is
+  // served as the single-chunk request it stands for (same step, lr, aux, dtype; key + i, request_id + i)
+  // and answered by its own kPushReply / kPullReply / kError with that request id and key, so a pull
+  // reply still carries one chunk's weights zero-copy, sent as soon as that chunk can be answered.
+  kPushChunks,        // key, version = count, step, lr, aux = kPushGradient: payload = the chunks' gradients
+                      // back to back (float32, as they lie in the flat buffer: sent zero-copy), num_elems their sum;
+                      // aux = kPushSkip: no payload
+  kPullChunks,        // key, version = count, step, aux = the replies' dtype (as kPull); no payload
+  kLast = kPullChunks,
 };
 std::string_view to_string(MsgType type);
 
@@ -73,6 +82,9 @@ std::string_view to_string(MsgType type);
 // its arrival (sync) or its clock (ssp) without an update from it.
 inline constexpr std::int64_t kPushGradient = 0;
 inline constexpr std::int64_t kPushSkip = 1;
+
+// The most chunks one kPushChunks / kPullChunks may name.
+inline constexpr std::int64_t kMaxChunksPerMessage = 64;
 
 // kRegister's aux: a first registration, or a process replacing a dropped
 // node of the same rank (--rejoin; the scheduler's reply then carries in its
@@ -132,6 +144,12 @@ struct Header {
 // The dtype a kPull asks its reply in (its aux: kNone or kFloat32 = float32,
 // kBFloat16); throws ProtocolError for any other code.
 DType pull_reply_dtype(const Header& pull);
+
+// The single-chunk request (kPush, kPull) that chunk `index` of a run
+// (kPushChunks, kPullChunks) stands for: key + index, request_id + index,
+// version 0, num_elems `num_elems` (that chunk's payload elements; 0 for a
+// pull or a skip), dtype kNone when it has no payload.
+Header chunk_request(const Header& run, std::int64_t index, std::int64_t num_elems);
 
 // Encoded size of every header (all fields are fixed size).
 std::size_t header_wire_bytes();

@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <cstring>
+#include <limits>
 
 #include "common/base/errors.h"
 #include "common/wire/protocol.h"
@@ -231,4 +232,101 @@ TEST_CASE("store messages need a body and store entries are validated") {
                        "store get: key of 257 bytes, expected 1 to 256", ProtocolError);
   CHECK_THROWS_WITH_AS(validate_store_entry(StoreEntry{"k", std::string(kMaxStoreValueBytes + 1, 'v')}, "store set"),
                        "store set of key 'k': value of 65537 bytes exceeds the 65536-byte limit", ProtocolError);
+}
+
+namespace {
+
+Header run_header(MsgType type, std::int64_t count, std::int64_t num_elems) {
+  Header h = push_header(num_elems);
+  h.type = type;
+  h.version = count;
+  if (type == MsgType::kPullChunks) {
+    h.dtype = DType::kNone;
+    h.lr = 0.0;
+  }
+  return h;
+}
+
+}  // namespace
+
+TEST_CASE("several chunks per message: a run's count, first chunk, request ids and payload are checked") {
+  SUBCASE("well-formed runs decode") {
+    std::vector<Buffer> push = frames_of(run_header(MsgType::kPushChunks, 3, 10), 40);
+    const Message m = decode_message(push, DecodeLimits{});
+    CHECK(m.header.type == MsgType::kPushChunks);
+    CHECK(m.header.version == 3);
+    CHECK(m.payload.size() == 40);
+    std::vector<Buffer> pull = frames_of(run_header(MsgType::kPullChunks, kMaxChunksPerMessage, 0), 0, false);
+    CHECK(decode_message(pull, DecodeLimits{}).header.version == kMaxChunksPerMessage);
+    Header skip = run_header(MsgType::kPushChunks, 2, 0);
+    skip.dtype = DType::kNone;
+    skip.aux = kPushSkip;
+    std::vector<Buffer> skips = frames_of(skip, 0, false);
+    CHECK(decode_message(skips, DecodeLimits{}).header.aux == kPushSkip);
+  }
+  SUBCASE("the chunk count (version) is 1..kMaxChunksPerMessage") {
+    for (const MsgType type : {MsgType::kPushChunks, MsgType::kPullChunks}) {
+      CAPTURE(to_string(type));
+      const bool push = type == MsgType::kPushChunks;
+      for (const std::int64_t count : {std::int64_t{0}, std::int64_t{-1}, kMaxChunksPerMessage + 1}) {
+        CAPTURE(count);
+        const std::string err = decode_error(frames_of(run_header(type, count, push ? 1 : 0), 4, push));
+        CHECK(err.find("chunk count (version) " + std::to_string(count) + " outside [1, 64]") != std::string::npos);
+      }
+    }
+  }
+  SUBCASE("the first chunk is a chunk id and the run's ids fit") {
+    Header negative = run_header(MsgType::kPullChunks, 2, 0);
+    negative.key = -3;
+    CHECK(decode_error(frames_of(negative, 0, false)).find("first chunk -3 is not a chunk id") != std::string::npos);
+    Header last = run_header(MsgType::kPullChunks, 2, 0);
+    last.key = std::numeric_limits<std::int64_t>::max() - 1;
+    CHECK(decode_error(frames_of(last, 0, false)).find("is not a chunk id") != std::string::npos);
+    Header ids = run_header(MsgType::kPullChunks, 5, 0);
+    ids.request_id = std::numeric_limits<std::uint64_t>::max() - 2;
+    CHECK(decode_error(frames_of(ids, 0, false)).find("leaves no room for 5 chunks' ids") != std::string::npos);
+  }
+  SUBCASE("payloads: float32 gradients only, none for a skip or a pull, sizes as for one chunk") {
+    CHECK(decode_error(frames_of(run_header(MsgType::kPushChunks, 2, 4), 0, false)).find("payload frame missing") !=
+          std::string::npos);
+    CHECK(decode_error(frames_of(run_header(MsgType::kPushChunks, 2, 4), 12))
+              .find("expected 16 payload bytes for 4 float32 elements, got 12") != std::string::npos);
+    Header bf16 = run_header(MsgType::kPushChunks, 2, 4);
+    bf16.dtype = DType::kBFloat16;
+    CHECK(decode_error(frames_of(bf16, 8)).find("expected dtype float32, got code 3") != std::string::npos);
+    Header skip = run_header(MsgType::kPushChunks, 2, 1);
+    skip.aux = kPushSkip;
+    CHECK(decode_error(frames_of(skip, 4)).find("carries no payload") != std::string::npos);
+    Header bad_aux = run_header(MsgType::kPushChunks, 2, 1);
+    bad_aux.aux = 7;
+    CHECK(decode_error(frames_of(bad_aux, 4)).find("aux 7 is neither") != std::string::npos);
+    CHECK(decode_error(frames_of(run_header(MsgType::kPullChunks, 2, 0), 4)).find("carries no payload") !=
+          std::string::npos);
+    Header pull_dtype = run_header(MsgType::kPullChunks, 2, 0);
+    pull_dtype.aux = 2;
+    CHECK(decode_error(frames_of(pull_dtype, 0, false)).find("asks for no known reply dtype") != std::string::npos);
+  }
+}
+
+TEST_CASE("chunk_request: chunk i of a run is the single request for key + i with request id + i") {
+  Header run = run_header(MsgType::kPushChunks, 3, 30);
+  const Header second = chunk_request(run, 1, 12);
+  CHECK(second.type == MsgType::kPush);
+  CHECK(second.key == run.key + 1);
+  CHECK(second.request_id == run.request_id + 1);
+  CHECK(second.version == 0);
+  CHECK(second.num_elems == 12);
+  CHECK(second.dtype == DType::kFloat32);
+  CHECK(second.step == run.step);
+  CHECK(second.lr == run.lr);
+  CHECK(second.sender == run.sender);
+  run.aux = kPushSkip;
+  CHECK(chunk_request(run, 2, 0).dtype == DType::kNone);
+  Header pull = run_header(MsgType::kPullChunks, 2, 0);
+  pull.aux = static_cast<std::int64_t>(DType::kBFloat16);
+  const Header one = chunk_request(pull, 1, 0);
+  CHECK(one.type == MsgType::kPull);
+  CHECK(one.key == pull.key + 1);
+  CHECK(one.aux == static_cast<std::int64_t>(DType::kBFloat16));
+  CHECK(one.num_elems == 0);
 }

@@ -36,6 +36,9 @@ KVClient::KVClient(Transport& transport, const ShardMap& map, const std::vector<
                       " is not a tensor dtype (float32 or bfloat16)");
   }
   narrowed_.resize(map.chunks().size());
+  all_keys_.resize(map.chunks().size());
+  for (std::size_t i = 0; i < all_keys_.size(); ++i) all_keys_[i] = static_cast<std::int64_t>(i);
+  for (const Chunk& c : map.chunks()) max_run_elems_ = std::max(max_run_elems_, c.num_elems);
   last_pushed_.assign(map.chunks().size(), -1);
   trace_chunks_ = options.trace != nullptr && options.trace->enabled(TraceLevel::kAll);
   if (trace_chunks_) {
@@ -147,51 +150,98 @@ KVClient::Ticket KVClient::start(MsgType type, std::span<const float> src, float
                                  const std::shared_ptr<const void>& keep_alive) {
   const Ticket ticket = next_ticket_++;
   TicketState& state = tickets_[ticket];
-  const auto num_keys = keys.empty() ? map_.chunks().size() : keys.size();
-  for (std::size_t i = 0; i < num_keys; ++i) {
-    const std::int64_t key = keys.empty() ? static_cast<std::int64_t>(i) : keys[i];
+  if (keys.empty()) keys = all_keys_;
+  for (const std::int64_t key : keys) {
     if (key < 0 || key >= static_cast<std::int64_t>(map_.chunks().size())) {
       throw ConfigError(std::string(to_string(type)) + ": chunk id " + std::to_string(key) + " outside [0, " +
                         std::to_string(map_.chunks().size()) + ")");
     }
-    const Chunk& c = map_.chunk(key);
-    if (type == MsgType::kPush) {
-      std::int64_t& last = last_pushed_[static_cast<std::size_t>(key)];
-      last = std::max(last, step);
-    }
-    Header h;
-    h.type = type;
-    h.role = Role::kWorker;
-    h.sender = options_.worker_rank;
-    h.request_id = next_request_id_++;
-    h.key = key;
-    h.step = step;
-    h.lr = lr;
-    if (skip) h.aux = kPushSkip;
-    if (type == MsgType::kPull) h.aux = static_cast<std::int64_t>(options_.wire_dtype);
-    const auto offset = static_cast<std::size_t>(c.offset);
-    const MsgType expect = type == MsgType::kPush   ? MsgType::kPushReply
-                           : type == MsgType::kPull ? MsgType::kPullReply
-                                                    : MsgType::kInitReply;
-    const Pending& p = pending_[h.request_id] =
-        Pending{ticket, expect, key, dest == nullptr ? nullptr : dest + offset, trace_chunks_ ? options_.trace->now_us() : 0,
-                skip, h, type != MsgType::kPull && !skip ? src.data() + offset : nullptr,
-                type == MsgType::kPull && step == kPullRejoinProbe, skip ? nullptr : keep_alive};
-    try {
-      conns_[static_cast<std::size_t>(c.server)]->send(h, payload_of(p));
-    } catch (const TransportError&) {
-      // A send that cannot go out (the server's queue stayed full, or it is
-      // gone) while the job is ending: the job's end is the cause, not the socket.
-      if (scheduler_ != nullptr && scheduler_->drain_incoming()) {  // an abort throws AbortedError itself
-        throw AbortedError("worker " + std::to_string(options_.worker_rank) +
-                           ": the scheduler shut the job down while this worker sent a request to server " +
-                           std::to_string(c.server));
-      }
-      throw;
-    }
-    ++state.outstanding;
+  }
+  for (std::size_t at = 0; at < keys.size();) {
+    const std::size_t n = run_length(type, keys, at, skip);
+    send_run(type, src, dest, step, lr, keys.subspan(at, n), skip, keep_alive, ticket);
+    state.outstanding += n;
+    at += n;
   }
   return ticket;
+}
+
+std::size_t KVClient::run_length(MsgType type, std::span<const std::int64_t> keys, std::size_t at, bool skip) const {
+  const bool push = type == MsgType::kPush;
+  if (type == MsgType::kInit || (push && !skip && options_.wire_dtype != DType::kFloat32)) return 1;
+  const Chunk* last = &map_.chunk(keys[at]);
+  std::int64_t elems = last->num_elems;
+  std::size_t n = 1;
+  while (at + n < keys.size() && n < static_cast<std::size_t>(kMaxChunksPerMessage)) {
+    const std::int64_t key = keys[at + n];
+    if (key != keys[at] + static_cast<std::int64_t>(n)) break;
+    const Chunk& c = map_.chunk(key);
+    if (c.server != last->server || c.offset != last->offset + last->num_elems) break;
+    if (push && !skip && elems + c.num_elems > max_run_elems_) break;
+    elems += c.num_elems;
+    last = &c;
+    ++n;
+  }
+  return n;
+}
+
+void KVClient::send_run(MsgType type, std::span<const float> src, float* dest, std::int64_t step, double lr,
+                        std::span<const std::int64_t> keys, bool skip, const std::shared_ptr<const void>& keep_alive,
+                        Ticket ticket) {
+  const Chunk& first = map_.chunk(keys.front());
+  Header run;
+  run.type = keys.size() == 1 ? type : type == MsgType::kPush ? MsgType::kPushChunks : MsgType::kPullChunks;
+  run.role = Role::kWorker;
+  run.sender = options_.worker_rank;
+  run.request_id = next_request_id_;
+  run.key = keys.front();
+  run.version = keys.size() == 1 ? 0 : static_cast<std::int64_t>(keys.size());
+  run.step = step;
+  run.lr = lr;
+  if (skip) run.aux = kPushSkip;
+  if (type == MsgType::kPull) run.aux = static_cast<std::int64_t>(options_.wire_dtype);
+  const MsgType expect = type == MsgType::kPush   ? MsgType::kPushReply
+                         : type == MsgType::kPull ? MsgType::kPullReply
+                                                  : MsgType::kInitReply;
+  const bool carries = type != MsgType::kPull && !skip;
+  std::int64_t elems = 0;
+  const Pending* single = nullptr;
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    const Chunk& c = map_.chunk(keys[i]);
+    if (type == MsgType::kPush) {
+      std::int64_t& last = last_pushed_[static_cast<std::size_t>(keys[i])];
+      last = std::max(last, step);
+    }
+    Header h = keys.size() == 1 ? run : chunk_request(run, static_cast<std::int64_t>(i), 0);
+    h.num_elems = 0;  // the single request's payload fields are set when it is encoded (payload_of)
+    const auto offset = static_cast<std::size_t>(c.offset);
+    single = &(pending_[next_request_id_++] =
+                   Pending{ticket, expect, keys[i], dest == nullptr ? nullptr : dest + offset,
+                           trace_chunks_ ? options_.trace->now_us() : 0, skip, h,
+                           carries ? src.data() + offset : nullptr, type == MsgType::kPull && step == kPullRejoinProbe,
+                           skip ? nullptr : keep_alive});
+    elems += c.num_elems;
+  }
+  const auto server = static_cast<std::size_t>(first.server);
+  if (keys.size() == 1) return send_to(server, single->header, payload_of(*single));
+  Payload payload;
+  if (carries) payload = Payload::floats(src.subspan(static_cast<std::size_t>(first.offset), static_cast<std::size_t>(elems)), keep_alive);
+  send_to(server, run, std::move(payload));
+}
+
+void KVClient::send_to(std::size_t server, const Header& h, Payload payload) {
+  try {
+    conns_[server]->send(h, std::move(payload));
+  } catch (const TransportError&) {
+    // A send that cannot go out (the server's queue stayed full, or it is
+    // gone) while the job is ending: the job's end is the cause, not the socket.
+    if (scheduler_ != nullptr && scheduler_->drain_incoming()) {  // an abort throws AbortedError itself
+      throw AbortedError("worker " + std::to_string(options_.worker_rank) +
+                         ": the scheduler shut the job down while this worker sent a request to server " +
+                         std::to_string(server));
+    }
+    throw;
+  }
 }
 
 Payload KVClient::narrow(std::int64_t key, std::span<const float> values) {

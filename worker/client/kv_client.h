@@ -132,6 +132,21 @@ class KVClient {
 
   Ticket start(MsgType type, std::span<const float> src, float* dest, std::int64_t step, double lr,
                std::span<const std::int64_t> keys, bool skip = false, const std::shared_ptr<const void>& keep_alive = nullptr);
+  // Several chunks per message (kPushChunks, kPullChunks): how many of
+  // keys[at..] go in the message that starts at keys[at]: a run of
+  // consecutive chunk ids of one server, next to each other in the flat
+  // buffer, at most kMaxChunksPerMessage; pushes only float32 (a bfloat16
+  // push narrows per chunk) and at most max_run_elems_ elements (the
+  // largest chunk: the servers' sockets take no larger frame). 1 = a
+  // single-chunk message; init always goes one chunk a message.
+  std::size_t run_length(MsgType type, std::span<const std::int64_t> keys, std::size_t at, bool skip) const;
+  // Sends keys[0..n) of one run: a Pending per chunk, with the header of the
+  // single-chunk request it stands for (chunk_request: a server restart
+  // resends them one by one), and one message.
+  void send_run(MsgType type, std::span<const float> src, float* dest, std::int64_t step, double lr,
+                std::span<const std::int64_t> keys, bool skip, const std::shared_ptr<const void>& keep_alive,
+                Ticket ticket);
+  void send_to(std::size_t server, const Header& h, Payload payload);
   void check_flat(std::size_t num_elems, const char* op) const;
   Payload narrow(std::int64_t key, std::span<const float> values);
   void receive_from(std::size_t server);
@@ -154,6 +169,8 @@ class KVClient {
   std::unordered_map<std::uint64_t, Pending> pending_;      // request id -> request
   std::unordered_map<Ticket, TicketState> tickets_;
   std::vector<float> scratch_;
+  std::vector<std::int64_t> all_keys_;  // 0..chunks-1: the keys of a request for every chunk
+  std::int64_t max_run_elems_ = 0;      // the largest chunk's elements: a push run's cap
   // Pulls of a model bigger than the last-level cache can hold write the
   // weights with streaming stores (Message::copy_floats_to): nothing of them
   // would be in the caches when the model reads them, and the stores do not
