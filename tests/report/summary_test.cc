@@ -177,7 +177,7 @@ TEST_CASE("summary.json holds every documented key and reads back") {
     CAPTURE(key);
     CHECK(j.find(key) != nullptr);
   }
-  CHECK(j.keys().size() == 23);
+  CHECK(j.keys().size() == 24);
   CHECK(j.find("ssp")->is_null());
   CHECK(j.find("mode")->as_string("mode") == "async");
   CHECK(j.find("final_test_accuracy")->as_number("a") == doctest::Approx(0.84));
