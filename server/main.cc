@@ -98,9 +98,17 @@ void write_server_metrics(const std::string& run_dir, const pstrain::Server& ser
                                .str();
   std::filesystem::create_directories(run_dir + "/metrics");
   const std::string path = run_dir + "/metrics/server-" + std::to_string(server.rank()) + ".json";
-  std::ofstream out(path);
-  out << line << "\n";
-  if (!out.flush()) throw pstrain::Error("cannot write " + path + ": " + std::strerror(errno));  // a full disk shows here
+  // Whole or absent (a reader that starts before this process ends, as
+  // pstrain-node.sh's summary, never sees half a file): written aside, renamed.
+  const std::string part = path + ".part";
+  {
+    std::ofstream out(part);
+    out << line << "\n";
+    if (!out.flush()) throw pstrain::Error("cannot write " + part + ": " + std::strerror(errno));  // a full disk shows here
+  }
+  std::error_code ec;
+  std::filesystem::rename(part, path, ec);
+  if (ec) throw pstrain::Error("cannot rename " + part + " to " + path + ": " + ec.message());
 }
 
 // --rejoin: the newest complete checkpoint of the run, whose part for this

@@ -48,6 +48,14 @@ if [ "$rank" -eq 0 ]; then
   status=0
   "$bin/pstrain-scheduler" --config "$config" "$@" || status=$?
   if [ "$status" -eq 0 ] && [ -n "$run_dir" ]; then
+    # Each server writes metrics/server-R.json as it exits, just after the
+    # scheduler: wait (at most 30 s) for all of them before summing up.
+    for _ in $(seq 300); do
+      missing=0
+      for ((r = 0; r < servers; r++)); do [ -e "$run_dir/metrics/server-$r.json" ] || missing=1; done
+      [ "$missing" -eq 0 ] && break
+      sleep 0.1
+    done
     "$bin/pstrain-summary" "$run_dir" || status=$?
   fi
   # The job's timeline, as launch merges it (also after a failure): each
