@@ -146,6 +146,9 @@ bool EpochDriver::run_epoch(Walk& w) const {
     double lr = schedule_.lr_in_epoch(w.epoch, b, split.steps());
     if (scale_lr_by_members_) lr *= lr_factor(shard.replicas);
     const auto batch = split.batch(b);
+    const bool last_of_epoch = b + 1 >= split.steps();
+    next_ = NextStep{last_of_epoch ? w.epoch + 1 : w.epoch, last_of_epoch ? 0 : b + 1,
+                     w.step + 1 >= w.total || (last_of_epoch && w.epoch + 1 >= epochs_)};
     const double loss = w.step_fn(batch, w.step, w.epoch, lr);
     w.coverage.add(batch);
     if (std::isfinite(loss)) w.window.loss_sum += loss, ++w.window.losses;
