@@ -20,6 +20,7 @@
 
 namespace {
 
+namespace fs = std::filesystem;
 namespace report = pstrain::report;
 using pstrain::EpochCoverage;
 using pstrain::EpochSegment;
@@ -28,7 +29,8 @@ using pstrain::EpochSplit;
 constexpr std::int64_t kSamples = 1024;  // configs/tiny_sync.toml: synthetic_train, seed 1, batch 32
 constexpr int kBatch = 32;
 constexpr std::uint64_t kSeed = 1;
-constexpr int kEpochs = 4;
+// Long enough (about 440 steps, seconds) that the request, made at its first step, comes well before its end.
+constexpr int kEpochs = 40;
 constexpr std::int64_t kStepsWith3 = 11;  // ceil(ceil(1024 / 3) / 32)
 
 std::vector<std::string> elastic_args(const fs::path& run, const std::string& mode) {
@@ -55,7 +57,7 @@ std::vector<EpochSegment> segments_of(int epoch, int changed, std::int64_t from)
 
 double final_accuracy(const fs::path& run) {
   const report::JsonValue summary = report::parse_json(it::read_file(run / "summary.json"), "summary.json");
-  return summary.find("final_test_accuracy")->number();
+  return summary.find("final_test_accuracy")->as_number("number");
 }
 
 }  // namespace
@@ -83,10 +85,14 @@ TEST_CASE("3 -> 2 workers while training (pstrain-ctl): worker 2 retires at the 
 
     // Where the change took effect: worker 0's plan record for it.
     const report::WorkerMetrics w0 = report::read_worker_metrics(report::worker_metrics_path(run, 0), 0);
-    REQUIRE(w0.plan_changes.size() >= 1);
-    const report::PlanChange change = w0.plan_changes.front();
+    // (A worker behind the boundary's epoch may first record the epoch's start, still with 3.)
+    std::vector<report::PlanChange> within;
+    for (const report::PlanChange& c : w0.plan_changes) {
+      if (c.step >= 0) within.push_back(c);
+    }
+    REQUIRE(within.size() == 1);
+    const report::PlanChange change = within.front();
     CHECK(change.workers == 2);
-    REQUIRE(change.step >= 0);
     const int changed = static_cast<int>(change.epoch);
     const std::int64_t from = change.step - changed * kStepsWith3;
     REQUIRE(from >= 1);
@@ -97,7 +103,8 @@ TEST_CASE("3 -> 2 workers while training (pstrain-ctl): worker 2 retires at the 
     REQUIRE(w2.end.has_value());
     CHECK(w2.end->steps == change.step);
     CHECK(it::contains(it::read_file(run / "metrics/worker-2.jsonl"), "\"retired\":true"));
-    CHECK(it::has_line(p.output(), "scheduler", "worker 2 retired (a membership change left it out); 2 workers go on"));
+    CHECK(it::contains(it::read_file(run / "logs/scheduler.log"),
+                       "worker 2 retired (a membership change left it out); 2 workers go on"));
 
     // Every sample of every epoch once (plus the padding of the split): the
     // records of each epoch are what the split the change named gives.
@@ -128,10 +135,10 @@ TEST_CASE("3 -> 2 workers while training (pstrain-ctl): worker 2 retires at the 
     const report::JsonValue summary = report::parse_json(it::read_file(run / "summary.json"), "summary.json");
     const auto& changes = summary.find("membership_changes")->items();
     REQUIRE(changes.size() == 1);
-    CHECK(changes[0].find("old_workers")->number() == 3);
-    CHECK(changes[0].find("new_workers")->number() == 2);
-    CHECK(changes[0].find("reason")->str() == "retire");
-    CHECK(changes[0].find("step")->number() == static_cast<double>(change.step));
+    CHECK(changes[0].find("old_workers")->as_number("number") == 3);
+    CHECK(changes[0].find("new_workers")->as_number("number") == 2);
+    CHECK(changes[0].find("reason")->as_string("reason") == "retire");
+    CHECK(changes[0].find("step")->as_number("number") == static_cast<double>(change.step));
     // The same run without the change: the accuracy within a wide band of it.
     CHECK(final_accuracy(run) >= final_accuracy(reference) - 0.15);
   }

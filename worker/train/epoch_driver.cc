@@ -128,6 +128,11 @@ bool EpochDriver::run_epoch(Walk& w) const {
   EpochSplit split = split_of(w.who, w.epoch);
   std::size_t known = w.who.segments(w.epoch).size();
   replan(w, split, w.step, false);
+  // A change announced before this worker reached the epoch (it was behind,
+  // async/ssp): its record as well, with the step it takes effect at.
+  for (std::size_t k = split.segment_at(std::min(w.step - w.start, split.steps() - 1)) + 1; k < known; ++k) {
+    replan(w, split, w.start + w.who.segments(w.epoch)[k].from_step, true);
+  }
   if (!split.shard_at(w.step - w.start).member && split.segment_at(w.step - w.start) == 0) {
     w.log.warn("epoch " + std::to_string(w.epoch) + " was begun by workers " + format_members(w.who.of(w.epoch)) +
                " before this worker was back: it repeats the shard of position " +
