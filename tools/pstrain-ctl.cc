@@ -11,7 +11,8 @@
 // or why it refused (a change already under way, fewer live workers than
 // asked...). No port is opened: whoever may write RUN_DIR may resize its job.
 //
-// Exit codes: 0 requested; 2 bad arguments or N out of the run's bounds;
+// Exit codes: 0 requested; 2 bad arguments, N out of the run's bounds, or an
+// allreduce job (not built yet);
 // 3 RUN_DIR is not a running job's directory.
 #include <cstdio>
 #include <filesystem>
@@ -39,7 +40,13 @@ int main(int argc, char** argv) {
     return 3;
   }
   try {
-    const pstrain::ClusterConfig c = pstrain::load_config(config_file.string()).cluster;
+    const pstrain::RunConfig config = pstrain::load_config(config_file.string());
+    const pstrain::ClusterConfig& c = config.cluster;
+    if (config.mode == pstrain::Mode::kAllreduce) {
+      std::fprintf(stderr, "pstrain-ctl: refused: resizing a job in mode allreduce is not built yet (%s)\n",
+                   config_file.c_str());
+      return 2;
+    }
     const int low = pstrain::min_workers(c);
     const int high = pstrain::max_workers(c);
     if (workers < low || workers > high) {

@@ -77,6 +77,9 @@ TEST_CASE("3 -> 2 workers while training (pstrain-ctl): worker 2 retires at the 
                                          std::chrono::seconds(120), "worker 0's first step");
     INFO(p.output());
     REQUIRE(training);
+    // What the scheduler refuses itself (pstrain-ctl would not write these): below
+    // cluster.min_workers, a line that is no request, a grow (not built yet).
+    if (mode == "sync") it::write_file(run / "ctl.txt", "workers 1\nresize please\nworkers 3\n");
     CHECK(run_ctl(run, "2", dir.path() / "ctl.txt") == 0);
     const auto exit = p.wait(std::chrono::seconds(240));
     REQUIRE(exit.has_value());
@@ -106,6 +109,12 @@ TEST_CASE("3 -> 2 workers while training (pstrain-ctl): worker 2 retires at the 
     CHECK(it::contains(it::read_file(run / "logs/scheduler.log"),
                        "worker 2 retired (a membership change left it out); 2 workers go on"));
 
+    if (mode == "sync") {
+      const std::string log = it::read_file(run / "logs/scheduler.log");
+      CHECK(it::contains(log, "request for 1 workers refused: "));
+      CHECK(it::contains(log, "ignored a request 'resize please': expected 'workers N'"));
+      CHECK(it::contains(log, "request for 3 workers: the job has 3 already"));
+    }
     // Every sample of every epoch once (plus the padding of the split): the
     // records of each epoch are what the split the change named gives.
     std::map<std::int64_t, EpochCoverage> trained;
@@ -160,4 +169,9 @@ TEST_CASE("pstrain-ctl refuses a count outside cluster.min_workers..max_workers,
   CHECK_FALSE(fs::exists(run / "ctl.txt"));
   CHECK(run_ctl(run, "4", dir.path() / "ok.txt") == 0);
   CHECK(it::read_file(run / "ctl.txt") == "workers 4\n");
+  it::write_file(run / "config.toml",
+                 "mode = \"allreduce\"\n[cluster]\nworkers = 3\nmin_workers = 2\nmax_workers = 4\n[workload]\n"
+                 "dataset = \"synthetic\"\n");
+  CHECK(run_ctl(run, "2", dir.path() / "allreduce.txt") == 2);
+  CHECK(it::contains(it::read_file(dir.path() / "allreduce.txt"), "mode allreduce is not built yet"));
 }
