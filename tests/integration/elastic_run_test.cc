@@ -60,27 +60,32 @@ double final_accuracy(const fs::path& run) {
   return summary.find("final_test_accuracy")->as_number("number");
 }
 
-}  // namespace
-
-TEST_CASE("3 -> 2 workers while training (pstrain-ctl): worker 2 retires at the announced step, every sample once") {
-  it::TempDir dir;
-  for (const std::string mode : {"sync", "async", "ssp"}) {
-    CAPTURE(mode);
-    const auto reference = dir.path() / (mode + "-fixed");
-    const it::Result fixed = it::run_launch(elastic_args(reference, mode), dir.path());
+// A run of `mode` (with `extra` settings) asked for 2 workers at its first
+// step, checked against the same run without the change (`name`: its folder).
+void shrink_run(const fs::path& dir, const std::string& name, const std::string& mode,
+                const std::vector<std::string>& extra = {}) {
+  CAPTURE(name);
+  auto args = elastic_args(dir / (name + "-fixed"), mode);
+  args.insert(args.end(), extra.begin(), extra.end());
+  {
+    const it::Result fixed = it::run_launch(args, dir);
     INFO(fixed.output);
     REQUIRE(fixed.exit.code == 0);
-
-    const auto run = dir.path() / mode;
-    it::LaunchProcess p(elastic_args(run, mode), dir.path() / (mode + "-out.txt"));
+  }
+  const auto reference = dir / (name + "-fixed");
+  {
+    const auto run = dir / name;
+    args = elastic_args(run, mode);
+    args.insert(args.end(), extra.begin(), extra.end());
+    it::LaunchProcess p(args, dir / (name + "-out.txt"));
     const bool training = it::wait_until([&] { return it::count_lines(run / "metrics/worker-0.jsonl") >= 3; },
                                          std::chrono::seconds(120), "worker 0's first step");
     INFO(p.output());
     REQUIRE(training);
     // What the scheduler refuses itself (pstrain-ctl would not write these): below
     // cluster.min_workers, a line that is no request, a grow (not built yet).
-    if (mode == "sync") it::write_file(run / "ctl.txt", "workers 1\nresize please\nworkers 3\n");
-    CHECK(run_ctl(run, "2", dir.path() / "ctl.txt") == 0);
+    if (name == "sync") it::write_file(run / "ctl.txt", "workers 1\nresize please\nworkers 3\n");
+    CHECK(run_ctl(run, "2", dir / (name + "-ctl.txt")) == 0);
     const auto exit = p.wait(std::chrono::seconds(240));
     REQUIRE(exit.has_value());
     REQUIRE_FALSE(exit->signaled);
@@ -109,7 +114,7 @@ TEST_CASE("3 -> 2 workers while training (pstrain-ctl): worker 2 retires at the 
     CHECK(it::contains(it::read_file(run / "logs/scheduler.log"),
                        "worker 2 retired (a membership change left it out); 2 workers go on"));
 
-    if (mode == "sync") {
+    if (name == "sync") {
       const std::string log = it::read_file(run / "logs/scheduler.log");
       CHECK(it::contains(log, "request for 1 workers refused: "));
       CHECK(it::contains(log, "ignored a request 'resize please': expected 'workers N'"));
@@ -151,6 +156,22 @@ TEST_CASE("3 -> 2 workers while training (pstrain-ctl): worker 2 retires at the 
     // The same run without the change: the accuracy within a wide band of it.
     CHECK(final_accuracy(run) >= final_accuracy(reference) - 0.15);
   }
+}
+
+}  // namespace
+
+TEST_CASE("3 -> 2 workers while training (pstrain-ctl): worker 2 retires at the announced step, every sample once") {
+  it::TempDir dir;
+  for (const std::string mode : {"sync", "async", "ssp"}) shrink_run(dir.path(), mode, mode);
+}
+
+TEST_CASE("3 -> 2 workers while worker 2 straggles (async, ssp), and across checkpoints (sync): every sample once") {
+  it::TempDir dir;
+  const std::vector<std::string> straggler = {"--set", "workload.straggler_rank=2", "--set",
+                                              "workload.straggler_slowdown=4"};
+  shrink_run(dir.path(), "async-straggler", "async", straggler);
+  shrink_run(dir.path(), "ssp-straggler", "ssp", straggler);
+  shrink_run(dir.path(), "sync-checkpoints", "sync", {"--set", "checkpoint.interval_steps=7"});
 }
 
 TEST_CASE("pstrain-ctl refuses a count outside cluster.min_workers..max_workers, and a directory with no job") {
