@@ -152,6 +152,10 @@ void shrink_run(const fs::path& dir, const std::string& name, const std::string&
     CHECK(changes[0].find("old_workers")->as_number("number") == 3);
     CHECK(changes[0].find("new_workers")->as_number("number") == 2);
     CHECK(changes[0].find("reason")->as_string("reason") == "retire");
+    const auto& per_worker = summary.find("per_worker")->items();
+    REQUIRE(per_worker.size() == 3);
+    CHECK(per_worker[2].find("status")->as_string("status") == "retired");
+    CHECK(per_worker[0].find("status")->as_string("status") == "done");
     CHECK(changes[0].find("step")->as_number("number") == static_cast<double>(change.step));
     // The same run without the change: the accuracy within a wide band of it.
     CHECK(final_accuracy(run) >= final_accuracy(reference) - 0.15);
