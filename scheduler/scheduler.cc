@@ -399,6 +399,7 @@ void Scheduler::worker_failed(Member& node, const std::string& reason, bool sile
   if (!drops_failed_workers(policy)) fail(reason);
   const bool restart = policy == WorkerFailurePolicy::kRestart;
   members_.drop(node, Clock::now());
+  retiring_.erase(node.rank);  // a retiree that failed first: the next resize request is not held up by it
   if (members_.live_workers() == 0 && !restart) fail(reason + "; no worker is left");
   const std::string name(to_string(policy));
   report_failure(node, reason, silent, name);

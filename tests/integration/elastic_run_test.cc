@@ -156,6 +156,7 @@ void shrink_run(const fs::path& dir, const std::string& name, const std::string&
     REQUIRE(per_worker.size() == 3);
     CHECK(per_worker[2].find("status")->as_string("status") == "retired");
     CHECK(per_worker[0].find("status")->as_string("status") == "done");
+    CHECK(it::contains(it::read_file(dir / (name + "-out.txt")), "w2 retired"));  // the launcher's last status line
     CHECK(changes[0].find("step")->as_number("number") == static_cast<double>(change.step));
     // The same run without the change: the accuracy within a wide band of it.
     CHECK(final_accuracy(run) >= final_accuracy(reference) - 0.15);
