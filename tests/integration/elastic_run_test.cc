@@ -201,3 +201,38 @@ TEST_CASE("pstrain-ctl refuses a count outside cluster.min_workers..max_workers,
   CHECK(run_ctl(run, "2", dir.path() / "allreduce.txt") == 2);
   CHECK(it::contains(it::read_file(dir.path() / "allreduce.txt"), "mode allreduce is not built yet"));
 }
+
+TEST_CASE("a shrink, then worker 1 killed with SIGKILL (on_worker_failure continue): retired, then dropped, and the run ends well") {
+  it::TempDir dir;
+  const auto run = dir.path() / "run";
+  auto args = elastic_args(run, "sync");
+  args.insert(args.end(), {"--set", "cluster.on_worker_failure=\"continue\""});
+  it::LaunchProcess p(args, dir.path() / "out.txt");
+  const bool training = it::wait_until([&] { return it::count_lines(run / "metrics/worker-0.jsonl") >= 3; },
+                                       std::chrono::seconds(120), "worker 0's first step");
+  INFO(p.output());
+  REQUIRE(training);
+  REQUIRE(run_ctl(run, "2", dir.path() / "ctl.txt") == 0);
+  const bool retired = it::wait_until(
+      [&] { return it::contains(it::read_file(run / "logs/scheduler.log"), "worker 2 retired"); },
+      std::chrono::seconds(120), "worker 2's retirement");
+  REQUIRE(retired);
+  const auto pids = it::read_pids(run);
+  REQUIRE(pids.count("worker-1") == 1);
+  REQUIRE(kill(pids.at("worker-1"), SIGKILL) == 0);
+  const auto exit = p.wait(std::chrono::seconds(240));
+  REQUIRE(exit.has_value());
+  CHECK_FALSE(exit->signaled);
+  CHECK(exit->code == 0);
+  const report::JsonValue summary = report::parse_json(it::read_file(run / "summary.json"), "summary.json");
+  const auto& changes = summary.find("membership_changes")->items();
+  REQUIRE(changes.size() == 2);
+  CHECK(changes[0].find("reason")->as_string("reason") == "retire");
+  CHECK(changes[1].find("reason")->as_string("reason") == "drop");
+  CHECK(changes[1].find("old_workers")->as_number("number") == 2);
+  CHECK(changes[1].find("new_workers")->as_number("number") == 1);
+  const auto& per_worker = summary.find("per_worker")->items();
+  REQUIRE(per_worker.size() == 3);
+  CHECK(per_worker[1].find("status")->as_string("status") == "dropped");
+  CHECK(per_worker[2].find("status")->as_string("status") == "retired");
+}
