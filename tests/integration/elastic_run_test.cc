@@ -60,6 +60,35 @@ double final_accuracy(const fs::path& run) {
   return summary.find("final_test_accuracy")->as_number("number");
 }
 
+// Every sample of every epoch once (plus the padding of the split): the
+// records of each epoch of `run` are what the split gives when the change
+// took effect at step `from` of epoch `changed`.
+void check_coverage(const fs::path& run, int changed, std::int64_t from) {
+  std::map<std::int64_t, EpochCoverage> trained;
+  for (const int rank : {0, 1, 2}) {
+    const report::WorkerMetrics m = report::read_worker_metrics(report::worker_metrics_path(run, rank), rank);
+    for (const report::CoverageRecord& c : m.coverage) {
+      trained[c.epoch].add(EpochCoverage{c.samples, std::stoull(c.checksum, nullptr, 16)});
+    }
+  }
+  CHECK(trained.size() == kEpochs);
+  for (int epoch = 0; epoch < kEpochs; ++epoch) {
+    CAPTURE(epoch);
+    EpochCoverage expected;
+    std::set<std::int64_t> seen;
+    for (const int rank : {0, 1, 2}) {
+      const EpochSplit split(kSamples, kBatch, kSeed, epoch, segments_of(epoch, changed, from), rank);
+      for (std::int64_t b = 0; b < split.steps(); ++b) {
+        if (!split.shard_at(b).member) continue;
+        expected.add(split.batch(b));
+        seen.insert(split.batch(b).begin(), split.batch(b).end());
+      }
+    }
+    CHECK(static_cast<std::int64_t>(seen.size()) == kSamples);
+    CHECK(trained[epoch] == expected);
+  }
+}
+
 // A run of `mode` (with `extra` settings) asked for 2 workers at its first
 // step, checked against the same run without the change (`name`: its folder).
 void shrink_run(const fs::path& dir, const std::string& name, const std::string& mode,
@@ -120,31 +149,7 @@ void shrink_run(const fs::path& dir, const std::string& name, const std::string&
       CHECK(it::contains(log, "ignored a request 'resize please': expected 'workers N'"));
       CHECK(it::contains(log, "request for 3 workers: the job has 3 already"));
     }
-    // Every sample of every epoch once (plus the padding of the split): the
-    // records of each epoch are what the split the change named gives.
-    std::map<std::int64_t, EpochCoverage> trained;
-    for (const int rank : {0, 1, 2}) {
-      const report::WorkerMetrics m = report::read_worker_metrics(report::worker_metrics_path(run, rank), rank);
-      for (const report::CoverageRecord& c : m.coverage) {
-        trained[c.epoch].add(EpochCoverage{c.samples, std::stoull(c.checksum, nullptr, 16)});
-      }
-    }
-    CHECK(trained.size() == kEpochs);
-    for (int epoch = 0; epoch < kEpochs; ++epoch) {
-      CAPTURE(epoch);
-      EpochCoverage expected;
-      std::set<std::int64_t> seen;
-      for (const int rank : {0, 1, 2}) {
-        const EpochSplit split(kSamples, kBatch, kSeed, epoch, segments_of(epoch, changed, from), rank);
-        for (std::int64_t b = 0; b < split.steps(); ++b) {
-          if (!split.shard_at(b).member) continue;
-          expected.add(split.batch(b));
-          seen.insert(split.batch(b).begin(), split.batch(b).end());
-        }
-      }
-      CHECK(static_cast<std::int64_t>(seen.size()) == kSamples);
-      CHECK(trained[epoch] == expected);
-    }
+    check_coverage(run, changed, from);
 
     const report::JsonValue summary = report::parse_json(it::read_file(run / "summary.json"), "summary.json");
     const auto& changes = summary.find("membership_changes")->items();
