@@ -72,13 +72,15 @@ int main(int argc, char** argv) {
   pstrain::close_to_other_processes();  // before any segment, key or secret is held (node_cli.h)
   CLI::App app{"pstrain scheduler: rendezvous, barriers, liveness and the end of a job"};
   pstrain::NodeArgs args;
-  std::string endpoint_file, failures_file, exits_file;
+  std::string endpoint_file, failures_file, exits_file, ctl_file;
   pstrain::add_node_options(app, args);
   app.add_option("--endpoint-file", endpoint_file, "write the bound endpoint to this file once listening");
   app.add_option("--failures-file", failures_file,
                  "append each node declared failed to this file, one JSON object per line (docs/run_directory.md)");
   app.add_option("--exits-file", exits_file,
                  "read the launcher's reports of node exits from this file (common/node/exit_report.h)");
+  app.add_option("--ctl-file", ctl_file,
+                 "read requests to resize the job ('workers N', written by pstrain-ctl) from this file");
   CLI11_PARSE(app, argc, argv);
   return pstrain::guarded_main("pstrain-scheduler", [&] {
     const pstrain::RunConfig config = pstrain::load_node_config(args);
@@ -101,6 +103,9 @@ int main(int argc, char** argv) {
     options.security = &security;
     if (!failures_file.empty()) options.on_failure = failure_file_writer(failures_file, log);
     options.exits_file = exits_file;
+    // Allreduce workers do not answer a membership change yet (docs/architecture.md,
+    // "Elastic membership"): no requests are taken there (pstrain-ctl refuses them).
+    options.ctl_file = config.mode == pstrain::Mode::kAllreduce ? std::string() : ctl_file;
     pstrain::Scheduler scheduler(pstrain::make_zmq_transport(), options, log);
     if (!endpoint_file.empty()) {
       const std::string tmp = endpoint_file + ".tmp";

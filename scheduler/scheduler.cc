@@ -50,6 +50,7 @@ Scheduler::Scheduler(std::unique_ptr<Transport> owned, Transport* transport, Sch
   endpoint_ = router_->address();
   limit_scheduler_memory(*router_, options_.cluster, options_.num_servers + options_.num_workers, 0, true, log_);
   if (!options_.exits_file.empty()) exits_.emplace(options_.exits_file, 4096);  // a longer line is no report
+  if (!options_.ctl_file.empty()) ctl_.emplace(options_.ctl_file, 256);
 }
 
 namespace {
@@ -204,6 +205,7 @@ void Scheduler::serve_until_done() {
       expire_store_gets();
       take_exit_reports();
       check_liveness();
+      take_ctl_requests();
     }
     send_heartbeats();
     router_->give_back_memory();  // after a flood of unsent replies has drained
@@ -296,7 +298,10 @@ void Scheduler::handle(const PeerId& from, const Message& msg, bool registering)
       return;
     case MsgType::kStoreSet:
     case MsgType::kStoreGet: on_store(from, msg); return;
-    case MsgType::kDone: on_done(*node); return;
+    case MsgType::kDone:
+      if (h.aux == kDoneRetired) return on_retired(*node);
+      on_done(*node);
+      return;
     case MsgType::kAbort:
       if (node->role == Role::kWorker) {
         worker_failed(*node, "worker " + std::to_string(node->rank) + " failed: " + msg.text_payload());
@@ -320,6 +325,7 @@ void Scheduler::on_barrier(const Message& msg) {
   if (arrival != Barriers::Arrival::kPassed && log_.enabled(LogLevel::kDebug)) {
     log_.debug("worker " + std::to_string(h.sender) + " arrived at barrier '" + name + "'");
   }
+  if (name == kFinalBarrier) at_final_barrier_.insert(static_cast<int>(h.sender));
   if (arrival == Barriers::Arrival::kPassed) {
     // A rejoined worker's first barrier: a checkpoint the others had
     // finished before it rejoined (Barriers::arrive), answered at once.
@@ -335,6 +341,7 @@ void Scheduler::on_barrier(const Message& msg) {
     return;
   }
   settle_barriers();
+  settle_change();  // a worker at the last barrier has no step left to answer with
 }
 
 void Scheduler::on_done(Member& node) {
@@ -352,6 +359,7 @@ void Scheduler::on_done(Member& node) {
     log_.info("worker " + std::to_string(node.rank) + " done");
   }
   settle_barriers();  // a barrier that waited for it may complete now, or can no longer
+  settle_change();
 }
 
 std::string Scheduler::stranded_reason(const Barriers::Stranded& s) {
@@ -398,6 +406,7 @@ void Scheduler::worker_failed(Member& node, const std::string& reason, bool sile
   if (!drops_failed_workers(policy)) fail(reason);
   const bool restart = policy == WorkerFailurePolicy::kRestart;
   members_.drop(node, Clock::now());
+  retiring_.erase(node.rank);  // a retiree that failed first: the next resize request is not held up by it
   if (members_.live_workers() == 0 && !restart) fail(reason + "; no worker is left");
   const std::string name(to_string(policy));
   report_failure(node, reason, silent, name);
@@ -414,6 +423,7 @@ void Scheduler::worker_failed(Member& node, const std::string& reason, bool sile
     send_quietly(n.routing_id, h, Payload::bytes(reason));
   }
   release_barriers();
+  settle_change();  // the pending change no longer waits for its answer
 }
 
 void Scheduler::on_store(const PeerId& from, const Message& msg) {
@@ -424,7 +434,7 @@ void Scheduler::on_store(const PeerId& from, const Message& msg) {
     StoreEntry entry = wire_decode<StoreEntry>(std::as_bytes(std::span(body.data(), body.size())), "store body");
     validate_store_entry(entry, is_set ? "store set" : "store get");
     if (!is_set) {
-      const auto answer = store_.get(entry.key, [this] { return members_.live_worker_ranks(); });
+      const auto answer = store_.get(entry.key, [this] { return staying_workers(); });
       if (!answer) {
         store_.park(from, h, entry.key, Clock::now());
         parked_gets_count_.store(store_.parked(), std::memory_order_release);
@@ -436,12 +446,15 @@ void Scheduler::on_store(const PeerId& from, const Message& msg) {
       reply_store(from, h, StoreEntry{entry.key, answer->value});
       return;
     }
+    const bool membership = entry.key.starts_with(kMembershipPrefix);
+    if (membership) check_membership_answer(h, entry);
     store_.check_set(entry.key);
     reply_store(from, h, StoreEntry{entry.key, {}});
     for (const KvStore::ParkedGet& get : store_.set(entry.key, entry.value)) {
       reply_store(get.routing_id, get.request, entry);
     }
     parked_gets_count_.store(store_.parked(), std::memory_order_release);
+    if (membership) settle_change();
   } catch (const ProtocolError& e) {
     refuse(from, h, e.what(), refusal_status(e));
   }

@@ -68,6 +68,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -84,6 +85,7 @@
 #include "scheduler/kv_store.h"
 #include "scheduler/liveness.h"
 #include "scheduler/membership.h"
+#include "scheduler/membership_change.h"
 
 namespace pstrain {
 
@@ -127,6 +129,9 @@ struct SchedulerOptions {
   // pstrain-scheduler --exits-file): a failure acted on at once. Empty: none
   // (a job without `launch`: the heartbeat timeout finds failures).
   std::string exits_file;
+  // Elastic membership's requests (pstrain-scheduler --ctl-file, written by
+  // pstrain-ctl: lines "workers N"): read every turn of the loop. Empty: none.
+  std::string ctl_file;
 };
 
 class Scheduler {
@@ -213,6 +218,24 @@ class Scheduler {
   // A server's registration after the rendezvous: takes back a restarting rank, else refused (rejoin.cc).
   void on_server_rejoin(const PeerId& from, const Message& msg);
   void tell_workers(MsgType type, std::int64_t key, const std::string& text);
+  // --- Elastic membership (scheduler/elastic.cc) ---
+  // The new lines of options_.ctl_file: "workers N" starts a change (a
+  // shrink retires the highest ranks), or is refused with the reason (logged).
+  void take_ctl_requests();
+  void request_workers(int workers);
+  // Announces a change to `members` to every live worker (kMembershipChange).
+  void start_change(std::vector<int> members, const std::string& reason);
+  // A worker's store set under kMembershipPrefix: its answer to the pending
+  // change (ProtocolError for anything else).
+  void check_membership_answer(const Header& h, const StoreEntry& entry);
+  // Decides the pending change's boundary once every live worker answered
+  // or has no step left, and answers the workers waiting for it.
+  void settle_change();
+  // The live workers but those a decided change retires ("0,2,3"): the
+  // members of an epoch asked for after the change, the live set to others.
+  std::string staying_workers() const;
+  // Worker `node` left at a change that did not keep it (kDone, aux kDoneRetired).
+  void on_retired(Member& node);
   [[noreturn]] void fail(const std::string& reason);
   void broadcast(MsgType type, const std::string& text, bool include_done = true);
 
@@ -239,6 +262,11 @@ class Scheduler {
   KvStore store_;
   Liveness liveness_;
   std::optional<AppendedLines> exits_;  // options_.exits_file, when given
+  std::optional<AppendedLines> ctl_;    // options_.ctl_file, when given
+  std::optional<MembershipChange> change_;  // the pending membership change
+  std::int64_t changes_ = 0;                // changes started so far (the next one's number - 1)
+  std::set<int> retiring_;                  // workers a decided change did not keep, until they retire
+  std::set<int> at_final_barrier_;          // workers waiting at the job's last barrier: no step left
   std::optional<RegistrationGate> gate_;  // make_gate: null with CURVE or without a job secret
   std::atomic<std::size_t> parked_gets_count_{0};  // store_.parked(), for other threads
 };

@@ -75,7 +75,7 @@ int run_worker(const pstrain::NodeArgs& args) {
                   static_cast<long long>(r.steps), static_cast<long long>(r.images), r.time_s, r.compute_s, r.pull_s,
                   r.push_s);
     log.info(line);
-    session.finish();
+    if (!r.retired) session.finish();  // a retired worker told the scheduler already
   });
   return 0;
 }

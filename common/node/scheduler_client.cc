@@ -146,6 +146,9 @@ bool SchedulerClient::handle_incoming() {
     case MsgType::kRejoined:
       rejoined_.push_back(Rejoined{static_cast<int>(m.header.key), m.text_payload(), m.header.step});
       return shutdown_;
+    case MsgType::kMembershipChange:
+      membership_changes_.push_back(m.header.key);
+      return shutdown_;
     default:
       throw ProtocolError("unexpected " + std::string(to_string(m.header.type)) + " from the scheduler");
   }
@@ -188,6 +191,10 @@ Message SchedulerClient::wait_for(MsgType type, const std::string& what, int ext
     }
     if (m.header.type == MsgType::kRejoined) {
       rejoined_.push_back(Rejoined{static_cast<int>(m.header.key), m.text_payload(), m.header.step});
+      continue;
+    }
+    if (m.header.type == MsgType::kMembershipChange) {
+      membership_changes_.push_back(m.header.key);
       continue;
     }
     if (m.header.type == MsgType::kAbort) throw AbortedError("job aborted by the scheduler: " + m.text_payload());
@@ -291,8 +298,10 @@ std::string SchedulerClient::store_get(const std::string& key, int timeout_ms) {
   return store_request(MsgType::kStoreGet, StoreEntry{key, {}}, limit_ms, "store get of key '" + key + "'").value;
 }
 
-void SchedulerClient::finish() {
-  conn_->send(make_header(MsgType::kDone));
+void SchedulerClient::finish(bool retired) {
+  Header h = make_header(MsgType::kDone);
+  h.aux = retired ? kDoneRetired : kDoneFinished;
+  conn_->send(h);
   if (!shutdown_) wait_for(MsgType::kShutdown, "end of job", 0, true);
   shutdown_ = true;
   stop_heartbeats();

@@ -121,7 +121,9 @@ class SchedulerClient {
   void store_set(const std::string& key, const std::string& value);
   std::string store_get(const std::string& key, int timeout_ms);
   // Worker: tells the scheduler it has finished and waits for the shutdown.
-  void finish();
+  // `retired`: it left at a membership change that did not keep it (a
+  // shrink, kDoneRetired); the scheduler answers at once.
+  void finish(bool retired = false);
   // Best effort: tells the scheduler this node failed (it aborts the job).
   void report_failure(const std::string& reason) noexcept;
 
@@ -170,6 +172,9 @@ class SchedulerClient {
     std::int64_t take = 0;  // which take back of that rank (1, 2, ...)
   };
   std::vector<Rejoined> take_rejoined() { return std::exchange(rejoined_, {}); }
+  // Elastic membership: the changes the scheduler announced
+  // (kMembershipChange) since the last call, by number, in order.
+  std::vector<std::int64_t> take_membership_changes() { return std::exchange(membership_changes_, {}); }
   // After rejoin_node(): which take back of this rank it was (1, 2, ...).
   std::int64_t rejoin_take() const { return rejoin_take_; }
   int rank() const { return rank_; }
@@ -202,6 +207,7 @@ class SchedulerClient {
   std::int64_t server_failures_ = 0;
   std::vector<std::pair<int, std::string>> servers_back_;
   std::vector<Rejoined> rejoined_;
+  std::vector<std::int64_t> membership_changes_;
   std::int64_t rejoin_take_ = 0;
   RegisterReply register_as(RegisterRequest request, std::int64_t kind);
   // Security mode "off" with a job secret: asks the scheduler for a nonce

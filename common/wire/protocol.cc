@@ -38,6 +38,7 @@ std::string_view to_string(MsgType type) {
     case MsgType::kChallenge: return "challenge";
     case MsgType::kPushChunks: return "push-chunks";
     case MsgType::kPullChunks: return "pull-chunks";
+    case MsgType::kMembershipChange: return "membership change";
   }
   return "unknown";
 }
@@ -133,7 +134,8 @@ PayloadRule payload_rule(MsgType type) {
     case MsgType::kDropped:
     case MsgType::kServerRestarting:
     case MsgType::kServerBack: return PayloadRule::kBytes;
-    case MsgType::kRejoined: return PayloadRule::kBytes;
+    case MsgType::kRejoined:
+    case MsgType::kMembershipChange: return PayloadRule::kBytes;
     case MsgType::kBarrier:
     case MsgType::kChallenge: return PayloadRule::kOptionalBytes;
     default: return PayloadRule::kNone;

@@ -72,7 +72,12 @@ enum class MsgType : std::uint8_t {
                       // back to back (float32, as they lie in the flat buffer: sent zero-copy), num_elems their sum;
                       // aux = kPushSkip: no payload
   kPullChunks,        // key, version = count, step, aux = the replies' dtype (as kPull); no payload
-  kLast = kPullChunks,
+  // Elastic membership (docs/architecture.md, "Elastic membership"): scheduler -> workers: change `key`
+  // (1, 2, ...) of the job's workers is pending, to the members in the body ("0,1"). Each worker answers
+  // at its next step boundary through the store (kMembershipPrefix) and waits for the step it takes
+  // effect at.
+  kMembershipChange,
+  kLast = kMembershipChange,
 };
 std::string_view to_string(MsgType type);
 
@@ -91,6 +96,11 @@ inline constexpr std::int64_t kMaxChunksPerMessage = 64;
 // key the barrier sequence number the node's next barrier takes).
 inline constexpr std::int64_t kRegisterFirst = 0;
 inline constexpr std::int64_t kRegisterRejoin = 1;
+// kDone's aux: a worker finished the job (kDoneFinished), or left it at a
+// membership change that did not keep it (kDoneRetired: a shrink; neither a
+// failure nor a drop; the scheduler answers with kShutdown at once).
+inline constexpr std::int64_t kDoneFinished = 0;
+inline constexpr std::int64_t kDoneRetired = 1;
 // kPull's step for a rejoined worker's probe: answered at once with the
 // current weights, the reply's step = the step the server expects this
 // worker to push next for the chunk (its clock there; server/consistency.h).
@@ -206,6 +216,14 @@ inline constexpr std::string_view kEpochMembersPrefix = "pstrain/epoch-members/"
 // moment ("0,2,3"), never stored: the PS checkpoint's manifest writer is the
 // lowest of them (worker/train/worker_checkpoint.h). A set of it is refused.
 inline constexpr std::string_view kLiveWorkersKey = "pstrain/live-workers";
+// Elastic membership's store keys (kMembershipChange): worker R sets
+// kMembershipPrefix + "<change>/<R>" to where it is, "<epoch> <step>" (the
+// next step it runs: that step of that epoch, counted within it) or "end"
+// (no step left); the scheduler alone sets kMembershipPrefix + "<change>",
+// once every live worker has answered, to the boundary "<epoch> <step>
+// <members>" (from that step of that epoch the members share the rest of
+// it) or "none" (no step is left to change); workers get it.
+inline constexpr std::string_view kMembershipPrefix = "pstrain/membership/";
 struct StoreEntry {
   std::string key;
   std::string value;

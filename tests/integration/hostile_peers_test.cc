@@ -168,9 +168,11 @@ TEST_CASE("32 connections that send pulls and never read keep a server within it
   CHECK(exit.code == 0);
 }
 
-TEST_CASE("a flood of 8 MiB frames for an unowned key from 4 connections leaves the job at least half its speed") {
+// 4 connections flood server 0 with 8 MiB pushes for an unowned key while a
+// job runs with `sets`; the job must finish at half its quiet speed or more.
+// Returns the frames the flooders got queued.
+static std::int64_t flood_against(const std::vector<std::string>& sets) {
   it::TempDir dir;
-  const std::vector<std::string> sets = {"workload.simulated_step_ms=10", "workload.epochs=8"};
   double quiet_rate = 0;
   {
     RunningJob job(dir, "quiet", sets);
@@ -214,6 +216,17 @@ TEST_CASE("a flood of 8 MiB frames for an unowned key from 4 connections leaves 
   const double flooded_rate = late_steps_per_s(job.step_times());
   it::note("flood: " + std::to_string(frames.load()) + " frames of 8 MiB queued by the flooders; " +
            std::to_string(quiet_rate) + " steps/s quiet, " + std::to_string(flooded_rate) + " flooded");
-  CHECK(frames.load() > 0);
   CHECK(flooded_rate >= 0.5 * quiet_rate);
+  return frames.load();
+}
+
+TEST_CASE("a flood of 8 MiB frames for an unowned key from 4 connections leaves the job at least half its speed") {
+  CHECK(flood_against({"workload.simulated_step_ms=10", "workload.epochs=8"}) > 0);
+}
+
+// Under CURVE the flooders hold no key of the job: ZeroMQ's handshake refuses
+// them before a frame is read, so the job runs as if they were not there.
+TEST_CASE("under curve, a flood of 8 MiB frames from 4 connections without the job's keys leaves the job at least half its speed") {
+  const std::int64_t frames = flood_against({"workload.simulated_step_ms=10", "workload.epochs=8", "security.mode=curve"});
+  it::note("curve flood: " + std::to_string(frames) + " frames queued by flooders the handshake refused");
 }

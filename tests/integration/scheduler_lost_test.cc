@@ -1,12 +1,18 @@
 // Heartbeats both ways: roles started by hand (no launcher to clean up), the
-// scheduler killed with SIGKILL mid-run; every server and worker notices its
-// silence within cluster.heartbeat_timeout_ms and exits naming it, instead
-// of serving forever or training to the end and failing at the last barrier.
+// scheduler killed with SIGKILL, or stopped with SIGSTOP and never continued
+// (a hung scheduler: its sockets stay open, so no connection drops), mid-run;
+// every server and worker notices its silence within
+// cluster.heartbeat_timeout_ms and exits naming it, instead of serving
+// forever or training to the end and failing at the last barrier.
 #include <doctest/doctest.h>
+
+#include <csignal>
 
 #include "tests/integration/launch_test_util.h"
 
-TEST_CASE("a killed scheduler ends every node within the heartbeat timeout, by its silence") {
+namespace {
+
+void scheduler_lost_by(int signal) {
   it::TempDir dir;
   const auto run = dir.path() / "run";
   const std::string port = std::to_string(it::free_port());
@@ -38,8 +44,8 @@ TEST_CASE("a killed scheduler ends every node within the heartbeat timeout, by i
                                        std::chrono::seconds(120), "4 metrics lines of worker 1");
   INFO(it::read_file(dir.path() / "scheduler.txt"));
   REQUIRE(training);
-  REQUIRE(kill(scheduler, SIGKILL) == 0);
-  it::wait_exit(scheduler, std::chrono::seconds(5));
+  REQUIRE(kill(scheduler, signal) == 0);
+  if (signal == SIGKILL) it::wait_exit(scheduler, std::chrono::seconds(5));
   const auto killed = std::chrono::steady_clock::now();
   for (const auto& [name, pid] : nodes) {
     CAPTURE(name);
@@ -59,6 +65,20 @@ TEST_CASE("a killed scheduler ends every node within the heartbeat timeout, by i
   // All within the heartbeat timeout (2 s) and a margin for a loaded machine,
   // not the 120 s of timeout_ms.
   CHECK(std::chrono::steady_clock::now() - killed < std::chrono::seconds(60));
+  if (signal != SIGKILL) {
+    kill(scheduler, SIGKILL);
+    it::wait_exit(scheduler, std::chrono::seconds(5));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("a killed scheduler ends every node within the heartbeat timeout, by its silence") {
+  scheduler_lost_by(SIGKILL);
+}
+
+TEST_CASE("a stopped scheduler (SIGSTOP, never continued) ends every node within the heartbeat timeout, by its silence") {
+  scheduler_lost_by(SIGSTOP);
 }
 
 TEST_CASE("async with a 5x straggler: the fast worker waits at the final barrier longer than timeout_ms, and the job ends well") {

@@ -70,6 +70,8 @@ TEST_CASE("status: async adds the staleness; a finished worker says done; the en
   s.workers[1].steps_done = 1000;
   CHECK(render_plain(s) == "[  12.345 status] done: 1000 steps | loss 0.4100 | w0 done | w1 done");
   CHECK(eta_s(s).value() == 0.0);
+  s.workers[1].retired = true;  // an elastic shrink left it out: it says so
+  CHECK(it::contains(render_plain(s), "| w0 done | w1 retired"));
 }
 
 TEST_CASE("status: before the first records, and without a rate, it says so instead of guessing") {

@@ -277,7 +277,8 @@ NodeSpec scheduler_spec(const LaunchPlan& plan) {
   return NodeSpec{"scheduler", "scheduler",
                   {(plan.bin_dir / "pstrain-scheduler").string(), "--config", plan.config_file().string(),
                    "--endpoint-file", plan.endpoint_file().string(), "--failures-file",
-                   plan.failures_file().string(), "--exits-file", plan.exits_file().string()}};
+                   plan.failures_file().string(), "--exits-file", plan.exits_file().string(), "--ctl-file",
+                   plan.ctl_file().string()}};
 }
 
 bool LaunchPlan::remote(const std::string& host) const { return !host.empty() && !is_this_machine(host); }

@@ -58,6 +58,8 @@ struct LaunchPlan {
   std::filesystem::path failures_file() const { return run_dir / "failures.jsonl"; }
   // Node exits the launcher tells the scheduler of (common/node/exit_report.h).
   std::filesystem::path exits_file() const { return run_dir / "exits.txt"; }
+  // Requests to resize the job (pstrain-ctl; the scheduler's --ctl-file).
+  std::filesystem::path ctl_file() const { return run_dir / "ctl.txt"; }
 };
 
 // Loads and checks the config (ConfigError "FILE:LINE: key 'a.b': ...", or

@@ -120,6 +120,7 @@ class Launch {
     for (const char* name : kEnclosingJobEnv) unsetenv(name);
     setenv(kLauncherEnv, std::to_string(getpid()).c_str(), 1);  // it writes config.toml, not the scheduler
     std::ofstream(plan_.exits_file(), std::ios::trunc);  // this launch's node exits, for its scheduler
+    std::ofstream(plan_.ctl_file(), std::ios::trunc);    // this launch's resize requests (pstrain-ctl)
   }
 
   // The job, then its timeline (also after a failure: it shows where it

@@ -71,6 +71,8 @@ void WorkerProgress::add_line(std::string_view line, double read_s) {
       resumed_steps_ = integer(record, "step");
     } else if (kind == "end") {
       end_steps_ = integer(record, "steps");
+      const report::JsonValue* retired = record.find("retired");
+      retired_ = retired != nullptr && retired->as_bool("retired");
     }
   } catch (const std::exception&) {
     ++bad_lines_;  // the status line is a view: a bad record must not stop the run
@@ -83,6 +85,7 @@ WorkerStatus WorkerProgress::status(double now_s) const {
   s.total_steps = total_steps_;
   s.steps_done = end_steps_ >= 0 ? end_steps_ : std::max(window_.steps_done(), resumed_steps_);
   s.finished = end_steps_ >= 0;
+  s.retired = retired_;
   s.epoch = epoch_;
   s.epochs = epochs_;
   s.workers = workers_;

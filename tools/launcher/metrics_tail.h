@@ -62,6 +62,7 @@ class WorkerProgress {
   StepWindow window_;
   std::int64_t total_steps_ = -1;
   std::int64_t end_steps_ = -1;
+  bool retired_ = false;  // the "end" record's retired
   std::int64_t resumed_steps_ = 0;
   int rejoins_ = 0;  // the step a "resume" record went on from
   std::int64_t epoch_ = -1;

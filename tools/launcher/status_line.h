@@ -49,6 +49,7 @@ struct WorkerStatus {
   std::optional<double> test_accuracy;  // its last "eval" record's
   std::optional<double> staleness;    // mean of the window's step records
   bool finished = false;              // its "end" record was read
+  bool retired = false;               // and it says a membership change left it out (elastic shrink)
   // The workers sharing the training set, from its latest "plan" record that
   // says (a membership change: a drop, a rejoin, elastic); -1: no change seen.
   std::int64_t workers = -1;

@@ -82,6 +82,7 @@ EndRecord read_end(const Fields& f) {
   r.push_s = f.number("push_s");
   if (f.has("blocked_s")) r.blocked_s = f.number("blocked_s");
   if (f.has("skipped_steps")) r.skipped_steps = f.integer("skipped_steps");
+  if (f.has("retired")) r.retired = f.boolean("retired");
   return r;
 }
 

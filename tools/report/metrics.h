@@ -67,6 +67,7 @@ struct EndRecord {
   double push_s = 0;
   double blocked_s = 0;  // pulls held at the servers by the consistency policy
   std::int64_t skipped_steps = 0;  // on_nonfinite "skip" (absent in older files: 0)
+  bool retired = false;  // a membership change left this worker out (absent in older files: false)
 };
 
 // A new process took this worker's rank back (cluster.on_worker_failure =

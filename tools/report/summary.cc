@@ -62,6 +62,7 @@ WorkerSummary worker_summary(const WorkerMetrics& w) {
   s.blocked_s = e.blocked_s;
   s.skipped_steps = e.skipped_steps;
   s.steps_done = steps_done(w);
+  if (e.retired) s.status = "retired";  // left at a membership change (elastic shrink)
   // A rank taken back by a new process: the end record counts that process's
   // work, the step records before its rejoin record its predecessors'. (Their
   // time blocked by the consistency policy is not in step records: lost.)

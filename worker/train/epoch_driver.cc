@@ -128,6 +128,11 @@ bool EpochDriver::run_epoch(Walk& w) const {
   EpochSplit split = split_of(w.who, w.epoch);
   std::size_t known = w.who.segments(w.epoch).size();
   replan(w, split, w.step, false);
+  // A change announced before this worker reached the epoch (it was behind,
+  // async/ssp): its record as well, with the step it takes effect at.
+  for (std::size_t k = split.segment_at(std::min(w.step - w.start, split.steps() - 1)) + 1; k < known; ++k) {
+    replan(w, split, w.start + w.who.segments(w.epoch)[k].from_step, true);
+  }
   if (!split.shard_at(w.step - w.start).member && split.segment_at(w.step - w.start) == 0) {
     w.log.warn("epoch " + std::to_string(w.epoch) + " was begun by workers " + format_members(w.who.of(w.epoch)) +
                " before this worker was back: it repeats the shard of position " +
@@ -146,6 +151,9 @@ bool EpochDriver::run_epoch(Walk& w) const {
     double lr = schedule_.lr_in_epoch(w.epoch, b, split.steps());
     if (scale_lr_by_members_) lr *= lr_factor(shard.replicas);
     const auto batch = split.batch(b);
+    const bool last_of_epoch = b + 1 >= split.steps();
+    next_ = NextStep{last_of_epoch ? w.epoch + 1 : w.epoch, last_of_epoch ? 0 : b + 1,
+                     w.step + 1 >= w.total || (last_of_epoch && w.epoch + 1 >= epochs_)};
     const double loss = w.step_fn(batch, w.step, w.epoch, lr);
     w.coverage.add(batch);
     if (std::isfinite(loss)) w.window.loss_sum += loss, ++w.window.losses;

@@ -87,6 +87,16 @@ class EpochDriver {
                    const EpochEndFn& epoch_end, std::int64_t first_step = 0, EpochMembers* members = nullptr);
   // Whether run() returned because this worker is not a member of a later segment.
   bool retired() const { return retired_; }
+  // While the step function runs: the step this worker runs next, counted
+  // within its epoch (the next epoch's step 0 after an epoch's last step),
+  // or `end` when the run has no step after this one. A membership change's
+  // answer (worker/train/membership_answer.h).
+  struct NextStep {
+    int epoch = 0;
+    std::int64_t step = 0;
+    bool end = false;
+  };
+  const NextStep& next_step() const { return next_; }
 
   struct Walk;  // run()'s state (epoch_driver.cc)
 
@@ -117,6 +127,7 @@ class EpochDriver {
   LrSchedule schedule_;
   std::vector<std::int64_t> epoch_starts_;  // first step of each epoch run() reached
   bool retired_ = false;
+  mutable NextStep next_;  // next_step(): set by run_epoch before each step
 };
 
 }  // namespace pstrain

@@ -21,6 +21,7 @@
 #include "worker/train/divergence.h"
 #include "worker/train/epoch_driver.h"
 #include "worker/train/epoch_members.h"
+#include "worker/train/membership_answer.h"
 #include "worker/train/ps_rejoin.h"
 #include "worker/train/simulated_compute.h"
 #include "worker/train/straggler.h"
@@ -296,6 +297,21 @@ void kv_wait_quietly(Loop& L) {
   L.prefetch.reset();
 }
 
+// A membership change left this worker out from step `step` on: every push
+// of its steps before is in (train_step waited for each), so it tells the
+// scheduler it retired (the servers then stop waiting for it) and ends. The
+// prefetched pull of `step` is left unanswered: in sync it completes only
+// once the servers know.
+TrainResult retire(Loop& L, std::int64_t step) {
+  L.session.scheduler().finish(/*retired=*/true);
+  L.prefetch.reset();
+  L.result.steps = step;
+  L.result.time_s = L.metrics.elapsed_s();
+  L.result.retired = true;
+  write_end_record(L.metrics, L.result);
+  return L.result;
+}
+
 }  // namespace
 
 
@@ -356,12 +372,15 @@ TrainResult run_ps_worker(const RunConfig& config, WorkerSession& session, Workl
       [&](std::span<const std::int64_t> batch, std::int64_t s, int epoch, double lr) {
         const double loss = train_step(L, batch, s, epoch, lr);
         if (checkpoint_due(config, s + 1)) take_checkpoint(L, s + 1);
+        answer_membership_changes(session.scheduler(), session.rank(), driver.next_step(), members,
+                                  config.cluster.timeout_ms, log);
         return loss;
       },
       [&](std::int64_t s, int epoch, bool last) {
         if (session.rank() == 0 && !last) evaluate_and_record(L, s, epoch, L.metrics.elapsed_s());
       },
       start_step, &members);
+  if (driver.retired()) return retire(L, step);
   {
     TraceSpan span(trace, TraceLevel::kSteps, "final barrier", "worker");
     if (L.prefetch) kv_wait_quietly(L);

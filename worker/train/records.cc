@@ -34,7 +34,7 @@ void write_eval_record(MetricsWriter& metrics, Logger& log, std::int64_t step, i
 void write_end_record(MetricsWriter& metrics, const TrainResult& r) {
   metrics.write(JsonLine().add("type", "end").add("time_s", r.time_s).add("steps", r.steps).add("images", r.images)
                     .add("compute_s", r.compute_s).add("pull_s", r.pull_s).add("push_s", r.push_s)
-                    .add("blocked_s", r.blocked_s).add("skipped_steps", r.skipped_steps));
+                    .add("blocked_s", r.blocked_s).add("skipped_steps", r.skipped_steps).add("retired", r.retired));
 }
 
 void write_resume_record(MetricsWriter& metrics, std::int64_t step) {

@@ -21,6 +21,7 @@ struct TrainResult {
   double blocked_s = 0.0;  // PS: pulls held at the servers by the consistency policy (sync, ssp)
   double final_test_accuracy = -1.0;  // worker 0 only; -1 elsewhere
   std::int64_t skipped_steps = 0;     // workload.on_nonfinite "skip": steps whose update this worker dropped
+  bool retired = false;  // a membership change left it out: it left at that step (the end record says so)
 };
 
 struct StepRecord {

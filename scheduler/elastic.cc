@@ -1,0 +1,150 @@
+// The scheduler's side of elastic membership (docs/architecture.md,
+// "Elastic membership"): requests to resize the job (the ctl file), the
+// announcement of a change, its step boundary from the workers' answers, and
+// the retirement of the workers a change does not keep.
+#include <algorithm>
+#include <charconv>
+
+#include "common/base/errors.h"
+#include "scheduler/scheduler.h"
+
+namespace pstrain {
+
+namespace {
+std::string ranks_text(const std::vector<int>& ranks) {
+  std::string text;
+  for (const int r : ranks) text += (text.empty() ? "" : ",") + std::to_string(r);
+  return text;
+}
+}  // namespace
+
+void Scheduler::take_ctl_requests() {
+  if (!ctl_) return;
+  for (const std::string& line : ctl_->read()) {
+    int workers = 0;
+    const char* first = line.data() + std::min<std::size_t>(line.size(), 8);
+    const auto [end, ec] = std::from_chars(first, line.data() + line.size(), workers);
+    if (!line.starts_with("workers ") || ec != std::errc() || end != line.data() + line.size()) {
+      warnings_.warn(ctl_->file().string(), "ignored a request '" + line.substr(0, 64) + "': expected 'workers N'");
+      continue;
+    }
+    request_workers(workers);
+  }
+}
+
+void Scheduler::request_workers(int workers) {
+  const std::string what = "request for " + std::to_string(workers) + " workers";
+  const int live = members_.live_workers();
+  if (const std::optional<std::string> why = members_.resize_refusal(workers)) {
+    log_.warn(what + " refused: " + *why);
+    return;
+  }
+  if (change_ || !retiring_.empty()) {
+    log_.warn(what + " refused: a membership change is under way (one at a time)");
+    return;
+  }
+  if (workers == live) {
+    log_.info(what + ": the job has " + std::to_string(live) + " already");
+    return;
+  }
+  if (workers > live) {
+    log_.warn(what + " refused: the job has " + std::to_string(live) +
+              " and growing it is done by starting workers with --join, not built yet");
+    return;
+  }
+  const std::vector<int>& in_job = members_.live_worker_list();
+  start_change(std::vector<int>(in_job.begin(), in_job.begin() + workers), "ctl");
+}
+
+void Scheduler::start_change(std::vector<int> members, const std::string& reason) {
+  change_.emplace(++changes_, std::move(members), reason);
+  log_.info("membership change " + std::to_string(change_->id()) + " (" + reason + "): from " +
+            members_.live_worker_ranks() + " to workers " + ranks_text(change_->members()) +
+            "; waiting for every worker's next step");
+  tell_workers(MsgType::kMembershipChange, change_->id(), ranks_text(change_->members()));
+  settle_change();
+}
+
+void Scheduler::check_membership_answer(const Header& h, const StoreEntry& entry) {
+  if (h.role != Role::kWorker) throw ProtocolError("store set of key '" + entry.key + "': only workers answer a membership change");
+  if (!change_) {
+    throw ProtocolError("store set of key '" + entry.key.substr(0, 80) + "': no membership change is pending");
+  }
+  change_->answer(static_cast<int>(h.sender), entry.key, entry.value);
+}
+
+void Scheduler::settle_change() {
+  if (!change_) return;
+  const std::vector<int>& live = members_.live_worker_list();
+  std::vector<int> finished(at_final_barrier_.begin(), at_final_barrier_.end());
+  for (const int r : live) {
+    const Member* m = members_.find(Role::kWorker, r);
+    if (m != nullptr && m->done) finished.push_back(r);
+  }
+  if (!change_->answered_by(live, finished)) return;
+  const std::optional<MembershipBoundary> b = change_->boundary(live);
+  // Members that left meanwhile (a drop) are not in the change either.
+  std::vector<int> members;
+  for (const int r : change_->members()) {
+    if (std::find(live.begin(), live.end(), r) != live.end()) members.push_back(r);
+  }
+  const std::string decision = format_decision(b, members);
+  if (b) {
+    // The boundary's epoch keeps its members at its start (the retirees are
+    // still in it until the boundary); an epoch asked for after it does not
+    // have them (staying_workers).
+    store_.get(std::string(kEpochMembersPrefix) + std::to_string(b->epoch), [this] { return staying_workers(); });
+    for (const int r : live) {
+      if (std::find(members.begin(), members.end(), r) == members.end()) retiring_.insert(r);
+    }
+    log_.info("membership change " + std::to_string(change_->id()) + ": from epoch " + std::to_string(b->epoch) +
+              " step " + std::to_string(b->from_step) + " workers " + ranks_text(members) + " (" +
+              std::to_string(live.size()) + " -> " + std::to_string(members.size()) + ")");
+  } else {
+    log_.info("membership change " + std::to_string(change_->id()) + ": no step is left to change");
+  }
+  const std::string key = change_->decision_key();
+  change_.reset();
+  for (const KvStore::ParkedGet& get : store_.set(key, decision)) {
+    reply_store(get.routing_id, get.request, StoreEntry{key, decision});
+  }
+  parked_gets_count_.store(store_.parked(), std::memory_order_release);
+}
+
+std::string Scheduler::staying_workers() const {
+  std::vector<int> staying;
+  for (const int r : members_.live_worker_list()) {
+    if (retiring_.count(r) == 0) staying.push_back(r);
+  }
+  return ranks_text(staying);
+}
+
+void Scheduler::on_retired(Member& node) {
+  if (node.role != Role::kWorker || retiring_.count(node.rank) == 0) {
+    throw ProtocolError(std::string(to_string(node.role)) + " " + std::to_string(node.rank) +
+                        " said it retired, but no membership change left it out");
+  }
+  retiring_.erase(node.rank);
+  members_.retire(node);
+  members_.mark_done(node);  // not waited for, not checked for silence, its exit no failure
+  const std::string reason = "worker " + std::to_string(node.rank) + " retired (a membership change left it out)";
+  log_.info(reason + "; " + std::to_string(members_.live_workers()) + " workers go on");
+  Header bye;
+  bye.type = MsgType::kShutdown;
+  bye.role = Role::kScheduler;
+  bye.sender = 0;
+  send_quietly(node.routing_id, bye);
+  // The servers stop waiting for it as for a drop (its pushes before the boundary are all in).
+  Header h;
+  h.type = MsgType::kDropped;
+  h.role = Role::kScheduler;
+  h.sender = 0;
+  h.key = node.rank;
+  for (const Member& n : members_.all()) {
+    if (n.role == Role::kServer && !n.dropped) send_quietly(n.routing_id, h, Payload::bytes(reason));
+  }
+  settle_barriers();
+  settle_change();
+}
+
+}  // namespace pstrain

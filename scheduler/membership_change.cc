@@ -1,0 +1,71 @@
+#include "scheduler/membership_change.h"
+
+#include <algorithm>
+#include <sstream>
+
+#include "common/base/errors.h"
+#include "common/wire/protocol.h"
+
+namespace pstrain {
+
+StepPosition parse_step_position(const std::string& text) {
+  if (text == "end") return StepPosition{0, 0, true};
+  std::istringstream in(text);
+  StepPosition p;
+  std::string rest;
+  if (!(in >> p.epoch >> p.step) || (in >> rest) || p.epoch < 0 || p.step < 0) {
+    throw ProtocolError("membership answer '" + text.substr(0, 64) +
+                        "': expected '<epoch> <step>' (the next step this worker runs) or 'end'");
+  }
+  return p;
+}
+
+std::optional<MembershipBoundary> choose_boundary(const std::vector<StepPosition>& answers) {
+  std::optional<MembershipBoundary> b;
+  for (const StepPosition& p : answers) {
+    if (p.end) continue;
+    if (!b || p.epoch > b->epoch || (p.epoch == b->epoch && p.step > b->from_step)) {
+      b = MembershipBoundary{p.epoch, p.step};
+    }
+  }
+  if (b) b->from_step = std::max<std::int64_t>(b->from_step, 1);
+  return b;
+}
+
+std::string format_decision(const std::optional<MembershipBoundary>& boundary, const std::vector<int>& members) {
+  if (!boundary) return "none";
+  std::string text = std::to_string(boundary->epoch) + " " + std::to_string(boundary->from_step) + " ";
+  for (std::size_t i = 0; i < members.size(); ++i) text += (i > 0 ? "," : "") + std::to_string(members[i]);
+  return text;
+}
+
+std::string MembershipChange::report_key(int rank) const {
+  return std::string(kMembershipPrefix) + std::to_string(id_) + "/" + std::to_string(rank);
+}
+
+std::string MembershipChange::decision_key() const { return std::string(kMembershipPrefix) + std::to_string(id_); }
+
+void MembershipChange::answer(int rank, const std::string& key, const std::string& value) {
+  if (key != report_key(rank)) {
+    throw ProtocolError("store set of key '" + key.substr(0, 80) + "' by worker " + std::to_string(rank) +
+                        ": under '" + std::string(kMembershipPrefix) + "' a worker sets only its answer to the pending "
+                        "change, '" + report_key(rank) + "'");
+  }
+  answers_[rank] = parse_step_position(value);
+}
+
+bool MembershipChange::answered_by(const std::vector<int>& live, const std::vector<int>& finished) const {
+  return std::all_of(live.begin(), live.end(), [&](int r) {
+    return answers_.count(r) != 0 || std::find(finished.begin(), finished.end(), r) != finished.end();
+  });
+}
+
+std::optional<MembershipBoundary> MembershipChange::boundary(const std::vector<int>& live) const {
+  std::vector<StepPosition> answers;
+  for (const int r : live) {
+    if (auto it = answers_.find(r); it != answers_.end()) answers.push_back(it->second);
+  }
+  return choose_boundary(answers);
+}
+
+}  // namespace pstrain

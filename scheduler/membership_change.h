@@ -1,0 +1,75 @@
+// Elastic membership's step boundary (docs/architecture.md, "Elastic
+// membership"): the scheduler's pure part of a change of the job's workers.
+// A change is announced to every live worker (kMembershipChange); each
+// answers, at its next step boundary, where it is (the store key
+// kMembershipPrefix + "<change>/<rank>", common/wire/protocol.h), and waits.
+// Once every live worker has answered (or has no step left), the boundary is
+// the most advanced answer: no worker has run that step yet, so the change
+// can take effect there on every worker. Pure: no sockets, no clock.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace pstrain {
+
+// Where a worker is: the next step it runs is step `step` (counted within
+// the epoch) of epoch `epoch`; `end`: it has no step left.
+struct StepPosition {
+  int epoch = 0;
+  std::int64_t step = 0;
+  bool end = false;
+};
+
+// "<epoch> <step>" or "end"; ProtocolError naming the text otherwise.
+StepPosition parse_step_position(const std::string& text);
+
+// From step `from_step` of epoch `epoch` the workers `members` share the
+// rest of the epoch.
+struct MembershipBoundary {
+  int epoch = 0;
+  std::int64_t from_step = 1;
+};
+
+// The boundary ahead of every answer: the most advanced (epoch, step), and
+// at least the epoch's step 1 (an epoch's step 0 is its first segment,
+// fixed by its members' key). nullopt when every worker has ended.
+std::optional<MembershipBoundary> choose_boundary(const std::vector<StepPosition>& answers);
+
+// The decision's text (the value of kMembershipPrefix + "<change>"):
+// "<epoch> <from_step> <members>" or "none".
+std::string format_decision(const std::optional<MembershipBoundary>& boundary, const std::vector<int>& members);
+
+// One pending change: its number, the members it leads to, the answers so far.
+class MembershipChange {
+ public:
+  MembershipChange(std::int64_t id, std::vector<int> members, std::string reason)
+      : id_(id), members_(std::move(members)), reason_(std::move(reason)) {}
+  std::int64_t id() const { return id_; }
+  const std::vector<int>& members() const { return members_; }
+  const std::string& reason() const { return reason_; }
+  // The report key of worker `rank` for this change, and the decision's key.
+  std::string report_key(int rank) const;
+  std::string decision_key() const;
+  // Worker `rank` set store key `key` to `value`: its answer when the key is
+  // its report key (ProtocolError for a malformed one); ProtocolError for
+  // any other key under kMembershipPrefix (a worker cannot set the
+  // decision or answer for another).
+  void answer(int rank, const std::string& key, const std::string& value);
+  // Whether every worker of `live` answered or is in `finished` (done, or
+  // waiting at the job's last barrier: no step left).
+  bool answered_by(const std::vector<int>& live, const std::vector<int>& finished) const;
+  // The boundary from the answers of `live`.
+  std::optional<MembershipBoundary> boundary(const std::vector<int>& live) const;
+
+ private:
+  std::int64_t id_;
+  std::vector<int> members_;
+  std::string reason_;
+  std::map<int, StepPosition> answers_;
+};
+
+}  // namespace pstrain

@@ -1,0 +1,46 @@
+#include "worker/train/membership_answer.h"
+
+#include <sstream>
+
+#include "common/base/errors.h"
+#include "common/node/scheduler_client.h"
+#include "common/wire/protocol.h"
+
+namespace pstrain {
+
+std::string format_answer(const EpochDriver::NextStep& next) {
+  if (next.end) return "end";
+  return std::to_string(next.epoch) + " " + std::to_string(next.step);
+}
+
+std::optional<MembershipDecision> parse_decision(const std::string& text) {
+  if (text == "none") return std::nullopt;
+  std::istringstream in(text);
+  MembershipDecision d;
+  std::string members, rest;
+  if (!(in >> d.epoch >> d.from_step >> members) || (in >> rest) || d.epoch < 0 || d.from_step < 1) {
+    throw ProtocolError("membership decision '" + text.substr(0, 64) +
+                        "': expected '<epoch> <from_step> <members>' or 'none'");
+  }
+  d.members = parse_members(members);
+  return d;
+}
+
+void answer_membership_changes(SchedulerClient& scheduler, int rank, const EpochDriver::NextStep& next,
+                               EpochMembers& members, int timeout_ms, Logger& log) {
+  scheduler.drain_incoming();  // a change announced while this step needed no wait
+  for (const std::int64_t change : scheduler.take_membership_changes()) {
+    const std::string key = std::string(kMembershipPrefix) + std::to_string(change);
+    scheduler.store_set(key + "/" + std::to_string(rank), format_answer(next));
+    const std::optional<MembershipDecision> d = parse_decision(scheduler.store_get(key, timeout_ms));
+    if (!d) {
+      log.info("membership change " + std::to_string(change) + ": no step left to change");
+      continue;
+    }
+    members.add_segment(d->epoch, d->from_step, d->members);
+    log.info("membership change " + std::to_string(change) + ": from epoch " + std::to_string(d->epoch) + " step " +
+             std::to_string(d->from_step) + " workers " + format_members(d->members));
+  }
+}
+
+}  // namespace pstrain
