@@ -24,15 +24,6 @@ using namespace std::chrono_literals;
 
 constexpr std::int64_t kMiB = std::int64_t{1} << 20;
 
-// VmRSS of `pid` in bytes (0 once it is gone).
-std::int64_t rss_of(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind("VmRSS:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
-  }
-  return 0;
-}
-
 // A job started in the background, and server 0's endpoint and pid once it listens.
 struct RunningJob {
   it::fs::path run;
@@ -57,16 +48,7 @@ struct RunningJob {
   }
 
   // Worker 0's step records so far: their time_s.
-  std::vector<double> step_times() const {
-    std::vector<double> times;
-    std::ifstream in(run / "metrics" / "worker-0.jsonl");
-    for (std::string line; std::getline(in, line);) {
-      if (!it::contains(line, "\"type\":\"step\"")) continue;
-      const std::size_t at = line.find("\"time_s\":");
-      if (at != std::string::npos) times.push_back(std::strtod(line.c_str() + at + 9, nullptr));
-    }
-    return times;
-  }
+  std::vector<double> step_times() const { return it::worker0_step_times(run); }
 
   it::Exit finish() {
     const auto exit = launch->wait(300s);
@@ -97,7 +79,7 @@ TEST_CASE("32 connections that send pulls and never read keep a server within it
   it::TempDir dir;
   // A job long enough to outlast the attack (4800 steps of 5 ms).
   RunningJob job(dir, "budget", {"cluster.memory_budget_mb=32", "workload.simulated_step_ms=5", "workload.epochs=300"});
-  const std::int64_t before = rss_of(job.server_pid);
+  const std::int64_t before = it::rss_of(job.server_pid);
   REQUIRE(before > 0);
 
   zmq::context_t ctx;
@@ -132,7 +114,7 @@ TEST_CASE("32 connections that send pulls and never read keep a server within it
       }
     }
     sent += this_round;
-    peak = std::max(peak, rss_of(job.server_pid));
+    peak = std::max(peak, it::rss_of(job.server_pid));
     if (this_round == 0) {  // every queue full: wait for room in any
       std::vector<zmq::pollitem_t> items;
       for (zmq::socket_t& s : attackers) items.push_back({s.handle(), 0, ZMQ_POLLOUT, 0});
@@ -143,7 +125,7 @@ TEST_CASE("32 connections that send pulls and never read keep a server within it
   // hold while the job goes on (a bound either way: the budget holds whenever).
   const std::size_t steps_then = job.step_times().size();
   while (job.step_times().size() < steps_then + 200 && !it::process_gone(job.server_pid)) {
-    peak = std::max(peak, rss_of(job.server_pid));
+    peak = std::max(peak, it::rss_of(job.server_pid));
   }
   it::note("budget: " + std::to_string(sent) + " pulls from " + std::to_string(kConnections) +
            " connections; server 0 RSS " + std::to_string(before / kMiB) + " MiB -> peak " +
@@ -156,7 +138,7 @@ TEST_CASE("32 connections that send pulls and never read keep a server within it
   std::int64_t now = 0;
   CHECK(it::wait_until(
       [&] {
-        now = rss_of(job.server_pid);
+        now = it::rss_of(job.server_pid);
         return now > 0 && now - before < 40 * kMiB;
       },
       60s, "server 0's RSS to fall back"));

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <chrono>
 #include <cstdlib>
@@ -180,6 +181,27 @@ inline std::optional<int> wait_exit(pid_t pid, std::chrono::milliseconds limit) 
   const std::optional<Exit> exit = pstrain::test::wait_exit(pid, limit);
   if (!exit) return std::nullopt;
   return exit->signaled ? 128 + exit->code : exit->code;
+}
+
+// VmRSS of `pid` in bytes (0 once it is gone).
+inline std::int64_t rss_of(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
+  }
+  return 0;
+}
+
+// Worker 0's step records in RUN_DIR/metrics/worker-0.jsonl so far: their time_s.
+inline std::vector<double> worker0_step_times(const fs::path& run_dir) {
+  std::vector<double> times;
+  std::ifstream in(run_dir / "metrics" / "worker-0.jsonl");
+  for (std::string line; std::getline(in, line);) {
+    if (!contains(line, "\"type\":\"step\"")) continue;
+    const std::size_t at = line.find("\"time_s\":");
+    if (at != std::string::npos) times.push_back(std::strtod(line.c_str() + at + 9, nullptr));
+  }
+  return times;
 }
 
 }  // namespace it

@@ -26,26 +26,6 @@ using namespace std::chrono_literals;
 
 constexpr std::int64_t kMiB = std::int64_t{1} << 20;
 
-std::int64_t rss_of(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind("VmRSS:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
-  }
-  return 0;
-}
-
-// Worker 0's step records so far: their time_s.
-std::vector<double> step_times(const it::fs::path& run) {
-  std::vector<double> times;
-  std::ifstream in(run / "metrics" / "worker-0.jsonl");
-  for (std::string line; std::getline(in, line);) {
-    if (!it::contains(line, "\"type\":\"step\"")) continue;
-    const std::size_t at = line.find("\"time_s\":");
-    if (at != std::string::npos) times.push_back(std::strtod(line.c_str() + at + 9, nullptr));
-  }
-  return times;
-}
-
 // Steps per second between step records `from` and `to` (indices).
 double rate(const std::vector<double>& times, std::size_t from, std::size_t to) {
   if (to >= times.size() || to <= from || times[to] <= times[from]) return 0;
@@ -78,8 +58,8 @@ TEST_CASE("strangers that flood the scheduler with requests and never read the r
   REQUIRE(it::wait_until([&] { return it::read_pids(run).count("scheduler") == 1; }, 30s, "the scheduler's pid"));
   const pid_t scheduler = it::read_pids(run).at("scheduler");
   // A rejoin is refused as such only once the job runs (before, "nothing to rejoin", a short text).
-  REQUIRE(it::wait_until([&] { return step_times(run).size() >= 20; }, 120s, "the job's first steps"));
-  const std::int64_t before = rss_of(scheduler);
+  REQUIRE(it::wait_until([&] { return it::worker0_step_times(run).size() >= 20; }, 120s, "the job's first steps"));
+  const std::int64_t before = it::rss_of(scheduler);
   REQUIRE(before > 0);
 
   zmq::context_t ctx;
@@ -101,7 +81,7 @@ TEST_CASE("strangers that flood the scheduler with requests and never read the r
   h.role = pstrain::Role::kWorker;
   h.sender = -1;
   h.aux = pstrain::kRegisterRejoin;
-  const std::size_t steps_before = step_times(run).size();
+  const std::size_t steps_before = it::worker0_step_times(run).size();
   std::int64_t sent = 0;
   std::int64_t peak = before;
   for (int r = 0; r < kRequests && !it::process_gone(scheduler); ++r) {
@@ -113,14 +93,14 @@ TEST_CASE("strangers that flood the scheduler with requests and never read the r
       } catch (const pstrain::TransportError&) {
       }
     }
-    if (r % 16 == 0) peak = std::max(peak, rss_of(scheduler));
+    if (r % 16 == 0) peak = std::max(peak, it::rss_of(scheduler));
   }
-  const std::size_t steps_flooded = step_times(run).size();
+  const std::size_t steps_flooded = it::worker0_step_times(run).size();
   // What the connections and the kernel still hold reaches the scheduler while the job goes on.
-  while (step_times(run).size() < steps_flooded + 100 && !it::process_gone(scheduler)) {
-    peak = std::max(peak, rss_of(scheduler));
+  while (it::worker0_step_times(run).size() < steps_flooded + 100 && !it::process_gone(scheduler)) {
+    peak = std::max(peak, it::rss_of(scheduler));
   }
-  const std::vector<double> times = step_times(run);
+  const std::vector<double> times = it::worker0_step_times(run);
   it::note("scheduler flood: " + std::to_string(sent) + " rejoins of 200 KiB from " + std::to_string(kConnections) +
            " connections; scheduler RSS " + std::to_string(before / kMiB) + " MiB -> peak " +
            std::to_string(peak / kMiB) + " MiB; worker 0 " + std::to_string(rate(times, steps_before / 2, steps_before)) +
