@@ -140,7 +140,8 @@ class SchedulerClient {
   // Throws TransportError naming the scheduler if it has sent nothing (not
   // even a heartbeat) for heartbeat_timeout_ms since the rendezvous. A gap
   // of that length (and of at least 1 s: idle callers check every 500 ms at
-  // most) between two checks, over at least half of which the whole process
+  // most) between two checks, or the silence itself, over at least half of
+  // which the whole process
   // was paused (ProcessPulse: its heartbeat thread did not run; not a long
   // compute or a blocking wait of the caller, while the rest ran), is this
   // process's own silence (it was stopped, or starved of the CPU), not the

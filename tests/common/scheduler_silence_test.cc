@@ -192,3 +192,42 @@ TEST_CASE("a process stopped (SIGSTOP) longer than the heartbeat timeout: its ow
   }, std::chrono::seconds(30), "the scheduler's silence noticed after the stop"));
   CHECK(what.find("sent nothing for") != std::string::npos);
 }
+
+// Stopped just after a check: the gap between that check and the next is under the timeout, the
+// silence since the scheduler last spoke past it, and the pause over half of it. Before, only a gap
+// between two checks of the whole timeout was excused, and a worker stopped past the heartbeat
+// timeout and woken before the launcher fenced it exited blaming the scheduler ("it is gone, so is
+// the job") instead of hearing that it was dropped (tests/integration/sweep_faults_test.cc).
+TEST_CASE("a process stopped just after a check, its silence past the timeout: its own silence, not the scheduler's") {
+  ZmqTransport transport;
+  MuteScheduler mute(transport);
+  SchedulerClient client(transport, mute.address(), Role::kWorker, silence_config());
+  register_with(client, mute);
+  // Checks while the silence grows towards the timeout (1 s): the last one just before the stop.
+  const auto registered = std::chrono::steady_clock::now();
+  while (std::chrono::steady_clock::now() - registered < milliseconds(500)) {
+    CHECK_NOTHROW(client.check_scheduler_alive());
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+  const pid_t parent = getpid();
+  const pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {  // stops this whole test process for 900 ms (under the gap rule's 1 s), then continues it
+    kill(parent, SIGSTOP);
+    sleep_ms(900);
+    kill(parent, SIGCONT);
+    _exit(0);
+  }
+  int status = 0;
+  REQUIRE(waitpid(child, &status, 0) == child);
+  // Silent 1.4 s or more (past the timeout), paused 0.9 s of it: the window starts again.
+  REQUIRE(std::chrono::steady_clock::now() - registered > milliseconds(1000));
+  CHECK_NOTHROW(client.check_scheduler_alive());
+  // The scheduler still says nothing: its silence is noticed once the timeout has passed again.
+  std::string what;
+  CHECK(test::wait_until([&] {
+    what = test::thrown_text([&] { client.check_scheduler_alive(); });
+    return !what.empty();
+  }, std::chrono::seconds(30), "the scheduler's silence noticed after the stop"));
+  CHECK(what.find("sent nothing for") != std::string::npos);
+}

@@ -30,7 +30,8 @@ inline void check_staleness(const pstrain::report::JsonValue& staleness) {
     if (value > largest) largest = value;
   }
   CHECK(staleness.find("max")->as_number("max") == largest);
-  CHECK(staleness.find("mean")->as_number("mean") == doctest::Approx(weighted / pushes).epsilon(1e-9));
+  // summary.json writes 9 significant digits (tools/report/json_text.cc): up to 5e-9 relative.
+  CHECK(staleness.find("mean")->as_number("mean") == doctest::Approx(weighted / pushes).epsilon(1e-8));
 }
 
 }  // namespace it

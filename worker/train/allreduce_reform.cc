@@ -65,7 +65,15 @@ std::map<int, std::int64_t> check_replicas(Loop& L, const char* when) {
       v[4 + 2 * static_cast<std::size_t>(rank)] = 1.0f;
     }
   }
-  on_collective_memory(L, v, [&](float* data) { L.collective->allreduce_mean(data, v.size()); });
+  // Started and waited for like a step's allreduce (wait_collective): a drop heard meanwhile ends the
+  // wait at once. A blocking allreduce_mean waited out the backend's timeout (timeout_ms) on a worker
+  // whose ring neighbours were alive, while the victim's neighbours re-formed at once and gave up the
+  // new generation's rendezvous (also timeout_ms) just before it came (8 workers, kill -9 at an
+  // epoch's end: tests/integration/sweep_faults_test.cc).
+  on_collective_memory(L, v, [&](float* data) {
+    L.collective->start_allreduce_mean(data, v.size());
+    wait_collective(L);
+  });
   const std::array<float, 3> mean{v[0], v[1], v[2]};
   if (mean != mine) {
     throw ComputeError(std::string("replica check ") + when + ": worker " + std::to_string(L.session.rank()) +
