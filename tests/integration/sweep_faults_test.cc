@@ -40,9 +40,10 @@ struct Case {
   int epochs;
   double min_accuracy;  // the band: the unfailed run reaches 0.95 or more (measured, see kCases)
   std::vector<std::string> sets{};
-  // The fault right after the watched worker's last step record of an epoch (allreduce: during the
-  // replica check that ends the epoch), and cluster.timeout_ms 90 s: the job must end well before
-  // it, no survivor waiting out a collective operation's timeout (docs/architecture.md section 5).
+  // The fault right after the watched worker's last step record of an epoch (allreduce: often
+  // during the replica check that ends the epoch; the test case after the table makes sure of it),
+  // and cluster.timeout_ms 90 s: the job must end well before it, no survivor waiting out a
+  // collective operation's timeout (docs/architecture.md section 5).
   bool epoch_end = false;
 };
 
@@ -230,6 +231,14 @@ void check_servers(const Case& c, const it::fs::path& run, const JsonValue& summ
     // worker's pull passes the slowest clock + s): (N-1)(2s+1) updates since its pull.
     const double max_staleness = summary.find("staleness")->find("max")->as_number("max");
     CHECK(max_staleness <= (c.workers - 1) * (2 * bound + 1));
+    // Each step record's staleness (the largest of its pushes' means over their chunks) is one of
+    // the servers' counts: never above their largest.
+    for (int w = 0; w < c.workers; ++w) {
+      CAPTURE(w);
+      for (const JsonValue& line : sweep::json_lines(sweep::worker_metrics(run, w))) {
+        if (sweep::type_of(line) == "step") CHECK(line.find("staleness")->as_number("staleness") <= max_staleness);
+      }
+    }
     if (c.fault == Fault::kStraggler) {
       // The fast workers wait for the straggler at the bound, not the other way round.
       const auto& per_worker = summary.find("per_worker")->items();
@@ -391,3 +400,78 @@ SWEEP_CASE("pause-allreduce-4w")
 SWEEP_CASE("pause-async-1w")
 SWEEP_CASE("straggler-ssp-4w-bound0")
 SWEEP_CASE("straggler-ssp-8w-bound2")
+
+// Allreduce, 8 workers: worker 6 killed in the replica check that ends an
+// epoch. It is stopped right after its record of the epoch's last step; if the
+// check then holds (worker 0's evaluation of the epoch, which comes after the
+// check, does not come; a stop that missed the check is undone and tried at the
+// next epoch's end), it is killed there. Its ring neighbours fail at once, the
+// other 5 wait in the check; the launcher reports the exit and the scheduler
+// drops it at once, and they must re-form then, not when the check's operation
+// times out (cluster.timeout_ms, 90 s here). Before, the check was a blocking
+// allreduce that no drop ended: they sat in it for timeout_ms, and the
+// neighbours, which re-formed at once, gave up the new generation's rendezvous
+// (also timeout_ms) just before the others came (the job hung).
+TEST_CASE("sweep: allreduce, 8 workers, a worker killed in an epoch's replica check: the others re-form at once") {
+  using namespace std::chrono_literals;
+  constexpr int kWorkers = 8, kVictim = 6, kEpochs = 12;
+  it::TempDir dir;
+  const auto run = dir.path() / "run";
+  auto args = it::launch_args(it::kSourceDir / "configs/tiny_allreduce.toml", run);
+  args.insert(args.end(), {"--set", "cluster.workers=8", "--set", "cluster.on_worker_failure=continue", "--set",
+                           "cluster.heartbeat_timeout_ms=4000", "--set", "cluster.timeout_ms=90000", "--set",
+                           "workload.epochs=12", "--set", "workload.seed=501", "--set", "output.trace=off", "--quiet"});
+  it::LaunchProcess launch(args, dir.path() / "out.txt");
+  const auto victim_metrics = sweep::worker_metrics(run, kVictim);
+  // Worker 0's evaluations so far, by its log's lines ("epoch E: test loss ..."; its metrics file
+  // holds its eval record back until its next step record).
+  const auto evals = [&] {
+    const std::string text = it::read_file(run / "logs/worker-0.log");
+    int n = 0;
+    for (auto at = text.find(": test loss "); at != std::string::npos; at = text.find(": test loss ", at + 1)) ++n;
+    return n;
+  };
+  pid_t victim = -1;
+  bool in_check = false;
+  for (int epoch = 1; epoch < kEpochs - 2 && !in_check; ++epoch) {
+    const int records = epoch * steps_per_epoch(kWorkers);  // the epoch's last step recorded
+    REQUIRE(it::wait_until([&] { return sweep::step_records(victim_metrics) >= records - 1; }, 120s,
+                           "worker 6's step records"));
+    // Polled tightly (the check takes milliseconds): the stop must come before it completes.
+    while (sweep::step_records(victim_metrics) < records) std::this_thread::sleep_for(std::chrono::microseconds(200));
+    if (victim < 0) victim = it::read_pids(run).at("worker-" + std::to_string(kVictim));
+    REQUIRE(kill(victim, SIGSTOP) == 0);
+    // The check held: no evaluation of this epoch within 3 s (the leader evaluates in
+    // milliseconds once the check is done). Else it had completed: wake the worker, try again.
+    in_check = !it::wait_until([&] { return evals() >= epoch; }, 3s, "worker 0's evaluation (none: the check holds)");
+    if (!in_check) REQUIRE(kill(victim, SIGCONT) == 0);
+  }
+  INFO(launch.output());
+  REQUIRE(in_check);
+  // Killed there (a SIGCONT would let it finish the check with the others): its ring neighbours'
+  // connections to it close at once, the others keep waiting in the check.
+  REQUIRE(kill(victim, SIGKILL) == 0);
+  const auto killed_at = std::chrono::steady_clock::now();
+  const auto exit = launch.wait(180s);
+  const double after_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed_at).count();
+  it::note("allreduce replica check: the job ended " + std::to_string(after_s) + " s after worker 6 was killed in it");
+  const std::string output = launch.output();
+  INFO(output);
+  REQUIRE(exit.has_value());
+  CHECK(exit->code == 0);
+  CHECK(after_s < 60.0);  // the remaining epochs take seconds; timeout_ms is 90 s
+  const JsonValue summary = sweep::read_summary(run);
+  CHECK(sweep::int_set(*summary.find("dropped_workers")) == std::set<std::int64_t>{kVictim});
+  for (int w = 0; w < kWorkers; ++w) {
+    if (w == kVictim) continue;
+    CAPTURE(w);
+    const std::string log = it::read_file(run / "logs" / ("worker-" + std::to_string(w) + ".log"));
+    const std::size_t failed = log.find("the collective failed: ");
+    if (failed != std::string::npos) it::note("worker " + std::to_string(w) + ": " + log.substr(failed, log.find('\n', failed) - failed));
+    CHECK(it::contains(log, "re-formed the collective without the dropped worker(s): 7 workers"));
+  }
+  const auto samples = sweep::samples_per_epoch(run, kWorkers);
+  CHECK(samples.rbegin()->second == epoch_images(kWorkers - 1));
+  CHECK(summary.find("final_test_accuracy")->as_number("a") >= 0.8);
+  sweep::check_nothing_left(run, {victim});
+}
