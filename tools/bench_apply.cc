@@ -88,7 +88,8 @@ double apply_s(const Args& a, int threads, int workers, std::size_t num_bytes, i
   const int steps = rounds + 2;
   std::vector<WeightsSnapshot> held(static_cast<std::size_t>(a.chunks));
   for (int step = 0; step < steps; ++step) {
-    for (int k = 0; k < a.chunks && hold; ++k) held[k] = store.snapshot(-1, k, step);  // as replies being sent hold them
+    // As replies being sent hold them.
+    for (int k = 0; k < a.chunks && hold; ++k) held[static_cast<std::size_t>(k)] = store.snapshot(-1, k, step);
     const auto t0 = Clock::now();
     for (int k = 0; k < a.chunks; ++k) {
       for (int i = 0; i < workers; ++i) {
@@ -142,9 +143,11 @@ void write_json(const Args& a, const std::vector<Row>& rows) {
     const Row& r = rows[i];
     const double bytes = r.size_mib * 1048576.0;
     JsonLine line;
-    line.add("bench", "apply").add("mode", a.mode).add("optimizer", a.optimizer).add("order", a.order).add("chunks", a.chunks)
+    line.add("bench", "apply").add("mode", a.mode).add("optimizer", a.optimizer).add("order", a.order)
+        .add("chunks", a.chunks)
         .add("threads", r.threads).add("hold", r.hold).add("split_bytes", a.split_bytes).add("workers", r.workers)
-        .add("size_mib", r.size_mib).add("step_ms", r.step_ms).add("gbps_in", a.chunks * r.workers * bytes / (r.step_ms * 1e6))
+        .add("size_mib", r.size_mib).add("step_ms", r.step_ms)
+        .add("gbps_in", a.chunks * r.workers * bytes / (r.step_ms * 1e6))
         .add("memcpy_gbps", bytes / (r.memcpy_ms * 1e6)).add("memcpys_per_step", r.step_ms / (a.chunks * r.memcpy_ms));
     if (r.speedup > 0) line.add("speedup", r.speedup);
     out << "  " << line.add("wrong", r.wrong).str() << (i + 1 < rows.size() ? ",\n" : "\n");
@@ -193,13 +196,15 @@ int main(int argc, char** argv) {
   app.add_option("--split-bytes", a.split_bytes, "smallest part a thread takes (ps.apply_split_bytes)")
       ->check(CLI::Range(std::int64_t{4}, std::int64_t{1} << 40));
   app.add_option("--mode", a.mode, "sync or async")->check(CLI::IsMember({"sync", "async"}));
-  app.add_option("--optimizer", a.optimizer, "sgd, momentum, nesterov (with weight decay: the default config's) or adam")
+  app.add_option("--optimizer", a.optimizer,
+                 "sgd, momentum, nesterov (with weight decay: the default config's) or adam")
       ->check(CLI::IsMember({"sgd", "momentum", "nesterov", "adam"}));
   app.add_option("--hold", a.holds, "none (updates in place), reply (a pull's snapshot held: out of place)")
       ->delimiter(',')->check(CLI::IsMember({"none", "reply"}));
   app.add_option("--order", a.order, "rank (pushes in rank order) or reverse (highest rank first)")
       ->check(CLI::IsMember({"rank", "reverse"}));
-  app.add_option("--chunks", a.chunks, "chunks of SIZE each on the server, each pushed every step (a step's time covers them all)")
+  app.add_option("--chunks", a.chunks,
+                 "chunks of SIZE each on the server, each pushed every step (a step's time covers them all)")
       ->check(CLI::Range(1, 1024));
   app.add_option("--trials", a.trials, "alternating memcpy/apply trials (medians reported)")->check(CLI::Range(1, 50));
   app.add_option("--rounds", a.rounds, "timed steps per trial (default: by size)");

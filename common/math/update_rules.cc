@@ -266,7 +266,9 @@ namespace {
 // |x| as bits, in a signed 32-bit lane (below 2^31): an integer max that
 // SSE2 vectorizes (a compare and a select), with no NaN rule in the way as
 // a float max has.
-inline std::int32_t abs_bits(float x) { return static_cast<std::int32_t>(std::bit_cast<std::uint32_t>(x) & 0x7fffffffu); }
+inline std::int32_t abs_bits(float x) {
+  return static_cast<std::int32_t>(std::bit_cast<std::uint32_t>(x) & 0x7fffffffu);
+}
 
 // The largest abs_bits(value(i)) over [0, n), in 16 independent maxima (four
 // vectors): one running max would wait on each compare before the next.

@@ -31,7 +31,9 @@ std::vector<float> normals(std::size_t n, unsigned seed, float scale) {
 
 std::vector<std::uint16_t> to_bf16(const std::vector<float>& v) {
   std::vector<std::uint16_t> h(v.size());
-  for (std::size_t i = 0; i < v.size(); ++i) h[i] = static_cast<std::uint16_t>(std::bit_cast<std::uint32_t>(v[i]) >> 16);
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    h[i] = static_cast<std::uint16_t>(std::bit_cast<std::uint32_t>(v[i]) >> 16);
+  }
   return h;
 }
 
@@ -156,7 +158,9 @@ StoreRun run_store(Mode mode, int workers, bool hold, bool in_place, int steps) 
   o.ranges = &pool;
   o.in_place = in_place;
   ShardStore store(map, 0, workers, o);
-  for (std::int64_t k = 0; k < 2; ++k) store.init(k, normals(static_cast<std::size_t>(n), static_cast<unsigned>(9 + k), 1.0f));
+  for (std::int64_t k = 0; k < 2; ++k) {
+    store.init(k, normals(static_cast<std::size_t>(n), static_cast<unsigned>(9 + k), 1.0f));
+  }
   for (int step = 0; step < steps; ++step) {
     std::vector<WeightsSnapshot> held;
     std::vector<std::vector<float>> copies;
