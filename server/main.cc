@@ -70,6 +70,7 @@ void write_server_metrics(const std::string& run_dir, const pstrain::Server& ser
                                .add("pushes_accepted", s.pushes_accepted)
                                .add("pushes_rejected", s.pushes_rejected)
                                .add("partial_updates", s.partial_updates)
+                               .add("in_place_updates", s.in_place_updates)
                                .add("skip_pushes", s.skip_pushes)
                                .add("empty_updates", s.empty_updates)
                                .add("clock_gap_max", s.clock_gap_max)

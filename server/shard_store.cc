@@ -1,6 +1,7 @@
 #include "server/shard_store.h"
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -100,6 +101,7 @@ void ShardStore::init(std::int64_t key, std::span<const float> weights) {
                                               " non-finite weights");
   }
   std::copy(weights.begin(), weights.end(), c.weights->values.begin());
+  c.weight_bound = Optimizer::kUnknownBound;
   c.initialized = true;
   ++num_initialized_;
 }
@@ -262,6 +264,17 @@ bool ShardStore::catch_up(int worker, std::int64_t key, std::int64_t step, bool 
 }
 
 update::UpdateCheck ShardStore::stage(ChunkState& c, update::GradSource grad, std::size_t num_elems, double lr) {
+  if (options_.in_place && c.weights.use_count() == 1) {
+    // No reply holds the weights: whoever let go of them last is done
+    // reading (the count's decrement releases; this fence acquires it).
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (const auto bound = c.optimizer->update_in_place(c.weights->values, c.weight_bound, grad, num_elems, lr)) {
+      c.in_place = true;
+      c.weight_bound = *bound;
+      return update::UpdateCheck{};  // clean: the bound said so, and nothing out of it was taken
+    }
+  }
+  c.in_place = false;
   // The new weights go to a spare buffer: the current ones stay as they are
   // for pull replies still sending them (zero-copy, no copy on write). A
   // spare still held by an older reply is left to it.
@@ -282,8 +295,14 @@ update::UpdateCheck ShardStore::stage(ChunkState& c, update::GradSource grad, st
 }
 
 void ShardStore::commit(ChunkState& c, const Update& update) {
-  c.optimizer->commit();
-  std::swap(c.weights, c.spares[c.staged]);
+  if (c.in_place) {  // the optimizer committed as it wrote
+    ++stats_.in_place_updates;
+  } else {
+    c.optimizer->commit();
+    std::swap(c.weights, c.spares[c.staged]);
+    c.weight_bound = Optimizer::kUnknownBound;
+  }
+  c.in_place = false;
   ++c.version;
   ++stats_.updates_applied;
   if (update.partial) ++stats_.partial_updates;  // a dropped worker's gradient is missing (skips are skip_pushes)
@@ -434,6 +453,7 @@ void ShardStore::restore_chunk(const ChunkCheckpoint& saved) {
   }
   c.optimizer->set_state(saved.optimizer_state, saved.optimizer_steps);
   c.weights = new_weights(c.num_elems);
+  c.weight_bound = Optimizer::kUnknownBound;
   std::copy(saved.weights.begin(), saved.weights.end(), c.weights->values.begin());
   c.version = saved.version;
   for (int w = 0; w < num_workers_; ++w) {

@@ -18,7 +18,12 @@
 // ssp) a push of staleness t >= 1 is applied with lr / t (Zhang et al. 2016).
 // Weights are held in shared buffers: a pull reply may send them zero-copy
 // while the store goes on updating: an update writes a second buffer and
-// swaps it in, so a snapshot never changes under a reply.
+// swaps it in, so a snapshot never changes under a reply. Where no reply
+// holds the weights any more (the usual case once the worker has read its
+// pull: with shm, the server lets go when the worker hands the reply's slot
+// back), the update is made in place instead (Optimizer::update_in_place:
+// where a bound shows it cannot make a NaN or Inf), the same bits with
+// fewer bytes through memory.
 // Not thread-safe: owned by the server's event-loop thread.
 #pragma once
 
@@ -74,6 +79,7 @@ struct StoreStats {
   std::int64_t pushes_accepted = 0;
   std::int64_t pushes_rejected = 0;
   std::int64_t updates_applied = 0;                          // chunk updates
+  std::int64_t in_place_updates = 0;                         // of them, made in place (not checkpointed)
   std::int64_t partial_updates = 0;                          // sync: with fewer than all workers (one dropped)
   std::int64_t skip_pushes = 0;                              // accepted skip pushes (counted in pushes_accepted)
   std::int64_t empty_updates = 0;                            // sync: every worker skipped; version advanced only
@@ -122,6 +128,9 @@ struct StoreOptions {
   // apply threads (server/parallel_apply.h; must outlive the store); null:
   // the caller's thread. The same bits either way.
   RangeRunner* ranges = nullptr;
+  // Updates in place where no reply holds the weights; false: always into a
+  // spare (tests, bench_apply --hold). The same bits either way.
+  bool in_place = true;
 };
 
 class ShardStore {
@@ -230,6 +239,8 @@ class ShardStore {
     // the last one is often still held: a few are kept.
     std::vector<std::shared_ptr<WeightBuffer>> spares;
     std::size_t staged = 0;  // the spare stage() wrote
+    bool in_place = false;   // stage() updated `weights` in place (no reply held them): nothing to swap
+    double weight_bound = Optimizer::kUnknownBound;  // >= every |weight| (update_in_place's)
     std::unique_ptr<Optimizer> optimizer;
     std::vector<std::int64_t> pulled_version;  // per worker: version last pulled
   };

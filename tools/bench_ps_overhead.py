@@ -17,6 +17,13 @@ and prints, per step (means over the steps after the first --warmup):
                  (metrics/server-R.json apply_s, summed over servers, per
                  step; "-" for a build that does not count it). Allreduce:
                  the local update (its pull column).
+  cpu (ms)       CPU time (user + system) of every process of the run (the
+                 launcher, scheduler, servers, worker: RUSAGE_CHILDREN) per
+                 step: the run's, less that of the same run of
+                 --cpu-baseline-steps steps (start-up and the end), over the
+                 steps between; the work a step costs, which a loaded
+                 machine's waits for a core do not inflate as they do the
+                 wall-clock columns
   x allreduce    overhead / the allreduce run's overhead (same build, trial)
   x first        overhead / the first build's overhead (same mode)
 
@@ -38,6 +45,7 @@ build does not know would be refused by it).
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -66,6 +74,8 @@ def args_parser():
     p.add_argument("--warmup", type=int, default=10, help="first steps left out of the means")
     p.add_argument("--sim-ms", type=float, default=1.0, help="workload.simulated_step_ms")
     p.add_argument("--trials", type=int, default=1)
+    p.add_argument("--cpu-baseline-steps", type=int, default=10,
+                   help="steps of the short run whose CPU time is subtracted (cpu column; 0: no column)")
     p.add_argument("--set", action="append", default=[], help="KEY=VALUE for every run")
     p.add_argument("--out", default="", help="run directories here (default: a temporary one, removed)")
     p.add_argument("--json", default="", help="also write the rows to this JSON file")
@@ -73,18 +83,30 @@ def args_parser():
 
 
 def run_one(a, build, mode, run_dir):
+    row, cpu_s = launch_once(a, build, mode, run_dir, a.steps)
+    row["cpu_ms"] = None
+    if 0 < a.cpu_baseline_steps < a.steps:
+        _, base_s = launch_once(a, build, mode, run_dir + "-base", a.cpu_baseline_steps, measured=False)
+        row["cpu_ms"] = 1e3 * (cpu_s - base_s) / (a.steps - a.cpu_baseline_steps)
+    return row
+
+
+def launch_once(a, build, mode, run_dir, steps, measured=True):
     launch = os.path.join(build["bin"], "launch")
     if not os.access(launch, os.X_OK):
         sys.exit(f"bench_ps_overhead: {launch} is not an executable (build {build['name']!r})")
     sets = [f"mode={mode}", f"cluster.workers={a.workers}", f"workload.simulated_step_ms={a.sim_ms}",
-            f"workload.max_steps={a.steps}", "output.resource_interval_ms=0"] + a.set + build["sets"]
+            f"workload.max_steps={steps}", "output.resource_interval_ms=0"] + a.set + build["sets"]
     cmd = [launch, "--config", a.config, "--run-dir", run_dir, "--quiet", "--status-interval-s", "0"]
     for s in sets:
         cmd += ["--set", s]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     r = subprocess.run(cmd, capture_output=True, text=True)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if r.returncode != 0:
         sys.exit(f"bench_ps_overhead: {' '.join(cmd)} exited with {r.returncode}:\n{r.stdout[-3000:]}{r.stderr[-3000:]}")
-    return measure(a, run_dir, mode)
+    cpu_s = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return (measure(a, run_dir, mode) if measured else None), cpu_s
 
 
 def measure(a, run_dir, mode):
@@ -155,7 +177,7 @@ def table_rows(builds, modes, samples):
         for mode in modes:
             trials = samples[(b["name"], mode)]
             row = {"build": b["name"], "bin": b["bin"], "sets": b["sets"], "mode": mode}
-            for key in ("step_ms", "overhead_ms", "compute_ms", "pull_ms", "push_ms", "apply_ms"):
+            for key in ("step_ms", "overhead_ms", "compute_ms", "pull_ms", "push_ms", "apply_ms", "cpu_ms"):
                 row[key] = med([t[key] for t in trials])
             rows.append(row)
     by = {(r["build"], r["mode"]): r for r in rows}
@@ -173,11 +195,12 @@ def print_table(a, rows):
           f"simulated_step_ms = {a.sim_ms:g}, {a.steps} steps (the first {a.warmup} left out), "
           f"medians of {a.trials} trial(s); times in ms per step")
     cols = ["build", "mode", "step(ms)", "overhead(ms)", "compute(ms)", "pull(ms)", "push(ms)", "apply(ms)",
-            "x allreduce", "x first"]
+            "cpu(ms)", "x allreduce", "x first"]
     print(f"{cols[0]:<16} {cols[1]:<10}" + "".join(f" {c:>12}" for c in cols[2:]))
     fmt = lambda v, unit="": "-" if v is None else f"{v:.3f}{unit}"
     for r in rows:
-        vals = [r["step_ms"], r["overhead_ms"], r["compute_ms"], r["pull_ms"], r["push_ms"], r["apply_ms"]]
+        vals = [r["step_ms"], r["overhead_ms"], r["compute_ms"], r["pull_ms"], r["push_ms"], r["apply_ms"],
+                r.get("cpu_ms")]
         cells = [fmt(v) for v in vals] + [fmt(r["x_allreduce"], "x"), fmt(r["x_first"], "x")]
         print(f"{r['build']:<16} {r['mode']:<10}" + "".join(f" {c:>12}" for c in cells))
 

@@ -3,6 +3,8 @@
 #include "common/math/optimizer.h"
 
 #include <algorithm>
+#include <atomic>
+#include <bit>
 #include <cmath>
 #include <sstream>
 #include <string>
@@ -44,14 +46,16 @@ void check_step_args(std::int64_t num_elems, std::span<float> w, std::span<const
 }
 
 void check_stage_args(std::int64_t num_elems, std::span<const float> w, std::span<float> w_out,
-                      std::size_t g_elems, double lr) {
+                      std::size_t g_elems, double lr, bool in_place = false) {
   const auto n = static_cast<std::size_t>(num_elems);
   if (w.size() != n || w_out.size() != n || g_elems != n) {
     throw ComputeError("optimizer stage: expected " + std::to_string(num_elems) + " elements, got w of " +
                        std::to_string(w.size()) + ", w_out of " + std::to_string(w_out.size()) + " and g of " +
                        std::to_string(g_elems));
   }
-  if (n > 0 && w.data() == w_out.data()) throw ComputeError("optimizer stage: w_out must be another buffer than w");
+  if (n > 0 && !in_place && w.data() == w_out.data()) {
+    throw ComputeError("optimizer stage: w_out must be another buffer than w");
+  }
   if (!(lr >= 0.0) || !std::isfinite(lr)) {
     throw ConfigError("optimizer stage: lr: expected a finite number >= 0, got " + num(lr));
   }
@@ -80,6 +84,23 @@ update::UpdateCheck checked_over_ranges(RangeRunner* ranges, std::size_t n, cons
   return findings == 0 ? update::UpdateCheck{} : range(0, n);
 }
 
+// The largest of body(begin, end) over the ranges (bounds as float bits).
+template <class Body>
+std::uint32_t max_over_ranges(RangeRunner* ranges, std::size_t n, const Body& body) {
+  if (ranges == nullptr) return body(0, n);
+  std::atomic<std::uint32_t> largest{0};
+  run_ranges(ranges, n, [&](std::size_t b, std::size_t e) -> std::int64_t {
+    const std::uint32_t part = body(b, e);
+    std::uint32_t seen = largest.load(std::memory_order_relaxed);
+    while (part > seen && !largest.compare_exchange_weak(seen, part, std::memory_order_relaxed)) {
+    }
+    return 0;
+  });
+  return largest.load(std::memory_order_relaxed);
+}
+
+double from_bits(std::uint32_t bits) { return static_cast<double>(std::bit_cast<float>(bits)); }
+
 class Sgd final : public Optimizer {
  public:
   Sgd(const OptimizerConfig& config, std::int64_t num_elems)
@@ -93,6 +114,7 @@ class Sgd final : public Optimizer {
         update::sgd_coefficients(lr, config_.momentum, config_.weight_decay, config_.nesterov);
     update::sgd_update(w.data(), g.data(), velocity_.empty() ? nullptr : velocity_.data(), w.size(), c);
     ++steps_taken_;
+    velocity_bound_ = kUnknownBound;
   }
 
   update::UpdateCheck stage(std::span<const float> w, std::span<float> w_out, update::GradSource g,
@@ -116,6 +138,43 @@ class Sgd final : public Optimizer {
     velocity_.swap(staged_velocity_);
     staged_ = false;
     ++steps_taken_;
+    velocity_bound_ = kUnknownBound;
+  }
+
+  std::optional<double> update_in_place(std::span<float> w, double weight_bound, update::GradSource g,
+                                        std::size_t g_elems, double lr) override {
+    check_stage_args(num_elems_, w, w, g_elems, lr, true);
+    const update::SgdCoefficients c =
+        update::sgd_coefficients(lr, config_.momentum, config_.weight_decay, config_.nesterov);
+    const std::size_t n = w.size();
+    const std::uint32_t g_bits = max_over_ranges(ranges_, n, [&](std::size_t b, std::size_t e) {
+      return update::gradient_bound_bits(update::offset(g, b), e - b);
+    });
+    if (g_bits >= update::kNonFiniteBits) return std::nullopt;  // stage() finds it and says what
+    std::optional<update::SgdBounds> after;
+    if (weight_bound >= 0.0 && velocity_bound_ >= 0.0) {
+      after = update::sgd_bounds_after(c, weight_bound, velocity_bound_, from_bits(g_bits));
+    }
+    if (!after) {  // not known, or grown past what fits: the bounds as they are now
+      weight_bound = from_bits(max_over_ranges(ranges_, n, [&](std::size_t b, std::size_t e) {
+        return update::max_abs_bits(w.data() + b, e - b);
+      }));
+      velocity_bound_ = from_bits(max_over_ranges(ranges_, velocity_.size(), [&](std::size_t b, std::size_t e) {
+        return update::max_abs_bits(velocity_.data() + b, e - b);
+      }));
+      after = update::sgd_bounds_after(c, weight_bound, velocity_bound_, from_bits(g_bits));
+      if (!after) return std::nullopt;
+    }
+    float* vel = velocity_.empty() ? nullptr : velocity_.data();
+    run_ranges(ranges_, n, [&](std::size_t b, std::size_t e) -> std::int64_t {
+      update::sgd_update_in_place(w.data() + b, update::offset(g, b), vel == nullptr ? nullptr : vel + b, e - b, c,
+                                  g_bits);
+      return 0;
+    });
+    velocity_bound_ = after->velocity;
+    staged_ = false;
+    ++steps_taken_;
+    return after->weights;
   }
 
   std::int64_t num_elems() const override { return num_elems_; }
@@ -126,6 +185,7 @@ class Sgd final : public Optimizer {
     velocity_.assign(state.begin(), state.end());
     steps_taken_ = steps_taken;
     staged_ = false;
+    velocity_bound_ = kUnknownBound;
   }
 
  private:
@@ -135,6 +195,7 @@ class Sgd final : public Optimizer {
   std::vector<float> velocity_;  // empty when momentum is 0
   std::vector<float> staged_velocity_;  // stage(): the next velocity, until commit()
   bool staged_ = false;
+  double velocity_bound_ = 0.0;  // >= every |velocity_| (kUnknownBound: not known)
 };
 
 class Adam final : public Optimizer {

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -34,6 +35,23 @@ class Optimizer {
   virtual update::UpdateCheck stage(std::span<const float> w, std::span<float> w_out, update::GradSource g,
                                     std::size_t num_elems, double lr) = 0;
   virtual void commit() = 0;
+  // The servers' update in place, for weights nothing else reads (no pull
+  // reply holds them): the same bits as stage() into another buffer then
+  // commit(), with no second buffer and no copy of the state, so fewer bytes
+  // through memory. Taken only where the update cannot make a NaN or Inf:
+  // one read pass bounds the gradient (update::gradient_bound_bits), and
+  // with `weight_bound` (>= every |w|; kUnknownBound: found here) and the
+  // state's own bound, update::sgd_bounds_after says so. Otherwise (a
+  // non-finite or huge gradient; an optimizer without it: Adam) returns
+  // nullopt having changed nothing, and the caller stages out of place,
+  // where the checks find and name what is wrong. Returns a bound on the new
+  // weights; the update is committed (steps_taken() counts it).
+  virtual std::optional<double> update_in_place(std::span<float> w, double weight_bound, update::GradSource g,
+                                                std::size_t g_elems, double lr) {
+    (void)w, (void)weight_bound, (void)g, (void)g_elems, (void)lr;
+    return std::nullopt;
+  }
+  static constexpr double kUnknownBound = -1.0;
   virtual std::int64_t num_elems() const = 0;
   virtual std::int64_t steps_taken() const = 0;
   // The optimizer's state for a checkpoint (sgd: the velocity, empty without

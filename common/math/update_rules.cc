@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <limits>
 #include <string>
+#include <type_traits>
 
 #include "common/base/errors.h"
 
@@ -149,9 +151,9 @@ R dispatch(const GradSource& g, Body&& body) {
 }
 
 // Calls body(source, mean, plus) with the types that fit g, g.partial included.
-template <class Body>
-UpdateCheck dispatch_update(const GradSource& g, Body&& body) {
-  return dispatch<UpdateCheck>(g, [&](auto source, auto mean) -> UpdateCheck {
+template <class R = UpdateCheck, class Body>
+R dispatch_update(const GradSource& g, Body&& body) {
+  return dispatch<R>(g, [&](auto source, auto mean) -> R {
     if (g.partial != nullptr) return body(source, mean, Partial{g.partial});
     return body(source, mean, NoPartial{});
   });
@@ -256,6 +258,106 @@ std::int64_t add_checked(const float* sum, GradSource g, float* out, std::size_t
       out[i] = sum[i] + x;
     }
     return bad == 0 ? std::int64_t{0} : count_bad(source, num_elems);
+  });
+}
+
+namespace {
+
+// |x| as bits, in a signed 32-bit lane (below 2^31): an integer max that
+// SSE2 vectorizes (a compare and a select), with no NaN rule in the way as
+// a float max has.
+inline std::int32_t abs_bits(float x) {
+  return static_cast<std::int32_t>(std::bit_cast<std::uint32_t>(x) & 0x7fffffffu);
+}
+
+// The largest abs_bits(value(i)) over [0, n), in 16 independent maxima (four
+// vectors): one running max would wait on each compare before the next.
+template <class Value>
+std::uint32_t max_bits(Value value, std::size_t n) {
+  constexpr std::size_t kLanes = 16;
+  std::int32_t lanes[kLanes] = {};
+  std::size_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (std::size_t j = 0; j < kLanes; ++j) lanes[j] = std::max(lanes[j], abs_bits(value(i + j)));
+  }
+  std::int32_t bits = 0;
+  for (; i < n; ++i) bits = std::max(bits, abs_bits(value(i)));
+  for (const std::int32_t lane : lanes) bits = std::max(bits, lane);
+  return static_cast<std::uint32_t>(bits);
+}
+
+// x itself while |x| is within the bound (as bits), else 0 (a NaN's bits
+// are above every bound): x's bits unchanged, signed zeros included.
+inline float within(float x, std::int32_t bound) { return abs_bits(x) <= bound ? x : 0.0f; }
+
+// One in-place SGD loop per variant (plain, momentum, Nesterov), each
+// vectorizes; restrict: w, velocity and the gradient never alias.
+template <class Source, class Mean, class Plus>
+void sgd_in_place_pass(float* __restrict w, Source source, Mean mean, Plus plus, float* __restrict velocity,
+                       std::size_t num_elems, const SgdCoefficients c, std::int32_t bound) {
+  if (velocity == nullptr || c.momentum == 0.0f) {
+    for (std::size_t i = 0; i < num_elems; ++i) w[i] = sgd_plain(w[i], mean(within(plus(i, source(i)), bound)), c);
+    return;
+  }
+  const auto loop = [&](auto nesterov) {
+    SgdCoefficients k = c;
+    k.nesterov = decltype(nesterov)::value;  // loop-invariant: one loop per variant
+    for (std::size_t i = 0; i < num_elems; ++i) {
+      float vel = velocity[i];
+      w[i] = sgd_momentum(w[i], mean(within(plus(i, source(i)), bound)), vel, k);
+      velocity[i] = vel;
+    }
+  };
+  if (c.nesterov) {
+    loop(std::true_type{});
+  } else {
+    loop(std::false_type{});
+  }
+}
+
+}  // namespace
+
+std::uint32_t max_abs_bits(const float* values, std::size_t num_elems) {
+  return max_bits([values](std::size_t i) { return values[i]; }, num_elems);
+}
+
+std::uint32_t gradient_bound_bits(GradSource g, std::size_t num_elems) {
+  check_source(g, num_elems, "gradient_bound_bits");
+  g.mean_of = 1;
+  return dispatch_update<std::uint32_t>(g, [&](auto source, auto, auto plus) -> std::uint32_t {
+    return max_bits([&](std::size_t i) { return plus(i, source(i)); }, num_elems);
+  });
+}
+
+std::optional<SgdBounds> sgd_bounds_after(const SgdCoefficients& c, double max_w, double max_v, double max_g) {
+  if (!std::isfinite(max_w) || !std::isfinite(max_v) || !std::isfinite(max_g)) return std::nullopt;
+  const double lr = std::fabs(static_cast<double>(c.lr)), decay = std::fabs(static_cast<double>(c.weight_decay));
+  const double momentum = std::fabs(static_cast<double>(c.momentum));
+  const double w = std::fabs(max_w), v = std::fabs(max_v);
+  // In real numbers; each float operation rounds by at most 2^-24 relative,
+  // and no value is more than 7 roundings deep: (1 + 2^-24)^7 < 1 + 1e-6.
+  const double grad = std::fabs(max_g) + decay * w;       // g + weight_decay * w
+  const double vel = momentum > 0.0 ? momentum * v + grad : 0.0;  // momentum * v + g'
+  const double step = momentum > 0.0 ? grad + momentum * vel : grad;  // >= v and g' + momentum * v
+  const double next = w + lr * step;
+  constexpr double kRounding = 1.0 + 1e-6;
+  const double limit = 0.5 * static_cast<double>(std::numeric_limits<float>::max());
+  const double largest = kRounding * std::max({grad, vel, step, next, lr * step, decay * w, momentum * vel});
+  if (!(largest < limit)) return std::nullopt;
+  return SgdBounds{kRounding * next, kRounding * vel};
+}
+
+void sgd_update_in_place(float* w, GradSource g, float* velocity, std::size_t num_elems, const SgdCoefficients& c,
+                         std::uint32_t max_g_bits) {
+  check_source(g, num_elems, "sgd_update_in_place");
+  if (velocity == nullptr && c.momentum != 0.0f && num_elems > 0) {
+    throw ComputeError("sgd_update_in_place: momentum " + std::to_string(c.momentum) +
+                       " needs a velocity buffer, got null");
+  }
+  dispatch_update<int>(g, [&](auto source, auto mean, auto plus) -> int {
+    sgd_in_place_pass(w, source, mean, plus, velocity, num_elems, c,
+                      static_cast<std::int32_t>(std::min(max_g_bits, kNonFiniteBits - 1)));
+    return 0;
   });
 }
 

@@ -27,6 +27,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 
 #if defined(__CUDACC__)
 #define PSTRAIN_HOST_DEVICE __host__ __device__
@@ -154,5 +155,38 @@ std::int64_t add_checked(const float* sum, GradSource g, float* out, std::size_t
 // Index of the first NaN or +-Inf of g (mean_of ignored), or -1: for the
 // message once a count above said there is one.
 std::int64_t first_non_finite(GradSource g, std::size_t num_elems);
+
+// ---- in place (the servers' apply path when no pull reply holds the weights) ----
+// The largest |value| of a range as float bits (its bit pattern without the
+// sign: for non-negative floats the integer order is the float order), so
+// one integer max per value is both the bound and the finite check:
+// kNonFiniteBits or more means a NaN or Inf was among the values.
+inline constexpr std::uint32_t kNonFiniteBits = 0x7f800000u;
+std::uint32_t max_abs_bits(const float* values, std::size_t num_elems);
+// The same of the values an update takes from g: partial + g (partial when
+// set; g widened from bfloat16), before the mean (which only shrinks them).
+std::uint32_t gradient_bound_bits(GradSource g, std::size_t num_elems);
+// Bounds on |new weight| and |new velocity| after an SGD update of weights
+// |w| <= max_w, velocity |v| <= max_v (0 without momentum) and gradient
+// values |partial + g| <= max_g, float rounding included; nullopt when some
+// value of the update could overflow, or an argument is not finite. The
+// bounds only grow from update to update (a caller re-tightens them with
+// max_abs_bits when they stop fitting).
+struct SgdBounds {
+  double weights = 0.0;
+  double velocity = 0.0;
+};
+std::optional<SgdBounds> sgd_bounds_after(const SgdCoefficients& c, double max_w, double max_v, double max_g);
+// The update of sgd_update_into, in place: w and velocity are overwritten
+// with the same bits sgd_update_into would write to w_out and velocity_out.
+// No check: the caller has made sure with sgd_bounds_after() on
+// gradient_bound_bits() that nothing can overflow. A gradient value
+// (partial + g) above that bound, max_g_bits, or a NaN is taken as 0: the
+// gradient may lie in memory its sender can still write (shared memory),
+// and a value rewritten after the bound was taken must not break it; a
+// sender that keeps its buffer unchanged, as the protocol asks, gets
+// exactly its update.
+void sgd_update_in_place(float* w, GradSource g, float* velocity, std::size_t num_elems, const SgdCoefficients& c,
+                         std::uint32_t max_g_bits);
 
 }  // namespace pstrain::update
