@@ -42,6 +42,7 @@
 
 #include "common/base/errors.h"
 #include "common/base/json_line.h"
+#include "tools/bench/fanout_floor.h"
 #include "tools/bench/scale_run.h"
 
 using namespace pstrain;
@@ -56,6 +57,7 @@ struct Args {
   std::vector<std::string> modes{"sync", "async", "ssp"};
   ScaleOptions base;
   std::string json;
+  int floor_rounds = 0;  // --floor-rounds: the machine's floor per worker count (tools/bench/fanout_floor.h)
 };
 
 Mode mode_of(const std::string& name) {
@@ -170,14 +172,37 @@ std::string json_row(const ScaleResult& r, const Derived& d) {
       .str();
 }
 
-void write_json(const std::string& path, const std::vector<ScaleResult>& rows) {
+std::string json_row(const bench::FanoutFloor& f) {
+  return JsonLine()
+      .add("bench", "fanout_floor").add("workers", f.workers).add("rounds", f.rounds)
+      .add("release_p50_ms", 1e3 * f.release_p50_s)
+      .add("releaser_cpu_us_per_worker", 1e6 * f.releaser_cpu_s).add("worker_cpu_us_per_worker", 1e6 * f.worker_cpu_s)
+      .str();
+}
+
+void write_json(const std::string& path, const std::vector<ScaleResult>& rows, const std::vector<bench::FanoutFloor>& floors) {
   std::ofstream out(path);
   out << "[\n";
-  for (std::size_t i = 0; i < rows.size(); ++i) {
-    out << "  " << json_row(rows[i], derive(rows[i], reference(rows, rows[i]))) << (i + 1 < rows.size() ? ",\n" : "\n");
-  }
+  std::vector<std::string> lines;
+  for (const ScaleResult& r : rows) lines.push_back(json_row(r, derive(r, reference(rows, r))));
+  for (const bench::FanoutFloor& f : floors) lines.push_back(json_row(f));
+  for (std::size_t i = 0; i < lines.size(); ++i) out << "  " << lines[i] << (i + 1 < lines.size() ? ",\n" : "\n");
   out << "]\n";
   if (!out) throw Error("bench_scale: cannot write " + path);
+}
+
+// The floor under a barrier at each worker count: the same fan-out in plain libzmq (fanout_floor.h).
+std::vector<bench::FanoutFloor> measure_floors(const Args& a) {
+  std::vector<bench::FanoutFloor> floors;
+  std::printf("# floor: plain libzmq threads, no project code; a release's first send -> the last thread woken (p50), "
+              "CPU per round per worker\n");
+  for (const int workers : a.workers) {
+    floors.push_back(bench::measure_fanout_floor(workers, a.floor_rounds));
+    const bench::FanoutFloor& f = floors.back();
+    std::printf("# floor %5d workers: release %7.3f ms, releaser %6.2f us/W, workers %6.2f us/W (%d rounds)\n",
+                f.workers, 1e3 * f.release_p50_s, 1e6 * f.releaser_cpu_s, 1e6 * f.worker_cpu_s, f.rounds);
+  }
+  return floors;
 }
 
 void add_options(CLI::App& app, Args& a) {
@@ -196,6 +221,10 @@ void add_options(CLI::App& app, Args& a) {
   app.add_option("--barrier-rounds", a.base.barrier_rounds,
                  "barriers back to back after the steps (0: none; -1: 51,200 / workers, at least 20)")
       ->check(CLI::Range(-1, 100000));
+  app.add_option("--floor-rounds", a.floor_rounds,
+                 "also measure the machine's floor for each worker count: this many releases of plain libzmq "
+                 "threads, no project code (0: none)")
+      ->check(CLI::Range(0, 100000));
   app.add_option("--json", a.json, "also write the results to this JSON file");
 }
 
@@ -213,6 +242,7 @@ int main(int argc, char** argv) {
               a.base.steps, a.base.barrier_every, a.base.epoch_steps, static_cast<long long>(a.base.elems_per_server),
               a.base.compute_us, a.base.heartbeat_ms);
   std::vector<ScaleResult> rows;
+  std::vector<bench::FanoutFloor> floors;
   try {
     for (const std::string& mode : a.modes) {
       for (const int servers : a.servers) {
@@ -232,12 +262,14 @@ int main(int argc, char** argv) {
         }
       }
     }
+    print_table(rows);
+    std::fflush(stdout);
+    if (a.floor_rounds > 0) floors = measure_floors(a);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_scale: %s\n", e.what());
     return 1;
   }
-  print_table(rows);
-  if (!a.json.empty()) write_json(a.json, rows);
+  if (!a.json.empty()) write_json(a.json, rows, floors);
   int wrong = 0;
   for (const ScaleResult& r : rows) wrong += r.wrong;
   return wrong == 0 ? 0 : 1;

@@ -1,13 +1,13 @@
 #!/usr/bin/python3
 """CTest bench_scale_smoke: tools/bench_scale at a small size (8 and 64 workers,
-4 servers, a few steps and 20 barriers back to back, every mode), its table and its JSON checked for sane
-numbers: counts that follow from the run, bytes at least the payloads, no
+4 servers, a few steps and 20 barriers back to back, every mode; the fan-out floor at each size), its
+table and its JSON checked for sane numbers: counts that follow from the run, bytes at least the payloads, no
 timing bounds. Usage: bench_scale_smoke.py BENCH_SCALE_BINARY JSON_OUT."""
 import json
 import subprocess
 import sys
 
-WORKERS, SERVERS, STEPS, ELEMS, ROUNDS = [8, 64], 4, 4, 256, 20
+WORKERS, SERVERS, STEPS, ELEMS, ROUNDS, FLOOR_ROUNDS = [8, 64], 4, 4, 256, 20, 20
 MODES = ["sync", "async", "ssp"]
 
 
@@ -59,11 +59,22 @@ def check_row(row):
         fail("%s: the 64-worker row is its own reference, its growth must be 0 (none), is %r" % (name, growth))
 
 
+def check_floor(row):
+    """The machine's floor (plain libzmq threads): a release that took time, both sides' CPU counted."""
+    name = "floor W=%d" % row["workers"]
+    if row["rounds"] != FLOOR_ROUNDS:
+        fail("%s: %r rounds, expected %d" % (name, row["rounds"], FLOOR_ROUNDS))
+    for key in ["release_p50_ms", "releaser_cpu_us_per_worker", "worker_cpu_us_per_worker"]:
+        if not row[key] > 0:
+            fail("%s: %s is %r, expected > 0" % (name, key, row[key]))
+
+
 def main():
     binary, out = sys.argv[1], sys.argv[2]
     args = [binary, "--workers", ",".join(map(str, WORKERS)), "--servers", str(SERVERS), "--modes", ",".join(MODES),
             "--steps", str(STEPS), "--barrier-every", "1", "--epoch-steps", "2", "--elems", str(ELEMS),
-            "--idle-ms", "200", "--heartbeat-ms", "50", "--barrier-rounds", str(ROUNDS), "--json", out]
+            "--idle-ms", "200", "--heartbeat-ms", "50", "--barrier-rounds", str(ROUNDS), "--floor-rounds", str(FLOOR_ROUNDS),
+            "--json", out]
     run = subprocess.run(args, capture_output=True, text=True, timeout=600)
     print(run.stdout)
     if run.returncode != 0:
@@ -71,7 +82,13 @@ def main():
     if "barrier" not in run.stdout or "p50 ms" not in run.stdout or "KB/node" not in run.stdout:
         fail("the table lacks its titles and units")
     with open(out) as f:
-        rows = json.load(f)
+        everything = json.load(f)
+    rows = [r for r in everything if r["bench"] == "scale"]
+    floors = [r for r in everything if r["bench"] == "fanout_floor"]
+    if sorted(r["workers"] for r in floors) != sorted(WORKERS) or "# floor" not in run.stdout:
+        fail("floor rows for %r workers, expected one for each of %r" % ([r["workers"] for r in floors], WORKERS))
+    for floor in floors:
+        check_floor(floor)
     if sorted((r["mode"], r["workers"]) for r in rows) != sorted((m, w) for m in MODES for w in WORKERS):
         fail("rows for %r, expected every mode at %r workers" % ([(r["mode"], r["workers"]) for r in rows], WORKERS))
     for row in rows:
