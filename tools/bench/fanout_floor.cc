@@ -28,17 +28,22 @@ double cpu_s(clockid_t clock) {
 }
 
 // A simulated worker: arrives (a message about a barrier's size), waits for its release, rounds + 1 times.
+// Ends early, quietly, when the context is shut down (the releasing thread failed).
 void fanout_worker(zmq::context_t* ctx, int rounds, std::atomic<std::int64_t>* woken_ns) {
   pthread_setname_np(pthread_self(), "floor-worker");
-  zmq::socket_t s(*ctx, zmq::socket_type::dealer);
-  s.set(zmq::sockopt::linger, 0);
-  s.connect(kEndpoint);
-  const std::string arrival(48, 'a');
-  for (int r = 0; r <= rounds; ++r) {
-    s.send(zmq::buffer(arrival), zmq::send_flags::none);
-    zmq::message_t release;
-    if (!s.recv(release, zmq::recv_flags::none)) return;
-    woken_ns->store(Clock::now().time_since_epoch().count(), std::memory_order_release);
+  try {
+    zmq::socket_t s(*ctx, zmq::socket_type::dealer);
+    s.set(zmq::sockopt::linger, 0);
+    s.connect(kEndpoint);
+    const std::string arrival(48, 'a');
+    for (int r = 0; r <= rounds; ++r) {
+      s.send(zmq::buffer(arrival), zmq::send_flags::none);
+      zmq::message_t release;
+      if (!s.recv(release, zmq::recv_flags::none)) return;
+      woken_ns->store(Clock::now().time_since_epoch().count(), std::memory_order_release);
+    }
+  } catch (const zmq::error_t&) {
+    // ETERM: the measurement was abandoned.
   }
 }
 
@@ -47,6 +52,33 @@ double latency_s(const std::vector<std::atomic<std::int64_t>>& woken, Clock::tim
   std::int64_t last = 0;
   for (const auto& w : woken) last = std::max(last, w.load(std::memory_order_acquire));
   return std::chrono::duration<double>(Clock::duration(last) - start.time_since_epoch()).count();
+}
+
+// The releasing thread's part: `rounds` + 1 releases (the first unmeasured), each after every
+// arrival. Appends each measured release's latency (the last one's once the threads are joined:
+// returned in `last_start`); `cpu` gets the process's and this thread's CPU clocks at the start.
+void release_rounds(zmq::socket_t& router, const std::vector<std::atomic<std::int64_t>>& woken, int rounds,
+                    std::vector<double>& latencies, Clock::time_point& last_start, double cpu[2]) {
+  std::vector<zmq::message_t> ids(woken.size());
+  const std::string release(48, 'r');
+  for (int r = 0; r <= rounds; ++r) {
+    for (zmq::message_t& id : ids) {  // a round's arrivals: each thread is past its previous wake-up
+      zmq::message_t body;
+      if (!router.recv(id, zmq::recv_flags::none) || !router.recv(body, zmq::recv_flags::none)) {
+        throw Error("fan-out floor: a receive failed");
+      }
+    }
+    if (r >= 2) latencies.push_back(latency_s(woken, last_start));  // release 0 warms up
+    if (r == 1) {
+      cpu[0] = cpu_s(CLOCK_PROCESS_CPUTIME_ID);
+      cpu[1] = cpu_s(CLOCK_THREAD_CPUTIME_ID);
+    }
+    last_start = Clock::now();
+    for (zmq::message_t& id : ids) {
+      router.send(id, zmq::send_flags::sndmore);
+      router.send(zmq::buffer(release), zmq::send_flags::none);
+    }
+  }
 }
 
 }  // namespace
@@ -61,34 +93,22 @@ FanoutFloor measure_fanout_floor(int workers, int rounds) {
   std::vector<std::atomic<std::int64_t>> woken(static_cast<std::size_t>(workers));
   std::vector<std::thread> threads;
   threads.reserve(woken.size());
-  for (auto& w : woken) threads.emplace_back(fanout_worker, &ctx, rounds, &w);
-  std::vector<zmq::message_t> ids(woken.size());
   std::vector<double> latencies;
-  const std::string release(48, 'r');
-  double process0 = 0, mine0 = 0;
-  Clock::time_point start;
-  for (int r = 0; r <= rounds; ++r) {
-    for (zmq::message_t& id : ids) {  // a round's arrivals: each thread is past its previous wake-up
-      zmq::message_t body;
-      if (!router.recv(id, zmq::recv_flags::none) || !router.recv(body, zmq::recv_flags::none)) {
-        throw Error("fan-out floor: a receive failed");
-      }
-    }
-    if (r >= 2) latencies.push_back(latency_s(woken, start));  // release 0 warms up
-    if (r == 1) {
-      process0 = cpu_s(CLOCK_PROCESS_CPUTIME_ID);
-      mine0 = cpu_s(CLOCK_THREAD_CPUTIME_ID);
-    }
-    start = Clock::now();
-    for (zmq::message_t& id : ids) {
-      router.send(id, zmq::send_flags::sndmore);
-      router.send(zmq::buffer(release), zmq::send_flags::none);
-    }
+  Clock::time_point last_start;
+  double cpu[2] = {0, 0};  // the process's and this thread's CPU at the first measured release
+  try {
+    for (auto& w : woken) threads.emplace_back(fanout_worker, &ctx, rounds, &w);
+    release_rounds(router, woken, rounds, latencies, last_start, cpu);
+  } catch (...) {
+    router.close();
+    ctx.shutdown();  // the threads' blocking calls end (ETERM): they can be joined
+    for (std::thread& t : threads) t.join();
+    throw;
   }
   for (std::thread& t : threads) t.join();
-  latencies.push_back(latency_s(woken, start));
-  const double mine = cpu_s(CLOCK_THREAD_CPUTIME_ID) - mine0;
-  const double all = cpu_s(CLOCK_PROCESS_CPUTIME_ID) - process0;
+  latencies.push_back(latency_s(woken, last_start));
+  const double mine = cpu_s(CLOCK_THREAD_CPUTIME_ID) - cpu[1];
+  const double all = cpu_s(CLOCK_PROCESS_CPUTIME_ID) - cpu[0];
   std::sort(latencies.begin(), latencies.end());
   FanoutFloor f;
   f.workers = workers;
