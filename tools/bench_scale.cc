@@ -28,6 +28,8 @@
 //                  of the scheduler, one server, one worker
 //   RSS MB, KB/node     the process's resident memory with the cluster running, and
 //                  its growth over the cluster's nodes
+//   floor          with --floor-rounds N: the same fan-out in plain libzmq threads, no project code
+//                  (tools/bench/fanout_floor.h): a release's latency and CPU per worker, the machine's part
 // Sizes whose ZeroMQ sockets do not fit the descriptor limit (ulimit -n) are skipped, saying so.
 #include <sys/resource.h>
 
@@ -192,11 +194,17 @@ void write_json(const std::string& path, const std::vector<ScaleResult>& rows, c
 }
 
 // The floor under a barrier at each worker count: the same fan-out in plain libzmq (fanout_floor.h).
-std::vector<bench::FanoutFloor> measure_floors(const Args& a) {
+// A size whose sockets (one descriptor each) do not fit `files` is skipped, saying so.
+std::vector<bench::FanoutFloor> measure_floors(const Args& a, const rlimit& files) {
   std::vector<bench::FanoutFloor> floors;
   std::printf("# floor: plain libzmq threads, no project code; a release's first send -> the last thread woken (p50), "
               "CPU per round per worker\n");
   for (const int workers : a.workers) {
+    if (static_cast<rlim_t>(workers) + 64 > files.rlim_cur) {
+      std::printf("# floor skipped at %d workers: ulimit -n is %llu\n", workers,
+                  static_cast<unsigned long long>(files.rlim_cur));
+      continue;
+    }
     floors.push_back(bench::measure_fanout_floor(workers, a.floor_rounds));
     const bench::FanoutFloor& f = floors.back();
     std::printf("# floor %5d workers: release %7.3f ms, releaser %6.2f us/W, workers %6.2f us/W (%d rounds)\n",
@@ -264,7 +272,7 @@ int main(int argc, char** argv) {
     }
     print_table(rows);
     std::fflush(stdout);
-    if (a.floor_rounds > 0) floors = measure_floors(a);
+    if (a.floor_rounds > 0) floors = measure_floors(a, files);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_scale: %s\n", e.what());
     return 1;
