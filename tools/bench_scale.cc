@@ -150,6 +150,7 @@ std::string json_row(const ScaleResult& r, const Derived& d) {
       .add("bench", "scale").add("mode", to_string(o.mode)).add("workers", o.workers).add("servers", o.servers)
       .add("steps", o.steps).add("barrier_every", o.barrier_every).add("epoch_steps", o.epoch_steps)
       .add("elems_per_server", o.elems_per_server).add("compute_us", o.compute_us).add("heartbeat_ms", o.heartbeat_ms)
+      .add("batch_workers", o.batch_workers).add("batch_worker_threads", r.batch_worker_threads)
       .add("step_ms", 1e3 * r.step_s).add("barriers", r.barriers).add("barrier_p50_ms", 1e3 * r.barrier_p50_s)
       .add("barrier_max_ms", 1e3 * r.barrier_max_s).add("barrier_first_out_p50_ms", 1e3 * r.barrier_first_p50_s)
       .add("barrier_rounds", o.barrier_rounds).add("round_p50_ms", 1e3 * r.round_p50_s).add("round_max_ms", 1e3 * r.round_max_s)
@@ -176,7 +177,7 @@ std::string json_row(const ScaleResult& r, const Derived& d) {
 
 std::string json_row(const bench::FanoutFloor& f) {
   return JsonLine()
-      .add("bench", "fanout_floor").add("workers", f.workers).add("rounds", f.rounds)
+      .add("bench", "fanout_floor").add("workers", f.workers).add("rounds", f.rounds).add("batch_workers", f.batch_workers)
       .add("release_p50_ms", 1e3 * f.release_p50_s)
       .add("releaser_cpu_us_per_worker", 1e6 * f.releaser_cpu_s).add("worker_cpu_us_per_worker", 1e6 * f.worker_cpu_s)
       .str();
@@ -205,7 +206,7 @@ std::vector<bench::FanoutFloor> measure_floors(const Args& a, const rlimit& file
                   static_cast<unsigned long long>(files.rlim_cur));
       continue;
     }
-    floors.push_back(bench::measure_fanout_floor(workers, a.floor_rounds));
+    floors.push_back(bench::measure_fanout_floor(workers, a.floor_rounds, a.base.batch_workers));
     const bench::FanoutFloor& f = floors.back();
     std::printf("# floor %5d workers: release %7.3f ms, releaser %6.2f us/W, workers %6.2f us/W (%d rounds)\n",
                 f.workers, 1e3 * f.release_p50_s, 1e6 * f.releaser_cpu_s, 1e6 * f.worker_cpu_s, f.rounds);
@@ -233,6 +234,9 @@ void add_options(CLI::App& app, Args& a) {
                  "also measure the machine's floor for each worker count: this many releases of plain libzmq "
                  "threads, no project code (0: none)")
       ->check(CLI::Range(0, 100000));
+  app.add_flag("--batch-workers", a.base.batch_workers,
+               "the workers' threads SCHED_BATCH (the floor's too): woken, they wait for a core's next turn instead of "
+               "preempting the scheduler mid-release, as on hosts of their own (docs/scaling.md)");
   app.add_option("--json", a.json, "also write the results to this JSON file");
 }
 
@@ -246,9 +250,9 @@ int main(int argc, char** argv) {
   rlimit files{};
   getrlimit(RLIMIT_NOFILE, &files);
   std::printf("# scale: %d steps, a barrier every %d, an epoch every %d, %lld floats per server, compute %d us, "
-              "heartbeat %d ms; per step unless named; KB = 1024 bytes\n",
+              "heartbeat %d ms%s; per step unless named; KB = 1024 bytes\n",
               a.base.steps, a.base.barrier_every, a.base.epoch_steps, static_cast<long long>(a.base.elems_per_server),
-              a.base.compute_us, a.base.heartbeat_ms);
+              a.base.compute_us, a.base.heartbeat_ms, a.base.batch_workers ? ", workers SCHED_BATCH" : "");
   std::vector<ScaleResult> rows;
   std::vector<bench::FanoutFloor> floors;
   try {

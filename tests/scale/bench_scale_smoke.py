@@ -2,7 +2,7 @@
 """CTest bench_scale_smoke: tools/bench_scale at a small size (8 and 64 workers,
 4 servers, a few steps and 20 barriers back to back, every mode; the fan-out floor at each size), its
 table and its JSON checked for sane numbers: counts that follow from the run, bytes at least the payloads, no
-timing bounds. Usage: bench_scale_smoke.py BENCH_SCALE_BINARY JSON_OUT."""
+timing bounds; then --batch-workers at 8 workers (its threads' policy read back). Usage: bench_scale_smoke.py BENCH_SCALE_BINARY JSON_OUT."""
 import json
 import subprocess
 import sys
@@ -93,7 +93,34 @@ def main():
         fail("rows for %r, expected every mode at %r workers" % ([(r["mode"], r["workers"]) for r in rows], WORKERS))
     for row in rows:
         check_row(row)
+        if row["batch_workers"] or row["batch_worker_threads"] != 0:
+            fail("%s W=%d: workers SCHED_BATCH without --batch-workers" % (row["mode"], row["workers"]))
+    check_batch_workers(binary, out)
     print("bench_scale_smoke: %d rows sane" % len(rows))
+
+
+def check_batch_workers(binary, out):
+    """--batch-workers: every worker's thread and its heartbeat thread SCHED_BATCH (read back from /proc by the
+    benchmark while the cluster ran), the floor's threads too."""
+    workers = 8
+    run = subprocess.run([binary, "--workers", str(workers), "--servers", "2", "--modes", "sync", "--steps", "2",
+                          "--barrier-rounds", "20", "--idle-ms", "50", "--floor-rounds", "10", "--batch-workers",
+                          "--json", out], capture_output=True, text=True, timeout=300)
+    if run.returncode != 0:
+        fail("--batch-workers: exit %d: %s" % (run.returncode, run.stderr))
+    with open(out) as f:
+        everything = json.load(f)
+    rows = [r for r in everything if r["bench"] == "scale"]
+    floors = [r for r in everything if r["bench"] == "fanout_floor"]
+    if len(rows) != 1 or len(floors) != 1 or "SCHED_BATCH" not in run.stdout:
+        fail("--batch-workers: %d rows and %d floors, expected one each, and the header naming it" %
+             (len(rows), len(floors)))
+    row = rows[0]
+    if not row["batch_workers"] or row["batch_worker_threads"] != 2 * workers or row["wrong"] != 0:
+        fail("--batch-workers: %r of the workers' threads were SCHED_BATCH, expected %d (each worker's and its "
+             "heartbeat thread's), wrong weights %r" % (row["batch_worker_threads"], 2 * workers, row["wrong"]))
+    if not floors[0]["batch_workers"] or not floors[0]["release_p50_ms"] > 0:
+        fail("--batch-workers: the floor's threads were not SCHED_BATCH")
 
 
 if __name__ == "__main__":

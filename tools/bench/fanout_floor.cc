@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <exception>
 #include <string>
 #include <thread>
 #include <vector>
@@ -13,6 +14,7 @@
 #include <zmq.hpp>
 
 #include "common/base/errors.h"
+#include "tools/bench/thread_cpu.h"
 
 namespace pstrain::bench {
 
@@ -29,8 +31,15 @@ double cpu_s(clockid_t clock) {
 
 // A simulated worker: arrives (a message about a barrier's size), waits for its release, rounds + 1 times.
 // Ends early, quietly, when the context is shut down (the releasing thread failed).
-void fanout_worker(zmq::context_t* ctx, int rounds, std::atomic<std::int64_t>* woken_ns) {
+void fanout_worker(zmq::context_t* ctx, int rounds, bool batch, std::atomic<std::int64_t>* woken_ns) {
   pthread_setname_np(pthread_self(), "floor-worker");
+  if (batch) {
+    try {
+      make_this_thread_batch();
+    } catch (const Error&) {
+      // Checked before the threads started (measure_fanout_floor): not reached; it would run unbatched.
+    }
+  }
   try {
     zmq::socket_t s(*ctx, zmq::socket_type::dealer);
     s.set(zmq::sockopt::linger, 0);
@@ -83,8 +92,19 @@ void release_rounds(zmq::socket_t& router, const std::vector<std::atomic<std::in
 
 }  // namespace
 
-FanoutFloor measure_fanout_floor(int workers, int rounds) {
+FanoutFloor measure_fanout_floor(int workers, int rounds, bool batch_workers) {
   if (workers < 1 || rounds < 1) throw Error("fan-out floor: need at least 1 worker and 1 round");
+  if (batch_workers) {  // the kernel refuses here, before any thread waits on another, or not at all
+    std::exception_ptr refused;
+    std::thread([&refused] {
+      try {
+        make_this_thread_batch();
+      } catch (...) {
+        refused = std::current_exception();
+      }
+    }).join();
+    if (refused) std::rethrow_exception(refused);
+  }
   zmq::context_t ctx;
   ctx.set(zmq::ctxopt::max_sockets, workers + 64);
   zmq::socket_t router(ctx, zmq::socket_type::router);
@@ -97,7 +117,7 @@ FanoutFloor measure_fanout_floor(int workers, int rounds) {
   Clock::time_point last_start;
   double cpu[2] = {0, 0};  // the process's and this thread's CPU at the first measured release
   try {
-    for (auto& w : woken) threads.emplace_back(fanout_worker, &ctx, rounds, &w);
+    for (auto& w : woken) threads.emplace_back(fanout_worker, &ctx, rounds, batch_workers, &w);
     release_rounds(router, woken, rounds, latencies, last_start, cpu);
   } catch (...) {
     router.close();
@@ -113,6 +133,7 @@ FanoutFloor measure_fanout_floor(int workers, int rounds) {
   FanoutFloor f;
   f.workers = workers;
   f.rounds = rounds;
+  f.batch_workers = batch_workers;
   f.release_p50_s = latencies[latencies.size() / 2];
   f.releaser_cpu_s = mine / rounds / workers;
   f.worker_cpu_s = std::max(0.0, all - mine) / rounds / workers;

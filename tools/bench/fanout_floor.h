@@ -17,9 +17,11 @@ struct FanoutFloor {
   double release_p50_s = 0;   // the first send of a release -> the last thread woken (median over rounds)
   double releaser_cpu_s = 0;  // the releasing thread's CPU per round per worker (its sends and receives)
   double worker_cpu_s = 0;    // the threads' CPU per round per worker (woken, the next arrival sent)
+  bool batch_workers = false;  // the threads were SCHED_BATCH (as the cluster's with --batch-workers)
 };
 
-// `rounds` releases over `workers` threads (after one unmeasured round).
-FanoutFloor measure_fanout_floor(int workers, int rounds);
+// `rounds` releases over `workers` threads (after one unmeasured round);
+// `batch_workers`: the threads SCHED_BATCH, the releasing thread not.
+FanoutFloor measure_fanout_floor(int workers, int rounds, bool batch_workers = false);
 
 }  // namespace pstrain::bench
