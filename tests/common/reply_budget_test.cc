@@ -45,6 +45,13 @@ std::string admit(ReplyBudget& budget, const std::string& peer, std::int64_t byt
   }
 }
 
+// "w17": a peer's name (built by appending: GCC 12 warns, wrongly, on "w" + std::to_string).
+std::string numbered(const char* prefix, int n) {
+  std::string name(prefix);
+  name += std::to_string(n);
+  return name;
+}
+
 }  // namespace
 
 TEST_CASE("reply budget: a message is counted from admit until ZeroMQ frees its header frame") {
@@ -223,7 +230,7 @@ TEST_CASE("reply budget: a node's steady peers keep their accounts and tickets o
   std::vector<zmq::message_t> held;
   constexpr int kPeers = 1024;
   for (int release = 0; release < 12; ++release) {
-    for (int p = 0; p < kPeers; ++p) REQUIRE(admit(budget, "w" + std::to_string(p), 64, held).empty());
+    for (int p = 0; p < kPeers; ++p) REQUIRE(admit(budget, numbered("w", p), 64, held).empty());
     held.clear();
   }
   CHECK(budget.unsent_bytes() == 0);
@@ -231,7 +238,7 @@ TEST_CASE("reply budget: a node's steady peers keep their accounts and tickets o
   CHECK(budget.tickets_made() == 1024);
   // Peers that come and go: the idle ones are forgotten, the map stays bounded.
   for (int p = 0; p < 20000; ++p) {
-    REQUIRE(admit(budget, "gone" + std::to_string(p), 64, held).empty());
+    REQUIRE(admit(budget, numbered("gone", p), 64, held).empty());
     held.clear();
   }
   CHECK(budget.accounts_made() == kPeers + 20000);
@@ -248,7 +255,7 @@ TEST_CASE("reply budget: frames freed on many threads while the listener admits 
   std::vector<std::thread> freers;
   for (int t = 0; t < kThreads; ++t) {
     for (int i = 0; i < kPerThread; ++i) {
-      batches[t].push_back(budget.admit(PeerId("p" + std::to_string(t)), Buffer::copy("h"), 10, error_header()));
+      batches[t].push_back(budget.admit(PeerId(numbered("p", t)), Buffer::copy("h"), 10, error_header()));
     }
   }
   CHECK(budget.unsent_bytes() == kThreads * kPerThread * (10 + kOverhead));
