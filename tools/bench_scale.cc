@@ -28,6 +28,8 @@
 //                  of the scheduler, one server, one worker
 //   RSS MB, KB/node     the process's resident memory with the cluster running, and
 //                  its growth over the cluster's nodes
+//   floor          with --floor-rounds N: the same fan-out in plain libzmq threads, no project code
+//                  (tools/bench/fanout_floor.h): a release's latency and CPU per worker, the machine's part
 // Sizes whose ZeroMQ sockets do not fit the descriptor limit (ulimit -n) are skipped, saying so.
 #include <sys/resource.h>
 
@@ -42,6 +44,7 @@
 
 #include "common/base/errors.h"
 #include "common/base/json_line.h"
+#include "tools/bench/fanout_floor.h"
 #include "tools/bench/scale_run.h"
 
 using namespace pstrain;
@@ -56,6 +59,7 @@ struct Args {
   std::vector<std::string> modes{"sync", "async", "ssp"};
   ScaleOptions base;
   std::string json;
+  int floor_rounds = 0;  // --floor-rounds: the machine's floor per worker count (tools/bench/fanout_floor.h)
 };
 
 Mode mode_of(const std::string& name) {
@@ -146,6 +150,7 @@ std::string json_row(const ScaleResult& r, const Derived& d) {
       .add("bench", "scale").add("mode", to_string(o.mode)).add("workers", o.workers).add("servers", o.servers)
       .add("steps", o.steps).add("barrier_every", o.barrier_every).add("epoch_steps", o.epoch_steps)
       .add("elems_per_server", o.elems_per_server).add("compute_us", o.compute_us).add("heartbeat_ms", o.heartbeat_ms)
+      .add("batch_workers", o.batch_workers).add("batch_worker_threads", r.batch_worker_threads)
       .add("step_ms", 1e3 * r.step_s).add("barriers", r.barriers).add("barrier_p50_ms", 1e3 * r.barrier_p50_s)
       .add("barrier_max_ms", 1e3 * r.barrier_max_s).add("barrier_first_out_p50_ms", 1e3 * r.barrier_first_p50_s)
       .add("barrier_rounds", o.barrier_rounds).add("round_p50_ms", 1e3 * r.round_p50_s).add("round_max_ms", 1e3 * r.round_max_s)
@@ -170,14 +175,43 @@ std::string json_row(const ScaleResult& r, const Derived& d) {
       .str();
 }
 
-void write_json(const std::string& path, const std::vector<ScaleResult>& rows) {
+std::string json_row(const bench::FanoutFloor& f) {
+  return JsonLine()
+      .add("bench", "fanout_floor").add("workers", f.workers).add("rounds", f.rounds).add("batch_workers", f.batch_workers)
+      .add("release_p50_ms", 1e3 * f.release_p50_s)
+      .add("releaser_cpu_us_per_worker", 1e6 * f.releaser_cpu_s).add("worker_cpu_us_per_worker", 1e6 * f.worker_cpu_s)
+      .str();
+}
+
+void write_json(const std::string& path, const std::vector<ScaleResult>& rows, const std::vector<bench::FanoutFloor>& floors) {
   std::ofstream out(path);
   out << "[\n";
-  for (std::size_t i = 0; i < rows.size(); ++i) {
-    out << "  " << json_row(rows[i], derive(rows[i], reference(rows, rows[i]))) << (i + 1 < rows.size() ? ",\n" : "\n");
-  }
+  std::vector<std::string> lines;
+  for (const ScaleResult& r : rows) lines.push_back(json_row(r, derive(r, reference(rows, r))));
+  for (const bench::FanoutFloor& f : floors) lines.push_back(json_row(f));
+  for (std::size_t i = 0; i < lines.size(); ++i) out << "  " << lines[i] << (i + 1 < lines.size() ? ",\n" : "\n");
   out << "]\n";
   if (!out) throw Error("bench_scale: cannot write " + path);
+}
+
+// The floor under a barrier at each worker count: the same fan-out in plain libzmq (fanout_floor.h).
+// A size whose sockets (one descriptor each) do not fit `files` is skipped, saying so.
+std::vector<bench::FanoutFloor> measure_floors(const Args& a, const rlimit& files) {
+  std::vector<bench::FanoutFloor> floors;
+  std::printf("# floor: plain libzmq threads, no project code; a release's first send -> the last thread woken (p50), "
+              "CPU per round per worker\n");
+  for (const int workers : a.workers) {
+    if (static_cast<rlim_t>(workers) + 64 > files.rlim_cur) {
+      std::printf("# floor skipped at %d workers: ulimit -n is %llu\n", workers,
+                  static_cast<unsigned long long>(files.rlim_cur));
+      continue;
+    }
+    floors.push_back(bench::measure_fanout_floor(workers, a.floor_rounds, a.base.batch_workers));
+    const bench::FanoutFloor& f = floors.back();
+    std::printf("# floor %5d workers: release %7.3f ms, releaser %6.2f us/W, workers %6.2f us/W (%d rounds)\n",
+                f.workers, 1e3 * f.release_p50_s, 1e6 * f.releaser_cpu_s, 1e6 * f.worker_cpu_s, f.rounds);
+  }
+  return floors;
 }
 
 void add_options(CLI::App& app, Args& a) {
@@ -196,6 +230,13 @@ void add_options(CLI::App& app, Args& a) {
   app.add_option("--barrier-rounds", a.base.barrier_rounds,
                  "barriers back to back after the steps (0: none; -1: 51,200 / workers, at least 20)")
       ->check(CLI::Range(-1, 100000));
+  app.add_option("--floor-rounds", a.floor_rounds,
+                 "also measure the machine's floor for each worker count: this many releases of plain libzmq "
+                 "threads, no project code (0: none)")
+      ->check(CLI::Range(0, 100000));
+  app.add_flag("--batch-workers", a.base.batch_workers,
+               "the workers' threads SCHED_BATCH (the floor's too): woken, they wait for a core's next turn instead of "
+               "preempting the scheduler mid-release, as on hosts of their own (docs/scaling.md)");
   app.add_option("--json", a.json, "also write the results to this JSON file");
 }
 
@@ -209,10 +250,11 @@ int main(int argc, char** argv) {
   rlimit files{};
   getrlimit(RLIMIT_NOFILE, &files);
   std::printf("# scale: %d steps, a barrier every %d, an epoch every %d, %lld floats per server, compute %d us, "
-              "heartbeat %d ms; per step unless named; KB = 1024 bytes\n",
+              "heartbeat %d ms%s; per step unless named; KB = 1024 bytes\n",
               a.base.steps, a.base.barrier_every, a.base.epoch_steps, static_cast<long long>(a.base.elems_per_server),
-              a.base.compute_us, a.base.heartbeat_ms);
+              a.base.compute_us, a.base.heartbeat_ms, a.base.batch_workers ? ", workers SCHED_BATCH" : "");
   std::vector<ScaleResult> rows;
+  std::vector<bench::FanoutFloor> floors;
   try {
     for (const std::string& mode : a.modes) {
       for (const int servers : a.servers) {
@@ -232,12 +274,14 @@ int main(int argc, char** argv) {
         }
       }
     }
+    print_table(rows);
+    std::fflush(stdout);
+    if (a.floor_rounds > 0) floors = measure_floors(a, files);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_scale: %s\n", e.what());
     return 1;
   }
-  print_table(rows);
-  if (!a.json.empty()) write_json(a.json, rows);
+  if (!a.json.empty()) write_json(a.json, rows, floors);
   int wrong = 0;
   for (const ScaleResult& r : rows) wrong += r.wrong;
   return wrong == 0 ? 0 : 1;

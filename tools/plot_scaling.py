@@ -7,7 +7,8 @@ code, without the kernel's wake-ups), (4) its per-step coordination CPU
 (without heartbeats), (5) its heartbeat and liveness CPU per node per second,
 each with a dotted line of linear growth (flat for the per-worker figures)
 through the 64-worker point. Rows without a key (an older run) leave it out. --before FILE adds the same run of the code
-before the scaling fixes, dashed.
+before the scaling fixes, dashed. The fan-out floor's rows (bench_scale --floor-rounds: plain libzmq threads, no
+project code) are drawn in black in panels (2) and (3): the release's latency, and the releasing thread's CPU.
 
   /usr/bin/python3 tools/plot_scaling.py docs/figures/scaling.json \\
       [--before docs/figures/scaling_before.json] [--servers 4] [--out docs/figures/scaling.png]
@@ -34,10 +35,23 @@ EXTRA = {"round_scheduler_cpu_us_per_worker": "round_scheduler_user_us_per_worke
 COLORS = {"sync": "tab:blue", "async": "tab:orange", "ssp": "tab:green"}
 
 
+# The floor's key drawn in a panel (its rows: bench "fanout_floor").
+FLOOR = {"round_p50_ms": "release_p50_ms", "round_scheduler_cpu_us_per_worker": "releaser_cpu_us_per_worker"}
+
+
 def load(path, servers):
+    """The cluster's rows (with `servers` servers, or all) and the floor's rows."""
     with open(path) as f:
         rows = json.load(f)
-    return [r for r in rows if not servers or r["servers"] == servers]
+    scale = [r for r in rows if r.get("bench", "scale") == "scale" and (not servers or r["servers"] == servers)]
+    return scale, [r for r in rows if r.get("bench") == "fanout_floor"]
+
+
+def plot_floor(ax, floors, key):
+    pts = sorted((r["workers"], r[FLOOR[key]]) for r in floors if key in FLOOR and r.get(FLOOR[key], 0) > 0)
+    if pts:
+        xs, ys = zip(*pts)
+        ax.plot(xs, ys, "-", color="black", marker="s", linewidth=1.0, label="floor: plain libzmq")
 
 
 def plot_rows(ax, rows, key, power, style, label_suffix):
@@ -64,13 +78,14 @@ def main():
     ap.add_argument("--servers", type=int, default=4, help="only rows with this many servers (0: all)")
     ap.add_argument("--out", default="docs/figures/scaling.png")
     a = ap.parse_args()
-    rows = load(a.json, a.servers)
-    before = load(a.before, a.servers) if a.before else []
+    rows, floors = load(a.json, a.servers)
+    before = load(a.before, a.servers)[0] if a.before else []
     fig, axes = plt.subplots(1, len(PANELS), figsize=(4.5 * len(PANELS), 4))
     for ax, (key, title, power) in zip(axes, PANELS):
         plot_rows(ax, rows, key, power, "-", "")
         if before:
             plot_rows(ax, before, key, power, "--", " (before)")
+        plot_floor(ax, floors, key)
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_xlabel("workers")
@@ -79,6 +94,8 @@ def main():
             ax.axhline(TARGET_MS[key], color="gray", linestyle="-.", linewidth=0.8)
         ax.grid(True, which="both", alpha=0.3)
     axes[0].legend(fontsize=8)
+    if floors:
+        axes[1].legend(handles=[h for h in axes[1].get_lines() if h.get_label().startswith("floor")], fontsize=8)
     servers = "all server counts" if not a.servers else "%d servers" % a.servers
     fig.suptitle("pstrain scale benchmark (one process, 2 cores; %s); dotted: %s through 64 workers" %
                  (servers, "linear growth / flat"), fontsize=10)

@@ -171,12 +171,13 @@ bool SchedulerClient::drain_incoming(int max_messages) {
 
 Message SchedulerClient::wait_for(MsgType type, const std::string& what, int extra_ms, bool while_alive) {
   const int limit_ms = cluster_.timeout_ms + extra_ms;
-  const auto deadline = Clock::now() + milliseconds(limit_ms);
+  // An answer while_alive may take as long as the slowest worker: no fixed limit, so no clock read
+  // for one (a barrier's wait, once per worker per barrier, reads the clock only when the answer comes).
+  const auto deadline = while_alive ? Clock::time_point{} : Clock::now() + milliseconds(limit_ms);
   while (true) {
-    auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
-    if (while_alive) {
-      left = milliseconds(200);  // an answer may take as long as the slowest worker: no fixed limit
-    } else if (left.count() <= 0) {
+    auto left = milliseconds(200);
+    if (!while_alive) left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
+    if (!while_alive && left.count() <= 0) {
       throw TimeoutError(what + ": no answer from the scheduler at " + endpoint_ + " within " +
                          std::to_string(limit_ms) + " ms");
     }

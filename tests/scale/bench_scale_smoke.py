@@ -1,13 +1,13 @@
 #!/usr/bin/python3
 """CTest bench_scale_smoke: tools/bench_scale at a small size (8 and 64 workers,
-4 servers, a few steps and 20 barriers back to back, every mode), its table and its JSON checked for sane
-numbers: counts that follow from the run, bytes at least the payloads, no
-timing bounds. Usage: bench_scale_smoke.py BENCH_SCALE_BINARY JSON_OUT."""
+4 servers, a few steps and 20 barriers back to back, every mode; the fan-out floor at each size), its
+table and its JSON checked for sane numbers: counts that follow from the run, bytes at least the payloads, no
+timing bounds; then --batch-workers at 8 workers (its threads' policy read back). Usage: bench_scale_smoke.py BENCH_SCALE_BINARY JSON_OUT."""
 import json
 import subprocess
 import sys
 
-WORKERS, SERVERS, STEPS, ELEMS, ROUNDS = [8, 64], 4, 4, 256, 20
+WORKERS, SERVERS, STEPS, ELEMS, ROUNDS, FLOOR_ROUNDS = [8, 64], 4, 4, 256, 20, 20
 MODES = ["sync", "async", "ssp"]
 
 
@@ -59,11 +59,22 @@ def check_row(row):
         fail("%s: the 64-worker row is its own reference, its growth must be 0 (none), is %r" % (name, growth))
 
 
+def check_floor(row):
+    """The machine's floor (plain libzmq threads): a release that took time, both sides' CPU counted."""
+    name = "floor W=%d" % row["workers"]
+    if row["rounds"] != FLOOR_ROUNDS:
+        fail("%s: %r rounds, expected %d" % (name, row["rounds"], FLOOR_ROUNDS))
+    for key in ["release_p50_ms", "releaser_cpu_us_per_worker", "worker_cpu_us_per_worker"]:
+        if not row[key] > 0:
+            fail("%s: %s is %r, expected > 0" % (name, key, row[key]))
+
+
 def main():
     binary, out = sys.argv[1], sys.argv[2]
     args = [binary, "--workers", ",".join(map(str, WORKERS)), "--servers", str(SERVERS), "--modes", ",".join(MODES),
             "--steps", str(STEPS), "--barrier-every", "1", "--epoch-steps", "2", "--elems", str(ELEMS),
-            "--idle-ms", "200", "--heartbeat-ms", "50", "--barrier-rounds", str(ROUNDS), "--json", out]
+            "--idle-ms", "200", "--heartbeat-ms", "50", "--barrier-rounds", str(ROUNDS), "--floor-rounds", str(FLOOR_ROUNDS),
+            "--json", out]
     run = subprocess.run(args, capture_output=True, text=True, timeout=600)
     print(run.stdout)
     if run.returncode != 0:
@@ -71,12 +82,45 @@ def main():
     if "barrier" not in run.stdout or "p50 ms" not in run.stdout or "KB/node" not in run.stdout:
         fail("the table lacks its titles and units")
     with open(out) as f:
-        rows = json.load(f)
+        everything = json.load(f)
+    rows = [r for r in everything if r["bench"] == "scale"]
+    floors = [r for r in everything if r["bench"] == "fanout_floor"]
+    if sorted(r["workers"] for r in floors) != sorted(WORKERS) or "# floor" not in run.stdout:
+        fail("floor rows for %r workers, expected one for each of %r" % ([r["workers"] for r in floors], WORKERS))
+    for floor in floors:
+        check_floor(floor)
     if sorted((r["mode"], r["workers"]) for r in rows) != sorted((m, w) for m in MODES for w in WORKERS):
         fail("rows for %r, expected every mode at %r workers" % ([(r["mode"], r["workers"]) for r in rows], WORKERS))
     for row in rows:
         check_row(row)
+        if row["batch_workers"] or row["batch_worker_threads"] != 0:
+            fail("%s W=%d: workers SCHED_BATCH without --batch-workers" % (row["mode"], row["workers"]))
+    check_batch_workers(binary, out)
     print("bench_scale_smoke: %d rows sane" % len(rows))
+
+
+def check_batch_workers(binary, out):
+    """--batch-workers: every worker's thread and its heartbeat thread SCHED_BATCH (read back from /proc by the
+    benchmark while the cluster ran), the floor's threads too."""
+    workers = 8
+    run = subprocess.run([binary, "--workers", str(workers), "--servers", "2", "--modes", "sync", "--steps", "2",
+                          "--barrier-rounds", "20", "--idle-ms", "50", "--floor-rounds", "10", "--batch-workers",
+                          "--json", out], capture_output=True, text=True, timeout=300)
+    if run.returncode != 0:
+        fail("--batch-workers: exit %d: %s" % (run.returncode, run.stderr))
+    with open(out) as f:
+        everything = json.load(f)
+    rows = [r for r in everything if r["bench"] == "scale"]
+    floors = [r for r in everything if r["bench"] == "fanout_floor"]
+    if len(rows) != 1 or len(floors) != 1 or "SCHED_BATCH" not in run.stdout:
+        fail("--batch-workers: %d rows and %d floors, expected one each, and the header naming it" %
+             (len(rows), len(floors)))
+    row = rows[0]
+    if not row["batch_workers"] or row["batch_worker_threads"] != 2 * workers or row["wrong"] != 0:
+        fail("--batch-workers: %r of the workers' threads were SCHED_BATCH, expected %d (each worker's and its "
+             "heartbeat thread's), wrong weights %r" % (row["batch_worker_threads"], 2 * workers, row["wrong"]))
+    if not floors[0]["batch_workers"] or not floors[0]["release_p50_ms"] > 0:
+        fail("--batch-workers: the floor's threads were not SCHED_BATCH")
 
 
 if __name__ == "__main__":

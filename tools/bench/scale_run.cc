@@ -98,6 +98,7 @@ class ScaleJob {
   double snapshot_cpu_s_ = 0;  // worker 0's CPU spent taking rounds_a_ and rounds_b_
   int rounds_ = o_.barrier_rounds >= 0 ? o_.barrier_rounds : std::max(20, 51200 / o_.workers);
   std::int64_t rss_before_ = 0, rss_running_ = 0;
+  int batch_threads_ = 0;
 };
 
 LocalClusterOptions ScaleJob::cluster_options() {
@@ -194,6 +195,7 @@ void ScaleJob::idle(int rank) {
 
 void ScaleJob::worker(LocalCluster& cluster, int rank) {
   pthread_setname_np(pthread_self(), "ps-worker");  // its heartbeat thread takes the name too
+  if (o_.batch_workers) make_this_thread_batch();    // and the policy: before the session starts it
   const auto n = static_cast<std::size_t>(layout_.total_elems());
   std::vector<float> params(n, 0.0f);  // before the session: outlives every frame that points into it
   const std::vector<float> grads(n, 1.0f);
@@ -206,6 +208,7 @@ void ScaleJob::worker(LocalCluster& cluster, int rank) {
     session.scheduler().barrier("measure");
     if (rank == 0) {
       rss_running_ = resident_bytes();
+      batch_threads_ = batch_threads_with_prefix("ps-worker");  // every worker has registered: its heartbeat runs
       start_ = snapshot();
     }
     session.scheduler().barrier("go");  // nobody steps before worker 0's snapshot
@@ -303,6 +306,7 @@ ScaleResult ScaleJob::summarize() const {
   r.push_p50_s = median(push);
   r.pull_p50_s = median(pull);
   r.rss_bytes = rss_running_;
+  r.batch_worker_threads = batch_threads_;
   r.rss_per_node_bytes = static_cast<double>(rss_running_ - rss_before_) / (o_.workers + o_.servers + 1);
   return r;
 }

@@ -39,12 +39,18 @@ struct ScaleOptions {
   // size takes about as many arrivals: a second or more of the scheduler's CPU, enough for the kernel's
   // user/system split).
   int barrier_rounds = -1;
+  // The workers' threads (and their heartbeat threads) SCHED_BATCH: a worker
+  // woken by its release waits for its core's next turn instead of preempting
+  // the scheduler mid-release, as on a cluster where each worker has a host of
+  // its own (docs/scaling.md, "Where a barrier's time goes").
+  bool batch_workers = false;
 };
 
 // Per step unless named otherwise; times in seconds, CPU in seconds.
 struct ScaleResult {
   ScaleOptions options;
   double step_s = 0;             // wall time of the measured steps / steps
+  int batch_worker_threads = 0;  // the workers' threads found SCHED_BATCH while the cluster ran (batch_workers)
   double barrier_p50_s = 0;      // a barrier: the last arrival sent -> the last worker released
   double barrier_max_s = 0;
   double barrier_first_p50_s = 0;  // the last arrival sent -> the first worker released (no fan-out)

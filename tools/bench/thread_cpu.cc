@@ -1,5 +1,7 @@
 #include "tools/bench/thread_cpu.h"
 
+#include <pthread.h>
+#include <sched.h>
 #include <sys/types.h>
 #include <time.h>
 #include <unistd.h>
@@ -7,6 +9,9 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <system_error>
+
+#include "common/base/errors.h"
 
 namespace pstrain::bench {
 
@@ -62,6 +67,30 @@ double cpu_seconds_with_prefix(const std::map<std::string, double>& by_name, con
   double sum = 0;
   for (const auto& [name, seconds] : by_name) sum += name.rfind(prefix, 0) == 0 ? seconds : 0.0;
   return sum;
+}
+
+void make_this_thread_batch() {
+  sched_param none{};  // SCHED_BATCH takes priority 0
+  if (const int rc = pthread_setschedparam(pthread_self(), SCHED_BATCH, &none); rc != 0) {
+    throw Error("cannot make a thread SCHED_BATCH: " + std::system_category().message(rc));
+  }
+}
+
+int batch_threads_with_prefix(const std::string& prefix) {
+  int n = 0;
+  std::error_code ec;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task", ec)) {
+    std::ifstream comm(task.path() / "comm");
+    std::ifstream stat(task.path() / "stat");
+    std::string name, line;
+    if (!std::getline(comm, name) || !std::getline(stat, line) || name.rfind(prefix, 0) != 0) continue;
+    std::istringstream fields(line.substr(line.rfind(')') + 2));  // from field 3 (state) on
+    std::string skip;
+    for (int f = 3; f < 41; ++f) fields >> skip;
+    int policy = -1;
+    if (fields >> policy && policy == SCHED_BATCH) ++n;
+  }
+  return n;
 }
 
 std::int64_t resident_bytes() {

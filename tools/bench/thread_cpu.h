@@ -28,6 +28,17 @@ std::map<std::string, UserSystem> user_system_by_thread_name();
 // CPU seconds of the threads whose name starts with `prefix`, in `by_name`.
 double cpu_seconds_with_prefix(const std::map<std::string, double>& by_name, const std::string& prefix);
 
+// Makes the calling thread SCHED_BATCH (Linux; threads it starts afterwards
+// inherit it): a wake-up of the thread no longer preempts the thread running
+// on that core, it waits for the core's next turn. Error naming the reason if
+// the kernel refuses. For simulated nodes whose wake-ups would, on a real
+// cluster, happen on hosts of their own (docs/scaling.md).
+void make_this_thread_batch();
+
+// This process's threads whose name starts with `prefix` and whose scheduling
+// policy is SCHED_BATCH (/proc/self/task/*/stat, field 41).
+int batch_threads_with_prefix(const std::string& prefix);
+
 // This process's resident memory (VmRSS), bytes; 0 if unknown.
 std::int64_t resident_bytes();
 

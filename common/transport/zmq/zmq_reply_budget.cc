@@ -6,11 +6,10 @@
 
 #include <algorithm>
 #include <atomic>
-#include <map>
-#include <mutex>
 #include <optional>
-#include <set>
 #include <string>
+#include <unordered_map>
+#include <unordered_set>
 
 #include "common/base/errors.h"
 
@@ -33,6 +32,7 @@ struct Ticket {
 };
 
 constexpr std::size_t kTicketsPerBlock = 1024;
+constexpr std::size_t kFirstSweep = 4096;  // peers' accounts kept before the first sweep of idle ones
 
 std::string mib(std::int64_t bytes) {
   const std::int64_t tenths = bytes * 10 / (std::int64_t{1} << 20);
@@ -42,23 +42,28 @@ std::string mib(std::int64_t bytes) {
 }  // namespace
 
 struct ReplyBudget::State {
-  // The pool (any thread, under the mutex).
-  std::mutex mutex;
-  Ticket* free_list = nullptr;
-  std::vector<std::unique_ptr<Ticket[]>> blocks;
+  // The pool: the listener's thread takes tickets from its own free list and,
+  // when that is empty, all those given back since (one exchange); any thread
+  // gives one back with a compare-and-swap. No lock: a release to W peers
+  // used to take a mutex W times against the W receiving threads giving
+  // theirs back, and a contended mutex puts a thread to sleep.
+  Ticket* free_list = nullptr;                // the listener's thread only
+  std::atomic<Ticket*> returned{nullptr};     // given back, not yet taken again
+  std::vector<std::unique_ptr<Ticket[]>> blocks;  // the listener's thread only
   std::atomic<std::int64_t> total{0};
   std::atomic<std::int64_t> strangers_total{0};  // the part of total queued to strangers
   std::atomic<std::int64_t> bound{0};            // unsent_bound(limits), for other threads
   // The listener's thread only.
   MemoryLimits limits;
-  std::map<std::string, std::shared_ptr<PeerAccount>> peers;
-  std::optional<std::set<std::string>> members;
+  std::unordered_map<std::string, std::shared_ptr<PeerAccount>> peers;
+  std::optional<std::unordered_set<std::string>> members;
   std::int64_t shed = 0;
   std::int64_t peak = 0;
-  std::uint64_t admitted = 0;
+  std::int64_t accounts_made = 0;
+  std::size_t sweep_at = kFirstSweep;  // peers.size() at which idle accounts are forgotten
 
   Ticket* take_ticket() {
-    std::lock_guard<std::mutex> lock(mutex);
+    if (free_list == nullptr) free_list = returned.exchange(nullptr, std::memory_order_acquire);
     if (free_list == nullptr) {
       blocks.push_back(std::make_unique<Ticket[]>(kTicketsPerBlock));
       Ticket* block = blocks.back().get();
@@ -72,19 +77,30 @@ struct ReplyBudget::State {
     return t;
   }
 
+  // Any thread. Only the listener's thread takes from `returned`, and it takes
+  // the whole list at once, so a ticket cannot leave and come back between
+  // this load and the swap (no ABA).
   void give_back(Ticket* t) {
-    std::lock_guard<std::mutex> lock(mutex);
-    t->next_free = free_list;
-    free_list = t;
+    t->next_free = returned.load(std::memory_order_relaxed);
+    while (!returned.compare_exchange_weak(t->next_free, t, std::memory_order_release, std::memory_order_relaxed)) {
+    }
   }
 
-  PeerAccount& account(const PeerId& peer) {
-    if (++admitted % 4096 == 0) {  // forget idle connections (only the map holds them)
+  // The peer's account, found once per send. Idle accounts (only the map holds
+  // them, nothing unsent) are forgotten when the map has doubled since the
+  // last sweep: a node whose peers stay (a barrier's 1,024 workers) keeps
+  // their accounts, one whose peers come and go stays within twice its live ones.
+  std::shared_ptr<PeerAccount>& account(const PeerId& peer) {
+    if (peers.size() >= sweep_at) {
       std::erase_if(peers, [](const auto& e) { return e.second.use_count() == 1 && e.second->bytes.load() == 0; });
+      sweep_at = std::max(kFirstSweep, 2 * peers.size());
     }
     std::shared_ptr<PeerAccount>& a = peers[peer.bytes()];
-    if (!a) a = std::make_shared<PeerAccount>();
-    return *a;
+    if (!a) {
+      a = std::make_shared<PeerAccount>();
+      ++accounts_made;
+    }
+    return a;
   }
 
   bool is_stranger(const std::string& id) const { return members && members->count(id) == 0; }
@@ -165,7 +181,7 @@ void ReplyBudget::set_limits(const MemoryLimits& limits) {
 const MemoryLimits& ReplyBudget::limits() const { return state_->limits; }
 
 void ReplyBudget::set_members(const std::vector<PeerId>& members) {
-  std::set<std::string> ids;
+  std::unordered_set<std::string> ids;
   for (const PeerId& p : members) ids.insert(p.bytes());
   state_->members = std::move(ids);
 }
@@ -177,7 +193,8 @@ void ReplyBudget::add_member(const PeerId& member) {
 
 zmq::message_t ReplyBudget::admit(const PeerId& to, Buffer head, std::int64_t message_bytes, const Header& header) {
   State& s = *state_;
-  PeerAccount& peer = s.account(to);
+  std::shared_ptr<PeerAccount>& account = s.account(to);
+  PeerAccount& peer = *account;
   const std::int64_t bytes = message_bytes + kMessageOverhead;
   const std::int64_t mine = peer.bytes.load(std::memory_order_relaxed);
   const bool stranger = s.is_stranger(to.bytes());
@@ -192,7 +209,7 @@ zmq::message_t ReplyBudget::admit(const PeerId& to, Buffer head, std::int64_t me
   Ticket* t = s.take_ticket();
   t->head = std::move(head);
   t->bytes = bytes;
-  t->peer = s.peers[to.bytes()];
+  t->peer = account;
   t->stranger = stranger;
   t->state = state_;
   peer.bytes.fetch_add(bytes, std::memory_order_relaxed);
@@ -213,6 +230,10 @@ std::int64_t ReplyBudget::unsent_bytes(const PeerId& peer) const {
 }
 
 std::int64_t ReplyBudget::shed_messages() const { return state_->shed; }
+std::int64_t ReplyBudget::accounts_made() const { return state_->accounts_made; }
+std::int64_t ReplyBudget::tickets_made() const {
+  return static_cast<std::int64_t>(state_->blocks.size() * kTicketsPerBlock);
+}
 
 bool ReplyBudget::take_drained() {
   State& s = *state_;

@@ -33,7 +33,7 @@
 //
 // Thread safety: admit, set_limits, set_members and the counters belong to
 // the Listener's thread; the free callbacks may run on any thread and touch
-// only atomics and the pool (under its mutex). A frame may outlive the
+// only atomics and the pool (a lock-free list of tickets given back). A frame may outlive the
 // budget object (ZeroMQ may still be flushing it after the socket closed):
 // the shared state lives until the last ticket is back.
 #pragma once
@@ -80,6 +80,11 @@ class ReplyBudget {
   std::int64_t strangers_unsent_bytes() const;  // the part of unsent_bytes() queued to strangers
   std::int64_t unsent_limit() const;            // unsent_bound(limits()); any thread
   std::int64_t shed_messages() const;
+  // Per-peer accounts made so far (a peer's account, once made, is kept while
+  // the node's peers stay; forgotten idle only when their number has doubled).
+  std::int64_t accounts_made() const;
+  // Tickets (header frames' records) made so far, in blocks: reused once given back.
+  std::int64_t tickets_made() const;
   // True once each time the unsent bytes, after reaching kGiveBackPeak, have
   // fallen below an eighth of their peak.
   bool take_drained();
