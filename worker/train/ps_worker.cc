@@ -340,6 +340,12 @@ void start_pipeline(Loop& L) {
   L.model.set_sync_before_grads_ready(!L.model.backend().is_cuda());
 }
 
+// The final pull's weights (bfloat16 on the wire with a device backend: as widened into the model).
+void write_final(Loop& L) {
+  if (L.bfloat16 && !weights_in_model(L)) L.model.get_params(L.weights);
+  write_final_weights(L.config.output.run_dir, L.model.layout(), L.weights);
+}
+
 // Completes the last prefetch (its weights are not needed).
 void kv_wait_quietly(Loop& L) {
   L.session.kv().wait(*L.prefetch);
@@ -439,10 +445,7 @@ TrainResult run_ps_worker(const RunConfig& config, WorkerSession& session, Workl
   L.result.steps = step;
   L.result.time_s = metrics.elapsed_s();
   if (session.rank() == 0) evaluate_and_record(L, step, driver.epoch_after(step), L.result.time_s);
-  if (session.rank() == 0) {  // the final pull's weights (bfloat16 wire: as widened into the model)
-    if (L.bfloat16 && !weights_in_model(L)) model.get_params(L.weights);
-    write_final_weights(config.output.run_dir, L.model.layout(), L.weights);
-  }
+  if (session.rank() == 0) write_final(L);
   write_end_record(metrics, L.result);
   return L.result;
 }
