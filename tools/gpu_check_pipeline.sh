@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The parameter-server worker's copy pipeline on one GPU (issue 25): sync PS
-# with one worker against allreduce-of-one, configs/default.toml with
-# workload.device = "cuda", output.trace = "all", a short run each. Prints,
+# with one worker, float32 and bfloat16 on the wire (ps.wire_dtype: the
+# conversions run on the copy stream, so the copy spans' MB halve), against
+# allreduce-of-one, configs/default.toml with workload.device = "cuda",
+# output.trace = "all", a short run each. Prints,
 # per run, images/s (summary.json), worker 0's mean step breakdown after the
 # warm-up (step, forward+backward, pull wait: the forward's waits for
 # weights, push wait) and the copy stream's spans (downloads and uploads per
@@ -42,13 +44,16 @@ done
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/gpu_check_pipeline.XXXXXX")"
 trap 'rm -rf "$WORK"' EXIT
 cd "$ROOT"
-for mode in sync allreduce; do
-  echo "gpu_check_pipeline: $mode, 1 worker, $STEPS steps, trace all"
-  if ! "$BIN/launch" --config configs/default.toml --run-dir "$WORK/$mode" --bin-dir "$BIN" --timeout-s 600 \
-      --set mode="$mode" --set cluster.workers=1 --set workload.device=cuda --set output.trace=all \
-      --set workload.max_steps="$STEPS" --quiet >"$WORK/$mode.log" 2>&1; then
-    echo "gpu_check_pipeline: the $mode run failed; its output:" >&2
-    tail -n 40 "$WORK/$mode.log" >&2
+for run in sync sync_bf16 allreduce; do
+  mode="${run%_bf16}"
+  dtype=float32
+  [[ "$run" == *_bf16 ]] && dtype=bfloat16
+  echo "gpu_check_pipeline: $mode, wire $dtype, 1 worker, $STEPS steps, trace all"
+  if ! "$BIN/launch" --config configs/default.toml --run-dir "$WORK/$run" --bin-dir "$BIN" --timeout-s 600 \
+      --set mode="$mode" --set ps.wire_dtype="$dtype" --set cluster.workers=1 --set workload.device=cuda \
+      --set output.trace=all --set workload.max_steps="$STEPS" --quiet >"$WORK/$run.log" 2>&1; then
+    echo "gpu_check_pipeline: the $run run failed; its output:" >&2
+    tail -n 40 "$WORK/$run.log" >&2
     exit 1
   fi
 done
@@ -90,20 +95,22 @@ def breakdown(run):
     r["images_per_s"] = summary.get("global_images_per_s")
     return r
 
-rows = {run: breakdown(run) for run in ("sync", "allreduce")}
+runs = ("sync", "sync_bf16", "allreduce")
+rows = {run: breakdown(run) for run in runs}
 cols = ["images_per_s", "step_ms", "forward_backward_ms", "pull_wait_ms", "push_wait_ms", "allreduce_wait_ms",
         "downloads_per_step", "download_mean_us", "download_mb_per_step", "uploads_per_step", "upload_mean_us",
         "upload_mb_per_step"]
-print("%-22s %14s %14s" % ("", "sync PS, 1 wkr", "allreduce-of-1"))
+print("%-22s %14s %14s %14s" % ("", "sync PS, 1 wkr", "sync, bf16", "allreduce-of-1"))
 for c in cols:
     cells = []
-    for run in ("sync", "allreduce"):
+    for run in runs:
         v = rows[run].get(c)
         cells.append("-" if v is None else ("%.3f" % v if isinstance(v, float) else str(v)))
-    print("%-22s %14s %14s" % (c, cells[0], cells[1]))
+    print("%-22s %14s %14s %14s" % (c, *cells))
 ref = rows["allreduce"].get("images_per_s")
-if ref and rows["sync"].get("images_per_s"):
-    print("sync PS / allreduce-of-one: %.1f%%" % (100.0 * rows["sync"]["images_per_s"] / ref))
+for run, label in (("sync", "sync PS"), ("sync_bf16", "sync PS, bfloat16 wire")):
+    if ref and rows[run].get("images_per_s"):
+        print("%s / allreduce-of-one: %.1f%%" % (label, 100.0 * rows[run]["images_per_s"] / ref))
 if out:
     json.dump(rows, open(out, "w"), indent=1)
 PY

@@ -7,12 +7,14 @@
 #include <bit>
 #include <cmath>
 #include <limits>
+#include <optional>
 
 #include "common/base/bfloat16.h"
 #include "common/base/errors.h"
 #include "common/math/update_rules.h"
 #include "tests/cluster/run_workers.h"
 #include "tools/cluster/local_cluster.h"
+#include "worker/client/host_copy_engine.h"
 #include "common/transport/zmq/zmq_transport.h"
 
 using namespace pstrain;
@@ -49,10 +51,28 @@ float gradient(int rank, std::size_t i, int step, float weight) {
          0.05f * weight;
 }
 
-// Each worker's final pulled weights. bf16_wire: ps.wire_dtype = bfloat16;
-// otherwise float32 on the wire with every gradient and every pulled weight
-// rounded to bfloat16 by the worker itself.
-std::vector<std::vector<float>> run(bool bf16_wire, int servers, int workers, int steps) {
+// A bfloat16 step the way the copy pipeline does it: the pull lands in
+// bfloat16 as received and the copy engine (the host's copy thread) widens
+// it; the gradient is narrowed by the engine and pushed as it is.
+struct EngineConversion {
+  HostCopyEngine engine;
+  std::vector<std::uint16_t> wire_params, wire_grads;
+  explicit EngineConversion(std::size_t n) : wire_params(n), wire_grads(n) { engine.prepare_bfloat16(n); }
+  void pull(KVClient& kv, std::vector<float>& params, int step) {
+    kv.wait(kv.pull_bfloat16(wire_params, step));
+    engine.wait(engine.upload_widened(params.data(), wire_params.data(), 0, params.size(), -1));
+  }
+  void push(KVClient& kv, const std::vector<float>& grad, int step) {
+    engine.wait(engine.download_narrowed(wire_grads.data(), grad.data(), 0, grad.size(), -1));
+    kv.wait(kv.push_bfloat16(wire_grads, step, 0.1));
+  }
+};
+
+// Each worker's final pulled weights. bf16_wire: ps.wire_dtype = bfloat16
+// (engine: converted by a copy engine, else by the KV client); otherwise
+// float32 on the wire with every gradient and every pulled weight rounded to
+// bfloat16 by the worker itself.
+std::vector<std::vector<float>> run(bool bf16_wire, int servers, int workers, int steps, bool engine = false) {
   LocalCluster cluster(options(servers, workers));
   zmq::context_t& ctx = cluster.zmq_context();  // inproc peers share the cluster's
   const ParamLayout l = layout();
@@ -66,14 +86,17 @@ std::vector<std::vector<float>> run(bool bf16_wire, int servers, int workers, in
     for (std::size_t i = 0; i < n; ++i) params[i] = 0.01f * static_cast<float>(i % 13) - 0.05f;
     session.broadcast_initial(params);  // init is float32 either way
     std::vector<float> grad(n);
+    std::optional<EngineConversion> conversion;
+    if (engine) conversion.emplace(n);
+    KVClient& kv = session.kv();
     for (int step = 0; step < steps; ++step) {
-      session.kv().wait(session.kv().pull(params, step));
+      engine ? conversion->pull(kv, params, step) : (void)kv.wait(kv.pull(params, step));
       if (!bf16_wire) round_to_bfloat16(params);
       for (std::size_t i = 0; i < n; ++i) grad[i] = gradient(session.rank(), i, step, params[i]);
       if (!bf16_wire) round_to_bfloat16(grad);
-      session.kv().wait(session.kv().push(grad, step, 0.1));
+      engine ? conversion->push(kv, grad, step) : (void)kv.wait(kv.push(grad, step, 0.1));
     }
-    session.kv().wait(session.kv().pull(params, steps));
+    engine ? conversion->pull(kv, params, steps) : (void)kv.wait(kv.pull(params, steps));
     if (!bf16_wire) round_to_bfloat16(params);
     finals[static_cast<std::size_t>(session.rank())] = params;
     session.finish();
@@ -97,6 +120,36 @@ TEST_CASE("sync with bfloat16 on the wire equals sync fed the same rounded gradi
     }
   }
   CHECK(moved > bf16[0].size() / 2);  // the updates did something
+}
+
+TEST_CASE("bfloat16 converted by the copy engine equals bfloat16 converted by the KV client, bit for bit") {
+  const auto engine = run(true, 2, 3, 6, /*engine=*/true);
+  const auto client = run(true, 2, 3, 6);
+  REQUIRE(engine.size() == client.size());
+  for (std::size_t w = 0; w < engine.size(); ++w) {
+    REQUIRE(engine[w].size() == client[w].size());
+    std::size_t different = 0;
+    for (std::size_t i = 0; i < engine[w].size(); ++i) {
+      different += std::bit_cast<std::uint32_t>(engine[w][i]) != std::bit_cast<std::uint32_t>(client[w][i]) ? 1 : 0;
+    }
+    CHECK(different == 0);
+  }
+}
+
+TEST_CASE("push_bfloat16 and pull_bfloat16 need ps.wire_dtype = bfloat16 and a whole flat buffer") {
+  LocalCluster cluster(options(1, 1));
+  const ParamLayout l = layout();
+  const auto n = static_cast<std::size_t>(l.total_elems());
+  WorkerSession session(std::make_unique<ZmqTransport>(cluster.zmq_context()), cluster.worker_options(0), l);
+  std::vector<float> params(n, 0.5f);
+  session.broadcast_initial(params);
+  std::vector<std::uint16_t> wire(n);
+  CHECK_THROWS_WITH_AS(session.kv().push_bfloat16(wire, 0, 0.1),
+                       "push_bfloat16: the wire dtype is float32, not bfloat16 (ps.wire_dtype)", ConfigError);
+  CHECK_THROWS_WITH_AS(session.kv().pull_bfloat16(wire, 0),
+                       "pull_bfloat16: the wire dtype is float32, not bfloat16 (ps.wire_dtype)", ConfigError);
+  session.finish();
+  cluster.join();
 }
 
 TEST_CASE("sync with bfloat16 on the wire equals allreduce fed the same rounded gradients") {

@@ -1,10 +1,14 @@
 // The parameter-server worker's copy pipeline in real runs (launcher, scheduler,
 // servers, workers): the copy stream's spans on their own track, every
-// chunk's push sent only after its download ended, every chunk's weights
-// uploaded each step (worker/client/copy_pipeline.h, docs/architecture.md).
+// chunk's push sent only after its download ended; on the CPU, float32 pulls
+// written straight into the model (no upload), bfloat16 narrowed and widened
+// by the copy thread with half the bytes (worker/client/copy_pipeline.h,
+// docs/architecture.md).
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <cstdlib>
+#include <string>
 #include <map>
 #include <vector>
 
@@ -44,7 +48,7 @@ std::map<std::string, std::vector<Span>> spans_of(const JsonValue& trace, const 
     s.ts = e.find("ts")->as_integer("ts");
     s.end = s.ts + e.find("dur")->as_integer("dur");
     if (const JsonValue* args = e.find("args"); args != nullptr) {
-      for (const char* key : {"chunk", "first_chunk", "chunks"}) {
+      for (const char* key : {"chunk", "first_chunk", "chunks", "bytes"}) {
         if (const JsonValue* v = args->find(key); v != nullptr) s.args[key] = v->as_integer(key);
       }
     }
@@ -53,62 +57,121 @@ std::map<std::string, std::vector<Span>> spans_of(const JsonValue& trace, const 
   return out;
 }
 
-}  // namespace
+// Per chunk: its downloads and uploads (count, and the bytes of the last one).
+struct Copies {
+  std::map<std::int64_t, int> downloads, uploads;
+  std::map<std::int64_t, std::int64_t> download_bytes, upload_bytes;
+};
 
-TEST_CASE("copy pipeline in a sync run: copy-stream spans, pushes after their downloads, uploads every step") {
-  it::TempDir dir;
-  const auto run = dir.path() / "run";
-  const int steps = 4;
-  auto args = it::launch_args(it::kSourceDir / "configs/tiny_sync.toml", run);
-  args.insert(args.end(), {"--set", "output.trace=all", "--set", "workload.max_steps=" + std::to_string(steps),
-                           "--quiet"});
+Copies copies_of(const std::vector<Span>& spans) {
+  Copies c;
+  for (const Span& s : spans) {
+    REQUIRE(s.args.count("chunk") == 1);
+    REQUIRE(s.args.count("bytes") == 1);
+    REQUIRE((s.name == "download" || s.name == "upload"));
+    const std::int64_t k = s.args.at("chunk");
+    (s.name == "download" ? c.downloads : c.uploads)[k]++;
+    (s.name == "download" ? c.download_bytes : c.upload_bytes)[k] = s.args.at("bytes");
+  }
+  return c;
+}
+
+// Every chunk of a push was downloaded, and that download had ended, before the push was sent.
+void check_pushes_after_downloads(std::map<std::string, std::vector<Span>>& threads, int steps) {
+  REQUIRE(threads.count("communication") == 1);
+  const std::vector<Span>& copies = threads["copy stream"];
+  int pushes = 0;
+  for (const Span& push : threads["communication"]) {
+    if (push.name != "push send") continue;
+    ++pushes;
+    for (std::int64_t k = push.args.at("first_chunk"); k < push.args.at("first_chunk") + push.args.at("chunks"); ++k) {
+      CAPTURE(k);
+      const Span* last = nullptr;  // the chunk's latest download started before the push
+      for (const Span& c : copies) {
+        if (c.name == "download" && c.args.at("chunk") == k && c.ts <= push.ts) last = &c;
+      }
+      REQUIRE(last != nullptr);
+      CHECK(last->end <= push.ts);
+    }
+  }
+  CHECK(pushes >= steps);
+}
+
+struct TracedRun {
+  JsonValue trace;
+  double accuracy = 0.0;
+};
+
+TracedRun run_traced(const it::TempDir& dir, const std::string& name, const std::string& config,
+                     const std::vector<std::string>& sets) {
+  const auto run = dir.path() / name;
+  auto args = it::launch_args(it::kSourceDir / "configs" / config, run);
+  args.insert(args.end(), {"--set", "output.trace=all", "--quiet"});
+  for (const std::string& s : sets) args.insert(args.end(), {"--set", s});
   const it::Result r = it::run_launch(args, dir.path());
   INFO(r.output);
   REQUIRE(r.exit.code == 0);
-  const JsonValue trace = pstrain::report::parse_json(it::read_file(run / "trace.json"), "trace.json");
+  const JsonValue summary = pstrain::report::parse_json(it::read_file(run / "summary.json"), "summary.json");
+  return {pstrain::report::parse_json(it::read_file(run / "trace.json"), "trace.json"),
+          summary.find("final_test_accuracy")->as_number("final_test_accuracy")};
+}
 
+}  // namespace
+
+TEST_CASE("copy pipeline in a sync run on the CPU: copy-stream spans, pushes after their downloads, no upload pass") {
+  it::TempDir dir;
+  const int steps = 4;
+  const TracedRun run = run_traced(dir, "run", "tiny_sync.toml", {"workload.max_steps=" + std::to_string(steps)});
   for (const char* worker : {"worker 0", "worker 1"}) {
     CAPTURE(worker);
-    auto threads = spans_of(trace, worker);
+    auto threads = spans_of(run.trace, worker);
     REQUIRE(threads.count("copy stream") == 1);
-    const std::vector<Span>& copies = threads["copy stream"];
-    std::map<std::int64_t, int> downloads, uploads;  // per chunk
-    for (const Span& s : copies) {
-      REQUIRE(s.args.count("chunk") == 1);
-      CHECK((s.name == "download" || s.name == "upload"));
-      (s.name == "download" ? downloads : uploads)[s.args.at("chunk")]++;
-    }
-    REQUIRE_FALSE(downloads.empty());
-    for (const auto& [chunk, n] : downloads) {
+    const Copies c = copies_of(threads["copy stream"]);
+    REQUIRE_FALSE(c.downloads.empty());
+    for (const auto& [chunk, n] : c.downloads) {
       CAPTURE(chunk);
       CHECK(n == steps);  // one download per chunk per step
-      // Each step's pull (the prefetch of the step after the last is waited
-      // for at the end and uploaded too); worker 0's evaluation pulls again.
-      CHECK(uploads[chunk] >= steps);
     }
-    CHECK(uploads.size() == downloads.size());
-
-    // Every chunk of a push was downloaded, and that download had ended, before the push was sent.
-    REQUIRE(threads.count("communication") == 1);
-    int pushes = 0;
-    for (const Span& push : threads["communication"]) {
-      if (push.name != "push send") continue;
-      ++pushes;
-      for (std::int64_t k = push.args.at("first_chunk"); k < push.args.at("first_chunk") + push.args.at("chunks"); ++k) {
-        CAPTURE(k);
-        const Span* last = nullptr;  // the chunk's latest download started before the push
-        for (const Span& c : copies) {
-          if (c.name == "download" && c.args.at("chunk") == k && c.ts <= push.ts) last = &c;
-        }
-        REQUIRE(last != nullptr);
-        CHECK(last->end <= push.ts);
-      }
-    }
-    CHECK(pushes >= steps);
+    // The pulls were written straight into the model's parameters: nothing to copy in.
+    CHECK(c.uploads.empty());
+    check_pushes_after_downloads(threads, steps);
     // The forward's waits for weights, per layer with parameters, on the training thread.
     int pull_waits = 0;
     for (const Span& s : threads["training"]) pull_waits += s.name == "pull wait" ? 1 : 0;
     CHECK(pull_waits >= steps);
+  }
+}
+
+TEST_CASE("copy pipeline with bfloat16 on the wire on the CPU: the copy thread narrows and widens half the bytes; "
+          "sync, async and ssp learn") {
+  it::TempDir dir;
+  const TracedRun reference = run_traced(dir, "float32", "tiny_sync.toml", {});
+  const Copies wide = copies_of(spans_of(reference.trace, "worker 0")["copy stream"]);
+  REQUIRE_FALSE(wide.downloads.empty());
+  for (const std::string mode : {"sync", "async", "ssp"}) {
+    CAPTURE(mode);
+    std::vector<std::string> sets = {"ps.wire_dtype=bfloat16", "mode=" + mode};
+    if (mode == "ssp") sets.push_back("ps.staleness_bound=2");
+    const TracedRun run = run_traced(dir, "bfloat16_" + mode, "tiny_sync.toml", sets);
+    for (const char* worker : {"worker 0", "worker 1"}) {
+      CAPTURE(worker);
+      auto threads = spans_of(run.trace, worker);
+      REQUIRE(threads.count("copy stream") == 1);
+      const Copies c = copies_of(threads["copy stream"]);
+      REQUIRE(c.downloads.size() == wide.downloads.size());
+      for (const auto& [chunk, n] : c.downloads) {
+        CAPTURE(chunk);
+        CHECK(n >= 16);  // every step (2 epochs of 16)
+        CHECK(c.uploads.at(chunk) >= n);  // each step's pull, widened on the copy thread
+        CHECK(2 * c.download_bytes.at(chunk) == wide.download_bytes.at(chunk));  // bfloat16: half of float32
+        CHECK(c.upload_bytes.at(chunk) == c.download_bytes.at(chunk));
+      }
+      check_pushes_after_downloads(threads, 16);
+    }
+    MESSAGE(mode << " with bfloat16 on the wire: accuracy " << run.accuracy << " (float32 sync "
+                 << reference.accuracy << ")");
+    CHECK(run.accuracy > 0.5);  // it learned: chance is 0.1 on the 10 synthetic classes
+    if (mode == "sync") CHECK(std::abs(run.accuracy - reference.accuracy) <= 0.1);
   }
 }
 

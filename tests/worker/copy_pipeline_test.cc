@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -13,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/base/bfloat16.h"
 #include "common/base/errors.h"
 #include "common/math/param_layout.h"
 #include "common/math/shard_map.h"
@@ -56,17 +58,41 @@ class FakeCopyEngine final : public CopyEngine {
     wait(e);  // the host's rule: the forward runs after the upload
   }
   void register_host(void*, std::size_t) override {}
+  void prepare_bfloat16(std::size_t n) override { prepared_ = n; }
+  Event download_narrowed(std::uint16_t* host, const float* device, std::size_t offset, std::size_t n,
+                          std::int64_t chunk) override {
+    REQUIRE(offset + n <= prepared_);
+    return enqueue(host + offset, device + offset, n, chunk, Direction::kDownload, Convert::kNarrow);
+  }
+  Event upload_widened(float* device, const std::uint16_t* host, std::size_t offset, std::size_t n,
+                       std::int64_t chunk) override {
+    REQUIRE(offset + n <= prepared_);
+    return enqueue(device + offset, host + offset, n, chunk, Direction::kUpload, Convert::kWiden);
+  }
 
-  // Runs the next `n` copies.
+  // Runs the next `n` copies (conversions: the host's, common/base/bfloat16.h).
   void release(int n) {
     std::lock_guard lock(mutex_);
     for (int i = 0; i < n && !queue_.empty(); ++i) {
       const Copy c = queue_.front();
       queue_.pop_front();
-      std::memcpy(c.dst, c.src, c.n);
+      if (c.convert == Convert::kNarrow) {
+        pstrain::to_bfloat16(std::span(static_cast<const float*>(c.src), c.n),
+                             std::span(static_cast<std::uint16_t*>(c.dst), c.n));
+      } else if (c.convert == Convert::kWiden) {
+        pstrain::from_bfloat16(std::span(static_cast<const std::uint16_t*>(c.src), c.n),
+                               std::span(static_cast<float*>(c.dst), c.n));
+      } else {
+        std::memcpy(c.dst, c.src, c.n);
+      }
       ++completed_;
     }
     cv_.notify_all();
+  }
+  // Per copy in enqueue order: whether it converted (narrow / widen).
+  std::vector<bool> converted() {
+    std::lock_guard lock(mutex_);
+    return converted_;
   }
   int waiters() {
     std::lock_guard lock(mutex_);
@@ -86,17 +112,23 @@ class FakeCopyEngine final : public CopyEngine {
   }
 
  private:
+  enum class Convert { kNone, kNarrow, kWiden };
   struct Copy {
     void* dst;
     const void* src;
-    std::size_t n;
+    std::size_t n;  // bytes; conversions: elements
+    Convert convert;
   };
-  Event enqueue(void* dst, const void* src, std::size_t n, std::int64_t chunk, Direction d) {
+  Event enqueue(void* dst, const void* src, std::size_t n, std::int64_t chunk, Direction d,
+                Convert convert = Convert::kNone) {
     std::lock_guard lock(mutex_);
-    queue_.push_back(Copy{dst, src, n});
+    queue_.push_back(Copy{dst, src, n, convert});
     log_.emplace_back(d, chunk);
+    converted_.push_back(convert != Convert::kNone);
     return ++enqueued_;
   }
+  std::size_t prepared_ = 0;
+  std::vector<bool> converted_;
   std::mutex mutex_;
   std::condition_variable cv_;
   std::deque<Copy> queue_;
@@ -284,6 +316,124 @@ TEST_CASE("copy pipeline: a failed communication job wakes a forward waiting for
   CHECK(error == "worker 0: the scheduler shut the job down");
   CHECK(pstrain::test::thrown_text([&] { pipeline.finish_pull(); }) == "worker 0: the scheduler shut the job down");
   CHECK(pstrain::test::thrown_text([&] { pipeline.wait_jobs(); }) == "worker 0: the scheduler shut the job down");
+}
+
+TEST_CASE("copy pipeline with a bfloat16 wire: the engine narrows each chunk; its push waits for that narrowing and copy") {
+  Fixture f;
+  for (std::size_t i = 0; i < f.device_grads.size(); ++i) f.device_grads[i] = 1.0f + 0.0137f * static_cast<float>(i);
+  std::vector<std::uint16_t> wire_grads(39, 0), wire_params(39, 0);
+  pstrain::PipelineBuffers buffers{{}, {}, f.device_grads.data(), f.device_params.data(), wire_grads, wire_params};
+  CopyPipeline pipeline(f.map, f.engine, buffers);
+  bool stale = false;
+  std::vector<std::vector<std::int64_t>> pushes;
+  auto push = [&](const std::vector<std::int64_t>& keys) {
+    std::lock_guard lock(f.mutex);
+    for (std::int64_t k : keys) {
+      const pstrain::Chunk& c = f.map.chunk(k);
+      for (std::int64_t i = c.offset; i < c.offset + c.num_elems; ++i) {
+        const auto u = static_cast<std::size_t>(i);
+        if (wire_grads[u] != pstrain::to_bfloat16(f.device_grads[u])) stale = true;
+      }
+    }
+    pushes.push_back(keys);
+  };
+  pipeline.begin_step();
+  pipeline.grads_ready(24, 15, push);  // layer 2: chunks 3, 4, 5, narrowed on the engine
+  using D = CopyEngine::Direction;
+  CHECK(f.engine.log() == std::vector<std::pair<D, std::int64_t>>{{D::kDownload, 3}, {D::kDownload, 4}, {D::kDownload, 5}});
+  CHECK(f.engine.converted() == std::vector<bool>{true, true, true});
+  CHECK(wire_grads[24] == 0);  // the calling thread converted nothing
+  REQUIRE(wait_until([&] { return f.engine.waiters() == 1; }, 10s, "the push job waiting on chunk 3's narrowing"));
+  {
+    std::lock_guard lock(f.mutex);
+    CHECK(pushes.empty());
+  }
+  f.engine.release(3);
+  pipeline.wait_jobs();
+  CHECK(pushes == std::vector<std::vector<std::int64_t>>{{3, 4, 5}});
+  CHECK_FALSE(stale);
+
+  // Weights in: the pulls land in wire_params as bfloat16; the forward of a
+  // layer runs only once its chunks were widened into the model.
+  for (std::size_t i = 0; i < wire_params.size(); ++i) wire_params[i] = pstrain::to_bfloat16(-3.0f - 0.011f * static_cast<float>(i));
+  pipeline.begin_pull();
+  std::vector<float> seen(24, 0.0f);
+  std::atomic<bool> ran{false};
+  std::thread training([&] {
+    pipeline.before_forward(0, 24);
+    std::copy(f.device_params.begin(), f.device_params.begin() + 24, seen.begin());
+    ran = true;
+  });
+  for (std::int64_t k : {0, 1, 2}) pipeline.chunk_arrived(k);
+  REQUIRE(wait_until([&] { return f.engine.waiters() == 1; }, 10s, "layer 1 waiting for its widening uploads"));
+  CHECK_FALSE(ran);
+  CHECK(f.engine.converted() == std::vector<bool>{true, true, true, true, true, true});
+  f.engine.release(3);
+  training.join();
+  for (std::size_t i = 0; i < 24; ++i) CHECK(seen[i] == pstrain::from_bfloat16(wire_params[i]));
+  CHECK(f.device_params[30] == -1.0f);  // layer 2's chunks have not arrived: not written
+}
+
+TEST_CASE("copy pipeline: pulls written straight into the model (no device weights) need no upload") {
+  Fixture f;
+  pstrain::PipelineBuffers buffers{f.host_grads, f.host_params, f.device_grads.data(), nullptr};
+  CopyPipeline pipeline(f.map, f.engine, buffers);
+  pipeline.begin_pull();
+  std::atomic<bool> ran{false};
+  std::thread training([&] {
+    pipeline.before_forward(24, 15);  // layer 2
+    ran = true;
+  });
+  REQUIRE(wait_until([&] { return pipeline.waiting_for_arrival() == 1; }, 10s, "layer 2 waiting for its chunks"));
+  for (std::int64_t k : {0, 1, 2, 3, 4}) pipeline.chunk_arrived(k);
+  REQUIRE(wait_until([&] { return pipeline.waiting_for_arrival() == 1; }, 10s, "layer 2 still waiting for chunk 5"));
+  CHECK_FALSE(ran);
+  pipeline.chunk_arrived(5);
+  training.join();
+  CHECK(ran);
+  CHECK(f.engine.enqueued() == 0);  // nothing copied: the reply was the model's memory
+}
+
+TEST_CASE("copy pipeline: buffers that match the model in neither float32 nor bfloat16 are refused") {
+  Fixture f;
+  std::vector<std::uint16_t> short_wire(10);
+  const std::string text = pstrain::test::thrown_text([&] {
+    CopyPipeline p(f.map, f.engine, pstrain::PipelineBuffers{{}, {}, nullptr, nullptr, short_wire, short_wire});
+  });
+  CHECK(text == "copy pipeline: host buffers of 0 and 0 floats, bfloat16 buffers of 10 and 10 elements for a model "
+                "of 39 (one pair must match it)");
+}
+
+TEST_CASE("host copy engine: narrowing and widening on the copy thread, bit for bit common/base/bfloat16.h") {
+  pstrain::TraceRecorder trace(pstrain::TraceLevel::kAll);
+  std::vector<float> values;
+  for (int i = 0; i < 1000; ++i) values.push_back(0.37f * static_cast<float>(i) - 91.3f);
+  for (std::uint32_t b : {0x3f808000u, 0x3f818000u, 0x7f7fffffu, 0x7f800001u, 0xff800000u, 0x00000001u}) {
+    values.push_back(std::bit_cast<float>(b));
+  }
+  const std::size_t n = values.size();
+  std::vector<std::uint16_t> narrowed(n, 0xdeadu);
+  std::vector<float> widened(n, 7.0f);
+  {
+    pstrain::HostCopyEngine engine(&trace);
+    engine.prepare_bfloat16(n);
+    const CopyEngine::Event e1 = engine.download_narrowed(narrowed.data(), values.data(), 3, n - 3, 4);
+    const CopyEngine::Event e2 = engine.upload_widened(widened.data(), narrowed.data(), 3, n - 3, 4);
+    engine.wait(e2);
+    CHECK(engine.done(e1));
+  }
+  CHECK(narrowed[2] == 0xdeadu);  // outside [offset, offset + count): untouched
+  CHECK(widened[2] == 7.0f);
+  for (std::size_t i = 3; i < n; ++i) {
+    CAPTURE(i);
+    CHECK(narrowed[i] == pstrain::to_bfloat16(values[i]));
+    CHECK(std::bit_cast<std::uint32_t>(widened[i]) == std::bit_cast<std::uint32_t>(pstrain::from_bfloat16(narrowed[i])));
+  }
+  const auto events = trace.events();
+  REQUIRE(events.size() == 2);
+  CHECK(events[0].tid == trace.track("copy stream"));
+  CHECK(std::string(events[0].name) == "download");
+  CHECK(std::string(events[1].name) == "upload");
 }
 
 TEST_CASE("host copy engine: copies in order, events complete in order, spans on the copy stream's track") {

@@ -32,9 +32,21 @@ CopyPipeline::CopyPipeline(const ShardMap& map, nn::CopyEngine& engine, Pipeline
       pending_(map.chunks().size(), false),
       upload_event_(map.chunks().size(), 0) {
   const auto total = static_cast<std::size_t>(map.total_elems());
-  if (buffers.host_grads.size() != total || buffers.host_params.size() != total) {
+  const bool wide = buffers.host_grads.size() == total && buffers.host_params.size() == total;
+  const bool narrow = buffers.wire_grads.size() == total && buffers.wire_params.size() == total;
+  if (!wide && !narrow) {
     throw ConfigError("copy pipeline: host buffers of " + std::to_string(buffers.host_grads.size()) + " and " +
-                      std::to_string(buffers.host_params.size()) + " floats for a model of " + std::to_string(total));
+                      std::to_string(buffers.host_params.size()) + " floats, bfloat16 buffers of " +
+                      std::to_string(buffers.wire_grads.size()) + " and " + std::to_string(buffers.wire_params.size()) +
+                      " elements for a model of " + std::to_string(total) + " (one pair must match it)");
+  }
+  if (narrow) {
+    buffers_.host_grads = {};
+    buffers_.host_params = {};
+    if (buffers.device_grads != nullptr || buffers.device_params != nullptr) engine.prepare_bfloat16(total);
+  } else {
+    buffers_.wire_grads = {};
+    buffers_.wire_params = {};
   }
   if (trace_ != nullptr) comm_.submit([trace] { trace->name_this_thread("communication"); });
 }
@@ -52,8 +64,12 @@ void CopyPipeline::grads_ready(std::int64_t offset, std::int64_t count, PushFn p
     handled_[static_cast<std::size_t>(keys[i])] = true;
     if (buffers_.device_grads == nullptr) continue;
     const Chunk& c = map_.chunk(keys[i]);
-    events[i] = engine_.download(buffers_.host_grads.data() + c.offset, buffers_.device_grads + c.offset,
-                                 bytes_of(c), keys[i]);
+    events[i] = buffers_.bfloat16()
+                    ? engine_.download_narrowed(buffers_.wire_grads.data(), buffers_.device_grads,
+                                                static_cast<std::size_t>(c.offset),
+                                                static_cast<std::size_t>(c.num_elems), keys[i])
+                    : engine_.download(buffers_.host_grads.data() + c.offset, buffers_.device_grads + c.offset,
+                                       bytes_of(c), keys[i]);
   }
   submit([this, keys = std::move(keys), events = std::move(events), push = std::move(push)] {
     push_when_copied(keys, events, push);
@@ -87,7 +103,11 @@ void CopyPipeline::chunk_arrived(std::int64_t key) {
     const auto k = static_cast<std::size_t>(key);
     if (!pending_[k]) return;  // a pull outside the pipeline (initial weights, a probe)
     const Chunk& c = map_.chunk(key);
-    if (buffers_.device_params != nullptr) {
+    if (buffers_.device_params != nullptr && buffers_.bfloat16()) {
+      upload_event_[k] = engine_.upload_widened(buffers_.device_params, buffers_.wire_params.data(),
+                                                static_cast<std::size_t>(c.offset),
+                                                static_cast<std::size_t>(c.num_elems), key);
+    } else if (buffers_.device_params != nullptr) {
       upload_event_[k] = engine_.upload(buffers_.device_params + c.offset, buffers_.host_params.data() + c.offset,
                                         bytes_of(c), key);
     }

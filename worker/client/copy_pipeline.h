@@ -25,6 +25,14 @@
 // every chunk and every upload (before an evaluation, or the loop's end).
 // Pulls are sent chunk by chunk in flat order, which is forward order.
 //
+// bfloat16 on the wire (PipelineBuffers::wire_grads / wire_params set): the
+// downloads narrow on the engine (download_narrowed: the CUDA copy stream's
+// kernel before the copy; the host engine's copy thread) into wire_grads,
+// which the pushes send as they are; the pulls land in wire_params as
+// received and the uploads widen them into device_params on the engine. The
+// same rules hold: a push never reads a chunk before its narrowing and copy
+// completed; a forward never runs before its chunks' widening completed.
+//
 // Jobs run on one CommThread (worker/collective/comm_thread.h) in
 // submission order; a job that throws fails the pipeline: the waits of the
 // training thread (before_forward, finish_pull, wait_jobs) rethrow it.
@@ -46,11 +54,17 @@
 
 namespace pstrain {
 
+// Whole flat buffers (map.total_elems() elements each, or empty where unused).
 struct PipelineBuffers {
-  std::span<float> host_grads;    // the pushes' source (the whole flat gradient)
-  std::span<float> host_params;   // the pulls' destination (the whole flat weights)
-  const float* device_grads = nullptr;  // null: the gradients are already in host_grads (simulated compute)
-  float* device_params = nullptr;       // null: nothing to upload
+  std::span<float> host_grads;    // float32 wire: the pushes' source (the whole flat gradient)
+  std::span<float> host_params;   // float32 wire: the pulls' destination (the whole flat weights)
+  // null: the gradients are already on the host, in host_grads or wire_grads (simulated compute)
+  const float* device_grads = nullptr;
+  // null: nothing to upload (float32 pulls written straight into the model's own memory)
+  float* device_params = nullptr;
+  std::span<std::uint16_t> wire_grads{};   // bfloat16 wire: the pushes' source, narrowed by the engine
+  std::span<std::uint16_t> wire_params{};  // bfloat16 wire: the pulls' destination, widened by the engine
+  bool bfloat16() const { return !wire_grads.empty(); }
 };
 
 class CopyPipeline {

@@ -1,6 +1,9 @@
 #include "worker/client/host_copy_engine.h"
 
 #include <cstring>
+#include <span>
+
+#include "common/base/bfloat16.h"
 
 namespace pstrain {
 
@@ -27,6 +30,34 @@ nn::CopyEngine::Event HostCopyEngine::download(void* host_dst, const void* devic
 nn::CopyEngine::Event HostCopyEngine::upload(void* device_dst, const void* host_src, std::size_t num_bytes,
                                              std::int64_t chunk) {
   return enqueue(Copy{device_dst, host_src, num_bytes, chunk, Direction::kUpload});
+}
+
+nn::CopyEngine::Event HostCopyEngine::download_narrowed(std::uint16_t* host_flat, const float* device_flat,
+                                                        std::size_t offset, std::size_t num_elems, std::int64_t chunk) {
+  return enqueue(Copy{host_flat + offset, device_flat + offset, num_elems * sizeof(std::uint16_t), chunk,
+                      Direction::kDownload, Convert::kNarrow, num_elems});
+}
+
+nn::CopyEngine::Event HostCopyEngine::upload_widened(float* device_flat, const std::uint16_t* host_flat,
+                                                     std::size_t offset, std::size_t num_elems, std::int64_t chunk) {
+  return enqueue(Copy{device_flat + offset, host_flat + offset, num_elems * sizeof(std::uint16_t), chunk,
+                      Direction::kUpload, Convert::kWiden, num_elems});
+}
+
+void HostCopyEngine::run(const Copy& copy) {
+  switch (copy.convert) {
+    case Convert::kNone:
+      if (copy.num_bytes > 0) std::memcpy(copy.dst, copy.src, copy.num_bytes);
+      return;
+    case Convert::kNarrow:
+      to_bfloat16(std::span<const float>(static_cast<const float*>(copy.src), copy.num_elems),
+                  std::span<std::uint16_t>(static_cast<std::uint16_t*>(copy.dst), copy.num_elems));
+      return;
+    case Convert::kWiden:
+      from_bfloat16(std::span<const std::uint16_t>(static_cast<const std::uint16_t*>(copy.src), copy.num_elems),
+                    std::span<float>(static_cast<float*>(copy.dst), copy.num_elems));
+      return;
+  }
 }
 
 nn::CopyEngine::Event HostCopyEngine::enqueue(const Copy& copy) {
@@ -60,7 +91,7 @@ void HostCopyEngine::loop() {
     queue_.pop_front();
     lock.unlock();
     const std::int64_t start_us = trace_ != nullptr ? trace_->now_us() : 0;
-    if (copy.num_bytes > 0) std::memcpy(copy.dst, copy.src, copy.num_bytes);
+    run(copy);
     if (trace_ != nullptr) trace_copy(copy, start_us);
     lock.lock();
     ++completed_;

@@ -3,6 +3,8 @@
 // as it finishes (nn::CopyEngine's semantics; worker/nn/copy_engine.h). The
 // backend's work is synchronous, so "ordered after the training stream" holds
 // when a copy is enqueued, and order_compute_after() is a wait on the host.
+// bfloat16 (download_narrowed, upload_widened): the copy thread converts
+// (common/base/bfloat16.h), not the thread that enqueues.
 // Spans: "download" / "upload" per chunk on the trace track "copy stream".
 #pragma once
 
@@ -31,15 +33,24 @@ class HostCopyEngine final : public nn::CopyEngine {
   void wait(Event event) override;
   void order_compute_after(Event event) override { wait(event); }
   void register_host(void*, std::size_t) override {}
+  void prepare_bfloat16(std::size_t) override {}
+  Event download_narrowed(std::uint16_t* host_flat, const float* device_flat, std::size_t offset, std::size_t num_elems,
+                          std::int64_t chunk) override;
+  Event upload_widened(float* device_flat, const std::uint16_t* host_flat, std::size_t offset, std::size_t num_elems,
+                       std::int64_t chunk) override;
 
  private:
+  enum class Convert { kNone, kNarrow, kWiden };
   struct Copy {
     void* dst;
     const void* src;
-    std::size_t num_bytes;
+    std::size_t num_bytes;  // bytes on the host side (bfloat16: 2 an element, as the CUDA engine moves)
     std::int64_t chunk;
     Direction direction;
+    Convert convert = Convert::kNone;
+    std::size_t num_elems = 0;  // conversions
   };
+  static void run(const Copy& copy);
   Event enqueue(const Copy& copy);
   void loop();
   void trace_copy(const Copy& copy, std::int64_t start_us);

@@ -1,6 +1,7 @@
 #include "worker/client/kv_client.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "common/base/bfloat16.h"
 #include "common/base/errors.h"
@@ -69,8 +70,12 @@ std::unique_ptr<Connection> KVClient::connect_server(std::size_t server, const s
 }
 
 Payload KVClient::payload_of(const Pending& p) {
-  if (p.src == nullptr) return {};
   const Chunk& c = map_.chunk(p.key);
+  if (p.src_bf16 != nullptr) {
+    return Payload::bfloat16(std::span<const std::uint16_t>(p.src_bf16, static_cast<std::size_t>(c.num_elems)),
+                             p.keep_alive);
+  }
+  if (p.src == nullptr) return {};
   const std::span<const float> values(p.src, static_cast<std::size_t>(c.num_elems));
   if (p.expect == MsgType::kPushReply && options_.wire_dtype == DType::kBFloat16) return narrow(p.key, values);
   return Payload::floats(values, p.keep_alive);
@@ -128,24 +133,44 @@ void KVClient::check_flat(std::size_t num_elems, const char* op) const {
 KVClient::Ticket KVClient::push(std::span<const float> flat, std::int64_t step, double lr,
                                 std::span<const std::int64_t> keys, std::shared_ptr<const void> keep_alive) {
   check_flat(flat.size(), "push");
-  return start(MsgType::kPush, flat, nullptr, step, lr, keys, false, keep_alive);
+  return start(MsgType::kPush, Flat{flat}, step, lr, keys, false, keep_alive);
 }
 
 KVClient::Ticket KVClient::push_skip(std::int64_t step, std::span<const std::int64_t> keys) {
-  return start(MsgType::kPush, {}, nullptr, step, 0.0, keys, true);
+  return start(MsgType::kPush, Flat{}, step, 0.0, keys, true);
 }
 
 KVClient::Ticket KVClient::pull(std::span<float> flat, std::int64_t step, std::span<const std::int64_t> keys) {
   check_flat(flat.size(), "pull");
-  return start(MsgType::kPull, {}, flat.data(), step, 0.0, keys);
+  return start(MsgType::kPull, Flat{{}, flat.data()}, step, 0.0, keys);
 }
 
 KVClient::Ticket KVClient::init(std::span<const float> flat, std::span<const std::int64_t> keys) {
   check_flat(flat.size(), "init");
-  return start(MsgType::kInit, flat, nullptr, 0, 0.0, keys);
+  return start(MsgType::kInit, Flat{flat}, 0, 0.0, keys);
 }
 
-KVClient::Ticket KVClient::start(MsgType type, std::span<const float> src, float* dest, std::int64_t step, double lr,
+void KVClient::check_bfloat16(std::size_t num_elems, const char* op) const {
+  if (options_.wire_dtype != DType::kBFloat16) {
+    throw ConfigError(std::string(op) + ": the wire dtype is " + std::string(to_string(options_.wire_dtype)) +
+                      ", not bfloat16 (ps.wire_dtype)");
+  }
+  check_flat(num_elems, op);
+}
+
+KVClient::Ticket KVClient::push_bfloat16(std::span<const std::uint16_t> flat, std::int64_t step, double lr,
+                                         std::span<const std::int64_t> keys, std::shared_ptr<const void> keep_alive) {
+  check_bfloat16(flat.size(), "push_bfloat16");
+  return start(MsgType::kPush, Flat{{}, nullptr, flat.data()}, step, lr, keys, false, keep_alive);
+}
+
+KVClient::Ticket KVClient::pull_bfloat16(std::span<std::uint16_t> flat, std::int64_t step,
+                                         std::span<const std::int64_t> keys) {
+  check_bfloat16(flat.size(), "pull_bfloat16");
+  return start(MsgType::kPull, Flat{{}, nullptr, nullptr, flat.data()}, step, 0.0, keys);
+}
+
+KVClient::Ticket KVClient::start(MsgType type, const Flat& flat, std::int64_t step, double lr,
                                  std::span<const std::int64_t> keys, bool skip,
                                  const std::shared_ptr<const void>& keep_alive) {
   const Ticket ticket = next_ticket_++;
@@ -159,7 +184,7 @@ KVClient::Ticket KVClient::start(MsgType type, std::span<const float> src, float
   }
   for (std::size_t at = 0; at < keys.size();) {
     const std::size_t n = run_length(type, keys, at, skip);
-    send_run(type, src, dest, step, lr, keys.subspan(at, n), skip, keep_alive, ticket);
+    send_run(type, flat, step, lr, keys.subspan(at, n), skip, keep_alive, ticket);
     state.outstanding += n;
     at += n;
   }
@@ -185,7 +210,7 @@ std::size_t KVClient::run_length(MsgType type, std::span<const std::int64_t> key
   return n;
 }
 
-void KVClient::send_run(MsgType type, std::span<const float> src, float* dest, std::int64_t step, double lr,
+void KVClient::send_run(MsgType type, const Flat& flat, std::int64_t step, double lr,
                         std::span<const std::int64_t> keys, bool skip, const std::shared_ptr<const void>& keep_alive,
                         Ticket ticket) {
   const Chunk& first = map_.chunk(keys.front());
@@ -216,16 +241,18 @@ void KVClient::send_run(MsgType type, std::span<const float> src, float* dest, s
     h.num_elems = 0;  // the single request's payload fields are set when it is encoded (payload_of)
     const auto offset = static_cast<std::size_t>(c.offset);
     single = &(pending_[next_request_id_++] =
-                   Pending{ticket, expect, keys[i], dest == nullptr ? nullptr : dest + offset,
+                   Pending{ticket, expect, keys[i], flat.dest == nullptr ? nullptr : flat.dest + offset,
                            trace_chunks_ ? options_.trace->now_us() : 0, skip, h,
-                           carries ? src.data() + offset : nullptr, type == MsgType::kPull && step == kPullRejoinProbe,
-                           skip ? nullptr : keep_alive});
+                           carries && !flat.src.empty() ? flat.src.data() + offset : nullptr,
+                           type == MsgType::kPull && step == kPullRejoinProbe, skip ? nullptr : keep_alive,
+                           carries && flat.src_bf16 != nullptr ? flat.src_bf16 + offset : nullptr,
+                           flat.dest_bf16 == nullptr ? nullptr : flat.dest_bf16 + offset});
     elems += c.num_elems;
   }
   const auto server = static_cast<std::size_t>(first.server);
   if (keys.size() == 1) return send_to(server, single->header, payload_of(*single));
   Payload payload;
-  if (carries) payload = Payload::floats(src.subspan(static_cast<std::size_t>(first.offset), static_cast<std::size_t>(elems)), keep_alive);
+  if (carries) payload = Payload::floats(flat.src.subspan(static_cast<std::size_t>(first.offset), static_cast<std::size_t>(elems)), keep_alive);
   send_to(server, run, std::move(payload));
 }
 
@@ -343,8 +370,7 @@ void KVClient::complete(const Message& msg, std::size_t server) {
                           " answered in " + std::string(to_string(h.dtype)) + ", asked for " +
                           std::string(to_string(options_.wire_dtype)));
     }
-    // Straight into the caller's buffer (bfloat16: widened on the way).
-    msg.copy_floats_to(std::span<float>(p.pull_dest, static_cast<std::size_t>(c.num_elems)), stream_pulls_);
+    write_pull_reply(msg, p, server);
     if (state.first_version || h.version < state.result.min_version) state.result.min_version = h.version;
     state.result.max_parked_us = std::max(state.result.max_parked_us, h.aux);
     state.first_version = false;
@@ -355,6 +381,21 @@ void KVClient::complete(const Message& msg, std::size_t server) {
     state.staleness_sum += h.aux;
     ++state.replies;
   }
+}
+
+void KVClient::write_pull_reply(const Message& msg, const Pending& p, std::size_t server) {
+  const auto n = static_cast<std::size_t>(map_.chunk(p.key).num_elems);
+  if (p.pull_dest_bf16 == nullptr) {
+    // Straight into the caller's buffer (bfloat16: widened on the way).
+    msg.copy_floats_to(std::span<float>(p.pull_dest, n), stream_pulls_);
+    return;
+  }
+  // bfloat16 as received (the dtype was checked): the copy engine widens it.
+  if (msg.payload.size() != n * sizeof(std::uint16_t)) {
+    throw ProtocolError("server " + std::to_string(server) + ": pull of chunk " + std::to_string(p.key) + " carried " +
+                        std::to_string(msg.payload.size()) + " bytes for " + std::to_string(n) + " bfloat16 elements");
+  }
+  if (n > 0) std::memcpy(p.pull_dest_bf16, msg.payload.data(), n * sizeof(std::uint16_t));
 }
 
 // A chunk's span on its server's track ends when the reply arrives. Requests

@@ -96,6 +96,14 @@ class KVClient {
   // they may answer: sync, version >= step; ssp, within the bound).
   Ticket pull(std::span<float> flat, std::int64_t step, std::span<const std::int64_t> keys = {});
   Ticket init(std::span<const float> flat, std::span<const std::int64_t> keys = {});
+  // bfloat16 already converted (ps.wire_dtype = "bfloat16" only; ConfigError
+  // otherwise): push_bfloat16 sends `flat`'s chunks zero-copy, as push() does
+  // floats (the copy pipeline's engine narrowed them: no host work here);
+  // pull_bfloat16 writes each reply's bfloat16 as received into `flat`,
+  // not widened (the engine widens it on its way into the model).
+  Ticket push_bfloat16(std::span<const std::uint16_t> flat, std::int64_t step, double lr,
+                       std::span<const std::int64_t> keys = {}, std::shared_ptr<const void> keep_alive = nullptr);
+  Ticket pull_bfloat16(std::span<std::uint16_t> flat, std::int64_t step, std::span<const std::int64_t> keys = {});
   TicketResult wait(Ticket ticket);
   // Called with a chunk's id as soon as a pull reply has been written into
   // the caller's buffer (by whichever wait() receives it; the copy pipeline
@@ -117,7 +125,16 @@ class KVClient {
     Header header;               // as sent: a server restart resends it
     const float* src = nullptr;  // push, init: the chunk's values (the caller keeps them until wait())
     bool probe = false;          // a rejoin probe (pull at kPullRejoinProbe)
-    std::shared_ptr<const void> keep_alive;  // push: the owner of `src`'s memory (may be null)
+    std::shared_ptr<const void> keep_alive{};  // push: the owner of `src`'s memory (may be null)
+    const std::uint16_t* src_bf16 = nullptr;  // push_bfloat16: the chunk's narrowed values (instead of src)
+    std::uint16_t* pull_dest_bf16 = nullptr;  // pull_bfloat16: where the chunk goes, not widened
+  };
+  // A request's flat buffers: float32, or bfloat16 (push_bfloat16, pull_bfloat16).
+  struct Flat {
+    std::span<const float> src;
+    float* dest = nullptr;
+    const std::uint16_t* src_bf16 = nullptr;
+    std::uint16_t* dest_bf16 = nullptr;
   };
   struct TicketState {
     std::size_t outstanding = 0;
@@ -130,8 +147,8 @@ class KVClient {
     bool first_version = true;
   };
 
-  Ticket start(MsgType type, std::span<const float> src, float* dest, std::int64_t step, double lr,
-               std::span<const std::int64_t> keys, bool skip = false, const std::shared_ptr<const void>& keep_alive = nullptr);
+  Ticket start(MsgType type, const Flat& flat, std::int64_t step, double lr, std::span<const std::int64_t> keys,
+               bool skip = false, const std::shared_ptr<const void>& keep_alive = nullptr);
   // Several chunks per message (kPushChunks, kPullChunks): how many of
   // keys[at..] go in the message that starts at keys[at]: a run of
   // consecutive chunk ids of one server, next to each other in the flat
@@ -143,9 +160,11 @@ class KVClient {
   // Sends keys[0..n) of one run: a Pending per chunk, with the header of the
   // single-chunk request it stands for (chunk_request: a server restart
   // resends them one by one), and one message.
-  void send_run(MsgType type, std::span<const float> src, float* dest, std::int64_t step, double lr,
-                std::span<const std::int64_t> keys, bool skip, const std::shared_ptr<const void>& keep_alive,
-                Ticket ticket);
+  void send_run(MsgType type, const Flat& flat, std::int64_t step, double lr, std::span<const std::int64_t> keys,
+                bool skip, const std::shared_ptr<const void>& keep_alive, Ticket ticket);
+  void check_bfloat16(std::size_t num_elems, const char* op) const;
+  // A pull reply into its destination (float32, widened, or bfloat16 as received).
+  void write_pull_reply(const Message& msg, const Pending& p, std::size_t server);
   void send_to(std::size_t server, const Header& h, Payload payload);
   void check_flat(std::size_t num_elems, const char* op) const;
   Payload narrow(std::int64_t key, std::span<const float> values);

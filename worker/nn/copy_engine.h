@@ -17,6 +17,15 @@
 //   cudaStreamWaitEvent, the host does not block; on the host: wait()).
 // - Spans (level "all"): one per copy, "download" / "upload" with the chunk,
 //   on the trace track "copy stream".
+// - bfloat16 on the wire (ps.wire_dtype = "bfloat16"): download_narrowed()
+//   and upload_widened() convert on the engine, bit for bit
+//   common/base/bfloat16.h (round to nearest, ties to even; widening exact).
+//   CUDA: a kernel on the copy stream narrows into device staging before the
+//   download, and widens from device staging after the upload, so only the
+//   bfloat16 bytes cross PCIe; the host engine: its copy thread converts, so
+//   neither the training nor the communication thread does. They work on
+//   elements [offset, offset + num_elems) of whole flat buffers (each
+//   argument is the buffer's start), after prepare_bfloat16(flat_elems).
 // Thread use: every method may be called from any thread (an engine
 // serializes its own calls). An upload enqueued from another thread than the
 // one driving the backend is ordered after what that thread had queued then:
@@ -48,6 +57,17 @@ class CopyEngine {
   // the host engine: nothing). The range stays registered until the engine is
   // destroyed; it must outlive the engine.
   virtual void register_host(void* ptr, std::size_t num_bytes) = 0;
+
+  // Sizes the engine's conversion staging for flat buffers of `flat_elems`
+  // (CUDA: two device buffers of bfloat16; the host engine: nothing). Call
+  // once, before any conversion is enqueued.
+  virtual void prepare_bfloat16(std::size_t flat_elems) = 0;
+  // Device float32 -> host bfloat16, narrowed on the engine (`chunk` labels the span).
+  virtual Event download_narrowed(std::uint16_t* host_flat, const float* device_flat, std::size_t offset,
+                                  std::size_t num_elems, std::int64_t chunk) = 0;
+  // Host bfloat16 -> device float32, widened on the engine.
+  virtual Event upload_widened(float* device_flat, const std::uint16_t* host_flat, std::size_t offset,
+                               std::size_t num_elems, std::int64_t chunk) = 0;
 };
 
 }  // namespace pstrain::nn

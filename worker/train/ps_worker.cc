@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "common/base/bfloat16.h"
 #include "common/base/errors.h"
 #include "common/wire/barrier_names.h"
 #include "worker/client/copy_pipeline.h"
@@ -68,7 +69,39 @@ struct Loop {
   std::unique_ptr<CopyPipeline> pipeline{};
   std::vector<KVClient::Ticket> tickets{};  // this step's pushes
   std::int64_t pull_parked_us = 0;        // the last pull: longest a chunk was held at its server
+  // The float32 pulls' destination: on a host backend the model's own
+  // parameters (a pulled chunk is written straight into what the forward
+  // reads: no upload pass), else `params` (uploaded by the copy engine).
+  std::span<float> weights{};
+  // ps.wire_dtype = "bfloat16": pushes leave from wire_grads (the transport's
+  // memory, `wire_grads_memory`), pulls land in wire_params; the copy engine
+  // narrows and widens (worker/client/copy_pipeline.h).
+  bool bfloat16 = false;
+  SendFloats wire_grads_memory{};
+  std::span<std::uint16_t> wire_grads{};
+  std::vector<std::uint16_t> wire_params{};
 };
+
+bool weights_in_model(Loop& L) { return L.weights.data() == L.model.device_params(); }
+
+// Chooses the buffers the pulls and pushes use (Loop::weights, the bfloat16 ones).
+void choose_buffers(Loop& L) {
+  const std::size_t n = L.params.size();
+  L.weights = L.model.backend().is_cuda() ? std::span<float>(L.params) : std::span<float>(L.model.device_params(), n);
+  L.bfloat16 = wire_dtype_of(L.config.ps.wire_dtype) == DType::kBFloat16;
+  if (!L.bfloat16) return;
+  L.wire_grads_memory = L.session.scheduler().transport().allocate_send_floats((n + 1) / 2);
+  L.wire_grads = std::span<std::uint16_t>(reinterpret_cast<std::uint16_t*>(L.wire_grads_memory.values.data()), n);
+  L.wire_params.resize(n);
+  if (L.simulated) to_bfloat16(L.grads.values, L.wire_grads);  // fixed gradients: narrowed once
+}
+
+bool all_finite_bfloat16(std::span<const std::uint16_t> values) {
+  for (const std::uint16_t v : values) {
+    if ((v & 0x7f80u) == 0x7f80u) return false;  // exponent all ones: Inf or NaN
+  }
+  return true;
+}
 
 // However the loop ends: stops the communication thread (its running job
 // finishes first), then clears the KV client's pull hook and gives the model
@@ -94,7 +127,8 @@ std::unique_ptr<nn::CopyEngine> make_copy_engine(nn::Backend& backend, TraceReco
 // Sends the pull of `step`'s weights; each chunk is uploaded as it arrives.
 KVClient::Ticket send_pull(Loop& L, std::int64_t step) {
   L.pipeline->begin_pull();
-  return L.session.kv().pull(L.params, step);
+  if (L.bfloat16) return L.session.kv().pull_bfloat16(L.wire_params, step);
+  return L.session.kv().pull(L.weights, step);
 }
 
 // The weights for `step` come in: the communication thread waits for the
@@ -129,10 +163,11 @@ void pull_weights(Loop& L, std::int64_t step) {
 }
 
 // Checks the step's loss (known before the first gradients are ready) and
-// the gradients of [offset, offset + count): nothing non-finite leaves this
-// worker (the servers' own check is for bad peers). On the first non-finite
-// value: "stop" throws, "skip" marks the step skipped.
-void check_range(Loop& L, std::span<const float> grads, std::int64_t step, double lr) {
+// the gradients of a chunk as they will be sent (bfloat16 wire: narrowed):
+// nothing non-finite leaves this worker (the servers' own check is for bad
+// peers). On the first non-finite value: "stop" throws, "skip" marks the
+// step skipped.
+void check_range(Loop& L, const Chunk& c, std::int64_t step, double lr) {
   if (L.simulated || L.skipping_step) return;
   if (!L.loss_checked) {
     L.loss_checked = true;
@@ -143,7 +178,10 @@ void check_range(Loop& L, std::span<const float> grads, std::int64_t step, doubl
       return;
     }
   }
-  if (!all_finite(grads)) {
+  const auto offset = static_cast<std::size_t>(c.offset);
+  const auto count = static_cast<std::size_t>(c.num_elems);
+  if (L.bfloat16 ? !all_finite_bfloat16(L.wire_grads.subspan(offset, count))
+                 : !all_finite(L.grads.values.subspan(offset, count))) {
     L.guard.seen(step, lr, "non-finite gradient");
     L.skipping_step = true;
   }
@@ -156,15 +194,15 @@ void check_range(Loop& L, std::span<const float> grads, std::int64_t step, doubl
 void push_chunks(Loop& L, const std::vector<std::int64_t>& keys, std::int64_t step, double lr) {
   const ShardMap& map = L.session.shard_map();
   for (std::size_t i = 0; i < keys.size() && !L.simulated && !L.skipping_step; ++i) {
-    const Chunk& c = map.chunk(keys[i]);
-    check_range(L, L.grads.values.subspan(static_cast<std::size_t>(c.offset), static_cast<std::size_t>(c.num_elems)),
-                step, lr);
+    check_range(L, map.chunk(keys[i]), step, lr);
   }
   TraceSpan span(L.trace, TraceLevel::kAll, L.skipping_step ? "skip push send" : "push send", "worker");
   span.arg("first_chunk", keys.front()).arg("chunks", static_cast<std::int64_t>(keys.size()));
   // The frames hold the gradients' owner: an abort that unwinds past this step frees nothing they read.
-  L.tickets.push_back(L.skipping_step ? L.session.kv().push_skip(step, keys)
-                                      : L.session.kv().push(L.grads.values, step, lr, keys, L.grads.owner));
+  KVClient& kv = L.session.kv();
+  L.tickets.push_back(L.skipping_step ? kv.push_skip(step, keys)
+                      : L.bfloat16    ? kv.push_bfloat16(L.wire_grads, step, lr, keys, L.wire_grads_memory.owner)
+                                      : kv.push(L.grads.values, step, lr, keys, L.grads.owner));
 }
 
 // Training thread: [offset, offset + count) of the gradients is final on the
@@ -279,15 +317,33 @@ void take_checkpoint(Loop& L, std::int64_t steps_done) {
 // The copy engine and pipeline; the KV client's pull replies feed it, and
 // the model leaves ordering its gradients' reads to the copy engine.
 void start_pipeline(Loop& L) {
+  choose_buffers(L);
   L.engine = make_copy_engine(L.model.backend(), L.trace);
-  L.engine->register_host(L.params.data(), L.params.size() * sizeof(float));
-  L.engine->register_host(L.grads.values.data(), L.grads.values.size_bytes());
-  PipelineBuffers buffers{L.grads.values, L.params, L.simulated ? nullptr : L.model.device_grads(),
-                          L.model.device_params()};
+  PipelineBuffers buffers;
+  buffers.device_grads = L.simulated ? nullptr : L.model.device_grads();
+  if (L.bfloat16) {  // the engine narrows and widens: half the bytes cross PCIe, no host conversion pass
+    L.engine->register_host(L.wire_grads.data(), L.wire_grads.size_bytes());
+    L.engine->register_host(L.wire_params.data(), L.wire_params.size() * sizeof(std::uint16_t));
+    buffers.wire_grads = L.wire_grads;
+    buffers.wire_params = L.wire_params;
+    buffers.device_params = L.model.device_params();
+  } else {
+    L.engine->register_host(L.weights.data(), L.weights.size_bytes());
+    L.engine->register_host(L.grads.values.data(), L.grads.values.size_bytes());
+    buffers.host_grads = L.grads.values;
+    buffers.host_params = L.weights;
+    buffers.device_params = weights_in_model(L) ? nullptr : L.model.device_params();  // pulled into place: no upload
+  }
   L.pipeline = std::make_unique<CopyPipeline>(L.session.shard_map(), *L.engine, buffers, L.trace);
   CopyPipeline* pipeline = L.pipeline.get();
   L.session.kv().set_pull_arrival([pipeline](std::int64_t key) { pipeline->chunk_arrived(key); });
   L.model.set_sync_before_grads_ready(!L.model.backend().is_cuda());
+}
+
+// The final pull's weights (bfloat16 on the wire with a device backend: as widened into the model).
+void write_final(Loop& L) {
+  if (L.bfloat16 && !weights_in_model(L)) L.model.get_params(L.weights);
+  write_final_weights(L.config.output.run_dir, L.model.layout(), L.weights);
 }
 
 // Completes the last prefetch (its weights are not needed).
@@ -336,25 +392,25 @@ TrainResult run_ps_worker(const RunConfig& config, WorkerSession& session, Workl
   L.images.resize(static_cast<std::size_t>(w.batch_size) * static_cast<std::size_t>(train.channels * train.height * train.width));
   L.labels.resize(static_cast<std::size_t>(w.batch_size));
 
-  model.get_params(L.params);
+  if (!weights_in_model(L)) model.get_params(L.weights);
   std::int64_t start_step = resume != nullptr ? resume->step : 0;
   if (rejoin) {  // the servers hold the job's current weights: pull them, join at their step
     TraceSpan span(trace, TraceLevel::kSteps, "rejoin", "worker");
-    start_step = rejoin_ps_job(session, L.params, config.cluster, log);
+    start_step = rejoin_ps_job(session, L.weights, config.cluster, log);
     write_rejoin_record(metrics, start_step);
     pass_rejoin_checkpoint(session, config, start_step, model.num_params(), log);  // joined at a checkpoint step: the others' barrier
   } else if (resume != nullptr) {  // the servers hold the checkpoint's weights: pull them
     TraceSpan span(trace, TraceLevel::kSteps, "initial weights", "worker");
-    session.kv().wait(session.kv().pull(L.params, resume->step));
+    session.kv().wait(session.kv().pull(L.weights, resume->step));
     session.scheduler().barrier("initial weights");
     const double time_s = L.result.time_s;
     L.result = resume->result;
     L.result.time_s = time_s;
   } else {
     TraceSpan span(trace, TraceLevel::kSteps, "initial weights", "worker");
-    session.broadcast_initial(L.params);  // worker 0's initial weights everywhere
+    session.broadcast_initial(L.weights);  // worker 0's initial weights everywhere
   }
-  model.set_params(L.params);
+  if (!weights_in_model(L)) model.set_params(L.weights);
   model.set_dropout_seed(w.seed * 1000003ULL + static_cast<std::uint64_t>(session.rank()));
   if (resume != nullptr) model.set_dropout_step(resume->dropout_step);
 
@@ -389,7 +445,7 @@ TrainResult run_ps_worker(const RunConfig& config, WorkerSession& session, Workl
   L.result.steps = step;
   L.result.time_s = metrics.elapsed_s();
   if (session.rank() == 0) evaluate_and_record(L, step, driver.epoch_after(step), L.result.time_s);
-  if (session.rank() == 0) write_final_weights(config.output.run_dir, L.model.layout(), L.params);  // the final pull's weights
+  if (session.rank() == 0) write_final(L);
   write_end_record(metrics, L.result);
   return L.result;
 }

@@ -18,4 +18,9 @@ namespace pstrain::nn::cuda {
 void narrow_to_bfloat16(Backend& cuda, const float* src, std::uint16_t* dst, std::size_t num_elems);
 void widen_from_bfloat16(Backend& cuda, const std::uint16_t* src, float* dst, std::size_t num_elems);
 
+// The same kernels on another stream of the current device (`stream`: a
+// cudaStream_t, e.g. the copy engine's copy stream; worker/nn/cuda/copy_stream.cc).
+void narrow_to_bfloat16_on(void* stream, const float* src, std::uint16_t* dst, std::size_t num_elems);
+void widen_from_bfloat16_on(void* stream, const std::uint16_t* src, float* dst, std::size_t num_elems);
+
 }  // namespace pstrain::nn::cuda

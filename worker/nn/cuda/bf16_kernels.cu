@@ -51,4 +51,16 @@ void widen_from_bfloat16(Backend& backend, const std::uint16_t* src, float* dst,
   check_launch("widen_from_bfloat16");
 }
 
+void narrow_to_bfloat16_on(void* stream, const float* src, std::uint16_t* dst, std::size_t num_elems) {
+  if (num_elems == 0) return;
+  narrow_kernel<<<grid_size(num_elems), kBlockSize, 0, static_cast<cudaStream_t>(stream)>>>(src, dst, num_elems);
+  check_launch("narrow_to_bfloat16 (copy stream)");
+}
+
+void widen_from_bfloat16_on(void* stream, const std::uint16_t* src, float* dst, std::size_t num_elems) {
+  if (num_elems == 0) return;
+  widen_kernel<<<grid_size(num_elems), kBlockSize, 0, static_cast<cudaStream_t>(stream)>>>(src, dst, num_elems);
+  check_launch("widen_from_bfloat16 (copy stream)");
+}
+
 }  // namespace pstrain::nn::cuda

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "common/base/errors.h"
+#include "worker/nn/cuda/bf16_convert.h"
 #include "worker/nn/cuda/cuda_backend.h"
 #include "worker/nn/cuda/cuda_check.h"
 
@@ -22,11 +23,18 @@ class CudaCopyEngine final : public CopyEngine {
 
   std::string_view kind() const override { return "cuda copy stream"; }
   Event download(void* host_dst, const void* device_src, std::size_t num_bytes, std::int64_t chunk) override {
-    return enqueue(host_dst, device_src, num_bytes, chunk, Direction::kDownload);
+    return enqueue_with(chunk, num_bytes, Direction::kDownload,
+                        [&] { memcpy_async(host_dst, device_src, num_bytes, chunk, Direction::kDownload); });
   }
   Event upload(void* device_dst, const void* host_src, std::size_t num_bytes, std::int64_t chunk) override {
-    return enqueue(device_dst, host_src, num_bytes, chunk, Direction::kUpload);
+    return enqueue_with(chunk, num_bytes, Direction::kUpload,
+                        [&] { memcpy_async(device_dst, host_src, num_bytes, chunk, Direction::kUpload); });
   }
+  void prepare_bfloat16(std::size_t flat_elems) override;
+  Event download_narrowed(std::uint16_t* host_flat, const float* device_flat, std::size_t offset, std::size_t num_elems,
+                          std::int64_t chunk) override;
+  Event upload_widened(float* device_flat, const std::uint16_t* host_flat, std::size_t offset, std::size_t num_elems,
+                       std::int64_t chunk) override;
   bool done(Event event) override;
   void wait(Event event) override;
   void order_compute_after(Event event) override;
@@ -41,7 +49,12 @@ class CudaCopyEngine final : public CopyEngine {
     std::size_t num_bytes;
     Direction direction;
   };
-  Event enqueue(void* dst, const void* src, std::size_t num_bytes, std::int64_t chunk, Direction direction);
+  // Enqueues on the copy stream, after the training stream's queued work:
+  // `body` (copies, conversion kernels), then the completion event.
+  template <class Body>
+  Event enqueue_with(std::int64_t chunk, std::size_t num_bytes, Direction direction, Body&& body);
+  void memcpy_async(void* dst, const void* src, std::size_t num_bytes, std::int64_t chunk, Direction direction);
+  void check_staging(std::size_t offset, std::size_t num_elems, std::int64_t chunk) const;
   cudaEvent_t take_event();
   void retire_completed_locked();     // pops the copies whose events completed, in order
   const InFlight* find_locked(Event event) const;
@@ -59,6 +72,11 @@ class CudaCopyEngine final : public CopyEngine {
   Event enqueued_ = 0;
   Event completed_ = 0;
   std::vector<void*> registered_;
+  // bfloat16 conversions: device staging, one element per flat element
+  // (each chunk at its own offset, so chunks in flight never share it).
+  std::uint16_t* staging_down_ = nullptr;  // narrowed gradients, downloaded from here
+  std::uint16_t* staging_up_ = nullptr;    // uploaded weights, widened from here
+  std::size_t staging_elems_ = 0;
 };
 
 CudaCopyEngine::CudaCopyEngine(CudaBackend& backend, TraceRecorder* trace)
@@ -84,6 +102,8 @@ CudaCopyEngine::~CudaCopyEngine() {
   for (cudaEvent_t e : free_events_) cudaEventDestroy(e);
   if (base_ != nullptr) cudaEventDestroy(base_);
   for (void* p : registered_) cudaHostUnregister(p);
+  if (staging_down_ != nullptr) cudaFree(staging_down_);
+  if (staging_up_ != nullptr) cudaFree(staging_up_);
   cudaStreamDestroy(copy_stream_);
 }
 
@@ -99,8 +119,9 @@ cudaEvent_t CudaCopyEngine::take_event() {
   return e;
 }
 
-CopyEngine::Event CudaCopyEngine::enqueue(void* dst, const void* src, std::size_t num_bytes, std::int64_t chunk,
-                                          Direction direction) {
+template <class Body>
+CopyEngine::Event CudaCopyEngine::enqueue_with(std::int64_t chunk, std::size_t num_bytes, Direction direction,
+                                               Body&& body) {
   std::lock_guard lock(mutex_);
   check_cuda(cudaSetDevice(backend_.device_index()), "copy stream: cudaSetDevice");
   retire_completed_locked();
@@ -114,13 +135,62 @@ CopyEngine::Event CudaCopyEngine::enqueue(void* dst, const void* src, std::size_
     copy.start = take_event();
     check_cuda(cudaEventRecord(copy.start, copy_stream_), "copy stream: cudaEventRecord");
   }
+  body();
+  check_cuda(cudaEventRecord(copy.end, copy_stream_), "copy stream: cudaEventRecord");
+  in_flight_.push_back(copy);
+  return copy.id;
+}
+
+void CudaCopyEngine::memcpy_async(void* dst, const void* src, std::size_t num_bytes, std::int64_t chunk,
+                                  Direction direction) {
   const cudaMemcpyKind kind = direction == Direction::kDownload ? cudaMemcpyDeviceToHost : cudaMemcpyHostToDevice;
   check_cuda(cudaMemcpyAsync(dst, src, num_bytes, kind, copy_stream_),
              std::string(direction == Direction::kDownload ? "download" : "upload") + " of chunk " +
                  std::to_string(chunk) + ": cudaMemcpyAsync");
-  check_cuda(cudaEventRecord(copy.end, copy_stream_), "copy stream: cudaEventRecord");
-  in_flight_.push_back(copy);
-  return copy.id;
+}
+
+void CudaCopyEngine::prepare_bfloat16(std::size_t flat_elems) {
+  std::lock_guard lock(mutex_);
+  if (staging_elems_ != 0 || flat_elems == 0) {
+    if (flat_elems == staging_elems_) return;
+    throw ComputeError("copy stream: prepare_bfloat16(" + std::to_string(flat_elems) + ") after prepare_bfloat16(" +
+                       std::to_string(staging_elems_) + ")");
+  }
+  check_cuda(cudaSetDevice(backend_.device_index()), "copy stream: cudaSetDevice");
+  const std::size_t bytes = flat_elems * sizeof(std::uint16_t);
+  check_cuda(cudaMalloc(reinterpret_cast<void**>(&staging_down_), bytes), "copy stream: bfloat16 staging cudaMalloc");
+  check_cuda(cudaMalloc(reinterpret_cast<void**>(&staging_up_), bytes), "copy stream: bfloat16 staging cudaMalloc");
+  staging_elems_ = flat_elems;
+}
+
+void CudaCopyEngine::check_staging(std::size_t offset, std::size_t num_elems, std::int64_t chunk) const {
+  if (offset + num_elems > staging_elems_) {
+    throw ComputeError("copy stream: bfloat16 conversion of chunk " + std::to_string(chunk) + " (elements [" +
+                       std::to_string(offset) + ", " + std::to_string(offset + num_elems) + ")) beyond the " +
+                       std::to_string(staging_elems_) + " prepared (call prepare_bfloat16 with the flat size first)");
+  }
+}
+
+// Narrowed on the copy stream into device staging, then only the bfloat16 bytes cross PCIe.
+CopyEngine::Event CudaCopyEngine::download_narrowed(std::uint16_t* host_flat, const float* device_flat,
+                                                    std::size_t offset, std::size_t num_elems, std::int64_t chunk) {
+  check_staging(offset, num_elems, chunk);
+  const std::size_t bytes = num_elems * sizeof(std::uint16_t);
+  return enqueue_with(chunk, bytes, Direction::kDownload, [&] {
+    narrow_to_bfloat16_on(copy_stream_, device_flat + offset, staging_down_ + offset, num_elems);
+    memcpy_async(host_flat + offset, staging_down_ + offset, bytes, chunk, Direction::kDownload);
+  });
+}
+
+// The bfloat16 bytes cross PCIe into device staging, then are widened into the weights on the copy stream.
+CopyEngine::Event CudaCopyEngine::upload_widened(float* device_flat, const std::uint16_t* host_flat,
+                                                 std::size_t offset, std::size_t num_elems, std::int64_t chunk) {
+  check_staging(offset, num_elems, chunk);
+  const std::size_t bytes = num_elems * sizeof(std::uint16_t);
+  return enqueue_with(chunk, bytes, Direction::kUpload, [&] {
+    memcpy_async(staging_up_ + offset, host_flat + offset, bytes, chunk, Direction::kUpload);
+    widen_from_bfloat16_on(copy_stream_, staging_up_ + offset, device_flat + offset, num_elems);
+  });
 }
 
 void CudaCopyEngine::retire_completed_locked() {
