@@ -176,4 +176,15 @@ void Scheduler::on_retired(Member& node) {
   settle_change();
 }
 
+void Scheduler::tell_workers(MsgType type, std::int64_t key, const std::string& text) {
+  Header h;
+  h.type = type;
+  h.role = Role::kScheduler;
+  h.sender = 0;
+  h.key = key;
+  for (const Member& n : members_.all()) {
+    if (n.role == Role::kWorker && !n.dropped && !n.done && !n.joining) send_quietly(n.routing_id, h, Payload::bytes(text));
+  }
+}
+
 }  // namespace pstrain

@@ -8,6 +8,7 @@
 // joiner's push, and no server refuses its pushes as a vacant slot's. The
 // joiner learns where it starts from its key under kJoinStartPrefix.
 #include <algorithm>
+#include <charconv>
 #include <string>
 
 #include "common/base/errors.h"
@@ -83,7 +84,8 @@ bool Scheduler::ask_servers_to_admit(const MembershipBoundary& b, const std::vec
   if (b.global_step < 0) throw ProtocolError("membership change: the workers' answers did not say the job's step");
   decided_->acks.clear();
   for (const Member& n : members_.all()) {
-    if (n.role == Role::kServer && !n.dropped && !n.restarting) decided_->acks.insert(n.rank);
+    if (n.role != Role::kServer || n.dropped || n.restarting) continue;
+    for (const Member* j : joiners) decided_->acks.insert({n.rank, j->rank});
   }
   for (const Member* j : joiners) {
     Header h;
@@ -94,7 +96,7 @@ bool Scheduler::ask_servers_to_admit(const MembershipBoundary& b, const std::vec
     h.step = b.global_step;
     h.aux = change_->id();
     for (const Member& n : members_.all()) {
-      if (n.role == Role::kServer && decided_->acks.count(n.rank) != 0) {
+      if (n.role == Role::kServer && decided_->acks.count({n.rank, j->rank}) != 0) {
         send_quietly(n.routing_id, h, Payload::bytes(j->token));
       }
     }
@@ -105,12 +107,20 @@ bool Scheduler::ask_servers_to_admit(const MembershipBoundary& b, const std::vec
 }
 
 void Scheduler::check_join_ack(const Header& h, const StoreEntry& entry) {
-  const std::string expected = std::string(kJoinAckPrefix) + (change_ ? std::to_string(change_->id()) : "?") + "/" +
-                               std::to_string(h.sender);
-  if (h.role != Role::kServer || entry.key != expected || !decided_ || decided_->acks.count(static_cast<int>(h.sender)) == 0) {
+  // "<change>/<server>/<joiner>": one per joiner and server.
+  const std::string prefix = std::string(kJoinAckPrefix) + (change_ ? std::to_string(change_->id()) : "?") + "/" +
+                             std::to_string(h.sender) + "/";
+  int joiner = -1;
+  if (entry.key.starts_with(prefix)) {
+    const std::string rest = entry.key.substr(prefix.size());
+    const auto [end, ec] = std::from_chars(rest.data(), rest.data() + rest.size(), joiner);
+    if (ec != std::errc() || end != rest.data() + rest.size()) joiner = -1;
+  }
+  const std::pair<int, int> ack{static_cast<int>(h.sender), joiner};
+  if (h.role != Role::kServer || joiner < 0 || !decided_ || decided_->acks.count(ack) == 0) {
     throw ProtocolError("store set of key '" + entry.key.substr(0, 80) + "': not an acknowledgement the scheduler waits for");
   }
-  decided_->acks.erase(static_cast<int>(h.sender));
+  decided_->acks.erase(ack);
   if (entry.value == "ok") return;
   // The server could not admit a joiner: the joins of this change are abandoned.
   const std::string why = "server " + std::to_string(h.sender) + " refused the join: " + entry.value.substr(0, 200);
@@ -154,17 +164,34 @@ void Scheduler::set_join_start(const Member& node, const std::string& value) {
   parked_gets_count_.store(store_.parked(), std::memory_order_release);
 }
 
+bool Scheduler::counted_joiner(int rank, std::int64_t seq) {
+  const auto it = counted_joiners_.find(rank);
+  if (it == counted_joiners_.end() || it->second != seq) return false;
+  counted_joiners_.erase(it);
+  return true;
+}
+
 void Scheduler::enter_joiners(const MembershipBoundary& b, const std::vector<int>& members) {
   for (const int r : members) {
     Member* m = members_.find(Role::kWorker, r);
     if (m == nullptr || !m->joining) continue;
     members_.enter_joined(*m);
-    // Its barriers go on from the others' next; a checkpoint of its first
-    // step that the others finished already is passed at once (Barriers::rejoin).
-    barriers_.rejoin(r);
+    // Its barriers go on from the others' next. A checkpoint barrier of a
+    // step before its first that the others wait at is not its own: it is
+    // counted there at once. The checkpoint of its first step (the others
+    // take it after the step before) it takes itself, without a part, unless
+    // the others finished it already (the last flag of its start).
+    const std::string own = "checkpoint " + std::to_string(b.global_step);
+    std::int64_t first = barriers_.next_seq();
+    if (!barriers_.arrived(first).empty() && barriers_.name_of(first) != own) {
+      barriers_.arrive(r, first, barriers_.name_of(first));
+      counted_joiners_[r] = first;
+      ++first;
+    }
+    const bool take_own = barriers_.last_released() != own;
     set_join_start(*m, std::to_string(change_->id()) + " " + std::to_string(b.epoch) + " " +
                            std::to_string(b.from_step) + " " + std::to_string(b.global_step) + " " +
-                           std::to_string(barriers_.next_seq()));
+                           std::to_string(first) + " " + (take_own ? "1" : "0"));
     log_.info("worker " + std::to_string(r) + " entered the job at step " + std::to_string(b.global_step) +
               " (epoch " + std::to_string(b.epoch) + " step " + std::to_string(b.from_step) + ")");
   }

@@ -394,7 +394,8 @@ void Scheduler::release_barriers() {
     r.role = Role::kScheduler;
     r.sender = 0;
     for (const Member& n : members_.all()) {
-      if (n.role != Role::kWorker || n.dropped || n.done) continue;  // done: waits for shutdown
+      if (n.role != Role::kWorker || n.dropped || n.done || n.joining) continue;  // done: waits for shutdown
+      if (counted_joiner(n.rank, seq)) continue;  // a joiner counted in a barrier it never took (join.cc)
       r.key = barriers_.key_for(n.rank, seq);  // in the worker's own numbering
       send_quietly(n.routing_id, r);
     }
@@ -491,17 +492,6 @@ void Scheduler::send_heartbeats() {
   h.sender = 0;
   for (const Member& n : members_.all()) {
     if (!n.dropped && !n.restarting) send_quietly(n.routing_id, h);
-  }
-}
-
-void Scheduler::tell_workers(MsgType type, std::int64_t key, const std::string& text) {
-  Header h;
-  h.type = type;
-  h.role = Role::kScheduler;
-  h.sender = 0;
-  h.key = key;
-  for (const Member& n : members_.all()) {
-    if (n.role == Role::kWorker && !n.dropped && !n.done && !n.joining) send_quietly(n.routing_id, h, Payload::bytes(text));
   }
 }
 

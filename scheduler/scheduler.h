@@ -256,6 +256,9 @@ class Scheduler {
   void abandon_join(Member& node, const std::string& reason);
   // The joiner's start key (kJoinStartPrefix), answering its parked get.
   void set_join_start(const Member& node, const std::string& value);
+  // Whether joiner `rank` was counted in barrier `seq` when it entered
+  // (no reply goes to it for that barrier); forgets it once asked so.
+  bool counted_joiner(int rank, std::int64_t seq);
   // The change's joiners enter the job at boundary `b`.
   void enter_joiners(const MembershipBoundary& b, const std::vector<int>& members);
   [[noreturn]] void fail(const std::string& reason);
@@ -293,10 +296,11 @@ class Scheduler {
   struct DecidedChange {
     std::optional<MembershipBoundary> boundary;
     std::vector<int> members;
-    std::set<int> acks;  // servers yet to acknowledge the joiners' admission
+    std::set<std::pair<int, int>> acks;  // (server, joiner) admissions yet to be acknowledged
     bool told_servers = false;
   };
   std::optional<DecidedChange> decided_;
+  std::map<int, std::int64_t> counted_joiners_;  // joiner -> the barrier it was counted in (enter_joiners)
   int requested_grow_ = 0;            // workers a ctl request asked for that have not joined yet
   std::string grow_reason_ = "join";  // "ctl" while requested_grow_ > 0
   std::set<int> at_final_barrier_;          // workers waiting at the job's last barrier: no step left

@@ -32,7 +32,8 @@ void Server::on_worker_joining(SchedulerClient& scheduler, const SchedulerClient
     answer = e.what();
     log_.warn("could not admit joining worker " + std::to_string(joining.rank) + ": " + answer);
   }
-  scheduler.store_set(std::string(kJoinAckPrefix) + std::to_string(joining.change) + "/" + std::to_string(rank_),
+  scheduler.store_set(std::string(kJoinAckPrefix) + std::to_string(joining.change) + "/" + std::to_string(rank_) + "/" +
+                          std::to_string(joining.rank),
                       answer);
 }
 

@@ -233,13 +233,14 @@ inline constexpr std::string_view kLiveWorkersKey = "pstrain/live-workers";
 // <members>" (from that step of that epoch the members share the rest of
 // it) or "none" (no step is left to change); workers get it.
 inline constexpr std::string_view kMembershipPrefix = "pstrain/membership/";
-// A grow (kRegisterJoin): server S acknowledges kWorkerJoining of change C by
-// setting kJoinAckPrefix + "<C>/<S>" ("ok", or why it refused); the
+// A grow (kRegisterJoin): server S acknowledges kWorkerJoining of joiner R in
+// change C by setting kJoinAckPrefix + "<C>/<S>/<R>" ("ok", or why it refused); the
 // scheduler alone sets kJoinStartPrefix + "<R>/<token>" for the joiner of
 // slot R once every server has: "<change> <epoch> <from_step> <global_step>
-// <barrier_seq>" (where it starts: that step of that epoch, the job's global
-// step, the number of its next barrier) or "none" (the join was abandoned:
-// no step was left). Both lie under kMembershipPrefix: no worker sets them.
+// <barrier_seq> <0|1>" (where it starts: that step of that epoch, the job's
+// global step, the number of its next barrier, whether it takes the barrier
+// of a checkpoint at its first step) or "none" (the join was abandoned: no
+// step was left). Both lie under kMembershipPrefix: no worker sets them.
 inline constexpr std::string_view kJoinAckPrefix = "pstrain/membership/join-ack/";
 inline constexpr std::string_view kJoinStartPrefix = "pstrain/membership/join-start/";
 struct StoreEntry {

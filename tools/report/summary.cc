@@ -331,7 +331,12 @@ RunSummary write_run_summary(const std::filesystem::path& run_dir, const Partial
   for (int w = config.cluster.num_workers; w < max_workers(config.cluster); ++w) {
     if (!std::filesystem::exists(worker_metrics_path(run_dir, w))) continue;
     try {
-      metrics.workers.push_back(read_worker_metrics(worker_metrics_path(run_dir, w), w, true));
+      WorkerMetrics joiner = read_worker_metrics(worker_metrics_path(run_dir, w), w, true);
+      if (!joiner.end && joiner.steps.empty()) {  // its join was abandoned before it trained
+        missing.push_back("worker " + std::to_string(w) + " (a joiner) never entered the job");
+        continue;
+      }
+      metrics.workers.push_back(std::move(joiner));
     } catch (const DataError& e) {
       missing.push_back("worker " + std::to_string(w) + " (a joiner) left out: " + e.what());
     }

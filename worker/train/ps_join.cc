@@ -22,11 +22,11 @@ std::optional<JoinStart> parse_join_start(const std::string& text) {
     if (ec != std::errc() || end != w.data() + w.size() || x < 0) v.assign(6, 0);  // refused below
     v.push_back(x);
   }
-  if (v.size() != 5 || v[0] < 1 || v[1] > (std::int64_t{1} << 30) || v[2] < 1) {
+  if (v.size() != 6 || v[0] < 1 || v[1] > (std::int64_t{1} << 30) || v[2] < 1 || v[5] > 1) {
     throw ProtocolError("join start '" + text.substr(0, 64) +
-                        "': expected '<change> <epoch> <from_step> <global_step> <barrier_seq>' or 'none'");
+                        "': expected '<change> <epoch> <from_step> <global_step> <barrier_seq> <0|1>' or 'none'");
   }
-  return JoinStart{v[0], static_cast<int>(v[1]), v[2], v[3], v[4]};
+  return JoinStart{v[0], static_cast<int>(v[1]), v[2], v[3], v[4], v[5] == 1};
 }
 
 std::optional<JoinStart> wait_for_join_start(SchedulerClient& scheduler, int timeout_ms, Logger& log) {

@@ -30,9 +30,10 @@ struct JoinStart {
   std::int64_t from_step = 1;    // within the epoch
   std::int64_t global_step = 0;  // the job's step
   std::int64_t barrier_seq = 0;  // its next barrier's number
+  bool take_checkpoint = true;   // it takes the barrier of a checkpoint at its first step (the others have not finished it)
 };
 
-// "<change> <epoch> <from_step> <global_step> <barrier_seq>" -> JoinStart;
+// "<change> <epoch> <from_step> <global_step> <barrier_seq> <0|1>" -> JoinStart;
 // "none" -> nullopt (the join was abandoned: no step was left); anything
 // else is a ProtocolError naming the text.
 std::optional<JoinStart> parse_join_start(const std::string& text);

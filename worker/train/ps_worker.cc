@@ -323,7 +323,7 @@ std::int64_t initial_weights(Loop& L, const WorkerCheckpoint* resume, bool rejoi
     session.kv().wait(session.kv().pull(L.params, joined->global_step));
     write_join_record(L.metrics, *joined);
     // A checkpoint of its first step (the others take it after the step before): its barrier, without a part.
-    pass_rejoin_checkpoint(session, L.config, joined->global_step, L.model.num_params(), L.log);
+    if (joined->take_checkpoint) pass_rejoin_checkpoint(session, L.config, joined->global_step, L.model.num_params(), L.log);
     L.log.info("joined the job at step " + std::to_string(joined->global_step) + " (epoch " +
                std::to_string(joined->epoch) + " step " + std::to_string(joined->from_step) + ")");
     return joined->global_step;
