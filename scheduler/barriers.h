@@ -64,6 +64,11 @@ class Barriers {
   const std::string& last_released() const { return last_released_; }
   // Workers arrived at open barrier `seq` (empty when it is not open).
   std::vector<int> arrived(std::int64_t seq) const;
+  // The name of open barrier `seq` ("" when it is not open).
+  std::string name_of(std::int64_t seq) const {
+    const auto it = names_.find(seq);
+    return it == names_.end() ? std::string() : it->second;
+  }
 
   // Worker `rank` said done: the end of its part of the job when it has
   // passed the final barrier (finished()), else an early done.

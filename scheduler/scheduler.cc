@@ -6,7 +6,6 @@
 
 #include "common/base/errors.h"
 #include "common/base/json_line.h"
-#include "common/transport/transport.h"
 #include "common/wire/barrier_names.h"
 #include "common/wire/wire_archive.h"
 #include "scheduler/scheduler_budget.h"
@@ -223,6 +222,7 @@ void Scheduler::handle_register(const PeerId& from, const Message& msg, bool reg
     }
     return;
   }
+  if (h.aux == kRegisterJoin) return handle_join(from, msg, registering);
   if (!registering && h.aux != kRegisterRejoin) {
     throw ProtocolError("register after the rendezvous: the job is already running");
   }
@@ -394,7 +394,8 @@ void Scheduler::release_barriers() {
     r.role = Role::kScheduler;
     r.sender = 0;
     for (const Member& n : members_.all()) {
-      if (n.role != Role::kWorker || n.dropped || n.done) continue;  // done: waits for shutdown
+      if (n.role != Role::kWorker || n.dropped || n.done || n.joining) continue;  // done: waits for shutdown
+      if (counted_joiner(n.rank, seq)) continue;  // a joiner counted in a barrier it never took (join.cc)
       r.key = barriers_.key_for(n.rank, seq);  // in the worker's own numbering
       send_quietly(n.routing_id, r);
     }
@@ -402,6 +403,7 @@ void Scheduler::release_barriers() {
 }
 
 void Scheduler::worker_failed(Member& node, const std::string& reason, bool silent) {
+  if (node.joining) return abandon_join(node, reason);  // not in the job yet: its slot is vacant again
   const WorkerFailurePolicy policy = options_.cluster.on_worker_failure;
   if (!drops_failed_workers(policy)) fail(reason);
   const bool restart = policy == WorkerFailurePolicy::kRestart;
@@ -490,17 +492,6 @@ void Scheduler::send_heartbeats() {
   h.sender = 0;
   for (const Member& n : members_.all()) {
     if (!n.dropped && !n.restarting) send_quietly(n.routing_id, h);
-  }
-}
-
-void Scheduler::tell_workers(MsgType type, std::int64_t key, const std::string& text) {
-  Header h;
-  h.type = type;
-  h.role = Role::kScheduler;
-  h.sender = 0;
-  h.key = key;
-  for (const Member& n : members_.all()) {
-    if (n.role == Role::kWorker && !n.dropped && !n.done) send_quietly(n.routing_id, h, Payload::bytes(text));
   }
 }
 

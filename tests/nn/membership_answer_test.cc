@@ -17,14 +17,19 @@
 
 using namespace pstrain;
 
-TEST_CASE("the decision is '<epoch> <from_step> <members>' or 'none'; anything else is refused") {
+TEST_CASE("the decision is '<epoch> <from_step> <members> [<reason>]' or 'none'; anything else is refused") {
   const auto d = parse_decision("1 4 0,2");
   REQUIRE(d);
   CHECK(d->epoch == 1);
   CHECK(d->from_step == 4);
   CHECK(d->members == std::vector<int>{0, 2});
+  CHECK(d->reason.empty());
+  const auto grow = parse_decision("1 4 0,1,2 ctl");
+  REQUIRE(grow);
+  CHECK(grow->members == std::vector<int>{0, 1, 2});
+  CHECK(grow->reason == "ctl");
   CHECK_FALSE(parse_decision("none"));
-  for (const char* bad : {"", "1 4", "1 0 0,1", "1 4 1,0", "x 4 0", "1 4 0 extra"}) {
+  for (const char* bad : {"", "1 4", "1 0 0,1", "1 4 1,0", "x 4 0", "1 4 0 ctl extra", "1 4 0 Ctl", "1 4 0 c-1"}) {
     CAPTURE(bad);
     CHECK_THROWS_AS(parse_decision(bad), ProtocolError);
   }
@@ -41,15 +46,18 @@ TEST_CASE("while a step runs, next_step is the step after it within its epoch, t
   Logger log("test", LogLevel::kWarn);
   MetricsWriter metrics("", "worker-0.jsonl");
   const std::int64_t images = 0;
-  std::vector<std::string> answers;
+  std::vector<std::string> answers, after;
   driver.run(
       log, metrics, images,
       [&](std::span<const std::int64_t>, std::int64_t, int, double) {
         answers.push_back(format_answer(driver.next_step()));
+        after.push_back(format_answer(driver.step_after_next()));
         return 0.0;
       },
       [](std::int64_t, int, bool) {});
-  CHECK(answers == std::vector<std::string>{"0 1", "0 2", "1 0", "1 1", "1 2", "end"});
+  CHECK(answers == std::vector<std::string>{"0 1 1", "0 2 2", "1 0 3", "1 1 4", "1 2 5", "end"});
+  // The step after the next (where a worker answering one step ahead waits): the next epoch's step 1 after its 0.
+  CHECK(after == std::vector<std::string>{"0 2 2", "1 0 3", "1 1 4", "1 2 5", "end", "end"});
 }
 
 TEST_CASE("a worker that reaches an epoch after a change within it was announced records the change's step too") {

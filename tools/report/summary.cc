@@ -173,6 +173,7 @@ std::vector<MembershipChangeSummary> membership_changes(int workers, const RunMe
     MembershipChangeSummary c{p.epoch, p.step, current, p.workers, ""};
     const bool within = p.step >= 0;
     c.reason = p.workers < current ? (within ? "retire" : "drop") : (within ? "join" : "rejoin");
+    if (within && !p.reason.empty()) c.reason = p.reason;  // the scheduler's: "ctl" for a requested grow
     if (!within) {
       for (const StepRecord& r : seen->steps) {
         if (r.epoch == p.epoch && (c.step < 0 || r.step < c.step)) c.step = r.step;
@@ -323,9 +324,23 @@ RunSummary write_run_summary(const std::filesystem::path& run_dir, const Partial
   const RunConfig config = load_config((run_dir / "config.toml").string());
   const int servers = config.mode == Mode::kAllreduce ? 0 : config.cluster.num_servers;
   std::vector<std::string> missing;
-  const RunMetrics metrics = read_run_metrics(run_dir, config.cluster.num_workers, servers,
-                                              drops_failed_workers(config.cluster.on_worker_failure),
-                                              partial != nullptr ? &missing : nullptr);
+  RunMetrics metrics = read_run_metrics(run_dir, config.cluster.num_workers, servers,
+                                        drops_failed_workers(config.cluster.on_worker_failure),
+                                        partial != nullptr ? &missing : nullptr);
+  // Elastic membership: the workers that joined a slot past cluster.workers (--join), when there is one.
+  for (int w = config.cluster.num_workers; w < max_workers(config.cluster); ++w) {
+    if (!std::filesystem::exists(worker_metrics_path(run_dir, w))) continue;
+    try {
+      WorkerMetrics joiner = read_worker_metrics(worker_metrics_path(run_dir, w), w, true);
+      if (!joiner.end && joiner.steps.empty()) {  // its join was abandoned before it trained
+        missing.push_back("worker " + std::to_string(w) + " (a joiner) never entered the job");
+        continue;
+      }
+      metrics.workers.push_back(std::move(joiner));
+    } catch (const DataError& e) {
+      missing.push_back("worker " + std::to_string(w) + " (a joiner) left out: " + e.what());
+    }
+  }
   RunSummary s = summarize(config, metrics, partial);
   s.warnings.insert(s.warnings.end(), missing.begin(), missing.end());
   for (const ResourceSeries& series : read_run_resources(run_dir, s.warnings)) {

@@ -115,6 +115,7 @@ void EpochDriver::replan(Walk& w, const EpochSplit& split, std::int64_t at, bool
       .add("steps_per_epoch", split.steps()).add("epochs", epochs_).add("epoch", w.epoch)
       .add("workers", split.shard_at(std::max<std::int64_t>(b, 0)).replicas);
   if (k > 0) plan.add("step", w.start + segments[k].from_step);
+  if (k > 0 && !segments[k].reason.empty()) plan.add("reason", segments[k].reason);
   w.metrics.write(plan);
   const std::string from = k > 0 ? " from its step " + std::to_string(segments[k].from_step) : "";
   w.log.info("epoch " + std::to_string(w.epoch) + from + ": " + std::to_string(segments[k].members.size()) +
@@ -153,7 +154,12 @@ bool EpochDriver::run_epoch(Walk& w) const {
     const auto batch = split.batch(b);
     const bool last_of_epoch = b + 1 >= split.steps();
     next_ = NextStep{last_of_epoch ? w.epoch + 1 : w.epoch, last_of_epoch ? 0 : b + 1,
-                     w.step + 1 >= w.total || (last_of_epoch && w.epoch + 1 >= epochs_)};
+                     w.step + 1 >= w.total || (last_of_epoch && w.epoch + 1 >= epochs_), w.step + 1};
+    const bool next_last_of_epoch = !last_of_epoch && b + 2 >= split.steps();
+    after_next_ = NextStep{last_of_epoch || next_last_of_epoch ? w.epoch + 1 : w.epoch,
+                           last_of_epoch ? 1 : (next_last_of_epoch ? 0 : b + 2),
+                           next_.end || w.step + 2 >= w.total || (next_last_of_epoch && w.epoch + 1 >= epochs_),
+                           w.step + 2};
     const double loss = w.step_fn(batch, w.step, w.epoch, lr);
     w.coverage.add(batch);
     if (std::isfinite(loss)) w.window.loss_sum += loss, ++w.window.losses;
