@@ -42,11 +42,6 @@ int main(int argc, char** argv) {
   try {
     const pstrain::RunConfig config = pstrain::load_config(config_file.string());
     const pstrain::ClusterConfig& c = config.cluster;
-    if (config.mode == pstrain::Mode::kAllreduce) {
-      std::fprintf(stderr, "pstrain-ctl: refused: resizing a job in mode allreduce is not built yet (%s)\n",
-                   config_file.c_str());
-      return 2;
-    }
     const int low = pstrain::min_workers(c);
     const int high = pstrain::max_workers(c);
     if (workers < low || workers > high) {

@@ -163,11 +163,10 @@ int run_allreduce_node(const RunConfig& config, int requested_rank, const std::s
       return std::unique_ptr<Collective>(
           std::make_unique<CountingCollective>(make_collective(backend_name, again, store), traffic));
     };
-    // "restart": the others go on as under "continue" and take the restarted worker back at an epoch's end.
-    const bool can_reform = drops_failed_workers(config.cluster.on_worker_failure);
+    // Under "restart" the others go on as under "continue" and take the restarted worker back at an
+    // epoch's end; a membership change re-forms it under any policy.
     const TrainResult r = run_allreduce_worker(config, session, workload, *collective, metrics, log, &trace,
-                                               resume ? &*resume : nullptr, can_reform ? &reform : nullptr,
-                                               join ? &*join : nullptr);
+                                               resume ? &*resume : nullptr, &reform, join ? &*join : nullptr);
     collective.reset();
     char line[200];
     std::snprintf(line, sizeof(line),
@@ -175,7 +174,7 @@ int run_allreduce_node(const RunConfig& config, int requested_rank, const std::s
                   static_cast<long long>(r.steps), static_cast<long long>(r.images), r.time_s, r.compute_s, r.push_s,
                   r.pull_s);
     log.info(line);
-    session.finish();
+    if (!r.retired) session.finish();  // a retired worker told the scheduler already
   });
   return 0;
 }

@@ -39,7 +39,7 @@ std::array<float, 3> weights_fingerprint(std::span<const float> params) {
 
 // Whether rejoined workers are taken back into the collective (cluster.on_worker_failure = "restart").
 bool grows(const Loop& L) {
-  return L.reform != nullptr && L.config.cluster.on_worker_failure == WorkerFailurePolicy::kRestart;
+  return L.reforms_on_failure && L.config.cluster.on_worker_failure == WorkerFailurePolicy::kRestart;
 }
 
 // The replica check at an epoch's end. Under "restart" the same allreduce
@@ -65,7 +65,10 @@ std::map<int, std::int64_t> check_replicas(Loop& L, const char* when) {
       v[4 + 2 * static_cast<std::size_t>(rank)] = 1.0f;
     }
   }
-  on_collective_memory(L, v, [&](float* data) { L.collective->allreduce_mean(data, v.size()); });
+  on_collective_memory(L, v, [&](float* data) {  // waiting as a step does (a membership change answered meanwhile)
+    L.collective->start_allreduce_mean(data, v.size());
+    wait_collective(L);
+  });
   const std::array<float, 3> mean{v[0], v[1], v[2]};
   if (mean != mine) {
     throw ComputeError(std::string("replica check ") + when + ": worker " + std::to_string(L.session.rank()) +
@@ -143,9 +146,10 @@ int resync_replicas(Loop& L) {
 
 // See allreduce_loop.h; what a re-form does: allreduce_worker.h (ReformCollective).
 bool reform_collective(Loop& L, const std::string& why) {
-  if (L.reform == nullptr) return false;
+  if (!L.reforms_on_failure) return false;
   L.log.warn("the collective failed: " + why + "; waiting for the scheduler to drop the failed worker");
-  const std::size_t before = static_cast<std::size_t>(L.collective->size());
+  // (No collective: forming the next generation's failed, allreduce_elastic.cc.)
+  const std::size_t before = L.collective != nullptr ? static_cast<std::size_t>(L.collective->size()) : L.live.size();
   const auto limit = RetryClock::now() + std::chrono::milliseconds(L.config.cluster.heartbeat_timeout_ms) +
                      std::chrono::milliseconds(L.config.cluster.timeout_ms);
   RetryOptions poll;

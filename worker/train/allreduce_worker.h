@@ -46,9 +46,14 @@ namespace pstrain {
 // writes the manifest. `resume`: this worker's part of the checkpoint resumed
 // from; worker 0 broadcasts the saved model and optimizer state to all.
 //
-// `reform` (cluster.on_worker_failure = "continue"): makes a collective of
-// `size` ranks with this worker as `rank`, its rendezvous keys apart by
-// `generation` (1, 2, ...). When the collective fails (a peer gone), the
+// `reform`: makes a collective of `size` ranks with this worker as `rank`,
+// its rendezvous keys apart by `generation` (1, 2, ...). Elastic membership
+// uses it under any failure policy: at a membership change's step boundary
+// the members form the next generation among themselves, every replica takes
+// the lowest member's weights and optimizer state (replica_resync.h), and a
+// worker the change leaves out retires there (result.retired, kDone retired;
+// docs/architecture.md, "Elastic membership"). Under
+// cluster.on_worker_failure = "continue" (or "restart"), when the collective fails (a peer gone), the
 // worker waits for the scheduler to drop the failed worker(s), re-forms the
 // collective among those left (ranks in the order of the workers' ranks),
 // makes every replica worker-0-of-the-survivors' weights and optimizer state
