@@ -48,10 +48,15 @@ void Scheduler::request_workers(int workers) {
     return;
   }
   if (workers > live) {
-    log_.warn(what + " refused: the job has " + std::to_string(live) +
-              " and growing it is done by starting workers with --join, not built yet");
+    // The launcher reads the same request and starts the workers with --join;
+    // each joiner's registration starts (or joins) a change of reason "ctl".
+    requested_grow_ = workers - live;
+    grow_reason_ = "ctl";
+    log_.info(what + ": the job has " + std::to_string(live) + "; waiting for " + std::to_string(requested_grow_) +
+              " workers to join (--join)");
     return;
   }
+  requested_grow_ = 0;
   const std::vector<int>& in_job = members_.live_worker_list();
   start_change(std::vector<int>(in_job.begin(), in_job.begin() + workers), "ctl");
 }
@@ -66,6 +71,7 @@ void Scheduler::start_change(std::vector<int> members, const std::string& reason
 }
 
 void Scheduler::check_membership_answer(const Header& h, const StoreEntry& entry) {
+  if (entry.key.starts_with(kJoinAckPrefix)) return check_join_ack(h, entry);
   if (h.role != Role::kWorker) throw ProtocolError("store set of key '" + entry.key + "': only workers answer a membership change");
   if (!change_) {
     throw ProtocolError("store set of key '" + entry.key.substr(0, 80) + "': no membership change is pending");
@@ -75,40 +81,63 @@ void Scheduler::check_membership_answer(const Header& h, const StoreEntry& entry
 
 void Scheduler::settle_change() {
   if (!change_) return;
-  const std::vector<int>& live = members_.live_worker_list();
-  std::vector<int> finished(at_final_barrier_.begin(), at_final_barrier_.end());
-  for (const int r : live) {
-    const Member* m = members_.find(Role::kWorker, r);
-    if (m != nullptr && m->done) finished.push_back(r);
+  if (!decided_) {
+    const std::vector<int>& live = members_.live_worker_list();
+    std::vector<int> finished(at_final_barrier_.begin(), at_final_barrier_.end());
+    for (const int r : live) {
+      const Member* m = members_.find(Role::kWorker, r);
+      if (m != nullptr && m->done) finished.push_back(r);
+    }
+    if (!change_->answered_by(live, finished)) return;
+    decided_.emplace();
+    decided_->boundary = change_->boundary(live);
+    // Members that left meanwhile (a drop) are not in the change either; joiners not yet live are.
+    for (const int r : change_->members()) {
+      const Member* m = members_.find(Role::kWorker, r);
+      const bool joining = m != nullptr && m->joining;
+      if (joining || std::find(live.begin(), live.end(), r) != live.end()) decided_->members.push_back(r);
+    }
+    if (decided_->boundary) {
+      // The boundary's epoch keeps its members at its start (the retirees
+      // are still in it until the boundary, the joiners not yet); an epoch
+      // asked for after it has the members (staying_workers).
+      store_.get(std::string(kEpochMembersPrefix) + std::to_string(decided_->boundary->epoch),
+                 [this] { return staying_workers(); });
+      decided_->told_servers = ask_servers_to_admit(*decided_->boundary, decided_->members);
+    }
   }
-  if (!change_->answered_by(live, finished)) return;
-  const std::optional<MembershipBoundary> b = change_->boundary(live);
-  // Members that left meanwhile (a drop) are not in the change either.
-  std::vector<int> members;
-  for (const int r : change_->members()) {
-    if (std::find(live.begin(), live.end(), r) != live.end()) members.push_back(r);
-  }
-  const std::string decision = format_decision(b, members);
+  if (!decided_->acks.empty()) return;  // a server has yet to admit a joiner
+  publish_change();
+}
+
+void Scheduler::publish_change() {
+  const std::optional<MembershipBoundary> b = decided_->boundary;
+  const std::vector<int> members = decided_->members;
+  const std::vector<int> live = members_.live_worker_list();
   if (b) {
-    // The boundary's epoch keeps its members at its start (the retirees are
-    // still in it until the boundary); an epoch asked for after it does not
-    // have them (staying_workers).
-    store_.get(std::string(kEpochMembersPrefix) + std::to_string(b->epoch), [this] { return staying_workers(); });
     for (const int r : live) {
       if (std::find(members.begin(), members.end(), r) == members.end()) retiring_.insert(r);
     }
-    log_.info("membership change " + std::to_string(change_->id()) + ": from epoch " + std::to_string(b->epoch) +
-              " step " + std::to_string(b->from_step) + " workers " + ranks_text(members) + " (" +
-              std::to_string(live.size()) + " -> " + std::to_string(members.size()) + ")");
+    enter_joiners(*b, members);
+    log_.info("membership change " + std::to_string(change_->id()) + " (" + change_->reason() + "): from epoch " +
+              std::to_string(b->epoch) + " step " + std::to_string(b->from_step) + " workers " + ranks_text(members) +
+              " (" + std::to_string(live.size()) + " -> " + std::to_string(members.size()) + ")");
   } else {
     log_.info("membership change " + std::to_string(change_->id()) + ": no step is left to change");
+    for (const int r : members) {
+      Member* m = members_.find(Role::kWorker, r);
+      if (m != nullptr && m->joining) abandon_join(*m, "no step of the job is left to join at");
+    }
   }
+  const std::string decision = format_decision(b, members);
   const std::string key = change_->decision_key();
   change_.reset();
+  decided_.reset();
   for (const KvStore::ParkedGet& get : store_.set(key, decision)) {
     reply_store(get.routing_id, get.request, StoreEntry{key, decision});
   }
   parked_gets_count_.store(store_.parked(), std::memory_order_release);
+  settle_barriers();  // a joiner counts from now on
 }
 
 std::string Scheduler::staying_workers() const {

@@ -131,7 +131,7 @@ void Membership::recount() {
   live_.clear();
   barrier_members_ = 0;
   for (const Member& n : nodes_) {
-    if (n.role != Role::kWorker || n.dropped || n.retired) continue;
+    if (n.role != Role::kWorker || n.dropped || n.retired || n.joining) continue;
     live_.push_back(n.rank);
     barrier_members_ += n.done ? 0 : 1;
   }
@@ -141,7 +141,7 @@ void Membership::recount() {
 void Membership::mark_done(Member& m) {
   if (m.done) return;  // said twice: counted once
   m.done = true;
-  if (m.role == Role::kWorker && !m.dropped && !m.retired) --barrier_members_;
+  if (m.role == Role::kWorker && !m.dropped && !m.retired && !m.joining) --barrier_members_;
 }
 
 std::optional<std::string> Membership::layout_mismatch() const {
@@ -226,7 +226,7 @@ bool Membership::workers_done(SchedulerClock::time_point now) const {
   // is done has passed every barrier, a rejoiner may come after it).
   if (barrier_members_ > 0) return false;
   return std::all_of(nodes_.begin(), nodes_.end(), [&](const Member& n) {
-    return n.role != Role::kWorker || n.done || n.retired || (n.dropped && !may_rejoin(n, now));
+    return n.role != Role::kWorker || n.done || n.retired || n.joining || (n.dropped && !may_rejoin(n, now));
   });
 }
 
@@ -393,8 +393,22 @@ Member& Membership::add_joined_worker(const PeerId& from, RegisterRequest req, i
   slot->token = std::move(token);
   slot->last_seen = now;
   slot->joined = true;
+  slot->joining = true;
   recount();
   return *slot;
+}
+
+void Membership::enter_joined(Member& m) {
+  if (!m.joining) return;
+  m.joining = false;
+  recount();
+}
+
+void Membership::abandon_join(Member& m) {
+  if (!m.joining) return;
+  m.joining = false;
+  m.retired = true;  // vacant() again
+  recount();
 }
 
 std::optional<std::string> Membership::resize_refusal(int workers) const {

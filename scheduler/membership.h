@@ -48,6 +48,10 @@ struct Member {
   // gracefully; neither a failure nor a drop, and its slot is vacant again).
   bool joined = false;
   bool retired = false;
+  // A joiner until the boundary of its change: registered (heard, checked
+  // for silence) but not yet live: not in live_worker_list(), not waited for
+  // by barriers or the end (enter_joined, abandon_join).
+  bool joining = false;
 };
 
 // Whether two layouts name the same tensors with the same shapes, in order.
@@ -150,9 +154,14 @@ class Membership {
   // another job's fingerprint or another model's layout.
   int admit_worker_join(const RegisterRequest& req, const std::string& who);
   // Adds the joiner (`req` on `from`, with `token`) at `rank` (from
-  // admit_worker_join): live, counted by barriers and the end from now on.
+  // admit_worker_join), joining: its slot taken, not live until enter_joined.
   Member& add_joined_worker(const PeerId& from, RegisterRequest req, int rank, std::string token,
                             SchedulerClock::time_point now);
+  // The joiner's change took effect: live, counted by barriers and the end from now on.
+  void enter_joined(Member& m);
+  // The joiner leaves before its change took effect (it failed, or no step
+  // was left): its slot is vacant again, nothing waits for it.
+  void abandon_join(Member& m);
   // Why the job cannot have `workers` workers now (below cluster.min_workers
   // or above the slots); nullopt when it can.
   std::optional<std::string> resize_refusal(int workers) const;

@@ -1,6 +1,8 @@
 #include "scheduler/membership_change.h"
 
 #include <algorithm>
+#include <charconv>
+#include <limits>
 #include <sstream>
 
 #include "common/base/errors.h"
@@ -12,11 +14,20 @@ StepPosition parse_step_position(const std::string& text) {
   if (text == "end") return StepPosition{0, 0, true};
   std::istringstream in(text);
   StepPosition p;
-  std::string rest;
-  if (!(in >> p.epoch >> p.step) || (in >> rest) || p.epoch < 0 || p.step < 0) {
+  std::vector<std::string> words;
+  for (std::string w; in >> w;) words.push_back(w);
+  const auto number = [](const std::string& w, std::int64_t& out) {
+    const auto [end, ec] = std::from_chars(w.data(), w.data() + w.size(), out);
+    return ec == std::errc() && end == w.data() + w.size() && out >= 0;
+  };
+  std::int64_t epoch = 0;
+  const bool ok = (words.size() == 2 || words.size() == 3) && number(words[0], epoch) && number(words[1], p.step) &&
+                  epoch <= std::numeric_limits<int>::max() && (words.size() == 2 || number(words[2], p.global));
+  if (!ok) {
     throw ProtocolError("membership answer '" + text.substr(0, 64) +
-                        "': expected '<epoch> <step>' (the next step this worker runs) or 'end'");
+                        "': expected '<epoch> <step> [<global step>]' (the next step this worker runs) or 'end'");
   }
+  p.epoch = static_cast<int>(epoch);
   return p;
 }
 
@@ -25,10 +36,13 @@ std::optional<MembershipBoundary> choose_boundary(const std::vector<StepPosition
   for (const StepPosition& p : answers) {
     if (p.end) continue;
     if (!b || p.epoch > b->epoch || (p.epoch == b->epoch && p.step > b->from_step)) {
-      b = MembershipBoundary{p.epoch, p.step};
+      b = MembershipBoundary{p.epoch, p.step, p.global};
     }
   }
-  if (b) b->from_step = std::max<std::int64_t>(b->from_step, 1);
+  if (b && b->from_step < 1) {  // an epoch's step 0 is its first segment: one step later
+    b->from_step = 1;
+    if (b->global_step >= 0) b->global_step += 1;
+  }
   return b;
 }
 
@@ -38,6 +52,13 @@ std::string format_decision(const std::optional<MembershipBoundary>& boundary, c
   for (std::size_t i = 0; i < members.size(); ++i) text += (i > 0 ? "," : "") + std::to_string(members[i]);
   return text;
 }
+
+void MembershipChange::add_member(int rank) {
+  if (std::find(members_.begin(), members_.end(), rank) != members_.end()) return;
+  members_.insert(std::upper_bound(members_.begin(), members_.end(), rank), rank);
+}
+
+void MembershipChange::remove_member(int rank) { std::erase(members_, rank); }
 
 std::string MembershipChange::report_key(int rank) const {
   return std::string(kMembershipPrefix) + std::to_string(id_) + "/" + std::to_string(rank);

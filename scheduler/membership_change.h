@@ -17,14 +17,16 @@
 namespace pstrain {
 
 // Where a worker is: the next step it runs is step `step` (counted within
-// the epoch) of epoch `epoch`; `end`: it has no step left.
+// the epoch) of epoch `epoch`, the job's step `global` (-1: not said);
+// `end`: it has no step left.
 struct StepPosition {
   int epoch = 0;
   std::int64_t step = 0;
   bool end = false;
+  std::int64_t global = -1;
 };
 
-// "<epoch> <step>" or "end"; ProtocolError naming the text otherwise.
+// "<epoch> <step>", "<epoch> <step> <global>" or "end"; ProtocolError naming the text otherwise.
 StepPosition parse_step_position(const std::string& text);
 
 // From step `from_step` of epoch `epoch` the workers `members` share the
@@ -32,6 +34,7 @@ StepPosition parse_step_position(const std::string& text);
 struct MembershipBoundary {
   int epoch = 0;
   std::int64_t from_step = 1;
+  std::int64_t global_step = -1;  // the same step in the job's numbering (-1: not known)
 };
 
 // The boundary ahead of every answer: the most advanced (epoch, step), and
@@ -51,6 +54,10 @@ class MembershipChange {
   std::int64_t id() const { return id_; }
   const std::vector<int>& members() const { return members_; }
   const std::string& reason() const { return reason_; }
+  // A joiner registered while the answers are still coming: it joins at the
+  // same boundary. Removed again when it leaves before the boundary.
+  void add_member(int rank);
+  void remove_member(int rank);
   // The report key of worker `rank` for this change, and the decision's key.
   std::string report_key(int rank) const;
   std::string decision_key() const;

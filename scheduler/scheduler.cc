@@ -6,7 +6,6 @@
 
 #include "common/base/errors.h"
 #include "common/base/json_line.h"
-#include "common/transport/transport.h"
 #include "common/wire/barrier_names.h"
 #include "common/wire/wire_archive.h"
 #include "scheduler/scheduler_budget.h"
@@ -223,6 +222,7 @@ void Scheduler::handle_register(const PeerId& from, const Message& msg, bool reg
     }
     return;
   }
+  if (h.aux == kRegisterJoin) return handle_join(from, msg, registering);
   if (!registering && h.aux != kRegisterRejoin) {
     throw ProtocolError("register after the rendezvous: the job is already running");
   }
@@ -402,6 +402,7 @@ void Scheduler::release_barriers() {
 }
 
 void Scheduler::worker_failed(Member& node, const std::string& reason, bool silent) {
+  if (node.joining) return abandon_join(node, reason);  // not in the job yet: its slot is vacant again
   const WorkerFailurePolicy policy = options_.cluster.on_worker_failure;
   if (!drops_failed_workers(policy)) fail(reason);
   const bool restart = policy == WorkerFailurePolicy::kRestart;
@@ -500,7 +501,7 @@ void Scheduler::tell_workers(MsgType type, std::int64_t key, const std::string& 
   h.sender = 0;
   h.key = key;
   for (const Member& n : members_.all()) {
-    if (n.role == Role::kWorker && !n.dropped && !n.done) send_quietly(n.routing_id, h, Payload::bytes(text));
+    if (n.role == Role::kWorker && !n.dropped && !n.done && !n.joining) send_quietly(n.routing_id, h, Payload::bytes(text));
   }
 }
 

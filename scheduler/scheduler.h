@@ -236,6 +236,28 @@ class Scheduler {
   std::string staying_workers() const;
   // Worker `node` left at a change that did not keep it (kDone, aux kDoneRetired).
   void on_retired(Member& node);
+  // Publishes the decided change (decided_): the joiners enter the job, the
+  // workers waiting for the decision are answered.
+  void publish_change();
+  // --- Growing (scheduler/join.cc) ---
+  // A kRegister with aux kRegisterJoin: refused with the reason (retryable
+  // before the rendezvous and while a change is being decided), else on_join.
+  void handle_join(const PeerId& from, const Message& msg, bool registering);
+  // Admits a --join registration into a vacant slot (joining, not yet live),
+  // replies, and starts the change that adds it (or adds it to the pending one).
+  void on_join(const PeerId& from, const Message& msg);
+  // Tells every server to admit the change's joiners from the boundary's
+  // step (kWorkerJoining); false when the change has no joiner.
+  bool ask_servers_to_admit(const MembershipBoundary& b, const std::vector<int>& members);
+  // A server's acknowledgement (a store set under kJoinAckPrefix).
+  void check_join_ack(const Header& h, const StoreEntry& entry);
+  // Joiner `node` leaves before its boundary (it failed, a server refused
+  // it, no step was left): its slot vacant again, the change goes on without it.
+  void abandon_join(Member& node, const std::string& reason);
+  // The joiner's start key (kJoinStartPrefix), answering its parked get.
+  void set_join_start(const Member& node, const std::string& value);
+  // The change's joiners enter the job at boundary `b`.
+  void enter_joiners(const MembershipBoundary& b, const std::vector<int>& members);
   [[noreturn]] void fail(const std::string& reason);
   void broadcast(MsgType type, const std::string& text, bool include_done = true);
 
@@ -266,6 +288,17 @@ class Scheduler {
   std::optional<MembershipChange> change_;  // the pending membership change
   std::int64_t changes_ = 0;                // changes started so far (the next one's number - 1)
   std::set<int> retiring_;                  // workers a decided change did not keep, until they retire
+  // The pending change once its boundary is decided, until it is published
+  // (a grow: every server has admitted the joiners).
+  struct DecidedChange {
+    std::optional<MembershipBoundary> boundary;
+    std::vector<int> members;
+    std::set<int> acks;  // servers yet to acknowledge the joiners' admission
+    bool told_servers = false;
+  };
+  std::optional<DecidedChange> decided_;
+  int requested_grow_ = 0;            // workers a ctl request asked for that have not joined yet
+  std::string grow_reason_ = "join";  // "ctl" while requested_grow_ > 0
   std::set<int> at_final_barrier_;          // workers waiting at the job's last barrier: no step left
   std::optional<RegistrationGate> gate_;  // make_gate: null with CURVE or without a job secret
   std::atomic<std::size_t> parked_gets_count_{0};  // store_.parked(), for other threads

@@ -16,7 +16,8 @@ void ConsistencyPolicy::vacate(int worker) {
 
 void ConsistencyPolicy::join_worker(int worker, std::int64_t start, std::span<const std::int64_t> versions) {
   const std::string what = "join of worker " + std::to_string(worker) + " at step " + std::to_string(start);
-  if (worker < 0 || worker >= num_workers_ || !vacant_[static_cast<std::size_t>(worker)]) {
+  // A slot never held, or a retired worker's (dropped here when it retired).
+  if (worker < 0 || worker >= num_workers_ || live_[static_cast<std::size_t>(worker)]) {
     throw Error(what + ": not a vacant slot of the job's " + std::to_string(num_workers_));
   }
   if (versions.size() != last_step_.size()) throw Error(what + ": a version per chunk expected");
@@ -26,13 +27,14 @@ void ConsistencyPolicy::join_worker(int worker, std::int64_t start, std::span<co
                   std::to_string(rejoin_floor(c, versions[c])) + " already");
     }
   }
+  if (vacant_[static_cast<std::size_t>(worker)]) --num_vacant_;
   vacant_[static_cast<std::size_t>(worker)] = false;
-  --num_vacant_;
   live_[static_cast<std::size_t>(worker)] = true;
   ++num_live_;
   for (std::size_t c = 0; c < last_step_.size(); ++c) {
     std::int64_t& last = last_step_[c][static_cast<std::size_t>(worker)];
     last = std::max(last, start - 1);
+    on_rejoined(c, worker, last + 1, versions[c]);  // sync: not waited for in a step before its start
   }
 }
 

@@ -74,7 +74,8 @@ void Server::make_store(const RegisterReply& info) {
   // workers map read-only, from which they read pull replies in place.
   store_options.allocate = [&transport = transport_](std::size_t count) { return transport.allocate_send_floats(count); };
   store_options.ranges = apply_pool_.get();
-  store_ = std::make_unique<ShardStore>(map_, rank_, info.num_workers, store_options);
+  store_ = std::make_unique<ShardStore>(map_, rank_, worker_slots(info), store_options);
+  vacate_slots(info);
 }
 
 void Server::run() {
@@ -113,6 +114,7 @@ void Server::run() {
       }
       for (const int worker : scheduler.take_dropped()) on_worker_dropped(worker);
       for (const SchedulerClient::Rejoined& r : scheduler.take_rejoined()) on_worker_rejoined(r.rank, r.token);
+      for (const SchedulerClient::Joining& j : scheduler.take_joining()) on_worker_joining(scheduler, j);
       for (const ShardStore::Refusal& r : store_->take_refusals()) {  // the pusher named, not its victims
         warnings_.warn("worker " + std::to_string(r.worker), "refused: " + r.why);
       }

@@ -163,6 +163,12 @@ class Server {
   RegisterReply register_with(SchedulerClient& scheduler, const RegisterRequest& request);
   void on_worker_dropped(int worker);
   void on_worker_rejoined(int worker, const std::string& token);
+  // Elastic membership (server/server_elastic.cc): the slots past the
+  // job's workers are vacant at the start; a worker joining one is admitted
+  // from its announced step, acknowledged to the scheduler.
+  int worker_slots(const RegisterReply& info) const;
+  void vacate_slots(const RegisterReply& info);
+  void on_worker_joining(SchedulerClient& scheduler, const SchedulerClient::Joining& joining);
   // After registration: the apply threads and the shard store of `info`'s job.
   void make_store(const RegisterReply& info);
   void limit_memory(int num_workers);  // the reply budget (server/admission.h)

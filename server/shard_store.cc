@@ -388,6 +388,15 @@ std::vector<std::int64_t> ShardStore::rejoin_worker(int worker) {
   return policy_->rejoin_worker(worker, versions);
 }
 
+void ShardStore::vacate(int worker) { policy_->vacate(worker); }
+
+void ShardStore::join_worker(int worker, std::int64_t start) {
+  std::vector<std::int64_t> versions;
+  versions.reserve(chunks_.size());
+  for (const ChunkState& c : chunks_) versions.push_back(c.version);
+  policy_->join_worker(worker, start, versions);
+}
+
 std::int64_t ShardStore::next_step(int worker, std::int64_t key) const {
   const std::size_t at = position(key, "pull");
   if (worker < 0 || worker >= num_workers_) {

@@ -172,6 +172,10 @@ class ShardStore {
   // "restart"): the policy re-admits it (ConsistencyPolicy::rejoin_worker);
   // returns, per chunk in keys() order, the step it must push next.
   std::vector<std::int64_t> rejoin_worker(int worker);
+  // Elastic membership: slot `worker` is vacant (ConsistencyPolicy::vacate),
+  // and a worker joins it from step `start` (ConsistencyPolicy::join_worker).
+  void vacate(int worker);
+  void join_worker(int worker, std::int64_t start);
   // The step `worker` must push next for chunk `key` (its clock there).
   std::int64_t next_step(int worker, std::int64_t key) const;
 

@@ -26,9 +26,13 @@ int run_worker(const pstrain::NodeArgs& args) {
   const std::string resume_dir = args.rejoin ? std::string() : resume_checkpoint(args, config, [](const std::string& m) {
     std::fprintf(stderr, "pstrain-worker: %s\n", m.c_str());
   });
+  if (args.join && config.mode == Mode::kAllreduce) {
+    throw ConfigError("--join: growing an allreduce job is not built yet (mode = \"allreduce\")");
+  }
   if (config.mode == Mode::kAllreduce) return run_allreduce_node(config, args.rank, resume_dir, args.rejoin);
   const int servers = config.cluster.num_servers, workers = config.cluster.num_workers;
-  const int rank = args.rank >= 0 ? args.rank : role_rank_from_launcher(1 + servers, workers, "worker");
+  // A joiner's slot is its --rank or the scheduler's choice, never a launcher's task index.
+  const int rank = args.rank >= 0 || args.join ? args.rank : role_rank_from_launcher(1 + servers, workers, "worker");
   Logger log(rank >= 0 ? "worker " + std::to_string(rank) : "worker", parse_log_level(config.output.log_level));
   TraceRecorder trace(parse_trace_level(config.output.trace), log.clock());
   trace.set_process("worker", rank);
@@ -49,6 +53,7 @@ int run_worker(const pstrain::NodeArgs& args) {
   options.requested_rank = rank;
   options.job_fingerprint = job_fingerprint(config.mode, config.ps.partition_bytes, servers, workers);
   options.rejoin = args.rejoin;
+  options.join = args.join;
   TrafficCounters traffic;
   options.traffic = &traffic;
   options.trace = &trace;
@@ -69,7 +74,7 @@ int run_worker(const pstrain::NodeArgs& args) {
     MetricsWriter& metrics = *start.metrics;
     write_compute_record(metrics, *workload.backend);
     const TrainResult r =
-        run_ps_worker(config, session, workload, metrics, log, &trace, resume ? &*resume : nullptr, args.rejoin);
+        run_ps_worker(config, session, workload, metrics, log, &trace, resume ? &*resume : nullptr, args.rejoin, args.join);
     char line[200];
     std::snprintf(line, sizeof(line), "done: %lld steps, %lld images in %.1f s (compute %.1f s, pull %.1f s, push %.1f s)",
                   static_cast<long long>(r.steps), static_cast<long long>(r.images), r.time_s, r.compute_s, r.pull_s,

@@ -33,6 +33,10 @@ void add_node_options(CLI::App& app, NodeArgs& args) {
   app.add_flag("--rejoin", args.rejoin,
                "replace a failed node of the same rank in a running job (cluster.on_worker_failure / "
                "on_server_failure = \"restart\"; the launcher passes it); needs --rank");
+  app.add_flag("--join", args.join,
+               "(workers) join a running elastic job in a vacant slot (cluster.max_workers); --rank R asks for slot R")
+      ->excludes("--rejoin")
+      ->excludes("--resume");
 }
 
 std::string resume_checkpoint(const NodeArgs& args, const RunConfig& config,

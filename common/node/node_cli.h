@@ -15,6 +15,11 @@
 //   --rejoin              (servers, workers) this process replaces a failed
 //                         one of the same --rank in a running job (the
 //                         "restart" failure policies; the launcher passes it)
+//   --join                (workers) take a vacant slot of a running elastic
+//                         job (cluster.max_workers above cluster.workers):
+//                         --rank R asks for slot R, else the lowest vacant
+//                         one; it enters the job at the step boundary of the
+//                         membership change its registration starts
 //
 // The launchers' environment (torchrun, SLURM, Open MPI, MPICH/PMI, PMIx):
 //
@@ -55,6 +60,7 @@ struct NodeArgs {
   std::string scheduler;
   std::string resume;  // --resume PATH; empty = a fresh start
   bool rejoin = false;  // --rejoin: replaces a failed node of rank `rank` in a running job
+  bool join = false;    // --join: a worker joining a vacant slot of a running elastic job
 };
 
 void add_node_options(CLI::App& app, NodeArgs& args);

@@ -149,6 +149,9 @@ bool SchedulerClient::handle_incoming() {
     case MsgType::kMembershipChange:
       membership_changes_.push_back(m.header.key);
       return shutdown_;
+    case MsgType::kWorkerJoining:
+      joining_.push_back(Joining{static_cast<int>(m.header.key), m.text_payload(), m.header.step, m.header.aux});
+      return shutdown_;
     default:
       throw ProtocolError("unexpected " + std::string(to_string(m.header.type)) + " from the scheduler");
   }
@@ -197,6 +200,10 @@ Message SchedulerClient::wait_for(MsgType type, const std::string& what, int ext
       membership_changes_.push_back(m.header.key);
       continue;
     }
+    if (m.header.type == MsgType::kWorkerJoining) {
+      joining_.push_back(Joining{static_cast<int>(m.header.key), m.text_payload(), m.header.step, m.header.aux});
+      continue;
+    }
     if (m.header.type == MsgType::kAbort) throw AbortedError("job aborted by the scheduler: " + m.text_payload());
     if (m.header.type == MsgType::kError) {
       throw SchedulerRefusal(m.header.status, what + ": scheduler answered: " + m.text_payload());
@@ -229,6 +236,10 @@ RegisterReply SchedulerClient::register_node(RegisterRequest request) {
 
 RegisterReply SchedulerClient::rejoin_node(RegisterRequest request) {
   return register_as(std::move(request), kRegisterRejoin);
+}
+
+RegisterReply SchedulerClient::join_node(RegisterRequest request) {
+  return register_as(std::move(request), kRegisterJoin);
 }
 
 RegisterReply SchedulerClient::register_as(RegisterRequest request, std::int64_t kind) {

@@ -109,6 +109,13 @@ class SchedulerClient {
   // scheduler's reason) for a rank that is alive (retryable: until the
   // scheduler has dropped it) or never existed (for good).
   RegisterReply rejoin_node(RegisterRequest request);
+  // The same for a worker started with --join (elastic membership): it takes
+  // a vacant slot of a running job; refused (SchedulerRefusal with the
+  // reason) when the job cannot take it, retryable while another change is
+  // under way. Its barriers continue at the number its start gives
+  // (continue_barriers_at; worker/train/ps_join.h).
+  RegisterReply join_node(RegisterRequest request);
+  void continue_barriers_at(std::int64_t seq) { barrier_seq_ = seq; }
   // Blocks until every worker (group = workers) has reached the barrier.
   void barrier(const std::string& name);
   // The scheduler's key-value store, kept for the job's lifetime (the
@@ -175,6 +182,14 @@ class SchedulerClient {
   // Elastic membership: the changes the scheduler announced
   // (kMembershipChange) since the last call, by number, in order.
   std::vector<std::int64_t> take_membership_changes() { return std::exchange(membership_changes_, {}); }
+  // Servers: the workers joining vacant slots (kWorkerJoining) since the last call.
+  struct Joining {
+    int rank = -1;
+    std::string token;
+    std::int64_t step = 0;    // its first step (the job's global numbering)
+    std::int64_t change = 0;  // the membership change it joins at
+  };
+  std::vector<Joining> take_joining() { return std::exchange(joining_, {}); }
   // After rejoin_node(): which take back of this rank it was (1, 2, ...).
   std::int64_t rejoin_take() const { return rejoin_take_; }
   int rank() const { return rank_; }
@@ -208,6 +223,7 @@ class SchedulerClient {
   std::vector<std::pair<int, std::string>> servers_back_;
   std::vector<Rejoined> rejoined_;
   std::vector<std::int64_t> membership_changes_;
+  std::vector<Joining> joining_;
   std::int64_t rejoin_take_ = 0;
   RegisterReply register_as(RegisterRequest request, std::int64_t kind);
   // Security mode "off" with a job secret: asks the scheduler for a nonce

@@ -39,6 +39,7 @@ std::string_view to_string(MsgType type) {
     case MsgType::kPushChunks: return "push-chunks";
     case MsgType::kPullChunks: return "pull-chunks";
     case MsgType::kMembershipChange: return "membership change";
+    case MsgType::kWorkerJoining: return "worker joining";
   }
   return "unknown";
 }
@@ -135,7 +136,8 @@ PayloadRule payload_rule(MsgType type) {
     case MsgType::kServerRestarting:
     case MsgType::kServerBack: return PayloadRule::kBytes;
     case MsgType::kRejoined:
-    case MsgType::kMembershipChange: return PayloadRule::kBytes;
+    case MsgType::kMembershipChange:
+    case MsgType::kWorkerJoining: return PayloadRule::kBytes;
     case MsgType::kBarrier:
     case MsgType::kChallenge: return PayloadRule::kOptionalBytes;
     default: return PayloadRule::kNone;

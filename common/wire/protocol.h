@@ -77,7 +77,12 @@ enum class MsgType : std::uint8_t {
   // at its next step boundary through the store (kMembershipPrefix) and waits for the step it takes
   // effect at.
   kMembershipChange,
-  kLast = kMembershipChange,
+  // Elastic membership, a grow: scheduler -> servers: worker `key` joins its vacant slot from step `step`
+  // (the job's global step numbering) for change `aux`; body = its session token. Each server admits it
+  // (ConsistencyPolicy::join_worker on every chunk, its connection bound to the token) and acknowledges
+  // through the store (kJoinAckPrefix) before the scheduler publishes the change's boundary.
+  kWorkerJoining,
+  kLast = kWorkerJoining,
 };
 std::string_view to_string(MsgType type);
 
@@ -96,6 +101,10 @@ inline constexpr std::int64_t kMaxChunksPerMessage = 64;
 // key the barrier sequence number the node's next barrier takes).
 inline constexpr std::int64_t kRegisterFirst = 0;
 inline constexpr std::int64_t kRegisterRejoin = 1;
+// A worker started with --join: it takes a vacant slot of a running elastic
+// job (cluster.max_workers) and enters the job at the boundary of the
+// membership change its registration starts (kJoinStartPrefix).
+inline constexpr std::int64_t kRegisterJoin = 2;
 // kDone's aux: a worker finished the job (kDoneFinished), or left it at a
 // membership change that did not keep it (kDoneRetired: a shrink; neither a
 // failure nor a drop; the scheduler answers with kShutdown at once).
@@ -224,6 +233,15 @@ inline constexpr std::string_view kLiveWorkersKey = "pstrain/live-workers";
 // <members>" (from that step of that epoch the members share the rest of
 // it) or "none" (no step is left to change); workers get it.
 inline constexpr std::string_view kMembershipPrefix = "pstrain/membership/";
+// A grow (kRegisterJoin): server S acknowledges kWorkerJoining of change C by
+// setting kJoinAckPrefix + "<C>/<S>" ("ok", or why it refused); the
+// scheduler alone sets kJoinStartPrefix + "<R>/<token>" for the joiner of
+// slot R once every server has: "<change> <epoch> <from_step> <global_step>
+// <barrier_seq>" (where it starts: that step of that epoch, the job's global
+// step, the number of its next barrier) or "none" (the join was abandoned:
+// no step was left). Both lie under kMembershipPrefix: no worker sets them.
+inline constexpr std::string_view kJoinAckPrefix = "pstrain/membership/join-ack/";
+inline constexpr std::string_view kJoinStartPrefix = "pstrain/membership/join-start/";
 struct StoreEntry {
   std::string key;
   std::string value;

@@ -49,7 +49,7 @@ TEST_CASE("while a step runs, next_step is the step after it within its epoch, t
         return 0.0;
       },
       [](std::int64_t, int, bool) {});
-  CHECK(answers == std::vector<std::string>{"0 1", "0 2", "1 0", "1 1", "1 2", "end"});
+  CHECK(answers == std::vector<std::string>{"0 1 1", "0 2 2", "1 0 3", "1 1 4", "1 2 5", "end"});
 }
 
 TEST_CASE("a worker that reaches an epoch after a change within it was announced records the change's step too") {

@@ -10,13 +10,18 @@
 using namespace pstrain;
 using pstrain::test::thrown_text;
 
-TEST_CASE("a worker's answer is '<epoch> <step>' or 'end'; anything else is refused naming the form") {
+TEST_CASE("a worker's answer is '<epoch> <step> [<global step>]' or 'end'; anything else is refused naming the form") {
   const StepPosition p = parse_step_position("2 7");
   CHECK(p.epoch == 2);
   CHECK(p.step == 7);
+  CHECK(p.global == -1);
   CHECK_FALSE(p.end);
+  const StepPosition g = parse_step_position("2 7 31");
+  CHECK(g.epoch == 2);
+  CHECK(g.step == 7);
+  CHECK(g.global == 31);
   CHECK(parse_step_position("end").end);
-  for (const char* bad : {"", "2", "2 x", "-1 3", "2 -3", "2 3 4", "ending"}) {
+  for (const char* bad : {"", "2", "2 x", "-1 3", "2 -3", "2 3 -4", "2 3 4 5", "2 3 x", "ending"}) {
     CAPTURE(bad);
     CHECK(thrown_text<ProtocolError>([&] { parse_step_position(bad); }).find("expected '<epoch> <step>'") !=
           std::string::npos);
@@ -40,6 +45,14 @@ TEST_CASE("the boundary is the most advanced answer, at least the epoch's step 1
   REQUIRE(b);
   CHECK(b->from_step == 4);
   CHECK_FALSE(choose_boundary({{0, 0, true}, {0, 0, true}}));
+  // The job's step follows the boundary: one later when it moved to the epoch's step 1.
+  b = choose_boundary({{3, 0, false, 30}, {2, 9, false, 29}});
+  REQUIRE(b);
+  CHECK(b->from_step == 1);
+  CHECK(b->global_step == 31);
+  b = choose_boundary({{1, 4, false, 14}, {1, 2, false, 12}});
+  REQUIRE(b);
+  CHECK(b->global_step == 14);
   CHECK(format_decision(MembershipBoundary{1, 4}, {0, 2}) == "1 4 0,2");
   CHECK(format_decision(std::nullopt, {0}) == "none");
 }
@@ -69,4 +82,14 @@ TEST_CASE("a worker sets only its own answer to the pending change: the decision
   CHECK_THROWS_AS(change.answer(0, "pstrain/membership/2/0", "0 1"), ProtocolError);
   CHECK_THROWS_AS(change.answer(0, change.report_key(0), "soon"), ProtocolError);
   CHECK_FALSE(change.answered_by({0}, {}));
+}
+
+TEST_CASE("a joiner registered while the answers come is added to the pending change, and removed when it leaves") {
+  MembershipChange change(1, {0, 1}, "join");
+  change.add_member(3);
+  change.add_member(2);
+  change.add_member(3);
+  CHECK(change.members() == std::vector<int>{0, 1, 2, 3});
+  change.remove_member(2);
+  CHECK(change.members() == std::vector<int>{0, 1, 3});
 }

@@ -20,6 +20,12 @@ RegisterReply rejoin_with_retries(SchedulerClient& scheduler, RegisterRequest re
   return *retry_until(deadline, "", retryable_refusal, [&] { return std::optional(scheduler.rejoin_node(req)); });
 }
 
+// A join waits (retryable refusals) while another membership change is under way.
+RegisterReply join_with_retries(SchedulerClient& scheduler, RegisterRequest req, const ClusterConfig& cluster) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(cluster.timeout_ms);
+  return *retry_until(deadline, "", retryable_refusal, [&] { return std::optional(scheduler.join_node(req)); });
+}
+
 }  // namespace
 
 WorkerSession::WorkerSession(std::unique_ptr<Transport> transport, const WorkerSessionOptions& options,
@@ -42,6 +48,7 @@ void WorkerSession::start(const WorkerSessionOptions& options, const ParamLayout
   req.job_fingerprint = options.job_fingerprint;
   req.layout = layout;
   const RegisterReply info = options.rejoin ? rejoin_with_retries(scheduler_, std::move(req), options.cluster)
+                             : options.join ? join_with_retries(scheduler_, std::move(req), options.cluster)
                                             : scheduler_.register_node(std::move(req));
   num_workers_ = info.num_workers;
   server_endpoints_ = info.server_endpoints;

@@ -32,6 +32,10 @@ struct WorkerSessionOptions {
   // running job; refusals are tried again for at most cluster.timeout_ms (the
   // scheduler may not have dropped the process this one replaces yet).
   bool rejoin = false;
+  // --join: take a vacant slot of a running elastic job (requested_rank, or
+  // the lowest vacant one); a refusal for now (another change under way) is
+  // tried again for at most cluster.timeout_ms, any other ends the process.
+  bool join = false;
 };
 
 // ps.wire_dtype as the protocol's dtype; ConfigError for another name.

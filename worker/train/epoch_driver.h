@@ -95,6 +95,7 @@ class EpochDriver {
     int epoch = 0;
     std::int64_t step = 0;
     bool end = false;
+    std::int64_t global = 0;  // the same step in the job's numbering (the servers' step)
   };
   const NextStep& next_step() const { return next_; }
 

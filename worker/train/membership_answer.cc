@@ -10,7 +10,7 @@ namespace pstrain {
 
 std::string format_answer(const EpochDriver::NextStep& next) {
   if (next.end) return "end";
-  return std::to_string(next.epoch) + " " + std::to_string(next.step);
+  return std::to_string(next.epoch) + " " + std::to_string(next.step) + " " + std::to_string(next.global);
 }
 
 std::optional<MembershipDecision> parse_decision(const std::string& text) {

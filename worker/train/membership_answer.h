@@ -18,7 +18,7 @@ namespace pstrain {
 
 class SchedulerClient;
 
-// "<epoch> <step>" or "end": the store value of a worker's answer.
+// "<epoch> <step> <global step>" or "end": the store value of a worker's answer.
 std::string format_answer(const EpochDriver::NextStep& next);
 
 // The scheduler's decision "<epoch> <from_step> <members>" (nullopt for

@@ -22,6 +22,7 @@
 #include "worker/train/epoch_driver.h"
 #include "worker/train/epoch_members.h"
 #include "worker/train/membership_answer.h"
+#include "worker/train/ps_join.h"
 #include "worker/train/ps_rejoin.h"
 #include "worker/train/simulated_compute.h"
 #include "worker/train/straggler.h"
@@ -312,11 +313,55 @@ TrainResult retire(Loop& L, std::int64_t step) {
   return L.result;
 }
 
+// The weights and the step training starts from: a joiner's boundary (the
+// weights the servers hold for it), a rejoiner's step, a checkpoint's, or
+// worker 0's initial weights at step 0.
+std::int64_t initial_weights(Loop& L, const WorkerCheckpoint* resume, bool rejoin, const JoinStart* joined) {
+  WorkerSession& session = L.session;
+  if (joined != nullptr) {  // sync: the weights after step S-1 was applied
+    TraceSpan span(L.trace, TraceLevel::kSteps, "initial weights", "worker");
+    session.kv().wait(session.kv().pull(L.params, joined->global_step));
+    write_join_record(L.metrics, *joined);
+    L.log.info("joined the job at step " + std::to_string(joined->global_step) + " (epoch " +
+               std::to_string(joined->epoch) + " step " + std::to_string(joined->from_step) + ")");
+    return joined->global_step;
+  }
+  if (rejoin) {  // the servers hold the job's current weights: pull them, join at their step
+    TraceSpan span(L.trace, TraceLevel::kSteps, "rejoin", "worker");
+    const std::int64_t start_step = rejoin_ps_job(session, L.params, L.config.cluster, L.log);
+    write_rejoin_record(L.metrics, start_step);
+    // Joined at a checkpoint step: the others' barrier.
+    pass_rejoin_checkpoint(session, L.config, start_step, L.model.num_params(), L.log);
+    return start_step;
+  }
+  TraceSpan span(L.trace, TraceLevel::kSteps, "initial weights", "worker");
+  if (resume != nullptr) {  // the servers hold the checkpoint's weights: pull them
+    session.kv().wait(session.kv().pull(L.params, resume->step));
+    session.scheduler().barrier("initial weights");
+    const double time_s = L.result.time_s;
+    L.result = resume->result;
+    L.result.time_s = time_s;
+    return resume->step;
+  }
+  session.broadcast_initial(L.params);  // worker 0's initial weights everywhere
+  return 0;
+}
+
+// A joiner whose change found no step left: it never entered the job (the
+// scheduler vacated its slot and said shutdown).
+TrainResult abandoned_join(Loop& L) {
+  L.log.info("the job had no step left to join at: leaving without training");
+  L.result.retired = true;
+  L.result.time_s = L.metrics.elapsed_s();
+  write_end_record(L.metrics, L.result);
+  return L.result;
+}
+
 }  // namespace
 
 
 TrainResult run_ps_worker(const RunConfig& config, WorkerSession& session, Workload& workload, MetricsWriter& metrics,
-                          Logger& log, TraceRecorder* trace, const WorkerCheckpoint* resume, bool rejoin) {
+                          Logger& log, TraceRecorder* trace, const WorkerCheckpoint* resume, bool rejoin, bool join) {
   if (config.mode == Mode::kAllreduce) throw ConfigError("run_ps_worker: mode allreduce has no servers");
   const WorkloadConfig& w = config.workload;
   nn::Model& model = *workload.model;
@@ -337,23 +382,13 @@ TrainResult run_ps_worker(const RunConfig& config, WorkerSession& session, Workl
   L.labels.resize(static_cast<std::size_t>(w.batch_size));
 
   model.get_params(L.params);
-  std::int64_t start_step = resume != nullptr ? resume->step : 0;
-  if (rejoin) {  // the servers hold the job's current weights: pull them, join at their step
-    TraceSpan span(trace, TraceLevel::kSteps, "rejoin", "worker");
-    start_step = rejoin_ps_job(session, L.params, config.cluster, log);
-    write_rejoin_record(metrics, start_step);
-    pass_rejoin_checkpoint(session, config, start_step, model.num_params(), log);  // joined at a checkpoint step: the others' barrier
-  } else if (resume != nullptr) {  // the servers hold the checkpoint's weights: pull them
-    TraceSpan span(trace, TraceLevel::kSteps, "initial weights", "worker");
-    session.kv().wait(session.kv().pull(L.params, resume->step));
-    session.scheduler().barrier("initial weights");
-    const double time_s = L.result.time_s;
-    L.result = resume->result;
-    L.result.time_s = time_s;
-  } else {
-    TraceSpan span(trace, TraceLevel::kSteps, "initial weights", "worker");
-    session.broadcast_initial(L.params);  // worker 0's initial weights everywhere
+  std::optional<JoinStart> joined;
+  if (join) {  // its change's boundary: where it starts
+    TraceSpan span(trace, TraceLevel::kSteps, "join", "worker");
+    joined = wait_for_join_start(session.scheduler(), config.cluster.timeout_ms, log);
+    if (!joined) return abandoned_join(L);
   }
+  const std::int64_t start_step = initial_weights(L, resume, rejoin, joined ? &*joined : nullptr);
   model.set_params(L.params);
   model.set_dropout_seed(w.seed * 1000003ULL + static_cast<std::uint64_t>(session.rank()));
   if (resume != nullptr) model.set_dropout_step(resume->dropout_step);
@@ -362,6 +397,7 @@ TrainResult run_ps_worker(const RunConfig& config, WorkerSession& session, Workl
   // Each epoch's workers: the scheduler's answer (the survivors after a drop), the checkpoint's for epochs begun before it.
   EpochMembers members(EpochMembers::from_scheduler(session.scheduler(), config.cluster.timeout_ms),
                        resume != nullptr ? resume->epoch_members : std::vector<std::int64_t>{});
+  if (joined) learn_join_segments(session.scheduler(), *joined, members, config.cluster.timeout_ms);
   L.members = &members;
   log.info("training " + std::to_string(driver.total_steps()) + " steps (" + std::to_string(driver.steps_per_epoch()) +
            " per epoch) in " + std::string(to_string(config.mode)) + " mode with " +

@@ -32,8 +32,10 @@ namespace pstrain {
 // on from its step on the servers' restored weights (pulled, not sent).
 // `rejoin`: this process took back a dropped worker's rank (--rejoin,
 // worker/train/ps_rejoin.h): it joins at the step the job is at.
+// `join`: this worker took a vacant slot of a running elastic job (--join,
+// worker/train/ps_join.h): it starts at its membership change's boundary.
 TrainResult run_ps_worker(const RunConfig& config, WorkerSession& session, Workload& workload, MetricsWriter& metrics,
                           Logger& log, TraceRecorder* trace = nullptr, const WorkerCheckpoint* resume = nullptr,
-                          bool rejoin = false);
+                          bool rejoin = false, bool join = false);
 
 }  // namespace pstrain

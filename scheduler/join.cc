@@ -1,0 +1,170 @@
+// The scheduler's side of growing a job (docs/architecture.md, "Elastic
+// membership"): a worker registering with --join (kRegister, aux
+// kRegisterJoin) takes a vacant slot and starts a membership change that
+// keeps every live worker and adds it. Once the change's boundary is
+// decided, every server admits the joiner from that step (kWorkerJoining,
+// acknowledged through the store under kJoinAckPrefix) before the decision
+// is published: no sync step from the boundary completes without the
+// joiner's push, and no server refuses its pushes as a vacant slot's. The
+// joiner learns where it starts from its key under kJoinStartPrefix.
+#include <algorithm>
+#include <string>
+
+#include "common/base/errors.h"
+#include "common/wire/wire_archive.h"
+#include "scheduler/scheduler.h"
+
+namespace pstrain {
+
+void Scheduler::handle_join(const PeerId& from, const Message& msg, bool registering) {
+  try {
+    if (registering) throw RetryLaterError("join: the job has not started yet (its rendezvous is not over)");
+    on_join(from, msg);
+  } catch (const ProtocolError& e) {
+    const bool later = dynamic_cast<const RetryLaterError*>(&e) != nullptr;
+    if (!later) log_.warn(e.what());
+    refuse(from, msg.header, e.what(), later ? Status::kRetryLater : Status::kRefused);
+  }
+}
+
+void Scheduler::on_join(const PeerId& from, const Message& msg) {
+  const std::string body = msg.text_payload();
+  RegisterRequest req = wire_decode<RegisterRequest>(std::as_bytes(std::span(body.data(), body.size())), "register body");
+  const std::string who = "worker" + (req.requested_rank >= 0 ? " rank " + std::to_string(req.requested_rank) : "") +
+                          " from " + req.host + " (pid " + std::to_string(req.pid) + ")";
+  if (req.role != Role::kWorker || msg.header.role != Role::kWorker) {
+    throw ProtocolError("join of a " + std::string(to_string(req.role)) + ": refused, only workers join a running job");
+  }
+  check_answer(from, req, "join");
+  check_key(msg, req, "join");
+  const int rank = members_.admit_worker_join(req, who);
+  if (req.job_fingerprint.find(" collective=") != std::string::npos) {
+    throw ProtocolError("join of " + who + ": refused, growing an allreduce job is not built yet");
+  }
+  if (change_ && decided_) {
+    throw RetryLaterError("join of " + who + ": a membership change is being decided; asked again");
+  }
+  if (!change_ && !retiring_.empty()) {
+    throw RetryLaterError("join of " + who + ": workers are still retiring from the last change; asked again");
+  }
+  Member& node = members_.add_joined_worker(from, std::move(req), rank, fresh_token(), Clock::now());
+  router_->add_member(from);  // a member of the memory budget before its reply (scheduler_budget.h)
+  RegisterReply reply = members_.job_reply();
+  reply.rank = node.rank;
+  reply.layout = node.request.layout;
+  reply.token = node.token;
+  Header h;
+  h.type = MsgType::kRegisterReply;
+  h.role = Role::kScheduler;
+  h.sender = 0;
+  h.request_id = msg.header.request_id;
+  send_quietly(node.routing_id, h, Payload::bytes(wire_encode(reply)));
+  log_.info("worker " + std::to_string(rank) + " joins from " + node.request.host + " (pid " +
+            std::to_string(node.request.pid) + "): it enters the job at the next membership change's boundary");
+  if (requested_grow_ > 0) --requested_grow_;
+  const std::string reason = grow_reason_;
+  if (requested_grow_ == 0) grow_reason_ = "join";
+  if (change_) {  // the answers are still coming: it joins at the same boundary
+    change_->add_member(rank);
+    return;
+  }
+  std::vector<int> members = members_.live_worker_list();
+  members.insert(std::upper_bound(members.begin(), members.end(), rank), rank);
+  start_change(std::move(members), reason);
+}
+
+bool Scheduler::ask_servers_to_admit(const MembershipBoundary& b, const std::vector<int>& members) {
+  std::vector<Member*> joiners;
+  for (const int r : members) {
+    Member* m = members_.find(Role::kWorker, r);
+    if (m != nullptr && m->joining) joiners.push_back(m);
+  }
+  if (joiners.empty()) return false;
+  if (b.global_step < 0) throw ProtocolError("membership change: the workers' answers did not say the job's step");
+  decided_->acks.clear();
+  for (const Member& n : members_.all()) {
+    if (n.role == Role::kServer && !n.dropped && !n.restarting) decided_->acks.insert(n.rank);
+  }
+  for (const Member* j : joiners) {
+    Header h;
+    h.type = MsgType::kWorkerJoining;
+    h.role = Role::kScheduler;
+    h.sender = 0;
+    h.key = j->rank;
+    h.step = b.global_step;
+    h.aux = change_->id();
+    for (const Member& n : members_.all()) {
+      if (n.role == Role::kServer && decided_->acks.count(n.rank) != 0) {
+        send_quietly(n.routing_id, h, Payload::bytes(j->token));
+      }
+    }
+  }
+  log_.info("membership change " + std::to_string(change_->id()) + ": the servers admit " +
+            std::to_string(joiners.size()) + " joining worker(s) from step " + std::to_string(b.global_step));
+  return !decided_->acks.empty();
+}
+
+void Scheduler::check_join_ack(const Header& h, const StoreEntry& entry) {
+  const std::string expected = std::string(kJoinAckPrefix) + (change_ ? std::to_string(change_->id()) : "?") + "/" +
+                               std::to_string(h.sender);
+  if (h.role != Role::kServer || entry.key != expected || !decided_ || decided_->acks.count(static_cast<int>(h.sender)) == 0) {
+    throw ProtocolError("store set of key '" + entry.key.substr(0, 80) + "': not an acknowledgement the scheduler waits for");
+  }
+  decided_->acks.erase(static_cast<int>(h.sender));
+  if (entry.value == "ok") return;
+  // The server could not admit a joiner: the joins of this change are abandoned.
+  const std::string why = "server " + std::to_string(h.sender) + " refused the join: " + entry.value.substr(0, 200);
+  for (const int r : std::vector<int>(decided_->members)) {
+    Member* m = members_.find(Role::kWorker, r);
+    if (m != nullptr && m->joining) abandon_join(*m, why);
+  }
+}
+
+void Scheduler::abandon_join(Member& node, const std::string& reason) {
+  members_.abandon_join(node);
+  members_.mark_done(node);  // its exit is no failure, nothing waits for it
+  if (change_) change_->remove_member(node.rank);
+  if (decided_) {
+    std::erase(decided_->members, node.rank);
+    if (!decided_->acks.empty() || decided_->told_servers) {
+      // The servers admitted it (or may have): they stop waiting for it as for a drop.
+      Header h;
+      h.type = MsgType::kDropped;
+      h.role = Role::kScheduler;
+      h.sender = 0;
+      h.key = node.rank;
+      for (const Member& n : members_.all()) {
+        if (n.role == Role::kServer && !n.dropped) send_quietly(n.routing_id, h, Payload::bytes(reason));
+      }
+    }
+  }
+  log_.warn("the join of worker " + std::to_string(node.rank) + " was abandoned (" + reason +
+            "): its slot is vacant again; the job goes on with " + std::to_string(members_.live_workers()) + " workers");
+  set_join_start(node, "none");
+  Header bye;
+  bye.type = MsgType::kShutdown;
+  bye.role = Role::kScheduler;
+  bye.sender = 0;
+  send_quietly(node.routing_id, bye);
+}
+
+void Scheduler::set_join_start(const Member& node, const std::string& value) {
+  const std::string key = std::string(kJoinStartPrefix) + std::to_string(node.rank) + "/" + node.token;
+  for (const KvStore::ParkedGet& get : store_.set(key, value)) reply_store(get.routing_id, get.request, StoreEntry{key, value});
+  parked_gets_count_.store(store_.parked(), std::memory_order_release);
+}
+
+void Scheduler::enter_joiners(const MembershipBoundary& b, const std::vector<int>& members) {
+  for (const int r : members) {
+    Member* m = members_.find(Role::kWorker, r);
+    if (m == nullptr || !m->joining) continue;
+    members_.enter_joined(*m);
+    set_join_start(*m, std::to_string(change_->id()) + " " + std::to_string(b.epoch) + " " +
+                           std::to_string(b.from_step) + " " + std::to_string(b.global_step) + " " +
+                           std::to_string(barriers_.next_seq()));
+    log_.info("worker " + std::to_string(r) + " entered the job at step " + std::to_string(b.global_step) +
+              " (epoch " + std::to_string(b.epoch) + " step " + std::to_string(b.from_step) + ")");
+  }
+}
+
+}  // namespace pstrain
