@@ -13,11 +13,20 @@
 // (schedule.linear_scaling), the final accuracy within the band of the same
 // run without the change; with worker 2 straggling; and a SIGKILL of a
 // remaining worker under on_worker_failure "continue" after the change.
+// Growing: 2 -> 4 -> 3, two workers started with --join enter the collective
+// at their change's boundary, taking worker 0's weights and optimizer state
+// (SGD with momentum: a replica without the velocity would fail the replica
+// check at the epoch's end), then a shrink to 3.
 #include <doctest/doctest.h>
 
+#include <signal.h>
+
+#include <cctype>
 #include <cmath>
 #include <map>
+#include <regex>
 #include <set>
+#include <sstream>
 
 #include "tests/integration/launch_test_util.h"
 #include "tools/report/json_value.h"
@@ -191,6 +200,85 @@ void shrink_run(const fs::path& dir, const std::string& name, const std::vector<
   CHECK(accuracy >= summary_of(reference).find("final_test_accuracy")->as_number("number") - 0.15);
 }
 
+// ---- Growing ------------------------------------------------------------------
+
+constexpr int kGrowEpochs = 24;
+
+// A change in the scheduler's log: from step `from` of `epoch` the workers `members`.
+struct LoggedChange {
+  int epoch = 0;
+  std::int64_t from = 0;
+  std::vector<int> members;
+};
+
+std::vector<LoggedChange> logged_changes(const std::string& log) {
+  std::vector<LoggedChange> out;
+  const std::regex line(R"(membership change \d+ \(\w+\): from epoch (\d+) step (\d+) workers ([0-9,]+) \()");
+  for (auto it = std::sregex_iterator(log.begin(), log.end(), line); it != std::sregex_iterator(); ++it) {
+    LoggedChange c{std::stoi((*it)[1].str()), std::stoll((*it)[2].str()), {}};
+    std::stringstream ranks((*it)[3].str());
+    for (std::string r; std::getline(ranks, r, ',');) c.members.push_back(std::stoi(r));
+    out.push_back(c);
+  }
+  return out;
+}
+
+// Every sample of every epoch once: the coverage records of workers 0..3
+// against the split the logged changes give (an epoch begins with the
+// members of the last change before it; a change within it adds a segment).
+void check_grow_coverage(const fs::path& run, const std::vector<LoggedChange>& changes) {
+  std::map<std::int64_t, EpochCoverage> trained;
+  for (int rank = 0; rank < 4; ++rank) {  // (each line on its own: a joiner's file has records of its own)
+    std::stringstream lines(it::read_file(report::worker_metrics_path(run, rank)));
+    for (std::string line; std::getline(lines, line);) {
+      if (!it::contains(line, "\"type\":\"coverage\"")) continue;
+      const report::JsonValue c = report::parse_json(line, "coverage record");
+      const auto epoch = static_cast<std::int64_t>(c.find("epoch")->as_number("epoch"));
+      trained[epoch].add(EpochCoverage{static_cast<std::int64_t>(c.find("samples")->as_number("samples")),
+                                       std::stoull(c.find("checksum")->as_string("checksum"), nullptr, 16)});
+    }
+  }
+  CHECK(trained.size() == kGrowEpochs);
+  std::vector<int> members{0, 1};
+  for (int epoch = 0; epoch < kGrowEpochs; ++epoch) {
+    CAPTURE(epoch);
+    std::vector<EpochSegment> segments{{0, members}};
+    for (const LoggedChange& c : changes) {
+      if (c.epoch == epoch) segments.push_back({c.from, c.members});
+    }
+    members = segments.back().members;
+    EpochCoverage expected;
+    std::set<std::int64_t> seen;
+    for (int rank = 0; rank < 4; ++rank) {
+      const EpochSplit split(kSamples, kBatch, kSeed, epoch, segments, rank);
+      for (std::int64_t b = 0; b < split.steps(); ++b) {
+        if (!split.shard_at(b).member) continue;
+        expected.add(split.batch(b));
+        seen.insert(split.batch(b).begin(), split.batch(b).end());
+      }
+    }
+    CHECK(static_cast<std::int64_t>(seen.size()) == kSamples);
+    CHECK(trained[epoch] == expected);
+  }
+}
+
+std::vector<std::string> grow_args(const fs::path& run) {
+  auto args = it::launch_args(it::kSourceDir / "configs/tiny_allreduce.toml", run);
+  args.insert(args.end(), {"--set", "cluster.workers=2", "--set", "cluster.min_workers=2", "--set",
+                           "cluster.max_workers=4", "--set", "schedule.linear_scaling=true", "--set",
+                           "workload.epochs=" + std::to_string(kGrowEpochs), "--set", "output.trace=off", "--quiet"});
+  return args;
+}
+
+// pstrain-worker --join against the job of `run`.
+pid_t join_by_hand(const fs::path& run, const fs::path& out) {
+  std::string endpoint = it::read_file(run / "scheduler.endpoint");
+  while (!endpoint.empty() && std::isspace(static_cast<unsigned char>(endpoint.back()))) endpoint.pop_back();
+  return it::spawn({(it::kBinDir / "pstrain-worker").string(), "--config", (run / "config.toml").string(),
+                    "--scheduler", endpoint, "--join"},
+                   {}, out);
+}
+
 }  // namespace
 
 TEST_CASE("allreduce 3 -> 2 workers while training (pstrain-ctl): worker 2 retires at the boundary, the rest re-form, every sample once") {
@@ -238,4 +326,64 @@ TEST_CASE("allreduce: a shrink, then worker 1 killed with SIGKILL (on_worker_fai
   const std::string log = it::read_file(run / "logs/worker-0.log");
   CHECK(it::contains(log, "to 0,1, this one rank 0 of 2, generation 1"));
   CHECK(it::contains(log, "re-formed the collective without the dropped worker(s): 1 workers (0)"));
+}
+
+TEST_CASE("allreduce 2 -> 4 -> 3 workers: joiners (--join) take worker 0's weights and optimizer state at the boundary, every sample once") {
+  it::TempDir dir;
+  const auto reference = dir.path() / "fixed";
+  {
+    const it::Result fixed = it::run_launch(grow_args(reference), dir.path());
+    INFO(fixed.output);
+    REQUIRE(fixed.exit.code == 0);
+  }
+  const auto run = dir.path() / "run";
+  it::LaunchProcess p(grow_args(run), dir.path() / "out.txt");
+  const bool training = it::wait_until([&] { return it::count_lines(run / "metrics/worker-0.jsonl") >= 3; },
+                                       std::chrono::seconds(120), "worker 0's first step");
+  INFO(p.output());
+  REQUIRE(training);
+  const pid_t a = join_by_hand(run, dir.path() / "join-a.txt");
+  const pid_t b = join_by_hand(run, dir.path() / "join-b.txt");
+  const auto scheduler_log = [&] { return it::read_file(run / "logs/scheduler.log"); };
+  const bool entered = it::wait_until(
+      [&] { return it::contains(scheduler_log(), "worker 2 entered the job") && it::contains(scheduler_log(), "worker 3 entered the job"); },
+      std::chrono::seconds(120), "both joiners' entry");
+  INFO(it::read_file(dir.path() / "join-a.txt"));
+  INFO(it::read_file(dir.path() / "join-b.txt"));
+  REQUIRE(entered);
+  const bool four = it::wait_until(
+      [&] { return it::contains(it::read_file(run / "logs/worker-0.log"), "to 0,1,2,3, this one rank 0 of 4"); },
+      std::chrono::seconds(120), "the collective of 4");
+  REQUIRE(four);
+  REQUIRE(run_ctl(run, "3", dir.path() / "ctl.txt") == 0);
+  const auto exit = p.wait(std::chrono::seconds(300));
+  REQUIRE(exit.has_value());
+  REQUIRE_FALSE(exit->signaled);
+  REQUIRE(exit->code == 0);  // every replica check after the joins passed
+  CHECK(it::wait_exit(a, std::chrono::seconds(60)) == std::optional<int>(0));
+  CHECK(it::wait_exit(b, std::chrono::seconds(60)) == std::optional<int>(0));
+
+  const std::vector<LoggedChange> changes = logged_changes(scheduler_log());
+  REQUIRE(changes.size() >= 2);
+  CHECK(changes.back().members == std::vector<int>{0, 1, 2});
+  CHECK(changes[changes.size() - 2].members == std::vector<int>{0, 1, 2, 3});
+  check_grow_coverage(run, changes);
+  // Each joiner took worker 0's replica (weights and optimizer state) in the resync.
+  const std::string joiners = it::read_file(dir.path() / "join-a.txt") + it::read_file(dir.path() / "join-b.txt");
+  std::size_t took = 0;
+  for (auto at = joiners.find("with worker 0's weights and optimizer state"); at != std::string::npos;
+       at = joiners.find("with worker 0's weights and optimizer state", at + 1)) {
+    ++took;
+  }
+  CHECK(took == 2);
+  CHECK(it::contains(it::read_file(run / "metrics/worker-3.jsonl"), "\"retired\":true"));
+  const report::JsonValue summary = summary_of(run);
+  const auto& logged = summary.find("membership_changes")->items();
+  REQUIRE(logged.size() == changes.size());
+  CHECK(logged.front().find("old_workers")->as_number("number") == 2);
+  CHECK(logged.back().find("old_workers")->as_number("number") == 4);
+  CHECK(logged.back().find("new_workers")->as_number("number") == 3);
+  CHECK(logged.back().find("reason")->as_string("reason") == "retire");
+  const double accuracy = summary.find("final_test_accuracy")->as_number("number");
+  CHECK(accuracy >= summary_of(reference).find("final_test_accuracy")->as_number("number") - 0.15);
 }

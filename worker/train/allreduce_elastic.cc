@@ -27,12 +27,24 @@ namespace {
 
 std::string change_key(std::int64_t change) { return std::string(kMembershipPrefix) + std::to_string(change); }
 
+// A grow: the lowest member that was in the collective (`before`) tells the
+// joiners the collective of the new generation (L.live, L.generation) and the
+// step it starts at, under allreduce_grow_key(change) (allreduce_worker.h).
+void publish_grow(Loop& L, std::int64_t change, const std::vector<int>& before) {
+  const auto old = [&](int r) { return std::find(before.begin(), before.end(), r) != before.end(); };
+  if (std::all_of(L.live.begin(), L.live.end(), old)) return;  // nobody joins
+  const auto publisher = std::find_if(L.live.begin(), L.live.end(), old);
+  if (publisher == L.live.end() || *publisher != L.session.rank()) return;
+  const AllreduceJoin join{L.live, L.generation, L.driver->next_step().global};
+  L.session.scheduler().store_set(allreduce_grow_key(change), format_join(join));
+}
+
 // The collective of the next generation with `members` (this worker among
 // them), every replica then the most advanced one's (the lowest rank among
 // equals: worker `members[0]` for a shrink, and what a joiner takes). A
 // member that fails meanwhile is handled as in a step (in_collective: under
 // "continue" the others re-form without it).
-void resize_collective(Loop& L, const MembershipDecision& d) {
+void resize_collective(Loop& L, std::int64_t change, const MembershipDecision& d) {
   const int me = L.session.rank();
   const auto at = std::find(d.members.begin(), d.members.end(), me);
   if (at == d.members.end()) return;  // left out: it retires at the boundary
@@ -43,6 +55,7 @@ void resize_collective(Loop& L, const MembershipDecision& d) {
   L.owned.reset();
   L.live = d.members;
   ++L.generation;
+  publish_grow(L, change, before);
   L.log.info("membership change at epoch " + std::to_string(d.epoch) + " step " + std::to_string(d.from_step) +
              ": the collective re-formed from workers " + format_members(before) + " to " +
              format_members(L.live) + ", this one rank " + std::to_string(rank) + " of " + std::to_string(size) +
@@ -88,15 +101,15 @@ void settle_changes(Loop& L) {
     L.members->add_segment(d->epoch, d->from_step, d->members);
     L.log.info("membership change " + std::to_string(change) + ": from epoch " + std::to_string(d->epoch) + " step " +
                std::to_string(d->from_step) + " workers " + format_members(d->members));
-    L.boundaries.push_back(*d);
+    L.boundaries.emplace_back(change, *d);
   }
   const EpochDriver::NextStep& next = L.driver->next_step();
   for (auto it = L.boundaries.begin(); it != L.boundaries.end();) {
-    if (next.end || it->epoch != next.epoch || it->from_step != next.step) {
+    if (next.end || it->second.epoch != next.epoch || it->second.from_step != next.step) {
       ++it;
       continue;
     }
-    resize_collective(L, *it);
+    resize_collective(L, it->first, it->second);
     it = L.boundaries.erase(it);
   }
 }

@@ -9,6 +9,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/base/errors.h"
@@ -61,7 +62,7 @@ struct Loop {
   // boundary step is still ahead.
   const EpochDriver* driver = nullptr;
   std::vector<std::int64_t> answered{};
-  std::vector<MembershipDecision> boundaries{};
+  std::vector<std::pair<std::int64_t, MembershipDecision>> boundaries{};  // (change, decision)
   bool reforms_on_failure = false;  // cluster.on_worker_failure "continue"/"restart": a failure re-forms
 };
 

@@ -187,6 +187,8 @@ std::string allreduce_join_key(int rank, std::int64_t take) {
   return "allreduce/join/" + std::to_string(rank) + "/" + std::to_string(take);
 }
 
+std::string allreduce_grow_key(std::int64_t change) { return "allreduce/grow/" + std::to_string(change); }
+
 // "generation step rank,rank,..." or "end" (the job ended before it could be taken in: live empty).
 std::string format_join(const AllreduceJoin& join) {
   if (join.live.empty()) return "end";

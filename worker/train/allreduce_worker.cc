@@ -21,6 +21,7 @@
 #include "worker/train/divergence.h"
 #include "worker/train/epoch_driver.h"
 #include "worker/train/epoch_members.h"
+#include "worker/train/ps_join.h"
 #include "worker/train/ps_rejoin.h"
 #include "worker/train/simulated_compute.h"
 #include "worker/train/straggler.h"
@@ -339,12 +340,17 @@ void check_collective(const WorkerSession& session, const Collective& collective
 // worker 0's saved ones on a resume, else worker 0's initial ones.
 void start_replicas(Loop& L, const WorkerCheckpoint* resume, const AllreduceJoin* join) {
   TraceSpan span(L.trace, TraceLevel::kSteps, "initial weights", "worker");
-  if (join != nullptr) {  // the survivors' resync at the epoch boundary they took this worker in
+  if (join != nullptr) {  // the members' resync at the boundary they took this worker in
     const int leader = resync_replicas(L);
-    L.log.info("rejoined the collective: " + std::to_string(L.collective->size()) + " workers (" +
-               format_members(join->live) + "), generation " + std::to_string(join->generation) + ", from step " +
-               std::to_string(join->first_step) + " with worker " + std::to_string(leader) + "'s weights");
-    write_rejoin_record(L.metrics, join->first_step);
+    L.log.info(std::string(join->start ? "joined" : "rejoined") + " the collective: " +
+               std::to_string(L.collective->size()) + " workers (" + format_members(join->live) + "), generation " +
+               std::to_string(join->generation) + ", from step " + std::to_string(join->first_step) + " with worker " +
+               std::to_string(leader) + "'s weights and optimizer state");
+    if (join->start) {
+      write_join_record(L.metrics, *join->start);
+    } else {
+      write_rejoin_record(L.metrics, join->first_step);
+    }
   } else if (resume != nullptr) {
     broadcast_resumed(L, *resume);
     const double time_s = L.result.time_s;
@@ -423,6 +429,9 @@ TrainResult run_allreduce_worker(const RunConfig& config, WorkerSession& session
   // Each epoch's workers: the scheduler's answer (the survivors after a drop), the checkpoint's for epochs begun before it.
   EpochMembers members(EpochMembers::from_scheduler(session.scheduler(), config.cluster.timeout_ms),
                        resume != nullptr ? resume->epoch_members : std::vector<std::int64_t>{});
+  if (join != nullptr && join->start) {  // --join: every change's segments up to its own
+    learn_join_segments(session.scheduler(), *join->start, members, config.cluster.timeout_ms);
+  }
   L.members = &members;
   log.info("training " + std::to_string(driver.total_steps()) + " steps (" + std::to_string(driver.steps_per_epoch()) +
            " per epoch) in allreduce mode with " + std::to_string(session.num_workers()) + " workers over " +
