@@ -73,20 +73,22 @@ void resize_collective(Loop& L, std::int64_t change, const MembershipDecision& d
 
 }  // namespace
 
-void answer_changes(Loop& L) {
+void answer_changes(Loop& L, bool waiting) {
   if (L.driver == nullptr) return;
   SchedulerClient& scheduler = L.session.scheduler();
   for (const std::int64_t change : scheduler.take_membership_changes()) {
-    scheduler.store_set(change_key(change) + "/" + std::to_string(L.session.rank()),
-                        format_answer(L.driver->next_step()));
+    const std::string answer = format_answer(L.driver->next_step());
+    scheduler.store_set(change_key(change) + "/" + std::to_string(L.session.rank()), answer);
     L.answered.push_back(change);
+    L.log.info("membership change " + std::to_string(change) + ": answered '" + answer + "' (the next step)" +
+               (waiting ? " while waiting for the collective" : " at the step's end"));
   }
 }
 
 void settle_changes(Loop& L) {
   SchedulerClient& scheduler = L.session.scheduler();
   scheduler.drain_incoming();  // a change announced while this step needed no wait
-  answer_changes(L);
+  answer_changes(L, false);
   for (const std::int64_t change : std::exchange(L.answered, {})) {
     const std::optional<MembershipDecision> d =
         parse_decision(scheduler.store_get(change_key(change), L.config.cluster.timeout_ms));

@@ -86,9 +86,9 @@ void complete_missed_checkpoint(Loop& L);
 // since the last call: the next step this worker runs (nothing before the
 // first step). Called at a step's end and while waiting for the collective,
 // so a worker held in an allreduce by a peer that waits for the decision
-// answers all the same (the step in progress completes: its next one is
-// the answer).
-void answer_changes(Loop& L);
+// answers all the same (`waiting`: the step in progress completes, its
+// next one is the answer).
+void answer_changes(Loop& L, bool waiting);
 // At a step's end (after its checkpoint): answers what is new, reads the
 // decision of every change answered (waiting for it: the others answer at
 // their step's end or while they wait for this worker), adds its segment to

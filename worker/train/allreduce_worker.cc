@@ -56,7 +56,7 @@ void wait_collective(Loop& L) {
       throw AbortedError("the scheduler ended the job while worker " + std::to_string(L.session.rank()) +
                          " was training");
     }
-    answer_changes(L);  // a peer may wait for a membership decision that needs this worker's answer
+    answer_changes(L, true);  // a peer may wait for a membership decision that needs this worker's answer
     if (L.reforms_on_failure) {
       bool dropped = false;
       for (const int r : L.session.scheduler().take_dropped()) {
