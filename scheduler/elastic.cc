@@ -58,7 +58,7 @@ void Scheduler::request_workers(int workers) {
   }
   requested_grow_ = 0;
   const std::vector<int>& in_job = members_.live_worker_list();
-  start_change(std::vector<int>(in_job.begin(), in_job.begin() + workers), "ctl");
+  start_change(std::vector<int>(in_job.begin(), in_job.begin() + workers), "retire");
 }
 
 void Scheduler::start_change(std::vector<int> members, const std::string& reason) {
@@ -129,7 +129,7 @@ void Scheduler::publish_change() {
       if (m != nullptr && m->joining) abandon_join(*m, "no step of the job is left to join at");
     }
   }
-  const std::string decision = format_decision(b, members);
+  const std::string decision = format_decision(b, members, change_->reason());
   const std::string key = change_->decision_key();
   change_.reset();
   decided_.reset();

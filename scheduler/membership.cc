@@ -373,8 +373,8 @@ int Membership::admit_worker_join(const RegisterRequest& req, const std::string&
   for (int rank = 0; rank < slots_; ++rank) {
     if (vacant(rank)) return rank;
   }
-  throw ProtocolError(refused + "the job is full (" + std::to_string(live_workers()) +
-                      " workers in its " + std::to_string(slots_) + " slots, cluster.max_workers)");
+  throw ProtocolError(refused + "the job is full (" + std::to_string(slots_) + " workers in its " +
+                      std::to_string(slots_) + " slots, cluster.max_workers)");
 }
 
 Member& Membership::add_joined_worker(const PeerId& from, RegisterRequest req, int rank, std::string token,

@@ -46,11 +46,12 @@ std::optional<MembershipBoundary> choose_boundary(const std::vector<StepPosition
   return b;
 }
 
-std::string format_decision(const std::optional<MembershipBoundary>& boundary, const std::vector<int>& members) {
+std::string format_decision(const std::optional<MembershipBoundary>& boundary, const std::vector<int>& members,
+                            const std::string& reason) {
   if (!boundary) return "none";
   std::string text = std::to_string(boundary->epoch) + " " + std::to_string(boundary->from_step) + " ";
   for (std::size_t i = 0; i < members.size(); ++i) text += (i > 0 ? "," : "") + std::to_string(members[i]);
-  return text;
+  return reason.empty() ? text : text + " " + reason;
 }
 
 void MembershipChange::add_member(int rank) {

@@ -43,8 +43,10 @@ struct MembershipBoundary {
 std::optional<MembershipBoundary> choose_boundary(const std::vector<StepPosition>& answers);
 
 // The decision's text (the value of kMembershipPrefix + "<change>"):
-// "<epoch> <from_step> <members>" or "none".
-std::string format_decision(const std::optional<MembershipBoundary>& boundary, const std::vector<int>& members);
+// "<epoch> <from_step> <members>", then " <reason>" when one is given
+// (why the members changed: "ctl", "join", "retire"), or "none".
+std::string format_decision(const std::optional<MembershipBoundary>& boundary, const std::vector<int>& members,
+                            const std::string& reason = "");
 
 // One pending change: its number, the members it leads to, the answers so far.
 class MembershipChange {

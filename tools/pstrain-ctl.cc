@@ -7,9 +7,11 @@
 // config.toml) and appends the request "workers N" to RUN_DIR/ctl.txt,
 // which the job's scheduler reads (pstrain-scheduler --ctl-file; `launch`
 // passes it; docs/run_directory.md). A shrink retires the highest ranks at
-// a step boundary the scheduler picks; the scheduler's log says what it did
-// or why it refused (a change already under way, fewer live workers than
-// asked...). No port is opened: whoever may write RUN_DIR may resize its job.
+// a step boundary the scheduler picks; a grow is read by the launcher too,
+// which starts the missing workers with --join (tools/launcher/grow.h), each
+// entering the job at the boundary of the change its registration starts.
+// The scheduler's log says what it did or why it refused (a change already
+// under way...). No port is opened: whoever may write RUN_DIR may resize its job.
 //
 // Exit codes: 0 requested; 2 bad arguments, N out of the run's bounds, or an
 // allreduce job (not built yet);

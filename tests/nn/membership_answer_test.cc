@@ -17,14 +17,19 @@
 
 using namespace pstrain;
 
-TEST_CASE("the decision is '<epoch> <from_step> <members>' or 'none'; anything else is refused") {
+TEST_CASE("the decision is '<epoch> <from_step> <members> [<reason>]' or 'none'; anything else is refused") {
   const auto d = parse_decision("1 4 0,2");
   REQUIRE(d);
   CHECK(d->epoch == 1);
   CHECK(d->from_step == 4);
   CHECK(d->members == std::vector<int>{0, 2});
+  CHECK(d->reason.empty());
+  const auto grow = parse_decision("1 4 0,1,2 ctl");
+  REQUIRE(grow);
+  CHECK(grow->members == std::vector<int>{0, 1, 2});
+  CHECK(grow->reason == "ctl");
   CHECK_FALSE(parse_decision("none"));
-  for (const char* bad : {"", "1 4", "1 0 0,1", "1 4 1,0", "x 4 0", "1 4 0 extra"}) {
+  for (const char* bad : {"", "1 4", "1 0 0,1", "1 4 1,0", "x 4 0", "1 4 0 ctl extra", "1 4 0 Ctl", "1 4 0 c-1"}) {
     CAPTURE(bad);
     CHECK_THROWS_AS(parse_decision(bad), ProtocolError);
   }

@@ -23,7 +23,7 @@ TEST_CASE("a worker's answer is '<epoch> <step> [<global step>]' or 'end'; anyth
   CHECK(parse_step_position("end").end);
   for (const char* bad : {"", "2", "2 x", "-1 3", "2 -3", "2 3 -4", "2 3 4 5", "2 3 x", "ending"}) {
     CAPTURE(bad);
-    CHECK(thrown_text<ProtocolError>([&] { parse_step_position(bad); }).find("expected '<epoch> <step>'") !=
+    CHECK(thrown_text<ProtocolError>([&] { parse_step_position(bad); }).find("expected '<epoch> <step> [<global step>]'") !=
           std::string::npos);
   }
 }
@@ -55,6 +55,7 @@ TEST_CASE("the boundary is the most advanced answer, at least the epoch's step 1
   CHECK(b->global_step == 14);
   CHECK(format_decision(MembershipBoundary{1, 4}, {0, 2}) == "1 4 0,2");
   CHECK(format_decision(std::nullopt, {0}) == "none");
+  CHECK(format_decision(MembershipBoundary{1, 4}, {0, 1, 2}, "ctl") == "1 4 0,1,2 ctl");
 }
 
 TEST_CASE("a change is decided once every live worker answered or has no step left") {

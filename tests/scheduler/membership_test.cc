@@ -380,8 +380,16 @@ TEST_CASE("membership: a join takes a vacant slot, the lowest unless it asks for
   Member& two = m.add_joined_worker(peer("j2"), worker(), 2, "t2", kT0);
   CHECK(two.joined);
   CHECK(m.find(Role::kWorker, 2) == &two);
+  // Joining until its change's boundary: its slot taken, not live, not waited for.
+  CHECK(two.joining);
+  CHECK_FALSE(m.vacant(2));
+  CHECK(m.live_worker_ranks() == "0,1");
+  CHECK(m.barrier_members() == 2);
   CHECK(m.admit_worker_join(worker(3), "a joiner") == 3);
-  m.add_joined_worker(peer("j3"), worker(3), 3, "t3", kT0);
+  Member& three = m.add_joined_worker(peer("j3"), worker(3), 3, "t3", kT0);
+  m.enter_joined(two);
+  m.enter_joined(three);
+  CHECK_FALSE(two.joining);
   CHECK(m.live_worker_ranks() == "0,1,2,3");
   CHECK(m.barrier_members() == 4);
   CHECK(m.worker_tokens().size() == 4);
@@ -395,11 +403,26 @@ TEST_CASE("membership: a join takes a vacant slot, the lowest unless it asks for
   CHECK_FALSE(m.find(Role::kWorker, 3)->dropped);
   const std::size_t entries = m.all().size();
   CHECK(m.admit_worker_join(worker(), "a joiner") == 3);
-  m.add_joined_worker(peer("j3b"), worker(), 3, "t3b", kT0);
+  Member& again = m.add_joined_worker(peer("j3b"), worker(), 3, "t3b", kT0);
   CHECK(m.all().size() == entries);  // the retired entry is reused
+  m.enter_joined(again);
   CHECK(m.live_worker_ranks() == "0,1,2,3");
   for (Member& n : m.all()) m.mark_done(n);
   CHECK(m.workers_done(kT0));
+}
+
+TEST_CASE("membership: a joiner that leaves before its boundary is abandoned: its slot vacant, nothing waits for it") {
+  Membership m = started(1, 2, elastic(3));
+  Member& two = m.add_joined_worker(peer("j2"), worker(), m.admit_worker_join(worker(), "w"), "t", kT0);
+  m.abandon_join(two);
+  CHECK_FALSE(two.joining);
+  CHECK(m.vacant(2));
+  CHECK(m.live_worker_ranks() == "0,1");
+  m.mark_done(two);
+  CHECK(m.barrier_members() == 2);
+  for (int r : {0, 1}) m.mark_done(*m.find(Role::kWorker, r));
+  CHECK(m.workers_done(kT0));
+  CHECK(m.admit_worker_join(worker(), "w") == 2);  // taken again
 }
 
 TEST_CASE("membership: a join is refused with its reason: full job, rank in use or out of range, another job or model") {

@@ -20,6 +20,7 @@
 #include "common/wire/job_secret.h"
 #include "common/wire/security.h"
 #include "tools/launcher/fencing.h"
+#include "tools/launcher/grow.h"
 #include "tools/launcher/live_status.h"
 #include "tools/launcher/metrics_tail.h"
 #include "tools/launcher/restart_policy.h"
@@ -189,6 +190,10 @@ class Launch {
     return [this, condition = std::move(condition)] {
       status_.tick();
       fence_failed_nodes();
+      const auto nodes = [this] { return supervisor_.states(); };
+      for (const NodeSpec& joiner : grower_.take(nodes, endpoint_, [this](const std::string& m) { say(m); })) {
+        start(joiner);
+      }
       return condition();
     };
   }
@@ -300,6 +305,12 @@ class Launch {
     if (outcome.event != Supervisor::Event::kFailure) return false;
     const NodeState n = supervisor_.states().at(outcome.node);  // states() is a copy: keep the node, not a reference
     const WorkerFailurePolicy policy = failure_policy(plan_.config, n.spec.name);
+    if (grower_.is_joiner(n.spec.name)) {  // the scheduler decides: an abandoned join, or its failure policy
+      supervisor_.tolerate(outcome.node);
+      tell_scheduler_of_exit(n, WorkerStatus::State::kDropped);
+      say(n.spec.name + " (a joiner) " + describe_exit(*n.status) + ": told the scheduler");
+      return true;
+    }
     if (policy == WorkerFailurePolicy::kRestart) {
       if (const std::optional<int> take = restarts_.take(n.spec.name)) {
         supervisor_.tolerate(outcome.node);
@@ -486,6 +497,7 @@ class Launch {
   Supervisor supervisor_;
   Clock::time_point start_;
   std::string endpoint_;  // the scheduler's, once known (restarts dial it)
+  Grower grower_{plan_};  // joiners for pstrain-ctl's grow requests (tools/launcher/grow.h)
   RestartBudget restarts_{plan_.config.cluster.max_restarts};
   MetricsTail failures_;  // RUN_DIR/failures.jsonl, from the scheduler
   std::vector<DeclaredFailure> unfenced_;  // read, not yet dealt with (see fence_failed_nodes)

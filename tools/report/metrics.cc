@@ -94,7 +94,8 @@ void add_record(WorkerMetrics& m, const Fields& f) {
   } else if (type == "plan") {
     m.plan = PlanRecord{f.integer("total_steps"), f.integer("steps_per_epoch"), f.integer("epochs")};
     if (f.has("epoch") && f.has("workers")) {
-      m.plan_changes.push_back(PlanChange{f.integer("epoch"), f.has("step") ? f.integer("step") : -1, f.integer("workers")});
+      m.plan_changes.push_back(PlanChange{f.integer("epoch"), f.has("step") ? f.integer("step") : -1, f.integer("workers"),
+                                          f.has("reason") ? f.text("reason") : std::string()});
     }
   } else if (type == "step") {
     m.steps.push_back(read_step(f));
@@ -106,12 +107,14 @@ void add_record(WorkerMetrics& m, const Fields& f) {
     m.rejoins.push_back(RejoinRecord{f.number("time_s"), f.integer("step"), m.steps.size()});
   } else if (type == "resume") {
     m.resumes.push_back(ResumeRecord{f.number("time_s"), f.integer("step")});
+  } else if (type == "join") {  // a joiner's start (worker/train/ps_join.h): its plan records say the rest
+    m.joined_at = f.integer("step");
   } else if (type == "coverage") {
     m.coverage.push_back(CoverageRecord{f.integer("epoch"), f.integer("first_step"), f.integer("steps"),
                                         f.integer("samples"), f.text("checksum")});
   } else {
     throw DataError(f.what("type") + ": expected \"compute\", \"plan\", \"step\", \"eval\", \"rejoin\", \"resume\", " +
-                    "\"coverage\" or \"end\", got \"" + type + "\"");
+                    "\"join\", \"coverage\" or \"end\", got \"" + type + "\"");
   }
 }
 

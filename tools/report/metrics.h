@@ -31,6 +31,7 @@ struct PlanChange {
   std::int64_t epoch = 0;
   std::int64_t step = -1;  // -1: from the epoch's start (its first step record says which)
   std::int64_t workers = 0;
+  std::string reason{};    // the record's "reason" ("ctl", "join", "retire"), empty when it has none
 };
 
 struct StepRecord {
@@ -109,6 +110,7 @@ struct ComputeRecord {
 struct WorkerMetrics {
   int rank = -1;
   std::vector<CoverageRecord> coverage;
+  std::int64_t joined_at = -1;  // a "join" record's step: this process joined the running job there (--join)
   std::optional<ComputeRecord> compute;  // the last one in the file; absent in files of older runs
   std::vector<RejoinRecord> rejoins;
   std::vector<ResumeRecord> resumes;

@@ -173,6 +173,7 @@ std::vector<MembershipChangeSummary> membership_changes(int workers, const RunMe
     MembershipChangeSummary c{p.epoch, p.step, current, p.workers, ""};
     const bool within = p.step >= 0;
     c.reason = p.workers < current ? (within ? "retire" : "drop") : (within ? "join" : "rejoin");
+    if (within && !p.reason.empty()) c.reason = p.reason;  // the scheduler's: "ctl" for a requested grow
     if (!within) {
       for (const StepRecord& r : seen->steps) {
         if (r.epoch == p.epoch && (c.step < 0 || r.step < c.step)) c.step = r.step;

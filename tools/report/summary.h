@@ -87,7 +87,9 @@ struct SspSummary {
 // within it), `new_workers` instead of `old_workers`. `reason`: "drop" (fewer
 // from an epoch's start: a worker the job went on without), "rejoin" (more
 // from an epoch's start: a rank taken back), "retire" / "join" (fewer / more
-// from a step within an epoch: elastic membership).
+// from a step within an epoch: elastic membership), "ctl" (more within an
+// epoch, requested with pstrain-ctl; the plan record's own reason, when it
+// has one, decides between "join" and "ctl").
 struct MembershipChangeSummary {
   std::int64_t epoch = 0;
   std::int64_t step = -1;  // -1: not known (no step record of that epoch)

@@ -115,6 +115,7 @@ void EpochDriver::replan(Walk& w, const EpochSplit& split, std::int64_t at, bool
       .add("steps_per_epoch", split.steps()).add("epochs", epochs_).add("epoch", w.epoch)
       .add("workers", split.shard_at(std::max<std::int64_t>(b, 0)).replicas);
   if (k > 0) plan.add("step", w.start + segments[k].from_step);
+  if (k > 0 && !segments[k].reason.empty()) plan.add("reason", segments[k].reason);
   w.metrics.write(plan);
   const std::string from = k > 0 ? " from its step " + std::to_string(segments[k].from_step) : "";
   w.log.info("epoch " + std::to_string(w.epoch) + from + ": " + std::to_string(segments[k].members.size()) +

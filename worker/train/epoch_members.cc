@@ -98,7 +98,7 @@ const std::vector<EpochSegment>& EpochMembers::segments(int epoch) {
 
 const std::vector<int>& EpochMembers::of(int epoch) { return segments(epoch).front().members; }
 
-bool EpochMembers::add_segment(int epoch, std::int64_t from_step, std::vector<int> members) {
+bool EpochMembers::add_segment(int epoch, std::int64_t from_step, std::vector<int> members, std::string reason) {
   const std::string what = "membership change at step " + std::to_string(from_step) + " of epoch " +
                            std::to_string(epoch) + " (members " + format_members(members) + ")";
   if (members.empty()) throw ProtocolError(what + ": no member workers");
@@ -109,7 +109,7 @@ bool EpochMembers::add_segment(int epoch, std::int64_t from_step, std::vector<in
   if (from_step < 1) throw ProtocolError(what + ": a change takes effect after the epoch's first step");
   segments(epoch);
   std::vector<EpochSegment>& known = epochs_[static_cast<std::size_t>(epoch)];
-  EpochSegment segment{from_step, std::move(members)};
+  EpochSegment segment{from_step, std::move(members), std::move(reason)};
   if (std::find(known.begin(), known.end(), segment) != known.end()) return false;  // heard again
   if (from_step <= known.back().from_step) {
     throw ProtocolError(what + ": not after the epoch's last change (step " + std::to_string(known.back().from_step) + ")");

@@ -60,10 +60,13 @@ EpochShard epoch_shard(const std::vector<int>& members, int rank);
 
 // From the epoch's step `from_step` (its steps before it, 0 = its start) the
 // epoch's remaining samples are split among `members` (ranks ascending).
+// `reason`: why the members changed there ("ctl", "join", "retire"; empty
+// when not known, e.g. read from a checkpoint): recorded, never compared.
 struct EpochSegment {
   std::int64_t from_step = 0;
   std::vector<int> members;
-  bool operator==(const EpochSegment&) const = default;
+  std::string reason{};
+  bool operator==(const EpochSegment& o) const { return from_step == o.from_step && members == o.members; }
 };
 
 class EpochMembers {
@@ -87,7 +90,7 @@ class EpochMembers {
   // (non-empty, ranks ascending) share the rest of `epoch`. Returns false
   // (nothing changes) for the same change heard again; ProtocolError for a
   // change at or before the epoch's last known segment, or no members.
-  bool add_segment(int epoch, std::int64_t from_step, std::vector<int> members);
+  bool add_segment(int epoch, std::int64_t from_step, std::vector<int> members, std::string reason = "");
   // Everything answered so far, flat as taken by the constructor.
   std::vector<std::int64_t> history() const;
 

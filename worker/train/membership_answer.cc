@@ -18,9 +18,13 @@ std::optional<MembershipDecision> parse_decision(const std::string& text) {
   std::istringstream in(text);
   MembershipDecision d;
   std::string members, rest;
-  if (!(in >> d.epoch >> d.from_step >> members) || (in >> rest) || d.epoch < 0 || d.from_step < 1) {
+  const bool ok = static_cast<bool>(in >> d.epoch >> d.from_step >> members) && d.epoch >= 0 && d.from_step >= 1;
+  if (ok && in >> d.reason && (d.reason.size() > 16 || d.reason.find_first_not_of("abcdefghijklmnopqrstuvwxyz") != std::string::npos)) {
+    d.reason = "?";  // refused below
+  }
+  if (!ok || d.reason == "?" || (in >> rest)) {
     throw ProtocolError("membership decision '" + text.substr(0, 64) +
-                        "': expected '<epoch> <from_step> <members>' or 'none'");
+                        "': expected '<epoch> <from_step> <members> [<reason>]' or 'none'");
   }
   d.members = parse_members(members);
   return d;
@@ -37,7 +41,7 @@ void answer_membership_changes(SchedulerClient& scheduler, int rank, const Epoch
       log.info("membership change " + std::to_string(change) + ": no step left to change");
       continue;
     }
-    members.add_segment(d->epoch, d->from_step, d->members);
+    members.add_segment(d->epoch, d->from_step, d->members, d->reason);
     log.info("membership change " + std::to_string(change) + ": from epoch " + std::to_string(d->epoch) + " step " +
              std::to_string(d->from_step) + " workers " + format_members(d->members));
   }

@@ -21,12 +21,13 @@ class SchedulerClient;
 // "<epoch> <step> <global step>" or "end": the store value of a worker's answer.
 std::string format_answer(const EpochDriver::NextStep& next);
 
-// The scheduler's decision "<epoch> <from_step> <members>" (nullopt for
+// The scheduler's decision "<epoch> <from_step> <members> [<reason>]" (nullopt for
 // "none": no step was left to change); ProtocolError naming the text else.
 struct MembershipDecision {
   int epoch = 0;
   std::int64_t from_step = 1;
   std::vector<int> members;
+  std::string reason;  // "ctl", "join", "retire"; empty when the decision names none
 };
 std::optional<MembershipDecision> parse_decision(const std::string& text);
 

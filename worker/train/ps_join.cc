@@ -42,7 +42,7 @@ void learn_join_segments(SchedulerClient& scheduler, const JoinStart& start, Epo
   for (std::int64_t c = 1; c <= start.change; ++c) {
     const std::string text = scheduler.store_get(std::string(kMembershipPrefix) + std::to_string(c), timeout_ms);
     if (const std::optional<MembershipDecision> d = parse_decision(text)) {
-      members.add_segment(d->epoch, d->from_step, d->members);
+      members.add_segment(d->epoch, d->from_step, d->members, d->reason);
     }
   }
 }
