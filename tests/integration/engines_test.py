@@ -6,7 +6,10 @@ scheduler, 1-2 the servers, 3-4 the workers), against the same config run by
 the launcher: the run directory holds the same files (config.toml, the logs
 under the launcher's names, metrics, summary.json/.md, trace.json with every
 process) and the same numbers (sync training is deterministic: the same final
-accuracy and the same images per worker).
+accuracy and the same images per worker). Under SLURM also one elastic
+change: a job of 2 workers in 3 slots (cluster.max_workers) and a second job
+step that starts a worker with --join: it enters the running job at a step
+boundary, and the summary records the change with reason "join".
 
     engines_test.py BIN_DIR SOURCE_DIR mpirun|slurm
 
@@ -115,6 +118,41 @@ def check_run(run_dir: Path, reference: dict, failures: list) -> None:
         failures.append(f"trace.json processes {sorted(names)}")
 
 
+def elastic_slurm(bin_dir: Path, config: Path, node: Path, run_dir: Path, sets: list, env: dict) -> list:
+    """The job of 2 workers (3 slots) by one srun, a worker joining it by a second: the failures found."""
+    sets = sets + ["--set", f"output.run_dir={run_dir}", "--set", f"cluster.scheduler=tcp://127.0.0.1:{free_port()}",
+                   "--set", "cluster.max_workers=3", "--set", "workload.epochs=20"]
+    step = ["srun", "--overcommit", "--oversubscribe", "--mpi=none", "--time=5"]
+    cmd = step + ["--ntasks=5", node, config] + sets
+    print("$ " + " ".join(map(str, cmd)), flush=True)
+    job = subprocess.Popen(list(map(str, cmd)), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    metrics = run_dir / "metrics" / "worker-0.jsonl"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and job.poll() is None:  # until worker 0 has trained a step
+        if metrics.is_file() and metrics.read_text().count('"type":"step"') >= 1:
+            break
+        time.sleep(0.1)
+    if job.poll() is not None or time.monotonic() >= deadline:
+        job.kill()
+        return [f"the elastic job did not start training: {job.communicate()[0][-3000:]}"]
+    joiner = run(step + ["--ntasks=1", bin_dir / "pstrain-worker", "--config", config] + sets + ["--join"], env=env)
+    output = job.communicate(timeout=180)[0]
+    failures = []
+    if job.returncode != 0:
+        failures.append(f"the elastic job exited {job.returncode}: {output[-3000:]}")
+    if joiner.returncode != 0:
+        failures.append(f"the joining job step exited {joiner.returncode}: {(joiner.stdout + joiner.stderr)[-3000:]}")
+    try:
+        changes = json.loads((run_dir / "summary.json").read_text()).get("membership_changes", [])
+    except (OSError, ValueError) as e:
+        return failures + [f"unreadable elastic summary: {e}"]
+    if [(c.get("old_workers"), c.get("new_workers"), c.get("reason")) for c in changes] != [(2, 3, "join")]:
+        failures.append(f"elastic summary's membership_changes {changes}, expected one 2 -> 3 with reason join")
+    if '"type":"join"' not in (run_dir / "metrics" / "worker-2.jsonl").read_text(errors="replace"):
+        failures.append("the joiner's metrics have no join record")
+    return failures
+
+
 def main() -> int:
     bin_dir, source, engine = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
     needed = {"mpirun": ["mpirun"], "slurm": ["slurmctld", "slurmd", "srun", "sinfo"]}[engine]
@@ -159,11 +197,15 @@ def main() -> int:
         check_run(tmp / engine, reference, failures)
         if "Run directory: " not in r.stdout:
             failures.append("rank 0 printed no summary")
+        if engine == "slurm":
+            failures += elastic_slurm(bin_dir, config, node, tmp / "slurm-elastic",
+                                      task + ["--set", f"security.secret_file={secret}"], env)
         for f in failures:
             print("FAILED: " + f)
         if not failures:
             print(f"passed: {engine} ran tiny_sync to the launcher's files and numbers "
-                  f"(final test accuracy {reference['final_test_accuracy']})")
+                  f"(final test accuracy {reference['final_test_accuracy']})"
+                  + ("; a second job step joined a running job with --join" if engine == "slurm" else ""))
         return 1 if failures else 0
     finally:
         if slurm:

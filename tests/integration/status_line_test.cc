@@ -239,6 +239,14 @@ TEST_CASE("status: a membership change (a plan record with workers) shows the wo
              "\"epoch\":1,\"workers\":2}", 2.0);
   CHECK(p.status(2.0).workers == 2);
   CHECK(p.status(2.0).total_steps == 70);
+  CHECK(p.status(2.0).workers_reason.empty());
+  // Elastic membership: the plan record's reason is shown beside the count.
+  p.add_line("{\"type\":\"plan\",\"time_s\":2,\"total_steps\":60,\"steps_per_epoch\":12,\"epochs\":5,"
+             "\"epoch\":2,\"workers\":4,\"step\":25,\"reason\":\"ctl\"}", 3.0);
+  CHECK(p.status(3.0).workers == 4);
+  CHECK(p.status(3.0).workers_reason == "ctl");
+  s.workers[0] = p.status(3.0);
+  CHECK(it::contains(render_plain(s), "| 4 workers (ctl) |"));
 }
 
 TEST_CASE("status: every ending has a done line, saying how it ended") {

@@ -142,7 +142,7 @@ TEST_CASE("worker files that break the format are errors naming file, line and k
   CHECK(read_error(file, false) == where + ":1: key 'step': expected a number, got a string");
 
   report_test::write_file(file, "{\"type\":\"stop\"}\n");
-  CHECK(read_error(file, false) == where + ":1: key 'type': expected \"compute\", \"plan\", \"step\", \"eval\", \"rejoin\", \"resume\", \"coverage\" or \"end\", got \"stop\"");
+  CHECK(read_error(file, false) == where + ":1: key 'type': expected \"compute\", \"plan\", \"step\", \"eval\", \"rejoin\", \"resume\", \"join\", \"coverage\" or \"end\", got \"stop\"");
 
   report_test::write_file(file, report_test::end_line(1, 1, 1) + report_test::step_line(0, 0.1, 2.0));
   CHECK(read_error(file, false) == where + ":2: a record after the \"end\" record");

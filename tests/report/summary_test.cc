@@ -358,6 +358,17 @@ TEST_CASE("membership changes: from the plan records of the lowest worker that f
   CHECK(md.find("- epoch 1, step 16: 3 -> 2 workers (drop)") != std::string::npos);
   CHECK(md.find("- epoch 3, step 55: 4 -> 3 workers (retire)") != std::string::npos);
   CHECK(summarize(config(Mode::kSync), two_workers()).membership_changes.empty());
+  // The plan record's own reason, when it has one: a grow requested with pstrain-ctl.
+  RunMetrics grown = two_workers();
+  grown.workers[0].plan_changes = {PlanChange{1, 20, 4, "ctl"}, PlanChange{2, 40, 3, "retire"},
+                                   PlanChange{3, 60, 4, "join"}};
+  const RunSummary g = summarize(config(Mode::kSync), grown);
+  REQUIRE(g.membership_changes.size() == 3);
+  CHECK(g.membership_changes[0].reason == "ctl");
+  CHECK(g.membership_changes[0].old_workers == 2);
+  CHECK(g.membership_changes[1].reason == "retire");
+  CHECK(g.membership_changes[2].reason == "join");
+  CHECK(summary_markdown(g, "runs/x").find("- epoch 1, step 20: 2 -> 4 workers (ctl)") != std::string::npos);
 }
 
 TEST_CASE("compute: the lowest-ranked worker's backend, conv path and precision; null when no worker said") {

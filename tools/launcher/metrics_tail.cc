@@ -36,6 +36,8 @@ void WorkerProgress::add_history_line(std::string_view line) {
     total_steps_ = integer(record, "total_steps");
     epochs_ = integer(record, "epochs");
     if (const report::JsonValue* workers = record.find("workers")) workers_ = workers->as_integer("workers");
+    const report::JsonValue* reason = record.find("reason");
+    workers_reason_ = reason != nullptr ? reason->as_string("reason") : std::string();
   } catch (const std::exception&) {
     ++bad_lines_;
   }
@@ -52,6 +54,8 @@ void WorkerProgress::add_line(std::string_view line, double read_s) {
       total_steps_ = integer(record, "total_steps");
       epochs_ = integer(record, "epochs");
       if (const report::JsonValue* workers = record.find("workers")) workers_ = workers->as_integer("workers");
+      const report::JsonValue* reason = record.find("reason");
+      workers_reason_ = reason != nullptr ? reason->as_string("reason") : std::string();
     } else if (kind == "step") {
       const double time_s = number_or_nan(record, "time_s");
       if (!std::isfinite(time_s)) throw std::runtime_error("no time");
@@ -89,6 +93,7 @@ WorkerStatus WorkerProgress::status(double now_s) const {
   s.epoch = epoch_;
   s.epochs = epochs_;
   s.workers = workers_;
+  s.workers_reason = workers_reason_;
   s.test_accuracy = test_accuracy_;
   const double now_w = now_s - offset_s_;  // now on the worker's clock
   if (have_offset_) {

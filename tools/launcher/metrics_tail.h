@@ -68,6 +68,7 @@ class WorkerProgress {
   std::int64_t epoch_ = -1;
   std::int64_t epochs_ = -1;
   std::int64_t workers_ = -1;  // the latest plan record's "workers", if one had it
+  std::string workers_reason_;  // and its "reason" (elastic membership: "ctl", "join", "retire")
   std::optional<double> loss_ema_;
   std::optional<double> test_accuracy_;
   bool have_offset_ = false;

@@ -82,7 +82,7 @@ std::string head_text(const StatusSnapshot& s) {
   }
   for (const WorkerStatus& w : s.workers) {  // the membership as the first live worker saw it change
     if (!live(w) || w.workers < 0) continue;
-    out += " | " + std::to_string(w.workers) + " workers";
+    out += " | " + std::to_string(w.workers) + " workers" + (w.workers_reason.empty() ? "" : " (" + w.workers_reason + ")");
     break;
   }
   if (s.async && f.stales > 0) out += " | staleness " + fixed(f.stale_sum / f.stales, 2);

@@ -53,6 +53,7 @@ struct WorkerStatus {
   // The workers sharing the training set, from its latest "plan" record that
   // says (a membership change: a drop, a rejoin, elastic); -1: no change seen.
   std::int64_t workers = -1;
+  std::string workers_reason;  // why they changed, when the plan record says ("ctl", "join", "retire")
 };
 
 struct StatusSnapshot {
