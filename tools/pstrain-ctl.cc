@@ -13,8 +13,7 @@
 // The scheduler's log says what it did or why it refused (a change already
 // under way...). No port is opened: whoever may write RUN_DIR may resize its job.
 //
-// Exit codes: 0 requested; 2 bad arguments, N out of the run's bounds, or an
-// allreduce job (not built yet);
+// Exit codes: 0 requested; 2 bad arguments or N out of the run's bounds;
 // 3 RUN_DIR is not a running job's directory.
 #include <cstdio>
 #include <filesystem>

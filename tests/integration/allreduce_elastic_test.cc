@@ -262,11 +262,12 @@ void check_grow_coverage(const fs::path& run, const std::vector<LoggedChange>& c
   }
 }
 
-std::vector<std::string> grow_args(const fs::path& run) {
+std::vector<std::string> grow_args(const fs::path& run, const std::vector<std::string>& extra) {
   auto args = it::launch_args(it::kSourceDir / "configs/tiny_allreduce.toml", run);
   args.insert(args.end(), {"--set", "cluster.workers=2", "--set", "cluster.min_workers=2", "--set",
                            "cluster.max_workers=4", "--set", "schedule.linear_scaling=true", "--set",
                            "workload.epochs=" + std::to_string(kGrowEpochs), "--set", "output.trace=off", "--quiet"});
+  args.insert(args.end(), extra.begin(), extra.end());
   return args;
 }
 
@@ -277,6 +278,76 @@ pid_t join_by_hand(const fs::path& run, const fs::path& out) {
   return it::spawn({(it::kBinDir / "pstrain-worker").string(), "--config", (run / "config.toml").string(),
                     "--scheduler", endpoint, "--join"},
                    {}, out);
+}
+
+// 2 -> 4 -> 3: two joiners (started by the launcher on pstrain-ctl's
+// request, or `by_hand` with --join), then a shrink to 3; checked against
+// the fixed 2-worker run of the same config.
+void grow_run(const fs::path& dir, bool by_hand, const std::vector<std::string>& extra = {}) {
+  CAPTURE(by_hand);
+  CAPTURE(extra.size());
+  const auto reference = dir / "fixed";
+  if (!fs::exists(reference)) {
+    const it::Result fixed = it::run_launch(grow_args(reference, extra), dir);
+    INFO(fixed.output);
+    REQUIRE(fixed.exit.code == 0);
+  }
+  const auto run = dir / (by_hand ? "by-hand" : "ctl");
+  it::LaunchProcess p(grow_args(run, extra), dir / "out.txt");
+  const bool training = it::wait_until([&] { return it::count_lines(run / "metrics/worker-0.jsonl") >= 3; },
+                                       std::chrono::seconds(120), "worker 0's first step");
+  INFO(p.output());
+  REQUIRE(training);
+  std::vector<pid_t> joiners;
+  if (by_hand) {
+    joiners = {join_by_hand(run, dir / "join-a.txt"), join_by_hand(run, dir / "join-b.txt")};
+  } else {
+    REQUIRE(run_ctl(run, "4", dir / "ctl-4.txt") == 0);
+  }
+  const bool four = it::wait_until(
+      [&] { return it::contains(it::read_file(run / "logs/worker-0.log"), "to 0,1,2,3, this one rank 0 of 4"); },
+      std::chrono::seconds(120), "the collective of 4");
+  if (!four) {  // what each process said
+    MESSAGE(it::read_file(run / "logs/scheduler.log"));
+    for (const std::string f : {"logs/worker-0.log", "logs/worker-1.log", "logs/worker-2.log", "logs/worker-3.log"}) {
+      if (fs::exists(run / f)) MESSAGE(it::read_file(run / f));
+    }
+    const std::string joiners = by_hand ? it::read_file(dir / "join-a.txt") + it::read_file(dir / "join-b.txt") : "";
+    MESSAGE(joiners);
+  }
+  REQUIRE(four);
+  REQUIRE(run_ctl(run, "3", dir / "ctl-3.txt") == 0);
+  const auto exit = p.wait(std::chrono::seconds(300));
+  REQUIRE(exit.has_value());
+  REQUIRE_FALSE(exit->signaled);
+  REQUIRE(exit->code == 0);  // every replica check after the joins passed
+  for (const pid_t j : joiners) CHECK(it::wait_exit(j, std::chrono::seconds(60)) == std::optional<int>(0));
+
+  const std::vector<LoggedChange> changes = logged_changes(it::read_file(run / "logs/scheduler.log"));
+  REQUIRE(changes.size() >= 2);
+  CHECK(changes.back().members == std::vector<int>{0, 1, 2});
+  CHECK(changes[changes.size() - 2].members == std::vector<int>{0, 1, 2, 3});
+  check_grow_coverage(run, changes);
+  // Each joiner took worker 0's replica (weights and optimizer state) in the resync.
+  const std::string said = by_hand ? it::read_file(dir / "join-a.txt") + it::read_file(dir / "join-b.txt")
+                                   : it::read_file(run / "logs/worker-2.log") + it::read_file(run / "logs/worker-3.log");
+  std::size_t took = 0;
+  for (auto at = said.find("with worker 0's weights and optimizer state"); at != std::string::npos;
+       at = said.find("with worker 0's weights and optimizer state", at + 1)) {
+    ++took;
+  }
+  CHECK(took == 2);
+  CHECK(it::contains(it::read_file(run / "metrics/worker-3.jsonl"), "\"retired\":true"));
+  const report::JsonValue summary = summary_of(run);
+  const auto& logged = summary.find("membership_changes")->items();
+  REQUIRE(logged.size() == changes.size());
+  CHECK(logged.front().find("old_workers")->as_number("number") == 2);
+  CHECK(logged.front().find("reason")->as_string("reason") == (by_hand ? "join" : "ctl"));
+  CHECK(logged.back().find("old_workers")->as_number("number") == 4);
+  CHECK(logged.back().find("new_workers")->as_number("number") == 3);
+  CHECK(logged.back().find("reason")->as_string("reason") == "retire");
+  const double accuracy = summary.find("final_test_accuracy")->as_number("number");
+  CHECK(accuracy >= summary_of(reference).find("final_test_accuracy")->as_number("number") - 0.15);
 }
 
 }  // namespace
@@ -328,62 +399,20 @@ TEST_CASE("allreduce: a shrink, then worker 1 killed with SIGKILL (on_worker_fai
   CHECK(it::contains(log, "re-formed the collective without the dropped worker(s): 1 workers (0)"));
 }
 
-TEST_CASE("allreduce 2 -> 4 -> 3 workers: joiners (--join) take worker 0's weights and optimizer state at the boundary, every sample once") {
+TEST_CASE("allreduce 2 -> 4 -> 3 workers: joiners take worker 0's weights and optimizer state at the boundary, every sample once") {
   it::TempDir dir;
-  const auto reference = dir.path() / "fixed";
-  {
-    const it::Result fixed = it::run_launch(grow_args(reference), dir.path());
-    INFO(fixed.output);
-    REQUIRE(fixed.exit.code == 0);
-  }
-  const auto run = dir.path() / "run";
-  it::LaunchProcess p(grow_args(run), dir.path() / "out.txt");
-  const bool training = it::wait_until([&] { return it::count_lines(run / "metrics/worker-0.jsonl") >= 3; },
-                                       std::chrono::seconds(120), "worker 0's first step");
-  INFO(p.output());
-  REQUIRE(training);
-  const pid_t a = join_by_hand(run, dir.path() / "join-a.txt");
-  const pid_t b = join_by_hand(run, dir.path() / "join-b.txt");
-  const auto scheduler_log = [&] { return it::read_file(run / "logs/scheduler.log"); };
-  const bool entered = it::wait_until(
-      [&] { return it::contains(scheduler_log(), "worker 2 entered the job") && it::contains(scheduler_log(), "worker 3 entered the job"); },
-      std::chrono::seconds(120), "both joiners' entry");
-  INFO(it::read_file(dir.path() / "join-a.txt"));
-  INFO(it::read_file(dir.path() / "join-b.txt"));
-  REQUIRE(entered);
-  const bool four = it::wait_until(
-      [&] { return it::contains(it::read_file(run / "logs/worker-0.log"), "to 0,1,2,3, this one rank 0 of 4"); },
-      std::chrono::seconds(120), "the collective of 4");
-  REQUIRE(four);
-  REQUIRE(run_ctl(run, "3", dir.path() / "ctl.txt") == 0);
-  const auto exit = p.wait(std::chrono::seconds(300));
-  REQUIRE(exit.has_value());
-  REQUIRE_FALSE(exit->signaled);
-  REQUIRE(exit->code == 0);  // every replica check after the joins passed
-  CHECK(it::wait_exit(a, std::chrono::seconds(60)) == std::optional<int>(0));
-  CHECK(it::wait_exit(b, std::chrono::seconds(60)) == std::optional<int>(0));
+  grow_run(dir.path(), false);  // pstrain-ctl: the launcher starts the joiners
+  grow_run(dir.path(), true);   // pstrain-worker --join by hand
+}
 
-  const std::vector<LoggedChange> changes = logged_changes(scheduler_log());
-  REQUIRE(changes.size() >= 2);
-  CHECK(changes.back().members == std::vector<int>{0, 1, 2});
-  CHECK(changes[changes.size() - 2].members == std::vector<int>{0, 1, 2, 3});
-  check_grow_coverage(run, changes);
-  // Each joiner took worker 0's replica (weights and optimizer state) in the resync.
-  const std::string joiners = it::read_file(dir.path() / "join-a.txt") + it::read_file(dir.path() / "join-b.txt");
-  std::size_t took = 0;
-  for (auto at = joiners.find("with worker 0's weights and optimizer state"); at != std::string::npos;
-       at = joiners.find("with worker 0's weights and optimizer state", at + 1)) {
-    ++took;
-  }
-  CHECK(took == 2);
-  CHECK(it::contains(it::read_file(run / "metrics/worker-3.jsonl"), "\"retired\":true"));
-  const report::JsonValue summary = summary_of(run);
-  const auto& logged = summary.find("membership_changes")->items();
-  REQUIRE(logged.size() == changes.size());
-  CHECK(logged.front().find("old_workers")->as_number("number") == 2);
-  CHECK(logged.back().find("old_workers")->as_number("number") == 4);
-  CHECK(logged.back().find("new_workers")->as_number("number") == 3);
-  CHECK(logged.back().find("reason")->as_string("reason") == "retire");
-  const double accuracy = summary.find("final_test_accuracy")->as_number("number");
-  CHECK(accuracy >= summary_of(reference).find("final_test_accuracy")->as_number("number") - 0.15);
+TEST_CASE("allreduce 2 -> 4 -> 3 by hand with a checkpoint after every step: joins during checkpoints") {
+  // Worker 0 writes each checkpoint's manifest after the step's collective
+  // operation, so the others are often in the next step's allreduce when a
+  // change comes (they answer there, and the boundary lies a step past the
+  // one worker 0 answered); a second joiner's change may then come while
+  // the first's boundary is still ahead: each worker takes that boundary
+  // before it waits for the next decision (which needs the first joiner's
+  // answer, given once it is in the collective).
+  it::TempDir dir;
+  grow_run(dir.path(), true, {"--set", "checkpoint.interval_steps=1", "--set", "checkpoint.keep=2"});
 }

@@ -71,6 +71,24 @@ void resize_collective(Loop& L, std::int64_t change, const MembershipDecision& d
   L.log.info("replicas took worker " + std::to_string(leader) + "'s weights and optimizer state");
 }
 
+// Re-forms the collective for every decided change whose boundary is the
+// next step; false when one leaves this worker out (it retires there).
+bool resize_if_due(Loop& L) {
+  const EpochDriver::NextStep& next = L.driver->next_step();
+  for (auto it = L.boundaries.begin(); it != L.boundaries.end();) {
+    if (next.end || it->second.epoch != next.epoch || it->second.from_step != next.step) {
+      ++it;
+      continue;
+    }
+    const std::vector<int>& members = it->second.members;
+    const bool stays = std::find(members.begin(), members.end(), L.session.rank()) != members.end();
+    resize_collective(L, it->first, it->second);
+    it = L.boundaries.erase(it);
+    if (!stays) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 void answer_changes(Loop& L, bool waiting) {
@@ -89,7 +107,13 @@ void settle_changes(Loop& L) {
   SchedulerClient& scheduler = L.session.scheduler();
   scheduler.drain_incoming();  // a change announced while this step needed no wait
   answer_changes(L, false);
-  for (const std::int64_t change : std::exchange(L.answered, {})) {
+  // A boundary due now is taken before waiting for a later change's decision:
+  // that decision may need a joiner's answer, which it gives only once it is
+  // in the collective (in its first step).
+  if (!resize_if_due(L)) return;
+  while (!L.answered.empty()) {
+    const std::int64_t change = L.answered.front();
+    L.answered.erase(L.answered.begin());
     const std::optional<MembershipDecision> d =
         parse_decision(scheduler.store_get(change_key(change), L.config.cluster.timeout_ms));
     if (!d) {
@@ -100,19 +124,11 @@ void settle_changes(Loop& L) {
       throw ConfigError("membership change " + std::to_string(change) +
                         ": this allreduce worker cannot form a new collective (no collective factory)");
     }
-    L.members->add_segment(d->epoch, d->from_step, d->members);
+    L.members->add_segment(d->epoch, d->from_step, d->members, d->reason);
     L.log.info("membership change " + std::to_string(change) + ": from epoch " + std::to_string(d->epoch) + " step " +
                std::to_string(d->from_step) + " workers " + format_members(d->members));
     L.boundaries.emplace_back(change, *d);
-  }
-  const EpochDriver::NextStep& next = L.driver->next_step();
-  for (auto it = L.boundaries.begin(); it != L.boundaries.end();) {
-    if (next.end || it->second.epoch != next.epoch || it->second.from_step != next.step) {
-      ++it;
-      continue;
-    }
-    resize_collective(L, it->first, it->second);
-    it = L.boundaries.erase(it);
+    if (!resize_if_due(L)) return;
   }
 }
 

@@ -95,7 +95,9 @@ void answer_changes(Loop& L, bool waiting);
 // the epoch's members, and when the next step is a decided boundary
 // re-forms the collective with that change's members under the next
 // generation (resync_replicas: a joiner takes the lowest rank's weights and
-// optimizer state). A worker the change leaves out does not: the
+// optimizer state). A boundary due now is taken before waiting for a later
+// decision (which may need the answer of a joiner not yet in the
+// collective). A worker the change leaves out does not re-form: the
 // EpochDriver retires it at the boundary.
 void settle_changes(Loop& L);
 

@@ -136,7 +136,7 @@ int resync_replicas(Loop& L) {
   L.model.backend().synchronize();
   L.done = state.done;
   const int leader = L.live.at(static_cast<std::size_t>(r.leader));
-  if (r.own_done != state.done) {
+  if (r.own_done != state.done && r.own_done >= 0) {  // (a new process, -1, has nothing to say)
     L.log.warn("worker " + std::to_string(leader) + " had completed more of the job before the failure (phase " +
                std::to_string(state.done) + ", this worker " + std::to_string(r.own_done) +
                "): its updates are taken, not repeated");
