@@ -97,6 +97,24 @@ std::optional<AllreduceJoin> wait_to_grow(WorkerSession& session, const ClusterC
   return join;
 }
 
+// A --rejoin or --join process: the collective it enters, or nullopt when
+// it leaves without training (told so; a rejoiner's end is said here).
+std::optional<AllreduceJoin> wait_to_enter(WorkerSession& session, const ClusterConfig& cluster, bool rejoin,
+                                           Logger& log) {
+  if (rejoin) {
+    std::optional<AllreduceJoin> join = wait_to_join(session, cluster, log);
+    if (!join) {
+      log.info("the job ended before this worker was taken back into the collective");
+      session.finish();
+    }
+    return join;
+  }
+  std::optional<AllreduceJoin> join = wait_to_grow(session, cluster, log);
+  // (Else the scheduler vacated the slot and said shutdown.)
+  if (!join) log.info("the job had no step left to join at: leaving without training");
+  return join;
+}
+
 // This worker's session options (its rank, --rejoin, the job's fingerprint
 // naming the collective backend); traffic and security are the caller's.
 WorkerSessionOptions session_options(const RunConfig& config, int rank, bool rejoin, bool join,
@@ -156,20 +174,7 @@ int run_allreduce_node(const RunConfig& config, int requested_rank, const std::s
   session.run_reporting_failure([&] {
     SchedulerStore store(session.scheduler());
     std::optional<AllreduceJoin> join_at;
-    if (rejoin) {
-      join_at = wait_to_join(session, config.cluster, log);
-      if (!join_at) {
-        log.info("the job ended before this worker was taken back into the collective");
-        session.finish();
-        return;
-      }
-    } else if (join) {
-      join_at = wait_to_grow(session, config.cluster, log);
-      if (!join_at) {
-        log.info("the job had no step left to join at: leaving without training");
-        return;  // the scheduler vacated the slot and said shutdown
-      }
-    }
+    if ((rejoin || join) && !(join_at = wait_to_enter(session, config.cluster, rejoin, log))) return;
     CollectiveOptions co;
     co.rank = session.rank();
     co.size = session.num_workers();
