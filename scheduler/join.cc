@@ -156,6 +156,9 @@ void Scheduler::enter_joiners(const MembershipBoundary& b, const std::vector<int
     Member* m = members_.find(Role::kWorker, r);
     if (m == nullptr || !m->joining) continue;
     members_.enter_joined(*m);
+    // Its barriers go on from the others' next; a checkpoint of its first
+    // step that the others finished already is passed at once (Barriers::rejoin).
+    barriers_.rejoin(r);
     set_join_start(*m, std::to_string(change_->id()) + " " + std::to_string(b.epoch) + " " +
                            std::to_string(b.from_step) + " " + std::to_string(b.global_step) + " " +
                            std::to_string(barriers_.next_seq()));

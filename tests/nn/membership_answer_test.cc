@@ -46,15 +46,18 @@ TEST_CASE("while a step runs, next_step is the step after it within its epoch, t
   Logger log("test", LogLevel::kWarn);
   MetricsWriter metrics("", "worker-0.jsonl");
   const std::int64_t images = 0;
-  std::vector<std::string> answers;
+  std::vector<std::string> answers, after;
   driver.run(
       log, metrics, images,
       [&](std::span<const std::int64_t>, std::int64_t, int, double) {
         answers.push_back(format_answer(driver.next_step()));
+        after.push_back(format_answer(driver.step_after_next()));
         return 0.0;
       },
       [](std::int64_t, int, bool) {});
   CHECK(answers == std::vector<std::string>{"0 1 1", "0 2 2", "1 0 3", "1 1 4", "1 2 5", "end"});
+  // The step after the next (where a worker answering one step ahead waits): the next epoch's step 1 after its 0.
+  CHECK(after == std::vector<std::string>{"0 2 2", "1 0 3", "1 1 4", "1 2 5", "end", "end"});
 }
 
 TEST_CASE("a worker that reaches an epoch after a change within it was announced records the change's step too") {

@@ -324,9 +324,18 @@ RunSummary write_run_summary(const std::filesystem::path& run_dir, const Partial
   const RunConfig config = load_config((run_dir / "config.toml").string());
   const int servers = config.mode == Mode::kAllreduce ? 0 : config.cluster.num_servers;
   std::vector<std::string> missing;
-  const RunMetrics metrics = read_run_metrics(run_dir, config.cluster.num_workers, servers,
-                                              drops_failed_workers(config.cluster.on_worker_failure),
-                                              partial != nullptr ? &missing : nullptr);
+  RunMetrics metrics = read_run_metrics(run_dir, config.cluster.num_workers, servers,
+                                        drops_failed_workers(config.cluster.on_worker_failure),
+                                        partial != nullptr ? &missing : nullptr);
+  // Elastic membership: the workers that joined a slot past cluster.workers (--join), when there is one.
+  for (int w = config.cluster.num_workers; w < max_workers(config.cluster); ++w) {
+    if (!std::filesystem::exists(worker_metrics_path(run_dir, w))) continue;
+    try {
+      metrics.workers.push_back(read_worker_metrics(worker_metrics_path(run_dir, w), w, true));
+    } catch (const DataError& e) {
+      missing.push_back("worker " + std::to_string(w) + " (a joiner) left out: " + e.what());
+    }
+  }
   RunSummary s = summarize(config, metrics, partial);
   s.warnings.insert(s.warnings.end(), missing.begin(), missing.end());
   for (const ResourceSeries& series : read_run_resources(run_dir, s.warnings)) {

@@ -155,6 +155,11 @@ bool EpochDriver::run_epoch(Walk& w) const {
     const bool last_of_epoch = b + 1 >= split.steps();
     next_ = NextStep{last_of_epoch ? w.epoch + 1 : w.epoch, last_of_epoch ? 0 : b + 1,
                      w.step + 1 >= w.total || (last_of_epoch && w.epoch + 1 >= epochs_), w.step + 1};
+    const bool next_last_of_epoch = !last_of_epoch && b + 2 >= split.steps();
+    after_next_ = NextStep{last_of_epoch || next_last_of_epoch ? w.epoch + 1 : w.epoch,
+                           last_of_epoch ? 1 : (next_last_of_epoch ? 0 : b + 2),
+                           next_.end || w.step + 2 >= w.total || (next_last_of_epoch && w.epoch + 1 >= epochs_),
+                           w.step + 2};
     const double loss = w.step_fn(batch, w.step, w.epoch, lr);
     w.coverage.add(batch);
     if (std::isfinite(loss)) w.window.loss_sum += loss, ++w.window.losses;

@@ -98,6 +98,10 @@ class EpochDriver {
     std::int64_t global = 0;  // the same step in the job's numbering (the servers' step)
   };
   const NextStep& next_step() const { return next_; }
+  // The step after that one (its epoch's step 1 when the next is an epoch's
+  // first), or `end`: where a worker that answers a change one step ahead
+  // promises to wait (worker/train/membership_answer.h).
+  const NextStep& step_after_next() const { return after_next_; }
 
   struct Walk;  // run()'s state (epoch_driver.cc)
 
@@ -129,6 +133,7 @@ class EpochDriver {
   std::vector<std::int64_t> epoch_starts_;  // first step of each epoch run() reached
   bool retired_ = false;
   mutable NextStep next_;  // next_step(): set by run_epoch before each step
+  mutable NextStep after_next_;  // step_after_next(): likewise
 };
 
 }  // namespace pstrain

@@ -1,6 +1,7 @@
 #include "worker/train/membership_answer.h"
 
 #include <sstream>
+#include <utility>
 
 #include "common/base/errors.h"
 #include "common/node/scheduler_client.h"
@@ -30,21 +31,38 @@ std::optional<MembershipDecision> parse_decision(const std::string& text) {
   return d;
 }
 
-void answer_membership_changes(SchedulerClient& scheduler, int rank, const EpochDriver::NextStep& next,
-                               EpochMembers& members, int timeout_ms, Logger& log) {
-  scheduler.drain_incoming();  // a change announced while this step needed no wait
-  for (const std::int64_t change : scheduler.take_membership_changes()) {
+namespace {
+// Waits for change `change`'s decision and adds its segment to `members`.
+void take_decision(SchedulerClient& scheduler, std::int64_t change, EpochMembers& members, int timeout_ms,
+                   Logger& log) {
+  {
     const std::string key = std::string(kMembershipPrefix) + std::to_string(change);
-    scheduler.store_set(key + "/" + std::to_string(rank), format_answer(next));
     const std::optional<MembershipDecision> d = parse_decision(scheduler.store_get(key, timeout_ms));
     if (!d) {
       log.info("membership change " + std::to_string(change) + ": no step left to change");
-      continue;
+      return;
     }
     members.add_segment(d->epoch, d->from_step, d->members, d->reason);
     log.info("membership change " + std::to_string(change) + ": from epoch " + std::to_string(d->epoch) + " step " +
              std::to_string(d->from_step) + " workers " + format_members(d->members));
   }
+}
+}  // namespace
+
+void MembershipAnswers::answer(SchedulerClient& scheduler, int rank, const EpochDriver::NextStep& next,
+                               const EpochDriver::NextStep& after) {
+  due_ = std::exchange(answered_, {});  // answered at the previous boundary: its promise is the next step
+  scheduler.drain_incoming();            // a change announced while this step needed no wait
+  for (const std::int64_t change : scheduler.take_membership_changes()) {
+    const bool one_ahead = !next.end && !after.end;
+    scheduler.store_set(std::string(kMembershipPrefix) + std::to_string(change) + "/" + std::to_string(rank),
+                        format_answer(one_ahead ? after : next));
+    (one_ahead ? answered_ : due_).push_back(change);
+  }
+}
+
+void MembershipAnswers::settle(SchedulerClient& scheduler, EpochMembers& members, int timeout_ms, Logger& log) {
+  for (const std::int64_t change : std::exchange(due_, {})) take_decision(scheduler, change, members, timeout_ms, log);
 }
 
 }  // namespace pstrain

@@ -31,11 +31,30 @@ struct MembershipDecision {
 };
 std::optional<MembershipDecision> parse_decision(const std::string& text);
 
-// Reads the scheduler's news without waiting, then answers every change
-// announced since the last call (rank = this worker's, next = where it is)
-// and adds each decided segment to `members`. Waits at most timeout_ms for
-// each decision (the slowest worker's next step boundary).
-void answer_membership_changes(SchedulerClient& scheduler, int rank, const EpochDriver::NextStep& next,
-                               EpochMembers& members, int timeout_ms, Logger& log);
+// A worker's answers at each step boundary, after the step's pushes:
+// answer() reads the scheduler's news without waiting and answers every
+// change announced since with the step after its next one (`after`),
+// promising to wait for the decision before that step, not before its next
+// one; then the step's checkpoint, if one is due; then settle() waits (at
+// most timeout_ms) for the decisions due now (those answered at the previous
+// boundary) and adds each decided segment to `members`. Answering before the
+// checkpoint's barrier: a worker waiting for a decision does not reach that
+// barrier, and one that waited there before answering would never answer. So a worker that heard of a change pushes
+// one more step before it waits: in sync (and ssp) a worker a step ahead,
+// which passed its boundary before the news reached it and waits in its next
+// pull for that push, reaches its next boundary and answers too (waiting at
+// once would hold the push it waits for, and neither would go on). When
+// there is no step after the next one (`after.end`) it answers `next` and
+// waits at once, as it has no step to run past a boundary.
+class MembershipAnswers {
+ public:
+  void answer(SchedulerClient& scheduler, int rank, const EpochDriver::NextStep& next,
+              const EpochDriver::NextStep& after);
+  void settle(SchedulerClient& scheduler, EpochMembers& members, int timeout_ms, Logger& log);
+
+ private:
+  std::vector<std::int64_t> due_;       // decisions to wait for at this boundary's settle()
+  std::vector<std::int64_t> answered_;  // answered one step ahead: due at the next boundary
+};
 
 }  // namespace pstrain

@@ -322,6 +322,8 @@ std::int64_t initial_weights(Loop& L, const WorkerCheckpoint* resume, bool rejoi
     TraceSpan span(L.trace, TraceLevel::kSteps, "initial weights", "worker");
     session.kv().wait(session.kv().pull(L.params, joined->global_step));
     write_join_record(L.metrics, *joined);
+    // A checkpoint of its first step (the others take it after the step before): its barrier, without a part.
+    pass_rejoin_checkpoint(session, L.config, joined->global_step, L.model.num_params(), L.log);
     L.log.info("joined the job at step " + std::to_string(joined->global_step) + " (epoch " +
                std::to_string(joined->epoch) + " step " + std::to_string(joined->from_step) + ")");
     return joined->global_step;
@@ -399,6 +401,7 @@ TrainResult run_ps_worker(const RunConfig& config, WorkerSession& session, Workl
                        resume != nullptr ? resume->epoch_members : std::vector<std::int64_t>{});
   if (joined) learn_join_segments(session.scheduler(), *joined, members, config.cluster.timeout_ms);
   L.members = &members;
+  MembershipAnswers answers;  // elastic membership: this worker's answers to the changes announced
   log.info("training " + std::to_string(driver.total_steps()) + " steps (" + std::to_string(driver.steps_per_epoch()) +
            " per epoch) in " + std::string(to_string(config.mode)) + " mode with " +
            std::to_string(session.num_workers()) + " workers, " + std::to_string(session.num_servers()) +
@@ -407,9 +410,9 @@ TrainResult run_ps_worker(const RunConfig& config, WorkerSession& session, Workl
       log, metrics, L.result.images,
       [&](std::span<const std::int64_t> batch, std::int64_t s, int epoch, double lr) {
         const double loss = train_step(L, batch, s, epoch, lr);
+        answers.answer(session.scheduler(), session.rank(), driver.next_step(), driver.step_after_next());
         if (checkpoint_due(config, s + 1)) take_checkpoint(L, s + 1);
-        answer_membership_changes(session.scheduler(), session.rank(), driver.next_step(), members,
-                                  config.cluster.timeout_ms, log);
+        answers.settle(session.scheduler(), members, config.cluster.timeout_ms, log);
         return loss;
       },
       [&](std::int64_t s, int epoch, bool last) {
