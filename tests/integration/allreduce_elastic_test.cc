@@ -370,9 +370,16 @@ TEST_CASE("allreduce: a shrink, then worker 1 killed with SIGKILL (on_worker_fai
                                          "cluster.heartbeat_timeout_ms=1500"}),
                       dir.path() / "out.txt");
   start_and_shrink(p, run, dir.path() / "ctl.txt");
+  // Killed once the collective of 0 and 1 is formed and resynced (a member
+  // lost during the re-formation is noticed only at cluster.timeout_ms: the
+  // rendezvous waits for its keys).
   const bool retired = it::wait_until(
-      [&] { return it::contains(it::read_file(run / "logs/scheduler.log"), "worker 2 retired"); },
-      std::chrono::seconds(120), "worker 2's retirement");
+      [&] {
+        return it::contains(it::read_file(run / "logs/scheduler.log"), "worker 2 retired") &&
+               it::contains(it::read_file(run / "logs/worker-0.log"), "replicas took worker 0's weights") &&
+               it::contains(it::read_file(run / "logs/worker-1.log"), "replicas took worker 0's weights");
+      },
+      std::chrono::seconds(120), "worker 2's retirement and the collective of 0 and 1");
   INFO(p.output());
   REQUIRE(retired);
   const auto pids = it::read_pids(run);
