@@ -39,9 +39,6 @@ void Scheduler::on_join(const PeerId& from, const Message& msg) {
   check_answer(from, req, "join");
   check_key(msg, req, "join");
   const int rank = members_.admit_worker_join(req, who);
-  if (req.job_fingerprint.find(" collective=") != std::string::npos) {
-    throw ProtocolError("join of " + who + ": refused, growing an allreduce job is not built yet");
-  }
   if (change_ && decided_) {
     throw RetryLaterError("join of " + who + ": a membership change is being decided; asked again");
   }

@@ -103,9 +103,7 @@ int main(int argc, char** argv) {
     options.security = &security;
     if (!failures_file.empty()) options.on_failure = failure_file_writer(failures_file, log);
     options.exits_file = exits_file;
-    // Allreduce workers do not answer a membership change yet (docs/architecture.md,
-    // "Elastic membership"): no requests are taken there (pstrain-ctl refuses them).
-    options.ctl_file = config.mode == pstrain::Mode::kAllreduce ? std::string() : ctl_file;
+    options.ctl_file = ctl_file;
     pstrain::Scheduler scheduler(pstrain::make_zmq_transport(), options, log);
     if (!endpoint_file.empty()) {
       const std::string tmp = endpoint_file + ".tmp";

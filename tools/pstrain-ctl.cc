@@ -13,8 +13,7 @@
 // The scheduler's log says what it did or why it refused (a change already
 // under way...). No port is opened: whoever may write RUN_DIR may resize its job.
 //
-// Exit codes: 0 requested; 2 bad arguments, N out of the run's bounds, or an
-// allreduce job (not built yet);
+// Exit codes: 0 requested; 2 bad arguments or N out of the run's bounds;
 // 3 RUN_DIR is not a running job's directory.
 #include <cstdio>
 #include <filesystem>
@@ -44,11 +43,6 @@ int main(int argc, char** argv) {
   try {
     const pstrain::RunConfig config = pstrain::load_config(config_file.string());
     const pstrain::ClusterConfig& c = config.cluster;
-    if (config.mode == pstrain::Mode::kAllreduce) {
-      std::fprintf(stderr, "pstrain-ctl: refused: resizing a job in mode allreduce is not built yet (%s)\n",
-                   config_file.c_str());
-      return 2;
-    }
     const int low = pstrain::min_workers(c);
     const int high = pstrain::max_workers(c);
     if (workers < low || workers > high) {

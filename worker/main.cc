@@ -26,10 +26,7 @@ int run_worker(const pstrain::NodeArgs& args) {
   const std::string resume_dir = args.rejoin ? std::string() : resume_checkpoint(args, config, [](const std::string& m) {
     std::fprintf(stderr, "pstrain-worker: %s\n", m.c_str());
   });
-  if (args.join && config.mode == Mode::kAllreduce) {
-    throw ConfigError("--join: growing an allreduce job is not built yet (mode = \"allreduce\")");
-  }
-  if (config.mode == Mode::kAllreduce) return run_allreduce_node(config, args.rank, resume_dir, args.rejoin);
+  if (config.mode == Mode::kAllreduce) return run_allreduce_node(config, args.rank, resume_dir, args.rejoin, args.join);
   const int servers = config.cluster.num_servers, workers = config.cluster.num_workers;
   // A joiner's slot is its --rank or the scheduler's choice, never a launcher's task index.
   const int rank = args.rank >= 0 || args.join ? args.rank : role_rank_from_launcher(1 + servers, workers, "worker");

@@ -9,13 +9,16 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/base/errors.h"
 #include "worker/nn/device_optimizer.h"
 #include "worker/train/allreduce_worker.h"
 #include "worker/train/divergence.h"
+#include "worker/train/epoch_driver.h"
 #include "worker/train/epoch_members.h"
+#include "worker/train/membership_answer.h"
 #include "worker/train/straggler.h"
 
 namespace pstrain::allreduce_detail {
@@ -41,8 +44,8 @@ struct Loop {
   TraceRecorder* trace = nullptr;
   NonFiniteGuard guard;
   std::vector<float> check_grads;      // "skip" on a GPU without staging: the averaged gradients, to check
-  const ReformCollective* reform = nullptr;
-  std::unique_ptr<Collective> owned;   // the collective re-formed without dropped workers
+  const ReformCollective* reform = nullptr;  // makes the collective of a new generation (re-forms, membership changes)
+  std::unique_ptr<Collective> owned;   // the collective re-formed (without dropped workers, or at a membership change)
   std::vector<int> live;               // workers' ranks still in the job, ascending
   int generation = 0;
   EpochMembers* members = nullptr;  // each epoch's workers (recorded in checkpoints)
@@ -53,6 +56,14 @@ struct Loop {
   std::int64_t done = -1;
   std::vector<float> checkpoint_token{};  // the checkpoint's collective operation (kept: it may outlive a failed wait)
   std::map<int, std::int64_t> rejoined{};  // "restart": workers heard to have rejoined (rank -> take), not yet taken in
+  // Elastic membership (allreduce_elastic.cc): set once the first step runs
+  // (its next_step() is this worker's answer to a change), the changes
+  // answered whose decision is not read yet, and the decided changes whose
+  // boundary step is still ahead.
+  const EpochDriver* driver = nullptr;
+  std::vector<std::int64_t> answered{};
+  std::vector<std::pair<std::int64_t, MembershipDecision>> boundaries{};  // (change, decision)
+  bool reforms_on_failure = false;  // cluster.on_worker_failure "continue"/"restart": a failure re-forms
 };
 
 // Whether this worker evaluates and writes the final weights: worker 0, or
@@ -68,6 +79,27 @@ void on_collective_memory(Loop& L, std::span<float> host, const std::function<vo
 void wait_collective(Loop& L);
 // After a resync: the manifest of a checkpoint whose operation another replica completed.
 void complete_missed_checkpoint(Loop& L);
+
+// ---- Elastic membership (allreduce_elastic.cc) ---------------------------------
+
+// Answers, without waiting, every membership change the scheduler announced
+// since the last call: the next step this worker runs (nothing before the
+// first step). Called at a step's end and while waiting for the collective,
+// so a worker held in an allreduce by a peer that waits for the decision
+// answers all the same (`waiting`: the step in progress completes, its
+// next one is the answer).
+void answer_changes(Loop& L, bool waiting);
+// At a step's end (after its checkpoint): answers what is new, reads the
+// decision of every change answered (waiting for it: the others answer at
+// their step's end or while they wait for this worker), adds its segment to
+// the epoch's members, and when the next step is a decided boundary
+// re-forms the collective with that change's members under the next
+// generation (resync_replicas: a joiner takes the lowest rank's weights and
+// optimizer state). A boundary due now is taken before waiting for a later
+// decision (which may need the answer of a joiner not yet in the
+// collective). A worker the change leaves out does not re-form: the
+// EpochDriver retires it at the boundary.
+void settle_changes(Loop& L);
 
 // ---- The re-forming collective (allreduce_reform.cc) --------------------------
 

@@ -15,6 +15,7 @@
 #include "worker/collective/gpu_assignment.h"
 #include "worker/collective/scheduler_store.h"
 #include "worker/train/allreduce_worker.h"
+#include "worker/train/epoch_members.h"
 #include "worker/train/ps_rejoin.h"
 #include "worker/train/records.h"
 
@@ -77,10 +78,49 @@ std::optional<AllreduceJoin> wait_to_join(WorkerSession& session, const ClusterC
   }
 }
 
+// --join: waits for the change this worker's registration started to reach
+// its boundary: its start (the scheduler's), then the collective the members
+// form there (published by the lowest of them). nullopt when the join was
+// abandoned (no step left; the scheduler said shutdown).
+std::optional<AllreduceJoin> wait_to_grow(WorkerSession& session, const ClusterConfig& cluster, Logger& log) {
+  const std::optional<JoinStart> start = wait_for_join_start(session.scheduler(), cluster.timeout_ms, log);
+  if (!start) return std::nullopt;
+  const std::string key = allreduce_grow_key(start->change);
+  AllreduceJoin join = parse_join(session.scheduler().store_get(key, cluster.timeout_ms));
+  const bool in = std::find(join.live.begin(), join.live.end(), session.rank()) != join.live.end();
+  if (!in || join.first_step != start->global_step) {
+    throw ProtocolError("join: '" + key + "' names workers " + format_members(join.live) + " from step " +
+                        std::to_string(join.first_step) + ", but worker " + std::to_string(session.rank()) +
+                        " was let in at step " + std::to_string(start->global_step));
+  }
+  join.start = start;
+  return join;
+}
+
+// A --rejoin or --join process: the collective it enters, or nullopt when
+// it leaves without training (told so; a rejoiner's end is said here).
+std::optional<AllreduceJoin> wait_to_enter(WorkerSession& session, const ClusterConfig& cluster, bool rejoin,
+                                           Logger& log) {
+  if (rejoin) {
+    std::optional<AllreduceJoin> join = wait_to_join(session, cluster, log);
+    if (!join) {
+      log.info("the job ended before this worker was taken back into the collective");
+      session.finish();
+    }
+    return join;
+  }
+  std::optional<AllreduceJoin> join = wait_to_grow(session, cluster, log);
+  // (Else the scheduler vacated the slot and said shutdown.)
+  if (!join) log.info("the job had no step left to join at: leaving without training");
+  return join;
+}
+
 // This worker's session options (its rank, --rejoin, the job's fingerprint
 // naming the collective backend); traffic and security are the caller's.
-WorkerSessionOptions session_options(const RunConfig& config, int rank, bool rejoin, const std::string& backend_name) {
+WorkerSessionOptions session_options(const RunConfig& config, int rank, bool rejoin, bool join,
+                                     const std::string& backend_name) {
   WorkerSessionOptions options;
+  options.join = join;
   options.scheduler_endpoint = config.cluster.scheduler;
   options.cluster = config.cluster;
   options.partition_bytes = config.ps.partition_bytes;
@@ -105,9 +145,11 @@ CollectiveOptions first_collective(const CollectiveOptions& co, const std::optio
 
 }  // namespace
 
-int run_allreduce_node(const RunConfig& config, int requested_rank, const std::string& resume_dir, bool rejoin) {
+int run_allreduce_node(const RunConfig& config, int requested_rank, const std::string& resume_dir, bool rejoin,
+                       bool join) {
   const int workers = config.cluster.num_workers;
-  const int rank = requested_rank >= 0 ? requested_rank : role_rank_from_launcher(1, workers, "worker");
+  // A joiner's slot is its --rank or the scheduler's choice, never a launcher's task index.
+  const int rank = requested_rank >= 0 || join ? requested_rank : role_rank_from_launcher(1, workers, "worker");
   Logger log(rank >= 0 ? "worker " + std::to_string(rank) : "worker", parse_log_level(config.output.log_level));
   TraceRecorder trace(parse_trace_level(config.output.trace), log.clock());
   trace.set_process("worker", rank);
@@ -119,7 +161,7 @@ int run_allreduce_node(const RunConfig& config, int requested_rank, const std::s
   const std::string backend_name =
       resolve_collective_backend(config.collective.backend, backend.is_cuda(), backend.name());
 
-  WorkerSessionOptions options = session_options(config, rank, rejoin, backend_name);
+  WorkerSessionOptions options = session_options(config, rank, rejoin, join, backend_name);
   TrafficCounters traffic;
   options.traffic = &traffic;
   const auto security = SecurityContext::load(config.security, Role::kWorker, rank);
@@ -131,15 +173,8 @@ int run_allreduce_node(const RunConfig& config, int requested_rank, const std::s
                                               cuda_device_index(backend), true);
   session.run_reporting_failure([&] {
     SchedulerStore store(session.scheduler());
-    std::optional<AllreduceJoin> join;
-    if (rejoin) {
-      join = wait_to_join(session, config.cluster, log);
-      if (!join) {
-        log.info("the job ended before this worker was taken back into the collective");
-        session.finish();
-        return;
-      }
-    }
+    std::optional<AllreduceJoin> join_at;
+    if ((rejoin || join) && !(join_at = wait_to_enter(session, config.cluster, rejoin, log))) return;
     CollectiveOptions co;
     co.rank = session.rank();
     co.size = session.num_workers();
@@ -148,7 +183,7 @@ int run_allreduce_node(const RunConfig& config, int requested_rank, const std::s
     co.cuda_device = backend.is_cuda() ? cuda_index(device) : 0;
     co.trace = &trace;
     std::unique_ptr<Collective> collective = std::make_unique<CountingCollective>(
-        make_collective(backend_name, first_collective(co, join, session.rank()), store), traffic);
+        make_collective(backend_name, first_collective(co, join_at, session.rank()), store), traffic);
     WorkerStart start = rejoin ? start_rejoined_worker(session.rank(), config, log)
                                : start_worker(resume_dir, session.rank(), config, workload.model->num_params(), log);
     const std::optional<WorkerCheckpoint>& resume = start.resume;
@@ -163,11 +198,10 @@ int run_allreduce_node(const RunConfig& config, int requested_rank, const std::s
       return std::unique_ptr<Collective>(
           std::make_unique<CountingCollective>(make_collective(backend_name, again, store), traffic));
     };
-    // "restart": the others go on as under "continue" and take the restarted worker back at an epoch's end.
-    const bool can_reform = drops_failed_workers(config.cluster.on_worker_failure);
+    // Under "restart" the others go on as under "continue" and take the restarted worker back at an
+    // epoch's end; a membership change re-forms it under any policy.
     const TrainResult r = run_allreduce_worker(config, session, workload, *collective, metrics, log, &trace,
-                                               resume ? &*resume : nullptr, can_reform ? &reform : nullptr,
-                                               join ? &*join : nullptr);
+                                               resume ? &*resume : nullptr, &reform, join_at ? &*join_at : nullptr);
     collective.reset();
     char line[200];
     std::snprintf(line, sizeof(line),
@@ -175,7 +209,7 @@ int run_allreduce_node(const RunConfig& config, int requested_rank, const std::s
                   static_cast<long long>(r.steps), static_cast<long long>(r.images), r.time_s, r.compute_s, r.push_s,
                   r.pull_s);
     log.info(line);
-    session.finish();
+    if (!r.retired) session.finish();  // a retired worker told the scheduler already
   });
   return 0;
 }

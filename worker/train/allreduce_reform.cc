@@ -39,7 +39,7 @@ std::array<float, 3> weights_fingerprint(std::span<const float> params) {
 
 // Whether rejoined workers are taken back into the collective (cluster.on_worker_failure = "restart").
 bool grows(const Loop& L) {
-  return L.reform != nullptr && L.config.cluster.on_worker_failure == WorkerFailurePolicy::kRestart;
+  return L.reforms_on_failure && L.config.cluster.on_worker_failure == WorkerFailurePolicy::kRestart;
 }
 
 // The replica check at an epoch's end. Under "restart" the same allreduce
@@ -70,6 +70,7 @@ std::map<int, std::int64_t> check_replicas(Loop& L, const char* when) {
   // whose ring neighbours were alive, while the victim's neighbours re-formed at once and gave up the
   // new generation's rendezvous (also timeout_ms) just before it came (8 workers, kill -9 at an
   // epoch's end: tests/integration/sweep_faults_test.cc).
+  // A membership change heard meanwhile is answered there too.
   on_collective_memory(L, v, [&](float* data) {
     L.collective->start_allreduce_mean(data, v.size());
     wait_collective(L);
@@ -141,7 +142,7 @@ int resync_replicas(Loop& L) {
   L.model.backend().synchronize();
   L.done = state.done;
   const int leader = L.live.at(static_cast<std::size_t>(r.leader));
-  if (r.own_done != state.done) {
+  if (r.own_done != state.done && r.own_done >= 0) {  // (a new process, -1, has nothing to say)
     L.log.warn("worker " + std::to_string(leader) + " had completed more of the job before the failure (phase " +
                std::to_string(state.done) + ", this worker " + std::to_string(r.own_done) +
                "): its updates are taken, not repeated");
@@ -151,9 +152,10 @@ int resync_replicas(Loop& L) {
 
 // See allreduce_loop.h; what a re-form does: allreduce_worker.h (ReformCollective).
 bool reform_collective(Loop& L, const std::string& why) {
-  if (L.reform == nullptr) return false;
+  if (!L.reforms_on_failure) return false;
   L.log.warn("the collective failed: " + why + "; waiting for the scheduler to drop the failed worker");
-  const std::size_t before = static_cast<std::size_t>(L.collective->size());
+  // (No collective: forming the next generation's failed, allreduce_elastic.cc.)
+  const std::size_t before = L.collective != nullptr ? static_cast<std::size_t>(L.collective->size()) : L.live.size();
   const auto limit = RetryClock::now() + std::chrono::milliseconds(L.config.cluster.heartbeat_timeout_ms) +
                      std::chrono::milliseconds(L.config.cluster.timeout_ms);
   RetryOptions poll;
@@ -190,6 +192,8 @@ bool reform_collective(Loop& L, const std::string& why) {
 std::string allreduce_join_key(int rank, std::int64_t take) {
   return "allreduce/join/" + std::to_string(rank) + "/" + std::to_string(take);
 }
+
+std::string allreduce_grow_key(std::int64_t change) { return "allreduce/grow/" + std::to_string(change); }
 
 // "generation step rank,rank,..." or "end" (the job ended before it could be taken in: live empty).
 std::string format_join(const AllreduceJoin& join) {

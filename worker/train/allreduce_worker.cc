@@ -21,6 +21,7 @@
 #include "worker/train/divergence.h"
 #include "worker/train/epoch_driver.h"
 #include "worker/train/epoch_members.h"
+#include "worker/train/ps_join.h"
 #include "worker/train/ps_rejoin.h"
 #include "worker/train/simulated_compute.h"
 #include "worker/train/straggler.h"
@@ -45,7 +46,8 @@ void on_collective_memory(Loop& L, std::span<float> host, const std::function<vo
 }
 
 // Waits for every started collective operation, handling the scheduler's
-// messages meanwhile so an abort of the job reaches this worker promptly.
+// messages meanwhile so an abort of the job reaches this worker promptly
+// (and a membership change is answered: allreduce_elastic.cc).
 // A peer the scheduler dropped meanwhile ends the wait at once (when the
 // collective may be re-formed), not at the collective's timeout.
 void wait_collective(Loop& L) {
@@ -54,7 +56,8 @@ void wait_collective(Loop& L) {
       throw AbortedError("the scheduler ended the job while worker " + std::to_string(L.session.rank()) +
                          " was training");
     }
-    if (L.reform != nullptr) {
+    answer_changes(L, true);  // a peer may wait for a membership decision that needs this worker's answer
+    if (L.reforms_on_failure) {
       bool dropped = false;
       for (const int r : L.session.scheduler().take_dropped()) {
         dropped = dropped || std::erase(L.live, r) > 0;
@@ -337,12 +340,17 @@ void check_collective(const WorkerSession& session, const Collective& collective
 // worker 0's saved ones on a resume, else worker 0's initial ones.
 void start_replicas(Loop& L, const WorkerCheckpoint* resume, const AllreduceJoin* join) {
   TraceSpan span(L.trace, TraceLevel::kSteps, "initial weights", "worker");
-  if (join != nullptr) {  // the survivors' resync at the epoch boundary they took this worker in
+  if (join != nullptr) {  // the members' resync at the boundary they took this worker in
     const int leader = resync_replicas(L);
-    L.log.info("rejoined the collective: " + std::to_string(L.collective->size()) + " workers (" +
-               format_members(join->live) + "), generation " + std::to_string(join->generation) + ", from step " +
-               std::to_string(join->first_step) + " with worker " + std::to_string(leader) + "'s weights");
-    write_rejoin_record(L.metrics, join->first_step);
+    L.log.info(std::string(join->start ? "joined" : "rejoined") + " the collective: " +
+               std::to_string(L.collective->size()) + " workers (" + format_members(join->live) + "), generation " +
+               std::to_string(join->generation) + ", from step " + std::to_string(join->first_step) + " with worker " +
+               std::to_string(leader) + "'s weights and optimizer state");
+    if (join->start) {
+      write_join_record(L.metrics, *join->start);
+    } else {
+      write_rejoin_record(L.metrics, join->first_step);
+    }
   } else if (resume != nullptr) {
     broadcast_resumed(L, *resume);
     const double time_s = L.result.time_s;
@@ -372,6 +380,19 @@ void finish_training(Loop& L, std::int64_t step, const EpochDriver& driver) {
   write_end_record(L.metrics, L.result);
 }
 
+// A membership change left this worker out from step `step` on: it ran
+// every step before with the others (their allreduces are complete), so it
+// leaves the collective, tells the scheduler it retired and ends.
+void retire(Loop& L, std::int64_t step) {
+  L.collective = nullptr;
+  L.owned.reset();
+  L.session.scheduler().finish(/*retired=*/true);
+  L.result.steps = step;
+  L.result.time_s = L.metrics.elapsed_s();
+  L.result.retired = true;
+  write_end_record(L.metrics, L.result);
+}
+
 }  // namespace
 
 TrainResult run_allreduce_worker(const RunConfig& config, WorkerSession& session, Workload& workload,
@@ -390,6 +411,7 @@ TrainResult run_allreduce_worker(const RunConfig& config, WorkerSession& session
          NonFiniteGuard(w, session.rank()), {}, nullptr, nullptr, {}, 0};
   L.trace = trace;
   L.reform = reform;
+  L.reforms_on_failure = reform != nullptr && drops_failed_workers(config.cluster.on_worker_failure);
   if (resume != nullptr) L.done = resumed_phase(resume->step);  // resumed after the checkpoint of step resume->step - 1
   for (int r = 0; r < session.num_workers(); ++r) L.live.push_back(r);
   if (join != nullptr) L.live = join->live, L.generation = join->generation;
@@ -407,6 +429,9 @@ TrainResult run_allreduce_worker(const RunConfig& config, WorkerSession& session
   // Each epoch's workers: the scheduler's answer (the survivors after a drop), the checkpoint's for epochs begun before it.
   EpochMembers members(EpochMembers::from_scheduler(session.scheduler(), config.cluster.timeout_ms),
                        resume != nullptr ? resume->epoch_members : std::vector<std::int64_t>{});
+  if (join != nullptr && join->start) {  // --join: every change's segments up to its own
+    learn_join_segments(session.scheduler(), *join->start, members, config.cluster.timeout_ms);
+  }
   L.members = &members;
   log.info("training " + std::to_string(driver.total_steps()) + " steps (" + std::to_string(driver.steps_per_epoch()) +
            " per epoch) in allreduce mode with " + std::to_string(session.num_workers()) + " workers over " +
@@ -416,10 +441,17 @@ TrainResult run_allreduce_worker(const RunConfig& config, WorkerSession& session
   const std::int64_t step = driver.run(
       log, metrics, L.result.images,
       [&](std::span<const std::int64_t> batch, std::int64_t s, int epoch, double lr) {
-        return run_step(L, batch, s, epoch, lr);
+        L.driver = &driver;  // from the first step on, next_step() answers a membership change
+        const double loss = run_step(L, batch, s, epoch, lr);
+        settle_changes(L);
+        return loss;
       },
       [&](std::int64_t s, int epoch, bool last) { end_epoch(L, s, epoch, last, join); },
       join != nullptr ? join->first_step : resume != nullptr ? resume->step : 0, &members);
+  if (driver.retired()) {
+    retire(L, step);
+    return L.result;
+  }
   finish_training(L, step, driver);
   return L.result;
 }

@@ -20,6 +20,7 @@
 #include <functional>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,7 @@
 #include "worker/client/worker_session.h"
 #include "worker/collective/collective.h"
 #include "worker/train/metrics.h"
+#include "worker/train/ps_join.h"
 #include "worker/train/ps_worker.h"
 #include "worker/train/workload.h"
 
@@ -46,9 +48,14 @@ namespace pstrain {
 // writes the manifest. `resume`: this worker's part of the checkpoint resumed
 // from; worker 0 broadcasts the saved model and optimizer state to all.
 //
-// `reform` (cluster.on_worker_failure = "continue"): makes a collective of
-// `size` ranks with this worker as `rank`, its rendezvous keys apart by
-// `generation` (1, 2, ...). When the collective fails (a peer gone), the
+// `reform`: makes a collective of `size` ranks with this worker as `rank`,
+// its rendezvous keys apart by `generation` (1, 2, ...). Elastic membership
+// uses it under any failure policy: at a membership change's step boundary
+// the members form the next generation among themselves, every replica takes
+// the lowest member's weights and optimizer state (replica_resync.h), and a
+// worker the change leaves out retires there (result.retired, kDone retired;
+// docs/architecture.md, "Elastic membership"). Under
+// cluster.on_worker_failure = "continue" (or "restart"), when the collective fails (a peer gone), the
 // worker waits for the scheduler to drop the failed worker(s), re-forms the
 // collective among those left (ranks in the order of the workers' ranks),
 // makes every replica worker-0-of-the-survivors' weights and optimizer state
@@ -67,12 +74,22 @@ using ReformCollective = std::function<std::unique_ptr<Collective>(int rank, int
 // collective, takes the most advanced replica's weights, optimizer state and
 // progress (replica_resync.h) and trains from `first_step` (the next epoch's
 // first step; the scheduler's epoch members include it from there).
+//
+// Elastic membership (--join, a grow): a worker that took a vacant slot waits
+// for its start (JoinStart, worker/train/ps_join.h: the change, its boundary);
+// at the boundary the members form the next generation with it and the lowest
+// of them publishes this under allreduce_grow_key(change), `start` empty
+// (the joiner fills it in); the joiner forms the same collective, takes the
+// lowest member's weights, optimizer state and progress in the resync, learns
+// every change's segments and trains from `first_step`, the boundary.
 struct AllreduceJoin {
   std::vector<int> live;         // the workers of the grown collective, ascending
   int generation = 0;            // its rendezvous generation
   std::int64_t first_step = 0;   // where training goes on
+  std::optional<JoinStart> start{};  // --join: where the scheduler let it in (else a --rejoin)
 };
 std::string allreduce_join_key(int rank, std::int64_t take);
+std::string allreduce_grow_key(std::int64_t change);
 std::string format_join(const AllreduceJoin& join);
 AllreduceJoin parse_join(const std::string& text);  // ProtocolError when malformed
 
@@ -89,7 +106,10 @@ TrainResult run_allreduce_worker(const RunConfig& config, WorkerSession& session
 // `resume_dir`: the checkpoint to start from ("" = a fresh start).
 // `rejoin`: --rejoin (cluster.on_worker_failure = "restart"): take back the
 // rank of a dropped worker and join the survivors' collective (AllreduceJoin).
+// `join`: --join (elastic membership): take a vacant slot (`requested_rank`,
+// or the scheduler's choice when -1) and enter the collective at the
+// boundary of the change the registration starts.
 int run_allreduce_node(const RunConfig& config, int requested_rank, const std::string& resume_dir = "",
-                       bool rejoin = false);
+                       bool rejoin = false, bool join = false);
 
 }  // namespace pstrain
