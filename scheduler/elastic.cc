@@ -13,7 +13,10 @@ namespace pstrain {
 namespace {
 std::string ranks_text(const std::vector<int>& ranks) {
   std::string text;
-  for (const int r : ranks) text += (text.empty() ? "" : ",") + std::to_string(r);
+  for (const int r : ranks) {
+    if (!text.empty()) text += ',';
+    text += std::to_string(r);
+  }
   return text;
 }
 }  // namespace
