@@ -389,3 +389,43 @@ TEST_CASE("compute: the lowest-ranked worker's backend, conv path and precision;
   CHECK(summary_markdown(s, "r").find("convolutions cudnn (convolutions by cuDNN 9.14.0 (built with 9.19.0)), "
                                       "precision tf32.") != std::string::npos);
 }
+
+TEST_CASE("a partial run: a worker dropped epochs before the interruption is dropped, the others interrupted") {
+  // 3 workers under "continue": worker 2 died in epoch 0, workers 0 and 1 re-split the data from epoch 1
+  // and were still training epoch 2 when the job was interrupted (no end records).
+  RunMetrics m;
+  for (int rank = 0; rank < 3; ++rank) {
+    WorkerMetrics w;
+    w.rank = rank;
+    const std::int64_t epochs = rank == 2 ? 1 : 3;
+    for (std::int64_t e = 0; e < epochs; ++e) {
+      for (std::int64_t i = 0; i < 4; ++i) {
+        StepRecord r;
+        r.epoch = e;
+        r.step = e * 4 + i;
+        r.time_s = 0.1 * static_cast<double>(r.step + 1);
+        r.batch = 8;
+        w.steps.push_back(r);
+      }
+    }
+    if (rank < 2) w.plan_changes = {PlanChange{0, -1, 3, ""}, PlanChange{1, -1, 2, ""}};
+    m.workers.push_back(w);
+  }
+  RunConfig c = config(Mode::kSync);
+  c.cluster.num_workers = 3;
+  c.cluster.on_worker_failure = WorkerFailurePolicy::kContinue;
+  const PartialRun partial{"interrupted by SIGINT"};
+  const RunSummary s = summarize(c, m, &partial);
+  REQUIRE(s.per_worker.size() == 3);
+  CHECK(s.per_worker[0].status == "interrupted");
+  CHECK(s.per_worker[1].status == "interrupted");
+  CHECK(s.per_worker[2].status == "dropped");
+  CHECK(s.dropped_workers == std::vector<int>{2});
+  CHECK(s.wall_time_s == doctest::Approx(1.2));  // the interrupted workers' time; the dropped one's does not count
+  // Without the others' re-split (a worker cut short in the same epoch as the rest) it is only interrupted.
+  m.workers[0].plan_changes.resize(1);
+  m.workers[1].plan_changes.resize(1);
+  const RunSummary t = summarize(c, m, &partial);
+  CHECK(t.per_worker[2].status == "interrupted");
+  CHECK(t.dropped_workers.empty());
+}

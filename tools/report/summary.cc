@@ -49,6 +49,23 @@ WorkerSummary unfinished_worker_summary(const WorkerMetrics& w, bool dropped) {
   return s;
 }
 
+// In a partial run (the job was interrupted), a worker without its end record
+// may have been dropped long before: another worker's plan records re-split the
+// data among fewer workers from an epoch after its last step.
+bool dropped_before_the_end(const WorkerMetrics& w, const RunMetrics& metrics, std::int64_t workers) {
+  if (w.steps.empty()) return false;
+  const std::int64_t last_epoch = w.steps.back().epoch;
+  for (const WorkerMetrics& other : metrics.workers) {
+    if (other.rank == w.rank) continue;
+    std::int64_t current = workers;
+    for (const PlanChange& p : other.plan_changes) {
+      if (p.step < 0 && p.workers < current && p.epoch > last_epoch) return true;
+      current = p.workers;
+    }
+  }
+  return false;
+}
+
 WorkerSummary worker_summary(const WorkerMetrics& w) {
   if (!w.end) throw DataError("worker " + std::to_string(w.rank) + " has no \"end\" record");
   const EndRecord& e = *w.end;
@@ -249,8 +266,10 @@ RunSummary summarize(const RunConfig& config, const RunMetrics& metrics, const P
     for (const ResumeRecord& r : w.resumes) s.resumed_from.push_back(r.step);
     if (!w.end && (go_on || partial != nullptr)) {
       // Under "continue" a worker without its end was dropped; in a partial
-      // run it may just not have finished (its time then counts).
-      const bool dropped = go_on && partial == nullptr;
+      // run it may just not have finished (its time then counts), unless the
+      // others went on without it before the run was cut short.
+      const bool dropped =
+          go_on && (partial == nullptr || dropped_before_the_end(w, metrics, config.cluster.num_workers));
       s.per_worker.push_back(unfinished_worker_summary(w, dropped));
       if (dropped) {
         s.dropped_workers.push_back(w.rank);
