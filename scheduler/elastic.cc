@@ -172,6 +172,7 @@ void Scheduler::on_retired(Member& node) {
   h.role = Role::kScheduler;
   h.sender = 0;
   h.key = node.rank;
+  h.aux = kDroppedRetired;
   for (const Member& n : members_.all()) {
     if (n.role == Role::kServer && !n.dropped) send_quietly(n.routing_id, h, Payload::bytes(reason));
   }

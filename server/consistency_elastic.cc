@@ -33,8 +33,7 @@ void ConsistencyPolicy::join_worker(int worker, std::int64_t start, std::span<co
   ++num_live_;
   for (std::size_t c = 0; c < last_step_.size(); ++c) {
     std::int64_t& last = last_step_[c][static_cast<std::size_t>(worker)];
-    last = std::max(last, start - 1);
-    on_rejoined(c, worker, last + 1, versions[c]);  // sync: not waited for in a step before its start
+    last = std::max(last, start - 1);  // its clock: a step before its start passes over it (not partial)
   }
 }
 

@@ -113,6 +113,7 @@ void Server::run() {
         scheduler.check_scheduler_alive();  // nothing queued: silent since its last message
       }
       for (const int worker : scheduler.take_dropped()) on_worker_dropped(worker);
+      for (const int worker : scheduler.take_retired()) on_worker_dropped(worker, true);
       for (const SchedulerClient::Rejoined& r : scheduler.take_rejoined()) on_worker_rejoined(r.rank, r.token);
       for (const SchedulerClient::Joining& j : scheduler.take_joining()) on_worker_joining(scheduler, j);
       for (const ShardStore::Refusal& r : store_->take_refusals()) {  // the pusher named, not its victims
@@ -166,12 +167,14 @@ RegisterReply Server::register_with(SchedulerClient& scheduler, const RegisterRe
 // consistency policy stops waiting for it, which is a step boundary of every
 // chunk (its drop may complete a step, or a checkpoint's step, that no push
 // will complete), and any parked pull may be answerable now (ssp: a slowest
-// clock left).
-void Server::on_worker_dropped(int worker) {
+// clock left). A worker that `retired` at a membership change leaves its slot
+// vacant first: the updates without it are whole, not partial.
+void Server::on_worker_dropped(int worker, bool retired) {
+  if (retired) store_->vacate(worker);
   const std::vector<std::int64_t> advanced = store_->drop_worker(worker);
   for (const std::int64_t key : store_->keys()) checkpointer_->at_step_boundary(*store_, key);
-  log_.info("worker " + std::to_string(worker) + " was dropped from the job: no longer waited for (" +
-            std::to_string(advanced.size()) + " chunks completed their step without it)");
+  log_.info("worker " + std::to_string(worker) + (retired ? " retired" : " was dropped from the job") +
+            ": no longer waited for (" + std::to_string(advanced.size()) + " chunks completed their step without it)");
   std::vector<std::int64_t> waiting;
   for (const auto& entry : parked_) waiting.push_back(entry.first);
   for (const std::int64_t key : waiting) answer_parked(key);

@@ -161,7 +161,7 @@ class Server {
   void serve_request(Envelope& env, TraceSpan& span);
   // Registration; a rejoin refused because the scheduler has not yet noticed the failure is asked again.
   RegisterReply register_with(SchedulerClient& scheduler, const RegisterRequest& request);
-  void on_worker_dropped(int worker);
+  void on_worker_dropped(int worker, bool retired = false);
   void on_worker_rejoined(int worker, const std::string& token);
   // Elastic membership (server/server_elastic.cc): the slots past the
   // job's workers are vacant at the start; a worker joining one is admitted

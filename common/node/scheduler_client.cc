@@ -145,7 +145,7 @@ bool SchedulerClient::handle_incoming() {
     case MsgType::kError:
       throw SchedulerRefusal(m.header.status, "scheduler refused a request: " + m.text_payload());
     case MsgType::kDropped:
-      dropped_.push_back(static_cast<int>(m.header.key));
+      (m.header.aux == kDroppedRetired ? retired_ : dropped_).push_back(static_cast<int>(m.header.key));
       return shutdown_;
     case MsgType::kServerRestarting:
     case MsgType::kServerBack:

@@ -163,6 +163,8 @@ class SchedulerClient {
   // Workers the scheduler dropped from the job (failure policy "continue")
   // since the last call, as they were announced.
   std::vector<int> take_dropped() { return std::exchange(dropped_, {}); }
+  // Workers that retired at a membership change (servers only): their slots are vacant again.
+  std::vector<int> take_retired() { return std::exchange(retired_, {}); }
   // Server restarts (cluster.on_server_failure = "restart"; workers only):
   // whether a server failed and has not come back yet (requests to it wait
   // without a time limit), and the servers that came back since the last
@@ -219,6 +221,7 @@ class SchedulerClient {
   std::string endpoint_;
   std::string token_;
   std::vector<int> dropped_;
+  std::vector<int> retired_;
   std::set<int> restarting_servers_;
   std::int64_t server_failures_ = 0;
   std::vector<std::pair<int, std::string>> servers_back_;

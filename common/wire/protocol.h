@@ -110,6 +110,10 @@ inline constexpr std::int64_t kRegisterJoin = 2;
 // failure nor a drop; the scheduler answers with kShutdown at once).
 inline constexpr std::int64_t kDoneFinished = 0;
 inline constexpr std::int64_t kDoneRetired = 1;
+// kDropped's aux: a failure's drop (kDroppedFailed), or a retirement (kDroppedRetired): the worker left
+// at a membership change, and its slot is vacant again (no later update is partial for want of it).
+inline constexpr std::int64_t kDroppedFailed = 0;
+inline constexpr std::int64_t kDroppedRetired = 1;
 // kPull's step for a rejoined worker's probe: answered at once with the
 // current weights, the reply's step = the step the server expects this
 // worker to push next for the chunk (its clock there; server/consistency.h).
