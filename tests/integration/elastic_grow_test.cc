@@ -346,7 +346,7 @@ TEST_CASE("a join and a kill -9 of another worker under \"continue\": the job en
 // A checkpoint every step: the others take the barrier of the checkpoint of
 // the step before the joiner's first, which the joiner cannot take (its pull
 // of its first step waits for that step's pushes); it is counted there even
-// when no worker has arrived yet when it enters (before the fix, 2 of 9 runs
+// when no worker has arrived yet when it enters (before the fix, 5 of 10 runs
 // hung: the joiner's first barrier was numbered as that one). Several runs:
 // the window is narrow.
 TEST_CASE("2 -> 3 workers with a checkpoint every step: the joiner is counted in the checkpoint before its first step") {
