@@ -214,8 +214,10 @@ void choose_checkpoint(const LaunchRequest& request, LaunchPlan& plan) {
       throw ConfigError("--resume " + request.resume + ": " + found.dir.filename().string() +
                         " was written by another job and cannot be resumed with this config: " + diff);
     }
+    // Only an elastic job can have grown (a fixed one's parts are not read again here).
+    const ClusterConfig& cl = plan.config.cluster;
     const std::string grown =
-        grown_checkpoint_refusal(found.manifest, found.dir, plan.config.cluster.num_workers);
+        max_workers(cl) > cl.num_workers ? grown_checkpoint_refusal(found.manifest, found.dir, cl.num_workers) : "";
     if (!grown.empty()) throw ConfigError("--resume " + request.resume + ": " + grown);
   } catch (const CheckpointError& e) {
     std::string why = e.what();
