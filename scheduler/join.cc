@@ -161,11 +161,43 @@ void Scheduler::set_join_start(const Member& node, const std::string& value) {
   parked_gets_count_.store(store_.parked(), std::memory_order_release);
 }
 
-bool Scheduler::counted_joiner(int rank, std::int64_t seq) {
-  const auto it = counted_joiners_.find(rank);
-  if (it == counted_joiners_.end() || it->second != seq) return false;
-  counted_joiners_.erase(it);
-  return true;
+bool Scheduler::counted_joiner(int rank, std::int64_t seq) { return counted_joiners_.erase({rank, seq}) != 0; }
+
+namespace {
+
+// N of a barrier named "checkpoint N"; -1 for any other name.
+std::int64_t checkpoint_step_of(const std::string& name) {
+  constexpr std::string_view prefix = "checkpoint ";
+  std::int64_t n = -1;
+  if (!name.starts_with(prefix)) return -1;
+  const auto [end, ec] = std::from_chars(name.data() + prefix.size(), name.data() + name.size(), n);
+  return ec == std::errc() && end == name.data() + name.size() ? n : -1;
+}
+
+}  // namespace
+
+// The others take a checkpoint's barrier after its step's predecessor, in
+// order; every one of a step up to the last released is passed. Those of the
+// steps after it and before the joiner's first are still to come (the most
+// advanced worker is at most there: its answer was the step after its next),
+// whether or not a worker has arrived at the first yet: the joiner, whose
+// pull of its first step waits for the step before, cannot take them, so it
+// is counted in each at once (no reply goes to it for them).
+std::int64_t Scheduler::count_joiner_in_checkpoints(int r, std::int64_t step) {
+  std::int64_t seq = barriers_.next_seq();
+  // 0 (SchedulerOptions not told the interval): only a checkpoint a worker waits at is known.
+  const std::int64_t every = options_.checkpoint_interval;
+  std::int64_t from = checkpoint_step_of(barriers_.last_released()) + 1;
+  const std::int64_t open = checkpoint_step_of(barriers_.name_of(seq));
+  if (open > 0) from = open;  // a worker waits there: its name says which
+  if (from <= 0) from = std::max<std::int64_t>(1, step - 1);  // none released yet: at most the step before's
+  for (std::int64_t t = from; t < step; ++t) {
+    if (every > 0 ? t % every != 0 : t != open) continue;
+    barriers_.arrive(r, seq, "checkpoint " + std::to_string(t));
+    counted_joiners_.insert({r, seq});
+    ++seq;
+  }
+  return seq;
 }
 
 void Scheduler::enter_joiners(const MembershipBoundary& b, const std::vector<int>& members) {
@@ -173,18 +205,13 @@ void Scheduler::enter_joiners(const MembershipBoundary& b, const std::vector<int
     Member* m = members_.find(Role::kWorker, r);
     if (m == nullptr || !m->joining) continue;
     members_.enter_joined(*m);
-    // Its barriers go on from the others' next. A checkpoint barrier of a
-    // step before its first that the others wait at is not its own: it is
-    // counted there at once. The checkpoint of its first step (the others
-    // take it after the step before) it takes itself, without a part, unless
-    // the others finished it already (the last flag of its start).
+    // Its barriers go on from the others' next, counted at once in the
+    // checkpoints before its first step (count_joiner_in_checkpoints). The
+    // checkpoint of its first step (the others take it after the step before)
+    // it takes itself, without a part, unless the others finished it already
+    // (the last flag of its start).
     const std::string own = "checkpoint " + std::to_string(b.global_step);
-    std::int64_t first = barriers_.next_seq();
-    if (!barriers_.arrived(first).empty() && barriers_.name_of(first) != own) {
-      barriers_.arrive(r, first, barriers_.name_of(first));
-      counted_joiners_[r] = first;
-      ++first;
-    }
+    const std::int64_t first = count_joiner_in_checkpoints(r, b.global_step);
     const bool take_own = barriers_.last_released() != own;
     set_join_start(*m, std::to_string(change_->id()) + " " + std::to_string(b.epoch) + " " +
                            std::to_string(b.from_step) + " " + std::to_string(b.global_step) + " " +

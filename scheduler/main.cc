@@ -94,6 +94,7 @@ int main(int argc, char** argv) {
     options.num_servers = config.mode == pstrain::Mode::kAllreduce ? 0 : config.cluster.num_servers;
     options.num_workers = config.cluster.num_workers;
     options.cluster = config.cluster;
+    options.checkpoint_interval = config.checkpoint.interval_steps;
     options.bind_endpoint = bind_endpoint_for(config.cluster.scheduler);
     pstrain::TrafficCounters traffic;
     options.traffic = &traffic;

@@ -132,6 +132,9 @@ struct SchedulerOptions {
   // Elastic membership's requests (pstrain-scheduler --ctl-file, written by
   // pstrain-ctl: lines "workers N"): read every turn of the loop. Empty: none.
   std::string ctl_file;
+  // checkpoint.interval_steps (0: none): a joiner is counted in the checkpoint
+  // barriers of the steps before its first that the others have still to take.
+  std::int64_t checkpoint_interval = 0;
 };
 
 class Scheduler {
@@ -256,6 +259,10 @@ class Scheduler {
   void abandon_join(Member& node, const std::string& reason);
   // The joiner's start key (kJoinStartPrefix), answering its parked get.
   void set_join_start(const Member& node, const std::string& value);
+  // Counts joiner `r`, entering at the job's step `step`, in the checkpoint
+  // barriers of the steps before it that the others have not passed; returns
+  // its first barrier's number.
+  std::int64_t count_joiner_in_checkpoints(int r, std::int64_t step);
   // Whether joiner `rank` was counted in barrier `seq` when it entered
   // (no reply goes to it for that barrier); forgets it once asked so.
   bool counted_joiner(int rank, std::int64_t seq);
@@ -300,7 +307,7 @@ class Scheduler {
     bool told_servers = false;
   };
   std::optional<DecidedChange> decided_;
-  std::map<int, std::int64_t> counted_joiners_;  // joiner -> the barrier it was counted in (enter_joiners)
+  std::set<std::pair<int, std::int64_t>> counted_joiners_;  // (joiner, a barrier it was counted in) (enter_joiners)
   int requested_grow_ = 0;            // workers a ctl request asked for that have not joined yet
   std::string grow_reason_ = "join";  // "ctl" while requested_grow_ > 0
   std::set<int> at_final_barrier_;          // workers waiting at the job's last barrier: no step left

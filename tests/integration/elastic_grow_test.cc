@@ -22,6 +22,8 @@
 #include <set>
 
 #include "tests/integration/launch_test_util.h"
+#include "tests/support/throw_text.h"
+#include "tools/launcher/launch_plan.h"
 #include "tools/report/json_value.h"
 #include "tools/report/metrics.h"
 #include "worker/train/epoch_split.h"
@@ -339,4 +341,73 @@ TEST_CASE("a join and a kill -9 of another worker under \"continue\": the job en
   REQUIRE(reasons.size() >= 2);
   CHECK(reasons.front() == "ctl");
   CHECK(reasons.back() == "drop");
+}
+
+// A checkpoint every step: the others take the barrier of the checkpoint of
+// the step before the joiner's first, which the joiner cannot take (its pull
+// of its first step waits for that step's pushes); it is counted there even
+// when no worker has arrived yet when it enters (before the fix, 5 of 10 runs
+// hung: the joiner's first barrier was numbered as that one). Several runs:
+// the window is narrow.
+TEST_CASE("2 -> 3 workers with a checkpoint every step: the joiner is counted in the checkpoint before its first step") {
+  it::TempDir dir;
+  for (int i = 0; i < 5; ++i) {
+    CAPTURE(i);
+    const fs::path run = dir.path() / ("run" + std::to_string(i));
+    it::LaunchProcess p(grow_args(run, "sync", {"--set", "checkpoint.interval_steps=1"}),
+                        dir.path() / ("out" + std::to_string(i) + ".txt"));
+    REQUIRE(it::wait_until([&] { return it::count_lines(run / "metrics/worker-0.jsonl") >= 3; },
+                           std::chrono::seconds(120), "worker 0's first step"));
+    INFO(p.output());
+    CHECK(run_ctl(run, 3, dir.path() / ("ctl" + std::to_string(i) + ".txt")) == 0);
+    const auto exit = p.wait(std::chrono::seconds(240));
+    REQUIRE(exit.has_value());
+    REQUIRE(exit->code == 0);
+    std::vector<std::string> reasons;
+    const std::vector<Change> changes = summary_changes(run, reasons);
+    REQUIRE(changes.size() == 1);
+    CHECK(changes[0].workers == 3);
+    CHECK(reasons[0] == "ctl");
+    check_coverage(run, 2, changes);
+    CHECK(it::contains(it::read_file(run / "logs/scheduler.log"), "worker 2 entered the job at step"));
+  }
+}
+
+TEST_CASE("highest_member_rank: the highest worker in a checkpoint's epoch segments; a malformed list is refused") {
+  using pstrain::launcher::highest_member_rank;
+  CHECK(highest_member_rank({}) == -1);
+  CHECK(highest_member_rank({0, 2, 0, 1, 1, 2, 0, 1}) == 1);             // two epochs, 2 workers each
+  CHECK(highest_member_rank({0, 2, 0, 1, 1, 2, 0, 1, 1, -5, 3, 0, 1, 2}) == 2);  // epoch 1 grew at its step 5
+  CHECK(pstrain::test::thrown_text([] { highest_member_rank({0, 3, 0, 1}); }).find("is not [epoch") != std::string::npos);
+  CHECK(pstrain::test::thrown_text([] { highest_member_rank({0, -5}); }).find("is not [epoch") != std::string::npos);
+}
+
+// A job that grew 2 -> 3 and checkpointed, stopped (SIGINT to its launcher):
+// `launch --resume` refuses it, saying why, instead of resuming with 2
+// workers and leaving worker 2's share of the interrupted epoch untrained.
+TEST_CASE("launch --resume of a checkpoint taken after a grow is refused with the reason") {
+  it::TempDir dir;
+  const fs::path run = dir.path() / "run";
+  it::LaunchProcess p(grow_args(run, "sync", {"--set", "checkpoint.interval_steps=5"}), dir.path() / "out.txt");
+  REQUIRE(it::wait_until([&] { return it::count_lines(run / "metrics/worker-0.jsonl") >= 3; },
+                         std::chrono::seconds(120), "worker 0's first step"));
+  INFO(p.output());
+  CHECK(run_ctl(run, 3, dir.path() / "ctl.txt") == 0);
+  const auto grown_checkpoint = [&] {
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(run / "checkpoints", ec)) {
+      if (fs::exists(e.path() / "manifest.json") && fs::exists(e.path() / "worker-2.ckpt")) return true;
+    }
+    return false;
+  };
+  const bool grown = it::wait_until(grown_checkpoint, std::chrono::seconds(120), "a checkpoint with worker 2's part");
+  kill(p.pid(), SIGINT);
+  const auto exit = p.wait(std::chrono::seconds(60));
+  REQUIRE(grown);
+  REQUIRE(exit.has_value());
+  const it::Result resumed = it::run_launch(
+      {"--resume", run.string(), "--bin-dir", it::kBinDir.string(), "--timeout-s", "120", "--quiet"}, dir.path());
+  INFO(resumed.output);
+  CHECK(resumed.exit.code != 0);
+  CHECK(it::contains(resumed.output, "resuming a grown job is not supported yet"));
 }

@@ -1,6 +1,7 @@
 #include "tools/launcher/launch_plan.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cstdlib>
 #include <map>
 
@@ -213,6 +214,11 @@ void choose_checkpoint(const LaunchRequest& request, LaunchPlan& plan) {
       throw ConfigError("--resume " + request.resume + ": " + found.dir.filename().string() +
                         " was written by another job and cannot be resumed with this config: " + diff);
     }
+    // Only an elastic job can have grown (a fixed one's parts are not read again here).
+    const ClusterConfig& cl = plan.config.cluster;
+    const std::string grown =
+        max_workers(cl) > cl.num_workers ? grown_checkpoint_refusal(found.manifest, found.dir, cl.num_workers) : "";
+    if (!grown.empty()) throw ConfigError("--resume " + request.resume + ": " + grown);
   } catch (const CheckpointError& e) {
     std::string why = e.what();
     for (const std::string& s : plan.resume_skipped) why += "; passed over " + s;
@@ -241,6 +247,40 @@ void check_local_gpus(const LaunchRequest& request, LaunchPlan& plan) {
 }
 
 }  // namespace
+
+int highest_member_rank(const std::vector<std::int64_t>& v) {
+  int highest = -1;
+  std::size_t i = 0;
+  while (i < v.size()) {
+    std::size_t at = i + 1;                       // past the epoch
+    if (at < v.size() && v[at] < 0) ++at;         // a later segment's -from_step
+    if (at >= v.size() || v[at] < 0 || v[at] > static_cast<std::int64_t>(v.size() - at - 1)) {
+      throw CheckpointError("epoch_members: a segment at position " + std::to_string(i) +
+                            " is not [epoch, (-from_step,) count, ranks...]");
+    }
+    for (std::int64_t k = 0; k < v[at]; ++k) highest = std::max(highest, static_cast<int>(v[at + 1 + k]));
+    i = at + 1 + static_cast<std::size_t>(v[at]);
+  }
+  return highest;
+}
+
+std::string grown_checkpoint_refusal(const CheckpointManifest& m, const fs::path& dir, int workers) {
+  int highest = -1;
+  for (const CheckpointPartInfo& p : m.parts) {
+    if (!p.name.starts_with("worker-")) continue;
+    const std::string digits = p.name.substr(7, p.name.find('.') == std::string::npos ? std::string::npos
+                                                                                         : p.name.find('.') - 7);
+    int rank = -1;
+    const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), rank);
+    if (ec == std::errc() && end == digits.data() + digits.size()) highest = std::max(highest, rank);
+    const CheckpointPart part = read_checkpoint_part(dir, p.name);
+    if (part.has("epoch_members")) highest = std::max(highest, highest_member_rank(part.i64s("epoch_members")));
+  }
+  if (highest < workers) return "";
+  return dir.filename().string() + " was taken after the job grew past cluster.workers = " + std::to_string(workers) +
+         " (worker " + std::to_string(highest) +
+         " is a member); resuming a grown job is not supported yet: its share of the interrupted epoch would go untrained";
+}
 
 LaunchPlan plan_launch(const LaunchRequest& request) {
   LaunchPlan plan;

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "common/checkpoint/checkpoint.h"
 #include "common/config/config.h"
 #include "tools/launcher/supervisor.h"
 
@@ -75,6 +76,17 @@ struct LaunchPlan {
 // match the config (ConfigError naming the differences, or saying that
 // there is no checkpoint).
 LaunchPlan plan_launch(const LaunchRequest& request);
+// The highest worker rank in a checkpoint's epoch segments (the worker part's
+// `epoch_members`: [epoch, count, ranks...] for an epoch's first segment,
+// [epoch, -from_step, count, ranks...] for a later one); -1 when empty.
+// CheckpointError for a list not of that form.
+int highest_member_rank(const std::vector<std::int64_t>& epoch_members);
+// Why checkpoint `m` in `dir` cannot be resumed with `workers` workers, or ""
+// when it can: a job that grew (issue 29, elastic membership) and then
+// checkpointed has a worker at or past `workers` in its segments (or a part
+// of one), whose share of the interrupted epoch a resume at the initial size
+// would leave untrained. Resuming at the grown size is not built yet.
+std::string grown_checkpoint_refusal(const CheckpointManifest& m, const std::filesystem::path& dir, int workers);
 
 NodeSpec scheduler_spec(const LaunchPlan& plan);
 // Servers (none with allreduce), then workers, each told the scheduler's endpoint.

@@ -376,6 +376,8 @@ std::int64_t initial_weights(Loop& L, const WorkerCheckpoint* resume, bool rejoi
   WorkerSession& session = L.session;
   if (joined != nullptr) {  // sync: the weights after step S-1 was applied
     TraceSpan span(L.trace, TraceLevel::kSteps, "initial weights", "worker");
+    // Said before the wait (bounded by cluster.timeout_ms), so that a join stuck there shows where.
+    L.log.info("entering at step " + std::to_string(joined->global_step) + ": pulling its weights");
     session.kv().wait(session.kv().pull(L.weights, joined->global_step));
     write_join_record(L.metrics, *joined);
     // A checkpoint of its first step (the others take it after the step before): its barrier, without a part.
