@@ -24,7 +24,7 @@
 namespace pstrain {
 
 inline constexpr std::uint32_t kProtocolMagic = 0x50535452;  // "PSTR"
-inline constexpr std::uint16_t kProtocolVersion = 8;  // 4: bfloat16; 5: server restart, kRejoined; 6: kRetryLater, kRefused; 7: kChallenge and the registration's proof; 8: kPushChunks, kPullChunks, kMembershipChange, kDone's retired aux
+inline constexpr std::uint16_t kProtocolVersion = 9;  // 4: bfloat16; 5: server restart, kRejoined; 6: kRetryLater, kRefused; 7: kChallenge and the registration's proof; 8: kPushChunks, kPullChunks, kMembershipChange, kDone's retired aux; 9: kWorkerJoining, kRegisterJoin, kDropped's retired aux
 inline constexpr std::size_t kMaxBodyBytes = std::size_t{1} << 20;  // control bodies and error text
 
 enum class MsgType : std::uint8_t {
