@@ -94,7 +94,9 @@ int main(int argc, char** argv) {
     options.num_servers = config.mode == pstrain::Mode::kAllreduce ? 0 : config.cluster.num_servers;
     options.num_workers = config.cluster.num_workers;
     options.cluster = config.cluster;
-    options.checkpoint_interval = config.checkpoint.interval_steps;
+    // The PS workers' checkpoints pass scheduler barriers ("checkpoint N") a joiner is counted in;
+    // allreduce workers checkpoint without them (0: no such barrier is expected).
+    options.checkpoint_interval = config.mode == pstrain::Mode::kAllreduce ? 0 : config.checkpoint.interval_steps;
     options.bind_endpoint = bind_endpoint_for(config.cluster.scheduler);
     pstrain::TrafficCounters traffic;
     options.traffic = &traffic;

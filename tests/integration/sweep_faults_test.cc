@@ -375,9 +375,10 @@ const std::vector<Case> kCases = {
     {"pause-async-1w", "async", 1, "", Fault::kStopShort, "worker", 0, 304, 3, 0.8},
     // ssp with a 4x straggler, 4 and 8 workers: the bound holds (clock gap, staleness records)
     {"straggler-ssp-4w-bound0", "ssp", 4, "", Fault::kStraggler, "worker", 2, 401, 6, 0.8, {"ps.staleness_bound=0"}},
-    // 0.5: with a 4x straggler at bound 2 (staleness up to 21 updates) this run measured 0.65 once
-    // and 0.98-1.0 otherwise (ssp's order of updates varies from run to run).
-    {"straggler-ssp-8w-bound2", "ssp", 8, "", Fault::kStraggler, "worker", 5, 402, 12, 0.5, {"ps.staleness_bound=2"}},
+    // 0.5: with a 4x straggler at bound 2 (staleness up to 21 updates) 12 epochs (48 steps) ended
+    // anywhere from 0.23 to 1.0 (ssp's order of updates varies from run to run); 30 epochs reached
+    // 0.996-1.0 in 8 of 8 runs.
+    {"straggler-ssp-8w-bound2", "ssp", 8, "", Fault::kStraggler, "worker", 5, 402, 30, 0.5, {"ps.staleness_bound=2"}},
 };
 
 const Case& case_named(const std::string& label) {
