@@ -92,7 +92,7 @@ void Scheduler::settle_change() {
       if (m != nullptr && m->done) finished.push_back(r);
     }
     if (!change_->answered_by(live, finished)) return;
-    decided_.emplace();
+    decided_ = DecidedChange{};
     decided_->boundary = change_->boundary(live);
     // Members that left meanwhile (a drop) are not in the change either; joiners not yet live are.
     for (const int r : change_->members()) {
