@@ -60,46 +60,72 @@ void ZmqZapHandler::serve() {
   PeerWarnings warnings(log_);
   try {
     while (!stop_.load(std::memory_order_acquire)) {
-      zmq::pollitem_t item{socket_.handle(), 0, ZMQ_POLLIN, 0};
-      if (zmq::poll(&item, 1, std::chrono::milliseconds(100)) == 0) continue;
-      std::vector<zmq::message_t> frames;
-      while (true) {
-        zmq::message_t frame;
-        if (!socket_.recv(frame, zmq::recv_flags::none)) break;
-        const bool more = frame.more();
-        frames.push_back(std::move(frame));
-        if (!more) break;
-      }
-      // version, request id, domain, address, identity, mechanism, credentials...
-      const auto text = [&frames](std::size_t i) { return i < frames.size() ? frames[i].to_string() : std::string(); };
-      std::string user;
-      bool ok = false;
-      if (frames.size() >= 7 && text(0) == "1.0" && text(5) == "CURVE") {
-        for (const auto& [key, name] : allowed_) {
-          if (text(6) == key) {
-            ok = true;
-            user = name;
-            break;
-          }
-        }
-      }
-      const std::string address = text(3);
-      if (ok) {
-        accepted_.fetch_add(1, std::memory_order_relaxed);
-      } else {
-        refused_.fetch_add(1, std::memory_order_relaxed);
-        warnings.warn("address " + address, "refused a connection from " + address + " (mechanism " + text(5) +
-                                                "): its key is not one of the job's");
-      }
-      const std::string reply[] = {"1.0", text(1), ok ? "200" : "400", ok ? "OK" : "key not allowed", user, ""};
-      for (std::size_t i = 0; i < std::size(reply); ++i) {
-        const auto flags = i + 1 < std::size(reply) ? zmq::send_flags::sndmore : zmq::send_flags::none;
-        socket_.send(zmq::buffer(reply[i]), flags);
-      }
+      std::vector<zmq::message_t> frames = next_request();
+      if (!frames.empty()) answer(frames, warnings);
     }
   } catch (const zmq::error_t& e) {
     // The context is closing; nothing left to authenticate.
     if (e.num() != ETERM) log_.error(std::string("ZAP handler stopped: ") + e.what());
+  }
+}
+
+std::vector<zmq::message_t> ZmqZapHandler::next_request() {
+  std::vector<zmq::message_t> frames;
+  zmq::pollitem_t item{socket_.handle(), 0, ZMQ_POLLIN, 0};
+  try {
+    if (zmq::poll(&item, 1, std::chrono::milliseconds(100)) == 0) return frames;
+  } catch (const zmq::error_t& e) {
+    if (e.num() == EINTR) return frames;  // a signal (SIGCONT after SIGSTOP) ended the wait: wait again
+    throw;
+  }
+  while (true) {
+    zmq::message_t frame;
+    try {
+      if (!socket_.recv(frame, zmq::recv_flags::none)) break;
+    } catch (const zmq::error_t& e) {
+      if (e.num() == EINTR) continue;  // the request's frames are here: take the rest
+      throw;
+    }
+    const bool more = frame.more();
+    frames.push_back(std::move(frame));
+    if (!more) break;
+  }
+  return frames;
+}
+
+void ZmqZapHandler::answer(const std::vector<zmq::message_t>& frames, PeerWarnings& warnings) {
+  // version, request id, domain, address, identity, mechanism, credentials...
+  const auto text = [&frames](std::size_t i) { return i < frames.size() ? frames[i].to_string() : std::string(); };
+  std::string user;
+  bool ok = false;
+  if (frames.size() >= 7 && text(0) == "1.0" && text(5) == "CURVE") {
+    for (const auto& [key, name] : allowed_) {
+      if (text(6) == key) {
+        ok = true;
+        user = name;
+        break;
+      }
+    }
+  }
+  const std::string address = text(3);
+  if (ok) {
+    accepted_.fetch_add(1, std::memory_order_relaxed);
+  } else {
+    refused_.fetch_add(1, std::memory_order_relaxed);
+    warnings.warn("address " + address,
+                  "refused a connection from " + address + " (mechanism " + text(5) + "): its key is not one of the job's");
+  }
+  const std::string reply[] = {"1.0", text(1), ok ? "200" : "400", ok ? "OK" : "key not allowed", user, ""};
+  for (std::size_t i = 0; i < std::size(reply); ++i) {
+    const auto flags = i + 1 < std::size(reply) ? zmq::send_flags::sndmore : zmq::send_flags::none;
+    while (true) {
+      try {
+        socket_.send(zmq::buffer(reply[i]), flags);
+        break;
+      } catch (const zmq::error_t& e) {
+        if (e.num() != EINTR) throw;
+      }
+    }
   }
 }
 

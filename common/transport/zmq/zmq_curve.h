@@ -43,6 +43,8 @@ class ZmqZapHandler final : public ZapHandler {
 
  private:
   void serve();
+  std::vector<zmq::message_t> next_request();  // none if nothing came within 100 ms
+  void answer(const std::vector<zmq::message_t>& frames, PeerWarnings& warnings);
 
   zmq::socket_t socket_;
   std::vector<std::pair<std::string, std::string>> allowed_;  // (32-byte binary key, name)

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <array>
+#include <cerrno>
+#include <chrono>
 #include <climits>
 
 #include "common/base/errors.h"
@@ -80,6 +82,22 @@ void connect_socket(zmq::socket_t& socket, const std::string& endpoint) {
 }
 
 namespace {
+// A blocking send or receive that a signal interrupts fails with EINTR: on Linux even a signal the
+// process does not handle does this to a wait resumed by SIGCONT after SIGSTOP (signal(7)), and a
+// fuzzer's alarm does it to every wait. Interrupted is not failed: the call is made again (a send
+// leaves its message untouched when it fails).
+bool interrupted(const zmq::error_t& e) { return e.num() == EINTR; }
+
+zmq::send_result_t send_part(zmq::socket_t& socket, zmq::message_t& part, zmq::send_flags flags) {
+  while (true) {
+    try {
+      return socket.send(part, flags);
+    } catch (const zmq::error_t& e) {
+      if (!interrupted(e)) throw;
+    }
+  }
+}
+
 // A DEALER's send found its queue full for send_timeout (ZMQ_SNDTIMEO).
 [[noreturn]] void throw_send_timeout(const Header& header) {
   throw TransportError("send of " + std::string(to_string(header.type)) + " (key " + std::to_string(header.key) +
@@ -96,17 +114,17 @@ void send_parts_raw(zmq::socket_t& socket, const zmq::message_t* routing_id, std
       // read) is EAGAIN, reported like a vanished peer. HWMs count whole
       // messages, so once the first frame is taken the rest are too.
       zmq::message_t id = copy_frame(*routing_id);
-      if (!socket.send(id, zmq::send_flags::sndmore | zmq::send_flags::dontwait)) {
+      if (!send_part(socket, id, zmq::send_flags::sndmore | zmq::send_flags::dontwait)) {
         throw TransportError("send of " + std::string(to_string(header.type)) + " (key " +
                              std::to_string(header.key) + "): the peer's queue is full (it does not read)");
       }
     }
     for (std::size_t i = 0; i + 1 < parts.size(); ++i) {
-      if (!socket.send(parts[i], zmq::send_flags::sndmore)) {
+      if (!send_part(socket, parts[i], zmq::send_flags::sndmore)) {
         if (i == 0) throw_send_timeout(header);
       }
     }
-    if (!socket.send(parts.back(), zmq::send_flags::none) && parts.size() == 1) throw_send_timeout(header);
+    if (!send_part(socket, parts.back(), zmq::send_flags::none) && parts.size() == 1) throw_send_timeout(header);
   } catch (const zmq::error_t& e) {
     throw TransportError("send of " + std::string(to_string(header.type)) + " (key " + std::to_string(header.key) +
                          "): " + e.what());
@@ -143,6 +161,8 @@ std::optional<RawFrames> receive_frames_raw(zmq::socket_t& socket, std::chrono::
   // message is taken with no system call, and a wait costs ZeroMQ's one sleep (zmq_poll added a
   // poll and a mailbox check before it and after it: about half of a woken node's system calls).
   const bool wait = timeout.count() > 0;
+  // Only a wait reads the clock (an EINTR shortens what is left of it).
+  const auto deadline = wait ? std::chrono::steady_clock::now() + timeout : std::chrono::steady_clock::time_point{};
   RawFrames got;
   got.frames.reserve(4);  // a routing id, a header, a body: one allocation, not one per frame
   try {
@@ -150,7 +170,19 @@ std::optional<RawFrames> receive_frames_raw(zmq::socket_t& socket, std::chrono::
     while (true) {
       zmq::message_t frame;
       const auto flags = got.frames.empty() && !wait ? zmq::recv_flags::dontwait : zmq::recv_flags::none;
-      if (!socket.recv(frame, flags)) return std::nullopt;
+      try {
+        if (!socket.recv(frame, flags)) return std::nullopt;
+      } catch (const zmq::error_t& e) {
+        if (!interrupted(e)) throw;
+        // The rest of a message is already here (ZeroMQ delivers its frames together); a wait for
+        // its first frame goes on for the time it has left.
+        if (got.frames.empty() && wait) {
+          const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+          if (left.count() <= 0) return std::nullopt;
+          socket.set(zmq::sockopt::rcvtimeo, static_cast<int>(std::min<std::int64_t>(left.count(), INT_MAX)));
+        }
+        continue;
+      }
       const bool more = frame.more();
       // The ZAP user id rides on every frame: read from the first after any routing id.
       if (got.frames.size() == (routed ? 1U : 0U)) got.user_id = frame_user_id(frame);

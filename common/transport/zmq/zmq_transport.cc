@@ -1,3 +1,4 @@
+#include <cerrno>
 #include "common/transport/zmq/zmq_transport.h"
 
 #include "common/base/errors.h"
@@ -92,10 +93,17 @@ std::vector<bool> poll_zmq_endpoints(std::span<Endpoint* const> endpoints, std::
     if (holder == nullptr) throw TransportError("wait_any: an endpoint that is not ZeroMQ's");
     items.push_back({holder->socket().handle(), 0, ZMQ_POLLIN, 0});
   }
-  try {
-    zmq::poll(items.data(), items.size(), timeout);
-  } catch (const zmq::error_t& e) {
-    throw TransportError(std::string("poll: ") + e.what());
+  // A signal's EINTR (a wait resumed by SIGCONT, zmq_socket.cc) waits again for the time left.
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (std::chrono::milliseconds left = timeout;;) {
+    try {
+      zmq::poll(items.data(), items.size(), left);
+      break;
+    } catch (const zmq::error_t& e) {
+      if (e.num() != EINTR) throw TransportError(std::string("poll: ") + e.what());
+    }
+    left = std::max(std::chrono::milliseconds(0),
+                    std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()));
   }
   std::vector<bool> ready(endpoints.size());
   for (std::size_t i = 0; i < items.size(); ++i) ready[i] = (items[i].revents & ZMQ_POLLIN) != 0;
