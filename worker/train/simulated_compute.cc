@@ -16,7 +16,7 @@ using Clock = std::chrono::steady_clock;
 using std::chrono::nanoseconds;
 
 constexpr nanoseconds kMinSpin = std::chrono::microseconds(20);
-constexpr nanoseconds kMaxSpin = std::chrono::microseconds(500);
+constexpr nanoseconds kMaxSpin = std::chrono::microseconds(150);  // a loaded machine's cores are for the others
 
 // Per thread: the timer slack set, and the mean delay of its wake-ups past
 // the time asked (an exponential moving average, ns).
@@ -27,7 +27,7 @@ struct WakeState {
 thread_local WakeState wake_state;
 
 nanoseconds spin_for(const WakeState& s) {
-  return std::clamp(nanoseconds(static_cast<std::int64_t>(2.0 * s.mean_delay_ns)), kMinSpin, kMaxSpin);
+  return std::clamp(nanoseconds(static_cast<std::int64_t>(1.5 * s.mean_delay_ns)), kMinSpin, kMaxSpin);
 }
 
 // Sleeps until `wake` (steady_clock is CLOCK_MONOTONIC on Linux).

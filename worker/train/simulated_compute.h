@@ -29,7 +29,7 @@ namespace pstrain {
 // microseconds after: sleeps (clock_nanosleep to the absolute time, with the
 // calling thread's timer slack at 1 ns) until shortly before, then spins.
 // The spin's length follows the wake-ups this thread has seen (their delay
-// beyond the time asked, times two, within [20 us, 500 us]).
+// beyond the time asked, times 1.5, within [20 us, 150 us]).
 void wait_until_precisely(std::chrono::steady_clock::time_point deadline);
 
 // Runs the simulated step of `step_s` seconds (see above); returns stats with
