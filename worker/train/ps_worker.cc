@@ -229,13 +229,12 @@ void evaluate_and_record(Loop& L, std::int64_t step, int epoch, double time_s) {
 nn::StepStats compute_step(Loop& L, std::span<const std::int64_t> batch, std::int64_t step, double lr) {
   TraceSpan compute(L.trace, TraceLevel::kSteps, "forward+backward", "worker");
   auto ready = [&](std::int64_t off, std::int64_t cnt) { grads_ready(L, off, cnt, step, lr); };
-  const WorkloadConfig& w = L.config.workload;
-  if (L.simulated) {
-    L.pipeline->before_forward(0, L.session.shard_map().total_elems());  // no layers: every weight first
-    return simulated_step(L.model, 1e-3 * w.simulated_step_ms * (L.straggler.active() ? w.straggler_slowdown : 1.0),
-                          ready);
-  }
   auto gate = [&](std::int64_t off, std::int64_t cnt) { L.pipeline->before_forward(off, cnt); };
+  const WorkloadConfig& w = L.config.workload;
+  if (L.simulated) {  // the same gates and reports, layer by layer
+    return simulated_step(L.model, 1e-3 * w.simulated_step_ms * (L.straggler.active() ? w.straggler_slowdown : 1.0),
+                          ready, gate);
+  }
   return L.model.train_step(L.images.data(), L.labels.data(), static_cast<int>(batch.size()), ready, gate);
 }
 
