@@ -194,6 +194,13 @@ class Scheduler {
   void on_rejoin(const PeerId& from, const Message& msg);
   // Tells the nodes and the new process that worker `node` is back (rejoin.cc).
   void announce_rejoin(Member& node, const Header& request);
+  // The registration reply to a worker admitted after the rendezvous (a
+  // --join or a --rejoin, join.cc): the job's reply with the worker's rank,
+  // its model layout and its session token, answering `request`; `key` and
+  // `step` go in the reply's header (a rejoin: its next barrier number and
+  // which take back of the rank; a join: the header's defaults).
+  void reply_admitted_worker(const Member& node, const Header& request, std::int64_t key = Header{}.key,
+                             std::int64_t step = Header{}.step);
   void on_store(const PeerId& from, const Message& msg);
   void reply_store(const PeerId& to, const Header& request, const StoreEntry& entry);
   void expire_store_gets();
