@@ -141,14 +141,7 @@ void Scheduler::abandon_join(Member& node, const std::string& reason) {
     std::erase(decided_->members, node.rank);
     if (!decided_->acks.empty() || decided_->told_servers) {
       // The servers admitted it (or may have): they stop waiting for it as for a drop.
-      Header h;
-      h.type = MsgType::kDropped;
-      h.role = Role::kScheduler;
-      h.sender = 0;
-      h.key = node.rank;
-      for (const Member& n : members_.all()) {
-        if (n.role == Role::kServer && !n.dropped) send_quietly(n.routing_id, h, Payload::bytes(reason));
-      }
+      tell_servers_dropped(node.rank, reason, kDroppedFailed);
     }
   }
   log_.warn("the join of worker " + std::to_string(node.rank) + " was abandoned (" + reason +

@@ -228,6 +228,10 @@ class Scheduler {
   // A server's registration after the rendezvous: takes back a restarting rank, else refused (rejoin.cc).
   void on_server_rejoin(const PeerId& from, const Message& msg);
   void tell_workers(MsgType type, std::int64_t key, const std::string& text);
+  // Every server not dropped hears kDropped of worker `rank` (body `reason`,
+  // aux `aux`: kDroppedFailed, or kDroppedRetired for a retiree) and stops
+  // waiting for it (elastic.cc).
+  void tell_servers_dropped(int rank, const std::string& reason, std::int64_t aux);
   // --- Elastic membership (scheduler/elastic.cc) ---
   // The new lines of options_.ctl_file: "workers N" starts a change (a
   // shrink retires the highest ranks), or is refused with the reason (logged).
