@@ -201,16 +201,15 @@ void grow_run(const fs::path& dir, bool by_hand, const std::vector<std::string>&
   } else {
     REQUIRE(elastic::run_ctl(run, 4, dir / "ctl-4.txt") == 0);
   }
-  const bool four = it::wait_until(
-      [&] { return it::contains(it::read_file(run / "logs/worker-0.log"), "to 0,1,2,3, this one rank 0 of 4"); },
-      std::chrono::seconds(120), "the collective of 4");
+  const bool four = elastic::wait_for_text(run / "logs/worker-0.log", "to 0,1,2,3, this one rank 0 of 4",
+                                           std::chrono::seconds(120), "the collective of 4");
   if (!four) {  // what each process said
     MESSAGE(it::read_file(run / "logs/scheduler.log"));
     for (const std::string f : {"logs/worker-0.log", "logs/worker-1.log", "logs/worker-2.log", "logs/worker-3.log"}) {
       if (fs::exists(run / f)) MESSAGE(it::read_file(run / f));
     }
-    const std::string joiners = by_hand ? it::read_file(dir / "join-a.txt") + it::read_file(dir / "join-b.txt") : "";
-    MESSAGE(joiners);
+    const std::string joined = by_hand ? it::read_file(dir / "join-a.txt") + it::read_file(dir / "join-b.txt") : "";
+    MESSAGE(joined);
   }
   REQUIRE(four);
   REQUIRE(elastic::run_ctl(run, 3, dir / "ctl-3.txt") == 0);
