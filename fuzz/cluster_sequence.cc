@@ -7,7 +7,10 @@
 // dtype, learning rate and connection, raw bytes, leaving with replies
 // unread, and waiting for replies; membership changes: done, drop (a
 // registered worker's abort, or its silence under "continue" / "restart"),
-// rejoin (a --rejoin registration), under the failure policy the input's
+// rejoin (a --rejoin registration), join (a --join registration taking the
+// elastic job's vacant slot, the workers' answers to the membership change
+// it starts, the server's admission of the joiner, its acknowledgement
+// through the store, the change's boundary), under the failure policy the input's
 // first byte picks (abort, continue, restart). An honest worker 0 registers
 // first and is driven by the input only to enter barriers. After the
 // sequence the harness checks invariants and abort()s (a finding) when one
@@ -59,6 +62,7 @@
 #include <iterator>
 #include <limits>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -171,12 +175,6 @@ class Harness : public HarnessHooks {
   }
 
  private:
-  // PSTRAIN_FUZZ_LOG=info|debug: the nodes' log lines (default: errors only).
-  static LogLevel log_level() {
-    const char* level = std::getenv("PSTRAIN_FUZZ_LOG");
-    return level != nullptr ? parse_log_level(level) : LogLevel::kError;
-  }
-
   SchedulerOptions scheduler_options() {
     SchedulerOptions o;
     o.num_servers = 1;
@@ -204,23 +202,6 @@ class Harness : public HarnessHooks {
   [[noreturn]] void fail_with_nodes(const std::string& what) {
     finding(what + " [scheduler " + describe_end(scheduler_done_, scheduler_error_) + "; server " +
             describe_end(server_done_, server_error_) + "]");
-  }
-
-  static void run_node(std::exception_ptr& error, std::atomic<bool>& done, const std::function<void()>& body) {
-    try {
-      body();
-    } catch (...) {
-      error = std::current_exception();
-    }
-    done.store(true);
-  }
-
-  static Header header(MsgType type, Role role, int sender) {
-    Header h;
-    h.type = type;
-    h.role = role;
-    h.sender = sender;
-    return h;
   }
 
   void expect_aborted(const char* node, const std::exception_ptr& error, bool excused, bool may_end_normally) {
@@ -256,7 +237,8 @@ class Harness : public HarnessHooks {
     if (!honest_.has_rank()) return;  // the rendezvous never completed for worker 0
     if (!honest_.waiting_at_barrier()) honest_.enter_barrier();
     bool every_rank_answers = true;  // a rank held by a silent registration stays alive under "abort" (60 s)
-    for (int rank = 1; rank < kWorkers; ++rank) {
+    for (int rank = 1; rank < kSlots; ++rank) {
+      if (rank >= kWorkers && joined_.count(rank) == 0) continue;  // the vacant slot nobody joined
       bool open = false;
       for (Peer& p : peers_) {
         if (!p.worker || p.rank != rank || !p.sched || !p.rank_here) continue;
@@ -352,7 +334,7 @@ class Harness : public HarnessHooks {
   // Op 0: register. Bytes: flags (bit 0 server, bit 1 wrong fingerprint,
   // bits 2-3 layout: job / other / empty, bit 4 header role differs from
   // the body's, bit 5 malformed, bit 6 a rejoin: --rejoin of a dropped
-  // rank), rank (b % 5 - 1).
+  // rank, bit 7 a join: --join of the vacant slot), rank (b % 5 - 1).
   void op_register(Peer& p, fuzz::Input& in) {
     const std::uint8_t flags = in.byte();
     const int rank = in.byte() % 5 - 1;
@@ -371,6 +353,7 @@ class Harness : public HarnessHooks {
     if (req.role == Role::kServer && header_role == Role::kServer && !(flags & 2)) server_contested_ = true;
     Header h = header(MsgType::kRegister, header_role, -1);
     if (flags & 64) h.aux = kRegisterRejoin;
+    if (flags & 128) h.aux = kRegisterJoin;
     if (flags & 32) {
       send_raw(sched_socket(p), h, wire_encode(req));  // dtype none: a malformed register
     } else {
@@ -381,7 +364,9 @@ class Harness : public HarnessHooks {
   }
 
   // Op 1: a message to the scheduler. Bytes: type, sender (b % 5 - 1; bit 7
-  // of the type byte: the peer's own rank instead), key, value size / aux.
+  // of the type byte: the peer's own rank instead), key, value size / aux
+  // (a store set with bit 6 of it: the sender's answer to membership change
+  // 1 + key % 2, where it is: "0 2 2", "0 1 1" or "end" by size % 3).
   void op_scheduler(Peer& p, fuzz::Input& in) {
     static constexpr MsgType kTypes[] = {MsgType::kHeartbeat, MsgType::kBarrier,  MsgType::kDone,
                                          MsgType::kAbort,     MsgType::kStoreSet, MsgType::kStoreGet,
@@ -401,7 +386,14 @@ class Harness : public HarnessHooks {
       case MsgType::kBarrier: body = "b" + std::to_string(key % 4); break;
       case MsgType::kAbort: body = "forged failure"; break;
       case MsgType::kStoreSet:
-        body = wire_encode(StoreEntry{size & 128 ? "" : "k" + std::to_string(key % 4), std::string(size % 9, 'v')});
+        if (size & 64) {
+          static constexpr const char* kAnswers[] = {"0 2 2", "0 1 1", "end"};
+          body = wire_encode(StoreEntry{std::string(kMembershipPrefix) + std::to_string(1 + key % 2) + "/" +
+                                            std::to_string(sender),
+                                        kAnswers[size % 3]});
+        } else {
+          body = wire_encode(StoreEntry{size & 128 ? "" : "k" + std::to_string(key % 4), std::string(size % 9, 'v')});
+        }
         break;
       case MsgType::kStoreGet:
         body = wire_encode(StoreEntry{"k" + std::to_string(key % 4), ""});
@@ -556,6 +548,7 @@ class Harness : public HarnessHooks {
         if (reply.rank == 0 && reply.worker_tokens.empty()) fail_with_nodes("a peer was given worker rank 0");
         s.peer->rank = reply.rank;
         s.peer->worker = reply.worker_tokens.empty();
+        if (s.peer->worker && reply.rank >= kWorkers) joined_.insert(reply.rank);
         s.peer->rank_here = true;
         s.peer->token = reply.token;
         renamed.push_back(s.peer);
@@ -581,6 +574,7 @@ class Harness : public HarnessHooks {
   bool legit_end_ = false;         // the job may have ended: a registered peer's abort, an excused abort
   bool peer_done_ = false;         // a peer said done in its own rank, on its own connection
   bool server_contested_ = false;  // a peer registered as a server (may have taken the slot)
+  std::set<int> joined_;           // worker ranks of the vacant slots given to a peer (a --join)
 };
 
 }  // namespace

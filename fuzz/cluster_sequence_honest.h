@@ -1,8 +1,9 @@
 // The cluster_sequence harness's honest worker 0 (fuzz/cluster_sequence.cc):
 // its connections to the scheduler and the server, what it reads there
 // (every message judged: its register reply, barrier replies only for the
-// barriers it entered and in order, membership news, an abort only when
-// the input may cause one), its heartbeats, its barriers, and the checks
+// barriers it entered and in order, membership news, a membership change
+// (answered through the store, as a worker does), an abort only when the
+// input may cause one), its heartbeats, its barriers, and the checks
 // made through it (the scheduler still answers; no peer changed its state
 // on the server).
 #pragma once
@@ -205,6 +206,15 @@ class HonestWorker {
       case MsgType::kDropped:   // a peer dropped (its silence, its abort, its early done)
       case MsgType::kRejoined:  // a peer took a dropped rank back
         return;
+      case MsgType::kMembershipChange:  // a join started a change: it answers where it is
+        answer_change(m.header.key);
+        return;
+      case MsgType::kStoreReply:
+      case MsgType::kError:
+        // The reply to an answer (refused once the change is gone: a peer's forged answers may decide it).
+        if (m.header.request_id == kAnswerRequest) return;
+        inbox_.push_back(std::move(m));
+        return;
       case MsgType::kRegisterReply:  // wait_rank waits for the rank it gives
         if (!has_rank()) take_register_reply(m);
         return;
@@ -224,6 +234,16 @@ class HonestWorker {
       default:
         inbox_.push_back(std::move(m));
     }
+  }
+
+  // Its answer to membership change `change`: its next step is step
+  // `answers_ + 1` of epoch 0 (a later change: a later step), the job's step as well.
+  void answer_change(std::int64_t change) {
+    const std::string step = std::to_string(++answers_);
+    Header set = honest_header(MsgType::kStoreSet);
+    set.request_id = kAnswerRequest;
+    send_body(*sched_, set,
+              wire_encode(StoreEntry{std::string(kMembershipPrefix) + std::to_string(change) + "/0", "0 " + step + " " + step}));
   }
 
   void take_register_reply(const Message& m) {
@@ -273,6 +293,8 @@ class HonestWorker {
   std::vector<Message> inbox_;  // replies and errors, for receive()
   std::int64_t entered_ = 0;    // barriers entered
   std::int64_t released_ = 0;   // and seen released
+  std::int64_t answers_ = 0;    // membership changes answered
+  static constexpr std::uint64_t kAnswerRequest = 78;  // the request id of its answers
   std::chrono::steady_clock::time_point last_beat_{};
   bool quiet_ = false;  // it has aborted: no more heartbeats
 };

@@ -8,10 +8,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "common/base/log.h"
 #include "common/config/job_fingerprint.h"
 #include "common/math/param_layout.h"
 #include "common/transport/zmq/zmq_socket.h"
@@ -23,6 +25,9 @@ using std::chrono::milliseconds;
 
 inline constexpr int kPeers = 3;
 inline constexpr int kWorkers = 2;
+// The job is elastic (cluster.max_workers): one vacant worker slot, rank
+// kWorkers, that a --join registration may take.
+inline constexpr int kSlots = kWorkers + 1;
 inline constexpr int kMaxOps = 48;
 inline constexpr std::int64_t kPartitionBytes = 64;  // 16 floats per chunk
 inline constexpr int kReplyBoundMs = 3000;           // a fresh request's answer
@@ -44,6 +49,30 @@ inline std::string describe_end(const std::atomic<bool>& done, const std::except
   } catch (...) {
     return "threw a non-exception";
   }
+}
+
+// PSTRAIN_FUZZ_LOG=info|debug: the nodes' log lines (default: errors only).
+inline LogLevel log_level() {
+  const char* level = std::getenv("PSTRAIN_FUZZ_LOG");
+  return level != nullptr ? parse_log_level(level) : LogLevel::kError;
+}
+
+// A node's thread: runs `body`, keeps what it threw, then says it is done.
+inline void run_node(std::exception_ptr& error, std::atomic<bool>& done, const std::function<void()>& body) {
+  try {
+    body();
+  } catch (...) {
+    error = std::current_exception();
+  }
+  done.store(true);
+}
+
+inline Header header(MsgType type, Role role, int sender) {
+  Header h;
+  h.type = type;
+  h.role = role;
+  h.sender = sender;
+  return h;
 }
 
 [[noreturn]] inline void finding(const std::string& what) {
@@ -78,6 +107,7 @@ inline ClusterConfig cluster_config(WorkerFailurePolicy policy) {
   ClusterConfig c;
   c.num_servers = 1;
   c.num_workers = kWorkers;
+  c.max_workers = kSlots;
   c.timeout_ms = 2000;  // registration wait, parked-pull / store-get expiry, a rejoin's window
   c.heartbeat_interval_ms = 100;
   c.heartbeat_timeout_ms = policy == WorkerFailurePolicy::kAbort ? 60000 : kDropAfterMs;

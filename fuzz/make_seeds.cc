@@ -22,6 +22,49 @@ std::string frame_prefix(std::size_t n) {  // fuzz/message.cc's 2-byte length
   return std::string{static_cast<char>(n & 0xff), static_cast<char>(n >> 8)};
 }
 
+// fuzz/message.cc's input for header `h` and its payload frame `body` (none when empty).
+std::string message_input(const Header& h, const std::string& body) {
+  const Buffer head = encode_header(h);
+  const std::string head_bytes(static_cast<const char*>(head.data()), head.size());
+  return body.empty() ? std::string(1, '\0') + head_bytes
+                      : std::string(1, '\1') + frame_prefix(head.size()) + head_bytes + body;
+}
+
+// The messages of a grow (kRegisterJoin, kWorkerJoining), as the nodes send them:
+// a --join registration asking for slot 2, the scheduler telling a server that
+// worker 2 joins from step 12 in change 1, and that server's acknowledgement.
+void write_join_messages(const fs::path& dir, const RegisterRequest& worker) {
+  RegisterRequest joiner = worker;
+  joiner.requested_rank = 2;
+  const std::string request = wire_encode(joiner);
+  Header reg;
+  reg.type = MsgType::kRegister;
+  reg.role = Role::kWorker;
+  reg.sender = -1;
+  reg.aux = kRegisterJoin;
+  reg.dtype = DType::kBytes;
+  reg.num_elems = static_cast<std::int64_t>(request.size());
+  write(dir, "register-join", message_input(reg, request));
+  Header joining;
+  joining.type = MsgType::kWorkerJoining;
+  joining.role = Role::kScheduler;
+  joining.sender = 0;
+  joining.key = 2;
+  joining.step = 12;
+  joining.aux = 1;
+  joining.dtype = DType::kBytes;
+  joining.num_elems = 32;
+  write(dir, "worker-joining", message_input(joining, "0123456789abcdef0123456789abcdef"));
+  const std::string ack = wire_encode(StoreEntry{std::string(kJoinAckPrefix) + "1/0/2", "ok"});
+  Header set;
+  set.type = MsgType::kStoreSet;
+  set.role = Role::kServer;
+  set.sender = 0;
+  set.dtype = DType::kBytes;
+  set.num_elems = static_cast<std::int64_t>(ack.size());
+  write(dir, "store-set-join-ack", message_input(set, ack));
+}
+
 // fuzz/cluster_sequence.cc's input: the failure policy (0 abort, 1 continue,
 // 2 restart), then ops: byte peer * 8 + kind, then its argument bytes.
 struct Ops {
@@ -83,6 +126,17 @@ void write_cluster_seeds(const fs::path& dir) {
   rejoin.reg(1, 1).drain().drain().drain().honest_barrier().sched(1, 3).drain().drain();
   rejoin.reg(2, 1, 64).drain().drain().drain().sched(2, 1, 1).drain();
   write(dir, "drop_rejoin", rejoin.bytes);
+  // A grow, under "abort" and "continue": peer 2 registers with --join
+  // (register flag 128) for the vacant slot 2; worker 0 answers the change
+  // itself, worker 1 answers "0 1 1" (store set, size bit 6); the server
+  // admits the joiner and acknowledges; then barriers and worker 1's done.
+  for (int policy = 0; policy < 2; ++policy) {
+    Ops join(policy);
+    join.reg(1, 1).drain().drain().drain().reg(2, 2, 128).drain().drain();
+    join.sched(1, 4, 0, 64).drain().drain().drain().honest_barrier().sched(1, 1, 0).sched(2, 1, 0).drain();
+    join.sched(1, 2).drain();
+    write(dir, "join_" + std::to_string(policy), join.bytes);
+  }
 }
 
 // fuzz/shm_layer.cc's ops: a push through a real slot (op 1, nothing
@@ -124,6 +178,10 @@ int main(int argc, char** argv) {
   req.job_fingerprint = "mode=sync partition_bytes=1024 servers=2 workers=2";
   req.layout = layout;
   write(root / "register_request", "worker", std::string("\x01\x40", 2) + wire_encode(req));
+  write_join_messages(root / "message", req);
+  req.requested_rank = 2;  // a --join asking for slot 2
+  write(root / "register_request", "joiner", std::string("\x01\x40", 2) + wire_encode(req));
+  req.requested_rank = -1;
   req.role = Role::kServer;
   req.layout = ParamLayout();
   req.endpoint = "tcp://10.0.0.2:9100";
@@ -159,11 +217,7 @@ int main(int argc, char** argv) {
       h.dtype = DType::kBytes;
       h.num_elems = static_cast<std::int64_t>(body.size());
     }
-    const pstrain::Buffer head = encode_header(h);
-    const std::string head_bytes(static_cast<const char*>(head.data()), head.size());
-    const std::string input = body.empty() ? std::string(1, '\0') + head_bytes
-                                           : std::string(1, '\1') + frame_prefix(head.size()) + head_bytes + body;
-    write(root / "message", std::string(to_string(type)), input);
+    write(root / "message", std::string(to_string(type)), message_input(h, body));
   }
   write_cluster_seeds(root / "cluster_sequence");
   write_shm_seeds(root / "shm_layer");

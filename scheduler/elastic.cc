@@ -167,17 +167,21 @@ void Scheduler::on_retired(Member& node) {
   bye.sender = 0;
   send_quietly(node.routing_id, bye);
   // The servers stop waiting for it as for a drop (its pushes before the boundary are all in).
+  tell_servers_dropped(node.rank, reason, kDroppedRetired);
+  settle_barriers();
+  settle_change();
+}
+
+void Scheduler::tell_servers_dropped(int rank, const std::string& reason, std::int64_t aux) {
   Header h;
   h.type = MsgType::kDropped;
   h.role = Role::kScheduler;
   h.sender = 0;
-  h.key = node.rank;
-  h.aux = kDroppedRetired;
+  h.key = rank;
+  h.aux = aux;
   for (const Member& n : members_.all()) {
     if (n.role == Role::kServer && !n.dropped) send_quietly(n.routing_id, h, Payload::bytes(reason));
   }
-  settle_barriers();
-  settle_change();
 }
 
 void Scheduler::tell_workers(MsgType type, std::int64_t key, const std::string& text) {

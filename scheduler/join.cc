@@ -47,16 +47,7 @@ void Scheduler::on_join(const PeerId& from, const Message& msg) {
   }
   Member& node = members_.add_joined_worker(from, std::move(req), rank, fresh_token(), Clock::now());
   router_->add_member(from);  // a member of the memory budget before its reply (scheduler_budget.h)
-  RegisterReply reply = members_.job_reply();
-  reply.rank = node.rank;
-  reply.layout = node.request.layout;
-  reply.token = node.token;
-  Header h;
-  h.type = MsgType::kRegisterReply;
-  h.role = Role::kScheduler;
-  h.sender = 0;
-  h.request_id = msg.header.request_id;
-  send_quietly(node.routing_id, h, Payload::bytes(wire_encode(reply)));
+  reply_admitted_worker(node, msg.header);
   log_.info("worker " + std::to_string(rank) + " joins from " + node.request.host + " (pid " +
             std::to_string(node.request.pid) + "): it enters the job at the next membership change's boundary");
   if (requested_grow_ > 0) --requested_grow_;
@@ -69,6 +60,21 @@ void Scheduler::on_join(const PeerId& from, const Message& msg) {
   std::vector<int> members = members_.live_worker_list();
   members.insert(std::upper_bound(members.begin(), members.end(), rank), rank);
   start_change(std::move(members), reason);
+}
+
+void Scheduler::reply_admitted_worker(const Member& node, const Header& request, std::int64_t key, std::int64_t step) {
+  RegisterReply reply = members_.job_reply();
+  reply.rank = node.rank;
+  reply.layout = node.request.layout;
+  reply.token = node.token;
+  Header h;
+  h.type = MsgType::kRegisterReply;
+  h.role = Role::kScheduler;
+  h.sender = 0;
+  h.request_id = request.request_id;
+  h.key = key;
+  h.step = step;
+  send_quietly(node.routing_id, h, Payload::bytes(wire_encode(reply)));
 }
 
 bool Scheduler::ask_servers_to_admit(const MembershipBoundary& b, const std::vector<int>& members) {
@@ -135,14 +141,7 @@ void Scheduler::abandon_join(Member& node, const std::string& reason) {
     std::erase(decided_->members, node.rank);
     if (!decided_->acks.empty() || decided_->told_servers) {
       // The servers admitted it (or may have): they stop waiting for it as for a drop.
-      Header h;
-      h.type = MsgType::kDropped;
-      h.role = Role::kScheduler;
-      h.sender = 0;
-      h.key = node.rank;
-      for (const Member& n : members_.all()) {
-        if (n.role == Role::kServer && !n.dropped) send_quietly(n.routing_id, h, Payload::bytes(reason));
-      }
+      tell_servers_dropped(node.rank, reason, kDroppedFailed);
     }
   }
   log_.warn("the join of worker " + std::to_string(node.rank) + " was abandoned (" + reason +

@@ -79,18 +79,9 @@ void Scheduler::announce_rejoin(Member& node, const Header& request) {
     send_quietly(n.routing_id, news, Payload::bytes(node.token));
   }
 
-  RegisterReply reply = members_.job_reply();
-  reply.rank = node.rank;
-  reply.layout = node.request.layout;
-  reply.token = node.token;
-  Header h;
-  h.type = MsgType::kRegisterReply;
-  h.role = Role::kScheduler;
-  h.sender = 0;
-  h.request_id = request.request_id;
-  h.key = barriers_.next_seq();  // its next barrier is the others' next
-  h.step = node.rejoins;         // which take back of this rank (allreduce: names its rendezvous)
-  send_quietly(node.routing_id, h, Payload::bytes(wire_encode(reply)));
+  // Its next barrier is the others' next; the step says which take back of
+  // this rank it is (allreduce: names its rendezvous).
+  reply_admitted_worker(node, request, barriers_.next_seq(), node.rejoins);
   log_.warn("worker " + std::to_string(node.rank) + " rejoined the job: a new process from " + node.request.host +
             " (pid " + std::to_string(node.request.pid) + "), take " + std::to_string(node.rejoins) + " of " +
             std::to_string(options_.cluster.max_restarts) + " (cluster.on_worker_failure = \"restart\"); " +

@@ -194,6 +194,13 @@ class Scheduler {
   void on_rejoin(const PeerId& from, const Message& msg);
   // Tells the nodes and the new process that worker `node` is back (rejoin.cc).
   void announce_rejoin(Member& node, const Header& request);
+  // The registration reply to a worker admitted after the rendezvous (a
+  // --join or a --rejoin, join.cc): the job's reply with the worker's rank,
+  // its model layout and its session token, answering `request`; `key` and
+  // `step` go in the reply's header (a rejoin: its next barrier number and
+  // which take back of the rank; a join: the header's defaults).
+  void reply_admitted_worker(const Member& node, const Header& request, std::int64_t key = Header{}.key,
+                             std::int64_t step = Header{}.step);
   void on_store(const PeerId& from, const Message& msg);
   void reply_store(const PeerId& to, const Header& request, const StoreEntry& entry);
   void expire_store_gets();
@@ -221,6 +228,10 @@ class Scheduler {
   // A server's registration after the rendezvous: takes back a restarting rank, else refused (rejoin.cc).
   void on_server_rejoin(const PeerId& from, const Message& msg);
   void tell_workers(MsgType type, std::int64_t key, const std::string& text);
+  // Every server not dropped hears kDropped of worker `rank` (body `reason`,
+  // aux `aux`: kDroppedFailed, or kDroppedRetired for a retiree) and stops
+  // waiting for it (elastic.cc).
+  void tell_servers_dropped(int rank, const std::string& reason, std::int64_t aux);
   // --- Elastic membership (scheduler/elastic.cc) ---
   // The new lines of options_.ctl_file: "workers N" starts a change (a
   // shrink retires the highest ranks), or is refused with the reason (logged).

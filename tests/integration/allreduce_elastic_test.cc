@@ -19,19 +19,11 @@
 // check at the epoch's end), then a shrink to 3.
 #include <doctest/doctest.h>
 
-#include <signal.h>
-
-#include <cctype>
 #include <cmath>
-#include <map>
 #include <regex>
-#include <set>
 #include <sstream>
 
-#include "tests/integration/launch_test_util.h"
-#include "tools/report/json_value.h"
-#include "tools/report/metrics.h"
-#include "worker/train/epoch_split.h"
+#include "tests/integration/elastic_util.h"
 
 namespace {
 
@@ -39,77 +31,30 @@ namespace fs = std::filesystem;
 namespace report = pstrain::report;
 using pstrain::EpochCoverage;
 using pstrain::EpochSegment;
-using pstrain::EpochSplit;
 
-constexpr std::int64_t kSamples = 1024;  // configs/tiny_allreduce.toml: synthetic_train, seed 1, batch 32
-constexpr int kBatch = 32;
-constexpr std::uint64_t kSeed = 1;
+// configs/tiny_allreduce.toml: synthetic_train, seed 1, batch 32 (elastic_util.h)
 // Long enough (about 440 steps) that the request, made after the first steps, comes well before the end.
 constexpr int kEpochs = 40;
 constexpr std::int64_t kStepsWith3 = 11;  // ceil(ceil(1024 / 3) / 32)
 
+// The allreduce job of `workers` (min 2, max `max_workers`) for `epochs`, the rate following the global batch.
+std::vector<std::string> allreduce_args(const fs::path& run, int workers, int max_workers, int epochs,
+                                        const std::vector<std::string>& extra) {
+  std::vector<std::string> sets{"--set", "schedule.linear_scaling=true"};
+  sets.insert(sets.end(), extra.begin(), extra.end());
+  return elastic::job_args(it::kSourceDir / "configs/tiny_allreduce.toml", run, workers, 2, max_workers, epochs, sets);
+}
+
 std::vector<std::string> elastic_args(const fs::path& run, const std::vector<std::string>& extra) {
-  auto args = it::launch_args(it::kSourceDir / "configs/tiny_allreduce.toml", run);
-  args.insert(args.end(), {"--set", "cluster.workers=3", "--set", "cluster.min_workers=2", "--set",
-                           "cluster.max_workers=3", "--set", "schedule.linear_scaling=true", "--set",
-                           "workload.epochs=" + std::to_string(kEpochs), "--set", "output.trace=off", "--quiet"});
-  args.insert(args.end(), extra.begin(), extra.end());
-  return args;
-}
-
-int run_ctl(const fs::path& run, const std::string& count, const fs::path& out) {
-  const pid_t pid = it::spawn({(it::kBinDir / "pstrain-ctl").string(), run.string(), "workers", count}, {}, out);
-  const std::optional<int> code = it::wait_exit(pid, std::chrono::seconds(30));
-  REQUIRE(code.has_value());
-  return *code;
-}
-
-report::JsonValue summary_of(const fs::path& run) {
-  return report::parse_json(it::read_file(run / "summary.json"), "summary.json");
+  return allreduce_args(run, 3, 3, kEpochs, extra);
 }
 
 // Starts `args`, waits for worker 0's first steps, asks pstrain-ctl for 2 workers.
 void start_and_shrink(it::LaunchProcess& p, const fs::path& run, const fs::path& ctl_out) {
-  const bool training = it::wait_until([&] { return it::count_lines(run / "metrics/worker-0.jsonl") >= 3; },
-                                       std::chrono::seconds(120), "worker 0's first step");
+  const bool training = elastic::wait_training(run);
   INFO(p.output());
   REQUIRE(training);
-  REQUIRE(run_ctl(run, "2", ctl_out) == 0);
-}
-
-// The segments of `epoch` when the change took effect at step `from` of epoch `changed`.
-std::vector<EpochSegment> segments_of(int epoch, int changed, std::int64_t from) {
-  if (epoch < changed) return {{0, {0, 1, 2}}};
-  if (epoch > changed) return {{0, {0, 1}}};
-  return {{0, {0, 1, 2}}, {from, {0, 1}}};
-}
-
-// Every sample of every epoch once (plus the padding of the split): the
-// coverage records of each epoch are what the split gives.
-void check_coverage(const fs::path& run, int changed, std::int64_t from) {
-  std::map<std::int64_t, EpochCoverage> trained;
-  for (const int rank : {0, 1, 2}) {
-    const report::WorkerMetrics m = report::read_worker_metrics(report::worker_metrics_path(run, rank), rank);
-    for (const report::CoverageRecord& c : m.coverage) {
-      trained[c.epoch].add(EpochCoverage{c.samples, std::stoull(c.checksum, nullptr, 16)});
-    }
-  }
-  CHECK(trained.size() == kEpochs);
-  for (int epoch = 0; epoch < kEpochs; ++epoch) {
-    CAPTURE(epoch);
-    EpochCoverage expected;
-    std::set<std::int64_t> seen;
-    for (const int rank : {0, 1, 2}) {
-      const EpochSplit split(kSamples, kBatch, kSeed, epoch, segments_of(epoch, changed, from), rank);
-      for (std::int64_t b = 0; b < split.steps(); ++b) {
-        if (!split.shard_at(b).member) continue;
-        expected.add(split.batch(b));
-        seen.insert(split.batch(b).begin(), split.batch(b).end());
-      }
-    }
-    CHECK(static_cast<std::int64_t>(seen.size()) == kSamples);
-    CHECK(trained[epoch] == expected);
-  }
+  REQUIRE(elastic::run_ctl(run, 2, ctl_out) == 0);
 }
 
 // The step (counted over the run) the change took effect at: worker 0's plan
@@ -147,32 +92,11 @@ void check_rates(const fs::path& run, std::int64_t at) {
   CHECK(std::abs(after - before * 2.0 / 3.0) < 1e-6 * before);
 }
 
-// The summary: one change 3 -> 2 at `at` (reason retire), worker 2 retired.
-void check_summary(const fs::path& run, std::int64_t at) {
-  const report::JsonValue summary = summary_of(run);
-  const auto& changes = summary.find("membership_changes")->items();
-  REQUIRE(changes.size() >= 1);
-  CHECK(changes[0].find("old_workers")->as_number("number") == 3);
-  CHECK(changes[0].find("new_workers")->as_number("number") == 2);
-  CHECK(changes[0].find("reason")->as_string("reason") == "retire");
-  CHECK(changes[0].find("step")->as_number("number") == static_cast<double>(at));
-  const auto& per_worker = summary.find("per_worker")->items();
-  REQUIRE(per_worker.size() == 3);
-  CHECK(per_worker[2].find("status")->as_string("status") == "retired");
-  CHECK(it::contains(it::read_file(run / "metrics/worker-2.jsonl"), "\"retired\":true"));
-  CHECK(it::contains(it::read_file(run / "logs/scheduler.log"),
-                     "worker 2 retired (a membership change left it out); 2 workers go on"));
-}
-
 // A run asked for 2 workers after its first steps, checked against the same run without the change.
 void shrink_run(const fs::path& dir, const std::string& name, const std::vector<std::string>& extra = {}) {
   CAPTURE(name);
   const auto reference = dir / (name + "-fixed");
-  {
-    const it::Result fixed = it::run_launch(elastic_args(reference, extra), dir);
-    INFO(fixed.output);
-    REQUIRE(fixed.exit.code == 0);
-  }
+  elastic::run_reference(elastic_args(reference, extra), dir);
   const auto run = dir / name;
   it::LaunchProcess p(elastic_args(run, extra), dir / (name + "-out.txt"));
   start_and_shrink(p, run, dir / (name + "-ctl.txt"));
@@ -186,9 +110,10 @@ void shrink_run(const fs::path& dir, const std::string& name, const std::vector<
   const int changed = static_cast<int>(at / kStepsWith3);
   const std::int64_t from = at - changed * kStepsWith3;
   REQUIRE(from >= 1);
-  check_coverage(run, changed, from);
+  elastic::check_coverage(elastic::read_coverage(run, 3), kEpochs, 3,
+                          [&](int epoch) { return elastic::shrink_segments(epoch, changed, from); });
   check_rates(run, at);
-  check_summary(run, at);
+  elastic::check_shrink_summary(run, at);  // one change 3 -> 2 at `at` (reason retire), worker 2 retired
   for (const int rank : {0, 1}) {  // both re-formed the collective there, generation 1, from worker 0's replica
     const std::string log = it::read_file(run / ("logs/worker-" + std::to_string(rank) + ".log"));
     CHECK(it::contains(log, "the collective re-formed from workers 0,1,2 to 0,1, this one rank " +
@@ -196,8 +121,7 @@ void shrink_run(const fs::path& dir, const std::string& name, const std::vector<
     CHECK(it::contains(log, "replicas took worker 0's weights and optimizer state\n"));
   }
   CHECK(it::contains(it::read_file(dir / (name + "-out.txt")), "w2 retired"));  // the launcher's last status line
-  const double accuracy = summary_of(run).find("final_test_accuracy")->as_number("number");
-  CHECK(accuracy >= summary_of(reference).find("final_test_accuracy")->as_number("number") - 0.15);
+  CHECK(elastic::final_accuracy(run) >= elastic::final_accuracy(reference) - 0.15);
 }
 
 // ---- Growing ------------------------------------------------------------------
@@ -227,7 +151,7 @@ std::vector<LoggedChange> logged_changes(const std::string& log) {
 // against the split the logged changes give (an epoch begins with the
 // members of the last change before it; a change within it adds a segment).
 void check_grow_coverage(const fs::path& run, const std::vector<LoggedChange>& changes) {
-  std::map<std::int64_t, EpochCoverage> trained;
+  elastic::Coverage trained;
   for (int rank = 0; rank < 4; ++rank) {  // (each line on its own: a joiner's file has records of its own)
     std::stringstream lines(it::read_file(report::worker_metrics_path(run, rank)));
     for (std::string line; std::getline(lines, line);) {
@@ -238,47 +162,25 @@ void check_grow_coverage(const fs::path& run, const std::vector<LoggedChange>& c
                                        std::stoull(c.find("checksum")->as_string("checksum"), nullptr, 16)});
     }
   }
-  CHECK(trained.size() == kGrowEpochs);
+  std::vector<std::vector<EpochSegment>> epochs;
   std::vector<int> members{0, 1};
   for (int epoch = 0; epoch < kGrowEpochs; ++epoch) {
-    CAPTURE(epoch);
     std::vector<EpochSegment> segments{{0, members}};
     for (const LoggedChange& c : changes) {
       if (c.epoch == epoch) segments.push_back({c.from, c.members});
     }
     members = segments.back().members;
-    EpochCoverage expected;
-    std::set<std::int64_t> seen;
-    for (int rank = 0; rank < 4; ++rank) {
-      const EpochSplit split(kSamples, kBatch, kSeed, epoch, segments, rank);
-      for (std::int64_t b = 0; b < split.steps(); ++b) {
-        if (!split.shard_at(b).member) continue;
-        expected.add(split.batch(b));
-        seen.insert(split.batch(b).begin(), split.batch(b).end());
-      }
-    }
-    CHECK(static_cast<std::int64_t>(seen.size()) == kSamples);
-    CHECK(trained[epoch] == expected);
+    epochs.push_back(segments);
   }
+  elastic::check_coverage(trained, kGrowEpochs, 4, [&](int epoch) { return epochs[static_cast<std::size_t>(epoch)]; });
 }
 
 std::vector<std::string> grow_args(const fs::path& run, const std::vector<std::string>& extra) {
-  auto args = it::launch_args(it::kSourceDir / "configs/tiny_allreduce.toml", run);
-  args.insert(args.end(), {"--set", "cluster.workers=2", "--set", "cluster.min_workers=2", "--set",
-                           "cluster.max_workers=4", "--set", "schedule.linear_scaling=true", "--set",
-                           "workload.epochs=" + std::to_string(kGrowEpochs), "--set", "output.trace=off", "--quiet"});
-  args.insert(args.end(), extra.begin(), extra.end());
-  return args;
+  return allreduce_args(run, 2, 4, kGrowEpochs, extra);
 }
 
 // pstrain-worker --join against the job of `run`.
-pid_t join_by_hand(const fs::path& run, const fs::path& out) {
-  std::string endpoint = it::read_file(run / "scheduler.endpoint");
-  while (!endpoint.empty() && std::isspace(static_cast<unsigned char>(endpoint.back()))) endpoint.pop_back();
-  return it::spawn({(it::kBinDir / "pstrain-worker").string(), "--config", (run / "config.toml").string(),
-                    "--scheduler", endpoint, "--join"},
-                   {}, out);
-}
+pid_t join_by_hand(const fs::path& run, const fs::path& out) { return it::spawn(elastic::join_argv(run), {}, out); }
 
 // 2 -> 4 -> 3: two joiners (started by the launcher on pstrain-ctl's
 // request, or `by_hand` with --join), then a shrink to 3; checked against
@@ -287,36 +189,30 @@ void grow_run(const fs::path& dir, bool by_hand, const std::vector<std::string>&
   CAPTURE(by_hand);
   CAPTURE(extra.size());
   const auto reference = dir / "fixed";
-  if (!fs::exists(reference)) {
-    const it::Result fixed = it::run_launch(grow_args(reference, extra), dir);
-    INFO(fixed.output);
-    REQUIRE(fixed.exit.code == 0);
-  }
+  if (!fs::exists(reference)) elastic::run_reference(grow_args(reference, extra), dir);
   const auto run = dir / (by_hand ? "by-hand" : "ctl");
   it::LaunchProcess p(grow_args(run, extra), dir / "out.txt");
-  const bool training = it::wait_until([&] { return it::count_lines(run / "metrics/worker-0.jsonl") >= 3; },
-                                       std::chrono::seconds(120), "worker 0's first step");
+  const bool training = elastic::wait_training(run);
   INFO(p.output());
   REQUIRE(training);
   std::vector<pid_t> joiners;
   if (by_hand) {
     joiners = {join_by_hand(run, dir / "join-a.txt"), join_by_hand(run, dir / "join-b.txt")};
   } else {
-    REQUIRE(run_ctl(run, "4", dir / "ctl-4.txt") == 0);
+    REQUIRE(elastic::run_ctl(run, 4, dir / "ctl-4.txt") == 0);
   }
-  const bool four = it::wait_until(
-      [&] { return it::contains(it::read_file(run / "logs/worker-0.log"), "to 0,1,2,3, this one rank 0 of 4"); },
-      std::chrono::seconds(120), "the collective of 4");
+  const bool four = elastic::wait_for_text(run / "logs/worker-0.log", "to 0,1,2,3, this one rank 0 of 4",
+                                           std::chrono::seconds(120), "the collective of 4");
   if (!four) {  // what each process said
     MESSAGE(it::read_file(run / "logs/scheduler.log"));
     for (const std::string f : {"logs/worker-0.log", "logs/worker-1.log", "logs/worker-2.log", "logs/worker-3.log"}) {
       if (fs::exists(run / f)) MESSAGE(it::read_file(run / f));
     }
-    const std::string joiners = by_hand ? it::read_file(dir / "join-a.txt") + it::read_file(dir / "join-b.txt") : "";
-    MESSAGE(joiners);
+    const std::string joined = by_hand ? it::read_file(dir / "join-a.txt") + it::read_file(dir / "join-b.txt") : "";
+    MESSAGE(joined);
   }
   REQUIRE(four);
-  REQUIRE(run_ctl(run, "3", dir / "ctl-3.txt") == 0);
+  REQUIRE(elastic::run_ctl(run, 3, dir / "ctl-3.txt") == 0);
   const auto exit = p.wait(std::chrono::seconds(300));
   REQUIRE(exit.has_value());
   REQUIRE_FALSE(exit->signaled);
@@ -338,7 +234,7 @@ void grow_run(const fs::path& dir, bool by_hand, const std::vector<std::string>&
   }
   CHECK(took == 2);
   CHECK(it::contains(it::read_file(run / "metrics/worker-3.jsonl"), "\"retired\":true"));
-  const report::JsonValue summary = summary_of(run);
+  const report::JsonValue summary = sweep::read_summary(run);
   const auto& logged = summary.find("membership_changes")->items();
   REQUIRE(logged.size() == changes.size());
   CHECK(logged.front().find("old_workers")->as_number("number") == 2);
@@ -347,7 +243,7 @@ void grow_run(const fs::path& dir, bool by_hand, const std::vector<std::string>&
   CHECK(logged.back().find("new_workers")->as_number("number") == 3);
   CHECK(logged.back().find("reason")->as_string("reason") == "retire");
   const double accuracy = summary.find("final_test_accuracy")->as_number("number");
-  CHECK(accuracy >= summary_of(reference).find("final_test_accuracy")->as_number("number") - 0.15);
+  CHECK(accuracy >= elastic::final_accuracy(reference) - 0.15);
 }
 
 }  // namespace
@@ -382,24 +278,8 @@ TEST_CASE("allreduce: a shrink, then worker 1 killed with SIGKILL (on_worker_fai
       std::chrono::seconds(120), "worker 2's retirement and the collective of 0 and 1");
   INFO(p.output());
   REQUIRE(retired);
-  const auto pids = it::read_pids(run);
-  REQUIRE(pids.count("worker-1") == 1);
-  REQUIRE(kill(pids.at("worker-1"), SIGKILL) == 0);
-  const auto exit = p.wait(std::chrono::seconds(240));
-  REQUIRE(exit.has_value());
-  CHECK_FALSE(exit->signaled);
-  CHECK(exit->code == 0);
-  const report::JsonValue summary = summary_of(run);
-  const auto& changes = summary.find("membership_changes")->items();
-  REQUIRE(changes.size() == 2);
-  CHECK(changes[0].find("reason")->as_string("reason") == "retire");
-  CHECK(changes[1].find("reason")->as_string("reason") == "drop");
-  CHECK(changes[1].find("old_workers")->as_number("number") == 2);
-  CHECK(changes[1].find("new_workers")->as_number("number") == 1);
-  const auto& per_worker = summary.find("per_worker")->items();
-  REQUIRE(per_worker.size() == 3);
-  CHECK(per_worker[1].find("status")->as_string("status") == "dropped");
-  CHECK(per_worker[2].find("status")->as_string("status") == "retired");
+  elastic::kill_worker1_then_end(p, run);
+  elastic::check_retired_then_dropped(run);
   // Worker 0 re-formed twice: with 0,1 at the change, alone after the drop.
   const std::string log = it::read_file(run / "logs/worker-0.log");
   CHECK(it::contains(log, "to 0,1, this one rank 0 of 2, generation 1"));

@@ -18,52 +18,28 @@
 
 #include <signal.h>
 
-#include <map>
-#include <set>
-
-#include "tests/integration/launch_test_util.h"
+#include "tests/integration/elastic_util.h"
 #include "tests/support/throw_text.h"
 #include "tools/launcher/launch_plan.h"
-#include "tools/report/json_value.h"
-#include "tools/report/metrics.h"
-#include "worker/train/epoch_split.h"
 
 namespace {
 
 namespace fs = std::filesystem;
 namespace report = pstrain::report;
-using pstrain::EpochCoverage;
 using pstrain::EpochSegment;
 using pstrain::EpochSplit;
+using elastic::kBatch;
+using elastic::kSamples;
+using elastic::kSeed;
 
-constexpr std::int64_t kSamples = 1024;  // configs/tiny_sync.toml: synthetic_train, seed 1, batch 32
-constexpr int kBatch = 32;
-constexpr std::uint64_t kSeed = 1;
 constexpr int kEpochs = 24;  // about 300 steps: seconds, the requests well before the end
 
 std::vector<std::string> grow_args(const fs::path& run, const std::string& mode,
                                    const std::vector<std::string>& extra = {}) {
-  auto args = it::launch_args(it::kSourceDir / "configs/tiny_sync.toml", run);
-  args.insert(args.end(), {"--set", "mode=\"" + mode + "\"", "--set", "cluster.workers=2", "--set",
-                           "cluster.min_workers=2", "--set", "cluster.max_workers=4", "--set",
-                           "workload.epochs=" + std::to_string(kEpochs), "--set", "output.trace=off", "--quiet"});
-  args.insert(args.end(), extra.begin(), extra.end());
-  return args;
+  std::vector<std::string> sets{"--set", "mode=\"" + mode + "\""};
+  sets.insert(sets.end(), extra.begin(), extra.end());
+  return elastic::job_args(it::kSourceDir / "configs/tiny_sync.toml", run, 2, 2, 4, kEpochs, sets);
 }
-
-int run_ctl(const fs::path& run, int count, const fs::path& out) {
-  const pid_t pid =
-      it::spawn({(it::kBinDir / "pstrain-ctl").string(), run.string(), "workers", std::to_string(count)}, {}, out);
-  const std::optional<int> code = it::wait_exit(pid, std::chrono::seconds(30));
-  REQUIRE(code.has_value());
-  return *code;
-}
-
-report::JsonValue summary_of(const fs::path& run) {
-  return report::parse_json(it::read_file(run / "summary.json"), "summary.json");
-}
-
-double final_accuracy(const fs::path& run) { return summary_of(run).find("final_test_accuracy")->as_number("number"); }
 
 struct Change {
   std::int64_t step = 0;  // the job's step it took effect at
@@ -103,36 +79,14 @@ std::vector<std::vector<EpochSegment>> segments_of(int initial, const std::vecto
 // coverage records of workers 0..3 hold per epoch is what the split gives.
 void check_coverage(const fs::path& run, int initial, const std::vector<Change>& changes) {
   const std::vector<std::vector<EpochSegment>> epochs = segments_of(initial, changes);
-  std::map<std::int64_t, EpochCoverage> trained;
-  for (int rank = 0; rank < 4; ++rank) {
-    if (!fs::exists(report::worker_metrics_path(run, rank))) continue;
-    const report::WorkerMetrics m = report::read_worker_metrics(report::worker_metrics_path(run, rank), rank);
-    for (const report::CoverageRecord& c : m.coverage) {
-      trained[c.epoch].add(EpochCoverage{c.samples, std::stoull(c.checksum, nullptr, 16)});
-    }
-  }
-  CHECK(trained.size() == kEpochs);
-  for (int epoch = 0; epoch < kEpochs; ++epoch) {
-    CAPTURE(epoch);
-    EpochCoverage expected;
-    std::set<std::int64_t> seen;
-    for (int rank = 0; rank < 4; ++rank) {
-      const EpochSplit split(kSamples, kBatch, kSeed, epoch, epochs[static_cast<std::size_t>(epoch)], rank);
-      for (std::int64_t b = 0; b < split.steps(); ++b) {
-        if (!split.shard_at(b).member) continue;
-        expected.add(split.batch(b));
-        seen.insert(split.batch(b).begin(), split.batch(b).end());
-      }
-    }
-    CHECK(static_cast<std::int64_t>(seen.size()) == kSamples);
-    CHECK(trained[epoch] == expected);
-  }
+  elastic::check_coverage(elastic::read_coverage(run, 4, true), kEpochs, 4,
+                          [&](int epoch) { return epochs[static_cast<std::size_t>(epoch)]; });
 }
 
 // The summary's membership changes: (step, workers) each, their reasons in order.
 std::vector<Change> summary_changes(const fs::path& run, std::vector<std::string>& reasons) {
   std::vector<Change> out;
-  const report::JsonValue summary = summary_of(run);
+  const report::JsonValue summary = sweep::read_summary(run);
   const report::JsonValue* changes = summary.find("membership_changes");
   REQUIRE(changes != nullptr);
   for (const report::JsonValue& c : changes->items()) {
@@ -152,20 +106,15 @@ bool plan_with(const fs::path& run, int workers) {
 void grow_run(const fs::path& dir, const std::string& mode) {
   CAPTURE(mode);
   const fs::path reference = dir / (mode + "-fixed");
-  {
-    const it::Result fixed = it::run_launch(grow_args(reference, mode), dir);
-    INFO(fixed.output);
-    REQUIRE(fixed.exit.code == 0);
-  }
+  elastic::run_reference(grow_args(reference, mode), dir);
   const fs::path run = dir / mode;
   it::LaunchProcess p(grow_args(run, mode), dir / (mode + "-out.txt"));
-  const bool training = it::wait_until([&] { return it::count_lines(run / "metrics/worker-0.jsonl") >= 3; },
-                                       std::chrono::seconds(120), "worker 0's first step");
+  const bool training = elastic::wait_training(run);
   INFO(p.output());
   REQUIRE(training);
-  CHECK(run_ctl(run, 4, dir / (mode + "-ctl4.txt")) == 0);
+  CHECK(elastic::run_ctl(run, 4, dir / (mode + "-ctl4.txt")) == 0);
   REQUIRE(it::wait_until([&] { return plan_with(run, 4); }, std::chrono::seconds(120), "4 workers"));
-  CHECK(run_ctl(run, 3, dir / (mode + "-ctl3.txt")) == 0);
+  CHECK(elastic::run_ctl(run, 3, dir / (mode + "-ctl3.txt")) == 0);
   const auto exit = p.wait(std::chrono::seconds(240));
   REQUIRE(exit.has_value());
   REQUIRE_FALSE(exit->signaled);
@@ -189,7 +138,7 @@ void grow_run(const fs::path& dir, const std::string& mode) {
   CHECK(w3.joined_at > 0);
   REQUIRE(w3.end.has_value());
   CHECK(w3.end->retired);
-  CHECK(final_accuracy(run) >= final_accuracy(reference) - 0.15);
+  CHECK(elastic::final_accuracy(run) >= elastic::final_accuracy(reference) - 0.15);
 }
 
 // The job of `run` still trains (worker 0 takes 20 more steps, its launcher
@@ -211,11 +160,7 @@ struct Joiner {
 
 // pstrain-worker --join against the job of `run` (its config and endpoint), with `extra` arguments.
 Joiner join_by_hand(const fs::path& run, const fs::path& out, const std::vector<std::string>& extra = {}) {
-  std::vector<std::string> argv{(it::kBinDir / "pstrain-worker").string(), "--config", (run / "config.toml").string(),
-                                "--scheduler", it::read_file(run / "scheduler.endpoint"), "--join"};
-  while (!argv[4].empty() && (argv[4].back() == '\n' || argv[4].back() == ' ')) argv[4].pop_back();
-  argv.insert(argv.end(), extra.begin(), extra.end());
-  const pid_t pid = it::spawn(argv, {}, out);
+  const pid_t pid = it::spawn(elastic::join_argv(run, extra), {}, out);
   const std::optional<int> code = it::wait_exit(pid, std::chrono::seconds(60));
   REQUIRE(code.has_value());
   return Joiner{*code, it::read_file(out)};
@@ -236,10 +181,7 @@ TEST_CASE("a --join is refused with its reason (not elastic, full, a rank in use
     args.insert(args.end(), extra.begin(), extra.end());
     return args;
   };
-  const auto training = [](const fs::path& run) {
-    return it::wait_until([&] { return it::count_lines(run / "metrics/worker-0.jsonl") >= 3; },
-                          std::chrono::seconds(120), "worker 0's first step");
-  };
+  const auto training = elastic::wait_training;
   {  // not elastic: cluster.max_workers = cluster.workers
     const fs::path run = dir.path() / "fixed";
     it::LaunchProcess p(long_run(run, {}), dir.path() / "fixed-out.txt");
@@ -265,12 +207,9 @@ TEST_CASE("a --join is refused with its reason (not elastic, full, a rank in use
   CHECK(j.code != 0);
   CHECK(it::contains(j.output, "refused, it has a different model layout"));
   // One joins slot 2 (and trains to the end, in the background); the next finds the job full.
-  std::vector<std::string> argv{(it::kBinDir / "pstrain-worker").string(), "--config", (run / "config.toml").string(),
-                                "--scheduler", it::read_file(run / "scheduler.endpoint"), "--join"};
-  while (!argv[4].empty() && (argv[4].back() == '\n' || argv[4].back() == ' ')) argv[4].pop_back();
-  const pid_t joiner = it::spawn(argv, {}, dir.path() / "joiner.txt");
-  REQUIRE(it::wait_until([&] { return it::contains(it::read_file(run / "logs/scheduler.log"), "worker 2 entered the job"); },
-                         std::chrono::seconds(60), "worker 2's entry"));
+  const pid_t joiner = it::spawn(elastic::join_argv(run), {}, dir.path() / "joiner.txt");
+  REQUIRE(elastic::wait_for_text(run / "logs/scheduler.log", "worker 2 entered the job", std::chrono::seconds(60),
+                                 "worker 2's entry"));
   j = join_by_hand(run, dir.path() / "full.txt");
   CHECK(j.code != 0);
   CHECK(it::contains(j.output, "refused, the job is full (3 workers in its 3 slots, cluster.max_workers)"));
@@ -289,12 +228,11 @@ TEST_CASE("a joiner killed (kill -9) before its boundary is abandoned: its slot 
   // timeout long enough that it is not dropped meanwhile).
   it::LaunchProcess p(grow_args(run, "sync", {"--set", "cluster.heartbeat_timeout_ms=60000"}),
                       dir.path() / "out.txt");
-  REQUIRE(it::wait_until([&] { return it::count_lines(run / "metrics/worker-0.jsonl") >= 3; },
-                         std::chrono::seconds(120), "worker 0's first step"));
+  REQUIRE(elastic::wait_training(run));
   INFO(p.output());
   const pid_t worker1 = it::read_pids(run).at("worker-1");
   REQUIRE(kill(worker1, SIGSTOP) == 0);
-  CHECK(run_ctl(run, 3, dir.path() / "ctl.txt") == 0);
+  CHECK(elastic::run_ctl(run, 3, dir.path() / "ctl.txt") == 0);
   const auto scheduler_log = [&] { return it::read_file(run / "logs/scheduler.log"); };
   REQUIRE(it::wait_until([&] { return it::contains(scheduler_log(), "worker 2 joins from"); },
                          std::chrono::seconds(60), "worker 2's registration"));
@@ -321,10 +259,9 @@ TEST_CASE("a join and a kill -9 of another worker under \"continue\": the job en
   const fs::path run = dir.path() / "run";
   it::LaunchProcess p(grow_args(run, "sync", {"--set", "cluster.on_worker_failure=\"continue\""}),
                       dir.path() / "out.txt");
-  REQUIRE(it::wait_until([&] { return it::count_lines(run / "metrics/worker-0.jsonl") >= 3; },
-                         std::chrono::seconds(120), "worker 0's first step"));
+  REQUIRE(elastic::wait_training(run));
   INFO(p.output());
-  CHECK(run_ctl(run, 3, dir.path() / "ctl.txt") == 0);
+  CHECK(elastic::run_ctl(run, 3, dir.path() / "ctl.txt") == 0);
   REQUIRE(it::wait_until([&] { return plan_with(run, 3); }, std::chrono::seconds(120), "3 workers"));
   REQUIRE(kill(it::read_pids(run).at("worker-1"), SIGKILL) == 0);
   const auto exit = p.wait(std::chrono::seconds(240));
@@ -356,10 +293,9 @@ TEST_CASE("2 -> 3 workers with a checkpoint every step: the joiner is counted in
     const fs::path run = dir.path() / ("run" + std::to_string(i));
     it::LaunchProcess p(grow_args(run, "sync", {"--set", "checkpoint.interval_steps=1"}),
                         dir.path() / ("out" + std::to_string(i) + ".txt"));
-    REQUIRE(it::wait_until([&] { return it::count_lines(run / "metrics/worker-0.jsonl") >= 3; },
-                           std::chrono::seconds(120), "worker 0's first step"));
+    REQUIRE(elastic::wait_training(run));
     INFO(p.output());
-    CHECK(run_ctl(run, 3, dir.path() / ("ctl" + std::to_string(i) + ".txt")) == 0);
+    CHECK(elastic::run_ctl(run, 3, dir.path() / ("ctl" + std::to_string(i) + ".txt")) == 0);
     const auto exit = p.wait(std::chrono::seconds(240));
     REQUIRE(exit.has_value());
     REQUIRE(exit->code == 0);
@@ -389,10 +325,9 @@ TEST_CASE("launch --resume of a checkpoint taken after a grow is refused with th
   it::TempDir dir;
   const fs::path run = dir.path() / "run";
   it::LaunchProcess p(grow_args(run, "sync", {"--set", "checkpoint.interval_steps=5"}), dir.path() / "out.txt");
-  REQUIRE(it::wait_until([&] { return it::count_lines(run / "metrics/worker-0.jsonl") >= 3; },
-                         std::chrono::seconds(120), "worker 0's first step"));
+  REQUIRE(elastic::wait_training(run));
   INFO(p.output());
-  CHECK(run_ctl(run, 3, dir.path() / "ctl.txt") == 0);
+  CHECK(elastic::run_ctl(run, 3, dir.path() / "ctl.txt") == 0);
   const auto grown_checkpoint = [&] {
     std::error_code ec;
     for (const auto& e : fs::directory_iterator(run / "checkpoints", ec)) {
