@@ -2,6 +2,7 @@
 // contents when the test is done. The one TempDir of every test area.
 #pragma once
 
+#include <stdio.h>
 #include <stdlib.h>
 
 #include <filesystem>
@@ -20,7 +21,13 @@ class TempDir {
     if (mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed for " + pattern);
     path_ = pattern;
   }
+  // PSTRAIN_KEEP_TEMP=1 keeps it (and says where) for a failure to be read afterwards.
   ~TempDir() {
+    const char* keep = getenv("PSTRAIN_KEEP_TEMP");
+    if (keep != nullptr && std::string(keep) == "1") {
+      fprintf(stderr, "kept %s (PSTRAIN_KEEP_TEMP=1)\n", path_.c_str());
+      return;
+    }
     std::error_code ec;
     std::filesystem::remove_all(path_, ec);
   }
