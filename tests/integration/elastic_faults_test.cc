@@ -35,14 +35,10 @@ namespace report = pstrain::report;
 using Clock = std::chrono::steady_clock;
 
 constexpr std::int64_t kSamples = 1024;  // configs/tiny_*.toml: synthetic_train, batch 32
-constexpr std::int64_t kBatch = 32;
-constexpr int kEpochs = 12;
+constexpr int kEpochs = 40;  // seconds of training: a restarted rank is back long before the last epoch
 
-// Images an epoch trains with `workers` members: whole steps, the last padded.
-std::int64_t epoch_images(int workers) {
-  const std::int64_t per_step = kBatch * workers;
-  return (kSamples + per_step - 1) / per_step * per_step;
-}
+// Images an epoch trains with `workers` members (the split pads the epoch to a multiple of them).
+std::int64_t epoch_images(int workers) { return (kSamples + workers - 1) / workers * workers; }
 
 struct Case {
   std::string mode;    // "sync" or "allreduce"
@@ -145,7 +141,7 @@ void check_restarted(const Run& r, int rank, bool joiner) {
   const std::string name = "worker " + std::to_string(rank);
   if (joiner) CHECK(it::contains(r.output, name + " (a joiner) was killed by signal 9"));
   CHECK(it::contains(r.output, "restarting it (1 of 2, cluster.on_worker_failure = \"restart\")"));
-  CHECK(it::contains(r.output, name + " restarting"));  // the status line showed it
+  CHECK(it::contains(r.output, "w" + std::to_string(rank) + " restarting"));  // the status line showed it
   const report::JsonValue summary = summary_of(r.dir);
   CHECK(ranks_in(summary, "restarts", "rank") == std::vector<int>{rank});
   CHECK(ranks_in(summary, "dropped_workers").empty());
@@ -157,7 +153,10 @@ void check_restarted(const Run& r, int rank, bool joiner) {
   REQUIRE(changes != nullptr);
   REQUIRE_FALSE(changes->items().empty());
   CHECK(changes->items().front().find("reason")->as_string("reason") == "ctl");
-  CHECK(changes->items().back().find("new_workers")->as_number("new_workers") == 3);
+  const report::JsonValue& last = changes->items().back();
+  CHECK(last.find("reason")->as_string("reason") == "rejoin");
+  CHECK(last.find("new_workers")->as_number("new_workers") == 3);
+  REQUIRE(last.find("epoch")->as_number("epoch") < kEpochs - 1);  // back before the last epoch
   const auto images = images_per_epoch(r.dir);
   REQUIRE(images.size() == kEpochs);
   for (const auto& [epoch, n] : images) CHECK(n > 0);
@@ -173,10 +172,15 @@ void check_went_on(const Run& r, int rank) {
   CHECK_FALSE(it::contains(r.output, "restarting it"));
   const report::JsonValue summary = summary_of(r.dir);
   CHECK(ranks_in(summary, "restarts", "rank").empty());
-  CHECK(ranks_in(summary, "dropped_workers") == std::vector<int>{rank});
+  // A joiner killed before it wrote a step record is not in the summary's workers (its metrics
+  // file holds none): the membership changes show its drop.
+  const std::vector<int> dropped = ranks_in(summary, "dropped_workers");
+  CHECK((dropped == std::vector<int>{rank} || (rank == 2 && dropped.empty())));
   const report::JsonValue* changes = summary.find("membership_changes");
   REQUIRE(changes != nullptr);
-  REQUIRE_FALSE(changes->items().empty());
+  REQUIRE(changes->items().size() >= 2);
+  CHECK(changes->items().front().find("reason")->as_string("reason") == "ctl");
+  CHECK(changes->items().back().find("reason")->as_string("reason") == "drop");
   CHECK(changes->items().back().find("new_workers")->as_number("new_workers") == 2);
   const auto images = images_per_epoch(r.dir);
   REQUIRE(images.size() == kEpochs);

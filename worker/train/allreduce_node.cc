@@ -154,10 +154,13 @@ CollectiveOptions first_collective(const CollectiveOptions& co, const std::optio
 // then says that generation and its members.
 std::unique_ptr<Collective> form_first(const std::string& backend, const CollectiveOptions& co,
                                        std::optional<AllreduceJoin>& join, SchedulerStore& store,
-                                       WorkerSession& session, const ClusterConfig& cluster, Logger& log) {
+                                       WorkerSession& session, const ClusterConfig& cluster, Logger& log,
+                                       std::chrono::milliseconds connect_timeout) {
   if (!join || !drops_failed_workers(cluster.on_worker_failure)) {
     return make_collective(backend, first_collective(co, join, session.rank()), store);
   }
+  CollectiveOptions watched = co;
+  watched.connect_timeout = connect_timeout;
   SchedulerClient& scheduler = session.scheduler();
   const auto take_drops = [&] {
     for (const int r : scheduler.take_dropped()) std::erase(join->live, r);
@@ -169,7 +172,7 @@ std::unique_ptr<Collective> form_first(const std::string& backend, const Collect
       if (join->live.size() < members) throw TransportError("a worker of the collective was dropped from the job");
     });
     try {
-      std::unique_ptr<Collective> c = make_collective(backend, first_collective(co, join, session.rank()), store);
+      std::unique_ptr<Collective> c = make_collective(backend, first_collective(watched, join, session.rank()), store);
       store.set_watch({});
       return c;
     } catch (const std::exception& e) {
@@ -234,8 +237,11 @@ int run_allreduce_node(const RunConfig& config, int requested_rank, const std::s
     co.host = collective_host(config.cluster, session.rank());
     co.cuda_device = backend.is_cuda() ? cuda_index(device) : 0;
     co.trace = &trace;
+    // A collective whose members may be lost while it forms (a joiner's, a re-formed one): once every
+    // address is published, a member that does not connect within about the heartbeat timeout is gone.
+    const auto connect_timeout = std::chrono::milliseconds(std::max(200, config.cluster.heartbeat_timeout_ms / 5));
     std::unique_ptr<Collective> collective = std::make_unique<CountingCollective>(
-        form_first(backend_name, co, join_at, store, session, config.cluster, log), traffic);
+        form_first(backend_name, co, join_at, store, session, config.cluster, log, connect_timeout), traffic);
     WorkerStart start = rejoin ? start_rejoined_worker(session.rank(), config, log)
                                : start_worker(resume_dir, session.rank(), config, workload.model->num_params(), log);
     const std::optional<WorkerCheckpoint>& resume = start.resume;
@@ -244,6 +250,7 @@ int run_allreduce_node(const RunConfig& config, int requested_rank, const std::s
     // cluster.on_worker_failure = "continue": the collective re-formed among the workers left.
     const ReformCollective reform = [&](int new_rank, int new_size, int generation, const std::function<void()>& watch) {
       CollectiveOptions again = co;
+      again.connect_timeout = connect_timeout;
       again.rank = new_rank;
       again.size = new_size;
       again.key_prefix = co.key_prefix + "gen-" + std::to_string(generation) + "/";
