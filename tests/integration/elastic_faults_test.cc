@@ -141,7 +141,9 @@ void check_restarted(const Run& r, int rank, bool joiner) {
   const std::string name = "worker " + std::to_string(rank);
   if (joiner) CHECK(it::contains(r.output, name + " (a joiner) was killed by signal 9"));
   CHECK(it::contains(r.output, "restarting it (1 of 2, cluster.on_worker_failure = \"restart\")"));
-  CHECK(it::contains(r.output, "w" + std::to_string(rank) + " restarting"));  // the status line showed it
+  // The status line shows the rank (a joiner's slot too) to the end; "wR restarting" shows while it
+  // is away, which may be shorter than the status line's interval (not checked).
+  CHECK(it::contains(r.output, "| w" + std::to_string(rank) + " done"));
   const report::JsonValue summary = summary_of(r.dir);
   CHECK(ranks_in(summary, "restarts", "rank") == std::vector<int>{rank});
   CHECK(ranks_in(summary, "dropped_workers").empty());
@@ -154,7 +156,9 @@ void check_restarted(const Run& r, int rank, bool joiner) {
   REQUIRE_FALSE(changes->items().empty());
   CHECK(changes->items().front().find("reason")->as_string("reason") == "ctl");
   const report::JsonValue& last = changes->items().back();
-  CHECK(last.find("reason")->as_string("reason") == "rejoin");
+  // Back by a "rejoin" change, or before the grow's boundary (no change shows the drop then).
+  const std::string reason = last.find("reason")->as_string("reason");
+  CHECK((reason == "rejoin" || reason == "ctl"));
   CHECK(last.find("new_workers")->as_number("new_workers") == 3);
   REQUIRE(last.find("epoch")->as_number("epoch") < kEpochs - 1);  // back before the last epoch
   const auto images = images_per_epoch(r.dir);
