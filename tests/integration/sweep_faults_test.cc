@@ -417,10 +417,12 @@ const std::vector<Case> kCases = {
     // 0.996-1.0 in 8 of 8 runs.
     {"straggler-ssp-8w-bound2", "ssp", 8, "", Fault::kStraggler, "worker", 5, 402, 30, 0.5, {"ps.staleness_bound=2"}},
     // Allreduce under "restart": the replacement rejoins and the collective is back to full size
-    // before the last epoch (check_job).
-    {"kill-allreduce-2w-restart", "allreduce", 2, "restart", Fault::kKill9, "worker", 1, 111, 6, 0.8},
-    {"kill-allreduce-4w-restart", "allreduce", 4, "restart", Fault::kKill9, "worker", 2, 112, 6, 0.8},
-    {"kill-allreduce-8w-restart", "allreduce", 8, "restart", Fault::kKill9, "worker", 5, 113, 12, 0.8},
+    // before the last epoch (check_job). 30 epochs: a rejoin heard of by nobody before the last
+    // epoch's end is told "end" (docs/architecture.md section 5), and with 6 the lone survivor of
+    // 2 workers finished the job (0.7 s) before the replacement had started (1 of 3 runs).
+    {"kill-allreduce-2w-restart", "allreduce", 2, "restart", Fault::kKill9, "worker", 1, 111, 30, 0.8},
+    {"kill-allreduce-4w-restart", "allreduce", 4, "restart", Fault::kKill9, "worker", 2, 112, 30, 0.8},
+    {"kill-allreduce-8w-restart", "allreduce", 8, "restart", Fault::kKill9, "worker", 5, 113, 24, 0.8},
     // A second seed for the kill rows (workload.seed orders each epoch's samples and picks the step).
     {"kill-sync-4w-continue-seed2", "sync", 4, "continue", Fault::kKill9, "worker", 0, 123, 6, 0.8},
     {"kill-async-2w-restart-seed2", "async", 2, "restart", Fault::kKill9, "worker", 0, 122, 6, 0.8},
