@@ -213,6 +213,8 @@ std::set<std::string> socket_inodes(pid_t pid) {
 struct TcpQueues {
   std::int64_t worker_unsent = 0;    // tx_queue of the worker's connection to the server: not yet acknowledged
   std::int64_t server_unread = 0;    // rx_queue of the server's side of it
+  std::int64_t server_unsent = 0;    // tx_queue of the server's side: its reply not yet acknowledged
+  std::int64_t worker_unread = 0;    // rx_queue of the worker's: what the kernel holds for it
 };
 
 // /proc/net/tcp: the worker's connection to `port` (found by its socket inodes) and its peer side.
@@ -221,8 +223,8 @@ std::optional<TcpQueues> queues_to(pid_t worker, int port) {
   std::istringstream in(it::read_file("/proc/net/tcp"));
   std::string line;
   std::getline(in, line);  // the column names
-  std::map<unsigned, std::int64_t> unread_by_peer_port;  // the server's sockets: peer port -> rx_queue
-  std::optional<std::pair<unsigned, std::int64_t>> mine;  // the worker's: local port, tx_queue
+  std::map<unsigned, std::pair<std::int64_t, std::int64_t>> server_side;  // the server's sockets: peer port -> tx, rx
+  std::optional<std::pair<unsigned, std::pair<std::int64_t, std::int64_t>>> mine;  // the worker's: local port, tx, rx
   while (std::getline(in, line)) {
     std::istringstream f(line);
     std::string slot, local, remote, state, queues, timer, retr, uid, timeout, inode;
@@ -231,11 +233,12 @@ std::optional<TcpQueues> queues_to(pid_t worker, int port) {
     const auto remote_port = static_cast<unsigned>(std::stoul(remote.substr(remote.find(':') + 1), nullptr, 16));
     const std::int64_t tx = std::stoll(queues.substr(0, queues.find(':')), nullptr, 16);
     const std::int64_t rx = std::stoll(queues.substr(queues.find(':') + 1), nullptr, 16);
-    if (static_cast<int>(local_port) == port) unread_by_peer_port[remote_port] = rx;
-    if (static_cast<int>(remote_port) == port && inodes.count(inode) == 1 && state == "01") mine = {{local_port, tx}};
+    if (static_cast<int>(local_port) == port) server_side[remote_port] = {tx, rx};
+    if (static_cast<int>(remote_port) == port && inodes.count(inode) == 1 && state == "01") mine = {{local_port, {tx, rx}}};
   }
-  if (!mine || unread_by_peer_port.count(mine->first) == 0) return std::nullopt;
-  return TcpQueues{mine->second, unread_by_peer_port.at(mine->first)};
+  if (!mine || server_side.count(mine->first) == 0) return std::nullopt;
+  const auto& [server_tx, server_rx] = server_side.at(mine->first);
+  return TcpQueues{mine->second.first, server_rx, server_tx, mine->second.second};
 }
 
 }  // namespace
@@ -320,4 +323,210 @@ TEST_CASE("sweep: a worker killed with a push half sent is dropped; the server a
   CHECK(summary.find("partial_updates")->as_integer("partial_updates") > 0);
   CHECK_FALSE(it::contains(it::read_file(run / "logs/server-0.log"), "error"));
   sweep::check_nothing_left(run, {worker});
+}
+
+namespace {
+
+// Whether the server (listening on `port`) still holds a connection from local port `peer_port`.
+bool server_holds_connection(int port, unsigned peer_port) {
+  std::istringstream in(it::read_file("/proc/net/tcp"));
+  std::string line;
+  std::getline(in, line);
+  while (std::getline(in, line)) {
+    std::istringstream f(line);
+    std::string slot, local, remote;
+    f >> slot >> local >> remote;
+    const auto local_port = std::stoul(local.substr(local.find(':') + 1), nullptr, 16);
+    const auto remote_port = std::stoul(remote.substr(remote.find(':') + 1), nullptr, 16);
+    if (static_cast<int>(local_port) == port && remote_port == peer_port) return true;
+  }
+  return false;
+}
+
+// The local port of `worker`'s established connection to `port`; 0 if none.
+unsigned worker_port_to(pid_t worker, int port) {
+  const std::set<std::string> inodes = socket_inodes(worker);
+  std::istringstream in(it::read_file("/proc/net/tcp"));
+  std::string line;
+  std::getline(in, line);
+  while (std::getline(in, line)) {
+    std::istringstream f(line);
+    std::string slot, local, remote, state, queues, timer, retr, uid, timeout, inode;
+    f >> slot >> local >> remote >> state >> queues >> timer >> retr >> uid >> timeout >> inode;
+    const auto remote_port = std::stoul(remote.substr(remote.find(':') + 1), nullptr, 16);
+    if (static_cast<int>(remote_port) == port && state == "01" && inodes.count(inode) == 1) {
+      return static_cast<unsigned>(std::stoul(local.substr(local.find(':') + 1), nullptr, 16));
+    }
+  }
+  return 0;
+}
+
+// At least 80 steps per worker: room for the tries of stop_until_reply_stuck (4 epochs of 8 steps
+// at 4 workers ran out of steps once).
+int pull_epochs(int workers) { return std::max(4, 80 * workers / 32); }
+constexpr std::int64_t kPullReplyBytes = std::int64_t{3274634} * 4;  // fmnist_cnn's parameters
+
+// The pull rows' coverage: epochs before the kill's whole; in the kill's epoch (that of the
+// victim's last step record, or the next when the pending reply was its epoch's last step's: the
+// others may begin the next epoch, with the victim as a member, before its drop), those left
+// train their whole shards (the victim's rest stays untrained under "continue":
+// docs/architecture.md section 5); every later epoch whole, split over those left (padded:
+// members x ceil(1024 / members)).
+void check_pull_coverage(const it::fs::path& run, int workers, int victim, bool restart, std::int64_t fault_epoch) {
+  const auto samples = sweep::samples_per_epoch(run, workers);
+  REQUIRE(static_cast<int>(samples.size()) == pull_epochs(workers));
+  const std::int64_t left = restart ? workers : workers - 1;
+  for (const auto& [epoch, images] : samples) {
+    CAPTURE(epoch);
+    CAPTURE(images);
+    if (epoch < fault_epoch) CHECK(images == sweep::kTrainSamples);
+    if (epoch > fault_epoch + 1) CHECK(images == left * ((sweep::kTrainSamples + left - 1) / left));
+    if (epoch != fault_epoch && epoch != fault_epoch + 1) continue;
+    std::int64_t others = 0;
+    for (int w = 0; w < workers; ++w) {
+      if (w == victim) continue;
+      for (const JsonValue& line : sweep::json_lines(sweep::worker_metrics(run, w))) {
+        if (sweep::type_of(line) == "step" && sweep::integer(line, "epoch") == epoch) others += sweep::integer(line, "batch");
+      }
+    }
+    CHECK(others >= (workers - 1) * (sweep::kTrainSamples / workers));
+    // The replacement finished the rank's shard from the step not yet applied; the step killed in
+    // its pull was applied, but its record died with the process (one batch short at most).
+    if (restart) CHECK(images >= sweep::kTrainSamples - sweep::kBatch);
+  }
+}
+
+// Stops `worker` until the server's reply to it is stuck (nullopt if that never came); a stop
+// that finds no reply in flight (the worker computing or pushing) is undone, and tried again a
+// step on.
+std::optional<TcpQueues> stop_until_reply_stuck(pid_t worker, int port, const it::fs::path& metrics) {
+  std::optional<TcpQueues> stuck;
+  for (int attempt = 0; attempt < 40 && !stuck; ++attempt) {
+    const int steps = sweep::step_records(metrics);
+    // Aimed: a reply arriving (bytes unread in the worker's socket), polled tightly; stopped anyway after 1 s.
+    const auto aim_until = std::chrono::steady_clock::now() + 1s;
+    while (std::chrono::steady_clock::now() < aim_until) {
+      const auto q = queues_to(worker, port);
+      if (q && q->worker_unread > 0) break;
+    }
+    REQUIRE(kill(worker, SIGSTOP) == 0);
+    it::wait_until(
+        [&] {
+          const auto q = queues_to(worker, port);
+          // Megabytes held (a push's reply is a header; only a pull's reply is this large), and less than the reply.
+          const std::int64_t held = q ? q->server_unsent + q->worker_unread : 0;
+          if (q && q->server_unsent > 0 && q->worker_unread > 0 && held > (1 << 20) && held < kPullReplyBytes) {
+            stuck = q;
+          }
+          return stuck.has_value();
+        },
+        2s, "the server's reply to be stuck");
+    if (stuck) break;
+    REQUIRE(kill(worker, SIGCONT) == 0);
+    REQUIRE(it::wait_until([&] { return sweep::step_records(metrics) > steps; }, 60s, "the victim's next step"));
+  }
+  return stuck;
+}
+
+// The pull rows' summary: the victim dropped (or restarted), every worker's images those of its
+// step records, every worker left at the same last step.
+void check_pull_summary(const it::fs::path& run, int workers, int victim, bool restart) {
+  const JsonValue summary = sweep::read_summary(run);
+  CHECK_FALSE(summary.find("partial")->as_bool("partial"));
+  CHECK(sweep::int_set(*summary.find("dropped_workers")) ==
+        (restart ? std::set<std::int64_t>{} : std::set<std::int64_t>{victim}));
+  CHECK(sweep::int_set(*summary.find("restarts"), "rank") ==
+        (restart ? std::set<std::int64_t>{victim} : std::set<std::int64_t>{}));
+  const auto& per_worker = summary.find("per_worker")->items();
+  REQUIRE(static_cast<int>(per_worker.size()) == workers);
+  std::set<std::int64_t> last_steps;
+  for (int w = 0; w < workers; ++w) {
+    CAPTURE(w);
+    const JsonValue& pw = per_worker[static_cast<std::size_t>(w)];
+    CHECK(pw.find("images")->as_integer("images") == sweep::images_recorded(run, w));
+    const std::string status = pw.find("status")->as_string("status");
+    if (w == victim) {
+      CHECK(status == (restart ? "restarted" : "dropped"));
+      if (!restart) continue;
+    } else {
+      CHECK(status == "done");
+    }
+    last_steps.insert(pw.find("steps_done")->as_integer("steps_done"));
+  }
+  CHECK(last_steps.size() == 1);  // every worker left ended at the same step
+}
+
+// fmnist_cnn (a 13 MB pull reply, one chunk per tensor under ps.partition_bytes 16 MiB) on one
+// server over tcp, simulated compute: the last worker is stopped until the server's reply to its
+// pull is stuck in flight (the worker's receive buffer full, the server's send queue holding the
+// rest: the kernels hold less than the reply, so the rest is queued in the server process), then
+// killed. The server closes the dead connection (its queued reply goes with it), answers the
+// others to the end, and the job goes on: under "continue" without the worker, at 1 worker under
+// "restart" (there "continue" leaves no worker: the scheduler ends the job) with its replacement.
+void kill_with_pull_pending(int workers) {
+  const int victim = workers - 1;
+  const bool restart = workers == 1;
+  CAPTURE(workers);
+  it::TempDir dir;
+  const auto run = dir.path() / "run";
+  auto args = it::launch_args(it::kSourceDir / "configs/tiny_sync.toml", run);
+  args.insert(args.end(), {"--set", "workload.model=fmnist_cnn", "--set", "workload.simulated_step_ms=20", "--set",
+                           "cluster.servers=1", "--set", "cluster.workers=" + std::to_string(workers), "--set",
+                           "cluster.transport=tcp", "--set", "ps.partition_bytes=16777216", "--set",
+                           std::string("cluster.on_worker_failure=") + (restart ? "restart" : "continue"), "--set",
+                           "cluster.heartbeat_timeout_ms=30000", "--set", "workload.epochs=" + std::to_string(pull_epochs(workers)), "--set",
+                           "workload.seed=" + std::to_string(700 + workers), "--set", "output.trace=off", "--quiet"});
+  it::LaunchProcess launch(args, dir.path() / "out.txt");
+  const auto metrics = sweep::worker_metrics(run, victim);
+  REQUIRE(it::wait_until([&] { return sweep::step_records(metrics) >= 2; }, 120s, "the victim's second step record"));
+  const auto pids = it::read_pids(run);
+  const pid_t server = pids.at("server-0");
+  const pid_t worker = pids.at("worker-" + std::to_string(victim));
+  const int port = listening_port(it::read_file(run / "logs/server-0.log"));
+  const std::optional<TcpQueues> stuck = stop_until_reply_stuck(worker, port, metrics);
+  INFO(launch.output());
+  REQUIRE(stuck.has_value());
+  it::note("pull reply pending (" + std::to_string(workers) + " workers): " + std::to_string(stuck->server_unsent) +
+           " bytes unacknowledged in the server's socket, " + std::to_string(stuck->worker_unread) +
+           " unread in worker " + std::to_string(victim) + "'s, of a " + std::to_string(kPullReplyBytes) + "-byte reply");
+  std::int64_t fault_epoch = 0;  // the epoch of the victim's latest step record
+  for (const JsonValue& line : sweep::json_lines(metrics)) {
+    if (sweep::type_of(line) == "step") fault_epoch = sweep::integer(line, "epoch");
+  }
+  const unsigned victim_port = worker_port_to(worker, port);
+  REQUIRE(victim_port != 0);
+  REQUIRE(kill(worker, SIGKILL) == 0);
+  // The server let the dead connection go (no socket, nor the reply queued on it, kept).
+  CHECK(it::wait_until([&] { return !server_holds_connection(port, victim_port); }, 30s,
+                       "the server to close the killed worker's connection"));
+
+  const auto exit = launch.wait(180s);
+  const std::string output = launch.output();
+  INFO(output);
+  REQUIRE(exit.has_value());
+  CHECK_FALSE(exit->signaled);
+  REQUIRE(exit->code == 0);
+  check_pull_summary(run, workers, victim, restart);
+  check_pull_coverage(run, workers, victim, restart, fault_epoch);
+  CHECK(sweep::server_total(run, 1, "pushes_rejected") == 0);
+  CHECK(sweep::server_total(run, 1, "duplicate_pushes") == 0);
+  const std::string server_log = it::read_file(run / "logs/server-0.log");
+  CHECK_FALSE(it::contains(server_log, "error"));
+  CHECK(it::fs::exists(run / "weights.bin"));
+  sweep::check_nothing_left(run, {worker});
+  CHECK(it::process_gone(server));
+}
+
+}  // namespace
+
+TEST_CASE("sweep: a worker killed with a pull reply pending, 1 worker (restart): the server survives, the job goes on") {
+  kill_with_pull_pending(1);
+}
+
+TEST_CASE("sweep: a worker killed with a pull reply pending, 2 workers (continue): the server survives, the job goes on") {
+  kill_with_pull_pending(2);
+}
+
+TEST_CASE("sweep: a worker killed with a pull reply pending, 4 workers (continue): the server survives, the job goes on") {
+  kill_with_pull_pending(4);
 }

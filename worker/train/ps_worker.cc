@@ -346,6 +346,15 @@ void write_final(Loop& L) {
   write_final_weights(L.config.output.run_dir, L.model.layout(), L.weights);
 }
 
+// Whether this worker evaluates the final weights and writes weights.bin, after the final
+// barrier: worker 0, or the lowest worker left once worker 0 was dropped ("continue"; asked of
+// the scheduler, as a checkpoint's manifest writer is). Before, a job whose worker 0 was dropped
+// ended well without weights.bin, its summary's final accuracy that of worker 0's last epoch.
+bool writes_final(Loop& L) {
+  const int rank = L.session.rank();
+  return rank == 0 || lowest_live_worker(L.session.scheduler(), L.config.cluster.timeout_ms) == rank;
+}
+
 // Completes the last prefetch (its weights are not needed).
 void kv_wait_quietly(Loop& L) {
   L.session.kv().wait(*L.prefetch);
@@ -485,8 +494,10 @@ TrainResult run_ps_worker(const RunConfig& config, WorkerSession& session, Workl
   }
   L.result.steps = step;
   L.result.time_s = metrics.elapsed_s();
-  if (session.rank() == 0) evaluate_and_record(L, step, driver.epoch_after(step), L.result.time_s);
-  if (session.rank() == 0) write_final(L);
+  if (writes_final(L)) {
+    evaluate_and_record(L, step, driver.epoch_after(step), L.result.time_s);
+    write_final(L);
+  }
   write_end_record(metrics, L.result);
   return L.result;
 }
