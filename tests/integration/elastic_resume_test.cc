@@ -16,6 +16,7 @@
 
 #include <signal.h>
 
+#include <algorithm>
 #include <map>
 #include <set>
 
@@ -115,7 +116,9 @@ Plan plan_of(const std::vector<int>& initial, const std::vector<Change>& changes
 // in (the interrupted processes' record of its earlier part is gone with them).
 // `images`: false where a rank ran two processes (retired, then joined again:
 // its end record counts the second one's images only).
-void check_epochs(const fs::path& run, const Plan& plan, std::int64_t resumed_at, bool images_too = true) {
+// A rank the resume did not start (retired before the checkpoint) keeps its records of the interrupted epoch.
+void check_epochs(const fs::path& run, const Plan& plan, std::int64_t resumed_at, const std::vector<int>& resumed,
+                  bool images_too = true) {
   std::map<std::int64_t, EpochCoverage> trained;
   std::int64_t images = 0;
   for (int rank = 0; rank < kRanks; ++rank) {
@@ -140,7 +143,8 @@ void check_epochs(const fs::path& run, const Plan& plan, std::int64_t resumed_at
         if (!split.shard_at(b).member) continue;
         seen.insert(split.batch(b).begin(), split.batch(b).end());
         expected_images += static_cast<std::int64_t>(split.batch(b).size());
-        if (start + b >= resumed_at || start + split.steps() <= resumed_at) expected.add(split.batch(b));
+        const bool kept = std::find(resumed.begin(), resumed.end(), rank) == resumed.end();
+        if (kept || start + b >= resumed_at || start + split.steps() <= resumed_at) expected.add(split.batch(b));
       }
     }
     CHECK(static_cast<std::int64_t>(seen.size()) == kSamples);
@@ -253,7 +257,7 @@ void grow_then_resume(const fs::path& dir, const std::string& mode) {
   for (const std::string& reason : reasons) CHECK(reason == "ctl");
   const Plan plan = plan_of(first(2), changes);
   check_ran_to_end(run, first(4), plan.total);
-  check_epochs(run, plan, resumed_at);
+  check_epochs(run, plan, resumed_at, first(4));
   CHECK(final_accuracy(run) >= final_accuracy(reference) - 0.15);
 }
 
@@ -274,6 +278,9 @@ TEST_CASE("launch --resume of a job shrunk 4 -> 3 starts ranks 0-2 only") {
     REQUIRE(it::wait_until([&] { return it::count_lines(run / "metrics/worker-0.jsonl") >= 3; },
                            std::chrono::seconds(120), "worker 0's first step"));
     CHECK(run_ctl(run, 3, dir.path() / "ctl3.txt") == 0);
+    // The retiree has written its end record and exited (an interrupt in between would leave its file without one).
+    CHECK(it::wait_until([&] { return it::contains(it::read_file(run / "metrics/worker-3.jsonl"), "\"type\":\"end\""); },
+                         std::chrono::seconds(120), "worker 3's end record"));
     resumed_at = interrupt_at(run, p, {0, 1, 2});
   }
   const it::Result resumed = it::run_launch(resume_args(run), dir.path());
@@ -291,7 +298,7 @@ TEST_CASE("launch --resume of a job shrunk 4 -> 3 starts ranks 0-2 only") {
   REQUIRE(w3.end.has_value());
   CHECK(w3.end->retired);  // its record from before the checkpoint: it was not started again
   CHECK(w3.end->steps == changes[0].step);
-  check_epochs(run, plan, resumed_at);
+  check_epochs(run, plan, resumed_at, first(3));
 }
 
 TEST_CASE("resume_members: the checkpoint's members, 0..workers-1 without a record, refusals with the reason") {
@@ -350,6 +357,8 @@ TEST_CASE("launch --resume starts the checkpoint's exact ranks (0, 1, 3) and the
     CHECK(run_ctl(run, 2, dir.path() / "ctl2.txt") == 0);
     REQUIRE(it::wait_until([&] { return it::contains(it::read_file(run / "logs/scheduler.log"), "worker 2 retired"); },
                            std::chrono::seconds(120), "worker 2's retirement"));
+    CHECK(it::wait_until([&] { return it::contains(it::read_file(run / "metrics/worker-2.jsonl"), "\"type\":\"end\""); },
+                         std::chrono::seconds(120), "worker 2's end record"));
     std::string endpoint = it::read_file(run / "scheduler.endpoint");
     while (!endpoint.empty() && (endpoint.back() == '\n' || endpoint.back() == ' ')) endpoint.pop_back();
     joiner = it::spawn({(it::kBinDir / "pstrain-worker").string(), "--config", (run / "config.toml").string(),
@@ -387,5 +396,5 @@ TEST_CASE("launch --resume starts the checkpoint's exact ranks (0, 1, 3) and the
   REQUIRE(w3.end.has_value());
   CHECK(w3.end->retired);
   CHECK(w3.end->steps == changes[2].step);
-  check_epochs(run, plan, resumed_at);
+  check_epochs(run, plan, resumed_at, {0, 1, 3});
 }
