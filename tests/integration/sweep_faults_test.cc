@@ -420,8 +420,10 @@ const std::vector<Case> kCases = {
     {"straggler-ssp-4w-bound0", "ssp", 4, "", Fault::kStraggler, "worker", 2, 401, 6, 0.8, {"ps.staleness_bound=0"}},
     // 0.5: with a 4x straggler at bound 2 (staleness up to 21 updates) 12 epochs (48 steps) ended
     // anywhere from 0.23 to 1.0 (ssp's order of updates varies from run to run); 30 epochs reached
-    // 0.996-1.0 in 8 of 8 runs.
-    {"straggler-ssp-8w-bound2", "ssp", 8, "", Fault::kStraggler, "worker", 5, 402, 30, 0.5, {"ps.staleness_bound=2"}},
+    // 0.996-1.0 in 8 of 8 runs; then one run of the full suite diverged (0.098) at the sweeps'
+    // async/ssp rate (0.025): this row trains at 0.01 (3 of 3 runs passed).
+    {"straggler-ssp-8w-bound2", "ssp", 8, "", Fault::kStraggler, "worker", 5, 402, 30, 0.5,
+     {"ps.staleness_bound=2", "optimizer.lr=0.01"}},
     // Allreduce under "restart": the replacement rejoins and the collective is back to full size
     // before the last epoch (check_job). 30 epochs: a rejoin heard of by nobody before the last
     // epoch's end is told "end" (docs/architecture.md section 5), and with 6 the lone survivor of
