@@ -3,7 +3,9 @@
 // workers of N cover the whole training set from the epoch after a drop.
 #include <doctest/doctest.h>
 
+#include <fstream>
 #include <map>
+#include <string>
 #include <vector>
 
 #include "common/config/config.h"
@@ -14,6 +16,7 @@
 #include "worker/train/epoch_driver.h"
 #include "worker/train/epoch_members.h"
 #include "worker/train/metrics.h"
+#include "tests/support/temp_dir.h"
 
 using namespace pstrain;
 
@@ -150,4 +153,43 @@ TEST_CASE("epoch members: text and history are checked") {
   CHECK_FALSE(back.member);
   CHECK(back.position == 1);
   CHECK(back.replicas == 2);
+}
+
+// A grow inside epoch 0 (2 -> 3 workers) can leave it as many steps as epoch 1 after a drop
+// (3 -> 2): the "plan" record of epoch 1 must still be written, since the summary reads the
+// membership changes from these records (it was skipped when the steps matched: a drop missing
+// from summary.json and the status line's total left at the 3-worker plan).
+TEST_CASE("EpochDriver writes a plan record when an epoch's workers change even if its steps do not") {
+  const data::Dataset train = data::make_synthetic(60, 1);
+  RunConfig config;
+  config.workload.batch_size = 5;
+  config.workload.epochs = 2;
+  Logger log("test", LogLevel::kWarn);
+  test::TempDir dir;
+  const auto ask = [](int epoch) { return epoch == 0 ? std::vector<int>{0, 1} : std::vector<int>{0, 2}; };
+  EpochMembers members(ask);
+  members.add_segment(0, 4, {0, 1, 2}, "ctl");
+  std::map<int, int> steps;  // epoch -> steps run
+  {
+    EpochDriver driver(config, train, 0, 2);
+    MetricsWriter metrics(dir.path().string(), "worker-0.jsonl");
+    const std::int64_t images = 0;
+    driver.run(
+        log, metrics, images,
+        [&](std::span<const std::int64_t>, std::int64_t, int epoch, double) {
+          ++steps[epoch];
+          return 0.0;
+        },
+        [](std::int64_t, int, bool) {}, 0, &members);
+  }
+  REQUIRE(steps[0] == steps[1]);  // the case this is about: the same steps, other workers
+  std::ifstream in(dir.path() / "metrics/worker-0.jsonl");
+  std::vector<std::string> plans;
+  for (std::string line; std::getline(in, line);) {
+    if (line.find("\"type\":\"plan\"") != std::string::npos) plans.push_back(line);
+  }
+  REQUIRE(plans.size() == 3);  // the job's plan, the grow in epoch 0, epoch 1's two workers
+  CHECK(plans[1].find("\"workers\":3") != std::string::npos);
+  CHECK(plans[2].find("\"epoch\":1") != std::string::npos);
+  CHECK(plans[2].find("\"workers\":2") != std::string::npos);
 }

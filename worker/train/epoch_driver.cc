@@ -91,6 +91,7 @@ struct EpochDriver::Walk {
   ProgressWindow window;
   EpochCoverage coverage{};    // this epoch's samples trained by this process
   std::int64_t epoch_first = 0;  // the first step this process ran in the epoch
+  int announced_workers = -1;  // the workers sharing the epoch in the last "plan" record (-1: not said)
 };
 
 namespace {
@@ -107,13 +108,17 @@ void write_coverage(EpochDriver::Walk& w) {
 void EpochDriver::replan(Walk& w, const EpochSplit& split, std::int64_t at, bool changed) const {
   const std::vector<EpochSegment>& segments = w.who.segments(w.epoch);
   w.total = planned_total(w.start, w.epoch, split, segments);
-  if (split.steps() == w.announced && !changed) return;
   const std::int64_t b = std::min(at - w.start, split.steps() - 1);
   const std::size_t k = split.segment_at(std::max<std::int64_t>(b, 0));
+  const int workers = split.shard_at(std::max<std::int64_t>(b, 0)).replicas;
+  // Written when the steps or the workers differ from the last record's: a drop can leave an
+  // epoch as many steps as the one before (a grow in its middle), and the summary reads the
+  // membership changes from these records.
+  if (split.steps() == w.announced && workers == w.announced_workers && !changed) return;
   JsonLine plan;
   plan.add("type", "plan").add("time_s", w.metrics.elapsed_s()).add("total_steps", w.total)
       .add("steps_per_epoch", split.steps()).add("epochs", epochs_).add("epoch", w.epoch)
-      .add("workers", split.shard_at(std::max<std::int64_t>(b, 0)).replicas);
+      .add("workers", workers);
   if (k > 0) plan.add("step", w.start + segments[k].from_step);
   if (k > 0 && !segments[k].reason.empty()) plan.add("reason", segments[k].reason);
   w.metrics.write(plan);
@@ -123,6 +128,7 @@ void EpochDriver::replan(Walk& w, const EpochSplit& split, std::int64_t at, bool
              std::to_string(split.steps()) + (k > 0 ? " steps in this epoch, " : " steps per epoch, ") +
              std::to_string(w.total) + " in all");
   w.announced = split.steps();
+  w.announced_workers = workers;
 }
 
 bool EpochDriver::run_epoch(Walk& w) const {
@@ -214,6 +220,7 @@ std::int64_t EpochDriver::run(Logger& log, MetricsWriter& metrics, const std::in
     metrics.write(JsonLine().add("type", "plan").add("time_s", metrics.elapsed_s()).add("total_steps", total)
                       .add("steps_per_epoch", per_epoch).add("epochs", epochs_));
     w.announced = per_epoch;
+    w.announced_workers = static_cast<int>(who.of(epoch).size());  // the summary's starting count
   }
   if (w.step > 0 && w.step == start && epoch > 0 && epoch < epochs_ && w.step < total) epoch_end(w.step, epoch - 1, false);
   for (; epoch < epochs_ && w.step < w.total; ++epoch) {
