@@ -34,7 +34,7 @@ StepPosition parse_step_position(const std::string& text) {
 std::optional<MembershipBoundary> choose_boundary(const std::vector<StepPosition>& answers) {
   std::optional<MembershipBoundary> b;
   for (const StepPosition& p : answers) {
-    if (p.end) continue;
+    if (p.end) return std::nullopt;  // it trained its shards to the end under the split it had
     if (!b || p.epoch > b->epoch || (p.epoch == b->epoch && p.step > b->from_step)) {
       b = MembershipBoundary{p.epoch, p.step, p.global};
     }
@@ -85,7 +85,8 @@ bool MembershipChange::answered_by(const std::vector<int>& live, const std::vect
 std::optional<MembershipBoundary> MembershipChange::boundary(const std::vector<int>& live) const {
   std::vector<StepPosition> answers;
   for (const int r : live) {
-    if (auto it = answers_.find(r); it != answers_.end()) answers.push_back(it->second);
+    const auto it = answers_.find(r);
+    answers.push_back(it != answers_.end() ? it->second : StepPosition{0, 0, true});  // finished: no step left
   }
   return choose_boundary(answers);
 }

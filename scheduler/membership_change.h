@@ -39,7 +39,13 @@ struct MembershipBoundary {
 
 // The boundary ahead of every answer: the most advanced (epoch, step), and
 // at least the epoch's step 1 (an epoch's step 0 is its first segment,
-// fixed by its members' key). nullopt when every worker has ended.
+// fixed by its members' key). nullopt when any worker has no step left
+// ("end"): it trained its shard of every epoch to the end under the split it
+// had, so no step is ahead of it, and re-splitting the rest among the others
+// would train some samples twice and others never (async: a worker that
+// finished while another lagged epochs behind; before, the laggard alone
+// re-split its epoch, and the next one, fixed with the old members, read as
+// a "rejoin" in summary.json: tests/integration/elastic_grow_test.cc).
 std::optional<MembershipBoundary> choose_boundary(const std::vector<StepPosition>& answers);
 
 // The decision's text (the value of kMembershipPrefix + "<change>"):
@@ -71,7 +77,8 @@ class MembershipChange {
   // Whether every worker of `live` answered or is in `finished` (done, or
   // waiting at the job's last barrier: no step left).
   bool answered_by(const std::vector<int>& live, const std::vector<int>& finished) const;
-  // The boundary from the answers of `live`.
+  // The boundary from the answers of `live`; a worker of `live` without an
+  // answer is finished (answered_by), so none.
   std::optional<MembershipBoundary> boundary(const std::vector<int>& live) const;
 
  private:

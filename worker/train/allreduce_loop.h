@@ -118,6 +118,12 @@ int resync_replicas(Loop& L);
 // it cannot be (no reform, or nobody was dropped in time).
 bool reform_collective(Loop& L, const std::string& why);
 
+// After the collective failed with `why`: under "continue"/"restart" the
+// re-form (reform_collective: true once re-formed); under "abort" false,
+// after hearing the scheduler out (allreduce_worker.cc: its abort naming the
+// failed worker, or its silence, ends this worker with that reason first).
+bool recover_collective(Loop& L, const std::string& why);
+
 // Runs `phase` of the collective: when the collective fails in it (a peer
 // gone: TransportError, TimeoutError), re-forms it among the workers left
 // (reform_collective; the replicas take the most advanced one) and runs the
@@ -130,9 +136,9 @@ void in_collective(Loop& L, Phase&& phase) {
       phase();
       return;
     } catch (const TransportError& e) {
-      if (!reform_collective(L, e.what())) throw;
+      if (!recover_collective(L, e.what())) throw;
     } catch (const TimeoutError& e) {
-      if (!reform_collective(L, e.what())) throw;
+      if (!recover_collective(L, e.what())) throw;
     }
   }
 }

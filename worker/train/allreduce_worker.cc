@@ -9,9 +9,11 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "common/base/errors.h"
+#include "common/node/retry.h"
 #include "worker/collective/gradient_buckets.h"
 #include "worker/collective/replica_resync.h"
 #include "worker/nn/device_buffer.h"
@@ -49,7 +51,12 @@ void on_collective_memory(Loop& L, std::span<float> host, const std::function<vo
 // messages meanwhile so an abort of the job reaches this worker promptly
 // (and a membership change is answered: allreduce_elastic.cc).
 // A peer the scheduler dropped meanwhile ends the wait at once (when the
-// collective may be re-formed), not at the collective's timeout.
+// collective may be re-formed), not at the collective's timeout. A scheduler
+// silent for heartbeat_timeout_ms ends it too (check_scheduler_alive): a
+// peer may be held elsewhere (asking the stopped scheduler for an epoch's
+// members), and this worker would otherwise wait out the collective's
+// timeout, or fail only when that peer exits, naming the closed connection
+// instead of the scheduler (sweep_scheduler_test.cc, stop-allreduce-4w).
 void wait_collective(Loop& L) {
   while (!L.collective->wait_all(std::chrono::milliseconds(200))) {
     if (L.session.scheduler().handle_incoming()) {
@@ -64,7 +71,35 @@ void wait_collective(Loop& L) {
       }
       if (dropped) throw TransportError("a worker of the collective was dropped from the job");
     }
+    L.session.scheduler().check_scheduler_alive();
   }
+}
+
+// Under "abort" (no re-form): before this worker fails with its collective's
+// error, the scheduler gets its say on why the collective failed, for at
+// most heartbeat_timeout_ms and a second (a peer that failed reports it, or
+// the launcher's exit record or the peer's silence tells the scheduler,
+// which then aborts the job: AbortedError naming that peer), or its own
+// silence is named (TransportError, check_scheduler_alive). Without it a
+// worker whose peer had exited naming the stopped scheduler could exit
+// first, naming only the closed connection, and be taken for the cause.
+void hear_scheduler_out(Loop& L, const std::string& why) {
+  const int wait_ms = L.config.cluster.heartbeat_timeout_ms + 1000;
+  RetryOptions poll;
+  poll.interval = std::chrono::milliseconds(50);
+  poll.watch = watch_scheduler(L.session.scheduler(),
+                               "worker " + std::to_string(L.session.rank()) + "'s collective had failed");
+  poll.watch();  // its word may be here already (or `why` was its silence, named by wait_collective)
+  L.log.warn("the collective failed: " + why + "; waiting up to " + std::to_string(wait_ms) +
+             " ms for the scheduler's word on the failed worker");
+  retry_until(RetryClock::now() + std::chrono::milliseconds(wait_ms), "", nullptr,
+              []() -> std::optional<bool> { return std::nullopt; }, poll);
+}
+
+bool recover_collective(Loop& L, const std::string& why) {
+  if (L.reforms_on_failure) return reform_collective(L, why);
+  hear_scheduler_out(L, why);
+  return false;
 }
 
 // After a resync: when the replicas' progress is past the phase of the newest
@@ -444,6 +479,9 @@ TrainResult run_allreduce_worker(const RunConfig& config, WorkerSession& session
         L.driver = &driver;  // from the first step on, next_step() answers a membership change
         const double loss = run_step(L, batch, s, epoch, lr);
         settle_changes(L);
+        // A step that waited on nothing checked nothing: a scheduler silent past the timeout
+        // (its heartbeats drained just above) ends training here, not at the next wait for it.
+        session.scheduler().check_scheduler_alive();
         return loss;
       },
       [&](std::int64_t s, int epoch, bool last) { end_epoch(L, s, epoch, last, join); },
