@@ -339,8 +339,9 @@ inline float within(float x, std::int32_t bound) { return abs_bits(x) <= bound ?
 // One in-place SGD loop per variant (plain, momentum, Nesterov), each
 // vectorizes; restrict: w, velocity and the gradient never alias.
 template <class Source, class Mean, class Plus>
-PSTRAIN_INLINE_LOOP void sgd_in_place_loops(float* __restrict w, Source source, Mean mean, Plus plus, float* __restrict velocity,
-                       std::size_t num_elems, const SgdCoefficients c, std::int32_t bound) {
+PSTRAIN_INLINE_LOOP void sgd_in_place_loops(float* __restrict w, Source source, Mean mean, Plus plus,
+                                            float* __restrict velocity, std::size_t num_elems, const SgdCoefficients c,
+                                            std::int32_t bound) {
   if (velocity == nullptr || c.momentum == 0.0f) {
     for (std::size_t i = 0; i < num_elems; ++i) w[i] = sgd_plain(w[i], mean(within(plus(i, source(i)), bound)), c);
     return;

@@ -240,7 +240,9 @@ namespace {
 // The largest |value| as bits, one value at a time (the reference for max_bits' lanes).
 std::uint32_t scalar_bound(const std::vector<float>& v, std::size_t begin, std::size_t n) {
   std::uint32_t bits = 0;
-  for (std::size_t i = begin; i < begin + n; ++i) bits = std::max(bits, std::bit_cast<std::uint32_t>(v[i]) & 0x7fffffffu);
+  for (std::size_t i = begin; i < begin + n; ++i) {
+    bits = std::max(bits, std::bit_cast<std::uint32_t>(v[i]) & 0x7fffffffu);
+  }
   return bits;
 }
 
@@ -300,7 +302,8 @@ TEST_CASE("shard store: a refused update leaves the weights and the optimizer's 
     double momentum;
     bool nesterov;
   };
-  for (const Case k : {Case{"sgd", 0.0, false}, Case{"sgd", 0.9, false}, Case{"sgd", 0.9, true}, Case{"adam", 0.0, false}}) {
+  const Case cases[] = {{"sgd", 0.0, false}, {"sgd", 0.9, false}, {"sgd", 0.9, true}, {"adam", 0.0, false}};
+  for (const Case k : cases) {
     CAPTURE(k.name);
     CAPTURE(k.momentum);
     CAPTURE(k.nesterov);
