@@ -263,6 +263,37 @@ std::int64_t add_checked(const float* sum, GradSource g, float* out, std::size_t
 
 namespace {
 
+// The in-place path's two loops (the gradient's bound, the update) are also
+// compiled for AVX2 where the build's baseline is older (x86-64: SSE2) and
+// taken when the CPU has it (wide_vectors()): twice the lanes for the same
+// instructions. No FMA is enabled, so every float operation rounds as in the
+// baseline loops (same bits; tests/server/in_place_update_test.cc), and the
+// bound is an integer max, exact either way.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__AVX2__)
+#define PSTRAIN_AVX2_CLONES 1
+#define PSTRAIN_TARGET_AVX2 __attribute__((target("avx2")))
+#define PSTRAIN_INLINE_LOOP [[gnu::always_inline]] inline
+bool wide_vectors() {
+  static const bool yes = __builtin_cpu_supports("avx2") != 0;
+  return yes;
+}
+#else
+#define PSTRAIN_AVX2_CLONES 0
+#define PSTRAIN_INLINE_LOOP inline
+#endif
+
+}  // namespace
+
+bool in_place_wide_vectors() {
+#if PSTRAIN_AVX2_CLONES
+  return wide_vectors();
+#else
+  return false;
+#endif
+}
+
+namespace {
+
 // |x| as bits, in a signed 32-bit lane (below 2^31): an integer max that
 // SSE2 vectorizes (a compare and a select), with no NaN rule in the way as
 // a float max has.
@@ -273,7 +304,7 @@ inline std::int32_t abs_bits(float x) {
 // The largest abs_bits(value(i)) over [0, n), in 16 independent maxima (four
 // vectors): one running max would wait on each compare before the next.
 template <class Value>
-std::uint32_t max_bits(Value value, std::size_t n) {
+PSTRAIN_INLINE_LOOP std::uint32_t max_bits_loop(Value value, std::size_t n) {
   constexpr std::size_t kLanes = 16;
   std::int32_t lanes[kLanes] = {};
   std::size_t i = 0;
@@ -286,6 +317,21 @@ std::uint32_t max_bits(Value value, std::size_t n) {
   return static_cast<std::uint32_t>(bits);
 }
 
+#if PSTRAIN_AVX2_CLONES
+template <class Value>
+PSTRAIN_TARGET_AVX2 std::uint32_t max_bits_avx2(Value value, std::size_t n) {
+  return max_bits_loop(value, n);
+}
+#endif
+
+template <class Value>
+std::uint32_t max_bits(Value value, std::size_t n) {
+#if PSTRAIN_AVX2_CLONES
+  if (wide_vectors()) return max_bits_avx2(value, n);
+#endif
+  return max_bits_loop(value, n);
+}
+
 // x itself while |x| is within the bound (as bits), else 0 (a NaN's bits
 // are above every bound): x's bits unchanged, signed zeros included.
 inline float within(float x, std::int32_t bound) { return abs_bits(x) <= bound ? x : 0.0f; }
@@ -293,8 +339,9 @@ inline float within(float x, std::int32_t bound) { return abs_bits(x) <= bound ?
 // One in-place SGD loop per variant (plain, momentum, Nesterov), each
 // vectorizes; restrict: w, velocity and the gradient never alias.
 template <class Source, class Mean, class Plus>
-void sgd_in_place_pass(float* __restrict w, Source source, Mean mean, Plus plus, float* __restrict velocity,
-                       std::size_t num_elems, const SgdCoefficients c, std::int32_t bound) {
+PSTRAIN_INLINE_LOOP void sgd_in_place_loops(float* __restrict w, Source source, Mean mean, Plus plus,
+                                            float* __restrict velocity, std::size_t num_elems, const SgdCoefficients c,
+                                            std::int32_t bound) {
   if (velocity == nullptr || c.momentum == 0.0f) {
     for (std::size_t i = 0; i < num_elems; ++i) w[i] = sgd_plain(w[i], mean(within(plus(i, source(i)), bound)), c);
     return;
@@ -313,6 +360,24 @@ void sgd_in_place_pass(float* __restrict w, Source source, Mean mean, Plus plus,
   } else {
     loop(std::false_type{});
   }
+}
+
+#if PSTRAIN_AVX2_CLONES
+template <class Source, class Mean, class Plus>
+PSTRAIN_TARGET_AVX2 void sgd_in_place_avx2(float* __restrict w, Source source, Mean mean, Plus plus,
+                                           float* __restrict velocity, std::size_t num_elems, const SgdCoefficients c,
+                                           std::int32_t bound) {
+  sgd_in_place_loops(w, source, mean, plus, velocity, num_elems, c, bound);
+}
+#endif
+
+template <class Source, class Mean, class Plus>
+void sgd_in_place_pass(float* __restrict w, Source source, Mean mean, Plus plus, float* __restrict velocity,
+                       std::size_t num_elems, const SgdCoefficients c, std::int32_t bound) {
+#if PSTRAIN_AVX2_CLONES
+  if (wide_vectors()) return sgd_in_place_avx2(w, source, mean, plus, velocity, num_elems, c, bound);
+#endif
+  sgd_in_place_loops(w, source, mean, plus, velocity, num_elems, c, bound);
 }
 
 }  // namespace

@@ -188,5 +188,9 @@ std::optional<SgdBounds> sgd_bounds_after(const SgdCoefficients& c, double max_w
 // exactly its update.
 void sgd_update_in_place(float* w, GradSource g, float* velocity, std::size_t num_elems, const SgdCoefficients& c,
                          std::uint32_t max_g_bits);
+// Whether this process runs gradient_bound_bits, max_abs_bits and
+// sgd_update_in_place in their AVX2 build (an x86-64 build without -mavx2 on
+// a CPU with AVX2): the same results, in wider vectors.
+bool in_place_wide_vectors();
 
 }  // namespace pstrain::update

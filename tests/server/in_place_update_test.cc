@@ -234,3 +234,115 @@ TEST_CASE("shard store: in place, a NaN gradient or one that would overflow is r
   store.push(0, 0, 1, std::span<const float>(std::vector<float>(100, 0.5f)), 0.1);  // and it goes on in place
   CHECK(store.stats().in_place_updates == 2);
 }
+
+namespace {
+
+// The largest |value| as bits, one value at a time (the reference for max_bits' lanes).
+std::uint32_t scalar_bound(const std::vector<float>& v, std::size_t begin, std::size_t n) {
+  std::uint32_t bits = 0;
+  for (std::size_t i = begin; i < begin + n; ++i) {
+    bits = std::max(bits, std::bit_cast<std::uint32_t>(v[i]) & 0x7fffffffu);
+  }
+  return bits;
+}
+
+bool same_bits(const float* a, const float* b, std::size_t n) { return std::memcmp(a, b, n * sizeof(float)) == 0; }
+
+}  // namespace
+
+TEST_CASE("in-place loops: the AVX2 build where the CPU has it, the same bits at every length and alignment") {
+#if defined(__x86_64__) && defined(__GNUC__)
+  // An x86-64 build without -mavx2 takes the AVX2 loops exactly when the CPU has AVX2.
+  CHECK(update::in_place_wide_vectors() == (__builtin_cpu_supports("avx2") != 0));
+#endif
+  const std::size_t longest = 300;  // past several groups of 16 and 32 lanes, each tail length
+  std::vector<float> w0 = normals(longest + 8, 11, 1.0f), v0 = normals(longest + 8, 12, 0.1f);
+  std::vector<float> g = normals(longest + 8, 13, 0.01f);
+  for (std::size_t offset = 0; offset < 4; ++offset) {    // 4-byte steps off the buffers' alignment
+    for (std::size_t n = 0; n <= longest; n += (n < 70 ? 1 : 23)) {
+      CAPTURE(offset);
+      CAPTURE(n);
+      const update::GradSource src{g.data() + offset, nullptr, 1, nullptr};
+      REQUIRE(update::gradient_bound_bits(src, n) == scalar_bound(g, offset, n));
+      REQUIRE(update::max_abs_bits(w0.data() + offset, n) == scalar_bound(w0, offset, n));
+      const update::SgdCoefficients c{0.05f, 5e-4f, 0.9f, true};
+      std::vector<float> w_out(n), v_out(n);
+      REQUIRE(update::sgd_update_into(w0.data() + offset, w_out.data(), src, v0.data() + offset, v_out.data(), n, c)
+                  .clean());
+      std::vector<float> w(w0), v(v0);
+      update::sgd_update_in_place(w.data() + offset, src, v.data() + offset, n, c, update::gradient_bound_bits(src, n));
+      CHECK(same_bits(w.data() + offset, w_out.data(), n));
+      CHECK(same_bits(v.data() + offset, v_out.data(), n));
+      CHECK(same_bits(w.data(), w0.data(), offset));  // nothing outside the range
+      CHECK(same_bits(w.data() + offset + n, w0.data() + offset + n, w0.size() - offset - n));
+    }
+  }
+  // A NaN or Inf at any place of a range, the tail included, shows in the bound.
+  for (const std::size_t n : {1u, 15u, 16u, 31u, 32u, 33u, 64u, 97u}) {
+    for (std::size_t at = 0; at < n; at += (n > 40 ? 7 : 1)) {
+      for (const float bad : {std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::infinity()}) {
+        CAPTURE(n);
+        CAPTURE(at);
+        std::vector<float> h(g.begin(), g.begin() + static_cast<std::ptrdiff_t>(n));
+        h[at] = bad;
+        CHECK(update::gradient_bound_bits(update::GradSource{h.data(), nullptr, 1, nullptr}, n) >=
+              update::kNonFiniteBits);
+      }
+    }
+  }
+}
+
+TEST_CASE("shard store: a refused update leaves the weights and the optimizer's state bit for bit, every optimizer") {
+  const std::int64_t n = 1037;  // not a multiple of any vector width
+  ParamLayout layout;
+  layout.add("w", {n});
+  const ShardMap map(layout, 1, n * 4);
+  struct Case {
+    const char* name;
+    double momentum;
+    bool nesterov;
+  };
+  const Case cases[] = {{"sgd", 0.0, false}, {"sgd", 0.9, false}, {"sgd", 0.9, true}, {"adam", 0.0, false}};
+  for (const Case k : cases) {
+    CAPTURE(k.name);
+    CAPTURE(k.momentum);
+    CAPTURE(k.nesterov);
+    StoreOptions o;
+    o.consistency = ConsistencyOptions{Mode::kAsync, 0};
+    o.optimizer.name = k.name;
+    o.optimizer.momentum = k.momentum;
+    o.optimizer.nesterov = k.nesterov;
+    o.optimizer.weight_decay = 5e-4;
+    ShardStore store(map, 0, 1, o), twin(map, 0, 1, o);  // twin: never sees the bad pushes
+    const std::vector<float> w0 = normals(static_cast<std::size_t>(n), 21, 1.0f);
+    store.init(0, w0);
+    twin.init(0, w0);
+    const std::vector<float> g1 = normals(static_cast<std::size_t>(n), 22, 0.01f);
+    store.push(0, 0, 0, std::span<const float>(g1), 0.1);
+    twin.push(0, 0, 0, std::span<const float>(g1), 0.1);
+    const ChunkCheckpoint before = store.save_chunk(0);
+    std::vector<std::vector<float>> bad;
+    for (const std::size_t at : {std::size_t{0}, std::size_t{517}, static_cast<std::size_t>(n - 1)}) {
+      for (const float x : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+                            -std::numeric_limits<float>::infinity()}) {
+        bad.push_back(g1);
+        bad.back()[at] = x;
+      }
+    }
+    bad.emplace_back(static_cast<std::size_t>(n), std::numeric_limits<float>::max());  // overflows: w - lr * max
+    for (std::size_t i = 0; i < bad.size(); ++i) {
+      CAPTURE(i);
+      CHECK_THROWS_AS(store.push(0, 0, 1, std::span<const float>(bad[i]), 4.0), RequestError);
+      const ChunkCheckpoint now = store.save_chunk(0);
+      CHECK(same_bits(now.weights, before.weights));
+      CHECK(same_bits(now.optimizer_state, before.optimizer_state));
+      CHECK(now.optimizer_steps == before.optimizer_steps);
+      CHECK(now.version == before.version);
+    }
+    const std::vector<float> g2 = normals(static_cast<std::size_t>(n), 23, 0.01f);
+    store.push(0, 0, 1, std::span<const float>(g2), 0.1);  // and it goes on as if they never came
+    twin.push(0, 0, 1, std::span<const float>(g2), 0.1);
+    CHECK(same_bits(store.save_chunk(0).weights, twin.save_chunk(0).weights));
+    CHECK(same_bits(store.save_chunk(0).optimizer_state, twin.save_chunk(0).optimizer_state));
+  }
+}
