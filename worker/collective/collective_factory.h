@@ -22,6 +22,11 @@ struct CollectiveOptions {
   int cuda_device = 0;                        // nccl: this rank's GPU
   std::string key_prefix = "collective/";     // namespace of the rendezvous keys
   TraceRecorder* trace = nullptr;             // gloo, level "all": a span per bucket on the comm thread
+  // Gloo: once every rank's address is in the store, how long the pairs'
+  // connections may take (Gloo waits 5x its context's timeout there); 0:
+  // `timeout`. A re-formed collective sets it short: a member that died after
+  // publishing its address would otherwise hold the others 5 x timeout.
+  std::chrono::milliseconds connect_timeout{0};
 };
 
 bool gloo_compiled_in();

@@ -70,9 +70,12 @@ class GlooCollective final : public Collective {
     try {
       device_ = gloo::transport::tcp::CreateDevice(attr);
       context_ = std::make_shared<gloo::rendezvous::Context>(options.rank, options.size);
-      context_->setTimeout(options.timeout);
+      // The pairs take the context's timeout when made (their connect waits 5x it): the connect timeout then.
+      const bool short_connect = options.connect_timeout.count() > 0 && options.connect_timeout < options.timeout;
+      context_->setTimeout(short_connect ? options.connect_timeout : options.timeout);
       GlooStore gloo_store(store, options.key_prefix + "gloo/", options.timeout);
       context_->connectFullMesh(gloo_store, device_);
+      context_->setTimeout(options.timeout);
     } catch (const gloo::Exception& e) {
       throw TransportError(where("rendezvous at " + options.host) + ": " + e.what());
     } catch (const gloo::EnforceNotMet& e) {

@@ -1,13 +1,16 @@
 // run_allreduce_node() of allreduce_worker.h: one pstrain-worker process in
 // allreduce mode, from the config to the exit code.
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
+#include <functional>
 #include <optional>
 
 #include "common/base/endpoint_address.h"
 #include "common/base/errors.h"
 #include "common/config/job_fingerprint.h"
 #include "common/node/node_cli.h"
+#include "common/node/retry.h"
 #include "common/observe/resource_sampler.h"
 #include "common/transport/make_transport.h"
 #include "worker/collective/counting_collective.h"
@@ -143,6 +146,58 @@ CollectiveOptions first_collective(const CollectiveOptions& co, const std::optio
   return first;
 }
 
+// The collective a worker starts in: the job's, or a --join / --rejoin
+// worker's (`join`). Under "continue"/"restart" a member of `join` lost
+// before or in its rendezvous ends it at its drop (the scheduler's
+// announcement, the store's watch), and the worker forms the next generation
+// without it, as the others do (allreduce_loop.h reform_collective): `join`
+// then says that generation and its members.
+std::unique_ptr<Collective> form_first(const std::string& backend, const CollectiveOptions& co,
+                                       std::optional<AllreduceJoin>& join, SchedulerStore& store,
+                                       WorkerSession& session, const ClusterConfig& cluster, Logger& log,
+                                       std::chrono::milliseconds connect_timeout) {
+  if (!join || !drops_failed_workers(cluster.on_worker_failure)) {
+    return make_collective(backend, first_collective(co, join, session.rank()), store);
+  }
+  CollectiveOptions watched = co;
+  watched.connect_timeout = connect_timeout;
+  SchedulerClient& scheduler = session.scheduler();
+  const auto take_drops = [&] {
+    for (const int r : scheduler.take_dropped()) std::erase(join->live, r);
+  };
+  for (;;) {
+    const std::size_t members = join->live.size();
+    store.set_watch([&] {
+      take_drops();
+      if (join->live.size() < members) throw TransportError("a worker of the collective was dropped from the job");
+    });
+    try {
+      std::unique_ptr<Collective> c = make_collective(backend, first_collective(watched, join, session.rank()), store);
+      store.set_watch({});
+      return c;
+    } catch (const std::exception& e) {
+      store.set_watch({});
+      if (dynamic_cast<const TransportError*>(&e) == nullptr && dynamic_cast<const TimeoutError*>(&e) == nullptr) throw;
+      log.warn("forming the collective of generation " + std::to_string(join->generation) + " failed: " + e.what() +
+               "; waiting for the scheduler to drop the failed worker");
+      RetryOptions poll;
+      poll.interval = std::chrono::milliseconds(50);
+      poll.watch = watch_scheduler(scheduler, "worker " + std::to_string(session.rank()) + " was forming the collective");
+      const auto limit = RetryClock::now() + std::chrono::milliseconds(cluster.heartbeat_timeout_ms + cluster.timeout_ms);
+      const std::optional<bool> dropped = retry_until(limit, "", nullptr, [&]() -> std::optional<bool> {
+        take_drops();
+        if (join->live.size() < members) return true;
+        return std::nullopt;
+      }, poll);
+      if (!dropped) throw;
+      if (std::find(join->live.begin(), join->live.end(), session.rank()) == join->live.end()) {
+        throw AbortedError("worker " + std::to_string(session.rank()) + " was dropped from the job");
+      }
+      ++join->generation;
+    }
+  }
+}
+
 }  // namespace
 
 int run_allreduce_node(const RunConfig& config, int requested_rank, const std::string& resume_dir, bool rejoin,
@@ -182,21 +237,32 @@ int run_allreduce_node(const RunConfig& config, int requested_rank, const std::s
     co.host = collective_host(config.cluster, session.rank());
     co.cuda_device = backend.is_cuda() ? cuda_index(device) : 0;
     co.trace = &trace;
+    // A collective whose members may be lost while it forms (a joiner's, a re-formed one): once every
+    // address is published, a member that does not connect within about the heartbeat timeout is gone.
+    const auto connect_timeout = std::chrono::milliseconds(std::max(200, config.cluster.heartbeat_timeout_ms / 5));
     std::unique_ptr<Collective> collective = std::make_unique<CountingCollective>(
-        make_collective(backend_name, first_collective(co, join_at, session.rank()), store), traffic);
+        form_first(backend_name, co, join_at, store, session, config.cluster, log, connect_timeout), traffic);
     WorkerStart start = rejoin ? start_rejoined_worker(session.rank(), config, log)
                                : start_worker(resume_dir, session.rank(), config, workload.model->num_params(), log);
     const std::optional<WorkerCheckpoint>& resume = start.resume;
     MetricsWriter& metrics = *start.metrics;
     write_compute_record(metrics, *workload.backend);
     // cluster.on_worker_failure = "continue": the collective re-formed among the workers left.
-    const ReformCollective reform = [&](int new_rank, int new_size, int generation) {
+    const ReformCollective reform = [&](int new_rank, int new_size, int generation, const std::function<void()>& watch) {
       CollectiveOptions again = co;
+      again.connect_timeout = connect_timeout;
       again.rank = new_rank;
       again.size = new_size;
       again.key_prefix = co.key_prefix + "gen-" + std::to_string(generation) + "/";
-      return std::unique_ptr<Collective>(
-          std::make_unique<CountingCollective>(make_collective(backend_name, again, store), traffic));
+      store.set_watch(watch);  // its rendezvous ends at a member's drop
+      try {
+        auto made = std::make_unique<CountingCollective>(make_collective(backend_name, again, store), traffic);
+        store.set_watch({});
+        return std::unique_ptr<Collective>(std::move(made));
+      } catch (...) {
+        store.set_watch({});
+        throw;
+      }
     };
     // Under "restart" the others go on as under "continue" and take the restarted worker back at an
     // epoch's end; a membership change re-forms it under any policy.

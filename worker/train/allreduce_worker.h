@@ -61,8 +61,11 @@ namespace pstrain {
 // makes every replica worker-0-of-the-survivors' weights and optimizer state
 // (a worker may have completed the failed step where another did not), and
 // repeats the step. Without it, or with no worker dropped within
-// heartbeat_timeout_ms + timeout_ms, the failure ends this worker.
-using ReformCollective = std::function<std::unique_ptr<Collective>(int rank, int size, int generation)>;
+// heartbeat_timeout_ms + timeout_ms, the failure ends this worker. `watch`
+// is called while the new collective's rendezvous waits; a throw from it
+// (a member dropped meanwhile: TransportError) ends the rendezvous at once.
+using ReformCollective =
+    std::function<std::unique_ptr<Collective>(int rank, int size, int generation, const std::function<void()>& watch)>;
 
 // cluster.on_worker_failure = "restart": a new process that took back a
 // dropped worker's rank (--rejoin) is taken into the collective at an epoch
@@ -87,6 +90,10 @@ struct AllreduceJoin {
   int generation = 0;            // its rendezvous generation
   std::int64_t first_step = 0;   // where training goes on
   std::optional<JoinStart> start{};  // --join: where the scheduler let it in (else a --rejoin)
+  // A --rejoin in an elastic job: the membership changes decided so far
+  // (1..changes), whose segments it learns as a joiner does; 0: none (a
+  // fourth field of the value only when > 0).
+  std::int64_t changes = 0;
 };
 std::string allreduce_join_key(int rank, std::int64_t take);
 std::string allreduce_grow_key(std::int64_t change);
