@@ -23,6 +23,7 @@
 #include <map>
 #include <sstream>
 
+#include "tests/integration/elastic_util.h"
 #include "tests/integration/launch_test_util.h"
 #include "tools/launcher/restart_policy.h"
 #include "tools/report/json_value.h"
@@ -252,4 +253,73 @@ TEST_CASE("an allreduce grow under \"continue\": a member lost while the collect
   CHECK(r.kill_to_exit_s < 90.0);
   check_went_on(r, 1);
   CHECK(it::contains(it::read_file(r.dir / "logs/worker-0.log"), "re-formed the collective without the dropped worker(s): 2 workers (0, 2)"));
+}
+
+// A joiner killed before its boundary, under "continue": its join is
+// abandoned (docs/architecture.md: the slot is vacant again, not a failure
+// of the job), and the job goes on with its 2 workers, every epoch's samples
+// trained once. Workers 0 and 1 are stopped (SIGSTOP; heartbeat timeout
+// 120 s) from before the grow until the joiner is gone: no boundary can be
+// decided without their answers, so the joiner dies before it whatever the
+// machine's load.
+TEST_CASE("a PS grow under \"continue\": a joiner killed before its boundary is abandoned, the job ends with 2") {
+  it::TempDir dir;
+  const fs::path run = dir.path() / "abandoned";
+  std::vector<std::string> args = case_args(run, Case{"sync", "continue", "worker-2"});
+  args.insert(args.end(), {"--set", "cluster.heartbeat_timeout_ms=120000"});
+  it::LaunchProcess p(args, dir.path() / "abandoned-out.txt");
+  REQUIRE(it::wait_until([&] { return it::count_lines(run / "metrics/worker-0.jsonl") >= 3; },
+                         std::chrono::seconds(120), "worker 0's first step"));
+  std::map<std::string, pid_t> pids = it::read_pids(run);
+  const std::vector<pid_t> members{pids.at("worker-0"), pids.at("worker-1")};
+  for (const pid_t pid : members) REQUIRE(kill(pid, SIGSTOP) == 0);
+  const pid_t ctl = it::spawn({(it::kBinDir / "pstrain-ctl").string(), run.string(), "workers", "3"}, {},
+                              dir.path() / "abandoned-ctl.txt");
+  const bool asked = it::wait_exit(ctl, std::chrono::seconds(30)) == std::optional<int>(0);
+  const bool registered = asked && it::wait_until(
+      [&] { return it::contains(it::read_file(run / "logs/scheduler.log"), "worker 2 joins from"); },
+      std::chrono::seconds(120), "worker 2's registration");
+  const bool started = registered && it::wait_until([&] { return (pids = it::read_pids(run)).count("worker-2") != 0; },
+                                                    std::chrono::seconds(30), "worker-2 in pids.txt");
+  const pid_t joiner = started ? pids.at("worker-2") : -1;
+  const bool killed = started && kill(joiner, SIGKILL) == 0;
+  const bool abandoned = killed && it::wait_until(
+      [&] { return it::contains(it::read_file(run / "logs/scheduler.log"), "the join of worker 2 was abandoned"); },
+      std::chrono::seconds(60), "the abandoned join");
+  for (const pid_t pid : members) kill(pid, SIGCONT);  // before any REQUIRE: the job must not stay stopped
+  INFO(p.output());
+  REQUIRE(abandoned);
+  const auto exit = p.wait(std::chrono::seconds(280));
+  REQUIRE(exit.has_value());
+  const std::string output = p.output();
+  INFO(output);
+  CHECK(exit->code == 0);
+  CHECK_FALSE(exit->signaled);
+  CHECK(it::contains(output, "worker 2 (a joiner) was killed by signal 9 (Killed): told the scheduler"));
+  CHECK_FALSE(it::contains(output, "restarting it"));
+  const std::string scheduler_log = it::read_file(run / "logs/scheduler.log");
+  CHECK_FALSE(it::contains(scheduler_log, "worker 2 entered the job"));
+  CHECK(it::contains(scheduler_log, "its slot is vacant again; the job goes on with 2 workers"));
+  const report::JsonValue summary = summary_of(run);
+  CHECK(ranks_in(summary, "restarts", "rank").empty());
+  CHECK(ranks_in(summary, "dropped_workers").empty());  // abandoned, not dropped: it never was a member
+  CHECK(summary.find("workers")->as_number("workers") == 2);
+  // The change went on without it (2 -> 2, the scheduler's log): the summary shows no growth. (It
+  // does not name the abandoned joiner: no membership change took place.)
+  for (const report::JsonValue& change : summary.find("membership_changes")->items()) {
+    CHECK(change.find("new_workers")->as_number("new_workers") == 2);
+  }
+  const auto images = images_per_epoch(run);
+  REQUIRE(images.size() == kEpochs);
+  for (const auto& [epoch, n] : images) {
+    CAPTURE(epoch);
+    CHECK(n == epoch_images(2));
+  }
+  elastic::check_coverage(elastic::read_coverage(run, 3, true), kEpochs, 3,
+                          [](int) { return std::vector<pstrain::EpochSegment>{{0, {0, 1}}}; });
+  CHECK(summary.find("final_test_accuracy")->as_number("accuracy") >= 0.8);
+  Run r;
+  r.dir = run;
+  r.victim = joiner;
+  check_nothing_left(r);
 }

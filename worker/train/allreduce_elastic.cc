@@ -53,13 +53,16 @@ void resize_collective(Loop& L, std::int64_t change, const MembershipDecision& d
   const std::vector<int> before = L.live;
   L.collective = nullptr;
   L.owned.reset();
-  L.live = d.members;
+  if (L.reforms_on_failure) take_drops(L);
+  L.live = d.members;  // less the members dropped since the decision: none of them forms it
+  std::erase_if(L.live, [&L](int r) { return L.dropped.count(r) != 0; });
   ++L.generation;
   publish_grow(L, change, before);
   L.log.info("membership change at epoch " + std::to_string(d.epoch) + " step " + std::to_string(d.from_step) +
              ": the collective re-formed from workers " + format_members(before) + " to " +
-             format_members(L.live) + ", this one rank " + std::to_string(at - d.members.begin()) + " of " +
-             std::to_string(d.members.size()) + ", generation " + std::to_string(L.generation));
+             format_members(L.live) + ", this one rank " +
+             std::to_string(std::find(L.live.begin(), L.live.end(), me) - L.live.begin()) + " of " +
+             std::to_string(L.live.size()) + ", generation " + std::to_string(L.generation));
   int leader = L.live.front();
   try {
     form_collective(L);

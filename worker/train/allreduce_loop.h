@@ -10,6 +10,7 @@
 #include <span>
 #include <string>
 #include <utility>
+#include <set>
 #include <vector>
 
 #include "common/base/errors.h"
@@ -48,6 +49,10 @@ struct Loop {
   std::unique_ptr<Collective> owned;   // the collective re-formed (without dropped workers, or at a membership change)
   std::vector<int> live;               // workers' ranks still in the job, ascending
   std::size_t forming = 0;             // the size of the collective in use or being formed (live before drops)
+  bool formation = false;              // a collective being formed: until its first resync completed
+  // Ranks the scheduler announced dropped and not taken back (grow_collective): a decided change's
+  // members that are among them are left out of its collective (their drop may come before the boundary).
+  std::set<int> dropped;
   int generation = 0;
   EpochMembers* members = nullptr;  // each epoch's workers (recorded in checkpoints)
   // The last collective phase this replica completed (replica_resync.h: step
@@ -114,6 +119,9 @@ std::map<int, std::int64_t> check_replicas(Loop& L, const char* when);
 void grow_collective(Loop& L, const std::map<int, std::int64_t>& joiners, std::int64_t steps_done);
 // Every replica takes the most advanced one's state; returns the leader's worker rank.
 int resync_replicas(Loop& L);
+// Takes the drops the scheduler announced: each into L.dropped and out of
+// L.live; true when one was in L.live.
+bool take_drops(Loop& L);
 // Under "continue"/"restart": takes the drops the scheduler announced; when
 // one was a worker of `live` (the collective in use or being formed), throws
 // TransportError, which in_collective answers by re-forming without it.
@@ -126,7 +134,9 @@ void form_collective(Loop& L);
 // retry_until watching the scheduler) and the replicas resynced; false when
 // it cannot be (no reform, or nobody was dropped in time). A member lost
 // while it re-forms (in the rendezvous or the resync) is waited for and left
-// out the same way, under the generation after.
+// out the same way, under the generation after. A collective that failed
+// while it formed (L.formation) with nobody dropped is formed again among
+// the same workers (settle_failed_forming, allreduce_worker.h).
 bool reform_collective(Loop& L, const std::string& why);
 
 // Runs `phase` of the collective: when the collective fails in it (a peer

@@ -417,8 +417,12 @@ TrainResult run_allreduce_worker(const RunConfig& config, WorkerSession& session
   L.reforms_on_failure = reform != nullptr && drops_failed_workers(config.cluster.on_worker_failure);
   if (resume != nullptr) L.done = resumed_phase(resume->step);  // resumed after the checkpoint of step resume->step - 1
   for (int r = 0; r < session.num_workers(); ++r) L.live.push_back(r);
-  if (join != nullptr) L.live = join->live, L.generation = join->generation;
+  if (join != nullptr) {
+    L.live = join->live, L.generation = join->generation;
+    L.dropped.insert(join->dropped.begin(), join->dropped.end());
+  }
   L.forming = L.live.size();
+  L.formation = join != nullptr;  // its first resync, with the members that took it in, is still ahead
   if (staged(L)) L.staging.resize(static_cast<std::size_t>(model.num_params()));
   if (w.simulated_step_ms > 0.0) L.simulated_grads = simulated_gradients(model.num_params());
   const data::Dataset& train = workload.data.train;
