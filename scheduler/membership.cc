@@ -255,9 +255,9 @@ Member& Membership::admit_worker_rejoin(const RegisterRequest& req, const std::s
     throw ProtocolError("rejoin of " + who + ": refused, cluster.on_worker_failure is \"" +
                         std::string(to_string(cluster_.on_worker_failure)) + "\", not \"restart\"");
   }
-  if (req.requested_rank < 0 || req.requested_rank >= num_workers_) {
+  if (req.requested_rank < 0 || req.requested_rank >= slots_) {  // a joiner's slot too: a member past its boundary
     throw ProtocolError("rejoin of " + who + ": refused, the job has no worker rank " +
-                        std::to_string(req.requested_rank) + " (it has " + std::to_string(num_workers_) +
+                        std::to_string(req.requested_rank) + " (it has " + std::to_string(slots_) +
                         "; a rejoin names the rank it takes back with --rank)");
   }
   Member* node = find(Role::kWorker, req.requested_rank);

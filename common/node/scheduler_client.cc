@@ -187,14 +187,20 @@ Message SchedulerClient::wait_for(MsgType type, const std::string& what, int ext
     auto env = conn_->receive(std::min(left, milliseconds(200)));
     if (!env) {
       check_scheduler_alive();  // nothing queued: silent since the last message (a dead scheduler answers nothing)
+      if (watch_ != nullptr) (*watch_)();
       continue;
     }
     last_heard_ = Clock::now();
     Message& m = env->message;
+    if ((m.header.type == MsgType::kStoreReply || m.header.type == MsgType::kError) &&
+        abandoned_.erase(m.header.request_id) > 0) {
+      continue;  // the late answer to a get its watch ended
+    }
     if (m.header.type == type) return std::move(m);
     if (m.header.type == MsgType::kHeartbeat) continue;
     if (m.header.type == MsgType::kDropped) {  // news for the caller, not an answer
       dropped_.push_back(static_cast<int>(m.header.key));
+      if (watch_ != nullptr) (*watch_)();
       continue;
     }
     if (m.header.type == MsgType::kServerRestarting || m.header.type == MsgType::kServerBack) {
@@ -316,6 +322,30 @@ std::string SchedulerClient::store_get(const std::string& key, int timeout_ms) {
   }
   const int limit_ms = std::min(timeout_ms, cluster_.timeout_ms);  // the scheduler's own limit too
   return store_request(MsgType::kStoreGet, StoreEntry{key, {}}, limit_ms, "store get of key '" + key + "'").value;
+}
+
+std::string SchedulerClient::store_get(const std::string& key, int timeout_ms, const std::function<void()>& watch) {
+  watch();
+  const std::uint64_t request = next_request_id_;  // the one store_request sends
+  bool stopped = false;
+  const std::function<void()> watched = [&] {
+    try {
+      watch();
+    } catch (...) {
+      stopped = true;
+      throw;
+    }
+  };
+  watch_ = &watched;
+  try {
+    std::string value = store_get(key, timeout_ms);
+    watch_ = nullptr;
+    return value;
+  } catch (...) {
+    watch_ = nullptr;
+    if (stopped) abandoned_.insert(request);
+    throw;
+  }
 }
 
 void SchedulerClient::finish(bool retired) {

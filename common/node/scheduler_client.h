@@ -21,6 +21,7 @@
 #include <memory>
 #include <cstdint>
 #include <mutex>
+#include <functional>
 #include <set>
 #include <string>
 #include <thread>
@@ -127,6 +128,11 @@ class SchedulerClient {
   // (ProtocolError before anything is sent).
   void store_set(const std::string& key, const std::string& value);
   std::string store_get(const std::string& key, int timeout_ms);
+  // The same get, calling `watch` before it and while it waits (at least
+  // every 200 ms, and after each drop announced meanwhile): a throw from
+  // `watch` abandons the get (the scheduler's late answer to it is ignored)
+  // and propagates. An allreduce worker's rendezvous ends at a drop so.
+  std::string store_get(const std::string& key, int timeout_ms, const std::function<void()>& watch);
   // Worker: tells the scheduler it has finished and waits for the shutdown.
   // `retired`: it left at a membership change that did not keep it (a
   // shrink, kDoneRetired); the scheduler answers at once.
@@ -221,6 +227,8 @@ class SchedulerClient {
   std::string endpoint_;
   std::string token_;
   std::vector<int> dropped_;
+  const std::function<void()>* watch_ = nullptr;  // a watched store get's (store_get with watch)
+  std::set<std::uint64_t> abandoned_;             // requests whose answers are ignored (a watched get that ended)
   std::vector<int> retired_;
   std::set<int> restarting_servers_;
   std::int64_t server_failures_ = 0;

@@ -4,10 +4,15 @@
 #include <doctest/doctest.h>
 
 #include <atomic>
+#include <chrono>
+#include <exception>
+#include <thread>
+#include <vector>
 #include <numeric>
 
 #include "collective_test_util.h"
 #include "common/base/errors.h"
+#include "worker/collective/in_process_store.h"
 
 namespace pstrain {
 namespace {
@@ -126,6 +131,49 @@ TEST_CASE("gloo rendezvous without the other rank times out naming the store key
   const std::string err = thrown_text([&] { make_collective("gloo", testing::rank_options(0, 2, 300), store); });
   CHECK(err.find("store get of key 'collective/gloo/") != std::string::npos);
   CHECK(err.find("within 300 ms") != std::string::npos);
+}
+
+// A re-formed collective connects under a short connect timeout (the
+// heartbeat timeout: allreduce_node.cc); its ranks arrive when each learns of
+// the change, seconds apart on a loaded machine. Before the ranks met in the
+// store first, Gloo waited for the late rank's address under the short
+// timeout too, and every rank failed ("no node set it within"): the job's
+// cascade. The lateness past the connect timeout is what is tested here.
+TEST_CASE("gloo with a short connect timeout: a rank arriving later than it still connects") {
+  InProcessStore store;
+  constexpr int kSize = 3;
+  std::vector<std::exception_ptr> errors(kSize);
+  std::atomic<int> wrong{0};
+  const auto rank_body = [&](int rank) {
+    try {
+      CollectiveOptions o = testing::rank_options(rank, kSize);
+      o.connect_timeout = std::chrono::milliseconds(400);
+      std::unique_ptr<Collective> c = make_collective("gloo", o, store);
+      std::vector<float> x(1000);
+      for (std::size_t i = 0; i < x.size(); ++i) x[i] = value(i, rank, kSize);
+      c->allreduce_mean(x.data(), x.size());
+      for (std::size_t i = 0; i < x.size(); ++i) wrong += x[i] != mean_value(i, kSize) ? 1 : 0;
+    } catch (...) {
+      errors[static_cast<std::size_t>(rank)] = std::current_exception();
+    }
+  };
+  std::vector<std::thread> threads;
+  threads.emplace_back(rank_body, 0);
+  threads.emplace_back(rank_body, 2);
+  const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (store.waiting() < 1 && std::chrono::steady_clock::now() < limit) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(2000));  // rank 1: 5x the connect timeout late
+  threads.emplace_back(rank_body, 1);
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < kSize; ++r) {
+    CAPTURE(r);
+    CHECK(thrown_text([&] {
+            if (errors[static_cast<std::size_t>(r)]) std::rethrow_exception(errors[static_cast<std::size_t>(r)]);
+          }) == "");
+  }
+  CHECK(wrong == 0);
 }
 
 }  // namespace pstrain

@@ -25,6 +25,35 @@ TEST_CASE("an allreduce join value round-trips: generation, first step and the c
   CHECK(format_join(AllreduceJoin{}) == "end");
 }
 
+TEST_CASE("a rejoin value in an elastic job carries the changes decided so far (a fourth field)") {
+  AllreduceJoin rejoin{{0, 1, 2}, 5, 77};
+  rejoin.changes = 2;
+  CHECK(format_join(rejoin) == "5 77 0,1,2 2");
+  const AllreduceJoin back = parse_join(format_join(rejoin));
+  CHECK(back.live == rejoin.live);
+  CHECK(back.generation == 5);
+  CHECK(back.first_step == 77);
+  CHECK(back.changes == 2);
+  CHECK(parse_join("5 77 0,1,2").changes == 0);  // no change decided: three fields, as before
+  CHECK_THROWS_AS(parse_join("5 77 0,1,2 0"), ProtocolError);
+  CHECK_THROWS_AS(parse_join("5 77 0,1,2 x"), ProtocolError);
+  CHECK_THROWS_AS(parse_join("5 77 0,1,2 2 3"), ProtocolError);
+}
+
+// A member lost while a generation forms is left out under the same number:
+// the namespaces must differ by the members, or survivors that learnt of the
+// drop at different moments would read each other's keys at other ranks.
+TEST_CASE("a generation's rendezvous namespace: its number and its members") {
+  const std::string full = generation_label(2, {0, 1, 2});
+  CHECK(full.rfind("2-", 0) == 0);
+  CHECK(full.size() == 2 + 16);
+  CHECK(generation_label(2, {0, 1, 2}) == full);  // every member computes the same
+  CHECK(generation_label(2, {0, 2}) != full);
+  CHECK(generation_label(2, {0, 1}) != generation_label(2, {0, 2}));
+  CHECK(generation_label(3, {0, 1, 2}) != full);
+  CHECK(generation_label(2, {2, 0}) != generation_label(2, {0, 2}));  // in the workers' order, as `live` is
+}
+
 TEST_CASE("the grow key names the change; the rejoin key the rank and its take") {
   CHECK(allreduce_grow_key(3) == "allreduce/grow/3");
   CHECK(allreduce_join_key(2, 1) == "allreduce/join/2/1");

@@ -8,16 +8,28 @@
 
 namespace pstrain::launcher {
 
-NodeSpec join_spec(const LaunchPlan& plan, const std::string& scheduler_endpoint, int rank) {
+namespace {
+
+NodeSpec slot_spec(const LaunchPlan& plan, const std::string& scheduler_endpoint, int rank, const char* how) {
   LaunchPlan joiner = plan;
   joiner.resume_dir.clear();
   joiner.num_servers = 0;
   joiner.num_workers = rank + 1;
   std::vector<std::string>& hosts = joiner.config.cluster.worker_hosts;
   if (!hosts.empty() && hosts.size() <= static_cast<std::size_t>(rank)) hosts.resize(static_cast<std::size_t>(rank) + 1);
-  NodeSpec spec = node_specs(joiner, scheduler_endpoint, {"--join"}).back();
-  spec.append_log = true;  // a slot a retired worker held: its log goes on
+  NodeSpec spec = node_specs(joiner, scheduler_endpoint, {how}).back();
+  spec.append_log = true;  // a slot a retired worker held, or the failed joiner's: its log goes on
   return spec;
+}
+
+}  // namespace
+
+NodeSpec join_spec(const LaunchPlan& plan, const std::string& scheduler_endpoint, int rank) {
+  return slot_spec(plan, scheduler_endpoint, rank, "--join");
+}
+
+NodeSpec rejoin_joiner_spec(const LaunchPlan& plan, const std::string& scheduler_endpoint, int rank) {
+  return slot_spec(plan, scheduler_endpoint, rank, "--rejoin");
 }
 
 std::optional<int> parse_workers_request(const std::string& line) {

@@ -8,7 +8,8 @@
 // (cluster.worker_hosts; a slot past that list runs on this machine). A
 // joiner's failure is told to the scheduler, which decides: before its
 // boundary the join is abandoned (its slot vacant again), after it the
-// failure policy applies.
+// failure policy applies (under "restart" the launcher restarts it once the
+// scheduler has declared the member failed: launcher.cc, JoinerRestarts).
 #pragma once
 
 #include <functional>
@@ -26,6 +27,10 @@ namespace pstrain::launcher {
 // The joiner of worker slot `rank`: the worker's command with --join (and
 // without --resume: a joiner takes the job's current weights).
 NodeSpec join_spec(const LaunchPlan& plan, const std::string& scheduler_endpoint, int rank);
+// The restart of a joiner of slot `rank` that failed after its boundary (a
+// member then; cluster.on_worker_failure = "restart"): the same command with
+// --rejoin instead of --join, its log appended to.
+NodeSpec rejoin_joiner_spec(const LaunchPlan& plan, const std::string& scheduler_endpoint, int rank);
 
 // "workers N" -> N; nullopt for any other line.
 std::optional<int> parse_workers_request(const std::string& line);

@@ -23,6 +23,7 @@
 #include "tools/launcher/grow.h"
 #include "tools/launcher/live_status.h"
 #include "tools/launcher/metrics_tail.h"
+#include "tools/launcher/node_exit.h"
 #include "tools/launcher/restart_policy.h"
 #include "tools/launcher/run_dir.h"
 #include "tools/launcher/run_end.h"
@@ -68,36 +69,6 @@ std::string seconds_text(double seconds) {
 }
 
 milliseconds to_ms(double seconds) { return milliseconds(static_cast<std::int64_t>(seconds * 1000.0)); }
-
-// describe() plus what the node programs' exit codes mean.
-std::string describe_exit(const ExitStatus& status) {
-  std::string text = describe(status);
-  if (!status.signaled && status.code == 2) text += " (aborted: a peer failed)";
-  if (!status.signaled && status.code == 3) text += " (config error)";
-  if (!status.signaled && status.code == kExitDiverged) text += " (training diverged)";
-  if (!status.signaled && status.code == 127) text += " (could not be executed)";
-  return text;
-}
-
-bool failed_on_its_own(const NodeState& n) {
-  return n.status && !n.status->ok() && !n.stopped_by_us && !n.tolerated;
-}
-// Exit code 2: the node stopped because the scheduler aborted the job.
-bool aborted_by_peer(const ExitStatus& s) { return !s.signaled && s.code == 2; }
-
-// The failure to blame: the first to fail on its own, preferring a real
-// error over an "aborted because a peer failed" exit.
-const NodeState* root_cause(const std::vector<NodeState>& nodes) {
-  const NodeState* first = nullptr;
-  const NodeState* first_real = nullptr;
-  for (const NodeState& n : nodes) {
-    if (!failed_on_its_own(n)) continue;
-    const bool real = !aborted_by_peer(*n.status);
-    if (!first || n.exit_order < first->exit_order) first = &n;
-    if (real && (!first_real || n.exit_order < first_real->exit_order)) first_real = &n;
-  }
-  return first_real ? first_real : first;
-}
 
 class Launch {
  public:
@@ -192,6 +163,7 @@ class Launch {
       fence_failed_nodes();
       const auto nodes = [this] { return supervisor_.states(); };
       for (const NodeSpec& joiner : grower_.take(nodes, endpoint_, [this](const std::string& m) { say(m); })) {
+        if (const std::optional<NodeName> name = parse_node_name(joiner.name)) status_.track_worker(name->rank);
         start(joiner);
       }
       return condition();
@@ -214,6 +186,7 @@ class Launch {
       std::string error;
       if (std::optional<DeclaredFailure> failure = parse_declared_failure(line, error)) {
         const std::optional<int> rank = worker_rank_of(failure->node);
+        if (grower_.is_joiner(failure->node)) joiner_restarts_.declared(failure->node, failure->pid);
         if (rank && failure->silent) {  // one that exited is shown when its exit is reaped
           const bool restart = failure_policy(plan_.config, failure->node) == WorkerFailurePolicy::kRestart;
           status_.set_worker_state(*rank, restart ? WorkerStatus::State::kRestarting : WorkerStatus::State::kDropped);
@@ -238,6 +211,7 @@ class Launch {
       }
       it = unfenced_.erase(it);
     }
+    restart_due_joiners();
   }
 
   std::optional<Clock::time_point> deadline() const {
@@ -305,18 +279,26 @@ class Launch {
     if (outcome.event != Supervisor::Event::kFailure) return false;
     const NodeState n = supervisor_.states().at(outcome.node);  // states() is a copy: keep the node, not a reference
     const WorkerFailurePolicy policy = failure_policy(plan_.config, n.spec.name);
-    if (grower_.is_joiner(n.spec.name)) {  // the scheduler decides: an abandoned join, or its failure policy
+    const bool joiner = grower_.is_joiner(n.spec.name);
+    if (joiner && !joiner_restarts_.member(n.spec.name)) {  // the scheduler decides: an abandoned join, or its policy
       supervisor_.tolerate(outcome.node);
       tell_scheduler_of_exit(n, WorkerStatus::State::kDropped);
-      say(n.spec.name + " (a joiner) " + describe_exit(*n.status) + ": told the scheduler");
+      say(n.spec.name + " (a joiner) " + describe_exit(*n.status) + ": told the scheduler" +
+          (policy == WorkerFailurePolicy::kRestart ? " (restarted if it had passed its boundary)" : ""));
+      if (policy == WorkerFailurePolicy::kRestart) {
+        joiner_restarts_.exited({n.spec.name, n.pid, n.spec.stdin_pipe, describe_exit(*n.status)});
+        restart_due_joiners();
+      }
       return true;
     }
-    if (policy == WorkerFailurePolicy::kRestart) {
+    const std::optional<NodeName> name = parse_node_name(n.spec.name);
+    const bool retired = !joiner && name && name->role == "worker" && status_.retired(name->rank);
+    if (policy == WorkerFailurePolicy::kRestart && !retired) {  // a retired rank left the job: never restarted
       if (const std::optional<int> take = restarts_.take(n.spec.name)) {
         supervisor_.tolerate(outcome.node);
         tell_scheduler_of_exit(n, WorkerStatus::State::kRestarting);
         say(restart_line(n.spec.name, describe_exit(*n.status), *take, restarts_.max()));
-        start(rejoin_spec(plan_, endpoint_, n.spec.name));
+        start(restart_spec(n.spec.name));
         return true;
       }
     }
@@ -335,6 +317,30 @@ class Launch {
       for (const std::string& line : n.stderr_tail) say("  " + line);
     }
     return true;
+  }
+
+  // Joiners the scheduler declared failed after their boundary (JoinerRestarts):
+  // restarted with --rejoin like any rank, against the same budget.
+  void restart_due_joiners() {
+    for (const JoinerRestarts::Exit& e : joiner_restarts_.take_due()) {
+      const std::optional<int> take = restarts_.take(e.name);
+      if (!take) {
+        say(e.name + " (a member since its boundary) " + e.text + ": restarted " + std::to_string(restarts_.used(e.name)) +
+            " times already (cluster.max_restarts = " + std::to_string(restarts_.max()) + "): the job goes on without it");
+        continue;
+      }
+      if (const std::optional<NodeName> name = parse_node_name(e.name)) {
+        status_.set_worker_state(name->rank, WorkerStatus::State::kRestarting);
+      }
+      say(restart_line(e.name, e.text + " (a member since its boundary)", *take, restarts_.max()));
+      start(restart_spec(e.name));
+    }
+  }
+
+  NodeSpec restart_spec(const std::string& name) const {
+    const std::optional<NodeName> n = parse_node_name(name);
+    if (grower_.is_joiner(name) && n) return rejoin_joiner_spec(plan_, endpoint_, n->rank);
+    return rejoin_spec(plan_, endpoint_, name);
   }
 
   // A node's failure the job goes on without: the scheduler is told now (not
@@ -499,6 +505,7 @@ class Launch {
   std::string endpoint_;  // the scheduler's, once known (restarts dial it)
   Grower grower_{plan_};  // joiners for pstrain-ctl's grow requests (tools/launcher/grow.h)
   RestartBudget restarts_{plan_.config.cluster.max_restarts};
+  JoinerRestarts joiner_restarts_;  // joiners that failed, restarted once declared members (restart_policy.h)
   MetricsTail failures_;  // RUN_DIR/failures.jsonl, from the scheduler
   std::vector<DeclaredFailure> unfenced_;  // read, not yet dealt with (see fence_failed_nodes)
   Clock::time_point next_fence_check_{};

@@ -54,6 +54,22 @@ void LiveStatus::set_worker_state(int rank, WorkerStatus::State state) {
   rejoins_at_restart_[static_cast<std::size_t>(rank)] = workers_[static_cast<std::size_t>(rank)].rejoins();
 }
 
+void LiveStatus::track_worker(int rank) {
+  for (auto w = static_cast<int>(workers_.size()); w <= rank; ++w) {
+    tails_.emplace_back(report::worker_metrics_path(options_.run_dir, w));
+    workers_.emplace_back(w, options_.window_s);
+    states_.push_back(WorkerStatus::State::kLive);
+    rejoins_at_restart_.push_back(0);
+  }
+}
+
+bool LiveStatus::retired(int rank) {
+  if (rank < 0 || static_cast<std::size_t>(rank) >= workers_.size()) return false;
+  poll();
+  const WorkerStatus w = workers_[static_cast<std::size_t>(rank)].status(options_.clock.now_s());
+  return w.finished && w.retired;
+}
+
 void LiveStatus::node_line(const std::string& node, std::string_view line) {
   if (node == "scheduler") {
     static constexpr std::string_view kRoster = "; registered ";  // "...; registered 2/2 servers and 1/2 workers"

@@ -55,6 +55,10 @@ class LiveStatus {
   void finish(const std::string& ending = "");
   // Worker `rank` was dropped, or is restarting (until its "rejoin" record).
   void set_worker_state(int rank, WorkerStatus::State state);
+  // Shows worker slots up to `rank` too (a joiner the launcher started past cluster.workers).
+  void track_worker(int rank);
+  // Whether worker `rank`'s "end" record says it retired (a membership change left it out).
+  bool retired(int rank);
   // A line node `node` ("scheduler", "server 0") wrote.
   void node_line(const std::string& node, std::string_view line);
 

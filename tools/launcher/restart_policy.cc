@@ -1,5 +1,6 @@
 #include "tools/launcher/restart_policy.h"
 
+#include <algorithm>
 #include <cstdlib>
 
 #include "common/base/errors.h"
@@ -25,6 +26,35 @@ std::optional<int> RestartBudget::take(const std::string& name) {
 int RestartBudget::used(const std::string& name) const {
   const auto it = used_.find(name);
   return it == used_.end() ? 0 : it->second;
+}
+
+void JoinerRestarts::exited(Exit exit) {
+  const std::string name = exit.name;
+  exits_.insert_or_assign(name, std::move(exit));
+}
+
+void JoinerRestarts::declared(const std::string& name, std::int64_t pid) {
+  if (declared_.size() >= 256) declared_.erase(declared_.begin());  // about processes long gone
+  declared_.emplace_back(name, pid);
+}
+
+std::vector<JoinerRestarts::Exit> JoinerRestarts::take_due() {
+  std::vector<Exit> due;
+  for (auto it = exits_.begin(); it != exits_.end();) {
+    const Exit& e = it->second;
+    const auto match = std::find_if(declared_.begin(), declared_.end(), [&](const auto& d) {
+      return d.first == e.name && (e.remote || d.second == e.pid);
+    });
+    if (match == declared_.end()) {
+      ++it;
+      continue;
+    }
+    declared_.erase(match);
+    members_.insert(e.name);
+    due.push_back(e);
+    it = exits_.erase(it);
+  }
+  return due;
 }
 
 WorkerFailurePolicy failure_policy(const RunConfig& config, const std::string& name) {

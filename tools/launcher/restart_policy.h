@@ -6,8 +6,10 @@
 // extra argument, so remote nodes (ssh) are restarted the same way.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -36,6 +38,35 @@ class RestartBudget {
  private:
   int max_;
   std::map<std::string, int> used_;
+};
+
+// Joiners (workers the launcher started for a grow, tools/launcher/grow.h)
+// under on_worker_failure = "restart": only the scheduler knows whether a
+// joiner that failed had passed its boundary (a member: it is dropped and
+// declared failed in RUN_DIR/failures.jsonl) or not (the join is abandoned,
+// nothing is declared). So a joiner's failed exit waits here until the
+// scheduler declares that process failed (either may come first); then it is
+// due for a restart, and from then on the rank is a member, restarted at its
+// exit like any other.
+class JoinerRestarts {
+ public:
+  struct Exit {
+    std::string name;      // "worker 2"
+    std::int64_t pid = 0;  // the process that exited
+    bool remote = false;   // over ssh: the scheduler knows another pid, matched by name alone
+    std::string text;      // how it exited
+  };
+  void exited(Exit exit);
+  // A failures.jsonl record for `name` (the process `pid` the scheduler heard from).
+  void declared(const std::string& name, std::int64_t pid);
+  // The exits the scheduler has declared failed (each once); their ranks are members from now on.
+  std::vector<Exit> take_due();
+  bool member(const std::string& name) const { return members_.count(name) != 0; }
+
+ private:
+  std::map<std::string, Exit> exits_;
+  std::vector<std::pair<std::string, std::int64_t>> declared_;
+  std::set<std::string> members_;
 };
 
 // The policy that applies to a failed node named `name` under `config`: a

@@ -22,6 +22,13 @@ struct CollectiveOptions {
   int cuda_device = 0;                        // nccl: this rank's GPU
   std::string key_prefix = "collective/";     // namespace of the rendezvous keys
   TraceRecorder* trace = nullptr;             // gloo, level "all": a span per bucket on the comm thread
+  // Gloo: how long the pairs' connections may take once every rank has
+  // arrived (0: 5 x `timeout`, Gloo's own). When set, the ranks first meet in
+  // the store (each sets `<key_prefix>gloo-arrived/<rank>` and waits for the
+  // others' under `timeout`: a get the store's watch may end at a drop), so
+  // that the connections start together and only a member that died after
+  // arriving is waited for this long. Every store wait keeps `timeout`.
+  std::chrono::milliseconds connect_timeout{0};
 };
 
 bool gloo_compiled_in();

@@ -10,6 +10,7 @@
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
 
+#include <algorithm>
 #include <map>
 
 #include "common/base/errors.h"
@@ -36,10 +37,12 @@ class GlooStore final : public gloo::rendezvous::Store {
     if (it == fetched_.end()) it = fetched_.emplace(key, store_.get(prefix_ + key, timeout_)).first;
     return std::vector<char>(it->second.begin(), it->second.end());
   }
+  // Gloo passes its context's timeout, which may be the short connect one
+  // (GlooCollective): the addresses are waited for under the store's timeout.
   void wait(const std::vector<std::string>& keys) override { wait(keys, timeout_); }
-  void wait(const std::vector<std::string>& keys, const milliseconds& timeout) override {
+  void wait(const std::vector<std::string>& keys, const milliseconds& /*gloo's*/) override {
     for (const std::string& key : keys) {
-      if (fetched_.count(key) == 0) fetched_.emplace(key, store_.get(prefix_ + key, timeout));
+      if (fetched_.count(key) == 0) fetched_.emplace(key, store_.get(prefix_ + key, timeout_));
     }
   }
 
@@ -70,9 +73,18 @@ class GlooCollective final : public Collective {
     try {
       device_ = gloo::transport::tcp::CreateDevice(attr);
       context_ = std::make_shared<gloo::rendezvous::Context>(options.rank, options.size);
-      context_->setTimeout(options.timeout);
+      // The pairs take the context's timeout when made (their connect waits 5x it): a fifth of the
+      // connect timeout then, once every rank has arrived.
+      const bool short_connect = options.connect_timeout.count() > 0 && options.connect_timeout < 5 * options.timeout;
+      if (short_connect) {
+        meet(store);
+        context_->setTimeout(std::max(milliseconds(1), options.connect_timeout / 5));
+      } else {
+        context_->setTimeout(options.timeout);
+      }
       GlooStore gloo_store(store, options.key_prefix + "gloo/", options.timeout);
       context_->connectFullMesh(gloo_store, device_);
+      context_->setTimeout(options.timeout);
     } catch (const gloo::Exception& e) {
       throw TransportError(where("rendezvous at " + options.host) + ": " + e.what());
     } catch (const gloo::EnforceNotMet& e) {
@@ -140,6 +152,16 @@ class GlooCollective final : public Collective {
     if (comm_thread_named_) return;
     comm_thread_named_ = true;
     options_.trace->name_this_thread("allreduce (gloo)");
+  }
+
+  // Every rank sets its arrival key and waits for the others' (the store's
+  // timeout; its watch may end a wait at a drop).
+  void meet(RendezvousStore& store) const {
+    const std::string prefix = options_.key_prefix + "gloo-arrived/";
+    store.set(prefix + std::to_string(options_.rank), "1");
+    for (int r = 0; r < options_.size; ++r) {
+      if (r != options_.rank) store.get(prefix + std::to_string(r), options_.timeout);
+    }
   }
 
   std::string where(const std::string& op) const {

@@ -40,7 +40,8 @@ void run_on(const OnCollectiveMemory& on_memory, std::span<float> host, const st
 
 }  // namespace
 
-ResyncOutcome resync_from_leader(Collective& collective, ReplicaState& state, const OnCollectiveMemory& on_memory) {
+ResyncOutcome resync_from_leader(Collective& collective, ReplicaState& state, const OnCollectiveMemory& on_memory,
+                                 const std::function<void()>& wait) {
   const int size = collective.size();
   const auto ranks = static_cast<std::size_t>(size);
   const auto me = static_cast<std::size_t>(collective.rank());
@@ -51,7 +52,11 @@ ResyncOutcome resync_from_leader(Collective& collective, ReplicaState& state, co
   put(slots, me * kFields + 1, state.optimizer_steps);
   put(slots, me * kFields + 2, static_cast<std::int64_t>(state.params.size()));
   put(slots, me * kFields + 3, static_cast<std::int64_t>(state.optimizer_state.size()));
-  run_on(on_memory, slots, [&](float* data) { collective.allreduce_mean(data, slots.size()); });
+  run_on(on_memory, slots, [&](float* data) {
+    if (!wait) return collective.allreduce_mean(data, slots.size());
+    collective.start_allreduce_mean(data, slots.size());
+    wait();
+  });
   for (float& v : slots) v *= static_cast<float>(size);
 
   // 2. The leader: the most advanced replica, the lowest rank among equals. Every rank computes the same.

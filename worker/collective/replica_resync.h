@@ -66,6 +66,10 @@ using OnCollectiveMemory = std::function<void(std::span<float> host, const std::
 // progress, picks the leader and replaces `state` by the leader's. Throws
 // ComputeError on every rank when the replicas' parameter or optimizer state
 // sizes differ (nothing is broadcast then).
-ResyncOutcome resync_from_leader(Collective& collective, ReplicaState& state, const OnCollectiveMemory& on_memory = {});
+// `wait`, if set, waits for the progress exchange once started (the
+// caller's wait, which may end it at a peer's drop the scheduler announces:
+// allreduce_loop.h wait_collective); empty: allreduce_mean's own wait.
+ResyncOutcome resync_from_leader(Collective& collective, ReplicaState& state, const OnCollectiveMemory& on_memory = {},
+                                 const std::function<void()>& wait = {});
 
 }  // namespace pstrain

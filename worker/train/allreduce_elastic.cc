@@ -42,32 +42,38 @@ void publish_grow(Loop& L, std::int64_t change, const std::vector<int>& before) 
 // The collective of the next generation with `members` (this worker among
 // them), every replica then the most advanced one's (the lowest rank among
 // equals: worker `members[0]` for a shrink, and what a joiner takes). A
-// member that fails meanwhile is handled as in a step (in_collective: under
-// "continue" the others re-form without it).
+// member lost meanwhile, before or in the rendezvous or in the resync, is
+// noticed at its drop (form_collective's watch, the resync's wait) and left
+// out: the others re-form without it under the generation after, once
+// (reform_collective), as a joiner does (allreduce_node.cc, start_replicas).
 void resize_collective(Loop& L, std::int64_t change, const MembershipDecision& d) {
   const int me = L.session.rank();
   const auto at = std::find(d.members.begin(), d.members.end(), me);
   if (at == d.members.end()) return;  // left out: it retires at the boundary
   const std::vector<int> before = L.live;
-  const int rank = static_cast<int>(at - d.members.begin());
-  const int size = static_cast<int>(d.members.size());
   L.collective = nullptr;
   L.owned.reset();
-  L.live = d.members;
+  if (L.reforms_on_failure) take_drops(L);
+  L.live = d.members;  // less the members dropped since the decision: none of them forms it
+  std::erase_if(L.live, [&L](int r) { return L.dropped.count(r) != 0; });
   ++L.generation;
   publish_grow(L, change, before);
   L.log.info("membership change at epoch " + std::to_string(d.epoch) + " step " + std::to_string(d.from_step) +
              ": the collective re-formed from workers " + format_members(before) + " to " +
-             format_members(L.live) + ", this one rank " + std::to_string(rank) + " of " + std::to_string(size) +
-             ", generation " + std::to_string(L.generation));
+             format_members(L.live) + ", this one rank " +
+             std::to_string(std::find(L.live.begin(), L.live.end(), me) - L.live.begin()) + " of " +
+             std::to_string(L.live.size()) + ", generation " + std::to_string(L.generation));
   int leader = L.live.front();
-  in_collective(L, [&] {
-    if (L.collective == nullptr) {  // (a re-form after a failure here made one already)
-      L.owned = (*L.reform)(rank, size, L.generation);
-      L.collective = L.owned.get();
-    }
+  try {
+    form_collective(L);
     leader = resync_replicas(L);
-  });
+  } catch (const TransportError& e) {
+    if (!reform_collective(L, e.what())) throw;
+    return;  // it said whose weights the replicas took
+  } catch (const TimeoutError& e) {
+    if (!reform_collective(L, e.what())) throw;
+    return;
+  }
   L.log.info("replicas took worker " + std::to_string(leader) + "'s weights and optimizer state");
 }
 
@@ -116,6 +122,7 @@ void settle_changes(Loop& L) {
     L.answered.erase(L.answered.begin());
     const std::optional<MembershipDecision> d =
         parse_decision(scheduler.store_get(change_key(change), L.config.cluster.timeout_ms));
+    L.changes_known = std::max(L.changes_known, change);
     if (!d) {
       L.log.info("membership change " + std::to_string(change) + ": no step left to change");
       continue;

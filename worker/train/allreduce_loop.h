@@ -10,6 +10,7 @@
 #include <span>
 #include <string>
 #include <utility>
+#include <set>
 #include <vector>
 
 #include "common/base/errors.h"
@@ -47,6 +48,11 @@ struct Loop {
   const ReformCollective* reform = nullptr;  // makes the collective of a new generation (re-forms, membership changes)
   std::unique_ptr<Collective> owned;   // the collective re-formed (without dropped workers, or at a membership change)
   std::vector<int> live;               // workers' ranks still in the job, ascending
+  std::size_t forming = 0;             // the size of the collective in use or being formed (live before drops)
+  bool formation = false;              // a collective being formed: until its first resync completed
+  // Ranks the scheduler announced dropped and not taken back (grow_collective): a decided change's
+  // members that are among them are left out of its collective (their drop may come before the boundary).
+  std::set<int> dropped;
   int generation = 0;
   EpochMembers* members = nullptr;  // each epoch's workers (recorded in checkpoints)
   // The last collective phase this replica completed (replica_resync.h: step
@@ -62,6 +68,7 @@ struct Loop {
   // boundary step is still ahead.
   const EpochDriver* driver = nullptr;
   std::vector<std::int64_t> answered{};
+  std::int64_t changes_known = 0;  // the highest change whose decision this worker has (told to a rejoiner)
   std::vector<std::pair<std::int64_t, MembershipDecision>> boundaries{};  // (change, decision)
   bool reforms_on_failure = false;  // cluster.on_worker_failure "continue"/"restart": a failure re-forms
 };
@@ -112,10 +119,24 @@ std::map<int, std::int64_t> check_replicas(Loop& L, const char* when);
 void grow_collective(Loop& L, const std::map<int, std::int64_t>& joiners, std::int64_t steps_done);
 // Every replica takes the most advanced one's state; returns the leader's worker rank.
 int resync_replicas(Loop& L);
+// Takes the drops the scheduler announced: each into L.dropped and out of
+// L.live; true when one was in L.live.
+bool take_drops(Loop& L);
+// Under "continue"/"restart": takes the drops the scheduler announced; when
+// one was a worker of `live` (the collective in use or being formed), throws
+// TransportError, which in_collective answers by re-forming without it.
+void check_dropped(Loop& L);
+// The collective of the next generation among `live` (this worker in it),
+// its rendezvous ended by a drop (check_dropped).
+void form_collective(Loop& L);
 // After the collective failed with `why`: true once it has been re-formed
 // among the workers the scheduler has not dropped (it waits for the drop,
 // retry_until watching the scheduler) and the replicas resynced; false when
-// it cannot be (no reform, or nobody was dropped in time).
+// it cannot be (no reform, or nobody was dropped in time). A member lost
+// while it re-forms (in the rendezvous or the resync) is waited for and left
+// out the same way, under the generation after. A collective that failed
+// while it formed (L.formation) with nobody dropped is formed again among
+// the same workers (settle_failed_forming, allreduce_worker.h).
 bool reform_collective(Loop& L, const std::string& why);
 
 // After the collective failed with `why`: under "continue"/"restart" the

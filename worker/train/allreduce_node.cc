@@ -1,13 +1,16 @@
 // run_allreduce_node() of allreduce_worker.h: one pstrain-worker process in
 // allreduce mode, from the config to the exit code.
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
+#include <functional>
 #include <optional>
 
 #include "common/base/endpoint_address.h"
 #include "common/base/errors.h"
 #include "common/config/job_fingerprint.h"
 #include "common/node/node_cli.h"
+#include "common/node/retry.h"
 #include "common/observe/resource_sampler.h"
 #include "common/transport/make_transport.h"
 #include "worker/collective/counting_collective.h"
@@ -138,9 +141,85 @@ CollectiveOptions first_collective(const CollectiveOptions& co, const std::optio
   if (join) {
     first.rank = static_cast<int>(std::find(join->live.begin(), join->live.end(), worker) - join->live.begin());
     first.size = static_cast<int>(join->live.size());
-    first.key_prefix += "gen-" + std::to_string(join->generation) + "/";
+    first.key_prefix += "gen-" + generation_label(join->generation, join->live) + "/";
   }
   return first;
+}
+
+// The collective a worker starts in: the job's, or a --join / --rejoin
+// worker's (`join`). Under "continue"/"restart" a member of `join` lost
+// before or in its rendezvous ends it at its drop (the scheduler's
+// announcement, the store's watch), and the worker forms the next generation
+// without it, as the others do (allreduce_loop.h reform_collective); with
+// every member alive (a connect timed out) the same members form it again
+// (settle_failed_forming). `join` then says that generation and its members.
+std::unique_ptr<Collective> form_first(const std::string& backend, const CollectiveOptions& co,
+                                       std::optional<AllreduceJoin>& join, SchedulerStore& store,
+                                       WorkerSession& session, const ClusterConfig& cluster, Logger& log,
+                                       std::chrono::milliseconds connect_timeout) {
+  if (!join || !drops_failed_workers(cluster.on_worker_failure)) {
+    return make_collective(backend, first_collective(co, join, session.rank()), store);
+  }
+  CollectiveOptions watched = co;
+  watched.connect_timeout = connect_timeout;
+  SchedulerClient& scheduler = session.scheduler();
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::milliseconds(cluster.heartbeat_timeout_ms + cluster.timeout_ms);
+  const std::string doing = "worker " + std::to_string(session.rank()) + " was forming the collective";
+  std::size_t members = 0;
+  const std::function<bool()> member_dropped = [&] {
+    for (const int r : scheduler.take_dropped()) {
+      join->dropped.push_back(r);
+      std::erase(join->live, r);
+    }
+    return join->live.size() < members;
+  };
+  for (;;) {
+    members = join->live.size();
+    store.set_watch([&] {
+      if (member_dropped()) throw TransportError("a worker of the collective was dropped from the job");
+    });
+    std::string failure;
+    try {
+      std::unique_ptr<Collective> c = make_collective(backend, first_collective(watched, join, session.rank()), store);
+      store.set_watch({});
+      return c;
+    } catch (const TransportError& e) {
+      failure = e.what();
+    } catch (const TimeoutError& e) {
+      failure = e.what();
+    } catch (...) {
+      store.set_watch({});
+      throw;
+    }
+    store.set_watch({});
+    log.warn("forming the collective of generation " + std::to_string(join->generation) + " failed: " + failure +
+             "; waiting for the scheduler to drop a failed worker");
+    if (!settle_failed_forming(scheduler, cluster, member_dropped, deadline, failure, doing)) {
+      log.warn("no worker of the collective was dropped: all " + std::to_string(members) +
+               " are alive; forming the collective again");
+      ++join->generation;  // the same members: the next number (one dropped: the same number, generation_label)
+    }
+    if (std::find(join->live.begin(), join->live.end(), session.rank()) == join->live.end()) {
+      throw AbortedError("worker " + std::to_string(session.rank()) + " was dropped from the job");
+    }
+  }
+}
+
+// The collective of `options`, counted into `traffic`, `watch` set on the
+// store while its rendezvous waits (a throw from it ends the rendezvous).
+std::unique_ptr<Collective> make_watched(const std::string& backend, const CollectiveOptions& options,
+                                         SchedulerStore& store, const std::function<void()>& watch,
+                                         TrafficCounters& traffic) {
+  store.set_watch(watch);
+  try {
+    auto made = std::make_unique<CountingCollective>(make_collective(backend, options, store), traffic);
+    store.set_watch({});
+    return made;
+  } catch (...) {
+    store.set_watch({});
+    throw;
+  }
 }
 
 }  // namespace
@@ -182,21 +261,28 @@ int run_allreduce_node(const RunConfig& config, int requested_rank, const std::s
     co.host = collective_host(config.cluster, session.rank());
     co.cuda_device = backend.is_cuda() ? cuda_index(device) : 0;
     co.trace = &trace;
+    // A collective whose members may be lost while it forms (a joiner's, a re-formed one): once every
+    // member has arrived, one that does not connect within the heartbeat timeout is gone (the scheduler
+    // drops it by then); a connect that times out with every member alive is retried (reform_collective).
+    // Under "abort" a lost member ends the job anyway: Gloo's own connect wait (0), as without elasticity.
+    const auto connect_timeout = std::chrono::milliseconds(
+        drops_failed_workers(config.cluster.on_worker_failure) ? std::max(1000, config.cluster.heartbeat_timeout_ms) : 0);
     std::unique_ptr<Collective> collective = std::make_unique<CountingCollective>(
-        make_collective(backend_name, first_collective(co, join_at, session.rank()), store), traffic);
+        form_first(backend_name, co, join_at, store, session, config.cluster, log, connect_timeout), traffic);
     WorkerStart start = rejoin ? start_rejoined_worker(session.rank(), config, log)
                                : start_worker(resume_dir, session.rank(), config, workload.model->num_params(), log);
     const std::optional<WorkerCheckpoint>& resume = start.resume;
     MetricsWriter& metrics = *start.metrics;
     write_compute_record(metrics, *workload.backend);
     // cluster.on_worker_failure = "continue": the collective re-formed among the workers left.
-    const ReformCollective reform = [&](int new_rank, int new_size, int generation) {
+    const ReformCollective reform = [&](int new_rank, int new_size, const std::string& generation,
+                                        const std::function<void()>& watch) {
       CollectiveOptions again = co;
+      again.connect_timeout = connect_timeout;
       again.rank = new_rank;
       again.size = new_size;
-      again.key_prefix = co.key_prefix + "gen-" + std::to_string(generation) + "/";
-      return std::unique_ptr<Collective>(
-          std::make_unique<CountingCollective>(make_collective(backend_name, again, store), traffic));
+      again.key_prefix = co.key_prefix + "gen-" + generation + "/";
+      return make_watched(backend_name, again, store, watch, traffic);  // its rendezvous ends at a member's drop
     };
     // Under "restart" the others go on as under "continue" and take the restarted worker back at an
     // epoch's end; a membership change re-forms it under any policy.

@@ -7,6 +7,7 @@
 #include <array>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <functional>
 #include <map>
 #include <optional>
@@ -50,7 +51,8 @@ std::map<int, std::int64_t> check_replicas(Loop& L, const char* when) {
   std::vector<float> params(static_cast<std::size_t>(L.model.num_params()));
   L.model.get_params(params);
   const std::array<float, 3> mine = weights_fingerprint(params);
-  const auto workers = static_cast<std::size_t>(L.session.num_workers());
+  // Every worker slot (a joiner's past cluster.workers too: under "restart" it is restarted like any rank).
+  const auto workers = static_cast<std::size_t>(std::max(L.session.num_workers(), max_workers(L.config.cluster)));
   std::vector<float> v(mine.begin(), mine.end());
   if (grows(L)) {
     v.resize(3 + 2 * workers, 0.0f);
@@ -97,6 +99,7 @@ std::map<int, std::int64_t> check_replicas(Loop& L, const char* when) {
 // resync in which they take the most advanced replica.
 void grow_collective(Loop& L, const std::map<int, std::int64_t>& joiners, std::int64_t steps_done) {
   AllreduceJoin join{L.live, L.generation + 1, steps_done};
+  join.changes = L.changes_known;  // a rejoiner learns their segments
   std::string names;
   for (const auto& [rank, take] : joiners) {
     join.live.push_back(rank);
@@ -107,7 +110,7 @@ void grow_collective(Loop& L, const std::map<int, std::int64_t>& joiners, std::i
   if (leads(L)) {
     for (const auto& [rank, take] : joiners) L.session.scheduler().store_set(allreduce_join_key(rank, take), format_join(join));
   }
-  for (const auto& [rank, take] : joiners) L.rejoined.erase(rank);
+  for (const auto& [rank, take] : joiners) L.rejoined.erase(rank), L.dropped.erase(rank);
   const auto me = std::find(join.live.begin(), join.live.end(), L.session.rank());
   const int rank = static_cast<int>(me - join.live.begin());
   const int size = static_cast<int>(join.live.size());
@@ -115,8 +118,7 @@ void grow_collective(Loop& L, const std::map<int, std::int64_t>& joiners, std::i
   L.owned.reset();
   L.live = join.live;
   L.generation = join.generation;
-  L.owned = (*L.reform)(rank, size, L.generation);
-  L.collective = L.owned.get();
+  form_collective(L);
   const int leader = resync_replicas(L);
   L.log.warn("took rejoined worker(s) " + names + " back into the collective after step " + std::to_string(steps_done) +
              ": " + std::to_string(size) + " workers, this one rank " + std::to_string(rank) + ", generation " +
@@ -134,9 +136,10 @@ int resync_replicas(Loop& L) {
   state.params.resize(static_cast<std::size_t>(L.model.num_params()));
   L.model.get_params(state.params);
   state.optimizer_state = L.optimizer.state();
-  const ResyncOutcome r = resync_from_leader(*L.collective, state, [&L](std::span<float> host, const std::function<void(float*)>& op) {
-    on_collective_memory(L, host, op);
-  });
+  const ResyncOutcome r = resync_from_leader(
+      *L.collective, state,
+      [&L](std::span<float> host, const std::function<void(float*)>& op) { on_collective_memory(L, host, op); },
+      [&L] { wait_collective(L); });  // a member dropped meanwhile ends it (a re-form follows)
   L.model.set_params(state.params);
   L.optimizer.set_state(state.optimizer_state, state.optimizer_steps);
   L.model.backend().synchronize();
@@ -147,47 +150,146 @@ int resync_replicas(Loop& L) {
                std::to_string(state.done) + ", this worker " + std::to_string(r.own_done) +
                "): its updates are taken, not repeated");
   }
+  L.formation = false;
   return leader;
 }
 
-// See allreduce_loop.h; what a re-form does: allreduce_worker.h (ReformCollective).
-bool reform_collective(Loop& L, const std::string& why) {
-  if (!L.reforms_on_failure) return false;
-  L.log.warn("the collective failed: " + why + "; waiting for the scheduler to drop the failed worker");
-  // (No collective: forming the next generation's failed, allreduce_elastic.cc.)
-  const std::size_t before = L.collective != nullptr ? static_cast<std::size_t>(L.collective->size()) : L.live.size();
+bool take_drops(Loop& L) {
+  bool shrank = false;
+  for (const int r : L.session.scheduler().take_dropped()) {
+    L.dropped.insert(r);
+    shrank = std::erase(L.live, r) > 0 || shrank;
+  }
+  return shrank;
+}
+
+void check_dropped(Loop& L) {
+  if (!L.reforms_on_failure) return;
+  if (take_drops(L)) throw TransportError("a worker of the collective was dropped from the job");
+}
+
+void form_collective(Loop& L) {
+  const auto me = std::find(L.live.begin(), L.live.end(), L.session.rank());
+  if (me == L.live.end()) throw AbortedError("worker " + std::to_string(L.session.rank()) + " was dropped from the job");
+  L.forming = L.live.size();
+  L.formation = true;  // until the replicas' resync completes
+  L.owned = (*L.reform)(static_cast<int>(me - L.live.begin()), static_cast<int>(L.live.size()),
+                        generation_label(L.generation, L.live), [&L] { check_dropped(L); });
+  L.collective = L.owned.get();
+}
+
+namespace {
+
+// Waits (retry_until, watching the scheduler) until a worker of the
+// collective that failed (L.forming of them) has been dropped; false if
+// none is within heartbeat_timeout_ms + timeout_ms.
+bool await_drop(Loop& L) {
   const auto limit = RetryClock::now() + std::chrono::milliseconds(L.config.cluster.heartbeat_timeout_ms) +
                      std::chrono::milliseconds(L.config.cluster.timeout_ms);
   RetryOptions poll;
   poll.interval = std::chrono::milliseconds(50);
   poll.watch = watch_scheduler(L.session.scheduler(),
                                "worker " + std::to_string(L.session.rank()) + " was re-forming the collective");
-  const std::optional<bool> dropped = retry_until(limit, "", nullptr, [&]() -> std::optional<bool> {
-    for (const int r : L.session.scheduler().take_dropped()) std::erase(L.live, r);
-    if (L.live.size() < before) return true;
+  return retry_until(limit, "", nullptr, [&]() -> std::optional<bool> {
+    take_drops(L);
+    if (L.live.size() < L.forming) return true;
     return std::nullopt;
-  }, poll);
-  if (!dropped) return false;
-  const auto me = std::find(L.live.begin(), L.live.end(), L.session.rank());
-  if (me == L.live.end()) throw AbortedError("worker " + std::to_string(L.session.rank()) + " was dropped from the job");
-  const int rank = static_cast<int>(me - L.live.begin());
-  const int size = static_cast<int>(L.live.size());
-  L.collective = nullptr;
-  L.owned.reset();  // the failed one goes first (its communication thread with it)
-  ++L.generation;
-  L.owned = (*L.reform)(rank, size, L.generation);
-  L.collective = L.owned.get();
-  const int leader = resync_replicas(L);
+  }, poll).has_value();
+}
+
+// Forms the collective among `live` and resyncs the replicas until one
+// forms; returns the leader. A member lost meanwhile is left out under the
+// same generation number (generation_label), settle_failed_forming deciding
+// alike on every member; with every member alive the same members try again
+// under the next number. `failed_forming`: the collective failed while it
+// formed (the first wait is settle_failed_forming's); else a drop was seen.
+int form_until_resynced(Loop& L, bool failed_forming, const std::string& why) {
+  const auto deadline = RetryClock::now() + std::chrono::milliseconds(L.config.cluster.heartbeat_timeout_ms) +
+                        std::chrono::milliseconds(L.config.cluster.timeout_ms);
+  const std::string doing = "worker " + std::to_string(L.session.rank()) + " was re-forming the collective";
+  const std::function<bool()> member_dropped = [&L] {
+    take_drops(L);
+    return L.live.size() < L.forming;
+  };
+  std::string failure = why;
+  for (bool settle = failed_forming;; settle = true) {
+    const bool shrank = !settle || settle_failed_forming(L.session.scheduler(), L.config.cluster, member_dropped,
+                                                         deadline, failure, doing);
+    if (!shrank) {
+      L.log.warn("no worker of the collective was dropped: all " + std::to_string(L.live.size()) +
+                 " are alive; forming the collective again");
+      ++L.generation;
+    }
+    L.collective = nullptr;
+    L.owned.reset();  // the failed one goes first (its communication thread with it)
+    try {
+      form_collective(L);
+      return resync_replicas(L);
+    } catch (const TransportError& e) {
+      failure = e.what();
+    } catch (const TimeoutError& e) {
+      failure = e.what();
+    }
+    L.log.warn("re-forming the collective (generation " + std::to_string(L.generation) + ") failed: " + failure +
+               "; waiting for the scheduler to drop a failed worker");
+  }
+}
+
+}  // namespace
+
+// See allreduce_loop.h; what a re-form does: allreduce_worker.h (ReformCollective).
+bool reform_collective(Loop& L, const std::string& why) {
+  if (!L.reforms_on_failure) return false;
+  const bool failed_forming = L.formation;  // a rendezvous or first resync: every member alive is retried
+  const std::size_t before = L.forming;
+  L.log.warn("the collective failed: " + why + "; waiting for the scheduler to drop the failed worker");
+  if (!failed_forming && !await_drop(L)) return false;
+  const int leader = form_until_resynced(L, failed_forming, why);
   complete_missed_checkpoint(L);
+  const auto me = std::find(L.live.begin(), L.live.end(), L.session.rank());
   std::string ranks;
   for (const int r : L.live) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
-  L.log.warn("re-formed the collective without the dropped worker(s): " + std::to_string(size) + " workers (" + ranks +
-             "), this one rank " + std::to_string(rank) + ", generation " + std::to_string(L.generation) +
+  L.log.warn(std::string(L.live.size() < before ? "re-formed the collective without the dropped worker(s): "
+                                                : "re-formed the collective of the same workers: ") +
+             std::to_string(L.live.size()) + " workers (" + ranks + "), this one rank " +
+             std::to_string(me - L.live.begin()) + ", generation " + std::to_string(L.generation) +
              "; replicas took worker " + std::to_string(leader) + "'s weights and optimizer state (the most advanced)");
   return true;
 }
 
 }  // namespace allreduce_detail
+
+bool settle_failed_forming(SchedulerClient& scheduler, const ClusterConfig& cluster,
+                           const std::function<bool()>& member_dropped, std::chrono::steady_clock::time_point deadline,
+                           const std::string& why, const std::string& doing) {
+  const auto wait = std::chrono::milliseconds(cluster.heartbeat_timeout_ms * 3 / 2 + cluster.heartbeat_interval_ms);
+  RetryOptions poll;
+  poll.interval = std::chrono::milliseconds(50);
+  poll.watch = watch_scheduler(scheduler, doing);
+  const bool dropped = retry_until(RetryClock::now() + wait, "", nullptr, [&]() -> std::optional<bool> {
+    if (member_dropped()) return true;
+    return std::nullopt;
+  }, poll).has_value();
+  if (!dropped && RetryClock::now() >= deadline) {
+    throw TransportError("forming the collective failed (" + why + ") and no worker was dropped within " +
+                         std::to_string(cluster.heartbeat_timeout_ms + cluster.timeout_ms) +
+                         " ms (cluster.heartbeat_timeout_ms + cluster.timeout_ms)");
+  }
+  return dropped;
+}
+
+std::string generation_label(int generation, const std::vector<int>& members) {
+  std::uint64_t hash = 14695981039346656037ull;  // FNV-1a over the ranks' 4 bytes each
+  for (const int r : members) {
+    for (int b = 0; b < 4; ++b) {
+      hash ^= (static_cast<std::uint32_t>(r) >> (8 * b)) & 0xffu;
+      hash *= 1099511628211ull;
+    }
+  }
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(hash));
+  return std::to_string(generation) + "-" + hex;
+}
 
 std::string allreduce_join_key(int rank, std::int64_t take) {
   return "allreduce/join/" + std::to_string(rank) + "/" + std::to_string(take);
@@ -203,6 +305,7 @@ std::string format_join(const AllreduceJoin& join) {
     if (i > 0) text += ',';
     text += std::to_string(join.live[i]);
   }
+  if (join.changes > 0) text += " " + std::to_string(join.changes);
   return text;
 }
 
@@ -215,7 +318,13 @@ AllreduceJoin parse_join(const std::string& text) {
     if (b == std::string::npos) throw std::invalid_argument("fields");
     join.generation = std::stoi(text.substr(0, a));
     join.first_step = std::stoll(text.substr(a + 1, b - a - 1));
-    join.live = parse_members(text.substr(b + 1));
+    const auto c = text.find(' ', b + 1);
+    join.live = parse_members(text.substr(b + 1, c == std::string::npos ? c : c - b - 1));
+    if (c != std::string::npos) {
+      std::size_t used = 0;
+      join.changes = std::stoll(text.substr(c + 1), &used);
+      if (used != text.size() - c - 1 || join.changes < 1) throw std::invalid_argument("changes");
+    }
   } catch (const std::exception&) {
     throw ProtocolError("allreduce join: malformed value '" + text + "' (expected 'generation step ranks' or 'end')");
   }

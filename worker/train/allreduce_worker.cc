@@ -64,13 +64,7 @@ void wait_collective(Loop& L) {
                          " was training");
     }
     answer_changes(L, true);  // a peer may wait for a membership decision that needs this worker's answer
-    if (L.reforms_on_failure) {
-      bool dropped = false;
-      for (const int r : L.session.scheduler().take_dropped()) {
-        dropped = dropped || std::erase(L.live, r) > 0;
-      }
-      if (dropped) throw TransportError("a worker of the collective was dropped from the job");
-    }
+    check_dropped(L);
     L.session.scheduler().check_scheduler_alive();
   }
 }
@@ -376,10 +370,19 @@ void check_collective(const WorkerSession& session, const Collective& collective
 void start_replicas(Loop& L, const WorkerCheckpoint* resume, const AllreduceJoin* join) {
   TraceSpan span(L.trace, TraceLevel::kSteps, "initial weights", "worker");
   if (join != nullptr) {  // the members' resync at the boundary they took this worker in
-    const int leader = resync_replicas(L);
+    int leader = 0;
+    try {
+      leader = resync_replicas(L);
+    } catch (const TransportError& e) {  // a member lost in it: re-formed without it, as the others do
+      if (!reform_collective(L, e.what())) throw;
+      leader = L.live.front();
+    } catch (const TimeoutError& e) {
+      if (!reform_collective(L, e.what())) throw;
+      leader = L.live.front();
+    }
     L.log.info(std::string(join->start ? "joined" : "rejoined") + " the collective: " +
-               std::to_string(L.collective->size()) + " workers (" + format_members(join->live) + "), generation " +
-               std::to_string(join->generation) + ", from step " + std::to_string(join->first_step) + " with worker " +
+               std::to_string(L.collective->size()) + " workers (" + format_members(L.live) + "), generation " +
+               std::to_string(L.generation) + ", from step " + std::to_string(join->first_step) + " with worker " +
                std::to_string(leader) + "'s weights and optimizer state");
     if (join->start) {
       write_join_record(L.metrics, *join->start);
@@ -449,7 +452,12 @@ TrainResult run_allreduce_worker(const RunConfig& config, WorkerSession& session
   L.reforms_on_failure = reform != nullptr && drops_failed_workers(config.cluster.on_worker_failure);
   if (resume != nullptr) L.done = resumed_phase(resume->step);  // resumed after the checkpoint of step resume->step - 1
   for (int r = 0; r < session.num_workers(); ++r) L.live.push_back(r);
-  if (join != nullptr) L.live = join->live, L.generation = join->generation;
+  if (join != nullptr) {
+    L.live = join->live, L.generation = join->generation;
+    L.dropped.insert(join->dropped.begin(), join->dropped.end());
+  }
+  L.forming = L.live.size();
+  L.formation = join != nullptr;  // its first resync, with the members that took it in, is still ahead
   if (staged(L)) L.staging.resize(static_cast<std::size_t>(model.num_params()));
   if (w.simulated_step_ms > 0.0) L.simulated_grads = simulated_gradients(model.num_params());
   const data::Dataset& train = workload.data.train;
@@ -466,6 +474,10 @@ TrainResult run_allreduce_worker(const RunConfig& config, WorkerSession& session
                        resume != nullptr ? resume->epoch_members : std::vector<std::int64_t>{});
   if (join != nullptr && join->start) {  // --join: every change's segments up to its own
     learn_join_segments(session.scheduler(), *join->start, members, config.cluster.timeout_ms);
+    L.changes_known = join->start->change;
+  } else if (join != nullptr && join->changes > 0) {  // --rejoin in an elastic job: the changes decided so far
+    learn_join_segments(session.scheduler(), JoinStart{join->changes}, members, config.cluster.timeout_ms);
+    L.changes_known = join->changes;
   }
   L.members = &members;
   log.info("training " + std::to_string(driver.total_steps()) + " steps (" + std::to_string(driver.steps_per_epoch()) +

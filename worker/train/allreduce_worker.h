@@ -17,6 +17,7 @@
 // covers backward and the buckets started during it); see docs/allreduce.md.
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <cstdint>
 #include <memory>
@@ -61,8 +62,34 @@ namespace pstrain {
 // makes every replica worker-0-of-the-survivors' weights and optimizer state
 // (a worker may have completed the failed step where another did not), and
 // repeats the step. Without it, or with no worker dropped within
-// heartbeat_timeout_ms + timeout_ms, the failure ends this worker.
-using ReformCollective = std::function<std::unique_ptr<Collective>(int rank, int size, int generation)>;
+// heartbeat_timeout_ms + timeout_ms, the failure ends this worker. `watch`
+// is called while the new collective's rendezvous waits; a throw from it
+// (a member dropped meanwhile: TransportError) ends the rendezvous at once.
+// `generation`: its rendezvous namespace, generation_label's.
+using ReformCollective = std::function<std::unique_ptr<Collective>(int rank, int size, const std::string& generation,
+                                                                   const std::function<void()>& watch)>;
+
+// The rendezvous namespace of a generation's collective among `members`
+// (its keys are under `<key_prefix>gen-<label>/`): the generation and a hash
+// of the members. A member lost while a generation forms is left out under
+// the same generation number (the survivors and a joiner that learn of the
+// drop at different moments meet in one namespace); a retry with the same
+// members, and every change, take the next number.
+std::string generation_label(int generation, const std::vector<int>& members);
+
+// After a collective failed to
+// form or to resync (its rendezvous, its pairs' connections, the first
+// exchange): waits, watching the scheduler, until `member_dropped` (which
+// takes the scheduler's drops) says one of them was dropped, at most heartbeat_timeout_ms * 3 / 2 +
+// heartbeat_interval_ms: a member lost before the failure is dropped by
+// then, so every member decides alike. True: one was dropped (the next
+// generation leaves it out). False: every member is alive, and the same
+// members form the next generation again (a connect that timed out under
+// load is retried, not fatal). Throws TransportError with `why` once
+// `deadline` has passed with none dropped. `doing`: for the watch's message.
+bool settle_failed_forming(SchedulerClient& scheduler, const ClusterConfig& cluster,
+                           const std::function<bool()>& member_dropped, std::chrono::steady_clock::time_point deadline,
+                           const std::string& why, const std::string& doing);
 
 // cluster.on_worker_failure = "restart": a new process that took back a
 // dropped worker's rank (--rejoin) is taken into the collective at an epoch
@@ -87,6 +114,13 @@ struct AllreduceJoin {
   int generation = 0;            // its rendezvous generation
   std::int64_t first_step = 0;   // where training goes on
   std::optional<JoinStart> start{};  // --join: where the scheduler let it in (else a --rejoin)
+  // A --rejoin in an elastic job: the membership changes decided so far
+  // (1..changes), whose segments it learns as a joiner does; 0: none (a
+  // fourth field of the value only when > 0).
+  std::int64_t changes = 0;
+  // Not in the value: the ranks the scheduler announced dropped while this
+  // worker formed its first collective (form_first), for its Loop's `dropped`.
+  std::vector<int> dropped{};
 };
 std::string allreduce_join_key(int rank, std::int64_t take);
 std::string allreduce_grow_key(std::int64_t change);

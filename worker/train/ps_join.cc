@@ -47,6 +47,20 @@ void learn_join_segments(SchedulerClient& scheduler, const JoinStart& start, Epo
   }
 }
 
+std::int64_t learn_decided_segments(SchedulerClient& scheduler, EpochMembers& members) {
+  for (std::int64_t c = 1;; ++c) {
+    std::string text;
+    try {
+      text = scheduler.store_get(std::string(kMembershipPrefix) + std::to_string(c), 1);
+    } catch (const SchedulerRefusal&) {
+      return c - 1;  // not decided (or not announced): the others' next change is announced to this worker too
+    }
+    if (const std::optional<MembershipDecision> d = parse_decision(text)) {
+      members.add_segment(d->epoch, d->from_step, d->members, d->reason);
+    }
+  }
+}
+
 void write_join_record(MetricsWriter& metrics, const JoinStart& start) {
   metrics.write(JsonLine().add("type", "join").add("time_s", metrics.elapsed_s()).add("step", start.global_step)
                     .add("epoch", start.epoch).add("job_s", metrics.job_s()));

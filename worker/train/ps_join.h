@@ -47,6 +47,13 @@ std::optional<JoinStart> wait_for_join_start(SchedulerClient& scheduler, int tim
 // every other worker's.
 void learn_join_segments(SchedulerClient& scheduler, const JoinStart& start, EpochMembers& members, int timeout_ms);
 
+// A --rejoin in an elastic job (cluster.max_workers above cluster.workers):
+// adds to `members` every change decided so far, reading the decisions
+// 1, 2, ... until one is not set (that get is refused at once; the
+// scheduler's log says so); returns how many there were. Its epochs are then
+// split as the others' (a restarted joiner, or a rank restarted after a grow).
+std::int64_t learn_decided_segments(SchedulerClient& scheduler, EpochMembers& members);
+
 // The metrics record {"type": "join", "time_s", "step", "epoch", "job_s"}:
 // this process joined the job at `step` (read by the summary).
 void write_join_record(MetricsWriter& metrics, const JoinStart& start);

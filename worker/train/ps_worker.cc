@@ -466,6 +466,7 @@ TrainResult run_ps_worker(const RunConfig& config, WorkerSession& session, Workl
   EpochMembers members(EpochMembers::from_scheduler(session.scheduler(), config.cluster.timeout_ms),
                        resume != nullptr ? resume->epoch_members : std::vector<std::int64_t>{});
   if (joined) learn_join_segments(session.scheduler(), *joined, members, config.cluster.timeout_ms);
+  if (rejoin && max_workers(config.cluster) > config.cluster.num_workers) learn_decided_segments(session.scheduler(), members);
   L.members = &members;
   MembershipAnswers answers;  // elastic membership: this worker's answers to the changes announced
   log.info("training " + std::to_string(driver.total_steps()) + " steps (" + std::to_string(driver.steps_per_epoch()) +
