@@ -41,7 +41,8 @@ fs::path write_worker_part(const RunConfig& config, int rank, const WorkerCheckp
 }
 
 std::string complete_checkpoint(const RunConfig& config, std::int64_t step, std::int64_t num_params, int num_servers,
-                                const std::function<bool()>& server_failed, bool* abandoned) {
+                                const std::function<bool()>& server_failed, bool* abandoned,
+                                const std::vector<int>& live) {
   const auto start = std::chrono::steady_clock::now();
   const fs::path root = checkpoint_root(config);
   const fs::path dir = root / checkpoint_dir_name(step);
@@ -73,15 +74,19 @@ std::string complete_checkpoint(const RunConfig& config, std::int64_t step, std:
            "reloads an older checkpoint); no manifest, so resume passes over it";
   }
   std::string missing;  // workers dropped by the failure policy write no part
-  for (int w = 0; w < config.cluster.num_workers; ++w) {
+  std::vector<int> members;  // elastic membership: the live workers whose progress the checkpoint holds
+  const int slots = std::max(config.cluster.num_workers, max_workers(config.cluster));
+  for (int w = 0; w < slots; ++w) {
     std::error_code ec;
     if (fs::exists(dir / worker_part_name(w), ec)) {
       parts.push_back(worker_part_name(w));
-    } else {
+      if (std::find(live.begin(), live.end(), w) != live.end()) members.push_back(w);
+    } else if (w < config.cluster.num_workers) {
       missing += (missing.empty() ? "" : ", ") + std::to_string(w);
     }
   }
-  const CheckpointManifest m = write_checkpoint_manifest(dir, step, checkpoint_fingerprint(config, num_params), parts);
+  const CheckpointManifest m =
+      write_checkpoint_manifest(dir, step, checkpoint_fingerprint(config, num_params), parts, members, slots);
   const std::vector<fs::path> removed = prune_checkpoints(root, config.checkpoint.keep);
   std::int64_t bytes = 0;
   for (const auto& p : m.parts) bytes += p.bytes;
@@ -97,7 +102,9 @@ std::string complete_checkpoint(const RunConfig& config, std::int64_t step, std:
 
 void finish_ps_checkpoint(SchedulerClient& scheduler, int rank, const RunConfig& config, std::int64_t step,
                           std::int64_t num_params, int num_servers, std::int64_t server_failures_before, Logger& log) {
-  if (lowest_live_worker(scheduler, config.cluster.timeout_ms) != rank) return;
+  const std::vector<int> live =
+      parse_members(scheduler.store_get(std::string(kLiveWorkersKey), config.cluster.timeout_ms));
+  if (live.front() != rank) return;
   // A server that fails now never writes this checkpoint's part (its
   // replacement reloads an older one): the checkpoint is abandoned.
   const auto server_failed = [&] {
@@ -105,7 +112,7 @@ void finish_ps_checkpoint(SchedulerClient& scheduler, int rank, const RunConfig&
     return scheduler.server_failures() != server_failures_before;
   };
   bool abandoned = false;
-  const std::string line = complete_checkpoint(config, step, num_params, num_servers, server_failed, &abandoned);
+  const std::string line = complete_checkpoint(config, step, num_params, num_servers, server_failed, &abandoned, live);
   if (abandoned) {
     log.warn(line);
   } else {
