@@ -40,9 +40,28 @@ fs::path write_worker_part(const RunConfig& config, int rank, const WorkerCheckp
   return dir;
 }
 
+namespace {
+// Elastic membership: the workers training at the checkpoint's step by the
+// history its parts hold (every part the same: EpochMembers::history_before)
+// that wrote a part (a worker dropped before it wrote none). Without a
+// history (no part has one): the workers with a part.
+std::vector<int> checkpoint_members(const fs::path& dir, const std::vector<int>& with_part) {
+  for (const int w : with_part) {
+    const CheckpointPart part =  // before the manifest: the part checks itself
+        CheckpointPart::decode(read_file_bytes(dir / worker_part_name(w)), worker_part_name(w));
+    if (!part.has("epoch_members")) continue;
+    std::vector<int> members;
+    for (const int r : last_members(part.i64s("epoch_members"))) {
+      if (std::binary_search(with_part.begin(), with_part.end(), r)) members.push_back(r);
+    }
+    return members;
+  }
+  return with_part;
+}
+}  // namespace
+
 std::string complete_checkpoint(const RunConfig& config, std::int64_t step, std::int64_t num_params, int num_servers,
-                                const std::function<bool()>& server_failed, bool* abandoned,
-                                const std::vector<int>& live) {
+                                const std::function<bool()>& server_failed, bool* abandoned, bool record_members) {
   const auto start = std::chrono::steady_clock::now();
   const fs::path root = checkpoint_root(config);
   const fs::path dir = root / checkpoint_dir_name(step);
@@ -74,17 +93,18 @@ std::string complete_checkpoint(const RunConfig& config, std::int64_t step, std:
            "reloads an older checkpoint); no manifest, so resume passes over it";
   }
   std::string missing;  // workers dropped by the failure policy write no part
-  std::vector<int> members;  // elastic membership: the live workers whose progress the checkpoint holds
+  std::vector<int> with_part;
   const int slots = std::max(config.cluster.num_workers, max_workers(config.cluster));
   for (int w = 0; w < slots; ++w) {
     std::error_code ec;
     if (fs::exists(dir / worker_part_name(w), ec)) {
       parts.push_back(worker_part_name(w));
-      if (std::find(live.begin(), live.end(), w) != live.end()) members.push_back(w);
+      with_part.push_back(w);
     } else if (w < config.cluster.num_workers) {
       missing += (missing.empty() ? "" : ", ") + std::to_string(w);
     }
   }
+  const std::vector<int> members = record_members ? checkpoint_members(dir, with_part) : std::vector<int>{};
   const CheckpointManifest m =
       write_checkpoint_manifest(dir, step, checkpoint_fingerprint(config, num_params), parts, members, slots);
   const std::vector<fs::path> removed = prune_checkpoints(root, config.checkpoint.keep);
@@ -102,9 +122,7 @@ std::string complete_checkpoint(const RunConfig& config, std::int64_t step, std:
 
 void finish_ps_checkpoint(SchedulerClient& scheduler, int rank, const RunConfig& config, std::int64_t step,
                           std::int64_t num_params, int num_servers, std::int64_t server_failures_before, Logger& log) {
-  const std::vector<int> live =
-      parse_members(scheduler.store_get(std::string(kLiveWorkersKey), config.cluster.timeout_ms));
-  if (live.front() != rank) return;
+  if (lowest_live_worker(scheduler, config.cluster.timeout_ms) != rank) return;
   // A server that fails now never writes this checkpoint's part (its
   // replacement reloads an older one): the checkpoint is abandoned.
   const auto server_failed = [&] {
@@ -112,7 +130,7 @@ void finish_ps_checkpoint(SchedulerClient& scheduler, int rank, const RunConfig&
     return scheduler.server_failures() != server_failures_before;
   };
   bool abandoned = false;
-  const std::string line = complete_checkpoint(config, step, num_params, num_servers, server_failed, &abandoned, live);
+  const std::string line = complete_checkpoint(config, step, num_params, num_servers, server_failed, &abandoned, true);
   if (abandoned) {
     log.warn(line);
   } else {
