@@ -195,4 +195,32 @@ void Scheduler::tell_workers(MsgType type, std::int64_t key, const std::string& 
   }
 }
 
+void Scheduler::seed_resumed_history() {
+  const std::vector<std::int64_t>& v = options_.resume_history;
+  std::size_t i = 0;
+  while (i < v.size()) {  // [epoch, count, ranks...] or [epoch, -from_step, count, ranks...]
+    const int epoch = static_cast<int>(v[i]);
+    std::size_t at = i + 1;
+    std::int64_t from = 0;
+    if (at < v.size() && v[at] < 0) from = -v[at++];
+    if (at >= v.size() || v[at] < 1 || v[at] > static_cast<std::int64_t>(v.size() - at - 1)) {
+      throw ConfigError("scheduler: the checkpoint's epoch_members at position " + std::to_string(i) +
+                        " is not [epoch, (-from_step,) count, ranks...]; cannot resume its membership");
+    }
+    std::string ranks;
+    for (std::int64_t k = 0; k < v[at]; ++k) ranks += (ranks.empty() ? "" : ",") + std::to_string(v[at + 1 + k]);
+    if (from == 0) {
+      store_.set(std::string(kEpochMembersPrefix) + std::to_string(epoch), ranks);
+    } else {
+      store_.set(std::string(kMembershipPrefix) + std::to_string(++changes_),
+                 std::to_string(epoch) + " " + std::to_string(from) + " " + ranks);
+    }
+    i = at + 1 + static_cast<std::size_t>(v[at]);
+  }
+  if (!v.empty()) {
+    log_.info("resumed the checkpoint's membership history: " + std::to_string(changes_) +
+              " change(s) before it; the next is number " + std::to_string(changes_ + 1));
+  }
+}
+
 }  // namespace pstrain

@@ -8,6 +8,7 @@
 #include "common/base/endpoint_address.h"
 #include "common/base/errors.h"
 #include "common/base/log.h"
+#include "common/checkpoint/checkpoint_members.h"
 #include "common/node/node_cli.h"
 #include "common/observe/resource_sampler.h"
 #include "common/observe/trace.h"
@@ -94,6 +95,19 @@ int main(int argc, char** argv) {
     options.num_servers = config.mode == pstrain::Mode::kAllreduce ? 0 : config.cluster.num_servers;
     options.num_workers = config.cluster.num_workers;
     options.cluster = config.cluster;
+    // --resume of an elastic PS job: the rendezvous waits for the checkpoint's members (issue 29).
+    if (const std::string dir = pstrain::resume_checkpoint(args, config, [&log](const std::string& m) { log.warn(m); });
+        !dir.empty() && config.mode != pstrain::Mode::kAllreduce) {
+      const pstrain::CheckpointManifest manifest = pstrain::read_checkpoint_manifest(dir);
+      options.initial_workers = pstrain::resume_members(manifest, config.cluster);
+      // The epochs' segments every member restores (the lowest's part holds the same as the others').
+      const std::string name = "worker-" + std::to_string(options.initial_workers.front()) + ".ckpt";
+      for (const pstrain::CheckpointPartInfo& p : manifest.parts) {
+        if (p.name != name) continue;  // a fixed-size job's worker dropped before the checkpoint has none
+        const pstrain::CheckpointPart part = pstrain::read_checkpoint_part(dir, name);
+        if (part.has("epoch_members")) options.resume_history = part.i64s("epoch_members");
+      }
+    }
     // The PS workers' checkpoints pass scheduler barriers ("checkpoint N") a joiner is counted in;
     // allreduce workers checkpoint without them (0: no such barrier is expected).
     options.checkpoint_interval = config.mode == pstrain::Mode::kAllreduce ? 0 : config.checkpoint.interval_steps;

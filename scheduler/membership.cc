@@ -30,14 +30,34 @@ namespace {
 constexpr std::size_t kNoNode = static_cast<std::size_t>(-1);  // a rank nobody holds (worker_at_, server_at_)
 }  // namespace
 
-Membership::Membership(int num_servers, int num_workers, ClusterConfig cluster)
+Membership::Membership(int num_servers, int num_workers, ClusterConfig cluster, std::vector<int> initial_workers)
     : num_servers_(num_servers), num_workers_(num_workers),
-      slots_(std::max(num_workers, cluster.max_workers)), cluster_(std::move(cluster)) {
+      slots_(std::max(num_workers, cluster.max_workers)), cluster_(std::move(cluster)),
+      initial_(std::move(initial_workers)) {
   nodes_.reserve(static_cast<std::size_t>(std::max(num_servers, 0) + std::max(slots_, 0)));
+  if (initial_.empty()) {
+    for (int w = 0; w < num_workers; ++w) initial_.push_back(w);
+  }
+  for (std::size_t i = 0; i < initial_.size(); ++i) {
+    if (initial_[i] < 0 || initial_[i] >= slots_ || (i > 0 && initial_[i] <= initial_[i - 1])) {
+      throw ConfigError("scheduler: the workers to start with must be distinct ranks, ascending, within the job's " +
+                        std::to_string(slots_) + " slots (cluster.max_workers); got rank " +
+                        std::to_string(initial_[i]));
+    }
+  }
 }
 
 Member& Membership::admit(const PeerId& from, RegisterRequest req, SchedulerClock::time_point now) {
-  const int limit = req.role == Role::kServer ? num_servers_ : num_workers_;
+  const bool server = req.role == Role::kServer;
+  const int limit = server ? num_servers_ : static_cast<int>(initial_.size());
+  if (!server && req.requested_rank >= 0 &&
+      !std::binary_search(initial_.begin(), initial_.end(), req.requested_rank)) {
+    const bool first_n = initial_.back() + 1 == static_cast<int>(initial_.size());
+    throw ProtocolError("register: requested worker rank " + std::to_string(req.requested_rank) +
+                        (first_n ? " is outside [0, " + std::to_string(initial_.size()) + ")"
+                                 : " is not one of the job's workers at its start (" + initial_text() +
+                                       ": the members of the checkpoint it resumes); a new worker joins with --join"));
+  }
   int count = 0;
   for (const Member& n : nodes_) count += n.role == req.role ? 1 : 0;
   if (count >= limit) {
@@ -45,9 +65,9 @@ Member& Membership::admit(const PeerId& from, RegisterRequest req, SchedulerCloc
                         std::string(to_string(req.role)) + "s (a " + std::string(to_string(req.role)) + " from " +
                         req.host + " pid " + std::to_string(req.pid) + " is one too many)");
   }
-  if (req.requested_rank >= limit) {
-    throw ProtocolError("register: requested " + std::string(to_string(req.role)) + " rank " +
-                        std::to_string(req.requested_rank) + " is outside [0, " + std::to_string(limit) + ")");
+  if (server && req.requested_rank >= limit) {
+    throw ProtocolError("register: requested server rank " + std::to_string(req.requested_rank) + " is outside [0, " +
+                        std::to_string(limit) + ")");
   }
   for (const Member& n : nodes_) {
     if (!n.request.job_fingerprint.empty() && n.request.job_fingerprint != req.job_fingerprint) {
@@ -90,14 +110,14 @@ void Membership::refuse_other_layout(const RegisterRequest& req) const {
 }
 
 bool Membership::complete() const {
-  return nodes_.size() >= static_cast<std::size_t>(num_servers_ + num_workers_);
+  return nodes_.size() >= static_cast<std::size_t>(num_servers_) + initial_.size();
 }
 
 std::string Membership::roster() const {
   int servers = 0, workers = 0;
   for (const Member& n : nodes_) (n.role == Role::kServer ? servers : workers)++;
   return "registered " + std::to_string(servers) + "/" + std::to_string(num_servers_) + " servers and " +
-         std::to_string(workers) + "/" + std::to_string(num_workers_) + " workers";
+         std::to_string(workers) + "/" + std::to_string(initial_.size()) + " workers";
 }
 
 void Membership::assign_ranks() {
@@ -109,12 +129,14 @@ void Membership::assign_ranks() {
         taken.insert(n.rank);
       }
     }
-    int next = 0;
+    // Servers fill 0, 1, ...; workers the initial ranks (0..num_workers-1 unless resumed) not requested.
+    std::size_t next = 0;
+    const auto rank_at = [&](std::size_t i) { return role == Role::kServer ? static_cast<int>(i) : initial_[i]; };
     for (Member& n : nodes_) {
       if (n.role != role || n.rank >= 0) continue;
-      while (taken.count(next)) ++next;
-      n.rank = next;
-      taken.insert(next);
+      while (taken.count(rank_at(next))) ++next;
+      n.rank = rank_at(next);
+      taken.insert(n.rank);
     }
   }
   // The index by rank: ranks are in range (admit) and distinct (above).
@@ -125,6 +147,12 @@ void Membership::assign_ranks() {
     if (nodes_[i].rank < static_cast<int>(at.size())) at[static_cast<std::size_t>(nodes_[i].rank)] = i;
   }
   recount();
+}
+
+std::string Membership::initial_text() const {
+  std::string s;
+  for (const int r : initial_) s += (s.empty() ? "" : ",") + std::to_string(r);
+  return s;
 }
 
 void Membership::recount() {

@@ -64,13 +64,17 @@ void bind_rank_to_key(const KeyOwner& owner, const std::string& key_name, Regist
 // Elastic membership (cluster.min_workers / max_workers; docs/architecture.md,
 // "Elastic membership"): the job has worker slots 0..slots()-1, slots() =
 // max(cluster.max_workers, num_workers). The rendezvous fills ranks
-// 0..num_workers-1; the others are vacant: nobody waits for them (barriers,
+// 0..num_workers-1 (a resume: the checkpoint's members); the others are vacant: nobody waits for them (barriers,
 // the end). A worker registering with --join after the rendezvous takes a
 // vacant slot (admit_worker_join, add_joined_worker); a retired worker's
 // slot is vacant again.
 class Membership {
  public:
-  Membership(int num_servers, int num_workers, ClusterConfig cluster);
+  // `initial_workers`: the worker ranks the rendezvous waits for (ascending;
+  // a resumed elastic job's checkpoint members, common/checkpoint/
+  // checkpoint_members.h); empty: 0..num_workers-1. The other slots are vacant.
+  // ConfigError for ranks not ascending or outside the slots.
+  Membership(int num_servers, int num_workers, ClusterConfig cluster, std::vector<int> initial_workers = {});
 
   // --- Registration (before the rendezvous) ---
   // Admits `req` from connection `from`, heard at `now`: refused when the
@@ -172,11 +176,14 @@ class Membership {
   const ClusterConfig& cluster() const { return cluster_; }
   int num_servers() const { return num_servers_; }
   int num_workers() const { return num_workers_; }
+  // The worker ranks the rendezvous waits for (ascending).
+  const std::vector<int>& initial_workers() const { return initial_; }
 
  private:
   // A worker whose model layout differs from the workers registered so far
   // is refused at once, not left to fail the rendezvous.
   void refuse_other_layout(const RegisterRequest& req) const;
+  std::string initial_text() const;  // "0,1,3"
   // Rebuilds live_ and barrier_members_ from the flags (a drop, a take back: rare).
   void recount();
 
@@ -184,6 +191,7 @@ class Membership {
   int num_workers_;
   int slots_;
   ClusterConfig cluster_;
+  std::vector<int> initial_;  // initial_workers()
   // In registration order, then the joiners; capacity for every server and
   // slot reserved up front, so a join never moves a Member (a joiner into
   // a retired worker's slot reuses its entry).

@@ -37,7 +37,7 @@ Scheduler::Scheduler(std::unique_ptr<Transport> owned, Transport* transport, Sch
       zap_(transport_.authenticate(options_.security, log)),
       router_(transport_.listen(options_.bind_endpoint, scheduler_endpoint_options(options_))),
       warnings_(log),
-      members_(options_.num_servers, options_.num_workers, options_.cluster),
+      members_(options_.num_servers, options_.num_workers, options_.cluster, options_.initial_workers),
       store_(options_.cluster.timeout_ms),
       liveness_(options_.cluster.heartbeat_interval_ms, options_.cluster.heartbeat_timeout_ms),
       gate_(make_gate(options_.security)) {
@@ -88,8 +88,13 @@ void Scheduler::send_quietly(const PeerId& to, const Header& header, Payload pay
 }
 
 void Scheduler::run() {
+  seed_resumed_history();
+  const std::vector<int>& initial = members_.initial_workers();
+  std::string ranks;  // a resume at a checkpoint's membership names its ranks
+  for (const int r : initial) ranks += (ranks.empty() ? " (ranks " : ",") + std::to_string(r);
+  const bool first_n = initial.back() + 1 == static_cast<int>(initial.size());
   log_.info("listening on " + endpoint_ + " for " + std::to_string(options_.num_servers) + " servers and " +
-            std::to_string(options_.num_workers) + " workers");
+            std::to_string(initial.size()) + " workers" + (first_n ? "" : ranks + ": the checkpoint's members)"));
   {
     TraceSpan span(options_.trace, TraceLevel::kSteps, "registration", "scheduler");
     registration();

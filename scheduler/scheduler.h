@@ -135,6 +135,13 @@ struct SchedulerOptions {
   // checkpoint.interval_steps (0: none): a joiner is counted in the checkpoint
   // barriers of the steps before its first that the others have still to take.
   std::int64_t checkpoint_interval = 0;
+  // The worker ranks the rendezvous waits for: empty = 0..num_workers-1; a
+  // resumed elastic PS job's checkpoint members (scheduler/main.cc).
+  std::vector<int> initial_workers;
+  // With initial_workers: the epochs' segments of the checkpoint resumed
+  // (a member's part's "epoch_members"), set in the store before anyone
+  // registers so that a later joiner learns the history the members have.
+  std::vector<std::int64_t> resume_history;
 };
 
 class Scheduler {
@@ -233,6 +240,9 @@ class Scheduler {
   // waiting for it (elastic.cc).
   void tell_servers_dropped(int rank, const std::string& reason, std::int64_t aux);
   // --- Elastic membership (scheduler/elastic.cc) ---
+  // A resume: each epoch's first members (kEpochMembersPrefix) and each later
+  // segment (a decision, kMembershipPrefix + its number) of the checkpoint.
+  void seed_resumed_history();
   // The new lines of options_.ctl_file: "workers N" starts a change (a
   // shrink retires the highest ranks), or is refused with the reason (logged).
   void take_ctl_requests();

@@ -280,7 +280,13 @@ std::string manifest_json(const CheckpointManifest& m) {
     s += ':';
     s += json_string(m.fingerprint.fields[i].second);
   }
-  s += "},\"parts\":[";
+  s += "}";
+  if (!m.members.empty()) {
+    s += ",\"members\":[";
+    for (std::size_t i = 0; i < m.members.size(); ++i) s += (i ? "," : "") + std::to_string(m.members[i]);
+    s += "],\"slots\":" + std::to_string(m.slots);
+  }
+  s += ",\"parts\":[";
   for (std::size_t i = 0; i < m.parts.size(); ++i) {
     s += std::string(i ? "," : "") + "\n  {\"name\":" + json_string(m.parts[i].name) +
          ",\"bytes\":" + std::to_string(m.parts[i].bytes) + ",\"crc32\":" + std::to_string(m.parts[i].crc32) + "}";
@@ -301,6 +307,14 @@ CheckpointManifest parse_manifest_json(const std::string& text, const std::strin
       have_step = true;
     } else if (key == "fingerprint") {
       r.object([&](const std::string& k) { m.fingerprint.fields.emplace_back(k, r.string()); });
+    } else if (key == "members") {
+      r.array([&] {
+        const std::int64_t rank = r.integer();
+        if (rank < 0 || rank > 1'000'000) r.fail("a member rank out of range: " + std::to_string(rank));
+        m.members.push_back(static_cast<int>(rank));
+      });
+    } else if (key == "slots") {
+      m.slots = r.integer();
     } else if (key == "parts") {
       r.array([&] {
         CheckpointPartInfo p;
@@ -342,10 +356,13 @@ CheckpointManifest read_checkpoint_manifest(const fs::path& dir) {
 
 CheckpointManifest write_checkpoint_manifest(const fs::path& dir, std::int64_t step,
                                              const CheckpointFingerprint& fingerprint,
-                                             const std::vector<std::string>& part_names) {
+                                             const std::vector<std::string>& part_names,
+                                             const std::vector<int>& members, std::int64_t slots) {
   CheckpointManifest m;
   m.step = step;
   m.fingerprint = fingerprint;
+  m.members = members;
+  m.slots = members.empty() ? 0 : slots;
   for (const std::string& name : part_names) {
     const std::string data = read_file_bytes(dir / name);
     CheckpointPart::decode(data, dir.filename().string() + "/" + name);  // its own checksum

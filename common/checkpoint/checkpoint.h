@@ -19,6 +19,8 @@
 // name) and "checkpoint.step" (the step of its directory).
 //
 // manifest.json: {"format":2,"step":N,"fingerprint":{"mode":"sync",...},
+// "members":[0,1,3],"slots":4,  (a PS job's: the workers live at the
+// checkpoint, common/checkpoint/checkpoint_members.h; absent in older ones)
 // "parts":[{"name":"server-0.ckpt","bytes":B,"crc32":C},...]}. C is the CRC-32
 // of the part's body (everything before its trailer), so it names the part's
 // content: a part that checks itself but is not the one the manifest was
@@ -114,6 +116,13 @@ struct CheckpointManifest {
   std::int64_t step = 0;
   CheckpointFingerprint fingerprint;
   std::vector<CheckpointPartInfo> parts;
+  // Elastic membership: the workers live at the checkpoint (ranks ascending)
+  // and the job's worker slots then ("members":[0,1,3],"slots":4). Empty and 0
+  // in a manifest written without them (older builds, allreduce, a server's
+  // initial part): read as workers 0..cluster.workers-1 (resume_members,
+  // common/checkpoint/checkpoint_members.h).
+  std::vector<int> members;
+  std::int64_t slots = 0;
 };
 
 std::uint32_t crc32_of(std::string_view data);
@@ -135,10 +144,12 @@ void write_checkpoint_part(const std::filesystem::path& dir, const std::string& 
 CheckpointPart read_checkpoint_part(const std::filesystem::path& dir, const std::string& name);
 
 // Makes `dir` complete: reads every part in `part_names` (size, CRC), writes
-// manifest.json last. CheckpointError when a part is missing or corrupt.
+// manifest.json last (with `members` and `slots` when members is not empty).
+// CheckpointError when a part is missing or corrupt.
 CheckpointManifest write_checkpoint_manifest(const std::filesystem::path& dir, std::int64_t step,
                                              const CheckpointFingerprint& fingerprint,
-                                             const std::vector<std::string>& part_names);
+                                             const std::vector<std::string>& part_names,
+                                             const std::vector<int>& members = {}, std::int64_t slots = 0);
 CheckpointManifest read_checkpoint_manifest(const std::filesystem::path& dir);
 std::string manifest_json(const CheckpointManifest& manifest);
 CheckpointManifest parse_manifest_json(const std::string& text, const std::string& what);

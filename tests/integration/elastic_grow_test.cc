@@ -335,32 +335,3 @@ TEST_CASE("highest_member_rank: the highest worker in a checkpoint's epoch segme
   CHECK(pstrain::test::thrown_text([] { highest_member_rank({0, 3, 0, 1}); }).find("is not [epoch") != std::string::npos);
   CHECK(pstrain::test::thrown_text([] { highest_member_rank({0, -5}); }).find("is not [epoch") != std::string::npos);
 }
-
-// A job that grew 2 -> 3 and checkpointed, stopped (SIGINT to its launcher):
-// `launch --resume` refuses it, saying why, instead of resuming with 2
-// workers and leaving worker 2's share of the interrupted epoch untrained.
-TEST_CASE("launch --resume of a checkpoint taken after a grow is refused with the reason") {
-  it::TempDir dir;
-  const fs::path run = dir.path() / "run";
-  it::LaunchProcess p(grow_args(run, "sync", {"--set", "checkpoint.interval_steps=5"}), dir.path() / "out.txt");
-  REQUIRE(elastic::wait_training(run));
-  INFO(p.output());
-  CHECK(elastic::run_ctl(run, 3, dir.path() / "ctl.txt") == 0);
-  const auto grown_checkpoint = [&] {
-    std::error_code ec;
-    for (const auto& e : fs::directory_iterator(run / "checkpoints", ec)) {
-      if (fs::exists(e.path() / "manifest.json") && fs::exists(e.path() / "worker-2.ckpt")) return true;
-    }
-    return false;
-  };
-  const bool grown = it::wait_until(grown_checkpoint, std::chrono::seconds(120), "a checkpoint with worker 2's part");
-  kill(p.pid(), SIGINT);
-  const auto exit = p.wait(std::chrono::seconds(60));
-  REQUIRE(grown);
-  REQUIRE(exit.has_value());
-  const it::Result resumed = it::run_launch(
-      {"--resume", run.string(), "--bin-dir", it::kBinDir.string(), "--timeout-s", "120", "--quiet"}, dir.path());
-  INFO(resumed.output);
-  CHECK(resumed.exit.code != 0);
-  CHECK(it::contains(resumed.output, "resuming a grown job is not supported yet"));
-}

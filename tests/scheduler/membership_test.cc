@@ -453,3 +453,28 @@ TEST_CASE("membership: a resize is bounded by cluster.min_workers and the slots"
   CHECK(m.resize_refusal(1) == "the job cannot shrink to 1 workers: cluster.min_workers is 2");
   CHECK(m.resize_refusal(5) == "the job cannot grow to 5 workers: it has 4 slots (cluster.max_workers)");
 }
+
+TEST_CASE("membership: a resume at a checkpoint's members (0, 1, 3) waits for those ranks; slot 2 is vacant") {
+  Membership m(1, 2, elastic(4), {0, 1, 3});
+  m.admit(peer("s0"), server(0), kT0);
+  CHECK(refusal([&] { m.admit(peer("w2"), worker(2), kT0); })
+            .find("requested worker rank 2 is not one of the job's workers at its start (0,1,3: the members of the "
+                  "checkpoint it resumes)") != std::string::npos);
+  m.admit(peer("w3"), worker(3), kT0);
+  m.admit(peer("wa"), worker(), kT0);
+  CHECK_FALSE(m.complete());
+  CHECK(m.roster() == "registered 1/1 servers and 2/3 workers");
+  m.admit(peer("wb"), worker(), kT0);
+  CHECK(m.complete());
+  CHECK(refusal([&] { m.admit(peer("wc"), worker(), kT0); }).find("already has its 3 workers") != std::string::npos);
+  m.assign_ranks();
+  CHECK(m.on_connection(peer("wa"))->rank == 0);  // the unrequested ones fill the members' gaps in order
+  CHECK(m.on_connection(peer("wb"))->rank == 1);
+  CHECK(m.live_worker_ranks() == "0,1,3");
+  CHECK(m.barrier_members() == 3);
+  CHECK(m.job_reply().num_workers == 2);  // cluster.workers: the rate's base and the servers' first slots
+  CHECK(m.vacant(2));
+  CHECK(m.admit_worker_join(worker(), "a joiner") == 2);  // a later grow takes the vacant slot
+  CHECK_THROWS_AS(Membership(1, 2, elastic(3), {0, 1, 3}), ConfigError);  // past the slots
+  CHECK_THROWS_AS(Membership(1, 2, elastic(4), {1, 0}), ConfigError);     // not ascending
+}

@@ -11,6 +11,7 @@
 
 #include "common/base/endpoint_address.h"
 #include "common/checkpoint/checkpoint.h"
+#include "common/checkpoint/checkpoint_members.h"
 #include "common/base/errors.h"
 #include "common/base/job_clock.h"
 #include "common/config/model_names.h"
@@ -203,6 +204,26 @@ std::vector<std::string> node_argv(const LaunchPlan& plan, const char* program, 
   return argv;
 }
 
+// --resume of an elastic job: the checkpoint's members (its record), or,
+// without a record, the refusal of a checkpoint taken after a grow.
+void resume_membership(const LaunchRequest& request, const FoundCheckpoint& found, LaunchPlan& plan) {
+  const ClusterConfig& cl = plan.config.cluster;
+  if (!is_elastic(cl)) return;  // a fixed-size job resumes its cluster.workers workers
+  if (plan.config.mode != Mode::kAllreduce && !found.manifest.members.empty()) {
+    try {
+      plan.resume_workers = resume_members(found.manifest, cl);
+    } catch (const CheckpointError& e) {
+      throw ConfigError("--resume " + request.resume + ": " + found.dir.filename().string() + ": " + e.what());
+    }
+    plan.num_workers = static_cast<int>(plan.resume_workers.size());
+    return;
+  }
+  // Only a job that could grow can have grown (a fixed one's parts are not read again here).
+  const std::string grown =
+      max_workers(cl) > cl.num_workers ? grown_checkpoint_refusal(found.manifest, found.dir, cl.num_workers) : "";
+  if (!grown.empty()) throw ConfigError("--resume " + request.resume + ": " + grown);
+}
+
 // --resume: the checkpoint to start from, checked against the config.
 void choose_checkpoint(const LaunchRequest& request, LaunchPlan& plan) {
   try {
@@ -214,11 +235,7 @@ void choose_checkpoint(const LaunchRequest& request, LaunchPlan& plan) {
       throw ConfigError("--resume " + request.resume + ": " + found.dir.filename().string() +
                         " was written by another job and cannot be resumed with this config: " + diff);
     }
-    // Only an elastic job can have grown (a fixed one's parts are not read again here).
-    const ClusterConfig& cl = plan.config.cluster;
-    const std::string grown =
-        max_workers(cl) > cl.num_workers ? grown_checkpoint_refusal(found.manifest, found.dir, cl.num_workers) : "";
-    if (!grown.empty()) throw ConfigError("--resume " + request.resume + ": " + grown);
+    resume_membership(request, found, plan);
   } catch (const CheckpointError& e) {
     std::string why = e.what();
     for (const std::string& s : plan.resume_skipped) why += "; passed over " + s;
@@ -229,9 +246,8 @@ void choose_checkpoint(const LaunchRequest& request, LaunchPlan& plan) {
 // GPUs the workers on this machine need (tools/launcher/gpu_check.h).
 void check_local_gpus(const LaunchRequest& request, LaunchPlan& plan) {
   int local = 0;
-  const std::vector<std::string>& hosts = plan.config.cluster.worker_hosts;
-  for (int w = 0; w < plan.num_workers; ++w) {
-    if (hosts.empty() || !plan.remote(hosts.at(static_cast<std::size_t>(w)))) ++local;
+  for (const int w : plan.worker_ranks()) {
+    if (!plan.remote(plan.worker_host(w))) ++local;
   }
 #if defined(PSTRAIN_HAVE_NCCL)
   constexpr bool kNcclBuilt = true;
@@ -278,8 +294,10 @@ std::string grown_checkpoint_refusal(const CheckpointManifest& m, const fs::path
   }
   if (highest < workers) return "";
   return dir.filename().string() + " was taken after the job grew past cluster.workers = " + std::to_string(workers) +
-         " (worker " + std::to_string(highest) +
-         " is a member); resuming a grown job is not supported yet: its share of the interrupted epoch would go untrained";
+         " (worker " + std::to_string(highest) + " is a member) and records no membership to resume at (" +
+         (m.members.empty() && m.format >= 2 ? "allreduce checkpoints, and those of builds before the record, have none"
+                                              : "no record") +
+         "); a resume at cluster.workers would leave the grown workers' share of the interrupted epoch untrained";
 }
 
 LaunchPlan plan_launch(const LaunchRequest& request) {
@@ -314,14 +332,29 @@ LaunchPlan plan_launch(const LaunchRequest& request) {
 }
 
 NodeSpec scheduler_spec(const LaunchPlan& plan) {
-  return NodeSpec{"scheduler", "scheduler",
+  NodeSpec n{"scheduler", "scheduler",
                   {(plan.bin_dir / "pstrain-scheduler").string(), "--config", plan.config_file().string(),
                    "--endpoint-file", plan.endpoint_file().string(), "--failures-file",
                    plan.failures_file().string(), "--exits-file", plan.exits_file().string(), "--ctl-file",
                    plan.ctl_file().string()}};
+  // A resumed elastic job's scheduler expects the checkpoint's members (common/checkpoint/checkpoint_members.h).
+  if (!plan.resume_dir.empty()) n.argv.insert(n.argv.end(), {"--resume", plan.resume_dir.string()});
+  return n;
 }
 
 bool LaunchPlan::remote(const std::string& host) const { return !host.empty() && !is_this_machine(host); }
+
+std::vector<int> LaunchPlan::worker_ranks() const {
+  if (!resume_workers.empty() && !resume_dir.empty()) return resume_workers;
+  std::vector<int> ranks;
+  for (int w = 0; w < num_workers; ++w) ranks.push_back(w);
+  return ranks;
+}
+
+std::string LaunchPlan::worker_host(int rank) const {
+  const std::vector<std::string>& hosts = config.cluster.worker_hosts;
+  return rank >= 0 && static_cast<std::size_t>(rank) < hosts.size() ? hosts[static_cast<std::size_t>(rank)] : "";
+}
 
 std::vector<NodeSpec> node_specs(const LaunchPlan& plan, const std::string& scheduler_endpoint,
                                  const std::vector<std::string>& extra_args) {
@@ -334,8 +367,7 @@ std::vector<NodeSpec> node_specs(const LaunchPlan& plan, const std::string& sche
   for (const char* name : {kJobStartEnv, kLauncherEnv}) {
     if (const char* value = std::getenv(name)) env[name] = value;
   }
-  const auto spec = [&](const std::string& role, int rank, const std::vector<std::string>& hosts, const char* program) {
-    const std::string host = hosts.empty() ? "" : hosts.at(static_cast<std::size_t>(rank));
+  const auto spec = [&](const std::string& role, int rank, const std::string& host, const char* program) {
     NodeSpec n{role + " " + std::to_string(rank), role + "-" + std::to_string(rank), {}};
     const auto with_extra = [&](std::vector<std::string> argv) {
       argv.insert(argv.end(), extra_args.begin(), extra_args.end());
@@ -352,12 +384,12 @@ std::vector<NodeSpec> node_specs(const LaunchPlan& plan, const std::string& sche
     return n;
   };
   std::vector<NodeSpec> specs;
+  const std::vector<std::string>& server_hosts = plan.config.cluster.server_hosts;
   for (int s = 0; s < plan.num_servers; ++s) {
-    specs.push_back(spec("server", s, plan.config.cluster.server_hosts, "pstrain-server"));
+    specs.push_back(spec("server", s, server_hosts.empty() ? "" : server_hosts.at(static_cast<std::size_t>(s)),
+                         "pstrain-server"));
   }
-  for (int w = 0; w < plan.num_workers; ++w) {
-    specs.push_back(spec("worker", w, plan.config.cluster.worker_hosts, "pstrain-worker"));
-  }
+  for (const int w : plan.worker_ranks()) specs.push_back(spec("worker", w, plan.worker_host(w), "pstrain-worker"));
   return specs;
 }
 

@@ -48,11 +48,19 @@ struct LaunchPlan {
   std::filesystem::path resume_dir;
   std::int64_t resume_step = 0;
   std::vector<std::string> resume_skipped;
+  // --resume of an elastic PS job's checkpoint with a membership record: the
+  // ranks it resumes (common/checkpoint/checkpoint_members.h; num_workers is
+  // their count). Empty: workers 0..num_workers-1.
+  std::vector<int> resume_workers;
   // Lines for the launcher to print before it starts anyone (e.g. that the
   // workers train on the CPU: tools/launcher/gpu_check.h).
   std::vector<std::string> notes;
 
   bool remote(const std::string& host) const;
+  // The worker ranks the launch starts: resume_workers, else 0..num_workers-1.
+  std::vector<int> worker_ranks() const;
+  // cluster.worker_hosts' entry for `rank`, "" (this machine) past its end.
+  std::string worker_host(int rank) const;
   std::filesystem::path config_file() const { return run_dir / "config.toml"; }
   std::filesystem::path endpoint_file() const { return run_dir / "scheduler.endpoint"; }
   // The nodes the scheduler declared failed (tools/launcher/fencing.h).
@@ -85,7 +93,8 @@ int highest_member_rank(const std::vector<std::int64_t>& epoch_members);
 // when it can: a job that grew (issue 29, elastic membership) and then
 // checkpointed has a worker at or past `workers` in its segments (or a part
 // of one), whose share of the interrupted epoch a resume at the initial size
-// would leave untrained. Resuming at the grown size is not built yet.
+// would leave untrained. Asked only where the checkpoint has no membership
+// record to resume at (an allreduce job's, or one of an older build).
 std::string grown_checkpoint_refusal(const CheckpointManifest& m, const std::filesystem::path& dir, int workers);
 
 NodeSpec scheduler_spec(const LaunchPlan& plan);

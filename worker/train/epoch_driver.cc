@@ -95,11 +95,12 @@ struct EpochDriver::Walk {
 };
 
 namespace {
-// The "coverage" record of what this process trained of the epoch (none when it ran no step of it).
-void write_coverage(EpochDriver::Walk& w) {
+// The "coverage" record of what this process trained of the epoch up to step `end` (exclusive; none
+// when it ran no step of it).
+void write_coverage(EpochDriver::Walk& w, std::int64_t end) {
   if (w.coverage.samples == 0) return;
   w.metrics.write(JsonLine().add("type", "coverage").add("time_s", w.metrics.elapsed_s()).add("epoch", w.epoch)
-                      .add("first_step", w.epoch_first).add("steps", w.step - w.epoch_first)
+                      .add("first_step", w.epoch_first).add("steps", end - w.epoch_first)
                       .add("samples", w.coverage.samples).add("checksum", checksum_text(w.coverage.checksum)));
   w.coverage = EpochCoverage{};
 }
@@ -152,7 +153,7 @@ bool EpochDriver::run_epoch(Walk& w) const {
     if (k > 0 && !shard.member) {
       w.log.info("retired at step " + std::to_string(w.step) + " (epoch " + std::to_string(w.epoch) +
                  "): not among the workers " + format_members(w.who.segments(w.epoch)[k].members) + " from there");
-      write_coverage(w);
+      write_coverage(w, w.step);
       return false;
     }
     double lr = schedule_.lr_in_epoch(w.epoch, b, split.steps());
@@ -166,8 +167,12 @@ bool EpochDriver::run_epoch(Walk& w) const {
                            last_of_epoch ? 1 : (next_last_of_epoch ? 0 : b + 2),
                            next_.end || w.step + 2 >= w.total || (next_last_of_epoch && w.epoch + 1 >= epochs_),
                            w.step + 2};
-    const double loss = w.step_fn(batch, w.step, w.epoch, lr);
     w.coverage.add(batch);
+    // The epoch's record before its last step: a checkpoint after that step (taken in the step
+    // function) then keeps it in the metrics file it cuts back to, and a resume from it, which
+    // starts at the next epoch, does not lose the epoch's coverage.
+    if (last_of_epoch) write_coverage(w, w.step + 1);
+    const double loss = w.step_fn(batch, w.step, w.epoch, lr);
     if (std::isfinite(loss)) w.window.loss_sum += loss, ++w.window.losses;
     const std::int64_t progress_every = std::max<std::int64_t>(split.steps() / 5, 1);
     if (rank_ == 0 && (b + 1) % progress_every == 0) {
@@ -189,7 +194,7 @@ bool EpochDriver::run_epoch(Walk& w) const {
       replan(w, split, w.start + from, true);
     }
   }
-  write_coverage(w);
+  write_coverage(w, w.step);
   return true;
 }
 

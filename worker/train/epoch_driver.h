@@ -32,7 +32,8 @@
 // the rate scaled by the segment's members over cluster.workers (the global
 // batch); async and ssp keep the per-push rate.
 //
-// Coverage: when this process leaves an epoch (its end, a retirement, the
+// Coverage: when this process leaves an epoch (just before the epoch's last
+// step, so that a checkpoint after it keeps the record; a retirement; the
 // last step of the run) it writes a "coverage" record (epoch, first_step,
 // steps, samples, checksum: EpochCoverage, epoch_split.h) of the samples it
 // trained in it, so a run's records of an epoch can be checked against the

@@ -1,6 +1,7 @@
 #include "worker/train/epoch_members.h"
 
 #include <algorithm>
+#include <limits>
 #include <string>
 
 #include "common/checkpoint/checkpoint.h"
@@ -119,9 +120,14 @@ bool EpochMembers::add_segment(int epoch, std::int64_t from_step, std::vector<in
 }
 
 std::vector<std::int64_t> EpochMembers::history() const {
+  return history_before(std::numeric_limits<int>::max(), 0);
+}
+
+std::vector<std::int64_t> EpochMembers::history_before(int epoch, std::int64_t step) const {
   std::vector<std::int64_t> flat;
-  for (std::size_t e = 0; e < epochs_.size(); ++e) {
+  for (std::size_t e = 0; e < epochs_.size() && static_cast<std::int64_t>(e) <= epoch; ++e) {
     for (const EpochSegment& segment : epochs_[e]) {
+      if (static_cast<std::int64_t>(e) == epoch && segment.from_step >= step) break;
       flat.push_back(static_cast<std::int64_t>(e));
       if (segment.from_step > 0) flat.push_back(-segment.from_step);
       flat.push_back(static_cast<std::int64_t>(segment.members.size()));
@@ -129,6 +135,15 @@ std::vector<std::int64_t> EpochMembers::history() const {
     }
   }
   return flat;
+}
+
+std::vector<int> last_members(const std::vector<std::int64_t>& history) {
+  std::vector<std::vector<EpochSegment>> epochs;
+  for (std::size_t i = 0; i < history.size();) i = read_history_entry(history, i, epochs);
+  for (auto e = epochs.rbegin(); e != epochs.rend(); ++e) {
+    if (!e->empty()) return e->back().members;
+  }
+  return {};
 }
 
 int lowest_live_worker(SchedulerClient& scheduler, int timeout_ms) {

@@ -42,6 +42,12 @@ std::string epoch_members_key(int epoch);
 std::string format_members(const std::vector<int>& members);
 std::vector<int> parse_members(const std::string& text);
 
+// The workers of a history's last segment (flat, as EpochMembers::history):
+// those training at a checkpoint's step when it is the checkpoint's
+// (history_before). Empty for an empty history; CheckpointError for one not
+// of that form.
+std::vector<int> last_members(const std::vector<std::int64_t>& history);
+
 // The lowest-ranked worker the scheduler has not dropped, asked now
 // (kLiveWorkersKey): the one that completes a PS checkpoint's manifest.
 int lowest_live_worker(SchedulerClient& scheduler, int timeout_ms);
@@ -93,6 +99,13 @@ class EpochMembers {
   bool add_segment(int epoch, std::int64_t from_step, std::vector<int> members, std::string reason = "");
   // Everything answered so far, flat as taken by the constructor.
   std::vector<std::int64_t> history() const;
+  // The part of history() in effect before step `step` of epoch `epoch`: the
+  // segments from earlier steps only (a checkpoint's, taken there). Every
+  // worker has heard every change from before a checkpoint's step by then,
+  // but a change from that step or later only some (each takes a decision
+  // the boundary after it answered): cut there, every worker's part holds
+  // the same history, and a resume runs at the membership of that step.
+  std::vector<std::int64_t> history_before(int epoch, std::int64_t step) const;
 
   // Asks the scheduler (epoch_members_key), for a job's workers.
   static AskFn from_scheduler(SchedulerClient& scheduler, int timeout_ms);

@@ -295,8 +295,8 @@ double train_step(Loop& L, std::span<const std::int64_t> batch, std::int64_t ste
 // A checkpoint after `steps_done` steps (worker/train/worker_checkpoint.h):
 // this worker's part, the barrier (every push of the steps before is then
 // applied and every server's part written), then the lowest live worker the
-// manifest.
-void take_checkpoint(Loop& L, std::int64_t steps_done) {
+// manifest. `at`: the step after them, where the recorded membership history is cut (history_before).
+void take_checkpoint(Loop& L, std::int64_t steps_done, const EpochDriver::NextStep& at) {
   TraceSpan span(L.trace, TraceLevel::kSteps, "checkpoint", "worker");
   span.arg("step", steps_done);
   WorkerCheckpoint c;
@@ -305,7 +305,7 @@ void take_checkpoint(Loop& L, std::int64_t steps_done) {
   c.time_s = L.metrics.elapsed_s();
   c.metrics_bytes = L.metrics.size();
   c.result = L.result;
-  if (L.members != nullptr) c.epoch_members = L.members->history();
+  if (L.members != nullptr) c.epoch_members = L.members->history_before(at.epoch, at.step);
   SchedulerClient& scheduler = L.session.scheduler();
   const std::int64_t server_failures = scheduler.server_failures();
   write_worker_part(L.config, L.session.rank(), c);
@@ -478,7 +478,7 @@ TrainResult run_ps_worker(const RunConfig& config, WorkerSession& session, Workl
       [&](std::span<const std::int64_t> batch, std::int64_t s, int epoch, double lr) {
         const double loss = train_step(L, batch, s, epoch, lr);
         answers.answer(session.scheduler(), session.rank(), driver.next_step(), driver.step_after_next());
-        if (checkpoint_due(config, s + 1)) take_checkpoint(L, s + 1);
+        if (checkpoint_due(config, s + 1)) take_checkpoint(L, s + 1, driver.next_step());
         answers.settle(session.scheduler(), members, config.cluster.timeout_ms, log);
         return loss;
       },

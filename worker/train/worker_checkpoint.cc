@@ -40,8 +40,28 @@ fs::path write_worker_part(const RunConfig& config, int rank, const WorkerCheckp
   return dir;
 }
 
+namespace {
+// Elastic membership: the workers training at the checkpoint's step by the
+// history its parts hold (every part the same: EpochMembers::history_before)
+// that wrote a part (a worker dropped before it wrote none). Without a
+// history (no part has one): the workers with a part.
+std::vector<int> checkpoint_members(const fs::path& dir, const std::vector<int>& with_part) {
+  for (const int w : with_part) {
+    const CheckpointPart part =  // before the manifest: the part checks itself
+        CheckpointPart::decode(read_file_bytes(dir / worker_part_name(w)), worker_part_name(w));
+    if (!part.has("epoch_members")) continue;
+    std::vector<int> members;
+    for (const int r : last_members(part.i64s("epoch_members"))) {
+      if (std::binary_search(with_part.begin(), with_part.end(), r)) members.push_back(r);
+    }
+    return members;
+  }
+  return with_part;
+}
+}  // namespace
+
 std::string complete_checkpoint(const RunConfig& config, std::int64_t step, std::int64_t num_params, int num_servers,
-                                const std::function<bool()>& server_failed, bool* abandoned) {
+                                const std::function<bool()>& server_failed, bool* abandoned, bool record_members) {
   const auto start = std::chrono::steady_clock::now();
   const fs::path root = checkpoint_root(config);
   const fs::path dir = root / checkpoint_dir_name(step);
@@ -73,15 +93,20 @@ std::string complete_checkpoint(const RunConfig& config, std::int64_t step, std:
            "reloads an older checkpoint); no manifest, so resume passes over it";
   }
   std::string missing;  // workers dropped by the failure policy write no part
-  for (int w = 0; w < config.cluster.num_workers; ++w) {
+  std::vector<int> with_part;
+  const int slots = std::max(config.cluster.num_workers, max_workers(config.cluster));
+  for (int w = 0; w < slots; ++w) {
     std::error_code ec;
     if (fs::exists(dir / worker_part_name(w), ec)) {
       parts.push_back(worker_part_name(w));
-    } else {
+      with_part.push_back(w);
+    } else if (w < config.cluster.num_workers) {
       missing += (missing.empty() ? "" : ", ") + std::to_string(w);
     }
   }
-  const CheckpointManifest m = write_checkpoint_manifest(dir, step, checkpoint_fingerprint(config, num_params), parts);
+  const std::vector<int> members = record_members ? checkpoint_members(dir, with_part) : std::vector<int>{};
+  const CheckpointManifest m =
+      write_checkpoint_manifest(dir, step, checkpoint_fingerprint(config, num_params), parts, members, slots);
   const std::vector<fs::path> removed = prune_checkpoints(root, config.checkpoint.keep);
   std::int64_t bytes = 0;
   for (const auto& p : m.parts) bytes += p.bytes;
@@ -105,7 +130,7 @@ void finish_ps_checkpoint(SchedulerClient& scheduler, int rank, const RunConfig&
     return scheduler.server_failures() != server_failures_before;
   };
   bool abandoned = false;
-  const std::string line = complete_checkpoint(config, step, num_params, num_servers, server_failed, &abandoned);
+  const std::string line = complete_checkpoint(config, step, num_params, num_servers, server_failed, &abandoned, true);
   if (abandoned) {
     log.warn(line);
   } else {
