@@ -178,6 +178,11 @@ Message SchedulerClient::wait_for(MsgType type, const std::string& what, int ext
   // for one (a barrier's wait, once per worker per barrier, reads the clock only when the answer comes).
   const auto deadline = while_alive ? Clock::time_point{} : Clock::now() + milliseconds(limit_ms);
   while (true) {
+    if (type == MsgType::kBarrierReply && barrier_reply_) {  // it came during a store request of on_news
+      Message m = std::move(*barrier_reply_);
+      barrier_reply_.reset();
+      return m;
+    }
     auto left = milliseconds(200);
     if (!while_alive) left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
     if (!while_alive && left.count() <= 0) {
@@ -198,6 +203,10 @@ Message SchedulerClient::wait_for(MsgType type, const std::string& what, int ext
     }
     if (m.header.type == type) return std::move(m);
     if (m.header.type == MsgType::kHeartbeat) continue;
+    if (m.header.type == MsgType::kBarrierReply && barrier_waiting_ && m.header.key == *barrier_waiting_) {
+      barrier_reply_ = std::move(m);  // for the barrier's own wait, once this request is answered
+      continue;
+    }
     if (m.header.type == MsgType::kDropped) {  // news for the caller, not an answer
       dropped_.push_back(static_cast<int>(m.header.key));
       if (watch_ != nullptr) (*watch_)();
@@ -213,6 +222,16 @@ Message SchedulerClient::wait_for(MsgType type, const std::string& what, int ext
     }
     if (m.header.type == MsgType::kMembershipChange) {
       membership_changes_.push_back(m.header.key);
+      if (on_news_ != nullptr) {
+        const std::function<void()>* news = std::exchange(on_news_, nullptr);  // not re-entered by its own requests
+        try {
+          (*news)();
+        } catch (...) {
+          on_news_ = news;
+          throw;
+        }
+        on_news_ = news;
+      }
       continue;
     }
     if (m.header.type == MsgType::kWorkerJoining) {
@@ -292,6 +311,22 @@ void SchedulerClient::barrier(const std::string& name) {
     throw ProtocolError("barrier '" + name + "': reply for barrier " + std::to_string(m.header.key) + ", expected " +
                         std::to_string(h.key));
   }
+}
+
+void SchedulerClient::barrier(const std::string& name, const std::function<void()>& on_news) {
+  barrier_waiting_ = barrier_seq_;  // the number barrier() sends
+  barrier_reply_.reset();
+  try {
+    if (!membership_changes_.empty()) on_news();  // heard before: answered now, as it may be awaited
+    on_news_ = &on_news;
+    barrier(name);
+  } catch (...) {
+    on_news_ = nullptr;
+    barrier_waiting_.reset();
+    throw;
+  }
+  on_news_ = nullptr;
+  barrier_waiting_.reset();
 }
 
 StoreEntry SchedulerClient::store_request(MsgType type, const StoreEntry& entry, int timeout_ms,

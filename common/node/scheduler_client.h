@@ -21,6 +21,7 @@
 #include <memory>
 #include <cstdint>
 #include <mutex>
+#include <optional>
 #include <functional>
 #include <set>
 #include <string>
@@ -119,6 +120,12 @@ class SchedulerClient {
   void continue_barriers_at(std::int64_t seq) { barrier_seq_ = seq; }
   // Blocks until every worker (group = workers) has reached the barrier.
   void barrier(const std::string& name);
+  // The same wait, calling `on_news` whenever the scheduler announces a
+  // membership change meanwhile (take_membership_changes has it): a worker
+  // in a checkpoint's barrier answers there, as a worker behind it may wait
+  // for that answer before it reaches the barrier. `on_news` may make store
+  // requests (the barrier's reply, should it come during one, is kept).
+  void barrier(const std::string& name, const std::function<void()>& on_news);
   // The scheduler's key-value store, kept for the job's lifetime (the
   // collectives' rendezvous: Gloo's addresses, NCCL's unique id). A set
   // replaces any earlier value. A get blocks until some node has set the key,
@@ -235,6 +242,9 @@ class SchedulerClient {
   std::vector<std::pair<int, std::string>> servers_back_;
   std::vector<Rejoined> rejoined_;
   std::vector<std::int64_t> membership_changes_;
+  const std::function<void()>* on_news_ = nullptr;  // a barrier's (barrier with on_news), not while it runs
+  std::optional<std::int64_t> barrier_waiting_;     // that barrier's number
+  std::optional<Message> barrier_reply_;            // its reply, come during a store request of on_news
   std::vector<Joining> joining_;
   std::int64_t rejoin_take_ = 0;
   RegisterReply register_as(RegisterRequest request, std::int64_t kind);

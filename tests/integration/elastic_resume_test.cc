@@ -12,11 +12,11 @@
 //  - 3 -> 2, then a worker joined by hand into rank 3: the resume starts
 //    ranks 0, 1 and 3, and pstrain-ctl still grows the resumed job to 4;
 //  - the refusals: members past cluster.max_workers, an incomplete record.
-// Not in ssp (nor async): there a membership change can deadlock with a
-// checkpoint's barrier before any resume (an open bug, docs/architecture.md,
-// "Checkpoints and resume": the workers ahead wait in the barrier for a
-// lagging joiner, which waits for the change's decision, which waits for
-// their answers); the resume's plan in every mode is the same code,
+// Not in ssp (nor async): there a membership change can still deadlock with
+// the checkpoint barrier a joiner takes at its own first step, before any
+// resume (docs/architecture.md, "Elastic membership": a worker in a step's
+// checkpoint barrier answers a change now, a joiner in its first one cannot;
+// 1 of 14 runs after that fix); the resume's plan in every mode is the same code,
 // tested without processes in tests/nn/elastic_resume_plan_test.cc.
 #include <doctest/doctest.h>
 

@@ -58,6 +58,8 @@ struct LocalClusterOptions {
   // No job secret: the scheduler takes registrations without a challenge
   // (for tests that send registrations by hand to exercise the rules behind it).
   bool open_registration = false;
+  // The scheduler's SchedulerOptions::ctl_file ("workers N" requests; empty: none).
+  std::string ctl_file;
 };
 
 // The run config `options` stand for (mode, sizes, optimizer, cluster with

@@ -53,6 +53,11 @@ void MembershipAnswers::answer(SchedulerClient& scheduler, int rank, const Epoch
                                const EpochDriver::NextStep& after) {
   due_ = std::exchange(answered_, {});  // answered at the previous boundary: its promise is the next step
   scheduler.drain_incoming();            // a change announced while this step needed no wait
+  answer_heard(scheduler, rank, next, after);
+}
+
+void MembershipAnswers::answer_heard(SchedulerClient& scheduler, int rank, const EpochDriver::NextStep& next,
+                                     const EpochDriver::NextStep& after) {
   for (const std::int64_t change : scheduler.take_membership_changes()) {
     const bool one_ahead = !next.end && !after.end;
     scheduler.store_set(std::string(kMembershipPrefix) + std::to_string(change) + "/" + std::to_string(rank),

@@ -46,10 +46,21 @@ std::optional<MembershipDecision> parse_decision(const std::string& text);
 // once would hold the push it waits for, and neither would go on). When
 // there is no step after the next one (`after.end`) it answers `next` and
 // waits at once, as it has no step to run past a boundary.
+//
+// Every wait of the boundary answers too: a change announced while this
+// worker waits in the step's checkpoint barrier is answered there
+// (answer_heard, from SchedulerClient::barrier's on_news) with the same
+// answer and promise as answer() gives, since a worker behind, which
+// answered before and waits for the decision at a boundary before that
+// checkpoint, cannot reach the barrier until the decision is out.
 class MembershipAnswers {
  public:
   void answer(SchedulerClient& scheduler, int rank, const EpochDriver::NextStep& next,
               const EpochDriver::NextStep& after);
+  // Answers the changes heard since (take_membership_changes), without
+  // reading the scheduler's news: answer()'s second half.
+  void answer_heard(SchedulerClient& scheduler, int rank, const EpochDriver::NextStep& next,
+                    const EpochDriver::NextStep& after);
   void settle(SchedulerClient& scheduler, EpochMembers& members, int timeout_ms, Logger& log);
 
  private:

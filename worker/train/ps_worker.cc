@@ -296,7 +296,9 @@ double train_step(Loop& L, std::span<const std::int64_t> batch, std::int64_t ste
 // this worker's part, the barrier (every push of the steps before is then
 // applied and every server's part written), then the lowest live worker the
 // manifest. `at`: the step after them, where the recorded membership history is cut (history_before).
-void take_checkpoint(Loop& L, std::int64_t steps_done, const EpochDriver::NextStep& at) {
+// `on_news`: answers a membership change announced while it waits in the barrier (membership_answer.h).
+void take_checkpoint(Loop& L, std::int64_t steps_done, const EpochDriver::NextStep& at,
+                     const std::function<void()>& on_news) {
   TraceSpan span(L.trace, TraceLevel::kSteps, "checkpoint", "worker");
   span.arg("step", steps_done);
   WorkerCheckpoint c;
@@ -309,7 +311,7 @@ void take_checkpoint(Loop& L, std::int64_t steps_done, const EpochDriver::NextSt
   SchedulerClient& scheduler = L.session.scheduler();
   const std::int64_t server_failures = scheduler.server_failures();
   write_worker_part(L.config, L.session.rank(), c);
-  scheduler.barrier("checkpoint " + std::to_string(steps_done));
+  scheduler.barrier("checkpoint " + std::to_string(steps_done), on_news);
   finish_ps_checkpoint(scheduler, L.session.rank(), L.config, steps_done, L.model.num_params(), L.session.num_servers(),
                        server_failures, L.log);
 }
@@ -477,8 +479,11 @@ TrainResult run_ps_worker(const RunConfig& config, WorkerSession& session, Workl
       log, metrics, L.result.images,
       [&](std::span<const std::int64_t> batch, std::int64_t s, int epoch, double lr) {
         const double loss = train_step(L, batch, s, epoch, lr);
-        answers.answer(session.scheduler(), session.rank(), driver.next_step(), driver.step_after_next());
-        if (checkpoint_due(config, s + 1)) take_checkpoint(L, s + 1, driver.next_step());
+        const EpochDriver::NextStep next = driver.next_step(), after = driver.step_after_next();
+        answers.answer(session.scheduler(), session.rank(), next, after);
+        if (checkpoint_due(config, s + 1)) {
+          take_checkpoint(L, s + 1, next, [&] { answers.answer_heard(session.scheduler(), session.rank(), next, after); });
+        }
         answers.settle(session.scheduler(), members, config.cluster.timeout_ms, log);
         return loss;
       },
