@@ -12,6 +12,8 @@
 // the barrier for worker 1, and worker 1's wait for the decision timed out.
 #include <doctest/doctest.h>
 
+#include <atomic>
+#include <optional>
 #include <stdexcept>
 #include <fstream>
 #include <string>
@@ -28,7 +30,9 @@
 #include "tests/support/temp_dir.h"
 #include "tests/support/wait.h"
 #include "tools/cluster/local_cluster.h"
+#include "worker/train/epoch_members.h"
 #include "worker/train/membership_answer.h"
+#include "worker/train/ps_join.h"
 
 using namespace pstrain;
 using std::chrono::milliseconds;
@@ -37,14 +41,14 @@ namespace {
 
 constexpr int kDecisionTimeoutMs = 20000;  // worker 1's wait for the decision: the deadlock's symptom
 
-LocalClusterOptions elastic_options(const std::string& ctl_file) {
+LocalClusterOptions elastic_options(const std::string& ctl_file, int max_workers = 2) {
   LocalClusterOptions o;
   o.num_servers = 1;
   o.num_workers = 2;
   o.optimizer.momentum = 0.0;
   o.transport = "tcp";
   o.cluster.min_workers = 1;
-  o.cluster.max_workers = 2;
+  o.cluster.max_workers = max_workers;
   o.cluster.timeout_ms = kDecisionTimeoutMs;
   o.cluster.heartbeat_interval_ms = 50;
   o.cluster.heartbeat_timeout_ms = 60000;  // nobody is declared dead for silence here
@@ -53,21 +57,36 @@ LocalClusterOptions elastic_options(const std::string& ctl_file) {
   return o;
 }
 
-std::unique_ptr<SchedulerClient> register_peer(LocalCluster& cluster, int rank) {
+// A worker peer of rank `rank`, registered (or, with `join`, joined: the scheduler picks the slot, rank -1).
+std::unique_ptr<SchedulerClient> register_peer(LocalCluster& cluster, int rank, bool join = false) {
   auto client = std::make_unique<SchedulerClient>(std::make_unique<ZmqTransport>(cluster.zmq_context()),
                                                   cluster.scheduler_endpoint(), Role::kWorker,
                                                   cluster.worker_options(rank).cluster, nullptr,
                                                   cluster.worker_options(rank).security);
   RegisterRequest req;
-  req.requested_rank = rank;
+  req.requested_rank = join ? -1 : rank;
   req.host = "checkpoint-change peer";
   req.job_fingerprint = job_fingerprint(Mode::kSync, std::int64_t{1} << 20, 1, 2);
   req.layout.add("w", {16});
-  if (client->register_node(req).rank != rank) throw std::runtime_error("registered at another rank");
+  const RegisterReply reply = join ? client->join_node(req) : client->register_node(req);
+  if (reply.rank != rank) throw std::runtime_error("registered at another rank");
   return client;
 }
 
-std::string decision_key() { return std::string(kMembershipPrefix) + "1"; }
+// Waits for the announcement of membership change `change` (and no other).
+void wait_for_change(SchedulerClient& client, std::int64_t change, const std::string& who) {
+  std::vector<std::int64_t> changes;
+  const bool heard = pstrain::test::wait_until([&] {
+    client.drain_incoming();
+    changes = client.take_membership_changes();
+    return !changes.empty();
+  }, milliseconds(60000), "change " + std::to_string(change) + "'s announcement at " + who);
+  if (!heard || changes != std::vector<std::int64_t>{change}) {
+    throw std::runtime_error("change " + std::to_string(change) + " was not announced to " + who);
+  }
+}
+
+std::string decision_key(int change = 1) { return std::string(kMembershipPrefix) + std::to_string(change); }
 
 }  // namespace
 
@@ -136,5 +155,117 @@ TEST_CASE("a change announced while a worker waits in a checkpoint's barrier is 
   CHECK(decision1 == "0 3 0 retire");
   CHECK(decision0 == "0 3 0 retire");
   CHECK(log.has("worker 0 arrived at barrier 'checkpoint 2'"));
+  cluster.join();
+}
+
+// The joiner's form (issue 29): a joiner entering at step 3 waits in the
+// barrier of the checkpoint of its first step (the others take it after
+// step 2), with worker 0, ahead; only then is a second change asked for (a
+// shrink to 2 workers: the joiner, rank 2, retires), so its announcement
+// reaches both there. Worker 1, behind, answers it with its next step (3)
+// and waits for the decision before it reaches that barrier. The joiner
+// answers from within the barrier with the step after its first (4;
+// MembershipAnswers::answer_ahead, what ps_worker.cc gives it from its first
+// step's function), as worker 0 does: the decision comes (from step 4), all
+// three pass the barrier, and the joiner adds that segment after its own
+// (from step 3) and retires at step 4. Its first step itself would be no
+// answer: a second segment from step 3 is refused. Before, the joiner took
+// that barrier before its answers existed: the decision waited for it, the
+// barrier for worker 1, and worker 1's wait for the decision timed out.
+TEST_CASE("a joiner waiting in the checkpoint barrier of its first step answers a change announced there") {
+  pstrain::test::TempDir dir("ckjoin");
+  const std::string ctl = dir.file("ctl.txt");
+  std::ofstream(ctl).flush();
+  pstrain::test::StderrCapture log;
+  LocalCluster cluster(elastic_options(ctl, 3));
+  std::string error0, error1, error2, decision0, decision1;
+  std::vector<EpochSegment> joiner_segments;
+  std::atomic<int> registered{0};
+
+  // Worker 0, ahead: answers the join (change 1) with step 3, takes its decision, enters checkpoint 3's barrier.
+  std::thread w0([&] {
+    try {
+      const auto client = register_peer(cluster, 0);
+      ++registered;
+      wait_for_change(*client, 1, "worker 0");
+      client->store_set(decision_key(1) + "/0", "0 3 3");
+      client->store_get(decision_key(1), kDecisionTimeoutMs);
+      MembershipAnswers answers;
+      const EpochDriver::NextStep next{0, 3, false, 3}, after{0, 4, false, 4};
+      client->barrier("checkpoint 3", [&] { answers.answer_heard(*client, 0, next, after); });
+      decision0 = client->store_get(decision_key(2), kDecisionTimeoutMs);  // its promise: before step 4
+      client->barrier(std::string(kFinalBarrier));
+      client->finish();
+    } catch (const std::exception& e) {
+      error0 = e.what();
+    }
+  });
+  // Worker 1, behind: answers the join with step 2; answers change 2 with its next step (3), waits for
+  // its decision, then takes the barrier.
+  std::thread w1([&] {
+    try {
+      const auto client = register_peer(cluster, 1);
+      ++registered;
+      wait_for_change(*client, 1, "worker 1");
+      client->store_set(decision_key(1) + "/1", "0 2 2");
+      client->store_get(decision_key(1), kDecisionTimeoutMs);
+      wait_for_change(*client, 2, "worker 1");
+      client->store_set(decision_key(2) + "/1", "0 3 3");
+      try {
+        decision1 = client->store_get(decision_key(2), kDecisionTimeoutMs);
+      } catch (const std::exception& e) {
+        error1 = e.what();  // the deadlock: still pass the barrier, so that the job can end
+      }
+      client->barrier("checkpoint 3");
+      client->barrier(std::string(kFinalBarrier));
+      client->finish();
+    } catch (const std::exception& e) {
+      if (error1.empty()) error1 = e.what();
+    }
+  });
+  // The joiner: once both are in the job (a join before is refused until then).
+  std::thread j([&] {
+    try {
+      if (!pstrain::test::wait_until([&] { return registered.load() == 2; }, milliseconds(60000), "both workers")) {
+        throw std::runtime_error("the workers did not register");
+      }
+      const auto client = register_peer(cluster, 2, /*join=*/true);
+      Logger jlog("joiner", LogLevel::kError);
+      const std::optional<JoinStart> start = wait_for_join_start(*client, kDecisionTimeoutMs, jlog);
+      if (!start || start->global_step != 3 || !start->take_checkpoint) throw std::runtime_error("not a start at step 3");
+      EpochMembers members(EpochMembers::all_of(2));
+      learn_join_segments(*client, *start, members, kDecisionTimeoutMs);
+      MembershipAnswers answers;
+      const EpochDriver::NextStep after_first{0, 4, false, 4};  // next_step() while step 3's function runs
+      client->barrier("checkpoint 3", [&] { answers.answer_ahead(*client, 2, after_first); });
+      // Its step 3 ran; the boundary after it: the answer given in the barrier is due here.
+      answers.answer(*client, 2, after_first, EpochDriver::NextStep{0, 5, false, 5});
+      answers.settle(*client, members, kDecisionTimeoutMs, jlog);
+      joiner_segments = members.segments(0);
+      client->finish(/*retired=*/true);
+    } catch (const std::exception& e) {
+      error2 = e.what();
+    }
+  });
+  // The change is asked for only once worker 0 and the joiner wait in the barrier: its announcement reaches them there.
+  const bool arrived = pstrain::test::wait_until(
+      [&] {
+        return log.has("worker 0 arrived at barrier 'checkpoint 3'") && log.has("worker 2 arrived at barrier 'checkpoint 3'");
+      },
+      milliseconds(60000), "worker 0 and the joiner in the checkpoint's barrier");
+  if (arrived) std::ofstream(ctl, std::ios::app) << "workers 2\n";
+  j.join();
+  w1.join();
+  w0.join();
+  REQUIRE(arrived);
+  CHECK(error1 == "");
+  CHECK(error0 == "");
+  CHECK(error2 == "");
+  // The joiner's answer and worker 0's are step 4, worker 1's its next (3): the most advanced.
+  CHECK(decision1 == "0 4 0,1 retire");
+  CHECK(decision0 == "0 4 0,1 retire");
+  REQUIRE(joiner_segments.size() == 3);
+  CHECK(joiner_segments[1] == EpochSegment{3, {0, 1, 2}});
+  CHECK(joiner_segments[2] == EpochSegment{4, {0, 1}});
   cluster.join();
 }

@@ -1,7 +1,7 @@
 // Resuming an elastic job at the membership its checkpoint was taken with
 // (issue 29; docs/architecture.md, "Checkpoints and resume"), with real
 // processes through `launch`:
-//  - sync: 2 -> 4 workers (pstrain-ctl), a checkpoint every 5 steps,
+//  - sync and ssp: 2 -> 4 workers (pstrain-ctl), a checkpoint every 5 steps,
 //    the launcher interrupted (SIGINT) once a checkpoint holds the 4 members;
 //    `launch --resume` runs the 4 to the end: the summary's change, every
 //    worker's steps to the end, the images of every epoch (each sample once,
@@ -12,12 +12,11 @@
 //  - 3 -> 2, then a worker joined by hand into rank 3: the resume starts
 //    ranks 0, 1 and 3, and pstrain-ctl still grows the resumed job to 4;
 //  - the refusals: members past cluster.max_workers, an incomplete record.
-// Not in ssp (nor async): there a membership change can still deadlock with
-// the checkpoint barrier a joiner takes at its own first step, before any
-// resume (docs/architecture.md, "Elastic membership": a worker in a step's
-// checkpoint barrier answers a change now, a joiner in its first one cannot;
-// 1 of 14 runs after that fix); the resume's plan in every mode is the same code,
-// tested without processes in tests/nn/elastic_resume_plan_test.cc.
+// The grow in ssp as well: a membership change met a checkpoint's barrier
+// there (a worker, or a joiner at its first step, waiting in it answers the
+// change now: docs/architecture.md, "Elastic membership"; before, 1 in 8 to
+// 14 ssp runs deadlocked). Not in async: the resume's plan in every mode is
+// the same code, tested without processes in tests/nn/elastic_resume_plan_test.cc.
 #include <doctest/doctest.h>
 
 #include <signal.h>
@@ -272,6 +271,11 @@ void grow_then_resume(const fs::path& dir, const std::string& mode) {
 TEST_CASE("launch --resume of a job grown 2 -> 4 runs the 4 members to the end (sync)") {
   it::TempDir dir;
   grow_then_resume(dir.path(), "sync");
+}
+
+TEST_CASE("launch --resume of a job grown 2 -> 4 runs the 4 members to the end (ssp)") {
+  it::TempDir dir;
+  grow_then_resume(dir.path(), "ssp");
 }
 
 TEST_CASE("launch --resume of a job shrunk 4 -> 3 starts ranks 0-2 only") {

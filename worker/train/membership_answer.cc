@@ -60,10 +60,22 @@ void MembershipAnswers::answer_heard(SchedulerClient& scheduler, int rank, const
                                      const EpochDriver::NextStep& after) {
   for (const std::int64_t change : scheduler.take_membership_changes()) {
     const bool one_ahead = !next.end && !after.end;
-    scheduler.store_set(std::string(kMembershipPrefix) + std::to_string(change) + "/" + std::to_string(rank),
-                        format_answer(one_ahead ? after : next));
+    set_answer(scheduler, change, rank, one_ahead ? after : next);
     (one_ahead ? answered_ : due_).push_back(change);
   }
+}
+
+void MembershipAnswers::answer_ahead(SchedulerClient& scheduler, int rank, const EpochDriver::NextStep& after_first) {
+  for (const std::int64_t change : scheduler.take_membership_changes()) {
+    set_answer(scheduler, change, rank, after_first);
+    answered_.push_back(change);  // due at the boundary after the first step (answer() moves it)
+  }
+}
+
+void MembershipAnswers::set_answer(SchedulerClient& scheduler, std::int64_t change, int rank,
+                                   const EpochDriver::NextStep& at) {
+  scheduler.store_set(std::string(kMembershipPrefix) + std::to_string(change) + "/" + std::to_string(rank),
+                      format_answer(at));
 }
 
 void MembershipAnswers::settle(SchedulerClient& scheduler, EpochMembers& members, int timeout_ms, Logger& log) {

@@ -61,9 +61,21 @@ class MembershipAnswers {
   // reading the scheduler's news: answer()'s second half.
   void answer_heard(SchedulerClient& scheduler, int rank, const EpochDriver::NextStep& next,
                     const EpochDriver::NextStep& after);
+  // A joiner's answer before its first step S, from the barrier of the
+  // checkpoint at S it takes first (worker/train/ps_join.h): every change
+  // heard since is answered with `after_first`, the step after S (the
+  // driver's next_step() while S's step function runs; `end` when S is the
+  // job's last), due at the boundary after S: the answer and promise a
+  // worker gives at the boundary before S. S itself it cannot answer (its
+  // own change's segment starts there, and a second one at the same step is
+  // refused), and it cannot wait to answer at that boundary: a worker behind
+  // may wait for this decision before it reaches the barrier.
+  void answer_ahead(SchedulerClient& scheduler, int rank, const EpochDriver::NextStep& after_first);
   void settle(SchedulerClient& scheduler, EpochMembers& members, int timeout_ms, Logger& log);
 
  private:
+  // Sets this worker's answer to `change`: the step `at` (format_answer).
+  static void set_answer(SchedulerClient& scheduler, std::int64_t change, int rank, const EpochDriver::NextStep& at);
   std::vector<std::int64_t> due_;       // decisions to wait for at this boundary's settle()
   std::vector<std::int64_t> answered_;  // answered one step ahead: due at the next boundary
 };

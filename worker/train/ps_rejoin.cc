@@ -44,14 +44,18 @@ std::int64_t rejoin_ps_job(WorkerSession& session, std::span<float> params, cons
 }
 
 void pass_rejoin_checkpoint(WorkerSession& session, const RunConfig& config, std::int64_t join, std::int64_t num_params,
-                            Logger& log) {
+                            Logger& log, const std::function<void()>& on_news) {
   if (!checkpoint_due(config, join)) return;
   const std::string name = "checkpoint " + std::to_string(join);
   log.info("rejoined at checkpoint step " + std::to_string(join) + ": passing the others' barrier '" + name +
            "' (the step before it ran in the failed process)");
   SchedulerClient& scheduler = session.scheduler();
   const std::int64_t server_failures = scheduler.server_failures();
-  scheduler.barrier(name);
+  if (on_news) {
+    scheduler.barrier(name, on_news);
+  } else {
+    scheduler.barrier(name);
+  }
   // The others count it live again: when it is the lowest (a restarted
   // worker 0), the manifest is its to write.
   finish_ps_checkpoint(scheduler, session.rank(), config, join, num_params, session.num_servers(), server_failures, log);

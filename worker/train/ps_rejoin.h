@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 
@@ -42,9 +43,10 @@ std::int64_t rejoin_ps_job(WorkerSession& session, std::span<float> params, cons
 // none (a resume treats the rank as dropped at J: it starts there with fresh
 // counters). Past the barrier it writes the manifest when it is the lowest
 // live worker (finish_ps_checkpoint: a restarted worker 0), as the others
-// would have.
+// would have. `on_news` (when set) answers a membership change announced
+// while it waits in the barrier (a joiner's: MembershipAnswers::answer_ahead).
 void pass_rejoin_checkpoint(WorkerSession& session, const RunConfig& config, std::int64_t join, std::int64_t num_params,
-                            Logger& log);
+                            Logger& log, const std::function<void()>& on_news = {});
 
 // The rejoined worker's metrics file: its predecessor's, kept up to its
 // last whole line and appended to, on its predecessor's time axis (whose

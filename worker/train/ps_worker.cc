@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/base/bfloat16.h"
@@ -390,8 +391,7 @@ std::int64_t initial_weights(Loop& L, const WorkerCheckpoint* resume, bool rejoi
     L.log.info("entering at step " + std::to_string(joined->global_step) + ": pulling its weights");
     session.kv().wait(session.kv().pull(L.weights, joined->global_step));
     write_join_record(L.metrics, *joined);
-    // A checkpoint of its first step (the others take it after the step before): its barrier, without a part.
-    if (joined->take_checkpoint) pass_rejoin_checkpoint(session, L.config, joined->global_step, L.model.num_params(), L.log);
+    // The checkpoint of its first step it takes in that step's function (first_checkpoint).
     L.log.info("joined the job at step " + std::to_string(joined->global_step) + " (epoch " +
                std::to_string(joined->epoch) + " step " + std::to_string(joined->from_step) + ")");
     return joined->global_step;
@@ -423,6 +423,24 @@ TrainResult abandoned_join(Loop& L) {
   L.log.info("the job had no step left to join at: leaving without training");
   L.result.retired = true;
   L.result.time_s = L.metrics.elapsed_s();
+  write_end_record(L.metrics, L.result);
+  return L.result;
+}
+
+// The end of a worker that ran `step` steps to the end (the last in `epoch`): the final barrier, then
+// the final weights' evaluation and weights.bin when they are its to write, and its end record.
+TrainResult finish_run(Loop& L, std::int64_t step, int epoch) {
+  {
+    TraceSpan span(L.trace, TraceLevel::kSteps, "final barrier", "worker");
+    if (L.prefetch) kv_wait_quietly(L);
+    L.session.scheduler().barrier(std::string(kFinalBarrier));  // every push of every worker has been applied
+  }
+  L.result.steps = step;
+  L.result.time_s = L.metrics.elapsed_s();
+  if (writes_final(L)) {
+    evaluate_and_record(L, step, epoch, L.result.time_s);
+    write_final(L);
+  }
   write_end_record(L.metrics, L.result);
   return L.result;
 }
@@ -471,6 +489,10 @@ TrainResult run_ps_worker(const RunConfig& config, WorkerSession& session, Workl
   if (rejoin && max_workers(config.cluster) > config.cluster.num_workers) learn_decided_segments(session.scheduler(), members);
   L.members = &members;
   MembershipAnswers answers;  // elastic membership: this worker's answers to the changes announced
+  // A joiner's checkpoint of its first step (the others take it after the step before): its barrier,
+  // without a part, taken where the driver knows the step after it, the joiner's answer to a change
+  // announced meanwhile (membership_answer.h); unless the others finished it already.
+  bool first_checkpoint = joined && joined->take_checkpoint;
   log.info("training " + std::to_string(driver.total_steps()) + " steps (" + std::to_string(driver.steps_per_epoch()) +
            " per epoch) in " + std::string(to_string(config.mode)) + " mode with " +
            std::to_string(session.num_workers()) + " workers, " + std::to_string(session.num_servers()) +
@@ -478,6 +500,10 @@ TrainResult run_ps_worker(const RunConfig& config, WorkerSession& session, Workl
   const std::int64_t step = driver.run(
       log, metrics, L.result.images,
       [&](std::span<const std::int64_t> batch, std::int64_t s, int epoch, double lr) {
+        if (std::exchange(first_checkpoint, false)) {  // a joiner's, answering from there (answer_ahead)
+          pass_rejoin_checkpoint(session, config, s, model.num_params(), log,
+                                 [&] { answers.answer_ahead(session.scheduler(), session.rank(), driver.next_step()); });
+        }
         const double loss = train_step(L, batch, s, epoch, lr);
         const EpochDriver::NextStep next = driver.next_step(), after = driver.step_after_next();
         answers.answer(session.scheduler(), session.rank(), next, after);
@@ -492,19 +518,7 @@ TrainResult run_ps_worker(const RunConfig& config, WorkerSession& session, Workl
       },
       start_step, &members);
   if (driver.retired()) return retire(L, step);
-  {
-    TraceSpan span(trace, TraceLevel::kSteps, "final barrier", "worker");
-    if (L.prefetch) kv_wait_quietly(L);
-    session.scheduler().barrier(std::string(kFinalBarrier));  // every push of every worker has been applied
-  }
-  L.result.steps = step;
-  L.result.time_s = metrics.elapsed_s();
-  if (writes_final(L)) {
-    evaluate_and_record(L, step, driver.epoch_after(step), L.result.time_s);
-    write_final(L);
-  }
-  write_end_record(metrics, L.result);
-  return L.result;
+  return finish_run(L, step, driver.epoch_after(step));
 }
 
 }  // namespace pstrain
