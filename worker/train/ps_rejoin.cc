@@ -47,8 +47,8 @@ void pass_rejoin_checkpoint(WorkerSession& session, const RunConfig& config, std
                             Logger& log, const std::function<void()>& on_news) {
   if (!checkpoint_due(config, join)) return;
   const std::string name = "checkpoint " + std::to_string(join);
-  log.info("rejoined at checkpoint step " + std::to_string(join) + ": passing the others' barrier '" + name +
-           "' (the step before it ran in the failed process)");
+  log.info("entering at checkpoint step " + std::to_string(join) + ": passing the others' barrier '" + name +
+           "' without a part (this process did not run the step before it)");
   SchedulerClient& scheduler = session.scheduler();
   const std::int64_t server_failures = scheduler.server_failures();
   if (on_news) {
