@@ -4,8 +4,9 @@
 // reply from the server's arena into its model (fmnist_cnn: fc1's 1 MiB
 // chunks, conv2) and holds the reply until it pushes that chunk. A job so
 // run ends with the weights.bin of the same job over tcp (every reply
-// copied), bit for bit: sync with two workers (the evaluation and
-// weights.bin read the final pull's weights), async and ssp with one (their
+// copied), bit for bit: sync with two workers (the final evaluation, its
+// loss and accuracy as recorded, and weights.bin read the final pull's
+// weights), async and ssp with one (their
 // order is then fixed). The worker's log says how many replies it mapped and
 // how many times it mapped pages anew: once per chunk in a job of one
 // server process per chunk (the server updates in the pages the worker
@@ -43,6 +44,17 @@ std::pair<long, long> mapped(const it::fs::path& run, int worker) {
   return {std::stol(m[1]), std::stol(m[2])};
 }
 
+// Worker 0's evaluations as recorded: "test_loss":...,"test_accuracy":... per eval record.
+std::vector<std::string> evaluations(const it::fs::path& run) {
+  const std::string metrics = it::read_file(run / "metrics" / "worker-0.jsonl");
+  static const std::regex eval(R"re("type":"eval".*?("test_loss":[^,]+,"test_accuracy":[^,]+))re");
+  std::vector<std::string> out;
+  for (auto it = std::sregex_iterator(metrics.begin(), metrics.end(), eval); it != std::sregex_iterator(); ++it) {
+    out.push_back((*it)[1]);
+  }
+  return out;
+}
+
 void same_weights(const it::fs::path& a, const it::fs::path& b) {
   const std::vector<float> wa = pstrain::read_weights(pstrain::weights_path(a.string()));
   const std::vector<float> wb = pstrain::read_weights(pstrain::weights_path(b.string()));
@@ -58,6 +70,10 @@ TEST_CASE("pulled pages: sync on shm maps the large chunks' pages and ends with 
   const it::fs::path shm = train(dir, "shm", {"mode=sync", "cluster.workers=2"});
   const it::fs::path tcp = train(dir, "tcp", {"mode=sync", "cluster.workers=2", "cluster.transport=tcp"});
   same_weights(shm, tcp);
+  // The final evaluation, after the last push, read the final pull's weights: tcp's loss and accuracy.
+  const std::vector<std::string> evals = evaluations(shm);
+  REQUIRE_FALSE(evals.empty());
+  CHECK(evals == evaluations(tcp));
   for (int w = 0; w < 2; ++w) {
     const auto [taken, maps] = mapped(shm, w);
     INFO("worker " << w);
