@@ -61,7 +61,8 @@ ShardStore::ShardStore(const ShardMap& map, int server_rank, int num_workers, co
     ChunkState& c = chunks_[i];
     c.key = chunk.id;
     c.num_elems = chunk.num_elems;
-    c.weights = new_weights(chunk.num_elems);
+    c.offset = chunk.offset;
+    c.weights = new_weights(chunk.num_elems, chunk.offset);
     c.optimizer = make_optimizer(options.optimizer, chunk.num_elems);
     c.optimizer->split_over(options.ranges);  // the update's pass over the apply threads
     c.pulled_version.assign(static_cast<std::size_t>(num_workers), 0);
@@ -282,7 +283,7 @@ update::UpdateCheck ShardStore::stage(ChunkState& c, update::GradSource grad, st
   std::size_t at = 0;
   while (at < c.spares.size() && c.spares[at].use_count() > 1) ++at;
   if (at == c.spares.size()) {
-    std::shared_ptr<WeightBuffer> fresh = new_weights(c.num_elems);
+    std::shared_ptr<WeightBuffer> fresh = new_weights(c.num_elems, c.offset);
     if (c.spares.size() < kMaxSpares) {
       c.spares.push_back(std::move(fresh));
     } else {
@@ -461,7 +462,7 @@ void ShardStore::restore_chunk(const ChunkCheckpoint& saved) {
                       " workers, the job has " + std::to_string(num_workers_));
   }
   c.optimizer->set_state(saved.optimizer_state, saved.optimizer_steps);
-  c.weights = new_weights(c.num_elems);
+  c.weights = new_weights(c.num_elems, c.offset);
   c.weight_bound = Optimizer::kUnknownBound;
   std::copy(saved.weights.begin(), saved.weights.end(), c.weights->values.begin());
   c.version = saved.version;
@@ -473,11 +474,21 @@ void ShardStore::restore_chunk(const ChunkCheckpoint& saved) {
   c.initialized = true;
 }
 
-std::shared_ptr<WeightBuffer> ShardStore::new_weights(std::int64_t num_elems) const {
+std::shared_ptr<WeightBuffer> ShardStore::new_weights(std::int64_t num_elems, std::int64_t offset) const {
   const auto n = static_cast<std::size_t>(num_elems);
   if (options_.allocate) {
-    SendFloats block = options_.allocate(n);
-    return std::make_shared<WeightBuffer>(WeightBuffer{block.values, std::move(block.owner)});
+    // Placed at the chunk's offset in the workers' flat buffer modulo the
+    // page (a worker maps the reply's whole pages into its model instead of
+    // copying them: worker/client/pull_pages.h): one page more, the weights
+    // start that far into the page-aligned block.
+    const std::size_t page_floats = kWeightsPageBytes / sizeof(float);
+    const bool placed = n * sizeof(float) >= kPlacedWeightsBytes;
+    SendFloats block = options_.allocate(placed ? n + page_floats : n);
+    std::span<float> values = block.values.first(n);
+    if (placed && reinterpret_cast<std::uintptr_t>(block.values.data()) % kWeightsPageBytes == 0) {
+      values = block.values.subspan(static_cast<std::size_t>(offset) % page_floats, n);
+    }
+    return std::make_shared<WeightBuffer>(WeightBuffer{values, std::move(block.owner)});
   }
   auto owned = std::make_shared<std::vector<float>>(n, 0.0f);
   std::span<float> values(*owned);

@@ -234,6 +234,7 @@ class ShardStore {
   struct ChunkState {
     std::int64_t key = 0;
     std::int64_t num_elems = 0;
+    std::int64_t offset = 0;  // in the workers' flat buffer (where new_weights places the weights in a page)
     bool initialized = false;
     std::int64_t version = 0;
     std::shared_ptr<WeightBuffer> weights;
@@ -272,7 +273,9 @@ class ShardStore {
   std::string describe_result(const ChunkState& c, const update::GradSource& grad,
                               const update::UpdateCheck& check, double lr) const;
   void note_refusal(int worker, const std::string& why);
-  std::shared_ptr<WeightBuffer> new_weights(std::int64_t num_elems) const;  // zeroed, from options_.allocate
+  // Zeroed, from options_.allocate; a chunk of kPlacedWeightsBytes or more
+  // starts at its flat `offset` modulo the page when the block is page aligned.
+  std::shared_ptr<WeightBuffer> new_weights(std::int64_t num_elems, std::int64_t offset) const;
 
   int server_rank_;
   int num_workers_;
@@ -290,6 +293,11 @@ class ShardStore {
 // A push's learning rate may exceed StoreOptions::max_lr by this fraction of
 // it (the worker computes the same double; this allows for rounding only).
 inline constexpr double kLrTolerance = 1e-6;
+// Chunks of at least this many bytes are placed in their weight buffers at
+// their offset in the workers' flat buffer modulo the page (kWeightsPageBytes):
+// a co-located worker maps their whole pages instead of copying them.
+inline constexpr std::size_t kWeightsPageBytes = 4096;
+inline constexpr std::size_t kPlacedWeightsBytes = 64 * 1024;
 // Refusals kept for the server's log between two take_refusals().
 inline constexpr std::size_t kMaxRefusalNotes = 64;
 

@@ -133,4 +133,10 @@ SendFloats Transport::allocate_send_floats(std::size_t count) {
   return out;
 }
 
+std::uint64_t Transport::shared_pages_of(Buffer& /*frame*/) const { return 0; }
+
+bool Transport::map_shared_pages(Buffer& /*frame*/, std::size_t /*offset*/, void* /*dest*/, std::size_t /*bytes*/) {
+  return false;
+}
+
 }  // namespace pstrain

@@ -306,6 +306,19 @@ class Transport {
   // the Payload contract matters all the more: unchanged until the reply.
   // Here: ordinary memory.
   virtual SendFloats allocate_send_floats(std::size_t count);
+  // Received bytes that can be mapped instead of copied: where `frame` (a
+  // payload this transport handed up) lies in pages its sender keeps
+  // unchanged while the frame is held (ShmTransport: a pull reply in the
+  // server's arena, held until the frame goes), the id of that memory (never
+  // 0, unique in this process); else 0. Here: 0.
+  virtual std::uint64_t shared_pages_of(Buffer& frame) const;
+  // Maps `bytes` of `frame` from `offset` read-only at `dest`, in place of
+  // what was mapped there: the same pages, seen at a second address (both
+  // frame.data() + offset and dest page aligned, `bytes` whole pages). False
+  // when it cannot (not such a frame, misaligned, the system refused): then
+  // what was at `dest` may be unmapped, and the caller maps memory back
+  // before it copies. Here: false.
+  virtual bool map_shared_pages(Buffer& frame, std::size_t offset, void* dest, std::size_t bytes);
 };
 
 // Waits on endpoints of one transport (the first one's): wait_any over it.

@@ -181,6 +181,9 @@ KVClient::Ticket KVClient::start(MsgType type, const Flat& flat, std::int64_t st
       throw ConfigError(std::string(to_string(type)) + ": chunk id " + std::to_string(key) + " outside [0, " +
                         std::to_string(map_.chunks().size()) + ")");
     }
+    // Pushed: this worker has read the chunk's weights for the last time this step. Its held
+    // reply goes before the push does, so the server finds it handed back and updates in place.
+    if (type == MsgType::kPush) pages_.release(key);
   }
   for (std::size_t at = 0; at < keys.size();) {
     const std::size_t n = run_length(type, keys, at, skip);
@@ -330,7 +333,7 @@ void KVClient::receive_from(std::size_t server) {
   }
 }
 
-void KVClient::complete(const Message& msg, std::size_t server) {
+void KVClient::complete(Message& msg, std::size_t server) {
   const Header& h = msg.header;
   auto it = pending_.find(h.request_id);
   if (it == pending_.end()) {
@@ -383,9 +386,12 @@ void KVClient::complete(const Message& msg, std::size_t server) {
   }
 }
 
-void KVClient::write_pull_reply(const Message& msg, const Pending& p, std::size_t server) {
+void KVClient::write_pull_reply(Message& msg, const Pending& p, std::size_t server) {
   const auto n = static_cast<std::size_t>(map_.chunk(p.key).num_elems);
   if (p.pull_dest_bf16 == nullptr) {
+    // The server's pages mapped into place and the reply held (or, when they
+    // cannot be, private memory back under the range before the copy).
+    if (pages_.covers(p.key, p.pull_dest) && pages_.take(p.key, msg.payload)) return;
     // Straight into the caller's buffer (bfloat16: widened on the way).
     msg.copy_floats_to(std::span<float>(p.pull_dest, n), stream_pulls_);
     return;

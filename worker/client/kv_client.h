@@ -4,7 +4,8 @@
 //
 // Requests are non-blocking: push()/pull()/init() send and return a Ticket;
 // wait(ticket) blocks until all of that ticket's replies have arrived (pull
-// replies are copied into the caller's buffer as they arrive). The buffers
+// replies are copied into the caller's buffer as they arrive, or mapped there:
+// map_pulls_into). The buffers
 // handed to push()/init() are sent zero-copy: keep them alive and unchanged,
 // and the buffer given to pull() untouched, until wait() returns for that
 // ticket. An error reply from a server makes wait() throw ServerError
@@ -39,6 +40,7 @@
 #include "common/transport/transport.h"
 #include "common/observe/traffic_counters.h"
 #include "common/observe/trace.h"
+#include "worker/client/pull_pages.h"
 
 namespace pstrain {
 
@@ -110,6 +112,16 @@ class KVClient {
   // uploads the chunk then: worker/client/copy_pipeline.h). Empty: none.
   void set_pull_arrival(std::function<void(std::int64_t)> on_chunk) { pull_arrival_ = std::move(on_chunk); }
 
+  // Pulls into `flat` (the whole flat buffer, page aligned: the model's own
+  // parameters) may map a large chunk's pages from the server's arena instead
+  // of copying them (worker/client/pull_pages.h: the reply is held until this
+  // client pushes that chunk, and a chunk's range is not to be read between
+  // its push and its next reply). Empty: none any more, every mapped range
+  // copied into private memory first. Its owner frees it only after this or
+  // by unmapping it whole.
+  void map_pulls_into(std::span<float> flat) { pages_.set_buffer(flat); }
+  const PullPages& pull_pages() const { return pages_; }
+
   const ShardMap& shard_map() const { return map_; }
   // Requests sent again to servers that came back after a restart.
   std::int64_t resent_requests() const { return resent_; }
@@ -164,7 +176,7 @@ class KVClient {
                 bool skip, const std::shared_ptr<const void>& keep_alive, Ticket ticket);
   void check_bfloat16(std::size_t num_elems, const char* op) const;
   // A pull reply into its destination (float32, widened, or bfloat16 as received).
-  void write_pull_reply(const Message& msg, const Pending& p, std::size_t server);
+  void write_pull_reply(Message& msg, const Pending& p, std::size_t server);
   void send_to(std::size_t server, const Header& h, Payload payload);
   void check_flat(std::size_t num_elems, const char* op) const;
   Payload narrow(std::int64_t key, std::span<const float> values);
@@ -174,7 +186,7 @@ class KVClient {
   // The servers the scheduler announced back since the last call: new
   // socket, every unanswered request to it sent again. Returns whether any.
   bool reconnect_restarted();
-  void complete(const Message& msg, std::size_t server);
+  void complete(Message& msg, std::size_t server);
   void trace_reply(const Pending& p, std::size_t server);
 
   Transport& transport_;
@@ -208,6 +220,7 @@ class KVClient {
   // unanswered (its reply, ticket 0, is dropped).
   std::vector<std::int64_t> last_pushed_;
   std::function<void(std::int64_t)> pull_arrival_;  // set_pull_arrival
+  PullPages pages_{transport_, map_};  // map_pulls_into
 };
 
 // Throws what an error reply of `server` with `status` means at the worker:

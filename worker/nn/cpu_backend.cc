@@ -3,6 +3,8 @@
 #include <cstring>
 #include <new>
 
+#include <sys/mman.h>
+
 #include "common/base/errors.h"
 #include "worker/nn/cpu_ops.h"
 #include "worker/nn/shape_checks.h"
@@ -37,6 +39,13 @@ ComputePath CpuBackend::compute_path() const {
 }
 
 void* CpuBackend::allocate(std::size_t num_bytes) {
+  if (num_bytes >= kPagesOfItsOwnBytes) {  // pages of its own: zeroed, page aligned, unmapped whole when freed
+    void* p = ::mmap(nullptr, num_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) throw ComputeError("cpu allocate: out of memory for " + std::to_string(num_bytes) + " bytes");
+    const std::lock_guard<std::mutex> lock(mapped_mutex_);
+    mapped_.emplace(p, num_bytes);
+    return p;
+  }
   const std::size_t rounded = (num_bytes + 63) / 64 * 64;
   try {
     return ::operator new(rounded == 0 ? 64 : rounded, kAlignment);
@@ -46,7 +55,16 @@ void* CpuBackend::allocate(std::size_t num_bytes) {
 }
 
 void CpuBackend::deallocate(void* ptr) noexcept {
-  if (ptr != nullptr) ::operator delete(ptr, kAlignment);
+  if (ptr == nullptr) return;
+  {
+    const std::lock_guard<std::mutex> lock(mapped_mutex_);
+    if (const auto it = mapped_.find(ptr); it != mapped_.end()) {
+      ::munmap(ptr, it->second);  // with any pages mapped into it since
+      mapped_.erase(it);
+      return;
+    }
+  }
+  ::operator delete(ptr, kAlignment);
 }
 
 void CpuBackend::copy_from_host(void* dst, const void* host_src, std::size_t num_bytes) {

@@ -1,7 +1,10 @@
 // The CPU backend, the reference implementation of nn::Backend:
 // convolutions and fully connected layers on oneDNN primitives (cached per
 // shape, see dnnl_conv.h / dnnl_linear.h), the other operations as plain
-// loops (cpu_ops.h). "Device" memory is 64-byte aligned host memory.
+// loops (cpu_ops.h). "Device" memory is 64-byte aligned host memory; a
+// buffer of kPagesOfItsOwnBytes or more (the model's flat parameters) is
+// whole pages of its own (mmap, page aligned, unmapped when freed), so a
+// parameter-server worker may map pulled pages into it (worker/client/pull_pages.h).
 //
 // Threads: oneDNN's OpenMP pool runs `threads` threads (0 = all cores); the
 // count is applied to the calling thread before every oneDNN call, so the
@@ -11,7 +14,9 @@
 #include <array>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <unordered_map>
 
 #include <dnnl.hpp>
 
@@ -31,6 +36,7 @@ class CpuBackend final : public Backend {
   bool is_cuda() const override { return false; }
   int threads() const { return threads_.count(); }
 
+  static constexpr std::size_t kPagesOfItsOwnBytes = std::size_t{256} << 10;
   void* allocate(std::size_t num_bytes) override;
   void deallocate(void* ptr) noexcept override;
   void copy_from_host(void* dst, const void* host_src, std::size_t num_bytes) override;
@@ -68,6 +74,8 @@ class CpuBackend final : public Backend {
   dnnl::stream stream_;
   std::map<std::array<int, 9>, std::unique_ptr<DnnlConv>> convs_;
   std::map<std::array<int, 3>, std::unique_ptr<DnnlLinear>> linears_;
+  std::mutex mapped_mutex_;
+  std::unordered_map<void*, std::size_t> mapped_;  // allocations of whole pages: their lengths
 };
 
 }  // namespace pstrain::nn

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <limits>
 #include <memory>
@@ -10,6 +11,8 @@
 #include <string>
 #include <utility>
 #include <vector>
+
+#include <unistd.h>
 
 #include "common/base/bfloat16.h"
 #include "common/base/errors.h"
@@ -113,6 +116,16 @@ struct PipelineHooks {
   ~PipelineHooks() {
     L.pipeline.reset();
     L.session.kv().set_pull_arrival({});
+    const PullPages& pages = L.session.kv().pull_pages();
+    if (pages.taken() > 0) {
+      L.log.info("pull replies mapped into the model instead of copied: " + std::to_string(pages.taken()) +
+                 " (pages mapped anew: " + std::to_string(pages.maps()) + ")");
+    }
+    try {
+      L.session.kv().map_pulls_into({});  // the model's weights private again, as they are
+    } catch (const std::exception& e) {
+      L.log.warn(std::string("the model's weights could not be made private again: ") + e.what());
+    }
     L.model.set_sync_before_grads_ready(true);
   }
 };
@@ -336,6 +349,12 @@ void start_pipeline(Loop& L) {
     buffers.host_grads = L.grads.values;
     buffers.host_params = L.weights;
     buffers.device_params = weights_in_model(L) ? nullptr : L.model.device_params();  // pulled into place: no upload
+    // Pulled into place: a large chunk's pages are mapped from the server's arena, not copied
+    // (worker/client/pull_pages.h; the model's parameters are pages of their own, nn::CpuBackend).
+    const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+    if (weights_in_model(L) && reinterpret_cast<std::uintptr_t>(L.weights.data()) % page == 0) {
+      L.session.kv().map_pulls_into(L.weights);
+    }
   }
   L.pipeline = std::make_unique<CopyPipeline>(L.session.shard_map(), *L.engine, buffers, L.trace);
   CopyPipeline* pipeline = L.pipeline.get();

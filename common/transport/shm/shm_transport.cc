@@ -6,6 +6,9 @@
 #include <mutex>
 #include <vector>
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include "common/base/errors.h"
 #include "common/transport/shm/shm_layer.h"
 #include "common/transport/zmq/zmq_curve.h"
@@ -122,6 +125,32 @@ ShmTransport::ShmTransport(ShmTransportOptions options)
 SendFloats ShmTransport::allocate_send_floats(std::size_t count) {
   if (std::optional<SendFloats> block = pool_->allocate(count)) return std::move(*block);
   return Transport::allocate_send_floats(count);  // ordinary memory, sent through slots
+}
+
+namespace {
+
+shm_detail::HeldArenaReply* held_arena_reply(Buffer& frame) {
+  auto* held = frame.owner_if<std::unique_ptr<shm_detail::HeldArenaReply>>();
+  return held == nullptr || *held == nullptr || (*held)->arena == nullptr ? nullptr : held->get();
+}
+
+}  // namespace
+
+std::uint64_t ShmTransport::shared_pages_of(Buffer& frame) const {
+  const shm_detail::HeldArenaReply* held = held_arena_reply(frame);
+  return held == nullptr ? 0 : held->arena->id();
+}
+
+bool ShmTransport::map_shared_pages(Buffer& frame, std::size_t offset, void* dest, std::size_t bytes) {
+  const shm_detail::HeldArenaReply* held = held_arena_reply(frame);
+  if (held == nullptr || bytes == 0 || offset + bytes > frame.size()) return false;
+  const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const auto* src = static_cast<const std::byte*>(frame.data()) + offset;
+  const auto at = reinterpret_cast<std::uintptr_t>(src), to = reinterpret_cast<std::uintptr_t>(dest);
+  if (at % page != 0 || to % page != 0 || bytes % page != 0 || !held->arena->holds(src, bytes)) return false;
+  // Old size 0 on a shared mapping: a second mapping of the same pages (read-only, as the arena's).
+  void* got = ::mremap(const_cast<std::byte*>(src), 0, bytes, MREMAP_MAYMOVE | MREMAP_FIXED, dest);
+  return got == dest;
 }
 
 std::shared_ptr<ShmArena> ShmTransport::arena_holding(const void* data, std::size_t bytes) const {

@@ -42,7 +42,9 @@
 //       is dropped and the connection told no, as an orphan slot descriptor.
 //       reply (listener -> connection): the arena descriptor and the
 //       descriptor of an empty slot of the listener's side; a server's
-//       weights, copied by the worker straight into its model. The worker
+//       weights, copied by the worker straight into its model, or their
+//       whole pages mapped there (map_shared_pages, the reply held
+//       meanwhile: worker/client/pull_pages.h). The worker
 //       releases the slot with the frame, and only then does the listener
 //       let go of the body (the weights' owner), so the server never writes
 //       weights a worker still reads; with all its slots unreleased, replies
@@ -115,6 +117,13 @@ class ShmTransport final : public Transport {
   // page aligned, given back to the pool when their owner goes. Ordinary
   // memory when the pool is used up or the system refuses a memfd.
   SendFloats allocate_send_floats(std::size_t count) override;
+  // A pull reply lying in the server's arena (a 'W' reply, held while its
+  // frame lives): that arena's id; the pages stay unchanged while the frame
+  // is held (the server updates out of place then). Else 0.
+  std::uint64_t shared_pages_of(Buffer& frame) const override;
+  // Such a reply's pages mapped a second time, read-only, at `dest` (mremap
+  // of the read-only mapping with old size 0: the same shared pages).
+  bool map_shared_pages(Buffer& frame, std::size_t offset, void* dest, std::size_t bytes) override;
   // The live arena of this transport holding [data, data + bytes) whole, or null.
   std::shared_ptr<ShmArena> arena_holding(const void* data, std::size_t bytes) const;
 
