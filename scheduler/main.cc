@@ -119,6 +119,8 @@ int main(int argc, char** argv) {
     const auto security = pstrain::SecurityContext::load(config.security, pstrain::Role::kScheduler);
     options.security = &security;
     if (!failures_file.empty()) options.on_failure = failure_file_writer(failures_file, log);
+    options.on_abandoned_join =
+        pstrain::abandoned_join_writer(pstrain::scheduler_records_path(config.output.run_dir), log);
     options.exits_file = exits_file;
     options.ctl_file = ctl_file;
     pstrain::Scheduler scheduler(pstrain::make_zmq_transport(), options, log);
