@@ -95,9 +95,9 @@ int main(int argc, char** argv) {
     options.num_servers = config.mode == pstrain::Mode::kAllreduce ? 0 : config.cluster.num_servers;
     options.num_workers = config.cluster.num_workers;
     options.cluster = config.cluster;
-    // --resume of an elastic PS job: the rendezvous waits for the checkpoint's members (issue 29).
+    // --resume of an elastic job: the rendezvous waits for the checkpoint's members (issue 29).
     if (const std::string dir = pstrain::resume_checkpoint(args, config, [&log](const std::string& m) { log.warn(m); });
-        !dir.empty() && config.mode != pstrain::Mode::kAllreduce) {
+        !dir.empty()) {
       const pstrain::CheckpointManifest manifest = pstrain::read_checkpoint_manifest(dir);
       options.initial_workers = pstrain::resume_members(manifest, config.cluster);
       // The epochs' segments every member restores (the lowest's part holds the same as the others').
