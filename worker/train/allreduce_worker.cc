@@ -358,6 +358,16 @@ void end_epoch(Loop& L, std::int64_t s, int epoch, bool last, const AllreduceJoi
   if (leads(L) && !last && !joined_here) evaluate_and_record(L, s, epoch, L.metrics.elapsed_s());
 }
 
+// The workers of the collective this worker starts in: a joiner's or
+// rejoiner's `join`, else `members` (a resume's), else 0..workers-1.
+std::vector<int> starting_workers(const WorkerSession& session, const AllreduceJoin* join, const std::vector<int>* members) {
+  if (join != nullptr) return join->live;
+  if (members != nullptr) return *members;
+  std::vector<int> live;
+  for (int r = 0; r < session.num_workers(); ++r) live.push_back(r);
+  return live;
+}
+
 // Throws ConfigError unless `collective` is this worker's place among
 // `live`, the workers it starts with (0..workers-1; the checkpoint's members
 // on a resume of an elastic job; rejoining or joining, the members' grown
@@ -447,14 +457,7 @@ TrainResult run_allreduce_worker(const RunConfig& config, WorkerSession& session
   if (config.mode != Mode::kAllreduce) {
     throw ConfigError("run_allreduce_worker: mode " + std::string(to_string(config.mode)) + " needs the servers");
   }
-  std::vector<int> live;
-  if (join != nullptr) {
-    live = join->live;
-  } else if (members_at_start != nullptr) {
-    live = *members_at_start;
-  } else {
-    for (int r = 0; r < session.num_workers(); ++r) live.push_back(r);
-  }
+  std::vector<int> live = starting_workers(session, join, members_at_start);
   check_collective(session, collective, live);
   const WorkloadConfig& w = config.workload;
   nn::Model& model = *workload.model;
