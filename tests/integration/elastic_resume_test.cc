@@ -11,7 +11,12 @@
 //  - 4 -> 3 (worker 3 retires), then a resume: ranks 0-2 only;
 //  - 3 -> 2, then a worker joined by hand into rank 3: the resume starts
 //    ranks 0, 1 and 3, and pstrain-ctl still grows the resumed job to 4;
+//  - allreduce 2 -> 3 the same way: the leader's manifest records the
+//    members, the resumed collective is formed over them; and the plan of
+//    it without processes (the leader's manifest, the launcher's ranks);
 //  - the refusals: members past cluster.max_workers, an incomplete record.
+// In the grows, workers 0 and 1 are held (SIGSTOP) from the request until the
+// joiners have registered: the job cannot end before its grow.
 // The grow in ssp as well: a membership change met a checkpoint's barrier
 // there (a worker, or a joiner at its first step, waiting in it answers the
 // change now: docs/architecture.md, "Elastic membership"; before, 1 in 8 to
@@ -242,10 +247,30 @@ void grow_then_resume(const fs::path& dir, const std::string& mode, int grown = 
   const fs::path run = dir / mode;
   std::int64_t resumed_at = 0;
   {
-    it::LaunchProcess p(job_args(run, mode, 2, {"--set", "checkpoint.interval_steps=5"}), dir / (mode + "-out.txt"));
+    // Workers 0 and 1 are held (SIGSTOP; heartbeat timeout 120 s) from the request until every
+    // joiner has registered, so the job cannot end before the grow whatever the machine's load
+    // (an allreduce step of the tiny model takes a few ms: 384 steps in about 3 s here).
+    it::LaunchProcess p(job_args(run, mode, 2, {"--set", "checkpoint.interval_steps=5", "--set",
+                                                "cluster.heartbeat_timeout_ms=120000"}),
+                        dir / (mode + "-out.txt"));
     REQUIRE(it::wait_until([&] { return it::count_lines(run / "metrics/worker-0.jsonl") >= 3; },
                            std::chrono::seconds(120), "worker 0's first step"));
-    CHECK(run_ctl(run, grown, dir / (mode + "-ctl.txt")) == 0);
+    const std::map<std::string, pid_t> pids = it::read_pids(run);
+    const std::vector<pid_t> members{pids.at("worker-0"), pids.at("worker-1")};
+    for (const pid_t pid : members) REQUIRE(kill(pid, SIGSTOP) == 0);
+    const bool asked = run_ctl(run, grown, dir / (mode + "-ctl.txt")) == 0;
+    const bool registered = asked && it::wait_until(
+        [&] {
+          const std::string log = it::read_file(run / "logs/scheduler.log");
+          for (int r = 2; r < grown; ++r) {
+            if (!it::contains(log, "worker " + std::to_string(r) + " joins from")) return false;
+          }
+          return true;
+        },
+        std::chrono::seconds(120), "the joiners' registrations");
+    for (const pid_t pid : members) kill(pid, SIGCONT);  // before any REQUIRE: the job must not stay stopped
+    INFO(p.output());
+    REQUIRE(registered);
     resumed_at = interrupt_at(run, p, first(grown));
   }
   const it::Result resumed = it::run_launch(resume_args(run), dir);
