@@ -11,9 +11,9 @@
 //  - 4 -> 3 (worker 3 retires), then a resume: ranks 0-2 only;
 //  - 3 -> 2, then a worker joined by hand into rank 3: the resume starts
 //    ranks 0, 1 and 3, and pstrain-ctl still grows the resumed job to 4;
-//  - allreduce 2 -> 3 the same way: the leader's manifest records the
-//    members, the resumed collective is formed over them; and the plan of
-//    it without processes (the leader's manifest, the launcher's ranks);
+//  - allreduce 2 -> 3 and 3 -> 2 the same way: the leader's manifest records
+//    the members, the resumed collective is formed over them; and the plan
+//    of it without processes (the leader's manifest, the launcher's ranks);
 //  - the refusals: members past cluster.max_workers, an incomplete record.
 // In the grows, workers 0 and 1 are held (SIGSTOP) from the request until the
 // joiners have registered: the job cannot end before its grow.
@@ -314,37 +314,52 @@ TEST_CASE("launch --resume of an allreduce job grown 2 -> 3 runs the 3 members t
   grow_then_resume(dir.path(), "allreduce", 3);
 }
 
-TEST_CASE("launch --resume of a job shrunk 4 -> 3 starts ranks 0-2 only") {
-  it::TempDir dir;
-  const fs::path run = dir.path() / "run";
+// `from` -> `from` - 1 (pstrain-ctl: the highest rank retires), interrupted after a checkpoint of
+// the members left, resumed: ranks 0..from-2 only.
+void shrink_then_resume(const fs::path& dir, const std::string& mode, int from) {
+  CAPTURE(mode);
+  const fs::path run = dir / "run";
+  const int retiree = from - 1;
+  const std::string retiree_file = "metrics/worker-" + std::to_string(retiree) + ".jsonl";
   std::int64_t resumed_at = 0;
   {
-    it::LaunchProcess p(job_args(run, "sync", 4, {"--set", "checkpoint.interval_steps=5"}),
-                        dir.path() / "out.txt");
+    it::LaunchProcess p(job_args(run, mode, from, {"--set", "checkpoint.interval_steps=5"}), dir / "out.txt");
     REQUIRE(it::wait_until([&] { return it::count_lines(run / "metrics/worker-0.jsonl") >= 3; },
                            std::chrono::seconds(120), "worker 0's first step"));
-    CHECK(run_ctl(run, 3, dir.path() / "ctl3.txt") == 0);
+    CHECK(run_ctl(run, from - 1, dir / "ctl.txt") == 0);
     // The retiree has written its end record and exited (an interrupt in between would leave its file without one).
-    CHECK(it::wait_until([&] { return it::contains(it::read_file(run / "metrics/worker-3.jsonl"), "\"type\":\"end\""); },
-                         std::chrono::seconds(120), "worker 3's end record"));
-    resumed_at = interrupt_at(run, p, {0, 1, 2});
+    CHECK(it::wait_until([&] { return it::contains(it::read_file(run / retiree_file), "\"type\":\"end\""); },
+                         std::chrono::seconds(120), "the retiree's end record"));
+    resumed_at = interrupt_at(run, p, first(from - 1));
   }
-  const it::Result resumed = it::run_launch(resume_args(run), dir.path());
+  const it::Result resumed = it::run_launch(resume_args(run), dir);
   INFO(resumed.output);
   REQUIRE(resumed.exit.code == 0);
-  CHECK(it::contains(it::read_file(run / "logs/scheduler.log"), "for 2 servers and 3 workers"));
+  CHECK(it::contains(it::read_file(run / "logs/scheduler.log"),
+                     "for " + std::string(mode == "allreduce" ? "0" : "2") + " servers and " +
+                         std::to_string(from - 1) + " workers"));
   std::vector<std::string> reasons;
   const std::vector<Change> changes = changes_of(run, reasons);
   REQUIRE(changes.size() == 1);
-  CHECK(changes[0].members == first(3));
+  CHECK(changes[0].members == first(from - 1));
   CHECK(reasons == std::vector<std::string>{"retire"});
-  const Plan plan = plan_of(first(4), changes);
-  check_ran_to_end(run, first(3), plan.total);
-  const report::WorkerMetrics w3 = report::read_worker_metrics(report::worker_metrics_path(run, 3), 3);
-  REQUIRE(w3.end.has_value());
-  CHECK(w3.end->retired);  // its record from before the checkpoint: it was not started again
-  CHECK(w3.end->steps == changes[0].step);
-  check_epochs(run, plan, resumed_at, first(3));
+  const Plan plan = plan_of(first(from), changes);
+  check_ran_to_end(run, first(from - 1), plan.total);
+  const report::WorkerMetrics w = report::read_worker_metrics(report::worker_metrics_path(run, retiree), retiree);
+  REQUIRE(w.end.has_value());
+  CHECK(w.end->retired);  // its record from before the checkpoint: it was not started again
+  CHECK(w.end->steps == changes[0].step);
+  check_epochs(run, plan, resumed_at, first(from - 1));
+}
+
+TEST_CASE("launch --resume of a job shrunk 4 -> 3 starts ranks 0-2 only") {
+  it::TempDir dir;
+  shrink_then_resume(dir.path(), "sync", 4);
+}
+
+TEST_CASE("launch --resume of an allreduce job shrunk 3 -> 2 starts ranks 0 and 1 only") {
+  it::TempDir dir;
+  shrink_then_resume(dir.path(), "allreduce", 3);
 }
 
 TEST_CASE("resume_members: the checkpoint's members, 0..workers-1 without a record, refusals with the reason") {
