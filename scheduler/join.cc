@@ -134,6 +134,16 @@ void Scheduler::check_join_ack(const Header& h, const StoreEntry& entry) {
 }
 
 void Scheduler::abandon_join(Member& node, const std::string& reason) {
+  if (options_.on_abandoned_join) {  // for the run's summary and status line: no worker's records show it
+    AbandonedJoin record;
+    record.rank = node.rank;
+    record.change = change_ ? change_->id() : -1;
+    record.pid = node.request.pid;
+    record.host = node.request.host;
+    record.time_s = log_.clock().now_s();
+    record.reason = reason;
+    options_.on_abandoned_join(record);
+  }
   members_.abandon_join(node);
   members_.mark_done(node);  // its exit is no failure, nothing waits for it
   if (change_) change_->remove_member(node.rank);

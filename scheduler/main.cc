@@ -95,9 +95,9 @@ int main(int argc, char** argv) {
     options.num_servers = config.mode == pstrain::Mode::kAllreduce ? 0 : config.cluster.num_servers;
     options.num_workers = config.cluster.num_workers;
     options.cluster = config.cluster;
-    // --resume of an elastic PS job: the rendezvous waits for the checkpoint's members (issue 29).
+    // --resume of an elastic job: the rendezvous waits for the checkpoint's members (issue 29).
     if (const std::string dir = pstrain::resume_checkpoint(args, config, [&log](const std::string& m) { log.warn(m); });
-        !dir.empty() && config.mode != pstrain::Mode::kAllreduce) {
+        !dir.empty()) {
       const pstrain::CheckpointManifest manifest = pstrain::read_checkpoint_manifest(dir);
       options.initial_workers = pstrain::resume_members(manifest, config.cluster);
       // The epochs' segments every member restores (the lowest's part holds the same as the others').
@@ -119,6 +119,8 @@ int main(int argc, char** argv) {
     const auto security = pstrain::SecurityContext::load(config.security, pstrain::Role::kScheduler);
     options.security = &security;
     if (!failures_file.empty()) options.on_failure = failure_file_writer(failures_file, log);
+    options.on_abandoned_join =
+        pstrain::abandoned_join_writer(pstrain::scheduler_records_path(config.output.run_dir), log);
     options.exits_file = exits_file;
     options.ctl_file = ctl_file;
     pstrain::Scheduler scheduler(pstrain::make_zmq_transport(), options, log);

@@ -82,6 +82,7 @@
 #include "common/observe/trace.h"
 #include "common/transport/transport.h"
 #include "scheduler/barriers.h"
+#include "scheduler/job_records.h"
 #include "scheduler/kv_store.h"
 #include "scheduler/liveness.h"
 #include "scheduler/membership.h"
@@ -125,6 +126,9 @@ struct SchedulerOptions {
   // Called, on the scheduler's thread, for each NodeFailure (pstrain-scheduler
   // --failures-file appends them to a file); may be empty.
   std::function<void(const NodeFailure&)> on_failure = nullptr;
+  // Called, on the scheduler's thread, for each abandoned join (pstrain-scheduler
+  // appends them to RUN_DIR/metrics/scheduler.jsonl: scheduler/job_records.h); may be empty.
+  std::function<void(const AbandonedJoin&)> on_abandoned_join = nullptr;
   // The launcher's reports of node exits (common/node/exit_report.h,
   // pstrain-scheduler --exits-file): a failure acted on at once. Empty: none
   // (a job without `launch`: the heartbeat timeout finds failures).

@@ -19,8 +19,9 @@
 // name) and "checkpoint.step" (the step of its directory).
 //
 // manifest.json: {"format":2,"step":N,"fingerprint":{"mode":"sync",...},
-// "members":[0,1,3],"slots":4,  (a PS job's: the workers live at the
-// checkpoint, common/checkpoint/checkpoint_members.h; absent in older ones)
+// "members":[0,1,3],"slots":4,  (the workers training at the checkpoint,
+// common/checkpoint/checkpoint_members.h; absent in older ones, and in
+// allreduce ones of builds before issue 29's resume)
 // "parts":[{"name":"server-0.ckpt","bytes":B,"crc32":C},...]}. C is the CRC-32
 // of the part's body (everything before its trailer), so it names the part's
 // content: a part that checks itself but is not the one the manifest was

@@ -52,4 +52,19 @@ std::vector<int> resume_members(const CheckpointManifest& m, const ClusterConfig
   return m.members;
 }
 
+std::int64_t history_changes(const std::vector<std::int64_t>& v) {
+  std::int64_t changes = 0;
+  std::size_t i = 0;
+  while (i < v.size()) {
+    std::size_t at = i + 1;  // past the epoch
+    if (at < v.size() && v[at] < 0) ++at, ++changes;  // a later segment's -from_step
+    if (at >= v.size() || v[at] < 1 || v[at] > static_cast<std::int64_t>(v.size() - at - 1)) {
+      throw CheckpointError("epoch_members: the segment at position " + std::to_string(i) +
+                            " is not [epoch, (-from_step,) count, ranks...]");
+    }
+    i = at + 1 + static_cast<std::size_t>(v[at]);
+  }
+  return changes;
+}
+
 }  // namespace pstrain

@@ -4,6 +4,7 @@
 // the config in, the ranks or the reason out.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -23,5 +24,12 @@ namespace pstrain {
 // distinct, a member without its worker part), or members below
 // cluster.min_workers.
 std::vector<int> resume_members(const CheckpointManifest& m, const ClusterConfig& cluster);
+
+// The membership changes a part's membership history holds (its
+// "epoch_members", flat [epoch, count, ranks...] or [epoch, -from_step,
+// count, ranks...]): its segments that begin within an epoch, which a resumed
+// scheduler numbers 1..n in its store (a resumed worker has heard them all).
+// CheckpointError for a history not of that form.
+std::int64_t history_changes(const std::vector<std::int64_t>& history);
 
 }  // namespace pstrain

@@ -80,6 +80,14 @@ class StatusLinesTest(unittest.TestCase):
         self.assertEqual(_status_lines(Run()), ["worker 1: dropped", "epoch 1, step 16: 3 -> 2 workers (drop)",
                                                 "epoch 2: 2 -> 3 workers (rejoin)"])
 
+    def test_abandoned_joins_are_listed(self):
+        from experiment.run_report import _status_lines
+
+        class Run:
+            summary = {"membership_changes": [], "abandoned_joins": [
+                {"rank": 2, "time_s": 12.5, "change": 1, "reason": "worker 2 (h, pid 7) was killed by signal 9"}]}
+        self.assertEqual(_status_lines(Run()), ["worker 2: join abandoned (worker 2 (h, pid 7) was killed by signal 9)"])
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -304,11 +304,22 @@ TEST_CASE("a PS grow under \"continue\": a joiner killed before its boundary is 
   CHECK(ranks_in(summary, "restarts", "rank").empty());
   CHECK(ranks_in(summary, "dropped_workers").empty());  // abandoned, not dropped: it never was a member
   CHECK(summary.find("workers")->as_number("workers") == 2);
-  // The change went on without it (2 -> 2, the scheduler's log): the summary shows no growth. (It
-  // does not name the abandoned joiner: no membership change took place.)
+  // The change went on without it (2 -> 2, the scheduler's log): the summary shows no growth, and
+  // names the abandoned join (the scheduler's record): its rank and why, in summary.json, the
+  // closing summary's Membership section and the status line.
   for (const report::JsonValue& change : summary.find("membership_changes")->items()) {
     CHECK(change.find("new_workers")->as_number("new_workers") == 2);
   }
+  const report::JsonValue* abandoned_joins = summary.find("abandoned_joins");
+  REQUIRE(abandoned_joins != nullptr);
+  REQUIRE(abandoned_joins->items().size() == 1);
+  const report::JsonValue& join = abandoned_joins->items().front();
+  CHECK(join.find("rank")->as_number("rank") == 2);
+  const std::string why = join.find("reason")->as_string("reason");
+  CHECK(it::contains(why, "worker 2 ("));
+  CHECK(it::contains(why, "was killed by signal 9"));
+  CHECK(it::contains(output, "- worker 2 (join abandoned), "));
+  CHECK(it::contains(output, "| w2 join abandoned"));
   const auto images = images_per_epoch(run);
   REQUIRE(images.size() == kEpochs);
   for (const auto& [epoch, n] : images) {

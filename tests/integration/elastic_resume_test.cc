@@ -11,7 +11,12 @@
 //  - 4 -> 3 (worker 3 retires), then a resume: ranks 0-2 only;
 //  - 3 -> 2, then a worker joined by hand into rank 3: the resume starts
 //    ranks 0, 1 and 3, and pstrain-ctl still grows the resumed job to 4;
+//  - allreduce 2 -> 3 and 3 -> 2 the same way: the leader's manifest records
+//    the members, the resumed collective is formed over them; and the plan
+//    of it without processes (the leader's manifest, the launcher's ranks);
 //  - the refusals: members past cluster.max_workers, an incomplete record.
+// In the grows, workers 0 and 1 are held (SIGSTOP) from the request until the
+// joiners have registered: the job cannot end before its grow.
 // The grow in ssp as well: a membership change met a checkpoint's barrier
 // there (a worker, or a joiner at its first step, waiting in it answers the
 // change now: docs/architecture.md, "Elastic membership"; before, 1 in 8 to
@@ -29,9 +34,11 @@
 #include "common/checkpoint/checkpoint_members.h"
 #include "tests/integration/launch_test_util.h"
 #include "tests/support/throw_text.h"
+#include "tools/launcher/launch_plan.h"
 #include "tools/report/json_value.h"
 #include "tools/report/metrics.h"
 #include "worker/train/epoch_split.h"
+#include "worker/train/worker_checkpoint.h"
 
 namespace {
 
@@ -228,8 +235,8 @@ void check_ran_to_end(const fs::path& run, const std::vector<int>& members, std:
   }
 }
 
-// 2 -> 4 (pstrain-ctl), interrupted after a checkpoint of the 4, resumed to the end.
-void grow_then_resume(const fs::path& dir, const std::string& mode) {
+// 2 -> `grown` (pstrain-ctl), interrupted after a checkpoint of the grown members, resumed to the end.
+void grow_then_resume(const fs::path& dir, const std::string& mode, int grown = 4) {
   CAPTURE(mode);
   const fs::path reference = dir / (mode + "-fixed");
   {
@@ -240,29 +247,50 @@ void grow_then_resume(const fs::path& dir, const std::string& mode) {
   const fs::path run = dir / mode;
   std::int64_t resumed_at = 0;
   {
-    it::LaunchProcess p(job_args(run, mode, 2, {"--set", "checkpoint.interval_steps=5"}), dir / (mode + "-out.txt"));
+    // Workers 0 and 1 are held (SIGSTOP; heartbeat timeout 120 s) from the request until every
+    // joiner has registered, so the job cannot end before the grow whatever the machine's load
+    // (an allreduce step of the tiny model takes a few ms: 384 steps in about 3 s here).
+    it::LaunchProcess p(job_args(run, mode, 2, {"--set", "checkpoint.interval_steps=5", "--set",
+                                                "cluster.heartbeat_timeout_ms=120000"}),
+                        dir / (mode + "-out.txt"));
     REQUIRE(it::wait_until([&] { return it::count_lines(run / "metrics/worker-0.jsonl") >= 3; },
                            std::chrono::seconds(120), "worker 0's first step"));
-    CHECK(run_ctl(run, 4, dir / (mode + "-ctl4.txt")) == 0);
-    resumed_at = interrupt_at(run, p, {0, 1, 2, 3});
+    const std::map<std::string, pid_t> pids = it::read_pids(run);
+    const std::vector<pid_t> members{pids.at("worker-0"), pids.at("worker-1")};
+    for (const pid_t pid : members) REQUIRE(kill(pid, SIGSTOP) == 0);
+    const bool asked = run_ctl(run, grown, dir / (mode + "-ctl.txt")) == 0;
+    const bool registered = asked && it::wait_until(
+        [&] {
+          const std::string log = it::read_file(run / "logs/scheduler.log");
+          for (int r = 2; r < grown; ++r) {
+            if (!it::contains(log, "worker " + std::to_string(r) + " joins from")) return false;
+          }
+          return true;
+        },
+        std::chrono::seconds(120), "the joiners' registrations");
+    for (const pid_t pid : members) kill(pid, SIGCONT);  // before any REQUIRE: the job must not stay stopped
+    INFO(p.output());
+    REQUIRE(registered);
+    resumed_at = interrupt_at(run, p, first(grown));
   }
   const it::Result resumed = it::run_launch(resume_args(run), dir);
   INFO(resumed.output);
   REQUIRE(resumed.exit.code == 0);
   CHECK(it::contains(resumed.output, "resuming from"));
   const std::string scheduler_log = it::read_file(run / "logs/scheduler.log");
-  CHECK(it::contains(scheduler_log, "for 2 servers and 4 workers"));
+  CHECK(it::contains(scheduler_log, "for " + std::string(mode == "allreduce" ? "0" : "2") + " servers and " +
+                                        std::to_string(grown) + " workers"));
 
   std::vector<std::string> reasons;
   const std::vector<Change> changes = changes_of(run, reasons);
   // The joiners enter at one boundary, or at two when the second registered after the first's was decided.
   REQUIRE((changes.size() == 1 || changes.size() == 2));
-  CHECK(changes.back().members == first(4));
+  CHECK(changes.back().members == first(grown));
   CHECK(changes.back().step <= resumed_at);
   for (const std::string& reason : reasons) CHECK(reason == "ctl");
   const Plan plan = plan_of(first(2), changes);
-  check_ran_to_end(run, first(4), plan.total);
-  check_epochs(run, plan, resumed_at, first(4));
+  check_ran_to_end(run, first(grown), plan.total);
+  check_epochs(run, plan, resumed_at, first(grown));
   CHECK(final_accuracy(run) >= final_accuracy(reference) - 0.15);
 }
 
@@ -278,37 +306,60 @@ TEST_CASE("launch --resume of a job grown 2 -> 4 runs the 4 members to the end (
   grow_then_resume(dir.path(), "ssp");
 }
 
-TEST_CASE("launch --resume of a job shrunk 4 -> 3 starts ranks 0-2 only") {
+// Allreduce (issue 29): the leader's manifest records the collective's members, the launcher starts
+// them, the scheduler's rendezvous waits for them and their start-up forms the collective over them
+// (before, such a checkpoint was refused: allreduce manifests recorded no membership).
+TEST_CASE("launch --resume of an allreduce job grown 2 -> 3 runs the 3 members to the end") {
   it::TempDir dir;
-  const fs::path run = dir.path() / "run";
+  grow_then_resume(dir.path(), "allreduce", 3);
+}
+
+// `from` -> `from` - 1 (pstrain-ctl: the highest rank retires), interrupted after a checkpoint of
+// the members left, resumed: ranks 0..from-2 only.
+void shrink_then_resume(const fs::path& dir, const std::string& mode, int from) {
+  CAPTURE(mode);
+  const fs::path run = dir / "run";
+  const int retiree = from - 1;
+  const std::string retiree_file = "metrics/worker-" + std::to_string(retiree) + ".jsonl";
   std::int64_t resumed_at = 0;
   {
-    it::LaunchProcess p(job_args(run, "sync", 4, {"--set", "checkpoint.interval_steps=5"}),
-                        dir.path() / "out.txt");
+    it::LaunchProcess p(job_args(run, mode, from, {"--set", "checkpoint.interval_steps=5"}), dir / "out.txt");
     REQUIRE(it::wait_until([&] { return it::count_lines(run / "metrics/worker-0.jsonl") >= 3; },
                            std::chrono::seconds(120), "worker 0's first step"));
-    CHECK(run_ctl(run, 3, dir.path() / "ctl3.txt") == 0);
+    CHECK(run_ctl(run, from - 1, dir / "ctl.txt") == 0);
     // The retiree has written its end record and exited (an interrupt in between would leave its file without one).
-    CHECK(it::wait_until([&] { return it::contains(it::read_file(run / "metrics/worker-3.jsonl"), "\"type\":\"end\""); },
-                         std::chrono::seconds(120), "worker 3's end record"));
-    resumed_at = interrupt_at(run, p, {0, 1, 2});
+    CHECK(it::wait_until([&] { return it::contains(it::read_file(run / retiree_file), "\"type\":\"end\""); },
+                         std::chrono::seconds(120), "the retiree's end record"));
+    resumed_at = interrupt_at(run, p, first(from - 1));
   }
-  const it::Result resumed = it::run_launch(resume_args(run), dir.path());
+  const it::Result resumed = it::run_launch(resume_args(run), dir);
   INFO(resumed.output);
   REQUIRE(resumed.exit.code == 0);
-  CHECK(it::contains(it::read_file(run / "logs/scheduler.log"), "for 2 servers and 3 workers"));
+  CHECK(it::contains(it::read_file(run / "logs/scheduler.log"),
+                     "for " + std::string(mode == "allreduce" ? "0" : "2") + " servers and " +
+                         std::to_string(from - 1) + " workers"));
   std::vector<std::string> reasons;
   const std::vector<Change> changes = changes_of(run, reasons);
   REQUIRE(changes.size() == 1);
-  CHECK(changes[0].members == first(3));
+  CHECK(changes[0].members == first(from - 1));
   CHECK(reasons == std::vector<std::string>{"retire"});
-  const Plan plan = plan_of(first(4), changes);
-  check_ran_to_end(run, first(3), plan.total);
-  const report::WorkerMetrics w3 = report::read_worker_metrics(report::worker_metrics_path(run, 3), 3);
-  REQUIRE(w3.end.has_value());
-  CHECK(w3.end->retired);  // its record from before the checkpoint: it was not started again
-  CHECK(w3.end->steps == changes[0].step);
-  check_epochs(run, plan, resumed_at, first(3));
+  const Plan plan = plan_of(first(from), changes);
+  check_ran_to_end(run, first(from - 1), plan.total);
+  const report::WorkerMetrics w = report::read_worker_metrics(report::worker_metrics_path(run, retiree), retiree);
+  REQUIRE(w.end.has_value());
+  CHECK(w.end->retired);  // its record from before the checkpoint: it was not started again
+  CHECK(w.end->steps == changes[0].step);
+  check_epochs(run, plan, resumed_at, first(from - 1));
+}
+
+TEST_CASE("launch --resume of a job shrunk 4 -> 3 starts ranks 0-2 only") {
+  it::TempDir dir;
+  shrink_then_resume(dir.path(), "sync", 4);
+}
+
+TEST_CASE("launch --resume of an allreduce job shrunk 3 -> 2 starts ranks 0 and 1 only") {
+  it::TempDir dir;
+  shrink_then_resume(dir.path(), "allreduce", 3);
 }
 
 TEST_CASE("resume_members: the checkpoint's members, 0..workers-1 without a record, refusals with the reason") {
@@ -349,6 +400,60 @@ TEST_CASE("resume_members: the checkpoint's members, 0..workers-1 without a reco
   higher_min.max_workers = 5;
   CHECK(pstrain::test::thrown_text([&] { pstrain::resume_members(m, higher_min); })
             .find("below cluster.min_workers = 4") != std::string::npos);
+}
+
+// The plan of an allreduce resume after a grow 2 -> 3, without processes: the
+// leader completes the checkpoint recording the members of its parts' history
+// (cut at the checkpoint's step), the launcher plans exactly those ranks, and
+// the history's one change is what a resumed worker has heard (the scheduler
+// seeds it as change 1). A manifest without the record (an older build's)
+// is still refused with the reason.
+TEST_CASE("an allreduce checkpoint after a grow records its members; launch --resume plans them") {
+  it::TempDir dir;
+  const fs::path run = dir.path() / "run";
+  pstrain::RunConfig config = pstrain::load_config((it::kSourceDir / "configs/tiny_allreduce.toml").string());
+  config.cluster.num_workers = 2;
+  config.cluster.min_workers = 2;
+  config.cluster.max_workers = 3;
+  config.checkpoint.interval_steps = 5;
+  config.output.run_dir = run.string();
+  fs::create_directories(run);
+  it::write_file(run / "config.toml", pstrain::to_toml(config));
+  // Epoch 0 with workers 0 and 1, epoch 1 likewise until its step 5, then 0-2 (the grow); the checkpoint at step 40.
+  const std::vector<std::int64_t> history{0, 2, 0, 1, 1, 2, 0, 1, 1, -5, 3, 0, 1, 2};
+  CHECK(pstrain::history_changes(history) == 1);
+  CHECK(pstrain::history_changes({0, 2, 0, 1, 1, 2, 0, 1}) == 0);
+  CHECK(pstrain::test::thrown_text([] { pstrain::history_changes({0, -5, 4, 0}); })
+            .find("is not [epoch, (-from_step,) count, ranks...]") != std::string::npos);
+  constexpr std::int64_t kParams = 10;
+  for (int w = 0; w < 3; ++w) {
+    pstrain::WorkerCheckpoint part;
+    part.step = 40;
+    part.epoch_members = history;
+    if (w == 0) part.params.assign(kParams, 0.5f), part.optimizer_state.assign(kParams, 0.0f);  // the leader's
+    pstrain::write_worker_part(config, w, part);
+  }
+  pstrain::complete_checkpoint(config, 40, kParams, 0, {}, nullptr, /*record_members=*/true);
+  const auto newest = pstrain::find_newest_checkpoint(run / "checkpoints");
+  REQUIRE(newest.has_value());
+  CHECK(newest->manifest.members == std::vector<int>{0, 1, 2});
+  CHECK(newest->manifest.slots == 3);
+  pstrain::launcher::LaunchRequest request;
+  request.resume = run.string();
+  request.bin_dir = it::kBinDir;
+  const pstrain::launcher::LaunchPlan plan = pstrain::launcher::plan_launch(request);
+  CHECK(plan.resume_workers == std::vector<int>{0, 1, 2});
+  CHECK(plan.num_workers == 3);
+  CHECK(plan.worker_ranks() == std::vector<int>{0, 1, 2});
+  // The same checkpoint as an older build wrote it, without the record: refused, saying why.
+  const fs::path ckpt = newest->dir;
+  std::vector<std::string> parts;
+  for (const pstrain::CheckpointPartInfo& p : newest->manifest.parts) parts.push_back(p.name);
+  fs::remove(ckpt / "manifest.json");
+  pstrain::write_checkpoint_manifest(ckpt, 40, pstrain::checkpoint_fingerprint(config, kParams), parts);
+  CHECK(pstrain::test::thrown_text([&] { pstrain::launcher::plan_launch(request); })
+            .find("was taken after the job grew past cluster.workers = 2 (worker 2 is a member) and records no "
+                  "membership to resume at") != std::string::npos);
 }
 
 // 3 -> 2 (pstrain-ctl: rank 2 retires) -> a worker joins by hand into rank 3:

@@ -376,3 +376,57 @@ TEST_CASE("status: the scheduler's registration lines give the phase; a server's
   CHECK(it::contains(written, "| w0 dropped | w1 "));
   std::fclose(out);
 }
+
+// The scheduler's record of an abandoned join (metrics/scheduler.jsonl): the
+// joiner's slot says "join abandoned" (not "dropped": it never was a member),
+// also when the launcher reports its exit after the record; a later joiner
+// started into the slot is live, and an abandonment from before its start is
+// not taken for its own.
+TEST_CASE("status: an abandoned join (the scheduler's record) shows as 'wR join abandoned' until a new joiner starts") {
+  it::TempDir dir;
+  std::FILE* out = std::tmpfile();
+  REQUIRE(out != nullptr);
+  LiveStatusOptions o;
+  o.run_dir = dir.path();
+  o.num_workers = 2;
+  o.out = out;
+  o.interval_s = 1000;
+  o.redraw_s = 0;  // every tick reads the files
+  o.clock = pstrain::JobClock(pstrain::JobClock::unix_now_us() - 100'000'000);  // 100 s into the job
+  LiveStatus status(o);
+  status.start_joiner(2);  // at about 100 s
+  status.tick();
+  CHECK(status.snapshot().workers.at(2).state == WorkerStatus::State::kLive);
+  const auto records = dir.path() / "metrics" / "scheduler.jsonl";
+  it::fs::create_directories(records.parent_path());
+  append(records, "{\"type\":\"join_abandoned\",\"time_s\":150.5,\"rank\":2,\"change\":1,\"pid\":7,\"host\":\"h\","
+                  "\"reason\":\"worker 2 (h, pid 7) was killed by signal 9 (Killed) (reported by the launcher)\"}\n");
+  status.tick();
+  CHECK(status.snapshot().workers.at(2).state == WorkerStatus::State::kAbandoned);
+  status.set_worker_state(2, WorkerStatus::State::kDropped);  // the launcher saw it exit
+  CHECK(status.snapshot().workers.at(2).state == WorkerStatus::State::kAbandoned);
+  CHECK(it::contains(status_text(status.snapshot()), "| w2 join abandoned"));
+  // A joiner started by hand into slot 4: the record alone makes the launcher show the slot.
+  append(records, "{\"type\":\"join_abandoned\",\"time_s\":160,\"rank\":4,\"change\":2,\"pid\":8,\"host\":\"h\","
+                  "\"reason\":\"no step of the job is left to join at\"}\n");
+  status.tick();
+  REQUIRE(status.snapshot().workers.size() == 5);
+  CHECK(status.snapshot().workers.at(3).state == WorkerStatus::State::kLive);
+  CHECK(status.snapshot().workers.at(4).state == WorkerStatus::State::kAbandoned);
+  // A second grow starts a new joiner into slot 2 (at about 100 s): live; a record of an
+  // abandonment from before its start (99 s, read only now) is about the earlier process.
+  status.start_joiner(2);
+  CHECK(status.snapshot().workers.at(2).state == WorkerStatus::State::kLive);
+  append(records, "{\"type\":\"join_abandoned\",\"time_s\":99,\"rank\":2,\"change\":1,\"pid\":6,\"host\":\"h\","
+                  "\"reason\":\"silent\"}\n");
+  status.tick();
+  CHECK(status.snapshot().workers.at(2).state == WorkerStatus::State::kLive);
+  append(records, "not a record\n");  // ignored (the summary names a malformed line)
+  status.tick();
+  status.finish("");
+  std::rewind(out);
+  char buf[1024] = {};
+  const std::size_t n = std::fread(buf, 1, sizeof(buf) - 1, out);
+  CHECK(it::contains(std::string(buf, n), "| w4 join abandoned"));
+  std::fclose(out);
+}

@@ -171,13 +171,14 @@ TEST_CASE("summary.json holds every documented key and reads back") {
   for (const char* key : {"mode", "workers", "servers", "model", "dataset", "compute", "final_test_accuracy",
                           "wall_time_s",
                           "time_to_accuracy", "global_images_per_s", "per_worker", "staleness", "ssp",
-                          "dropped_workers", "restarts", "resumed_from", "membership_changes", "partial_updates", "server_restarts",
+                          "dropped_workers", "restarts", "resumed_from", "membership_changes", "abandoned_joins",
+                          "partial_updates", "server_restarts",
                           "skipped_steps",
                           "resources", "partial", "partial_reason", "warnings"}) {
     CAPTURE(key);
     CHECK(j.find(key) != nullptr);
   }
-  CHECK(j.keys().size() == 24);
+  CHECK(j.keys().size() == 25);
   CHECK(j.find("ssp")->is_null());
   CHECK(j.find("mode")->as_string("mode") == "async");
   CHECK(j.find("final_test_accuracy")->as_number("a") == doctest::Approx(0.84));
@@ -369,6 +370,60 @@ TEST_CASE("membership changes: from the plan records of the lowest worker that f
   CHECK(g.membership_changes[1].reason == "retire");
   CHECK(g.membership_changes[2].reason == "join");
   CHECK(summary_markdown(g, "runs/x").find("- epoch 1, step 20: 2 -> 4 workers (ctl)") != std::string::npos);
+}
+
+// A joiner killed before its boundary: the scheduler abandoned its join (its
+// slot vacant again, the change went on 2 -> 2) and recorded it in
+// metrics/scheduler.jsonl, which is the only place the run says so.
+TEST_CASE("abandoned joins: the scheduler's records name the rank, time, change and reason in summary.json and .md") {
+  TempDir dir;
+  RunConfig c = config(Mode::kSync);
+  c.cluster.num_servers = 1;
+  c.cluster.min_workers = 2;
+  c.cluster.max_workers = 3;
+  report_test::write_file(dir.path() / "config.toml", pstrain::to_toml(c));
+  report_test::write_file(worker_metrics_path(dir.path(), 0),
+                          report_test::step_line(0, 0.1, 2.0) + report_test::end_line(1.0, 1, 32));
+  report_test::write_file(worker_metrics_path(dir.path(), 1), report_test::end_line(2.0, 1, 32));
+  // The joiner wrote its compute record only, then was killed.
+  report_test::write_file(worker_metrics_path(dir.path(), 2),
+                          "{\"type\":\"compute\",\"time_s\":0,\"backend\":\"cpu\",\"conv_path\":\"onednn\","
+                          "\"conv_detail\":\"oneDNN\",\"precision\":\"fp32\"}\n");
+  report_test::write_file(server_metrics_path(dir.path(), 0),
+                          R"({"rank": 0, "updates": 1, "pushes_accepted": 2, "pushes_rejected": 0, "staleness_histogram": {}})");
+  const std::string why = "worker 2 (h, pid 4242) was killed by signal 9 (Killed) (reported by the launcher)";
+  report_test::write_file(dir.path() / "metrics" / "scheduler.jsonl",
+                          "{\"type\":\"join_abandoned\",\"time_s\":12.5,\"rank\":2,\"change\":1,\"pid\":4242,"
+                          "\"host\":\"h\",\"reason\":\"" + why + "\"}\n"
+                          "{\"type\":\"join_abandoned\",\"time_s\":13,\"rank\":\"x\"}\n");  // malformed: left out
+  const RunSummary s = write_run_summary(dir.path());
+  REQUIRE(s.abandoned_joins.size() == 1);
+  CHECK(s.membership_changes.empty());  // no worker's share changed
+  const JsonValue j = parse_json(report_test::read_file(dir.path() / "summary.json"), "summary.json");
+  REQUIRE(j.find("abandoned_joins")->items().size() == 1);
+  const JsonValue& a = j.find("abandoned_joins")->items().at(0);
+  CHECK(a.find("rank")->as_integer("rank") == 2);
+  CHECK(a.find("change")->as_integer("change") == 1);
+  CHECK(a.find("time_s")->as_number("time_s") == doctest::Approx(12.5));
+  CHECK(a.find("reason")->as_string("reason") == why);
+  CHECK(j.find("dropped_workers")->items().empty());
+  const std::string md = report_test::read_file(dir.path() / "summary.md");
+  CHECK(md.find("## Membership") != std::string::npos);
+  CHECK(md.find("- worker 2 (join abandoned), 12.5 s into the job, membership change 1: " + why) != std::string::npos);
+  // The warnings name the malformed line; "never entered the job" is said by the record instead.
+  bool named = false;
+  for (const std::string& w : s.warnings) {
+    CHECK(w.find("never entered") == std::string::npos);
+    named = named || w.find("scheduler.jsonl:2") != std::string::npos;
+  }
+  CHECK(named);
+  // Without the scheduler's records (a run of an older build), the joiner is a warning as before.
+  std::filesystem::remove(dir.path() / "metrics" / "scheduler.jsonl");
+  const RunSummary old = write_run_summary(dir.path());
+  CHECK(old.abandoned_joins.empty());
+  REQUIRE(old.warnings.size() == 1);
+  CHECK(old.warnings[0] == "worker 2 (a joiner) never entered the job");
+  CHECK(report_test::read_file(dir.path() / "summary.md").find("## Membership") == std::string::npos);
 }
 
 TEST_CASE("compute: the lowest-ranked worker's backend, conv path and precision; null when no worker said") {

@@ -45,7 +45,7 @@ def run_result(run_dir: Path):
 
 
 def _status_lines(run) -> list:
-    """Ranks that were dropped, restarted or resumed, and the membership changes, from summary.json."""
+    """Ranks that were dropped, restarted or resumed, the membership changes and abandoned joins, from summary.json."""
     lines = []
     for w in run.summary.get("per_worker", []):
         status = w.get("status")
@@ -57,6 +57,8 @@ def _status_lines(run) -> list:
     for c in run.summary.get("membership_changes") or []:
         where = f"epoch {c.get('epoch')}" + (f", step {c['step']}" if c.get("step") is not None else "")
         lines.append(f"{where}: {c.get('old_workers')} -> {c.get('new_workers')} workers ({c.get('reason')})")
+    for j in run.summary.get("abandoned_joins") or []:
+        lines.append(f"worker {j.get('rank')}: join abandoned ({j.get('reason')})")
     resumed = run.summary.get("resumed_from") or []
     if resumed:
         lines.append("resumed from step " + ", ".join(str(s) for s in resumed))

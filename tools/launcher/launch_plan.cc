@@ -209,7 +209,7 @@ std::vector<std::string> node_argv(const LaunchPlan& plan, const char* program, 
 void resume_membership(const LaunchRequest& request, const FoundCheckpoint& found, LaunchPlan& plan) {
   const ClusterConfig& cl = plan.config.cluster;
   if (!is_elastic(cl)) return;  // a fixed-size job resumes its cluster.workers workers
-  if (plan.config.mode != Mode::kAllreduce && !found.manifest.members.empty()) {
+  if (!found.manifest.members.empty()) {
     try {
       plan.resume_workers = resume_members(found.manifest, cl);
     } catch (const CheckpointError& e) {
@@ -295,8 +295,7 @@ std::string grown_checkpoint_refusal(const CheckpointManifest& m, const fs::path
   if (highest < workers) return "";
   return dir.filename().string() + " was taken after the job grew past cluster.workers = " + std::to_string(workers) +
          " (worker " + std::to_string(highest) + " is a member) and records no membership to resume at (" +
-         (m.members.empty() && m.format >= 2 ? "allreduce checkpoints, and those of builds before the record, have none"
-                                              : "no record") +
+         (m.members.empty() && m.format >= 2 ? "checkpoints of builds before the record have none" : "no record") +
          "); a resume at cluster.workers would leave the grown workers' share of the interrupted epoch untrained";
 }
 

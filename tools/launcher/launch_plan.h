@@ -48,7 +48,7 @@ struct LaunchPlan {
   std::filesystem::path resume_dir;
   std::int64_t resume_step = 0;
   std::vector<std::string> resume_skipped;
-  // --resume of an elastic PS job's checkpoint with a membership record: the
+  // --resume of an elastic job's checkpoint with a membership record: the
   // ranks it resumes (common/checkpoint/checkpoint_members.h; num_workers is
   // their count). Empty: workers 0..num_workers-1.
   std::vector<int> resume_workers;
@@ -94,7 +94,7 @@ int highest_member_rank(const std::vector<std::int64_t>& epoch_members);
 // checkpointed has a worker at or past `workers` in its segments (or a part
 // of one), whose share of the interrupted epoch a resume at the initial size
 // would leave untrained. Asked only where the checkpoint has no membership
-// record to resume at (an allreduce job's, or one of an older build).
+// record to resume at (one of an older build).
 std::string grown_checkpoint_refusal(const CheckpointManifest& m, const std::filesystem::path& dir, int workers);
 
 NodeSpec scheduler_spec(const LaunchPlan& plan);

@@ -163,7 +163,7 @@ class Launch {
       fence_failed_nodes();
       const auto nodes = [this] { return supervisor_.states(); };
       for (const NodeSpec& joiner : grower_.take(nodes, endpoint_, [this](const std::string& m) { say(m); })) {
-        if (const std::optional<NodeName> name = parse_node_name(joiner.name)) status_.track_worker(name->rank);
+        if (const std::optional<NodeName> name = parse_node_name(joiner.name)) status_.start_joiner(name->rank);
         start(joiner);
       }
       return condition();

@@ -7,10 +7,13 @@
 #include <cstdlib>
 
 #include "tools/report/metrics.h"
+#include "tools/report/scheduler_records.h"
 
 namespace pstrain::launcher {
 
-LiveStatus::LiveStatus(LiveStatusOptions options) : options_(std::move(options)) {
+LiveStatus::LiveStatus(LiveStatusOptions options)
+    : options_(std::move(options)), scheduler_records_(report::scheduler_records_file(options_.run_dir)) {
+  if (options_.resume) scheduler_records_.skip_existing();  // about the interrupted run's processes
   for (int w = 0; w < options_.num_workers; ++w) {
     tails_.emplace_back(report::worker_metrics_path(options_.run_dir, w));
     workers_.emplace_back(w, options_.window_s);
@@ -20,6 +23,7 @@ LiveStatus::LiveStatus(LiveStatusOptions options) : options_(std::move(options))
   }
   states_.assign(workers_.size(), WorkerStatus::State::kLive);
   rejoins_at_restart_.assign(workers_.size(), 0);
+  tracked_at_s_.assign(workers_.size(), 0.0);
   next_line_s_ = options_.clock.now_s() + options_.interval_s;
 }
 
@@ -27,6 +31,23 @@ void LiveStatus::poll() {
   const double now = options_.clock.now_s();
   for (std::size_t w = 0; w < tails_.size(); ++w) {
     for (const std::string& line : tails_[w].read_lines()) workers_[w].add_line(line, now);
+  }
+  for (const std::string& line : scheduler_records_.read_lines()) take_scheduler_record(line);
+}
+
+// An abandoned join: its slot (tracked, also a joiner started by hand) shows
+// it, unless a later process was started into the slot since.
+void LiveStatus::take_scheduler_record(const std::string& line) {
+  std::vector<report::AbandonedJoinRecord> joins;
+  try {
+    report::parse_scheduler_record(line, "scheduler record", joins);
+  } catch (const std::exception&) {
+    return;  // not one to show (the summary names a malformed line)
+  }
+  for (const report::AbandonedJoinRecord& j : joins) {
+    track_worker(j.rank);
+    const auto r = static_cast<std::size_t>(j.rank);
+    if (j.time_s >= tracked_at_s_[r]) states_[r] = WorkerStatus::State::kAbandoned;
   }
 }
 
@@ -50,17 +71,29 @@ StatusSnapshot LiveStatus::snapshot() const {
 void LiveStatus::set_worker_state(int rank, WorkerStatus::State state) {
   if (rank < 0 || static_cast<std::size_t>(rank) >= states_.size()) return;
   poll();  // a "rejoin" record already written belongs to an earlier restart
-  states_[static_cast<std::size_t>(rank)] = state;
+  auto& now = states_[static_cast<std::size_t>(rank)];
+  // A joiner's exit (dropped, to the launcher) whose join the scheduler abandoned already says so.
+  if (!(now == WorkerStatus::State::kAbandoned && state == WorkerStatus::State::kDropped)) now = state;
   rejoins_at_restart_[static_cast<std::size_t>(rank)] = workers_[static_cast<std::size_t>(rank)].rejoins();
 }
 
 void LiveStatus::track_worker(int rank) {
+  if (rank < 0) return;
   for (auto w = static_cast<int>(workers_.size()); w <= rank; ++w) {
     tails_.emplace_back(report::worker_metrics_path(options_.run_dir, w));
     workers_.emplace_back(w, options_.window_s);
     states_.push_back(WorkerStatus::State::kLive);
     rejoins_at_restart_.push_back(0);
+    tracked_at_s_.push_back(0.0);  // no process started into it by this launcher yet
   }
+}
+
+void LiveStatus::start_joiner(int rank) {
+  track_worker(rank);
+  if (rank < 0) return;
+  const auto r = static_cast<std::size_t>(rank);
+  tracked_at_s_[r] = options_.clock.now_s();
+  if (states_[r] == WorkerStatus::State::kAbandoned) states_[r] = WorkerStatus::State::kLive;
 }
 
 bool LiveStatus::retired(int rank) {

@@ -13,6 +13,9 @@
 // and 1/2 workers" (the phase until the first step) and a checkpoint's
 // "checkpoint step-N: wrote" lines. With `resume`, the metrics files' lines
 // written before this launch give only the plan: no stale progress.
+// It also tails the scheduler's records (metrics/scheduler.jsonl,
+// scheduler/job_records.h): a joiner whose join was abandoned shows as
+// "wR join abandoned" until a later process joins that slot.
 #pragma once
 
 #include <cstdio>
@@ -55,8 +58,12 @@ class LiveStatus {
   void finish(const std::string& ending = "");
   // Worker `rank` was dropped, or is restarting (until its "rejoin" record).
   void set_worker_state(int rank, WorkerStatus::State state);
-  // Shows worker slots up to `rank` too (a joiner the launcher started past cluster.workers).
+  // Shows worker slots up to `rank` too (a joiner past cluster.workers).
   void track_worker(int rank);
+  // A joiner the launcher started into slot `rank` now: tracked, and live
+  // again if an earlier join into it was abandoned (a record of an
+  // abandonment from before now is about that earlier process).
+  void start_joiner(int rank);
   // Whether worker `rank`'s "end" record says it retired (a membership change left it out).
   bool retired(int rank);
   // A line node `node` ("scheduler", "server 0") wrote.
@@ -66,6 +73,7 @@ class LiveStatus {
 
  private:
   void poll();
+  void take_scheduler_record(const std::string& line);
   std::size_t width() const;
   void write(const std::string& text);
 
@@ -74,6 +82,8 @@ class LiveStatus {
   std::vector<WorkerProgress> workers_;
   std::vector<WorkerStatus::State> states_;
   std::vector<int> rejoins_at_restart_;  // rejoin records read when it began restarting
+  MetricsTail scheduler_records_;        // metrics/scheduler.jsonl: abandoned joins
+  std::vector<double> tracked_at_s_;     // job clock: when track_worker last (re)started the slot
   std::string phase_;
   std::optional<std::int64_t> checkpoint_step_;
   std::optional<std::string> ending_;

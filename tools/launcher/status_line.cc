@@ -96,6 +96,7 @@ std::string worker_text(const WorkerStatus& w) {
   out += ' ';
   if (w.state == WorkerStatus::State::kDropped) return out.append("dropped");
   if (w.state == WorkerStatus::State::kRestarting) return out.append("restarting");
+  if (w.state == WorkerStatus::State::kAbandoned) return out.append("join abandoned");
   if (w.finished) return out.append(w.retired ? "retired" : "done");
   out += std::to_string(w.steps_done);
   if (w.steps_per_s) out.append(" ").append(fixed(*w.steps_per_s, 1)).append("/s");

@@ -7,7 +7,8 @@
 // Only live workers count in the head: a dropped worker (the job went on
 // without it) or one restarting (a new process is taking its rank back)
 // shows as "w1 dropped" / "w1 restarting" and no longer holds the job's
-// progress back.
+// progress back; a joiner that failed before its boundary, whose join the
+// scheduler abandoned, as "w2 join abandoned".
 // step: the slowest live worker's steps of the total EpochDriver runs per
 // worker, then " evaluating" once every live worker has run all its steps
 // and not yet ended (the final evaluation); before the first records the
@@ -37,7 +38,9 @@
 namespace pstrain::launcher {
 
 struct WorkerStatus {
-  enum class State { kLive, kDropped, kRestarting };
+  // kAbandoned: a joiner whose join the scheduler abandoned before its
+  // boundary (its slot vacant again; metrics/scheduler.jsonl says so).
+  enum class State { kLive, kDropped, kRestarting, kAbandoned };
   int rank = 0;
   State state = State::kLive;
   std::int64_t steps_done = 0;        // step records read (the last step + 1)

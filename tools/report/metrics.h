@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "tools/report/scheduler_records.h"
+
 namespace pstrain::report {
 
 // What the worker's EpochDriver will run (written before its first step).
@@ -140,6 +142,7 @@ struct ServerMetrics {
 struct RunMetrics {
   std::vector<WorkerMetrics> workers;  // index = rank
   std::vector<ServerMetrics> servers;  // index = rank
+  std::vector<AbandonedJoinRecord> abandoned_joins;  // the scheduler's records (metrics/scheduler.jsonl), in order
 };
 
 // Reads one worker's file. At most one "end" record, and it must be last.

@@ -175,6 +175,17 @@ std::string membership_changes_json(const std::vector<MembershipChangeSummary>& 
   return "[" + out + "]";
 }
 
+// [{"rank": 2, "time_s": 12.5, "change": 1, "reason": "worker 2 (...) was killed by signal 9 ..."}, ...]
+std::string abandoned_joins_json(const std::vector<AbandonedJoinRecord>& joins) {
+  std::string out;
+  for (const AbandonedJoinRecord& j : joins) {
+    out += (out.empty() ? "" : ", ") + ("{\"rank\": " + std::to_string(j.rank) + ", \"time_s\": " + json_number(j.time_s) +
+                                        ", \"change\": " + (j.change >= 0 ? std::to_string(j.change) : std::string("null")) +
+                                        ", \"reason\": " + json_quote(j.reason) + "}");
+  }
+  return "[" + out + "]";
+}
+
 // The changes of the workers sharing the training set, as the lowest worker
 // that finished saw them (else the lowest): its later "plan" records.
 std::vector<MembershipChangeSummary> membership_changes(int workers, const RunMetrics& metrics) {
@@ -299,6 +310,7 @@ RunSummary summarize(const RunConfig& config, const RunMetrics& metrics, const P
   add_evaluations(s, evals);
   if (config.mode == Mode::kAsync || config.mode == Mode::kSsp) s.staleness = staleness_summary(metrics.servers);
   s.membership_changes = membership_changes(s.workers, metrics);
+  s.abandoned_joins = metrics.abandoned_joins;
   for (const ServerMetrics& server : metrics.servers) s.partial_updates += server.partial_updates;
   for (const ServerMetrics& server : metrics.servers) {
     if (server.rejoined_from_step >= 0) {
@@ -331,6 +343,7 @@ std::string summary_json(const RunSummary& s) {
          ",\n  \"restarts\": " + restarts_json(s.restarts) +
          ",\n  \"resumed_from\": " + int_list_json(s.resumed_from) +
          ",\n  \"membership_changes\": " + membership_changes_json(s.membership_changes) +
+         ",\n  \"abandoned_joins\": " + abandoned_joins_json(s.abandoned_joins) +
          ",\n  \"partial_updates\": " + std::to_string(s.partial_updates) +
          ",\n  \"server_restarts\": " + server_restarts_json(s) +
          ",\n  \"skipped_steps\": " + std::to_string(s.skipped_steps) + ",\n  \"resources\": " + resources_json(s) +
@@ -346,13 +359,19 @@ RunSummary write_run_summary(const std::filesystem::path& run_dir, const Partial
   RunMetrics metrics = read_run_metrics(run_dir, config.cluster.num_workers, servers,
                                         drops_failed_workers(config.cluster.on_worker_failure),
                                         partial != nullptr ? &missing : nullptr);
+  std::vector<std::string> notes;
+  metrics.abandoned_joins = read_scheduler_records(run_dir, notes);
+  auto abandoned = [&](int w) {
+    return std::any_of(metrics.abandoned_joins.begin(), metrics.abandoned_joins.end(),
+                       [w](const AbandonedJoinRecord& j) { return j.rank == w; });
+  };
   // Elastic membership: the workers that joined a slot past cluster.workers (--join), when there is one.
   for (int w = config.cluster.num_workers; w < max_workers(config.cluster); ++w) {
     if (!std::filesystem::exists(worker_metrics_path(run_dir, w))) continue;
     try {
       WorkerMetrics joiner = read_worker_metrics(worker_metrics_path(run_dir, w), w, true);
       if (!joiner.end && joiner.steps.empty()) {  // its join was abandoned before it trained
-        missing.push_back("worker " + std::to_string(w) + " (a joiner) never entered the job");
+        if (!abandoned(w)) missing.push_back("worker " + std::to_string(w) + " (a joiner) never entered the job");
         continue;
       }
       metrics.workers.push_back(std::move(joiner));
@@ -362,6 +381,7 @@ RunSummary write_run_summary(const std::filesystem::path& run_dir, const Partial
   }
   RunSummary s = summarize(config, metrics, partial);
   s.warnings.insert(s.warnings.end(), missing.begin(), missing.end());
+  s.warnings.insert(s.warnings.end(), notes.begin(), notes.end());
   for (const ResourceSeries& series : read_run_resources(run_dir, s.warnings)) {
     s.resources.push_back(summarize_resources(series));
   }

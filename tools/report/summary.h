@@ -17,6 +17,8 @@
 //   resources            per process with a resources CSV: CPU, RSS, bytes
 //                        and GPU means and peaks (tools/report/resources.h)
 //   restarts             each worker restart: rank, time_s, step rejoined
+//   abandoned_joins      each --join worker that failed before its boundary
+//                        (the scheduler's records): rank, time_s, change, reason
 //   partial              the run did not finish (interrupted or failed;
 //                        pstrain-summary --partial, or launch at such an
 //                        end): what ran, with partial_reason; a worker
@@ -116,6 +118,9 @@ struct RunSummary {
   std::vector<RestartSummary> restarts;       // on_worker_failure "restart": each rejoin, by rank then time
   std::vector<std::int64_t> resumed_from;     // launch --resume: the checkpoint step of each resume, in order
   std::vector<MembershipChangeSummary> membership_changes;  // in order
+  // Joins abandoned before their boundary (the scheduler's records): no change
+  // of the workers sharing the training set, so not in membership_changes.
+  std::vector<AbandonedJoinRecord> abandoned_joins;         // in order
   std::int64_t partial_updates = 0;           // sync: chunk updates made without a dropped worker
   // on_server_failure "restart": each server that rejoined, and what was lost (ServerMetrics).
   struct ServerRestart {

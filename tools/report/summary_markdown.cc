@@ -162,11 +162,21 @@ std::string summary_markdown(const RunSummary& s, const std::string& run_dir) {
       out += line;
     }
   }
+  if (!s.membership_changes.empty() || !s.abandoned_joins.empty()) out += "\n## Membership\n";
   if (!s.membership_changes.empty()) {
-    out += "\n## Membership\n\nThe workers sharing the training set changed:\n\n";
+    out += "\nThe workers sharing the training set changed:\n\n";
     for (const MembershipChangeSummary& c : s.membership_changes) {
       out += "- epoch " + std::to_string(c.epoch) + (c.step >= 0 ? ", step " + std::to_string(c.step) : "") + ": " +
              std::to_string(c.old_workers) + " -> " + std::to_string(c.new_workers) + " workers (" + c.reason + ")\n";
+    }
+  }
+  if (!s.abandoned_joins.empty()) {
+    out += "\nJoins abandoned before their boundary (the slot vacant again; the change went on without it):\n\n";
+    for (const AbandonedJoinRecord& j : s.abandoned_joins) {
+      char when[64];
+      std::snprintf(when, sizeof(when), "%.1f s into the job", j.time_s);
+      out += "- worker " + std::to_string(j.rank) + " (join abandoned), " + when +
+             (j.change >= 0 ? ", membership change " + std::to_string(j.change) : "") + ": " + j.reason + "\n";
     }
   }
   if (s.skipped_steps > 0) {

@@ -8,6 +8,8 @@
 
 #include "common/base/endpoint_address.h"
 #include "common/base/errors.h"
+#include "common/checkpoint/checkpoint.h"
+#include "common/checkpoint/checkpoint_members.h"
 #include "common/config/job_fingerprint.h"
 #include "common/node/node_cli.h"
 #include "common/node/retry.h"
@@ -222,6 +224,24 @@ std::unique_ptr<Collective> make_watched(const std::string& backend, const Colle
   }
 }
 
+// The workers of the collective a worker starts in (not joining): on a
+// resume of an elastic job the checkpoint's members (resume_members: the
+// ranks the launcher starts and the scheduler's rendezvous waits for; a grown
+// job's joiners among them), else 0..workers-1. This worker must be one.
+std::vector<int> members_at_start(const RunConfig& config, const std::string& resume_dir, int rank) {
+  std::vector<int> members;
+  if (!resume_dir.empty()) {
+    members = resume_members(read_checkpoint_manifest(resume_dir), config.cluster);
+  } else {
+    for (int w = 0; w < config.cluster.num_workers; ++w) members.push_back(w);
+  }
+  if (std::find(members.begin(), members.end(), rank) == members.end()) {
+    throw ConfigError("worker " + std::to_string(rank) + " is not a member of the collective it would start in (" +
+                      format_members(members) + (resume_dir.empty() ? ")" : ", the members of " + resume_dir + ")"));
+  }
+  return members;
+}
+
 }  // namespace
 
 int run_allreduce_node(const RunConfig& config, int requested_rank, const std::string& resume_dir, bool rejoin,
@@ -254,9 +274,10 @@ int run_allreduce_node(const RunConfig& config, int requested_rank, const std::s
     SchedulerStore store(session.scheduler());
     std::optional<AllreduceJoin> join_at;
     if ((rejoin || join) && !(join_at = wait_to_enter(session, config.cluster, rejoin, log))) return;
-    CollectiveOptions co;
-    co.rank = session.rank();
-    co.size = session.num_workers();
+    const std::vector<int> members = join_at ? join_at->live : members_at_start(config, resume_dir, session.rank());
+    CollectiveOptions co;  // the first collective's place (a joiner's: first_collective)
+    co.rank = static_cast<int>(std::find(members.begin(), members.end(), session.rank()) - members.begin());
+    co.size = static_cast<int>(members.size());
     co.timeout = std::chrono::milliseconds(config.cluster.timeout_ms);
     co.host = collective_host(config.cluster, session.rank());
     co.cuda_device = backend.is_cuda() ? cuda_index(device) : 0;
@@ -287,7 +308,8 @@ int run_allreduce_node(const RunConfig& config, int requested_rank, const std::s
     // Under "restart" the others go on as under "continue" and take the restarted worker back at an
     // epoch's end; a membership change re-forms it under any policy.
     const TrainResult r = run_allreduce_worker(config, session, workload, *collective, metrics, log, &trace,
-                                               resume ? &*resume : nullptr, &reform, join_at ? &*join_at : nullptr);
+                                               resume ? &*resume : nullptr, &reform, join_at ? &*join_at : nullptr,
+                                               &members);
     collective.reset();
     char line[200];
     std::snprintf(line, sizeof(line),

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "common/base/errors.h"
+#include "common/checkpoint/checkpoint_members.h"
 #include "common/node/retry.h"
 #include "worker/collective/gradient_buckets.h"
 #include "worker/collective/replica_resync.h"
@@ -110,7 +111,7 @@ void complete_missed_checkpoint(Loop& L) {
   if (std::filesystem::exists(dir / "manifest.json", ec) || !std::filesystem::exists(dir, ec)) return;
   L.log.info("completing the checkpoint after step " + std::to_string(steps_done) +
              " whose collective operation another replica completed: " +
-             complete_checkpoint(L.config, steps_done, L.model.num_params(), 0));
+             complete_checkpoint(L.config, steps_done, L.model.num_params(), 0, {}, nullptr, /*record_members=*/true));
 }
 
 }  // namespace allreduce_detail
@@ -127,14 +128,16 @@ void broadcast_initial(Loop& L) {
   L.model.set_params(params);
 }
 
-// Resume: the saved model and optimizer state to every replica from worker 0,
-// which read them from the part that holds them (that of the worker that led
-// when the checkpoint was taken: read_worker_part); the others' own parts hold
-// only their position and optimizer step count.
+// Resume: the saved model and optimizer state to every replica from the
+// lowest member (collective rank 0: worker 0, or the checkpoint's lowest
+// member in an elastic job), which read them from the part that holds them
+// (that of the worker that led when the checkpoint was taken:
+// read_worker_part); the others' own parts hold only their position and
+// optimizer step count.
 void broadcast_resumed(Loop& L, const WorkerCheckpoint& resume) {
   std::vector<float> params(static_cast<std::size_t>(L.model.num_params()));
   std::vector<float> state = L.optimizer.state();
-  if (L.session.rank() == 0) {
+  if (leads(L)) {
     if (resume.params.size() != params.size() || resume.optimizer_state.size() != state.size()) {
       throw ConfigError("resume: the checkpoint holds " + std::to_string(resume.params.size()) + " parameters and " +
                         std::to_string(resume.optimizer_state.size()) + " optimizer values; this model and optimizer "
@@ -168,7 +171,13 @@ void take_checkpoint(Loop& L, std::int64_t steps_done) {
   c.time_s = L.metrics.elapsed_s();
   c.metrics_bytes = L.metrics.size();
   c.result = L.result;
-  if (L.members != nullptr) c.epoch_members = L.members->history();
+  // Cut at the checkpoint's step (EpochMembers::history_before, as the PS workers' parts): a change
+  // decided for that step or later is not in the checkpoint; every part then holds the same history,
+  // and the manifest's members (its last segment's that wrote a part) are the collective's at that step.
+  if (L.members != nullptr) {
+    const EpochDriver::NextStep& at = L.driver->next_step();
+    c.epoch_members = at.end ? L.members->history() : L.members->history_before(at.epoch, at.step);
+  }
   c.optimizer_steps = L.optimizer.steps_taken();
   if (leads(L)) {
     c.params.resize(static_cast<std::size_t>(L.model.num_params()));
@@ -182,7 +191,9 @@ void take_checkpoint(Loop& L, std::int64_t steps_done) {
     wait_collective(L);
   });
   L.done = checkpoint_phase(steps_done - 1);
-  if (leads(L)) L.log.info(complete_checkpoint(L.config, steps_done, L.model.num_params(), 0));
+  if (leads(L)) {
+    L.log.info(complete_checkpoint(L.config, steps_done, L.model.num_params(), 0, {}, nullptr, /*record_members=*/true));
+  }
 }
 
 // time_s: when training reached these weights (the record's time axis).
@@ -347,21 +358,27 @@ void end_epoch(Loop& L, std::int64_t s, int epoch, bool last, const AllreduceJoi
   if (leads(L) && !last && !joined_here) evaluate_and_record(L, s, epoch, L.metrics.elapsed_s());
 }
 
-// Throws ConfigError unless `collective` is this worker's place in the job
-// (or, rejoining, in the survivors' grown collective `join`).
-void check_collective(const WorkerSession& session, const Collective& collective, const AllreduceJoin* join) {
-  if (join != nullptr) {
-    const auto me = std::find(join->live.begin(), join->live.end(), session.rank());
-    if (me == join->live.end() || collective.size() != static_cast<int>(join->live.size()) ||
-        collective.rank() != static_cast<int>(me - join->live.begin())) {
-      throw ConfigError("run_allreduce_worker: collective rank " + std::to_string(collective.rank()) + " of " +
-                        std::to_string(collective.size()) + " does not match worker " + std::to_string(session.rank()) +
-                        " joining workers " + format_members(join->live));
-    }
-  } else if (collective.size() != session.num_workers() || collective.rank() != session.rank()) {
+// The workers of the collective this worker starts in: a joiner's or
+// rejoiner's `join`, else `members` (a resume's), else 0..workers-1.
+std::vector<int> starting_workers(const WorkerSession& session, const AllreduceJoin* join, const std::vector<int>* members) {
+  if (join != nullptr) return join->live;
+  if (members != nullptr) return *members;
+  std::vector<int> live;
+  for (int r = 0; r < session.num_workers(); ++r) live.push_back(r);
+  return live;
+}
+
+// Throws ConfigError unless `collective` is this worker's place among
+// `live`, the workers it starts with (0..workers-1; the checkpoint's members
+// on a resume of an elastic job; rejoining or joining, the members' grown
+// collective).
+void check_collective(const WorkerSession& session, const Collective& collective, const std::vector<int>& live) {
+  const auto me = std::find(live.begin(), live.end(), session.rank());
+  if (me == live.end() || collective.size() != static_cast<int>(live.size()) ||
+      collective.rank() != static_cast<int>(me - live.begin())) {
     throw ConfigError("run_allreduce_worker: collective rank " + std::to_string(collective.rank()) + " of " +
                       std::to_string(collective.size()) + " does not match worker " + std::to_string(session.rank()) +
-                      " of " + std::to_string(session.num_workers()));
+                      " among workers " + format_members(live));
   }
 }
 
@@ -436,11 +453,12 @@ void retire(Loop& L, std::int64_t step) {
 TrainResult run_allreduce_worker(const RunConfig& config, WorkerSession& session, Workload& workload,
                                  Collective& collective, MetricsWriter& metrics, Logger& log, TraceRecorder* trace,
                                  const WorkerCheckpoint* resume, const ReformCollective* reform,
-                                 const AllreduceJoin* join) {
+                                 const AllreduceJoin* join, const std::vector<int>* members_at_start) {
   if (config.mode != Mode::kAllreduce) {
     throw ConfigError("run_allreduce_worker: mode " + std::string(to_string(config.mode)) + " needs the servers");
   }
-  check_collective(session, collective, join);
+  std::vector<int> live = starting_workers(session, join, members_at_start);
+  check_collective(session, collective, live);
   const WorkloadConfig& w = config.workload;
   nn::Model& model = *workload.model;
   nn::DeviceOptimizer optimizer(config.optimizer, model.backend(), model.num_params());
@@ -451,9 +469,9 @@ TrainResult run_allreduce_worker(const RunConfig& config, WorkerSession& session
   L.reform = reform;
   L.reforms_on_failure = reform != nullptr && drops_failed_workers(config.cluster.on_worker_failure);
   if (resume != nullptr) L.done = resumed_phase(resume->step);  // resumed after the checkpoint of step resume->step - 1
-  for (int r = 0; r < session.num_workers(); ++r) L.live.push_back(r);
+  L.live = std::move(live);
   if (join != nullptr) {
-    L.live = join->live, L.generation = join->generation;
+    L.generation = join->generation;
     L.dropped.insert(join->dropped.begin(), join->dropped.end());
   }
   L.forming = L.live.size();
@@ -478,10 +496,12 @@ TrainResult run_allreduce_worker(const RunConfig& config, WorkerSession& session
   } else if (join != nullptr && join->changes > 0) {  // --rejoin in an elastic job: the changes decided so far
     learn_join_segments(session.scheduler(), JoinStart{join->changes}, members, config.cluster.timeout_ms);
     L.changes_known = join->changes;
+  } else if (resume != nullptr) {  // the resumed history's changes, numbered 1..n in the store (seed_resumed_history)
+    L.changes_known = history_changes(resume->epoch_members);
   }
   L.members = &members;
   log.info("training " + std::to_string(driver.total_steps()) + " steps (" + std::to_string(driver.steps_per_epoch()) +
-           " per epoch) in allreduce mode with " + std::to_string(session.num_workers()) + " workers over " +
+           " per epoch) in allreduce mode with " + std::to_string(L.live.size()) + " workers over " +
            collective.name() + (staged(L) ? " (gradients through host memory)" : "") + "; " +
            std::to_string(model.num_params()) + " parameters, buckets of " +
            std::to_string(config.collective.bucket_bytes) + " bytes");

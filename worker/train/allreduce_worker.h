@@ -127,10 +127,15 @@ std::string allreduce_grow_key(std::int64_t change);
 std::string format_join(const AllreduceJoin& join);
 AllreduceJoin parse_join(const std::string& text);  // ProtocolError when malformed
 
+// `members_at_start` (without `join`): the workers of the collective it
+// starts in, ascending (a resume of an elastic job: the checkpoint's members,
+// resume_members in common/checkpoint/checkpoint_members.h; its lowest
+// broadcasts the saved state); null: 0..session.num_workers()-1.
 TrainResult run_allreduce_worker(const RunConfig& config, WorkerSession& session, Workload& workload,
                                  Collective& collective, MetricsWriter& metrics, Logger& log,
                                  TraceRecorder* trace = nullptr, const WorkerCheckpoint* resume = nullptr,
-                                 const ReformCollective* reform = nullptr, const AllreduceJoin* join = nullptr);
+                                 const ReformCollective* reform = nullptr, const AllreduceJoin* join = nullptr,
+                                 const std::vector<int>* members_at_start = nullptr);
 
 // A pstrain-worker process in allreduce mode, from start to exit code: the
 // workload on this worker's device (one GPU per worker by local rank), the
