@@ -295,6 +295,7 @@ RegisterReply SchedulerClient::register_as(RegisterRequest request, std::int64_t
   if (kind == kRegisterRejoin) {
     barrier_seq_ = m.header.key;  // the others' next barrier
     rejoin_take_ = m.header.step;
+    released_checkpoint_ = m.header.aux;
   }
   last_heard_ = Clock::now();
   pulse_.beat(last_heard_);  // the heartbeat thread's start: a process stopped before its first wake-up is paused too

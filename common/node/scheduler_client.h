@@ -208,6 +208,11 @@ class SchedulerClient {
   std::vector<Joining> take_joining() { return std::exchange(joining_, {}); }
   // After rejoin_node(): which take back of this rank it was (1, 2, ...).
   std::int64_t rejoin_take() const { return rejoin_take_; }
+  // After rejoin_node(): the step of the last checkpoint barrier the others
+  // had passed when the scheduler took this process back (0: none). A
+  // rejoiner entering at that very step must not write its part: the
+  // manifest may be in the making (worker/train/ps_rejoin.h).
+  std::int64_t released_checkpoint() const { return released_checkpoint_; }
   int rank() const { return rank_; }
   // This node's session token from the register reply (empty before).
   const std::string& token() const { return token_; }
@@ -247,6 +252,7 @@ class SchedulerClient {
   std::optional<Message> barrier_reply_;            // its reply, come during a store request of on_news
   std::vector<Joining> joining_;
   std::int64_t rejoin_take_ = 0;
+  std::int64_t released_checkpoint_ = 0;
   RegisterReply register_as(RegisterRequest request, std::int64_t kind);
   // Security mode "off" with a job secret: asks the scheduler for a nonce
   // and sets request.challenge and request.proof (common/wire/job_secret.h).

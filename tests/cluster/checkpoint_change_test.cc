@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "common/base/errors.h"
+#include "common/checkpoint/checkpoint.h"
 #include "common/config/job_fingerprint.h"
 #include "common/node/scheduler_client.h"
 #include "common/transport/zmq/zmq_transport.h"
@@ -33,6 +34,8 @@
 #include "worker/train/epoch_members.h"
 #include "worker/train/membership_answer.h"
 #include "worker/train/ps_join.h"
+#include "worker/train/ps_rejoin.h"
+#include "worker/train/worker_checkpoint.h"
 
 using namespace pstrain;
 using std::chrono::milliseconds;
@@ -57,18 +60,25 @@ LocalClusterOptions elastic_options(const std::string& ctl_file, int max_workers
   return o;
 }
 
-// A worker peer of rank `rank`, registered (or, with `join`, joined: the scheduler picks the slot, rank -1).
-std::unique_ptr<SchedulerClient> register_peer(LocalCluster& cluster, int rank, bool join = false) {
+// How a peer registers: the first time, as a joiner (the scheduler picks the slot), or as a rejoiner.
+enum class Entry { kRegister, kJoin, kRejoin };
+
+// A worker peer of rank `rank` in a job of `workers`, registered as `entry` says, as process `pid`.
+std::unique_ptr<SchedulerClient> register_peer(LocalCluster& cluster, int rank, Entry entry = Entry::kRegister,
+                                               int workers = 2, std::int64_t pid = 0) {
   auto client = std::make_unique<SchedulerClient>(std::make_unique<ZmqTransport>(cluster.zmq_context()),
                                                   cluster.scheduler_endpoint(), Role::kWorker,
                                                   cluster.worker_options(rank).cluster, nullptr,
                                                   cluster.worker_options(rank).security);
   RegisterRequest req;
-  req.requested_rank = join ? -1 : rank;
+  req.requested_rank = entry == Entry::kJoin ? -1 : rank;
   req.host = "checkpoint-change peer";
-  req.job_fingerprint = job_fingerprint(Mode::kSync, std::int64_t{1} << 20, 1, 2);
+  req.pid = pid;
+  req.job_fingerprint = job_fingerprint(Mode::kSync, std::int64_t{1} << 20, 1, workers);
   req.layout.add("w", {16});
-  const RegisterReply reply = join ? client->join_node(req) : client->register_node(req);
+  const RegisterReply reply = entry == Entry::kJoin     ? client->join_node(req)
+                              : entry == Entry::kRejoin ? client->rejoin_node(req)
+                                                        : client->register_node(req);
   if (reply.rank != rank) throw std::runtime_error("registered at another rank");
   return client;
 }
@@ -229,7 +239,7 @@ TEST_CASE("a joiner waiting in the checkpoint barrier of its first step answers 
       if (!pstrain::test::wait_until([&] { return registered.load() == 2; }, milliseconds(60000), "both workers")) {
         throw std::runtime_error("the workers did not register");
       }
-      const auto client = register_peer(cluster, 2, /*join=*/true);
+      const auto client = register_peer(cluster, 2, Entry::kJoin);
       Logger jlog("joiner", LogLevel::kError);
       const std::optional<JoinStart> start = wait_for_join_start(*client, kDecisionTimeoutMs, jlog);
       if (!start || start->global_step != 3 || !start->take_checkpoint) throw std::runtime_error("not a start at step 3");
@@ -267,5 +277,150 @@ TEST_CASE("a joiner waiting in the checkpoint barrier of its first step answers 
   REQUIRE(joiner_segments.size() == 3);
   CHECK(joiner_segments[1] == EpochSegment{3, {0, 1, 2}});
   CHECK(joiner_segments[2] == EpochSegment{4, {0, 1}});
+  cluster.join();
+}
+
+// The rejoiner's form (issue 29): worker 1 of 3 is killed (the launcher's
+// exit report) and a new process takes its rank back (on_worker_failure =
+// "restart") at step 3, a checkpoint's step: its first checkpoint barrier is
+// that of step 3, taken at the start of its first step (enter_rejoined,
+// worker/train/ps_rejoin.h), where it first writes its part (the others had
+// not passed that barrier when it was taken back). Worker 0, ahead, waits in
+// the same barrier; only then is a change asked for (a shrink to 2 workers:
+// rank 2 retires), so its announcement reaches both there. Worker 2, behind,
+// answers it with its next step (3) and waits for the decision before it
+// reaches the barrier. The rejoiner answers from within the barrier with the
+// step after its first (4; MembershipAnswers::answer_ahead), as worker 0
+// does: the decision comes (from step 4), and all three pass the barrier.
+// Before, the rejoiner took that barrier before its driver and answers
+// existed (in its initial weights): the decision waited for it, the barrier
+// for worker 2, and worker 2's wait for the decision timed out.
+TEST_CASE("a rejoiner waiting in the checkpoint barrier of its first step answers a change announced there") {
+  pstrain::test::TempDir dir("ckrejoin");
+  const std::string ctl = dir.file("ctl.txt");
+  const std::string exits = dir.file("exits.txt");
+  std::ofstream(ctl).flush();
+  std::ofstream(exits).flush();
+  pstrain::test::StderrCapture log;
+  LocalClusterOptions options = elastic_options(ctl, 3);
+  options.num_workers = 3;
+  options.cluster.on_worker_failure = WorkerFailurePolicy::kRestart;
+  options.cluster.max_restarts = 1;
+  options.exits_file = exits;
+  LocalCluster cluster(options);
+  RunConfig config;
+  config.output.run_dir = dir.path().string();
+  config.checkpoint.interval_steps = 3;
+  config.cluster = options.cluster;
+  std::string error0, error1, error2, decision0, decision2;
+  std::vector<EpochSegment> rejoiner_segments;
+  std::atomic<int> registered{0};
+  std::atomic<bool> rejoined{false};
+
+  // Worker 0, ahead: at the boundary before step 3 (nothing announced yet), then the checkpoint's barrier.
+  std::thread w0([&] {
+    try {
+      const auto client = register_peer(cluster, 0, Entry::kRegister, 3);
+      ++registered;
+      MembershipAnswers answers;
+      const EpochDriver::NextStep next{0, 3, false, 3}, after{0, 4, false, 4};
+      answers.answer(*client, 0, next, after);
+      client->barrier("checkpoint 3", [&] { answers.answer_heard(*client, 0, next, after); });
+      decision0 = client->store_get(decision_key(1), kDecisionTimeoutMs);  // its promise: before step 4
+      client->barrier(std::string(kFinalBarrier));
+      client->finish();
+    } catch (const std::exception& e) {
+      error0 = e.what();
+    }
+  });
+  // Worker 2, behind: answers the change with its next step (3), waits for its decision, then the barrier.
+  std::thread w2([&] {
+    try {
+      const auto client = register_peer(cluster, 2, Entry::kRegister, 3);
+      ++registered;
+      wait_for_change(*client, 1, "worker 2");
+      client->store_set(decision_key(1) + "/2", "0 3 3");
+      try {
+        decision2 = client->store_get(decision_key(1), kDecisionTimeoutMs);
+      } catch (const std::exception& e) {
+        error2 = e.what();  // the deadlock: still pass the barrier, so that the job can end
+      }
+      client->barrier("checkpoint 3");
+      if (error2.empty()) {
+        client->finish(/*retired=*/true);  // the decision leaves it out from step 4
+      } else {
+        client->barrier(std::string(kFinalBarrier));
+        client->finish();
+      }
+    } catch (const std::exception& e) {
+      if (error2.empty()) error2 = e.what();
+    }
+  });
+  // Worker 1: registers, is killed (the launcher's exit report), and a new process takes its rank back.
+  std::thread w1([&] {
+    try {
+      {
+        const auto victim = register_peer(cluster, 1, Entry::kRegister, 3, 4242);
+        ++registered;
+        if (!pstrain::test::wait_until([&] { return registered.load() == 3; }, milliseconds(60000), "the workers")) {
+          throw std::runtime_error("the workers did not register");
+        }
+      }
+      std::ofstream(exits, std::ios::app) << "worker 1 pid 4242: killed by signal 9 (Killed)\n";
+      std::unique_ptr<SchedulerClient> client;
+      pstrain::test::wait_until([&] {
+        try {
+          client = register_peer(cluster, 1, Entry::kRejoin, 3, 4243);
+        } catch (const SchedulerRefusal& e) {
+          if (!e.retryable()) throw;  // refused for good: the test's error
+        }
+        return client != nullptr;
+      }, milliseconds(60000), "worker 1's rejoin");
+      if (client == nullptr) throw std::runtime_error("worker 1 was not taken back");
+      rejoined = true;
+      Logger rlog("rejoiner", LogLevel::kError);
+      EpochMembers members(EpochMembers::all_of(3));
+      members.segments(0);
+      MembershipAnswers answers;
+      const EpochDriver::NextStep after_first{0, 4, false, 4};  // next_step() while step 3's function runs
+      enter_rejoined(*client, config, 3, 16, 1, rlog, answers, after_first, [&] {
+        WorkerCheckpoint part;
+        part.step = 3;
+        part.epoch_members = members.history_before(0, 3);
+        return part;
+      });
+      // Its step 3 ran; the boundary after it: the answer given in the barrier is due here.
+      answers.answer(*client, 1, after_first, EpochDriver::NextStep{0, 5, false, 5});
+      answers.settle(*client, members, kDecisionTimeoutMs, rlog);
+      rejoiner_segments = members.segments(0);
+      client->barrier(std::string(kFinalBarrier));
+      client->finish();
+    } catch (const std::exception& e) {
+      error1 = e.what();
+    }
+  });
+  // The change is asked for only once worker 0 and the rejoiner wait in the barrier.
+  const bool arrived = pstrain::test::wait_until(
+      [&] {
+        return rejoined.load() && log.has("worker 0 arrived at barrier 'checkpoint 3'") &&
+               log.has("worker 1 arrived at barrier 'checkpoint 3'");
+      },
+      milliseconds(60000), "worker 0 and the rejoiner in the checkpoint's barrier");
+  if (arrived) std::ofstream(ctl, std::ios::app) << "workers 2\n";
+  w1.join();
+  w2.join();
+  w0.join();
+  REQUIRE(arrived);
+  CHECK(error2 == "");
+  CHECK(error0 == "");
+  CHECK(error1 == "");
+  CHECK(log.has("worker 1 rejoined the job"));
+  // The rejoiner's answer and worker 0's are step 4, worker 2's its next (3): the most advanced.
+  CHECK(decision2 == "0 4 0,1 retire");
+  CHECK(decision0 == "0 4 0,1 retire");
+  REQUIRE(rejoiner_segments.size() == 2);
+  CHECK(rejoiner_segments[1] == EpochSegment{4, {0, 1}});
+  // Its part of checkpoint 3 (the others had not passed that barrier when it was taken back).
+  CHECK(std::filesystem::exists(checkpoint_root(config) / checkpoint_dir_name(3) / worker_part_name(1)));
   cluster.join();
 }
