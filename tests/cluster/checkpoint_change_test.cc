@@ -424,3 +424,136 @@ TEST_CASE("a rejoiner waiting in the checkpoint barrier of its first step answer
   CHECK(std::filesystem::exists(checkpoint_root(config) / checkpoint_dir_name(3) / worker_part_name(1)));
   cluster.join();
 }
+
+// A change announced while a joiner waits in the pull of its first step
+// (issue 29; ps_rejoin.h, pull_entry_weights), in ssp with bound 1, the
+// order an ssp job with a straggler can take: worker 1 (behind) answered the
+// join (change 1) early, at the boundary after its step 0 (with 2), and
+// worker 0 (ahead) at the boundary after its step 3 (with 5): the joiner
+// enters at step 5. Change 2 (a shrink: the joiner retires) is announced as
+// the joiner pulls the weights of step 5, which the servers give once the
+// slowest clock is 4. Worker 1 answers it at the boundary after its step 1
+// (with 3), and so waits for its decision after its step 2, at clock 3: one
+// push short of the joiner's pull (and of worker 0's pull of step 5). The
+// joiner answers from its pull (with 6), the decision comes (from step 6),
+// worker 1 goes on, and every pull completes. Before, the joiner pulled
+// without answering: the decision waited for it, its pull for worker 1's
+// push, and worker 1 for the decision, until timeout_ms.
+TEST_CASE("a joiner waiting in the pull of its first step answers a change announced there") {
+  pstrain::test::TempDir dir("pulljoin");
+  const std::string ctl = dir.file("ctl.txt");
+  std::ofstream(ctl).flush();
+  pstrain::test::StderrCapture log;
+  LocalClusterOptions options = elastic_options(ctl, 3);
+  options.mode = Mode::kSsp;
+  options.staleness_bound = 1;
+  LocalCluster cluster(options);
+  ParamLayout layout;
+  layout.add("w", {16});
+  std::string error0, error1, error2, decision0, decision1;
+  std::vector<EpochSegment> joiner_segments;
+  std::atomic<int> registered{0};
+  std::atomic<bool> entering{false};
+  const auto step = [](WorkerSession& s, std::vector<float>& w, std::int64_t t) {
+    s.kv().wait(s.kv().pull(w, t));
+    s.kv().wait(s.kv().push(std::vector<float>(16, 0.01f), t, 0.1));
+  };
+
+  // Worker 0, ahead: steps 0-3, answers the join with 5; step 4, answers change 2 with 6; step 5.
+  std::thread w0([&] {
+    try {
+      WorkerSession s(cluster.transport(), cluster.worker_options(0), layout);
+      ++registered;
+      std::vector<float> w(16, 1.0f);
+      s.broadcast_initial(w);
+      for (std::int64_t t = 0; t < 4; ++t) step(s, w, t);
+      wait_for_change(s.scheduler(), 1, "worker 0");
+      s.scheduler().store_set(decision_key(1) + "/0", "0 5 5");
+      step(s, w, 4);
+      wait_for_change(s.scheduler(), 2, "worker 0");
+      s.scheduler().store_set(decision_key(2) + "/0", "0 6 6");
+      s.scheduler().store_get(decision_key(1), kDecisionTimeoutMs);
+      step(s, w, 5);
+      decision0 = s.scheduler().store_get(decision_key(2), kDecisionTimeoutMs);
+      s.scheduler().barrier(std::string(kFinalBarrier));
+      s.finish();
+    } catch (const std::exception& e) {
+      error0 = e.what();
+    }
+  });
+  // Worker 1, behind: step 0, answers the join with 2; step 1, answers change 2 with 3; step 2, waits for
+  // change 2's decision (at clock 3); steps 3-5.
+  std::thread w1([&] {
+    try {
+      WorkerSession s(cluster.transport(), cluster.worker_options(1), layout);
+      ++registered;
+      std::vector<float> w(16, 1.0f);
+      s.broadcast_initial(w);
+      step(s, w, 0);
+      wait_for_change(s.scheduler(), 1, "worker 1");
+      s.scheduler().store_set(decision_key(1) + "/1", "0 2 2");
+      step(s, w, 1);
+      wait_for_change(s.scheduler(), 2, "worker 1");
+      s.scheduler().store_set(decision_key(2) + "/1", "0 3 3");
+      s.scheduler().store_get(decision_key(1), kDecisionTimeoutMs);
+      step(s, w, 2);
+      try {
+        decision1 = s.scheduler().store_get(decision_key(2), kDecisionTimeoutMs);
+      } catch (const std::exception& e) {
+        error1 = e.what();  // the deadlock: go on, so that the job can end
+      }
+      for (std::int64_t t = 3; t < 6; ++t) step(s, w, t);
+      s.scheduler().barrier(std::string(kFinalBarrier));
+      s.finish();
+    } catch (const std::exception& e) {
+      if (error1.empty()) error1 = e.what();
+    }
+  });
+  // The joiner: enters at step 5, pulls its weights (answering from there), pushes step 5 and retires at 6.
+  std::thread j([&] {
+    try {
+      if (!pstrain::test::wait_until([&] { return registered.load() == 2; }, milliseconds(60000), "both workers")) {
+        throw std::runtime_error("the workers did not register");
+      }
+      WorkerSessionOptions o = cluster.worker_options(-1);
+      o.join = true;
+      WorkerSession s(cluster.transport(), o, layout);
+      Logger jlog("joiner", LogLevel::kError);
+      const std::optional<JoinStart> start = wait_for_join_start(s.scheduler(), kDecisionTimeoutMs, jlog);
+      if (!start || start->global_step != 5) throw std::runtime_error("not a start at step 5");
+      EpochMembers members(EpochMembers::all_of(2));
+      learn_join_segments(s.scheduler(), *start, members, kDecisionTimeoutMs);
+      MembershipAnswers answers;
+      const EpochDriver::NextStep after_first{0, 6, false, 6};  // next_step() while step 5's function runs
+      std::vector<float> w(16, 0.0f);
+      entering = true;
+      pull_entry_weights(s, w, 5, [&] { answers.answer_ahead(s.scheduler(), s.rank(), after_first); });
+      s.kv().wait(s.kv().push(std::vector<float>(16, 0.01f), 5, 0.1));
+      answers.answer(s.scheduler(), s.rank(), after_first, EpochDriver::NextStep{0, 7, false, 7});
+      answers.settle(s.scheduler(), members, kDecisionTimeoutMs, jlog);
+      joiner_segments = members.segments(0);
+      s.scheduler().finish(/*retired=*/true);
+    } catch (const std::exception& e) {
+      error2 = e.what();
+    }
+  });
+  // Change 2 is asked for once the joiner pulls (its announcement reaches it there, or just before: either
+  // way it is answered before the pull's wait could end).
+  const bool pulling = pstrain::test::wait_until([&] { return entering.load(); }, milliseconds(60000),
+                                                 "the joiner at its first pull");
+  if (pulling) std::ofstream(ctl, std::ios::app) << "workers 2\n";
+  j.join();
+  w1.join();
+  w0.join();
+  REQUIRE(pulling);
+  CHECK(error1 == "");
+  CHECK(error0 == "");
+  CHECK(error2 == "");
+  // The joiner's answer and worker 0's are step 6, worker 1's 3: the most advanced.
+  CHECK(decision1 == "0 6 0,1 retire");
+  CHECK(decision0 == "0 6 0,1 retire");
+  REQUIRE(joiner_segments.size() == 3);
+  CHECK(joiner_segments[1] == EpochSegment{5, {0, 1, 2}});
+  CHECK(joiner_segments[2] == EpochSegment{6, {0, 1}});
+  cluster.join();
+}

@@ -80,6 +80,12 @@ void enter_rejoined(SchedulerClient& scheduler, const RunConfig& config, std::in
   pass_rejoin_checkpoint(scheduler, config, join, num_params, num_servers, log, answer, part ? &*part : nullptr);
 }
 
+void pull_entry_weights(WorkerSession& session, std::span<float> weights, std::int64_t step,
+                        const std::function<void()>& on_news) {
+  KVClient& kv = session.kv();
+  session.scheduler().answering_news(on_news, [&] { kv.wait(kv.pull(weights, step)); });
+}
+
 void write_rejoin_record(MetricsWriter& metrics, std::int64_t step) {
   metrics.write(JsonLine().add("type", "rejoin").add("time_s", metrics.elapsed_s()).add("step", step)
                     .add("job_s", metrics.job_s()));

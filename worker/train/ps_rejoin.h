@@ -71,6 +71,19 @@ void enter_rejoined(SchedulerClient& scheduler, const RunConfig& config, std::in
                     int num_servers, Logger& log, MembershipAnswers& answers, const EpochDriver::NextStep& after,
                     const std::function<WorkerCheckpoint()>& make_part);
 
+// The weights of step `step` for a worker entering a running job (a joiner
+// at its boundary, a rejoiner at its step), at the start of its first step:
+// the servers answer the pull when their policy allows (sync: once step-1
+// is applied; ssp: within the bound of the slowest clock), and meanwhile a
+// membership change announced is answered with `on_news`
+// (SchedulerClient::answering_news; a joiner's or rejoiner's answer_ahead).
+// A worker that waits for that change's decision may not have pushed what
+// the pull waits for (ssp: a worker that answered the change that let the
+// joiner in early, behind by the bound, and the next change at once, stops
+// one push short of it), and the decision waits for this worker's answer.
+void pull_entry_weights(WorkerSession& session, std::span<float> weights, std::int64_t step,
+                        const std::function<void()>& on_news);
+
 // The rejoined worker's metrics file: its predecessor's, kept up to its
 // last whole line and appended to, on its predecessor's time axis (whose
 // origin on the job clock the last record with time_s and job_s gives; the
