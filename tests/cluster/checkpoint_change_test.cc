@@ -557,3 +557,125 @@ TEST_CASE("a joiner waiting in the pull of its first step answers a change annou
   CHECK(joiner_segments[2] == EpochSegment{6, {0, 1}});
   cluster.join();
 }
+
+// A change under way when a rejoiner registers (issue 29): a shrink to 2
+// workers is announced to workers 0, 1 and 2; worker 0 answers it, worker 1
+// is killed before it answers (the launcher's exit report) and a new
+// process takes its rank back while worker 2 has not answered yet. The
+// decision waits for every live worker's answer, the rejoiner's too: the
+// scheduler tells it the change (Scheduler::announce_rejoin), and it
+// answers at its entry (enter_rejoined, before its first pull). Before, it
+// was told only changes announced after it registered: the decision waited
+// for an answer that never came (in a job, until the others' waits timed
+// out; here, until the rejoiner waited at the job's last barrier, which
+// made the decision "none", and worker 2's retirement was refused).
+TEST_CASE("a rejoiner registering while a change's answers still come is told the change and answers it") {
+  pstrain::test::TempDir dir("pendrejoin");
+  const std::string ctl = dir.file("ctl.txt");
+  const std::string exits = dir.file("exits.txt");
+  std::ofstream(ctl).flush();
+  std::ofstream(exits).flush();
+  pstrain::test::StderrCapture log;
+  LocalClusterOptions options = elastic_options(ctl, 3);
+  options.num_workers = 3;
+  options.cluster.on_worker_failure = WorkerFailurePolicy::kRestart;
+  options.cluster.max_restarts = 1;
+  options.exits_file = exits;
+  LocalCluster cluster(options);
+  RunConfig config;
+  config.output.run_dir = dir.path().string();
+  config.cluster = options.cluster;  // no checkpoints
+  std::string error0, error1, error2, decision0, decision1, decision2;
+  std::atomic<int> registered{0};
+  std::atomic<bool> rejoined{false};
+
+  std::thread w0([&] {
+    try {
+      const auto client = register_peer(cluster, 0, Entry::kRegister, 3);
+      ++registered;
+      wait_for_change(*client, 1, "worker 0");
+      client->store_set(decision_key(1) + "/0", "0 3 3");
+      decision0 = client->store_get(decision_key(1), kDecisionTimeoutMs);
+      client->barrier(std::string(kFinalBarrier));
+      client->finish();
+    } catch (const std::exception& e) {
+      error0 = e.what();
+    }
+  });
+  // Worker 2 answers only once worker 1's rank is taken back: the change is still under way then.
+  std::thread w2([&] {
+    try {
+      const auto client = register_peer(cluster, 2, Entry::kRegister, 3);
+      ++registered;
+      wait_for_change(*client, 1, "worker 2");
+      if (!pstrain::test::wait_until([&] { return rejoined.load(); }, milliseconds(60000), "worker 1's rejoin")) {
+        throw std::runtime_error("worker 1 was not taken back");
+      }
+      client->store_set(decision_key(1) + "/2", "0 2 2");
+      try {
+        decision2 = client->store_get(decision_key(1), kDecisionTimeoutMs);
+      } catch (const std::exception& e) {
+        error2 = e.what();  // the deadlock
+      }
+      if (error2.empty()) {
+        client->finish(/*retired=*/true);  // the shrink leaves it out from step 3
+      } else {
+        client->barrier(std::string(kFinalBarrier));
+        client->finish();
+      }
+    } catch (const std::exception& e) {
+      if (error2.empty()) error2 = e.what();
+    }
+  });
+  std::thread w1([&] {
+    try {
+      {
+        const auto victim = register_peer(cluster, 1, Entry::kRegister, 3, 4242);
+        ++registered;
+        wait_for_change(*victim, 1, "worker 1");
+      }
+      std::ofstream(exits, std::ios::app) << "worker 1 pid 4242: killed by signal 9 (Killed)\n";
+      std::unique_ptr<SchedulerClient> client;
+      pstrain::test::wait_until([&] {
+        try {
+          client = register_peer(cluster, 1, Entry::kRejoin, 3, 4243);
+        } catch (const SchedulerRefusal& e) {
+          if (!e.retryable()) throw;  // refused for good: the test's error
+        }
+        return client != nullptr;
+      }, milliseconds(60000), "worker 1's rejoin");
+      if (client == nullptr) throw std::runtime_error("worker 1 was not taken back");
+      rejoined = true;
+      Logger rlog("rejoiner", LogLevel::kError);
+      EpochMembers members(EpochMembers::all_of(3));
+      members.segments(0);
+      MembershipAnswers answers;
+      const EpochDriver::NextStep after_first{0, 3, false, 3};  // it enters at step 2
+      enter_rejoined(*client, config, 2, 16, 1, rlog, answers, after_first, {});
+      answers.answer(*client, 1, after_first, EpochDriver::NextStep{0, 4, false, 4});  // the boundary after step 2
+      answers.settle(*client, members, kDecisionTimeoutMs, rlog);
+      decision1 = members.segments(0).size() == 2 ? format_members(members.segments(0)[1].members) : "";
+      client->barrier(std::string(kFinalBarrier));
+      client->finish();
+    } catch (const std::exception& e) {
+      error1 = e.what();
+    }
+  });
+  // The change is asked for once all three are in the job.
+  const bool all = pstrain::test::wait_until([&] { return registered.load() == 3; }, milliseconds(60000),
+                                             "the workers");
+  if (all) std::ofstream(ctl, std::ios::app) << "workers 2\n";
+  w1.join();
+  w2.join();
+  w0.join();
+  REQUIRE(all);
+  CHECK(error0 == "");
+  CHECK(error1 == "");
+  CHECK(error2 == "");
+  CHECK(log.has("worker 1 rejoined the job"));
+  // The rejoiner's answer and worker 0's are step 3, worker 2's 2: the most advanced; it keeps 0 and 1.
+  CHECK(decision0 == "0 3 0,1 retire");
+  CHECK(decision2 == "0 3 0,1 retire");
+  CHECK(decision1 == "0,1");
+  cluster.join();
+}
