@@ -62,19 +62,6 @@ void Scheduler::on_join(const PeerId& from, const Message& msg) {
   start_change(std::move(members), reason);
 }
 
-namespace {
-
-// N of a barrier named "checkpoint N"; -1 for any other name.
-std::int64_t checkpoint_step_of(const std::string& name) {
-  constexpr std::string_view prefix = "checkpoint ";
-  std::int64_t n = -1;
-  if (!name.starts_with(prefix)) return -1;
-  const auto [end, ec] = std::from_chars(name.data() + prefix.size(), name.data() + name.size(), n);
-  return ec == std::errc() && end == name.data() + name.size() ? n : -1;
-}
-
-}  // namespace
-
 void Scheduler::reply_admitted_worker(const Member& node, const Header& request, std::int64_t key, std::int64_t step) {
   RegisterReply reply = members_.job_reply();
   reply.rank = node.rank;
@@ -89,7 +76,7 @@ void Scheduler::reply_admitted_worker(const Member& node, const Header& request,
   h.step = step;
   // A rejoiner entering at a checkpoint's step writes its part only when the
   // others had not passed that barrier yet (ps_rejoin.h): the last one they passed.
-  h.aux = std::max<std::int64_t>(0, checkpoint_step_of(barriers_.last_released()));
+  h.aux = barriers_.checkpoint_released();
   send_quietly(node.routing_id, h, Payload::bytes(wire_encode(reply)));
 }
 

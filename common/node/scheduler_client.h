@@ -214,8 +214,9 @@ class SchedulerClient {
   std::vector<Joining> take_joining() { return std::exchange(joining_, {}); }
   // After rejoin_node(): which take back of this rank it was (1, 2, ...).
   std::int64_t rejoin_take() const { return rejoin_take_; }
-  // After rejoin_node(): the step of the last checkpoint barrier the others
-  // had passed when the scheduler took this process back (0: none). A
+  // After rejoin_node(): the step of the highest checkpoint barrier the
+  // others had passed when the scheduler took this process back (0: none;
+  // the largest int64 once they had passed the final barrier). A
   // rejoiner entering at that very step must not write its part: the
   // manifest may be in the making (worker/train/ps_rejoin.h).
   std::int64_t released_checkpoint() const { return released_checkpoint_; }

@@ -98,7 +98,7 @@ inline constexpr std::int64_t kMaxChunksPerMessage = 64;
 
 // kRegister's aux: a first registration, or a process replacing a dropped node of the same rank (--rejoin;
 // the scheduler's reply then carries in its key the barrier sequence number the node's next barrier takes, and
-// in its aux the step of the last checkpoint barrier the others had passed, 0 for none: ps_rejoin.h).
+// in its aux the step of the highest checkpoint barrier the others had passed, 0 for none, the largest int64 once the final barrier was: ps_rejoin.h).
 inline constexpr std::int64_t kRegisterFirst = 0;
 inline constexpr std::int64_t kRegisterRejoin = 1;
 // A worker started with --join: it takes a vacant slot of a running elastic

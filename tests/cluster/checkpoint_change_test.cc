@@ -679,3 +679,84 @@ TEST_CASE("a rejoiner registering while a change's answers still come is told th
   CHECK(decision1 == "0,1");
   cluster.join();
 }
+
+// A rejoiner entering at a checkpoint's step that the others had already
+// passed when it was taken back writes no part (the manifest may be in the
+// making: its part would change a file the manifest checks) and passes the
+// barrier at once: the register reply's aux says the last checkpoint barrier
+// released (SchedulerClient::released_checkpoint).
+TEST_CASE("a rejoiner entering at a checkpoint the others had passed writes no part and passes its barrier") {
+  pstrain::test::TempDir dir("passedrejoin");
+  const std::string ctl = dir.file("ctl.txt");
+  const std::string exits = dir.file("exits.txt");
+  std::ofstream(ctl).flush();
+  std::ofstream(exits).flush();
+  pstrain::test::StderrCapture log;
+  LocalClusterOptions options = elastic_options(ctl, 2);
+  options.cluster.on_worker_failure = WorkerFailurePolicy::kRestart;
+  options.cluster.max_restarts = 1;
+  options.exits_file = exits;
+  LocalCluster cluster(options);
+  RunConfig config;
+  config.output.run_dir = dir.path().string();
+  config.checkpoint.interval_steps = 3;
+  config.cluster = options.cluster;
+  std::string error0, error1;
+  std::atomic<bool> made_part{false}, rejoined{false};
+  std::int64_t released = -1;
+
+  std::thread w0([&] {
+    try {
+      const auto client = register_peer(cluster, 0);
+      client->barrier("checkpoint 3");
+      // The final barrier only once worker 1 is back (released without it, every checkpoint would count as passed).
+      if (!pstrain::test::wait_until([&] { return rejoined.load(); }, milliseconds(60000), "worker 1's rejoin")) {
+        throw std::runtime_error("worker 1 was not taken back");
+      }
+      client->barrier(std::string(kFinalBarrier));
+      client->finish();
+    } catch (const std::exception& e) {
+      error0 = e.what();
+    }
+  });
+  std::thread w1([&] {
+    try {
+      {
+        const auto victim = register_peer(cluster, 1, Entry::kRegister, 2, 4242);
+        victim->barrier("checkpoint 3");  // passed with worker 0, then killed
+      }
+      std::ofstream(exits, std::ios::app) << "worker 1 pid 4242: killed by signal 9 (Killed)\n";
+      std::unique_ptr<SchedulerClient> client;
+      pstrain::test::wait_until([&] {
+        try {
+          client = register_peer(cluster, 1, Entry::kRejoin, 2, 4243);
+        } catch (const SchedulerRefusal& e) {
+          if (!e.retryable()) throw;
+        }
+        return client != nullptr;
+      }, milliseconds(60000), "worker 1's rejoin");
+      if (client == nullptr) throw std::runtime_error("worker 1 was not taken back");
+      released = client->released_checkpoint();
+      rejoined = true;
+      Logger rlog("rejoiner", LogLevel::kError);
+      MembershipAnswers answers;
+      enter_rejoined(*client, config, 3, 16, 1, rlog, answers, EpochDriver::NextStep{0, 4, false, 4}, [&] {
+        made_part = true;
+        return WorkerCheckpoint{};
+      });
+      client->barrier(std::string(kFinalBarrier));
+      client->finish();
+    } catch (const std::exception& e) {
+      error1 = e.what();
+    }
+  });
+  w1.join();
+  w0.join();
+  CHECK(error0 == "");
+  CHECK(error1 == "");
+  CHECK(released == 3);
+  CHECK_FALSE(made_part.load());
+  CHECK_FALSE(std::filesystem::exists(checkpoint_root(config) / checkpoint_dir_name(3) / worker_part_name(1)));
+  CHECK(log.has("worker 1 rejoined the job"));
+  cluster.join();
+}
