@@ -1,11 +1,22 @@
 #include "scheduler/barriers.h"
 
 #include <algorithm>
+#include <charconv>
+#include <limits>
+#include <string_view>
 
 #include "common/base/errors.h"
 #include "common/wire/barrier_names.h"
 
 namespace pstrain {
+
+std::int64_t checkpoint_step_of(const std::string& name) {
+  constexpr std::string_view prefix = "checkpoint ";
+  std::int64_t n = -1;
+  if (!name.starts_with(prefix)) return -1;
+  const auto [end, ec] = std::from_chars(name.data() + prefix.size(), name.data() + name.size(), n);
+  return ec == std::errc() && end == name.data() + name.size() ? n : -1;
+}
 
 Barriers::Arrival Barriers::arrive(int rank, std::int64_t key, const std::string& name) {
   if (rank < 0) throw ProtocolError("barrier from worker rank " + std::to_string(rank) + ": no such worker");
@@ -56,6 +67,9 @@ std::vector<std::int64_t> Barriers::release(std::span<const int> in_job, int wai
     released.push_back(it->first);
     next_seq_ = std::max(next_seq_, it->first + 1);
     last_released_ = names_[it->first];
+    checkpoint_released_ = std::max(checkpoint_released_, last_released_ == kFinalBarrier
+                                                              ? std::numeric_limits<std::int64_t>::max()
+                                                              : checkpoint_step_of(last_released_));
     if (last_released_ == kFinalBarrier) finished_.insert(arrivals.begin(), arrivals.end());
     names_.erase(it->first);
     it = open_.erase(it);

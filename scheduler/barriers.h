@@ -34,6 +34,9 @@
 
 namespace pstrain {
 
+// N of a barrier named "checkpoint N"; -1 for any other name.
+std::int64_t checkpoint_step_of(const std::string& name);
+
 class Barriers {
  public:
   enum class Arrival {
@@ -62,6 +65,11 @@ class Barriers {
   std::int64_t next_seq() const { return next_seq_; }
   // The name of the barrier released last ("" before the first).
   const std::string& last_released() const { return last_released_; }
+  // The highest step S of a barrier "checkpoint S" released so far (0: none;
+  // the largest int64 once the final barrier was: every one is passed). A
+  // rejoiner entering at a checkpoint's step writes its part only below it
+  // (worker/train/ps_rejoin.h).
+  std::int64_t checkpoint_released() const { return checkpoint_released_; }
   // Workers arrived at open barrier `seq` (empty when it is not open).
   std::vector<int> arrived(std::int64_t seq) const;
   // The name of open barrier `seq` ("" when it is not open).
@@ -109,6 +117,7 @@ class Barriers {
   std::map<int, Numbering> numbering_;
   std::int64_t next_seq_ = 0;
   std::string last_released_;
+  std::int64_t checkpoint_released_ = 0;
   std::set<int> done_;        // said done (not waited for; their arrivals do not count)
   std::set<int> finished_;    // passed the final barrier
   std::set<int> early_done_;  // said done before passing it

@@ -74,6 +74,9 @@ void Scheduler::reply_admitted_worker(const Member& node, const Header& request,
   h.request_id = request.request_id;
   h.key = key;
   h.step = step;
+  // A rejoiner entering at a checkpoint's step writes its part only when the
+  // others had not passed that barrier yet (ps_rejoin.h): the last one they passed.
+  h.aux = barriers_.checkpoint_released();
   send_quietly(node.routing_id, h, Payload::bytes(wire_encode(reply)));
 }
 
@@ -171,19 +174,6 @@ void Scheduler::set_join_start(const Member& node, const std::string& value) {
 }
 
 bool Scheduler::counted_joiner(int rank, std::int64_t seq) { return counted_joiners_.erase({rank, seq}) != 0; }
-
-namespace {
-
-// N of a barrier named "checkpoint N"; -1 for any other name.
-std::int64_t checkpoint_step_of(const std::string& name) {
-  constexpr std::string_view prefix = "checkpoint ";
-  std::int64_t n = -1;
-  if (!name.starts_with(prefix)) return -1;
-  const auto [end, ec] = std::from_chars(name.data() + prefix.size(), name.data() + name.size(), n);
-  return ec == std::errc() && end == name.data() + name.size() ? n : -1;
-}
-
-}  // namespace
 
 // The others take a checkpoint's barrier after its step's predecessor, in
 // order; every one of a step up to the last released is passed. Those of the

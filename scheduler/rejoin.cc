@@ -43,6 +43,9 @@ void Scheduler::on_rejoin(const PeerId& from, const Message& msg) {
   // key the rank: worker-1's key cannot take back worker 0's rank.
   check_key(msg, req, "rejoin");
   Member& node = members_.admit_worker_rejoin(req, who);
+  if (change_ && decided_) {  // its members are fixed; the rejoiner learns the decision once it is published
+    throw RetryLaterError("rejoin of " + who + ": a membership change is being decided; asked again");
+  }
   if (options_.security != nullptr && options_.security->curve) {
     // A worker's key: the shared one or any per-worker one (check_key bound
     // a per-worker key to its own rank).
@@ -82,6 +85,20 @@ void Scheduler::announce_rejoin(Member& node, const Header& request) {
   // Its next barrier is the others' next; the step says which take back of
   // this rank it is (allreduce: names its rendezvous).
   reply_admitted_worker(node, request, barriers_.next_seq(), node.rejoins);
+  // A change whose answers still come waits for every live worker's, this one's too: it is told (it
+  // answers before its first pull, worker/train/ps_rejoin.h). A grow keeps it (it was announced
+  // without it while it was dropped); a shrink keeps the ranks it chose.
+  if (change_) {
+    if (change_->reason() != "retire") change_->add_member(node.rank);
+    Header h;
+    h.type = MsgType::kMembershipChange;
+    h.role = Role::kScheduler;
+    h.sender = 0;
+    h.key = change_->id();
+    std::string ranks;
+    for (const int r : change_->members()) ranks += (ranks.empty() ? "" : ",") + std::to_string(r);
+    send_quietly(node.routing_id, h, Payload::bytes(ranks));
+  }
   log_.warn("worker " + std::to_string(node.rank) + " rejoined the job: a new process from " + node.request.host +
             " (pid " + std::to_string(node.request.pid) + "), take " + std::to_string(node.rejoins) + " of " +
             std::to_string(options_.cluster.max_restarts) + " (cluster.on_worker_failure = \"restart\"); " +

@@ -156,6 +156,7 @@ bool SchedulerClient::handle_incoming() {
       return shutdown_;
     case MsgType::kMembershipChange:
       membership_changes_.push_back(m.header.key);
+      call_on_news();  // answering_news: read by another wait (a KV client's)
       return shutdown_;
     case MsgType::kWorkerJoining:
       joining_.push_back(Joining{static_cast<int>(m.header.key), m.text_payload(), m.header.step, m.header.aux});
@@ -222,16 +223,7 @@ Message SchedulerClient::wait_for(MsgType type, const std::string& what, int ext
     }
     if (m.header.type == MsgType::kMembershipChange) {
       membership_changes_.push_back(m.header.key);
-      if (on_news_ != nullptr) {
-        const std::function<void()>* news = std::exchange(on_news_, nullptr);  // not re-entered by its own requests
-        try {
-          (*news)();
-        } catch (...) {
-          on_news_ = news;
-          throw;
-        }
-        on_news_ = news;
-      }
+      call_on_news();
       continue;
     }
     if (m.header.type == MsgType::kWorkerJoining) {
@@ -295,6 +287,7 @@ RegisterReply SchedulerClient::register_as(RegisterRequest request, std::int64_t
   if (kind == kRegisterRejoin) {
     barrier_seq_ = m.header.key;  // the others' next barrier
     rejoin_take_ = m.header.step;
+    released_checkpoint_ = m.header.aux;
   }
   last_heard_ = Clock::now();
   pulse_.beat(last_heard_);  // the heartbeat thread's start: a process stopped before its first wake-up is paused too
@@ -311,6 +304,30 @@ void SchedulerClient::barrier(const std::string& name) {
     throw ProtocolError("barrier '" + name + "': reply for barrier " + std::to_string(m.header.key) + ", expected " +
                         std::to_string(h.key));
   }
+}
+
+void SchedulerClient::call_on_news() {
+  if (on_news_ == nullptr) return;
+  const std::function<void()>* news = std::exchange(on_news_, nullptr);  // not re-entered by its own requests
+  try {
+    (*news)();
+  } catch (...) {
+    on_news_ = news;
+    throw;
+  }
+  on_news_ = news;
+}
+
+void SchedulerClient::answering_news(const std::function<void()>& on_news, const std::function<void()>& wait) {
+  try {
+    if (!membership_changes_.empty()) on_news();  // heard before: answered now, as it may be awaited
+    on_news_ = &on_news;
+    wait();
+  } catch (...) {
+    on_news_ = nullptr;
+    throw;
+  }
+  on_news_ = nullptr;
 }
 
 void SchedulerClient::barrier(const std::string& name, const std::function<void()>& on_news) {

@@ -126,6 +126,12 @@ class SchedulerClient {
   // for that answer before it reaches the barrier. `on_news` may make store
   // requests (the barrier's reply, should it come during one, is kept).
   void barrier(const std::string& name, const std::function<void()>& on_news);
+  // Runs `wait`, a wait on other endpoints that reads this client's
+  // messages (handle_incoming: a KV client's wait), calling `on_news` for a
+  // membership change heard before it and whenever one is announced
+  // meanwhile: a worker entering a running job answers from the pull of its
+  // first step (worker/train/ps_rejoin.h). The same rules as barrier's.
+  void answering_news(const std::function<void()>& on_news, const std::function<void()>& wait);
   // The scheduler's key-value store, kept for the job's lifetime (the
   // collectives' rendezvous: Gloo's addresses, NCCL's unique id). A set
   // replaces any earlier value. A get blocks until some node has set the key,
@@ -208,6 +214,12 @@ class SchedulerClient {
   std::vector<Joining> take_joining() { return std::exchange(joining_, {}); }
   // After rejoin_node(): which take back of this rank it was (1, 2, ...).
   std::int64_t rejoin_take() const { return rejoin_take_; }
+  // After rejoin_node(): the step of the highest checkpoint barrier the
+  // others had passed when the scheduler took this process back (0: none;
+  // the largest int64 once they had passed the final barrier). A
+  // rejoiner entering at that very step must not write its part: the
+  // manifest may be in the making (worker/train/ps_rejoin.h).
+  std::int64_t released_checkpoint() const { return released_checkpoint_; }
   int rank() const { return rank_; }
   // This node's session token from the register reply (empty before).
   const std::string& token() const { return token_; }
@@ -224,6 +236,7 @@ class SchedulerClient {
   StoreEntry store_request(MsgType type, const StoreEntry& entry, int timeout_ms, const std::string& what);
   void heartbeat_loop(std::string endpoint);
   void note_server_news(const Message& m);  // kServerRestarting, kServerBack
+  void call_on_news();                       // on_news_, if set, not re-entered by its own requests
   void stop_heartbeats();
 
   SchedulerClient(std::unique_ptr<Transport> owned, Transport* transport, std::string scheduler_endpoint, Role role,
@@ -242,11 +255,12 @@ class SchedulerClient {
   std::vector<std::pair<int, std::string>> servers_back_;
   std::vector<Rejoined> rejoined_;
   std::vector<std::int64_t> membership_changes_;
-  const std::function<void()>* on_news_ = nullptr;  // a barrier's (barrier with on_news), not while it runs
+  const std::function<void()>* on_news_ = nullptr;  // a barrier's or answering_news's, not while it runs
   std::optional<std::int64_t> barrier_waiting_;     // that barrier's number
   std::optional<Message> barrier_reply_;            // its reply, come during a store request of on_news
   std::vector<Joining> joining_;
   std::int64_t rejoin_take_ = 0;
+  std::int64_t released_checkpoint_ = 0;
   RegisterReply register_as(RegisterRequest request, std::int64_t kind);
   // Security mode "off" with a job secret: asks the scheduler for a nonce
   // and sets request.challenge and request.proof (common/wire/job_secret.h).

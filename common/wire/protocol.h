@@ -24,7 +24,7 @@
 namespace pstrain {
 
 inline constexpr std::uint32_t kProtocolMagic = 0x50535452;  // "PSTR"
-inline constexpr std::uint16_t kProtocolVersion = 9;  // 4: bfloat16; 5: server restart, kRejoined; 6: kRetryLater, kRefused; 7: kChallenge and the registration's proof; 8: kPushChunks, kPullChunks, kMembershipChange, kDone's retired aux; 9: kWorkerJoining, kRegisterJoin, kDropped's retired aux
+inline constexpr std::uint16_t kProtocolVersion = 10;  // 4: bfloat16; 5: server restart, kRejoined; 6: kRetryLater, kRefused; 7: kChallenge and the registration's proof; 8: kPushChunks, kPullChunks, kMembershipChange, kDone's retired aux; 9: kWorkerJoining, kRegisterJoin, kDropped's retired aux; 10: the register reply's aux to a --rejoin (the highest checkpoint barrier released)
 inline constexpr std::size_t kMaxBodyBytes = std::size_t{1} << 20;  // control bodies and error text
 
 enum class MsgType : std::uint8_t {
@@ -96,9 +96,9 @@ inline constexpr std::int64_t kPushSkip = 1;
 // The most chunks one kPushChunks / kPullChunks may name.
 inline constexpr std::int64_t kMaxChunksPerMessage = 64;
 
-// kRegister's aux: a first registration, or a process replacing a dropped
-// node of the same rank (--rejoin; the scheduler's reply then carries in its
-// key the barrier sequence number the node's next barrier takes).
+// kRegister's aux: a first registration, or a process replacing a dropped node of the same rank (--rejoin;
+// the scheduler's reply then carries in its key the barrier sequence number the node's next barrier takes, and
+// in its aux the step of the highest checkpoint barrier the others had passed, 0 for none, the largest int64 once the final barrier was: ps_rejoin.h).
 inline constexpr std::int64_t kRegisterFirst = 0;
 inline constexpr std::int64_t kRegisterRejoin = 1;
 // A worker started with --join: it takes a vacant slot of a running elastic

@@ -320,7 +320,13 @@ void rejoin_during_checkpoint(const std::string& mode, int victim = 1) {
                                         std::to_string(interval) + "' was its failed process's"));
   CHECK(it::contains(scheduler_log, "worker " + std::to_string(victim) + " rejoined the job"));
   const std::string victim_log = it::read_file(run / "logs" / (victim_name + ".log"));
-  if (sync) CHECK(it::contains(victim_log, "passing the others' barrier 'checkpoint " + std::to_string(interval) + "'"));
+  // Sync: the replacement enters at the checkpoint's step, and writes its own part before the barrier (before, it
+  // passed it without one; issue 29).
+  if (sync) {
+    CHECK(it::contains(victim_log, "entering at checkpoint step " + std::to_string(interval) +
+                                       ": wrote its part, entering the others' barrier 'checkpoint " +
+                                       std::to_string(interval) + "'"));
+  }
   if (victim == 0) CHECK(it::contains(victim_log, "checkpoint " + (run / "checkpoints" / first).string() + " complete"));
   for (int w = 0; w < 3; ++w) {
     CAPTURE(w);
@@ -332,6 +338,11 @@ void rejoin_during_checkpoint(const std::string& mode, int victim = 1) {
   CHECK(pstrain::checkpoint_problem(ckpt).empty());
   const pstrain::CheckpointManifest m = pstrain::read_checkpoint_manifest(ckpt);
   CHECK(m.parts.size() == 5);
+  // The victim's part is the new process's (async: it trained up to the step; sync: it entered there): the
+  // metrics file it keeps goes past the rejoin record.
+  const std::int64_t kept = pstrain::read_checkpoint_part(ckpt, victim_name + ".ckpt").i64("metrics_bytes");
+  const std::string victim_metrics = it::read_file(run / "metrics" / (victim_name + ".jsonl"));
+  CHECK(static_cast<std::int64_t>(victim_metrics.find("\"type\":\"rejoin\"")) < kept);
   // Resumable: the newer checkpoints removed, launch --resume goes on from it to the end.
   for (const auto& e : it::fs::directory_iterator(run / "checkpoints")) {
     if (e.path().filename().string() > first && e.path().filename().string().rfind("step-", 0) == 0) {

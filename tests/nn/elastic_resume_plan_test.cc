@@ -17,6 +17,7 @@
 #include <iterator>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/base/log.h"
@@ -55,6 +56,9 @@ struct Case {
   std::vector<Change> changes;
   std::int64_t checkpoint = 0;     // the job's step
   std::vector<int> members;        // the manifest's
+  // A worker restarted under "restart" that rejoined exactly at the checkpoint's step (-1: none): its
+  // failed process wrote no part; the new one writes its own at the start of its first step.
+  int rejoiner = -1;
 };
 
 RunConfig config_of(const Case& c, const std::string& run_dir) {
@@ -113,6 +117,36 @@ void plan_samples(const std::function<std::vector<EpochSegment>(int)>& segments_
   }
 }
 
+// The history a rejoiner at the checkpoint's step writes in its part: it learned every change decided
+// (learn_decided_segments; here every change, the latest ones as well), and cuts it at its first step's
+// place, which the driver gives in that step's function (EpochDriver::this_step, as ps_worker.cc's
+// enter_first_step does).
+std::vector<std::int64_t> rejoiner_history(const Case& c, const RunConfig& config,
+                                           const std::vector<std::int64_t>& starts) {
+  EpochMembers learned = history_of(c, true, starts);
+  const data::Dataset train = data::make_synthetic(kSamples, 1);
+  EpochDriver driver(config, train, c.rejoiner, config.cluster.num_workers);
+  test::TempDir own;  // its metrics file, apart from the resume's
+  MetricsWriter metrics(own.path().string(), "worker-" + std::to_string(c.rejoiner) + ".jsonl");
+  Logger log("rejoiner", LogLevel::kWarn);
+  const std::int64_t images = 0;
+  std::vector<std::int64_t> history;
+  bool first = true;
+  driver.run(
+      log, metrics, images,
+      [&](std::span<const std::int64_t>, std::int64_t step, int, double) {
+        if (std::exchange(first, false)) {
+          CHECK(step == c.checkpoint);
+          CHECK(driver.this_step().global == step);
+          history = learned.history_before(driver.this_step().epoch, driver.this_step().step);
+        }
+        return 0.0;
+      },
+      [](std::int64_t, int, bool) {}, c.checkpoint, &learned);
+  CHECK_FALSE(first);
+  return history;
+}
+
 void run_case(const Case& c) {
   CAPTURE(c.name);
   test::TempDir dir;
@@ -140,13 +174,21 @@ void run_case(const Case& c) {
                                      .shard_at(starts[static_cast<std::size_t>(epoch)] -
                                                starts[static_cast<std::size_t>(epoch) - 1] - 1)
                                      .member;
-    if (!ran) continue;
+    if (!ran || rank == c.rejoiner) continue;
     WorkerCheckpoint part;
     part.step = c.checkpoint;
     part.epoch_members = history_of(c, rank % 2 == 0, starts).history_before(epoch, in_epoch);
     if (first_history.empty()) first_history = part.epoch_members;
     CHECK(part.epoch_members == first_history);  // every part the same history
     write_worker_part(config, rank, part);
+  }
+  if (c.rejoiner >= 0) {
+    const std::vector<std::int64_t> history = rejoiner_history(c, config, starts);
+    CHECK(history == first_history);  // the same history as every other part
+    WorkerCheckpoint part;
+    part.step = c.checkpoint;
+    part.epoch_members = history;
+    write_worker_part(config, c.rejoiner, part);
   }
   complete_checkpoint(config, c.checkpoint, kParams, 0, {}, nullptr, true);
   const fs::path ckpt = checkpoint_root(config) / checkpoint_dir_name(c.checkpoint);
@@ -231,6 +273,17 @@ TEST_CASE("a resume at the checkpoint's membership trains every sample of every 
        {0, 1, 3}},
       {"retire 3 -> 2, then a join into rank 3 at the checkpoint's step", three, {{0, 1, two}, {0, 3, {0, 1, 3}}}, 3,
        two},
+      // A worker restarted under "restart" that rejoined at the checkpoint's step writes its part there (before, it
+      // wrote none, and the resume left it out: its share of the rest of the epoch went untrained).
+      {"no change, rank 1 rejoined at the checkpoint's step", two, {}, 4, two, 1},
+      {"grow 2 -> 4 one step before the checkpoint, rank 3 rejoined at the checkpoint's step", two, {{0, 3, four}}, 4,
+       four, 3},
+      {"grow 2 -> 4 at the checkpoint's step, rank 1 rejoined there (knowing the change)", two, {{0, 4, four}}, 4, two,
+       1},
+      {"grow 2 -> 4 in epoch 0's last step, the checkpoint there, rank 0 rejoined there", two, {{0, 5, four}}, 5, two,
+       0},
+      {"retire 4 -> 3 two steps before the checkpoint, rank 2 rejoined at the checkpoint's step", four,
+       {{0, 1, three}}, 3, three, 2},
   };
   for (const Case& c : cases) run_case(c);
 }

@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -294,4 +295,23 @@ TEST_CASE("barriers: at 1,024 workers with dropped ranks, an early done strands 
   CHECK(s->waiting.size() == in_job.size() - 1);
   CHECK(std::find(s->waiting.begin(), s->waiting.end(), 199) == s->waiting.end());
   CHECK(std::is_sorted(s->waiting.begin(), s->waiting.end()));
+}
+
+TEST_CASE("barriers: the highest checkpoint released, every one once the final barrier is (a rejoiner's part)") {
+  Barriers b;
+  const std::vector<int> all{0, 1};
+  CHECK(b.checkpoint_released() == 0);
+  CHECK(checkpoint_step_of("checkpoint 12") == 12);
+  CHECK(checkpoint_step_of("checkpoint 12x") == -1);
+  CHECK(checkpoint_step_of("initial weights") == -1);
+  for (const int r : all) b.arrive(r, 0, "initial weights");
+  b.release(all, 2);
+  CHECK(b.checkpoint_released() == 0);
+  for (const int r : all) b.arrive(r, 1, "checkpoint 4");
+  b.release(all, 2);
+  CHECK(b.checkpoint_released() == 4);
+  for (const int r : all) b.arrive(r, 2, std::string(kFinalBarrier));
+  b.release(all, 2);
+  CHECK(b.last_released() == kFinalBarrier);
+  CHECK(b.checkpoint_released() == std::numeric_limits<std::int64_t>::max());
 }

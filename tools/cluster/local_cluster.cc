@@ -92,6 +92,7 @@ LocalCluster::LocalCluster(LocalClusterOptions options)
   so.on_failure = options_.on_failure;
   so.traffic = options_.scheduler_traffic;
   so.ctl_file = options_.ctl_file;
+  so.exits_file = options_.exits_file;
   // CURVE: one ZAP handler per context, so the scheduler and each server a transport (a context) of their own.
   scheduler_ = scheduler_security_.curve ? std::make_unique<Scheduler>(std::make_unique<ZmqTransport>(), so, log_)
                                          : std::make_unique<Scheduler>(*transport_, so, log_);

@@ -60,6 +60,8 @@ struct LocalClusterOptions {
   bool open_registration = false;
   // The scheduler's SchedulerOptions::ctl_file ("workers N" requests; empty: none).
   std::string ctl_file;
+  // The scheduler's SchedulerOptions::exits_file (the launcher's exit reports; empty: none).
+  std::string exits_file;
 };
 
 // The run config `options` stand for (mode, sizes, optimizer, cluster with

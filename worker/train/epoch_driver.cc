@@ -160,6 +160,7 @@ bool EpochDriver::run_epoch(Walk& w) const {
     if (scale_lr_by_members_) lr *= lr_factor(shard.replicas);
     const auto batch = split.batch(b);
     const bool last_of_epoch = b + 1 >= split.steps();
+    this_ = NextStep{w.epoch, b, false, w.step};
     next_ = NextStep{last_of_epoch ? w.epoch + 1 : w.epoch, last_of_epoch ? 0 : b + 1,
                      w.step + 1 >= w.total || (last_of_epoch && w.epoch + 1 >= epochs_), w.step + 1};
     const bool next_last_of_epoch = !last_of_epoch && b + 2 >= split.steps();

@@ -99,6 +99,10 @@ class EpochDriver {
     std::int64_t global = 0;  // the same step in the job's numbering (the servers' step)
   };
   const NextStep& next_step() const { return next_; }
+  // While the step function runs: this step's own place (its epoch, its step
+  // within it, the job's step; `end` false). A rejoiner's checkpoint at its
+  // first step cuts its membership history there (ps_worker.cc).
+  const NextStep& this_step() const { return this_; }
   // The step after that one (its epoch's step 1 when the next is an epoch's
   // first), or `end`: where a worker that answers a change one step ahead
   // promises to wait (worker/train/membership_answer.h).
@@ -133,7 +137,8 @@ class EpochDriver {
   LrSchedule schedule_;
   std::vector<std::int64_t> epoch_starts_;  // first step of each epoch run() reached
   bool retired_ = false;
-  mutable NextStep next_;  // next_step(): set by run_epoch before each step
+  mutable NextStep this_;  // this_step(): set by run_epoch before each step
+  mutable NextStep next_;  // next_step(): likewise
   mutable NextStep after_next_;  // step_after_next(): likewise
 };
 

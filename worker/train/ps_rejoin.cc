@@ -11,6 +11,7 @@
 
 #include "common/base/errors.h"
 #include "common/node/retry.h"
+#include "common/node/scheduler_client.h"
 
 namespace pstrain {
 
@@ -43,13 +44,19 @@ std::int64_t rejoin_ps_job(WorkerSession& session, std::span<float> params, cons
   return join;
 }
 
-void pass_rejoin_checkpoint(WorkerSession& session, const RunConfig& config, std::int64_t join, std::int64_t num_params,
-                            Logger& log, const std::function<void()>& on_news) {
+void pass_rejoin_checkpoint(SchedulerClient& scheduler, const RunConfig& config, std::int64_t join,
+                            std::int64_t num_params, int num_servers, Logger& log,
+                            const std::function<void()>& on_news, const WorkerCheckpoint* part) {
   if (!checkpoint_due(config, join)) return;
   const std::string name = "checkpoint " + std::to_string(join);
-  log.info("entering at checkpoint step " + std::to_string(join) + ": passing the others' barrier '" + name +
-           "' without a part (this process did not run the step before it)");
-  SchedulerClient& scheduler = session.scheduler();
+  if (part != nullptr) {
+    write_worker_part(config, scheduler.rank(), *part);
+    log.info("entering at checkpoint step " + std::to_string(join) + ": wrote its part, entering the others' barrier '" +
+             name + "' (this process did not run the step before it)");
+  } else {
+    log.info("entering at checkpoint step " + std::to_string(join) + ": passing the others' barrier '" + name +
+             "' without a part (this process did not run the step before it)");
+  }
   const std::int64_t server_failures = scheduler.server_failures();
   if (on_news) {
     scheduler.barrier(name, on_news);
@@ -58,7 +65,25 @@ void pass_rejoin_checkpoint(WorkerSession& session, const RunConfig& config, std
   }
   // The others count it live again: when it is the lowest (a restarted
   // worker 0), the manifest is its to write.
-  finish_ps_checkpoint(scheduler, session.rank(), config, join, num_params, session.num_servers(), server_failures, log);
+  finish_ps_checkpoint(scheduler, scheduler.rank(), config, join, num_params, num_servers, server_failures, log);
+}
+
+void enter_rejoined(SchedulerClient& scheduler, const RunConfig& config, std::int64_t join, std::int64_t num_params,
+                    int num_servers, Logger& log, MembershipAnswers& answers, const EpochDriver::NextStep& after,
+                    const std::function<WorkerCheckpoint()>& make_part) {
+  const std::function<void()> answer = [&] { answers.answer_ahead(scheduler, scheduler.rank(), after); };
+  scheduler.drain_incoming();  // a change announced since it registered (or pending then) is answered now
+  answer();
+  if (!checkpoint_due(config, join)) return;
+  std::optional<WorkerCheckpoint> part;
+  if (scheduler.released_checkpoint() < join && make_part) part = make_part();
+  pass_rejoin_checkpoint(scheduler, config, join, num_params, num_servers, log, answer, part ? &*part : nullptr);
+}
+
+void pull_entry_weights(WorkerSession& session, std::span<float> weights, std::int64_t step,
+                        const std::function<void()>& on_news) {
+  KVClient& kv = session.kv();
+  session.scheduler().answering_news(on_news, [&] { kv.wait(kv.pull(weights, step)); });
 }
 
 void write_rejoin_record(MetricsWriter& metrics, std::int64_t step) {

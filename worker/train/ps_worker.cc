@@ -311,10 +311,8 @@ double train_step(Loop& L, std::span<const std::int64_t> batch, std::int64_t ste
 // applied and every server's part written), then the lowest live worker the
 // manifest. `at`: the step after them, where the recorded membership history is cut (history_before).
 // `on_news`: answers a membership change announced while it waits in the barrier (membership_answer.h).
-void take_checkpoint(Loop& L, std::int64_t steps_done, const EpochDriver::NextStep& at,
-                     const std::function<void()>& on_news) {
-  TraceSpan span(L.trace, TraceLevel::kSteps, "checkpoint", "worker");
-  span.arg("step", steps_done);
+// This worker's part of the checkpoint after `steps_done` steps, its history cut at `at` (that step's place).
+WorkerCheckpoint checkpoint_part(Loop& L, std::int64_t steps_done, const EpochDriver::NextStep& at) {
   WorkerCheckpoint c;
   c.step = steps_done;
   c.dropout_step = L.model.dropout_step();
@@ -322,9 +320,16 @@ void take_checkpoint(Loop& L, std::int64_t steps_done, const EpochDriver::NextSt
   c.metrics_bytes = L.metrics.size();
   c.result = L.result;
   if (L.members != nullptr) c.epoch_members = L.members->history_before(at.epoch, at.step);
+  return c;
+}
+
+void take_checkpoint(Loop& L, std::int64_t steps_done, const EpochDriver::NextStep& at,
+                     const std::function<void()>& on_news) {
+  TraceSpan span(L.trace, TraceLevel::kSteps, "checkpoint", "worker");
+  span.arg("step", steps_done);
   SchedulerClient& scheduler = L.session.scheduler();
   const std::int64_t server_failures = scheduler.server_failures();
-  write_worker_part(L.config, L.session.rank(), c);
+  write_worker_part(L.config, L.session.rank(), checkpoint_part(L, steps_done, at));
   scheduler.barrier("checkpoint " + std::to_string(steps_done), on_news);
   finish_ps_checkpoint(scheduler, L.session.rank(), L.config, steps_done, L.model.num_params(), L.session.num_servers(),
                        server_failures, L.log);
@@ -404,13 +409,8 @@ TrainResult retire(Loop& L, std::int64_t step) {
 // worker 0's initial weights at step 0.
 std::int64_t initial_weights(Loop& L, const WorkerCheckpoint* resume, bool rejoin, const JoinStart* joined) {
   WorkerSession& session = L.session;
-  if (joined != nullptr) {  // sync: the weights after step S-1 was applied
-    TraceSpan span(L.trace, TraceLevel::kSteps, "initial weights", "worker");
-    // Said before the wait (bounded by cluster.timeout_ms), so that a join stuck there shows where.
-    L.log.info("entering at step " + std::to_string(joined->global_step) + ": pulling its weights");
-    session.kv().wait(session.kv().pull(L.weights, joined->global_step));
+  if (joined != nullptr) {  // its weights (sync: after step S-1 was applied) and checkpoint: in its first step
     write_join_record(L.metrics, *joined);
-    // The checkpoint of its first step it takes in that step's function (first_checkpoint).
     L.log.info("joined the job at step " + std::to_string(joined->global_step) + " (epoch " +
                std::to_string(joined->epoch) + " step " + std::to_string(joined->from_step) + ")");
     return joined->global_step;
@@ -419,8 +419,7 @@ std::int64_t initial_weights(Loop& L, const WorkerCheckpoint* resume, bool rejoi
     TraceSpan span(L.trace, TraceLevel::kSteps, "rejoin", "worker");
     const std::int64_t start_step = rejoin_ps_job(session, L.weights, L.config.cluster, L.log);
     write_rejoin_record(L.metrics, start_step);
-    // Joined at a checkpoint step: the others' barrier.
-    pass_rejoin_checkpoint(session, L.config, start_step, L.model.num_params(), L.log);
+    // Joined at a checkpoint step: the others' barrier, at the start of its first step (enter_first_step).
     return start_step;
   }
   TraceSpan span(L.trace, TraceLevel::kSteps, "initial weights", "worker");
@@ -434,6 +433,40 @@ std::int64_t initial_weights(Loop& L, const WorkerCheckpoint* resume, bool rejoi
   }
   session.broadcast_initial(L.weights);  // worker 0's initial weights everywhere
   return 0;
+}
+
+// Where a joiner or a rejoiner enters, at the start of its first step `s`, where the driver knows the
+// step after it (docs/architecture.md, "Elastic membership"): the weights of `s` (pull_entry_weights),
+// then a rejoiner's answers and checkpoint (enter_rejoined, ps_rejoin.h), or a joiner's checkpoint at `s`
+// (when the others had not finished it: `joiner_checkpoint`), without a part; every wait answers a
+// change announced meanwhile with the step after `s` (answer_ahead).
+void enter_first_step(Loop& L, const EpochDriver& driver, MembershipAnswers& answers, std::int64_t s, bool rejoin,
+                      bool joiner_checkpoint) {
+  SchedulerClient& scheduler = L.session.scheduler();
+  const int servers = L.session.num_servers();
+  const std::function<void()> answer = [&] { answers.answer_ahead(scheduler, L.session.rank(), driver.next_step()); };
+  {
+    TraceSpan span(L.trace, TraceLevel::kSteps, "initial weights", "worker");
+    // Said before the wait (bounded by cluster.timeout_ms), so that an entry stuck there shows where.
+    L.log.info("entering at step " + std::to_string(s) + ": pulling its weights");
+    pull_entry_weights(L.session, L.weights, s, answer);  // answering a change meanwhile (ps_rejoin.h)
+  }
+  if (rejoin) {
+    enter_rejoined(scheduler, L.config, s, L.model.num_params(), servers, L.log, answers, driver.next_step(),
+                   [&] { return checkpoint_part(L, s, driver.this_step()); });
+    return;
+  }
+  if (joiner_checkpoint) pass_rejoin_checkpoint(scheduler, L.config, s, L.model.num_params(), servers, L.log, answer);
+}
+
+// A rejoiner with no step left (async: the others ended meanwhile) still takes the others' barrier of
+// the checkpoint at its step, answering a change with `end`.
+void enter_without_step(Loop& L, MembershipAnswers& answers, std::int64_t s) {
+  SchedulerClient& scheduler = L.session.scheduler();
+  EpochDriver::NextStep end;
+  end.end = true;
+  pass_rejoin_checkpoint(scheduler, L.config, s, L.model.num_params(), L.session.num_servers(), L.log,
+                         [&] { answers.answer_ahead(scheduler, L.session.rank(), end); });
 }
 
 // A joiner whose change found no step left: it never entered the job (the
@@ -508,10 +541,8 @@ TrainResult run_ps_worker(const RunConfig& config, WorkerSession& session, Workl
   if (rejoin && max_workers(config.cluster) > config.cluster.num_workers) learn_decided_segments(session.scheduler(), members);
   L.members = &members;
   MembershipAnswers answers;  // elastic membership: this worker's answers to the changes announced
-  // A joiner's checkpoint of its first step (the others take it after the step before): its barrier,
-  // without a part, taken where the driver knows the step after it, the joiner's answer to a change
-  // announced meanwhile (membership_answer.h); unless the others finished it already.
-  bool first_checkpoint = joined && joined->take_checkpoint;
+  // A joiner's or rejoiner's weights, answers and checkpoint: at its first step (enter_first_step).
+  bool entering = joined || rejoin;
   log.info("training " + std::to_string(driver.total_steps()) + " steps (" + std::to_string(driver.steps_per_epoch()) +
            " per epoch) in " + std::string(to_string(config.mode)) + " mode with " +
            std::to_string(session.num_workers()) + " workers, " + std::to_string(session.num_servers()) +
@@ -519,9 +550,8 @@ TrainResult run_ps_worker(const RunConfig& config, WorkerSession& session, Workl
   const std::int64_t step = driver.run(
       log, metrics, L.result.images,
       [&](std::span<const std::int64_t> batch, std::int64_t s, int epoch, double lr) {
-        if (std::exchange(first_checkpoint, false)) {  // a joiner's, answering from there (answer_ahead)
-          pass_rejoin_checkpoint(session, config, s, model.num_params(), log,
-                                 [&] { answers.answer_ahead(session.scheduler(), session.rank(), driver.next_step()); });
+        if (std::exchange(entering, false)) {
+          enter_first_step(L, driver, answers, s, rejoin, joined && joined->take_checkpoint);
         }
         const double loss = train_step(L, batch, s, epoch, lr);
         const EpochDriver::NextStep next = driver.next_step(), after = driver.step_after_next();
@@ -536,6 +566,7 @@ TrainResult run_ps_worker(const RunConfig& config, WorkerSession& session, Workl
         if (session.rank() == 0 && !last) evaluate_and_record(L, s, epoch, L.metrics.elapsed_s());
       },
       start_step, &members);
+  if (entering && rejoin) enter_without_step(L, answers, start_step);
   if (driver.retired()) return retire(L, step);
   return finish_run(L, step, driver.epoch_after(step));
 }

@@ -65,13 +65,13 @@ std::filesystem::path write_worker_part(const RunConfig& config, int rank, const
 // barrier; its replacement reloads an older checkpoint and never writes this
 // one's part, so the checkpoint is abandoned (no manifest; resume passes over
 // it) and *abandoned set, instead of waiting out timeout_ms.
-// `record_members` (a PS job) records the membership in the manifest
+// `record_members` records the membership in the manifest (both PS and
+// allreduce jobs pass true)
 // (common/checkpoint/checkpoint_members.h reads it back): the workers of the
 // last segment of the membership history the parts hold (cut at the
 // checkpoint's step, EpochMembers::history_before) that wrote a part; not
 // the scheduler's live set, which already leaves out a worker retiring at
-// that very step although the history still counts it. false records none
-// (allreduce).
+// that very step although the history still counts it. false records none.
 std::string complete_checkpoint(const RunConfig& config, std::int64_t step, std::int64_t num_params, int num_servers,
                                 const std::function<bool()>& server_failed = {}, bool* abandoned = nullptr,
                                 bool record_members = false);
