@@ -24,18 +24,23 @@ std::filesystem::path scheduler_records_path(const std::filesystem::path& run_di
   return run_dir / "metrics" / "scheduler.jsonl";
 }
 
-std::function<void(const AbandonedJoin&)> abandoned_join_writer(const std::filesystem::path& file, Logger& log) {
-  return [file, &log, warned = false](const AbandonedJoin& join) mutable {
+std::function<void(const std::string& line)> json_line_appender(const std::filesystem::path& file, Logger& log,
+                                                                 std::string lost) {
+  return [file, &log, lost = std::move(lost), warned = false](const std::string& line) mutable {
     std::error_code ec;
     std::filesystem::create_directories(file.parent_path(), ec);
     std::ofstream out(file, std::ios::app);
-    out << to_json_line(join) << "\n";
+    out << line << "\n";
     if (!out.flush() && !warned) {
       warned = true;
-      log.warn("cannot append to " + file.string() + ": " + std::strerror(errno) +
-               " (an abandoned join is not recorded there: the run's summary will not name it)");
+      log.warn("cannot append to " + file.string() + ": " + std::strerror(errno) + " (" + lost + ")");
     }
   };
+}
+
+std::function<void(const AbandonedJoin&)> abandoned_join_writer(const std::filesystem::path& file, Logger& log) {
+  auto append = json_line_appender(file, log, "an abandoned join is not recorded there: the run's summary will not name it");
+  return [append = std::move(append)](const AbandonedJoin& join) mutable { append(to_json_line(join)); };
 }
 
 }  // namespace pstrain

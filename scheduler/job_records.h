@@ -31,6 +31,12 @@ std::string to_json_line(const AbandonedJoin& join);
 // RUN_DIR/metrics/scheduler.jsonl (created with its folder on the first record).
 std::filesystem::path scheduler_records_path(const std::filesystem::path& run_dir);
 
+// Appends each line given to `file` (its folder created first), then
+// flushes. A write that fails is said once in `log`, with `lost` (what is
+// not recorded there); the job goes on.
+std::function<void(const std::string& line)> json_line_appender(const std::filesystem::path& file, Logger& log,
+                                                                 std::string lost);
+
 // Appends each record to `file` (one JSON line, then flushed). A write that
 // fails is said once in `log`; the job goes on (the log has the same facts).
 std::function<void(const AbandonedJoin&)> abandoned_join_writer(const std::filesystem::path& file, Logger& log);

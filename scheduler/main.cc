@@ -56,14 +56,9 @@ void write_resolved_config(const pstrain::RunConfig& config, pstrain::Logger& lo
 // that fails is said once in the log; the job goes on (the log has the same
 // facts in words).
 std::function<void(const pstrain::NodeFailure&)> failure_file_writer(const std::string& file, pstrain::Logger& log) {
-  return [file, &log, warned = false](const pstrain::NodeFailure& failure) mutable {
-    std::ofstream out(file, std::ios::app);
-    out << pstrain::to_json_line(failure) << "\n";
-    if (!out.flush() && !warned) {
-      warned = true;
-      log.warn("cannot append to " + file + ": " + std::strerror(errno) +
-               " (failed nodes are not recorded there; the launcher cannot fence them)");
-    }
+  auto append = pstrain::json_line_appender(file, log, "failed nodes are not recorded there; the launcher cannot fence them");
+  return [append = std::move(append)](const pstrain::NodeFailure& failure) mutable {
+    append(pstrain::to_json_line(failure));
   };
 }
 
