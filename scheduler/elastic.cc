@@ -6,6 +6,7 @@
 #include <charconv>
 
 #include "common/base/errors.h"
+#include "common/wire/wire_archive.h"
 #include "scheduler/scheduler.h"
 
 namespace pstrain {
@@ -38,6 +39,10 @@ void Scheduler::take_ctl_requests() {
 void Scheduler::request_workers(int workers) {
   const std::string what = "request for " + std::to_string(workers) + " workers";
   const int live = members_.live_workers();
+  // A worker down under on_worker_failure "restart" counts: a new process is on its way back.
+  const std::vector<int> down = members_.restartable_workers();
+  const int in_job = live + static_cast<int>(down.size());
+  const std::string has = std::to_string(in_job) + (down.empty() ? "" : " (" + std::to_string(down.size()) + " of them down, restarting)");
   if (const std::optional<std::string> why = members_.resize_refusal(workers)) {
     log_.warn(what + " refused: " + *why);
     return;
@@ -46,22 +51,31 @@ void Scheduler::request_workers(int workers) {
     log_.warn(what + " refused: a membership change is under way (one at a time)");
     return;
   }
-  if (workers == live) {
-    log_.info(what + ": the job has " + std::to_string(live) + " already");
+  if (workers == in_job) {
+    log_.info(what + ": the job has " + has + " already");
     return;
   }
-  if (workers > live) {
+  if (workers > in_job) {
     // The launcher reads the same request and starts the workers with --join;
     // each joiner's registration starts (or joins) a change of reason "ctl".
-    requested_grow_ = workers - live;
+    requested_grow_ = workers - in_job;
     grow_reason_ = "ctl";
-    log_.info(what + ": the job has " + std::to_string(live) + "; waiting for " + std::to_string(requested_grow_) +
+    log_.info(what + ": the job has " + has + "; waiting for " + std::to_string(requested_grow_) +
               " workers to join (--join)");
     return;
   }
   requested_grow_ = 0;
-  const std::vector<int>& in_job = members_.live_worker_list();
-  start_change(std::vector<int>(in_job.begin(), in_job.begin() + workers), "retire");
+  log_.info(what + ": the job has " + has + "; the workers that are down leave first, then the highest ranks");
+  if (workers >= live) {
+    // Only workers that are down leave, the highest first: they are in no step now, so no change is
+    // needed (the others already share the data without them); their new processes are told to leave.
+    for (int cut = in_job - workers, i = static_cast<int>(down.size()) - 1; cut > 0; --cut, --i) {
+      retire_while_down(*members_.find(Role::kWorker, down[static_cast<std::size_t>(i)]), kRetiredByRequest);
+    }
+    return;
+  }
+  const std::vector<int>& staying = members_.live_worker_list();
+  start_change(std::vector<int>(staying.begin(), staying.begin() + workers), "retire");
 }
 
 void Scheduler::start_change(std::vector<int> members, const std::string& reason) {
@@ -121,6 +135,19 @@ void Scheduler::publish_change() {
     for (const int r : live) {
       if (std::find(members.begin(), members.end(), r) == members.end()) retiring_.insert(r);
     }
+    retiring_change_ = change_->id();
+    // A worker down now (restarting) that the change leaves out: a shrink does not keep it
+    // (it chose among the live ones, counting it among those to leave); its rejoin must not
+    // undo the change. One the shrink chose to keep, down since, and any a grow left out, come
+    // back as after any restart.
+    if (change_->reason() == "retire") {
+      const std::vector<int>& chosen = change_->members();
+      for (const int r : members_.restartable_workers()) {
+        if (std::find(chosen.begin(), chosen.end(), r) == chosen.end()) {
+          retire_while_down(*members_.find(Role::kWorker, r), change_->id());
+        }
+      }
+    }
     enter_joiners(*b, members);
     log_.info("membership change " + std::to_string(change_->id()) + " (" + change_->reason() + "): from epoch " +
               std::to_string(b->epoch) + " step " + std::to_string(b->from_step) + " workers " + ranks_text(members) +
@@ -170,6 +197,35 @@ void Scheduler::on_retired(Member& node) {
   tell_servers_dropped(node.rank, reason, kDroppedRetired);
   settle_barriers();
   settle_change();
+}
+
+void Scheduler::retire_while_down(Member& node, std::int64_t change) {
+  members_.retire(node);  // not waited for, its slot vacant
+  retired_while_down_[node.rank] = change;
+  const std::string by = change == kRetiredByRequest ? std::string("a request for fewer workers")
+                                                     : "membership change " + std::to_string(change);
+  const std::string reason = "worker " + std::to_string(node.rank) + " retired while it was down (" + by +
+                             " left it out); a new process of its rank is told to leave";
+  log_.info(reason);
+  tell_servers_dropped(node.rank, reason, kDroppedRetired);
+}
+
+void Scheduler::retire_rejoiner(const PeerId& from, const Header& request, const Member& node, std::int64_t change,
+                                const std::string& who) {
+  RegisterReply reply = members_.job_reply();
+  reply.rank = node.rank;
+  reply.layout = node.request.layout;
+  reply.retired_by_change = change;
+  Header h;
+  h.type = MsgType::kRegisterReply;
+  h.role = Role::kScheduler;
+  h.sender = 0;
+  h.request_id = request.request_id;
+  send_quietly(from, h, Payload::bytes(wire_encode(reply)));
+  log_.warn("rejoin of " + who + ": worker " + std::to_string(node.rank) + " retired while it was down (" +
+            (change == kRetiredByRequest ? std::string("a request for fewer workers")
+                                         : "membership change " + std::to_string(change)) +
+            " left it out): told to leave without training");
 }
 
 void Scheduler::tell_servers_dropped(int rank, const std::string& reason, std::int64_t aux) {

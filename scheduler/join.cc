@@ -46,6 +46,7 @@ void Scheduler::on_join(const PeerId& from, const Message& msg) {
     throw RetryLaterError("join of " + who + ": workers are still retiring from the last change; asked again");
   }
   Member& node = members_.add_joined_worker(from, std::move(req), rank, fresh_token(), Clock::now());
+  retired_while_down_.erase(rank);  // a slot retired while down, taken: a --rejoin for it is refused from now on
   router_->add_member(from);  // a member of the memory budget before its reply (scheduler_budget.h)
   reply_admitted_worker(node, msg.header);
   log_.info("worker " + std::to_string(rank) + " joins from " + node.request.host + " (pid " +

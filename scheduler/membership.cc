@@ -278,6 +278,18 @@ bool Membership::may_rejoin(const Member& m, SchedulerClock::time_point now) con
          now - m.dropped_at < milliseconds(cluster_.timeout_ms);
 }
 
+std::vector<int> Membership::restartable_workers() const {
+  std::vector<int> down;
+  if (cluster_.on_worker_failure != WorkerFailurePolicy::kRestart) return down;
+  for (const Member& n : nodes_) {
+    if (n.role == Role::kWorker && n.dropped && !n.retired && !n.done && !n.joining && n.rejoins < cluster_.max_restarts) {
+      down.push_back(n.rank);
+    }
+  }
+  std::sort(down.begin(), down.end());
+  return down;
+}
+
 Member& Membership::admit_worker_rejoin(const RegisterRequest& req, const std::string& who) {
   if (cluster_.on_worker_failure != WorkerFailurePolicy::kRestart) {
     throw ProtocolError("rejoin of " + who + ": refused, cluster.on_worker_failure is \"" +

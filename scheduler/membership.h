@@ -129,6 +129,10 @@ class Membership {
   // new process may take its rank back (fewer than max_restarts so far, not
   // an allreduce worker, dropped less than timeout_ms before `now`).
   bool may_rejoin(const Member& m, SchedulerClock::time_point now) const;
+  // The workers down now whose rank a new process may still take back
+  // (on_worker_failure "restart", fewer than max_restarts takes, not retired
+  // or done), by rank ascending: counted in the job's size by a resize request.
+  std::vector<int> restartable_workers() const;
   // The worker whose rank a --rejoin registration `req` (described as `who`)
   // may take back; refused unless on_worker_failure is "restart" and it names
   // a dropped worker of this job, taken back fewer than max_restarts times,

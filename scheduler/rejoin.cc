@@ -13,6 +13,9 @@
 // other node hears kRejoined (servers re-admit it into their consistency
 // policy and bind its new connection; allreduce workers re-form the
 // collective). Anything else is refused with the reason; the job goes on.
+// A rank a shrink retired while it was down (retire_while_down, elastic.cc)
+// is admitted the same way, then told to leave: its register reply says which
+// change retired it, and it is not taken back.
 // A server (cluster.on_server_failure = "restart") takes back its restarting
 // rank: it gets the job's layout and worker tokens, and the workers its new
 // endpoint (kServerBack).
@@ -54,6 +57,9 @@ void Scheduler::on_rejoin(const PeerId& from, const Message& msg) {
     if (!owner || owner->role != Role::kWorker) {
       throw ProtocolError("rejoin of " + who + ": refused, not a worker's key");
     }
+  }
+  if (const auto retired = retired_while_down_.find(node.rank); retired != retired_while_down_.end()) {
+    return retire_rejoiner(from, msg.header, node, retired->second, who);  // a change left it out while it was down
   }
   members_.take_back_worker(node, from, std::move(req), fresh_token(), Clock::now());
   router_->add_member(from);  // a member of the memory budget before its reply (scheduler_budget.h)

@@ -413,7 +413,7 @@ void Scheduler::worker_failed(Member& node, const std::string& reason, bool sile
   if (!drops_failed_workers(policy)) fail(reason);
   const bool restart = policy == WorkerFailurePolicy::kRestart;
   members_.drop(node, Clock::now());
-  retiring_.erase(node.rank);  // a retiree that failed first: the next resize request is not held up by it
+  const bool retiring = retiring_.erase(node.rank) > 0;  // a retiree that failed first: the next resize request is not held up by it
   if (members_.live_workers() == 0 && !restart) fail(reason + "; no worker is left");
   const std::string name(to_string(policy));
   report_failure(node, reason, silent, name);
@@ -430,6 +430,11 @@ void Scheduler::worker_failed(Member& node, const std::string& reason, bool sile
     send_quietly(n.routing_id, h, Payload::bytes(reason));
   }
   release_barriers();
+  // A retiree under "restart": its new process must not take back the place the change took from it.
+  if (retiring) {
+    const std::vector<int> down = members_.restartable_workers();
+    if (std::find(down.begin(), down.end(), node.rank) != down.end()) retire_while_down(node, retiring_change_);
+  }
   settle_change();  // the pending change no longer waits for its answer
 }
 

@@ -264,6 +264,13 @@ class Scheduler {
   std::string staying_workers() const;
   // Worker `node` left at a change that did not keep it (kDone, aux kDoneRetired).
   void on_retired(Member& node);
+  // A change `change` leaves out worker `node`, which is down and may yet be
+  // taken back: it is retired now (not waited for; the servers vacate its
+  // slot), and the new process that comes for its rank is told to leave.
+  void retire_while_down(Member& node, std::int64_t change);
+  // The reply to that new process's --rejoin: retired by `change`, no training.
+  void retire_rejoiner(const PeerId& from, const Header& request, const Member& node, std::int64_t change,
+                       const std::string& who);
   // Publishes the decided change (decided_): the joiners enter the job, the
   // workers waiting for the decision are answered.
   void publish_change();
@@ -323,6 +330,12 @@ class Scheduler {
   std::optional<MembershipChange> change_;  // the pending membership change
   std::int64_t changes_ = 0;                // changes started so far (the next one's number - 1)
   std::set<int> retiring_;                  // workers a decided change did not keep, until they retire
+  // Worker ranks a decided change left out while they were down (dropped,
+  // a new process on its way under on_worker_failure "restart"): the change
+  // that retired them. Their next --rejoin is told to leave (retire_rejoiner),
+  // until a joiner takes the slot.
+  std::map<int, std::int64_t> retired_while_down_;
+  std::int64_t retiring_change_ = 0;  // the change the workers in retiring_ leave at
   // The pending change once its boundary is decided, until it is published
   // (a grow: every server has admitted the joiners).
   struct DecidedChange {

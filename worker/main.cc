@@ -69,6 +69,10 @@ int run_worker(const pstrain::NodeArgs& args) {
                                     : start_worker(resume_dir, session.rank(), config, workload.model->num_params(), log);
     const std::optional<WorkerCheckpoint>& resume = start.resume;
     MetricsWriter& metrics = *start.metrics;
+    if (const std::int64_t change = session.retired_while_down(); change != 0) {
+      leave_retired_while_down(metrics, log, change);  // its rank left the job while it was down
+      return;
+    }
     write_compute_record(metrics, *workload.backend);
     const TrainResult r =
         run_ps_worker(config, session, workload, metrics, log, &trace, resume ? &*resume : nullptr, args.rejoin, args.join);

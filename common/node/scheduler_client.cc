@@ -288,6 +288,8 @@ RegisterReply SchedulerClient::register_as(RegisterRequest request, std::int64_t
     barrier_seq_ = m.header.key;  // the others' next barrier
     rejoin_take_ = m.header.step;
     released_checkpoint_ = m.header.aux;
+    retired_by_change_ = reply.retired_by_change;
+    if (retired_by_change_ != 0) return reply;  // not taken back: no member, no heartbeats
   }
   last_heard_ = Clock::now();
   pulse_.beat(last_heard_);  // the heartbeat thread's start: a process stopped before its first wake-up is paused too

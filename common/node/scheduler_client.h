@@ -220,6 +220,10 @@ class SchedulerClient {
   // rejoiner entering at that very step must not write its part: the
   // manifest may be in the making (worker/train/ps_rejoin.h).
   std::int64_t released_checkpoint() const { return released_checkpoint_; }
+  // After rejoin_node(): non-zero when the rank was retired while it was down
+  // (RegisterReply::retired_by_change: the change, or kRetiredByRequest); the
+  // process is then no member (no heartbeats) and leaves without training.
+  std::int64_t retired_by_change() const { return retired_by_change_; }
   int rank() const { return rank_; }
   // This node's session token from the register reply (empty before).
   const std::string& token() const { return token_; }
@@ -261,6 +265,7 @@ class SchedulerClient {
   std::vector<Joining> joining_;
   std::int64_t rejoin_take_ = 0;
   std::int64_t released_checkpoint_ = 0;
+  std::int64_t retired_by_change_ = 0;
   RegisterReply register_as(RegisterRequest request, std::int64_t kind);
   // Security mode "off" with a job secret: asks the scheduler for a nonce
   // and sets request.challenge and request.proof (common/wire/job_secret.h).

@@ -24,7 +24,7 @@
 namespace pstrain {
 
 inline constexpr std::uint32_t kProtocolMagic = 0x50535452;  // "PSTR"
-inline constexpr std::uint16_t kProtocolVersion = 10;  // 4: bfloat16; 5: server restart, kRejoined; 6: kRetryLater, kRefused; 7: kChallenge and the registration's proof; 8: kPushChunks, kPullChunks, kMembershipChange, kDone's retired aux; 9: kWorkerJoining, kRegisterJoin, kDropped's retired aux; 10: the register reply's aux to a --rejoin (the highest checkpoint barrier released)
+inline constexpr std::uint16_t kProtocolVersion = 11;  // 4: bfloat16; 5: server restart, kRejoined; 6: kRetryLater, kRefused; 7: kChallenge and the registration's proof; 8: kPushChunks, kPullChunks, kMembershipChange, kDone's retired aux; 9: kWorkerJoining, kRegisterJoin, kDropped's retired aux; 10: the register reply's aux to a --rejoin (the highest checkpoint barrier released); 11: RegisterReply::retired_by_change
 inline constexpr std::size_t kMaxBodyBytes = std::size_t{1} << 20;  // control bodies and error text
 
 enum class MsgType : std::uint8_t {
@@ -196,6 +196,10 @@ struct RegisterRequest {
   void serialize(Archive& ar) { ar(role, requested_rank, endpoint, host, pid, job_fingerprint, layout, challenge, proof); }
 };
 
+// RegisterReply::retired_by_change of a rank a resize request retired while
+// it was down, when the live workers were no more than asked for.
+inline constexpr std::int64_t kRetiredByRequest = -1;
+
 // Body of kRegisterReply.
 struct RegisterReply {
   std::int32_t rank = -1;
@@ -211,9 +215,16 @@ struct RegisterReply {
   // server names itself "w" + its token; the server takes a request for
   // worker w only from the connection named by w's token.
   std::vector<std::string> worker_tokens;
+  // A --rejoin of a worker rank that a membership change left out while the
+  // rank was down (its process dead or stopped): that change's number, and the
+  // new process leaves at once, retired, without training (0: taken back;
+  // kRetiredByRequest: a request for fewer workers, with no change needed).
+  std::int64_t retired_by_change = 0;
 
   template <class Archive>
-  void serialize(Archive& ar) { ar(rank, num_servers, num_workers, server_endpoints, layout, token, worker_tokens); }
+  void serialize(Archive& ar) {
+    ar(rank, num_servers, num_workers, server_endpoints, layout, token, worker_tokens, retired_by_change);
+  }
 };
 
 // Body of kStoreSet, kStoreGet and kStoreReply: one entry of the

@@ -29,6 +29,7 @@
 #include "common/wire/protocol.h"
 #include "tests/support/stderr_capture.h"
 #include "tests/support/temp_dir.h"
+#include "tests/cluster/elastic_peers.h"
 #include "tests/support/wait.h"
 #include "tools/cluster/local_cluster.h"
 #include "worker/train/epoch_members.h"
@@ -40,65 +41,13 @@
 using namespace pstrain;
 using std::chrono::milliseconds;
 
-namespace {
-
-constexpr int kDecisionTimeoutMs = 20000;  // worker 1's wait for the decision: the deadlock's symptom
-
-LocalClusterOptions elastic_options(const std::string& ctl_file, int max_workers = 2) {
-  LocalClusterOptions o;
-  o.num_servers = 1;
-  o.num_workers = 2;
-  o.optimizer.momentum = 0.0;
-  o.transport = "tcp";
-  o.cluster.min_workers = 1;
-  o.cluster.max_workers = max_workers;
-  o.cluster.timeout_ms = kDecisionTimeoutMs;
-  o.cluster.heartbeat_interval_ms = 50;
-  o.cluster.heartbeat_timeout_ms = 60000;  // nobody is declared dead for silence here
-  o.log_level = LogLevel::kDebug;          // the scheduler logs each barrier arrival: the test waits for it
-  o.ctl_file = ctl_file;
-  return o;
-}
-
-// How a peer registers: the first time, as a joiner (the scheduler picks the slot), or as a rejoiner.
-enum class Entry { kRegister, kJoin, kRejoin };
-
-// A worker peer of rank `rank` in a job of `workers`, registered as `entry` says, as process `pid`.
-std::unique_ptr<SchedulerClient> register_peer(LocalCluster& cluster, int rank, Entry entry = Entry::kRegister,
-                                               int workers = 2, std::int64_t pid = 0) {
-  auto client = std::make_unique<SchedulerClient>(std::make_unique<ZmqTransport>(cluster.zmq_context()),
-                                                  cluster.scheduler_endpoint(), Role::kWorker,
-                                                  cluster.worker_options(rank).cluster, nullptr,
-                                                  cluster.worker_options(rank).security);
-  RegisterRequest req;
-  req.requested_rank = entry == Entry::kJoin ? -1 : rank;
-  req.host = "checkpoint-change peer";
-  req.pid = pid;
-  req.job_fingerprint = job_fingerprint(Mode::kSync, std::int64_t{1} << 20, 1, workers);
-  req.layout.add("w", {16});
-  const RegisterReply reply = entry == Entry::kJoin     ? client->join_node(req)
-                              : entry == Entry::kRejoin ? client->rejoin_node(req)
-                                                        : client->register_node(req);
-  if (reply.rank != rank) throw std::runtime_error("registered at another rank");
-  return client;
-}
-
-// Waits for the announcement of membership change `change` (and no other).
-void wait_for_change(SchedulerClient& client, std::int64_t change, const std::string& who) {
-  std::vector<std::int64_t> changes;
-  const bool heard = pstrain::test::wait_until([&] {
-    client.drain_incoming();
-    changes = client.take_membership_changes();
-    return !changes.empty();
-  }, milliseconds(60000), "change " + std::to_string(change) + "'s announcement at " + who);
-  if (!heard || changes != std::vector<std::int64_t>{change}) {
-    throw std::runtime_error("change " + std::to_string(change) + " was not announced to " + who);
-  }
-}
-
-std::string decision_key(int change = 1) { return std::string(kMembershipPrefix) + std::to_string(change); }
-
-}  // namespace
+using pstrain::test::decision_key;
+using pstrain::test::elastic_options;
+using pstrain::test::Entry;
+using pstrain::test::kDecisionTimeoutMs;
+using pstrain::test::register_peer;
+using pstrain::test::rejoin_peer;
+using pstrain::test::wait_for_change;
 
 TEST_CASE("a change announced while a worker waits in a checkpoint's barrier is answered there: no deadlock") {
   pstrain::test::TempDir dir("ckchange");
@@ -367,16 +316,7 @@ TEST_CASE("a rejoiner waiting in the checkpoint barrier of its first step answer
         }
       }
       std::ofstream(exits, std::ios::app) << "worker 1 pid 4242: killed by signal 9 (Killed)\n";
-      std::unique_ptr<SchedulerClient> client;
-      pstrain::test::wait_until([&] {
-        try {
-          client = register_peer(cluster, 1, Entry::kRejoin, 3, 4243);
-        } catch (const SchedulerRefusal& e) {
-          if (!e.retryable()) throw;  // refused for good: the test's error
-        }
-        return client != nullptr;
-      }, milliseconds(60000), "worker 1's rejoin");
-      if (client == nullptr) throw std::runtime_error("worker 1 was not taken back");
+      const std::unique_ptr<SchedulerClient> client = rejoin_peer(cluster, 1, 3, 4243);
       rejoined = true;
       Logger rlog("rejoiner", LogLevel::kError);
       EpochMembers members(EpochMembers::all_of(3));
@@ -635,16 +575,7 @@ TEST_CASE("a rejoiner registering while a change's answers still come is told th
         wait_for_change(*victim, 1, "worker 1");
       }
       std::ofstream(exits, std::ios::app) << "worker 1 pid 4242: killed by signal 9 (Killed)\n";
-      std::unique_ptr<SchedulerClient> client;
-      pstrain::test::wait_until([&] {
-        try {
-          client = register_peer(cluster, 1, Entry::kRejoin, 3, 4243);
-        } catch (const SchedulerRefusal& e) {
-          if (!e.retryable()) throw;  // refused for good: the test's error
-        }
-        return client != nullptr;
-      }, milliseconds(60000), "worker 1's rejoin");
-      if (client == nullptr) throw std::runtime_error("worker 1 was not taken back");
+      const std::unique_ptr<SchedulerClient> client = rejoin_peer(cluster, 1, 3, 4243);
       rejoined = true;
       Logger rlog("rejoiner", LogLevel::kError);
       EpochMembers members(EpochMembers::all_of(3));
@@ -726,16 +657,7 @@ TEST_CASE("a rejoiner entering at a checkpoint the others had passed writes no p
         victim->barrier("checkpoint 3");  // passed with worker 0, then killed
       }
       std::ofstream(exits, std::ios::app) << "worker 1 pid 4242: killed by signal 9 (Killed)\n";
-      std::unique_ptr<SchedulerClient> client;
-      pstrain::test::wait_until([&] {
-        try {
-          client = register_peer(cluster, 1, Entry::kRejoin, 2, 4243);
-        } catch (const SchedulerRefusal& e) {
-          if (!e.retryable()) throw;
-        }
-        return client != nullptr;
-      }, milliseconds(60000), "worker 1's rejoin");
-      if (client == nullptr) throw std::runtime_error("worker 1 was not taken back");
+      const std::unique_ptr<SchedulerClient> client = rejoin_peer(cluster, 1, 2, 4243);
       released = client->released_checkpoint();
       rejoined = true;
       Logger rlog("rejoiner", LogLevel::kError);

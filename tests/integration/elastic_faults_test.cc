@@ -334,3 +334,80 @@ TEST_CASE("a PS grow under \"continue\": a joiner killed before its boundary is 
   r.victim = joiner;
   check_nothing_left(r);
 }
+
+// A shrink decided while its retiree is stopped, under "restart" (the issue's
+// repro): worker 2 is stopped (SIGSTOP) and 2 workers are asked for at once.
+// The change waits for worker 2's answer until the heartbeat timeout drops
+// it, and is decided with workers 0 and 1; the launcher fences worker 2 and
+// restarts it. Its new process must not undo the shrink: the scheduler tells
+// it to leave (retired while it was down), it exits 0 retired, and the job
+// ends with 2 workers. Before, the new process trained the epoch the others
+// had begun without it and was a member from the next one: 3 workers again.
+TEST_CASE("a PS shrink under \"restart\" whose retiree is stopped: its new process leaves retired, the job ends with 2") {
+  it::TempDir dir;
+  const fs::path run = dir.path() / "stopped";
+  std::vector<std::string> args = case_args(run, Case{"sync", "restart", "worker-2"});
+  // Worker 0 computes 8 times slower (seconds of training, not two): worker 2 is stopped mid-run.
+  args.insert(args.end(), {"--set", "cluster.workers=3", "--set", "cluster.heartbeat_timeout_ms=2000", "--set",
+                           "workload.straggler_rank=0", "--set", "workload.straggler_slowdown=8"});
+  it::LaunchProcess p(args, dir.path() / "stopped-out.txt");
+  REQUIRE(it::wait_until([&] { return it::count_lines(run / "metrics/worker-0.jsonl") >= 3; },
+                         std::chrono::seconds(120), "worker 0's first step"));
+  const pid_t stopped = it::read_pids(run).at("worker-2");
+  REQUIRE(kill(stopped, SIGSTOP) == 0);
+  REQUIRE_FALSE(it::contains(it::read_file(run / "metrics/worker-2.jsonl"), "\"type\":\"end\""));  // mid-run
+  const pid_t ctl = it::spawn({(it::kBinDir / "pstrain-ctl").string(), run.string(), "workers", "2"}, {},
+                              dir.path() / "stopped-ctl.txt");
+  REQUIRE(it::wait_exit(ctl, std::chrono::seconds(30)) == std::optional<int>(0));
+  const auto exit = p.wait(std::chrono::seconds(280));
+  REQUIRE(exit.has_value());
+  const std::string output = p.output();
+  INFO(output);
+  CHECK(exit->code == 0);
+  CHECK_FALSE(exit->signaled);
+  CHECK(it::contains(output, it::fenced_line("worker 2", stopped)));
+  CHECK(it::contains(output, "worker 2 was killed by signal 9 (Killed): restarting it (1 of 2"));
+  CHECK(it::contains(output, "| w2 retired"));
+  CHECK_FALSE(it::contains(output, "done: 0 steps"));  // the retired rank does not hold the status line's head
+  CHECK(it::contains(output, "- worker 2's new process left at once"));
+  CHECK_FALSE(it::contains(output, "restarting it (2 of 2"));  // its new process exited 0: not restarted again
+  const std::string scheduler_log = it::read_file(run / "logs/scheduler.log");
+  CHECK(it::contains(scheduler_log, "worker 2 retired while it was down (membership change 1 left it out)"));
+  CHECK_FALSE(it::contains(scheduler_log, "worker 2 rejoined the job"));
+  CHECK(it::contains(it::read_file(run / "logs/worker-2.log"), "this rank was retired while it was down"));
+  const report::JsonValue summary = summary_of(run);
+  // summary.json: the restart, with the change that retired the rank; worker 2 retired, its first
+  // process's images counted.
+  const report::JsonValue* restarts = summary.find("restarts");
+  REQUIRE(restarts != nullptr);
+  REQUIRE(restarts->items().size() == 1);
+  CHECK(restarts->items().front().find("rank")->as_number("rank") == 2);
+  CHECK(restarts->items().front().find("retired_by_change")->as_number("retired_by_change") == 1);
+  bool seen = false;
+  for (const report::JsonValue& w : summary.find("per_worker")->items()) {
+    if (w.find("rank")->as_number("rank") != 2) continue;
+    seen = true;
+    CHECK(w.find("status")->as_string("status") == "retired");
+    CHECK(w.find("images")->as_number("images") > 0);
+  }
+  CHECK(seen);
+  for (const report::JsonValue& change : summary.find("membership_changes")->items()) {
+    CHECK(change.find("reason")->as_string("reason") != "rejoin");
+  }
+  const report::JsonValue& last = summary.find("membership_changes")->items().back();
+  CHECK(last.find("new_workers")->as_number("new_workers") == 2);
+  const auto images = images_per_epoch(run);
+  REQUIRE(images.size() == kEpochs);
+  for (const auto& [epoch, n] : images) CHECK(n > 0);
+  // From the epoch after the change on, 2 workers share every epoch: nobody came back.
+  const auto change_epoch = static_cast<std::int64_t>(last.find("epoch")->as_number("epoch"));
+  for (const auto& [epoch, n] : images) {
+    CAPTURE(epoch);
+    if (epoch > change_epoch) CHECK(n == epoch_images(2));
+  }
+  CHECK(summary.find("final_test_accuracy")->as_number("accuracy") >= 0.8);
+  Run r;
+  r.dir = run;
+  r.victim = stopped;
+  check_nothing_left(r);
+}

@@ -225,6 +225,20 @@ TEST_CASE("status: a dropped or restarting worker is shown as such and no longer
   CHECK(eta_s(s).value() == 0.0);
 }
 
+TEST_CASE("status: a worker retired by a shrink no longer holds the headline back, nor its end") {
+  StatusSnapshot s = two_workers(false);
+  s.workers.push_back(worker(2, 8, 1000, std::nullopt));  // left at its boundary, step 8 (or 0: retired while down)
+  s.workers[2].finished = true;
+  s.workers[2].retired = true;
+  CHECK(render_plain(s) == "[  12.345 status] step 340/1000 34% | 28.0 steps/s | loss 0.4100 | ETA 24s | "
+                           "w0 342 28.1/s | w1 340 28.0/s | w2 retired");
+  for (int w = 0; w < 2; ++w) {
+    s.workers[w].finished = true;
+    s.workers[w].steps_done = 1000;
+  }
+  CHECK(render_plain(s) == "[  12.345 status] done: 1000 steps | loss 0.4100 | w0 done | w1 done | w2 retired");
+}
+
 TEST_CASE("status: a membership change (a plan record with workers) shows the workers sharing the training set") {
   StatusSnapshot s = two_workers(false);
   CHECK_FALSE(it::contains(render_plain(s), "workers"));

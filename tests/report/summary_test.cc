@@ -319,6 +319,41 @@ TEST_CASE("restart: each rejoin record is a restart in the summary (rank, time, 
   CHECK(summary_markdown(s, "run").find("worker 1 rejoined at step 12, 4.5 s into the job") != std::string::npos);
 }
 
+TEST_CASE("restart: a new process told to leave (its rank retired while it was down) is retired, its predecessor's images counted") {
+  RunMetrics m = two_workers();
+  for (int i = 0; i < 3; ++i) {  // the first process's steps
+    StepRecord r;
+    r.time_s = 0.5 * (i + 1);
+    r.step = i;
+    r.batch = 32;
+    m.workers[1].steps.push_back(r);
+  }
+  m.workers[1].rejoins = {RejoinRecord{2.5, -1, 3, 1}};
+  m.workers[1].end = EndRecord{};
+  m.workers[1].end->retired = true;
+  m.workers[1].end->time_s = 2.5;
+  RunConfig c = config(Mode::kSync);
+  c.cluster.on_worker_failure = WorkerFailurePolicy::kRestart;
+  const RunSummary s = summarize(c, m);
+  REQUIRE(s.per_worker.size() == 2);
+  CHECK(s.per_worker[1].status == "retired");
+  CHECK(s.per_worker[1].images == 96);  // its first process's 3 steps; the second trained none
+  REQUIRE(s.restarts.size() == 1);
+  CHECK(s.restarts[0].retired_by_change == 1);
+  const JsonValue j = parse_json(summary_json(s), "summary.json");
+  const JsonValue& r = j.find("restarts")->items().at(0);
+  CHECK(r.find("step")->is_null());
+  CHECK(r.find("retired_by_change")->as_integer("retired_by_change") == 1);
+  CHECK(j.find("per_worker")->items().at(1).find("status")->as_string("status") == "retired");
+  const std::string md = summary_markdown(s, "run");
+  CHECK(md.find("worker 1's new process left at once, 2.5 s into the job: membership change 1 had retired the rank "
+                "while it was down") != std::string::npos);
+  // A request for fewer workers, with no change: said so.
+  m.workers[1].rejoins[0].retired_by_change = -1;
+  CHECK(summary_markdown(summarize(c, m), "run").find("a request for fewer workers had retired the rank") !=
+        std::string::npos);
+}
+
 TEST_CASE("membership changes: from the plan records of the lowest worker that finished, with their reasons") {
   RunMetrics m = two_workers();
   m.workers.push_back(worker(2, 5.0, 600));

@@ -15,7 +15,8 @@ std::string fixed(double x, int decimals) {
   return buf;
 }
 
-bool live(const WorkerStatus& w) { return w.state == WorkerStatus::State::kLive; }
+// In the job: live, and not retired by a membership change (whose steps stop at its boundary).
+bool live(const WorkerStatus& w) { return w.state == WorkerStatus::State::kLive && !(w.finished && w.retired); }
 
 // What the head is made of: the live workers (all, if none is live).
 struct HeadFacts {

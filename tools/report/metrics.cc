@@ -104,7 +104,8 @@ void add_record(WorkerMetrics& m, const Fields& f) {
   } else if (type == "end") {
     m.end = read_end(f);
   } else if (type == "rejoin") {
-    m.rejoins.push_back(RejoinRecord{f.number("time_s"), f.integer("step"), m.steps.size()});
+    m.rejoins.push_back(RejoinRecord{f.number("time_s"), f.integer("step"), m.steps.size(),
+                                     f.has("retired_by_change") ? f.integer("retired_by_change") : 0});
   } else if (type == "resume") {
     m.resumes.push_back(ResumeRecord{f.number("time_s"), f.integer("step")});
   } else if (type == "join") {  // a joiner's start (worker/train/ps_join.h): its plan records say the rest

@@ -79,6 +79,9 @@ struct RejoinRecord {
   double time_s = 0;  // on the rank's axis, as its predecessor's records
   std::int64_t step = 0;
   std::size_t steps_before = 0;  // step records earlier in the file: its predecessors' steps
+  // Non-zero: the new process was told to leave at once, its rank retired while it was down by this
+  // membership change (-1: by a request for fewer workers); "step" is then -1 (absent in older files: 0).
+  std::int64_t retired_by_change = 0;
 };
 
 // The run was resumed from the checkpoint of `step` (launch --resume): this

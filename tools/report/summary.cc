@@ -84,7 +84,8 @@ WorkerSummary worker_summary(const WorkerMetrics& w) {
   // work, the step records before its rejoin record its predecessors'. (Their
   // time blocked by the consistency policy is not in step records: lost.)
   if (!w.rejoins.empty()) {
-    s.status = "restarted";
+    // Its last process left at once, its rank retired while it was down: retired, its predecessors' work counted.
+    if (w.rejoins.back().retired_by_change == 0) s.status = "restarted";
     const std::size_t before = std::min(w.rejoins.back().steps_before, w.steps.size());
     for (std::size_t i = 0; i < before; ++i) add_step(s, w.steps[i]);
   }
@@ -157,7 +158,11 @@ std::string restarts_json(const std::vector<RestartSummary>& restarts) {
   std::string out;
   for (const RestartSummary& r : restarts) {
     out += (out.empty() ? "" : ", ") + ("{\"rank\": " + std::to_string(r.rank) + ", \"time_s\": " + json_number(r.time_s) +
-                                        ", \"step\": " + std::to_string(r.step) + "}");
+                                        ", \"step\": " + (r.step >= 0 ? std::to_string(r.step) : std::string("null")) +
+                                        (r.retired_by_change != 0
+                                             ? ", \"retired_by_change\": " + std::to_string(r.retired_by_change)
+                                             : std::string()) +
+                                        "}");
   }
   return "[" + out + "]";
 }
@@ -273,7 +278,9 @@ RunSummary summarize(const RunConfig& config, const RunMetrics& metrics, const P
   std::int64_t images = 0;
   const bool go_on = drops_failed_workers(config.cluster.on_worker_failure);
   for (const WorkerMetrics& w : metrics.workers) {
-    for (const RejoinRecord& r : w.rejoins) s.restarts.push_back(RestartSummary{w.rank, r.time_s, r.step});
+    for (const RejoinRecord& r : w.rejoins) {
+      s.restarts.push_back(RestartSummary{w.rank, r.time_s, r.step, r.retired_by_change});
+    }
     for (const ResumeRecord& r : w.resumes) s.resumed_from.push_back(r.step);
     if (!w.end && (go_on || partial != nullptr)) {
       // Under "continue" a worker without its end was dropped; in a partial

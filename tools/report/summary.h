@@ -64,7 +64,8 @@ struct WorkerSummary {
 struct RestartSummary {
   int rank = -1;
   double time_s = 0;
-  std::int64_t step = 0;
+  std::int64_t step = 0;             // where it rejoined (-1: it did not, retired_by_change)
+  std::int64_t retired_by_change = 0;  // RejoinRecord::retired_by_change
 };
 
 struct AccuracyTime {

@@ -156,9 +156,16 @@ std::string summary_markdown(const RunSummary& s, const std::string& run_dir) {
   if (!s.restarts.empty()) {
     out += "\n## Restarts\n\nWorkers taken back by a new process (cluster.on_worker_failure = \"restart\"):\n\n";
     for (const RestartSummary& r : s.restarts) {
-      char line[160];
-      std::snprintf(line, sizeof(line), "- worker %d rejoined at step %lld, %.1f s into the job\n", r.rank,
-                    static_cast<long long>(r.step), r.time_s);
+      char line[240];
+      if (r.retired_by_change != 0) {
+        const std::string by = r.retired_by_change < 0 ? std::string("a request for fewer workers")
+                                                       : "membership change " + std::to_string(r.retired_by_change);
+        std::snprintf(line, sizeof(line), "- worker %d's new process left at once, %.1f s into the job: %s had "
+                      "retired the rank while it was down\n", r.rank, r.time_s, by.c_str());
+      } else {
+        std::snprintf(line, sizeof(line), "- worker %d rejoined at step %lld, %.1f s into the job\n", r.rank,
+                      static_cast<long long>(r.step), r.time_s);
+      }
       out += line;
     }
   }

@@ -52,6 +52,7 @@ void WorkerSession::start(const WorkerSessionOptions& options, const ParamLayout
                                             : scheduler_.register_node(std::move(req));
   num_workers_ = info.num_workers;
   server_endpoints_ = info.server_endpoints;
+  if (info.retired_by_change != 0) return;  // retired while it was down: leaves without training
   if (info.num_servers > 0) {
     map_ = ShardMap(info.layout, info.num_servers, options.partition_bytes);
     KVClientOptions kv_options;

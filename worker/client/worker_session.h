@@ -53,6 +53,9 @@ class WorkerSession {
   int num_servers() const { return map_.num_servers(); }
   const ShardMap& shard_map() const { return map_; }
   const std::vector<std::string>& server_endpoints() const { return server_endpoints_; }
+  // A --rejoin of a rank retired while it was down (SchedulerClient::retired_by_change): non-zero,
+  // and the session has no KV client; the process leaves without training (leave_retired_while_down).
+  std::int64_t retired_while_down() const { return scheduler_.retired_by_change(); }
   KVClient& kv() { return *kv_; }
   SchedulerClient& scheduler() { return scheduler_; }
 

@@ -271,6 +271,10 @@ int run_allreduce_node(const RunConfig& config, int requested_rank, const std::s
   const auto sampler = start_resource_sampler(config.output, "worker", session.rank(), &traffic, log,
                                               cuda_device_index(backend), true);
   session.run_reporting_failure([&] {
+    if (const std::int64_t change = session.retired_while_down(); change != 0) {  // its rank left while it was down
+      leave_retired_while_down(*start_rejoined_worker(session.rank(), config, log).metrics, log, change);
+      return;
+    }
     SchedulerStore store(session.scheduler());
     std::optional<AllreduceJoin> join_at;
     if ((rejoin || join) && !(join_at = wait_to_enter(session, config.cluster, rejoin, log))) return;

@@ -91,6 +91,20 @@ void write_rejoin_record(MetricsWriter& metrics, std::int64_t step) {
                     .add("job_s", metrics.job_s()));
 }
 
+TrainResult leave_retired_while_down(MetricsWriter& metrics, Logger& log, std::int64_t change) {
+  const std::string by =
+      change == kRetiredByRequest ? std::string("a request for fewer workers") : "membership change " + std::to_string(change);
+  log.info("this rank was retired while it was down (" + by +
+           " left it out): leaving without training (the job goes on without it)");
+  metrics.write(JsonLine().add("type", "rejoin").add("time_s", metrics.elapsed_s()).add("step", std::int64_t{-1})
+                    .add("job_s", metrics.job_s()).add("retired_by_change", change));
+  TrainResult result;
+  result.retired = true;
+  result.time_s = metrics.elapsed_s();
+  write_end_record(metrics, result);
+  return result;
+}
+
 namespace {
 
 // The number after "key": in a metrics line, if there is one.

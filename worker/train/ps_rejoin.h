@@ -24,6 +24,7 @@
 #include "worker/client/worker_session.h"
 #include "worker/train/epoch_driver.h"
 #include "worker/train/membership_answer.h"
+#include "worker/train/records.h"
 #include "worker/train/worker_checkpoint.h"
 
 namespace pstrain {
@@ -93,6 +94,15 @@ WorkerStart start_rejoined_worker(int rank, const RunConfig& config, Logger& log
 // The metrics record {"type": "rejoin", "time_s", "step", "job_s"}: this process
 // took the rank back and continues from `step` (read by the summary).
 void write_rejoin_record(MetricsWriter& metrics, std::int64_t step);
+
+// A --rejoin the scheduler told to leave: a membership change (or a request
+// for fewer workers, kRetiredByRequest) left its rank out while it was down
+// (WorkerSession::retired_while_down() = `change`). Its metrics file, its
+// predecessor's, gets a rejoin record with "step": -1 and "retired_by_change",
+// then an end record with "retired": true (the summary counts the
+// predecessor's steps and shows the rank retired; the launcher does not
+// restart it); it trains nothing and says nothing more to the scheduler.
+TrainResult leave_retired_while_down(MetricsWriter& metrics, Logger& log, std::int64_t change);
 
 // Bytes of `path` up to and including its last newline (0 if none or no file).
 std::int64_t whole_lines_bytes(const std::string& path);
