@@ -183,6 +183,7 @@ TEST_CASE("copy pipeline with bfloat16 on the wire on the CPU: the copy thread n
     CAPTURE(mode);
     std::vector<std::string> sets = {"ps.wire_dtype=bfloat16", "mode=" + mode};
     if (mode == "ssp") sets.push_back("ps.staleness_bound=2");
+    if (const std::vector<std::string> rate = it::tiny_async_rate(mode); !rate.empty()) sets.push_back(rate[1]);
     const TracedRun run = run_traced(dir, "bfloat16_" + mode, "tiny_sync.toml", sets);
     for (const char* worker : {"worker 0", "worker 1"}) {
       CAPTURE(worker);

@@ -37,6 +37,8 @@ constexpr int kEpochs = 24;  // about 300 steps: seconds, the requests well befo
 std::vector<std::string> grow_args(const fs::path& run, const std::string& mode,
                                    const std::vector<std::string>& extra = {}) {
   std::vector<std::string> sets{"--set", "mode=\"" + mode + "\""};
+  const std::vector<std::string> rate = it::tiny_async_rate(mode);
+  sets.insert(sets.end(), rate.begin(), rate.end());
   sets.insert(sets.end(), extra.begin(), extra.end());
   return elastic::job_args(it::kSourceDir / "configs/tiny_sync.toml", run, 2, 2, 4, kEpochs, sets);
 }

@@ -60,6 +60,8 @@ std::vector<std::string> job_args(const fs::path& run, const std::string& mode, 
   args.insert(args.end(), {"--set", "mode=\"" + mode + "\"", "--set", "cluster.workers=" + std::to_string(workers),
                            "--set", "cluster.min_workers=2", "--set", "cluster.max_workers=4", "--set",
                            "workload.epochs=" + std::to_string(kEpochs), "--set", "output.trace=off", "--quiet"});
+  const std::vector<std::string> rate = it::tiny_async_rate(mode);
+  args.insert(args.end(), rate.begin(), rate.end());
   args.insert(args.end(), extra.begin(), extra.end());
   return args;
 }

@@ -24,6 +24,8 @@ constexpr std::int64_t kStepsWith3 = 11;  // ceil(ceil(1024 / 3) / 32)
 std::vector<std::string> elastic_args(const fs::path& run, const std::string& mode,
                                       const std::vector<std::string>& extra = {}) {
   std::vector<std::string> sets{"--set", "mode=\"" + mode + "\""};
+  const std::vector<std::string> rate = it::tiny_async_rate(mode);
+  sets.insert(sets.end(), rate.begin(), rate.end());
   sets.insert(sets.end(), extra.begin(), extra.end());
   return elastic::job_args(it::kSourceDir / "configs/tiny_sync.toml", run, 3, 2, 3, kEpochs, sets);
 }

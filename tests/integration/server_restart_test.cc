@@ -40,6 +40,8 @@ struct Job {
               "cluster.heartbeat_interval_ms=100", "--set", "cluster.heartbeat_timeout_ms=2000", "--set",
               "cluster.timeout_ms=" + std::to_string(timeout_ms), "--set", "output.trace=off", "--set",
               it::secret_override(dir.path())};
+    const std::vector<std::string> rate = it::tiny_async_rate(mode);
+    common.insert(common.end(), rate.begin(), rate.end());
   }
   std::vector<std::string> role(const std::string& program, int rank, bool rejoin = false) const {
     std::vector<std::string> argv{(it::kBinDir / program).string()};

@@ -17,6 +17,8 @@ JsonValue run_ssp(const it::TempDir& dir, int bound) {
   args.insert(args.end(), {"--set", "mode=\"ssp\"", "--set", "ps.staleness_bound=" + std::to_string(bound),
                            "--set", "workload.straggler_rank=1", "--set", "workload.straggler_slowdown=4",
                            "--set", "workload.epochs=6", "--quiet"});  // 6 epochs: the bound's blocking outweighs start-up waits under load
+  const std::vector<std::string> rate = it::tiny_async_rate("ssp");
+  args.insert(args.end(), rate.begin(), rate.end());
   const it::Result r = it::run_launch(args, dir.path());
   INFO(r.output);
   REQUIRE_FALSE(r.exit.signaled);

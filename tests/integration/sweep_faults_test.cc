@@ -76,7 +76,8 @@ std::vector<std::string> job_args(const Case& c, const it::fs::path& run) {
                            "workload.seed=" + std::to_string(c.seed), "--set", "output.trace=off", "--quiet"});
   // Each push applied on its own: tiny_async.toml's rate (at 0.05, 8 workers' ssp and async runs
   // diverged for some seeds: accuracy 0.10-0.32; at 0.025 every one measured reached 0.99-1.0).
-  if (c.mode == "async" || c.mode == "ssp") args.insert(args.end(), {"--set", "optimizer.lr=0.025"});
+  const std::vector<std::string> rate = it::tiny_async_rate(c.mode);
+  args.insert(args.end(), rate.begin(), rate.end());
   if (c.fault == Fault::kStraggler) {
     args.insert(args.end(), {"--set", "workload.straggler_rank=" + std::to_string(c.victim), "--set",
                              "workload.straggler_slowdown=4"});

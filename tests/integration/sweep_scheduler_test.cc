@@ -44,7 +44,8 @@ std::vector<std::string> job_args(const SchedulerCase& c, const it::fs::path& ru
                            "cluster.heartbeat_timeout_ms=" + std::string(c.past_timeout ? "4000" : "10000"), "--set",
                            "workload.epochs=" + std::to_string(c.epochs), "--set",
                            "workload.seed=" + std::to_string(c.seed), "--set", "output.trace=off", "--quiet"});
-  if (c.mode == "async" || c.mode == "ssp") args.insert(args.end(), {"--set", "optimizer.lr=0.025"});
+  const std::vector<std::string> rate = it::tiny_async_rate(c.mode);
+  args.insert(args.end(), rate.begin(), rate.end());
   for (const std::string& s : c.sets) args.insert(args.end(), {"--set", s});
   return args;
 }

@@ -30,6 +30,8 @@ std::vector<std::string> restart_args(const it::fs::path& run, const std::string
                            "cluster.max_restarts=" + std::to_string(max_restarts), "--set",
                            "cluster.heartbeat_timeout_ms=1500", "--set", "cluster.timeout_ms=30000", "--set",
                            "workload.epochs=8", "--set", "output.trace=off", "--quiet"});
+  const std::vector<std::string> rate = it::tiny_async_rate(mode);
+  args.insert(args.end(), rate.begin(), rate.end());
   return args;
 }
 
