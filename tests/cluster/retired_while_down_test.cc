@@ -87,8 +87,44 @@ void finish_job(SchedulerClient& client) {
   client.finish();
 }
 
+// A member's answer to change 1 (its next step is step 3 of epoch 0) once announced, and the decision.
+std::string answer_change(SchedulerClient& client, int rank) {
+  wait_for_change(client, 1, "worker " + std::to_string(rank));
+  client.store_set(decision_key(1) + "/" + std::to_string(rank), "0 3 3");
+  return client.store_get(decision_key(1), kDecisionTimeoutMs);
+}
+
+// Waits (a minute at most) for `flag`, set by another peer when `what` happened; throws if it did not.
+void wait_for(const std::atomic<bool>& flag, const std::string& what) {
+  if (!pstrain::test::wait_until([&] { return flag.load(); }, milliseconds(60000), what)) {
+    throw std::runtime_error(what + " did not happen");
+  }
+}
+
 std::string epoch_members(SchedulerClient& client, int epoch) {
   return client.store_get(std::string(kEpochMembersPrefix) + std::to_string(epoch), kDecisionTimeoutMs);
+}
+
+// Worker 2's new process, once the scheduler has retired the rank while it was down `by` ("membership
+// change 1", "a request for fewer workers"): its --rejoin's retired_by_change (0: taken back).
+std::int64_t rejoin_retired(ShrinkJob& job, const std::string& by) {
+  if (!job.logged("worker 2 retired while it was down (" + by, "worker 2's retirement")) {
+    throw std::runtime_error("worker 2 was not retired while it was down");
+  }
+  return rejoin_peer(*job.cluster, 2, kWorkers, 4243)->retired_by_change();
+}
+
+// A worker the shrink keeps: registered (counted in `registered`), answers change 1 (`decision`),
+// then once `left` (worker 2's new process came and went) reads epoch 1's members into
+// `next_epoch` (when given) and ends.
+void kept_member(ShrinkJob& job, int rank, std::atomic<int>& registered, std::string& decision,
+                 const std::atomic<bool>& left, std::string* next_epoch) {
+  const auto client = register_peer(*job.cluster, rank, Entry::kRegister, kWorkers);
+  ++registered;
+  decision = answer_change(*client, rank);
+  wait_for(left, "worker 2's new process");
+  if (next_epoch != nullptr) *next_epoch = epoch_members(*client, 1);
+  finish_job(*client);
 }
 
 }  // namespace
@@ -99,27 +135,8 @@ TEST_CASE("a shrink decided while its retiree is down retires it: the new proces
   std::int64_t retired_by = 0;
   std::atomic<int> registered{0};
   std::atomic<bool> left{false};
-  std::thread w0 = peer(error0, [&] {
-    const auto client = register_peer(*job.cluster, 0, Entry::kRegister, kWorkers);
-    ++registered;
-    wait_for_change(*client, 1, "worker 0");
-    client->store_set(decision_key(1) + "/0", "0 3 3");
-    decision0 = client->store_get(decision_key(1), kDecisionTimeoutMs);
-    // The next epoch's members, once worker 2's new process has come and gone.
-    if (!pstrain::test::wait_until([&] { return left.load(); }, milliseconds(60000), "worker 2's new process")) {
-      throw std::runtime_error("worker 2's new process did not register");
-    }
-    next_epoch = epoch_members(*client, 1);
-    finish_job(*client);
-  });
-  std::thread w1 = peer(error1, [&] {
-    const auto client = register_peer(*job.cluster, 1, Entry::kRegister, kWorkers);
-    ++registered;
-    wait_for_change(*client, 1, "worker 1");
-    client->store_set(decision_key(1) + "/1", "0 3 3");
-    decision1 = client->store_get(decision_key(1), kDecisionTimeoutMs);
-    finish_job(*client);
-  });
+  std::thread w0 = peer(error0, [&] { kept_member(job, 0, registered, decision0, left, &next_epoch); });
+  std::thread w1 = peer(error1, [&] { kept_member(job, 1, registered, decision1, left, nullptr); });
   std::thread w2 = peer(error2, [&] {
     {
       // Stopped before it answered the change (the repro: kill -STOP, then pstrain-ctl workers 2).
@@ -129,11 +146,7 @@ TEST_CASE("a shrink decided while its retiree is down retires it: the new proces
       if (!job.logged("membership change 1 (retire)", "the change's announcement")) throw std::runtime_error("no change");
     }
     job.killed(2, 4242);  // fenced: the scheduler drops it, and the change is decided without its answer
-    if (!job.logged("worker 2 retired while it was down (membership change 1", "worker 2's retirement")) {
-      throw std::runtime_error("worker 2 was not retired while it was down");
-    }
-    const auto back = rejoin_peer(*job.cluster, 2, kWorkers, 4243);
-    retired_by = back->retired_by_change();
+    retired_by = rejoin_retired(job, "membership change 1");
     left = true;
   });
   const bool all = pstrain::test::wait_until([&] { return registered.load() == kWorkers; }, milliseconds(60000),
@@ -165,18 +178,14 @@ TEST_CASE("a request for fewer workers while one is down retires that one at onc
   std::thread w0 = peer(error0, [&] {
     const auto client = register_peer(*job.cluster, 0, Entry::kRegister, kWorkers);
     ++registered;
-    if (!pstrain::test::wait_until([&] { return left.load(); }, milliseconds(60000), "worker 2's new process")) {
-      throw std::runtime_error("worker 2's new process did not register");
-    }
+    wait_for(left, "worker 2's new process");
     next_epoch = epoch_members(*client, 1);
     finish_job(*client);
   });
   std::thread w1 = peer(error1, [&] {
     const auto client = register_peer(*job.cluster, 1, Entry::kRegister, kWorkers);
     ++registered;
-    if (!pstrain::test::wait_until([&] { return left.load(); }, milliseconds(60000), "worker 2's new process")) {
-      throw std::runtime_error("worker 2's new process did not register");
-    }
+    wait_for(left, "worker 2's new process");
     finish_job(*client);
   });
   { const auto victim = register_peer(*job.cluster, 2, Entry::kRegister, kWorkers, 4242); ++registered; }
@@ -184,11 +193,7 @@ TEST_CASE("a request for fewer workers while one is down retires that one at onc
   job.killed(2, 4242);
   REQUIRE(job.logged("dropped from the job", "worker 2's drop"));
   job.request(2);  // the job has 3 with worker 2 restarting: 2 are asked for
-  REQUIRE(job.logged("worker 2 retired while it was down (a request for fewer workers", "worker 2's retirement"));
-  {
-    const auto back = rejoin_peer(*job.cluster, 2, kWorkers, 4243);
-    retired_by = back->retired_by_change();
-  }
+  retired_by = rejoin_retired(job, "a request for fewer workers");
   left = true;
   w1.join();
   w0.join();
@@ -207,35 +212,17 @@ TEST_CASE("a retiree killed between the decision and its boundary is not taken b
   std::int64_t retired_by = 0;
   std::atomic<int> registered{0};
   std::atomic<bool> left{false};
-  const auto member = [&](int rank, std::string& decision) {
-    const auto client = register_peer(*job.cluster, rank, Entry::kRegister, kWorkers);
-    ++registered;
-    wait_for_change(*client, 1, "worker " + std::to_string(rank));
-    client->store_set(decision_key(1) + "/" + std::to_string(rank), "0 3 3");
-    decision = client->store_get(decision_key(1), kDecisionTimeoutMs);
-    if (!pstrain::test::wait_until([&] { return left.load(); }, milliseconds(60000), "worker 2's new process")) {
-      throw std::runtime_error("worker 2's new process did not register");
-    }
-    if (rank == 0) next_epoch = epoch_members(*client, 1);
-    finish_job(*client);
-  };
   std::string decision1;
-  std::thread w0 = peer(error0, [&] { member(0, decision0); });
-  std::thread w1 = peer(error1, [&] { member(1, decision1); });
+  std::thread w0 = peer(error0, [&] { kept_member(job, 0, registered, decision0, left, &next_epoch); });
+  std::thread w1 = peer(error1, [&] { kept_member(job, 1, registered, decision1, left, nullptr); });
   std::thread w2 = peer(error2, [&] {
     {
       const auto retiree = register_peer(*job.cluster, 2, Entry::kRegister, kWorkers, 4242);
       ++registered;
-      wait_for_change(*retiree, 1, "worker 2");
-      retiree->store_set(decision_key(1) + "/2", "0 3 3");
-      retiree->store_get(decision_key(1), kDecisionTimeoutMs);  // decided: it retires at step 3
+      answer_change(*retiree, 2);  // decided: it retires at step 3
     }
     job.killed(2, 4242);  // before it reached its boundary
-    if (!job.logged("worker 2 retired while it was down (membership change 1", "worker 2's retirement")) {
-      throw std::runtime_error("worker 2 was not retired while it was down");
-    }
-    const auto back = rejoin_peer(*job.cluster, 2, kWorkers, 4243);
-    retired_by = back->retired_by_change();
+    retired_by = rejoin_retired(job, "membership change 1");
     left = true;
   });
   const bool all = pstrain::test::wait_until([&] { return registered.load() == kWorkers; }, milliseconds(60000),
@@ -263,21 +250,15 @@ TEST_CASE("a worker a shrink keeps, down while the change is decided, is taken b
   std::thread w0 = peer(error0, [&] {
     const auto client = register_peer(*job.cluster, 0, Entry::kRegister, kWorkers);
     ++registered;
-    wait_for_change(*client, 1, "worker 0");
-    client->store_set(decision_key(1) + "/0", "0 3 3");
-    decision0 = client->store_get(decision_key(1), kDecisionTimeoutMs);
-    if (!pstrain::test::wait_until([&] { return back_in.load(); }, milliseconds(60000), "worker 1's new process")) {
-      throw std::runtime_error("worker 1's new process did not register");
-    }
+    decision0 = answer_change(*client, 0);
+    wait_for(back_in, "worker 1's new process");
     next_epoch = epoch_members(*client, 1);
     finish_job(*client);
   });
   std::thread w2 = peer(error2, [&] {
     const auto client = register_peer(*job.cluster, 2, Entry::kRegister, kWorkers);
     ++registered;
-    wait_for_change(*client, 1, "worker 2");
-    client->store_set(decision_key(1) + "/2", "0 3 3");
-    decision2 = client->store_get(decision_key(1), kDecisionTimeoutMs);
+    decision2 = answer_change(*client, 2);
     client->finish(/*retired=*/true);  // the shrink to workers 0 and 1 leaves it out from step 3
   });
   std::thread w1 = peer(error1, [&] {
