@@ -343,10 +343,12 @@ TEST_CASE("a PS grow under \"continue\": a joiner killed before its boundary is 
 // it to leave (retired while it was down), it exits 0 retired, and the job
 // ends with 2 workers. Before, the new process trained the epoch the others
 // had begun without it and was a member from the next one: 3 workers again.
-TEST_CASE("a PS shrink under \"restart\" whose retiree is stopped: its new process leaves retired, the job ends with 2") {
+namespace {
+
+void shrink_with_stopped_retiree(const std::string& mode) {
   it::TempDir dir;
   const fs::path run = dir.path() / "stopped";
-  std::vector<std::string> args = case_args(run, Case{"sync", "restart", "worker-2"});
+  std::vector<std::string> args = case_args(run, Case{mode, "restart", "worker-2"});
   // Worker 0 computes 8 times slower (seconds of training, not two): worker 2 is stopped mid-run.
   args.insert(args.end(), {"--set", "cluster.workers=3", "--set", "cluster.heartbeat_timeout_ms=2000", "--set",
                            "workload.straggler_rank=0", "--set", "workload.straggler_slowdown=8"});
@@ -383,12 +385,18 @@ TEST_CASE("a PS shrink under \"restart\" whose retiree is stopped: its new proce
   REQUIRE(restarts->items().size() == 1);
   CHECK(restarts->items().front().find("rank")->as_number("rank") == 2);
   CHECK(restarts->items().front().find("retired_by_change")->as_number("retired_by_change") == 1);
+  // Its images: its first process's step records (none when it was stopped before its first step).
+  const report::WorkerMetrics m2 = report::read_worker_metrics(report::worker_metrics_path(run, 2), 2);
+  REQUIRE(m2.rejoins.size() == 1);
+  CHECK(m2.rejoins.front().steps_before == m2.steps.size());  // the new process trained nothing
+  std::int64_t first_images = 0;
+  for (const report::StepRecord& r : m2.steps) first_images += r.batch;
   bool seen = false;
   for (const report::JsonValue& w : summary.find("per_worker")->items()) {
     if (w.find("rank")->as_number("rank") != 2) continue;
     seen = true;
     CHECK(w.find("status")->as_string("status") == "retired");
-    CHECK(w.find("images")->as_number("images") > 0);
+    CHECK(w.find("images")->as_number("images") == static_cast<double>(first_images));
   }
   CHECK(seen);
   for (const report::JsonValue& change : summary.find("membership_changes")->items()) {
@@ -410,4 +418,16 @@ TEST_CASE("a PS shrink under \"restart\" whose retiree is stopped: its new proce
   r.dir = run;
   r.victim = stopped;
   check_nothing_left(r);
+}
+
+}  // namespace
+
+TEST_CASE("a PS shrink under \"restart\" whose retiree is stopped: its new process leaves retired, the job ends with 2") {
+  shrink_with_stopped_retiree("sync");
+}
+
+// Allreduce: the survivors re-form the collective without worker 2 at its drop, and its new
+// process (a --rejoin, as in the PS modes) is told to leave before it waits to be taken back.
+TEST_CASE("an allreduce shrink under \"restart\" whose retiree is stopped: its new process leaves retired") {
+  shrink_with_stopped_retiree("allreduce");
 }
