@@ -129,7 +129,7 @@ inline std::vector<std::string> launch_args(const fs::path& config, const fs::pa
 // 0.025 (none for another mode). At tiny_sync's 0.05 such a run now and then collapses to chance:
 // measured with 3 async workers, 2 of 556 runs ended at 0.10 (loss ln 10: every ReLU dead; its
 // first update overshoots, loss 5.5 -> 40, and the stale updates after it finish the job), and at
-// 0.1 half of them did. An accuracy check of a test about something else (a restart, a resume, a
+// 0.1 half of them did; at 0.025 none of 1,387 (docs/config.md, "Async and ssp"). An accuracy check of a test about something else (a restart, a resume, a
 // change) then fails for no fault of its own.
 inline std::vector<std::string> tiny_async_rate(const std::string& mode) {
   if (mode == "async" || mode == "ssp") return {"--set", "optimizer.lr=0.025"};
