@@ -370,6 +370,7 @@ void Membership::take_back_server(Member& m, const PeerId& from, RegisterRequest
   m.routing_id = from;
   m.request = std::move(req);
   m.restarting = false;
+  m.told_dropped = false;
   m.last_seen = now;
   ++m.restarts;
 }

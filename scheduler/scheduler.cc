@@ -275,6 +275,20 @@ void Scheduler::tell_dropped(Member& node) {
                               "\"); the others went on without it: exit"));
 }
 
+void Scheduler::tell_replaced(Member& node) {
+  if (node.told_dropped) return;
+  node.told_dropped = true;
+  Header r;
+  r.type = MsgType::kAbort;
+  r.role = Role::kScheduler;
+  r.sender = 0;
+  log_.info("server " + std::to_string(node.rank) + " speaks again after it was declared failed: told to exit (its "
+            "replacement takes its place)");
+  send_quietly(node.routing_id, r,
+               Payload::bytes("server " + std::to_string(node.rank) + " was declared failed (" + node.failure +
+                              "); the job waits for its replacement (cluster.on_server_failure = \"restart\"): exit"));
+}
+
 void Scheduler::handle(const PeerId& from, const Message& msg, bool registering) {
   const Header& h = msg.header;
   if (h.type == MsgType::kChallenge) return on_challenge(from, msg);
@@ -291,6 +305,7 @@ void Scheduler::handle(const PeerId& from, const Message& msg, bool registering)
                         std::to_string(h.sender) + " from a connection that is not the one it registered on: refused");
   }
   if (node->dropped) return tell_dropped(*node);
+  if (node->restarting) return tell_replaced(*node);
   node->last_seen = Clock::now();
   switch (h.type) {
     case MsgType::kHeartbeat: return;

@@ -183,6 +183,11 @@ class Scheduler {
   void handle_unregistered(const PeerId& from, const Message& msg);
   // Tells dropped worker `node`, once, that it was dropped (it spoke again).
   void tell_dropped(Member& node);
+  // Tells server `node`, declared failed under on_server_failure "restart"
+  // and speaking again before its replacement came (stopped, then woken),
+  // once, to exit: the workers wait for its replacement and no longer take its
+  // replies, and a replacement restores its shard from the checkpoint.
+  void tell_replaced(Member& node);
   // Refuses a bad message: a limited warning, an error reply if the peer is still there.
   // status: kBadRequest for a malformed message, else refusal_status(error).
   void refuse(const PeerId& from, const Header& request, const std::string& why, Status status = Status::kBadRequest);

@@ -323,3 +323,45 @@ TEST_CASE("a rejoin for a live server rank is refused and the job goes on; a ser
     CHECK(codes.at("server-0") == 2);
   }
 }
+
+// A server stopped past the heartbeat timeout and woken before anyone killed
+// it (here no launcher fences it): the scheduler has declared it failed and
+// the workers wait for its replacement. It must not go on serving beside the
+// replacement: the scheduler tells it to exit when it speaks again, and the
+// workers take nothing more from it. Before, the woken server answered the
+// workers as if nothing had happened (in a sweep under the launcher, the job
+// then ended without the restart the scheduler had announced, or with the
+// replacement started after the end and never stopped).
+TEST_CASE("a server declared failed that wakes up is told to exit; its replacement takes over and the job ends well") {
+  Job job("async", 30000, 3, 4);
+  job.start();
+  const bool reached = it::wait_until([&] { return job.steps_done(1) >= 6 && job.has_checkpoint(); },
+                                      std::chrono::seconds(120), "worker 1 at step 6 and a checkpoint");
+  INFO(job.outputs());
+  REQUIRE(reached);
+  const pid_t stopped = job.pid_of("server-1");
+  REQUIRE(kill(stopped, SIGSTOP) == 0);
+  const bool declared = it::wait_until(
+      [&] { return it::contains(it::read_file(job.out("scheduler")), "for server 1 to rejoin"); },
+      std::chrono::seconds(60), "the scheduler's verdict on server 1");
+  REQUIRE(kill(stopped, SIGCONT) == 0);
+  REQUIRE(declared);
+  // Woken, it speaks (a heartbeat) and is told to exit.
+  const std::optional<int> code = it::wait_exit(stopped, std::chrono::seconds(30));
+  REQUIRE(code.has_value());
+  CHECK(*code != 0);
+  CHECK(it::contains(it::read_file(job.out("server-1")), "server 1 was declared failed"));
+  CHECK(it::contains(it::read_file(job.out("scheduler")), "server 1 speaks again after it was declared failed: told to exit"));
+  job.pid_of("server-1") = it::spawn(job.role("pstrain-server", 1, true), {}, job.out("server-1-rejoin"));
+  const std::map<std::string, int> codes = job.wait_all(std::chrono::seconds(180));
+  for (const auto& [name, c] : codes) {
+    CAPTURE(name);
+    CHECK(c == 0);
+  }
+  const JsonValue summary = summarize(job);
+  const JsonValue& restarts = *summary.find("server_restarts");
+  REQUIRE(restarts.items().size() == 1);
+  CHECK(number(restarts.items()[0], "server") == 1);
+  CHECK(number(job.server_metrics(1), "rejoined_from_step") >= 4);
+  CHECK(number(summary, "final_test_accuracy") > 0.5);
+}

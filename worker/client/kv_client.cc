@@ -325,11 +325,15 @@ TicketResult KVClient::wait(Ticket ticket) {
 }
 
 void KVClient::receive_from(std::size_t server) {
-  // Drain everything that is ready on this socket.
+  // Drain everything that is ready on this socket. A server the scheduler
+  // declared failed (restarting) may have been stopped and woken: what it
+  // sends now is not taken (its replacement restores the shard from the
+  // checkpoint, and every request still pending is resent to it).
+  const bool replaced = scheduler_ != nullptr && scheduler_->server_restarting(static_cast<int>(server));
   while (true) {
     auto env = conns_[server]->receive(milliseconds(0));
     if (!env) return;
-    complete(env->message, server);
+    if (!replaced) complete(env->message, server);
   }
 }
 
