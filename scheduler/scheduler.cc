@@ -258,35 +258,31 @@ void Scheduler::handle_unregistered(const PeerId& from, const Message& msg) {
   throw ProtocolError(std::string(to_string(h.type)) + " before the rendezvous completed");
 }
 
-void Scheduler::tell_dropped(Member& node) {
-  // It was dropped while silent (e.g. stopped) and speaks again: tell it
-  // once, on its main connection (the heartbeat connection reads nothing).
+void Scheduler::tell_to_exit(Member& node, const std::string& said, const std::string& why) {
+  // Once, on its main connection (the heartbeat connection reads nothing).
   if (node.told_dropped) return;
   node.told_dropped = true;
   Header r;
   r.type = MsgType::kAbort;
   r.role = Role::kScheduler;
   r.sender = 0;
-  log_.info("worker " + std::to_string(node.rank) + " speaks again after it was dropped: told to exit");
-  send_quietly(node.routing_id, r,
-               Payload::bytes("worker " + std::to_string(node.rank) +
-                              " was dropped from the job (cluster.on_worker_failure = \"" +
-                              std::string(to_string(options_.cluster.on_worker_failure)) +
-                              "\"); the others went on without it: exit"));
+  log_.info(said);
+  send_quietly(node.routing_id, r, Payload::bytes(why));
+}
+
+void Scheduler::tell_dropped(Member& node) {
+  // It was dropped while silent (e.g. stopped) and speaks again.
+  const std::string name = "worker " + std::to_string(node.rank);
+  tell_to_exit(node, name + " speaks again after it was dropped: told to exit",
+               name + " was dropped from the job (cluster.on_worker_failure = \"" +
+                   std::string(to_string(options_.cluster.on_worker_failure)) + "\"); the others went on without it: exit");
 }
 
 void Scheduler::tell_replaced(Member& node) {
-  if (node.told_dropped) return;
-  node.told_dropped = true;
-  Header r;
-  r.type = MsgType::kAbort;
-  r.role = Role::kScheduler;
-  r.sender = 0;
-  log_.info("server " + std::to_string(node.rank) + " speaks again after it was declared failed: told to exit (its "
-            "replacement takes its place)");
-  send_quietly(node.routing_id, r,
-               Payload::bytes("server " + std::to_string(node.rank) + " was declared failed (" + node.failure +
-                              "); the job waits for its replacement (cluster.on_server_failure = \"restart\"): exit"));
+  const std::string name = "server " + std::to_string(node.rank);
+  tell_to_exit(node, name + " speaks again after it was declared failed: told to exit (its replacement takes its place)",
+               name + " was declared failed (" + node.failure +
+                   "); the job waits for its replacement (cluster.on_server_failure = \"restart\"): exit");
 }
 
 void Scheduler::handle(const PeerId& from, const Message& msg, bool registering) {

@@ -181,6 +181,8 @@ class Scheduler {
   // Any other message before the rendezvous: an abort from a registered node
   // fails the job; the rest is refused.
   void handle_unregistered(const PeerId& from, const Message& msg);
+  // Tells `node`, once, to exit (kAbort with `why`), logging `said`.
+  void tell_to_exit(Member& node, const std::string& said, const std::string& why);
   // Tells dropped worker `node`, once, that it was dropped (it spoke again).
   void tell_dropped(Member& node);
   // Tells server `node`, declared failed under on_server_failure "restart"
