@@ -12,6 +12,12 @@
 namespace pstrain {
 
 namespace {
+// What retired a rank while it was down: a change, or a request with none (kRetiredByRequest).
+std::string retired_by_text(std::int64_t change) {
+  return change == kRetiredByRequest ? std::string("a request for fewer workers")
+                                     : "membership change " + std::to_string(change);
+}
+
 std::string ranks_text(const std::vector<int>& ranks) {
   std::string text;
   for (const int r : ranks) {
@@ -202,9 +208,8 @@ void Scheduler::on_retired(Member& node) {
 void Scheduler::retire_while_down(Member& node, std::int64_t change) {
   members_.retire(node);  // not waited for, its slot vacant
   retired_while_down_[node.rank] = change;
-  const std::string by = change == kRetiredByRequest ? std::string("a request for fewer workers")
-                                                     : "membership change " + std::to_string(change);
-  const std::string reason = "worker " + std::to_string(node.rank) + " retired while it was down (" + by +
+  const std::string reason = "worker " + std::to_string(node.rank) + " retired while it was down (" +
+                             retired_by_text(change) +
                              " left it out); a new process of its rank is told to leave";
   log_.info(reason);
   tell_servers_dropped(node.rank, reason, kDroppedRetired);
@@ -223,9 +228,7 @@ void Scheduler::retire_rejoiner(const PeerId& from, const Header& request, const
   h.request_id = request.request_id;
   send_quietly(from, h, Payload::bytes(wire_encode(reply)));
   log_.warn("rejoin of " + who + ": worker " + std::to_string(node.rank) + " retired while it was down (" +
-            (change == kRetiredByRequest ? std::string("a request for fewer workers")
-                                         : "membership change " + std::to_string(change)) +
-            " left it out): told to leave without training");
+            retired_by_text(change) + " left it out): told to leave without training");
 }
 
 void Scheduler::tell_servers_dropped(int rank, const std::string& reason, std::int64_t aux) {
